@@ -1,0 +1,277 @@
+// Package backends defines the storage contract the sidecar needs from a
+// database holding Soniq's tables, and the types that cross it.
+//
+// Every implementation (postgres, sqlite, memory) must pass the shared
+// contract suite in backends/backendtest. The row-level semantics of each
+// operation are those of SONIQ-COMPAT.md; see docs/compatibility.md for where
+// the released Soniq package differs from that page.
+//
+// This package knows nothing of protocols or processes.
+package backends
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Job statuses allowed in soniq_jobs. There is deliberately no "dead_letter":
+// dead-lettered jobs live only in soniq_dead_letter_jobs and every backend's
+// schema rejects that status.
+const (
+	StatusQueued     = "queued"
+	StatusProcessing = "processing"
+	StatusDone       = "done"
+	StatusCancelled  = "cancelled"
+)
+
+// Worker statuses allowed in soniq_workers.
+const (
+	WorkerActive   = "active"
+	WorkerStopping = "stopping"
+	WorkerStopped  = "stopped"
+)
+
+// Dead-letter reasons in use by Soniq.
+const (
+	ReasonMaxRetriesExceeded = "max_retries_exceeded"
+	ReasonPermanentFailure   = "permanent_failure"
+	ReasonJobNotFound        = "job_not_found"
+	ReasonInvalidArguments   = "invalid_arguments"
+)
+
+// Limits shared by all backends.
+const (
+	// MaxErrorBytes bounds last_error; longer errors are truncated (on a
+	// UTF-8 boundary) by the backend.
+	MaxErrorBytes = 8 * 1024
+	// MaxSnooze caps a snooze's delay.
+	MaxSnooze = 24 * time.Hour
+)
+
+// ErrNotFound is returned (wrapped) when a job or dead-letter row does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Job is one soniq_jobs row.
+type Job struct {
+	ID          string          `json:"id"`
+	Name        string          `json:"job_name"`
+	Args        json.RawMessage `json:"args"`
+	ArgsHash    *string         `json:"args_hash"`
+	Status      string          `json:"status"`
+	Attempts    int             `json:"attempts"`
+	MaxAttempts int             `json:"max_attempts"`
+	Queue       string          `json:"queue"`
+	Priority    int             `json:"priority"`
+	UniqueJob   bool            `json:"unique_job"`
+	DedupKey    *string         `json:"dedup_key"`
+	ScheduledAt *time.Time      `json:"scheduled_at"`
+	ExpiresAt   *time.Time      `json:"expires_at"`
+	LastError   *string         `json:"last_error"`
+	Result      json.RawMessage `json:"result"` // nil when SQL NULL
+	ProducerID  *string         `json:"producer_id"`
+	CreatedAt   time.Time       `json:"created_at"`
+	UpdatedAt   time.Time       `json:"updated_at"`
+	WorkerID    *string         `json:"worker_id"`
+}
+
+// DeadLetterJob is one soniq_dead_letter_jobs row. Its ID is the original
+// job's id, never remapped.
+type DeadLetterJob struct {
+	ID                 string          `json:"id"`
+	Name               string          `json:"job_name"`
+	Args               json.RawMessage `json:"args"`
+	Queue              string          `json:"queue"`
+	Priority           int             `json:"priority"`
+	MaxAttempts        int             `json:"max_attempts"`
+	Attempts           int             `json:"attempts"`
+	LastError          *string         `json:"last_error"`
+	Reason             string          `json:"dead_letter_reason"`
+	OriginalCreatedAt  time.Time       `json:"original_created_at"`
+	MovedAt            time.Time       `json:"moved_to_dead_letter_at"`
+	ResurrectionCount  int             `json:"resurrection_count"`
+	LastResurrectionAt *time.Time      `json:"last_resurrection_at"`
+	Tags               json.RawMessage `json:"tags"`
+	CreatedAt          time.Time       `json:"created_at"`
+}
+
+// Worker is one soniq_workers row.
+type Worker struct {
+	ID            string          `json:"id"`
+	Hostname      string          `json:"hostname"`
+	PID           int             `json:"pid"`
+	Queues        []string        `json:"queues"`
+	Concurrency   int             `json:"concurrency"`
+	Status        string          `json:"status"`
+	LastHeartbeat time.Time       `json:"last_heartbeat"`
+	StartedAt     time.Time       `json:"started_at"`
+	Version       string          `json:"version"`
+	Metadata      json.RawMessage `json:"metadata"`
+}
+
+// Stats is the queue-stats contract (seed 002): exactly six keys, in this
+// canonical order, Total computed as the sum of the five buckets, DeadLetter
+// counted from the dead-letter table. encoding/json emits fields in
+// declaration order, so marshalling a Stats yields the canonical order.
+type Stats struct {
+	Total      int64 `json:"total"`
+	Queued     int64 `json:"queued"`
+	Processing int64 `json:"processing"`
+	Done       int64 `json:"done"`
+	DeadLetter int64 `json:"dead_letter"`
+	Cancelled  int64 `json:"cancelled"`
+}
+
+// StatsKeys is the canonical key order of Stats.
+var StatsKeys = [...]string{"total", "queued", "processing", "done", "dead_letter", "cancelled"}
+
+// EnqueueParams describes a new job. Zero values take Soniq's defaults
+// (queue "default", priority 100, max_attempts 3).
+type EnqueueParams struct {
+	Name        string
+	Args        json.RawMessage // a JSON object; nil means {}
+	Queue       string
+	Priority    *int
+	MaxAttempts *int
+	Delay       time.Duration // scheduled_at = now() + Delay when > 0
+	DedupKey    string        // "" = none
+	UniqueJob   bool          // dedupe on (job_name, args_hash) while queued
+	ProducerID  string        // "" = NULL
+}
+
+// ClaimParams selects what a worker may claim.
+type ClaimParams struct {
+	WorkerID string
+	// Queues to claim from; empty means every queue (as Soniq's worker does).
+	Queues []string
+	// Names the worker serves; empty means any name. Claiming only served
+	// names is what lets the sidecar share queues with Soniq's own workers.
+	Names []string
+	// ExcludeNames are never claimed (used with --dead-letter-unknown to
+	// claim exactly the names nobody here serves).
+	ExcludeNames []string
+	// Limit is the maximum number of rows to claim; must be > 0.
+	Limit int
+}
+
+// Outcome is the terminal write a Completion asks for.
+type Outcome int
+
+// The outcomes of a job execution.
+const (
+	// OutcomeDone: status='done', result, expires_at = now()+ResultTTL;
+	// ResultTTL == 0 deletes the row instead.
+	OutcomeDone Outcome = iota + 1
+	// OutcomeRetry: status='queued', attempts as claimed, last_error,
+	// scheduled_at = now()+Delay (NULL when Delay == 0), worker_id NULL.
+	OutcomeRetry
+	// OutcomeDeadLetter: in one transaction copy the row to
+	// soniq_dead_letter_jobs (Reason, Error, attempts) and delete it.
+	OutcomeDeadLetter
+	// OutcomeSnooze: status='queued', attempts = attempts-1 (floor 0),
+	// scheduled_at = now()+Delay (capped at MaxSnooze),
+	// last_error = 'SNOOZE: <Reason>', worker_id NULL.
+	OutcomeSnooze
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeDone:
+		return "done"
+	case OutcomeRetry:
+		return "retry"
+	case OutcomeDeadLetter:
+		return "dead_letter"
+	case OutcomeSnooze:
+		return "snooze"
+	}
+	return "unknown"
+}
+
+// Completion is one job's terminal write. Every completion is guarded by
+// status='processing' AND worker_id=<worker>: a completion for a row that
+// was NACKed, recovered or re-claimed changes nothing.
+type Completion struct {
+	JobID     string
+	Outcome   Outcome
+	Result    json.RawMessage // OutcomeDone; nil leaves result NULL
+	ResultTTL time.Duration   // OutcomeDone
+	Error     string          // OutcomeRetry, OutcomeDeadLetter: last_error
+	Reason    string          // OutcomeDeadLetter: dead_letter_reason; OutcomeSnooze: snooze reason
+	Delay     time.Duration   // OutcomeRetry, OutcomeSnooze
+}
+
+// Backend is the storage contract. Methods are safe for concurrent use.
+type Backend interface {
+	// Migrate creates Soniq's tables and indexes if they do not exist. It is
+	// harmless before or after Soniq's own setup and never alters a table
+	// Soniq created.
+	Migrate(ctx context.Context) error
+	// Ping checks that the database is reachable.
+	Ping(ctx context.Context) error
+	// Close releases every connection.
+	Close() error
+
+	// Enqueue inserts a queued job and wakes subscribers. A dedup_key or
+	// unique_job conflict returns the existing queued row instead.
+	Enqueue(ctx context.Context, p EnqueueParams) (Job, error)
+	// Get returns one job row; ErrNotFound if absent.
+	Get(ctx context.Context, id string) (Job, error)
+	// Cancel sets status='cancelled' on a queued job; false if it was not queued.
+	Cancel(ctx context.Context, id string) (bool, error)
+
+	// Claim locks up to p.Limit runnable rows in one statement (priority,
+	// scheduled_at nulls first, created_at; SKIP LOCKED), sets them
+	// processing, attempts+1, worker_id, updated_at, and returns the full
+	// rows as updated. Rows whose attempts now exceed max_attempts are
+	// returned like any other; the caller dead-letters them.
+	Claim(ctx context.Context, p ClaimParams) ([]Job, error)
+	// Complete applies a batch of guarded terminal writes (one statement
+	// per outcome kind, never one round trip per row) and returns the ids
+	// whose guard matched.
+	Complete(ctx context.Context, workerID string, cs []Completion) (applied []string, err error)
+	// Nack is the shutdown contract's nack_job, batched: status='queued',
+	// worker_id=NULL, updated_at=now(), scheduled_at=now() WHERE id IN ids
+	// AND status='processing'. attempts and last_error are untouched.
+	// Returns the ids that were processing.
+	Nack(ctx context.Context, ids []string) (nacked []string, err error)
+
+	// Stats is the queue-stats contract (seed 002).
+	Stats(ctx context.Context) (Stats, error)
+
+	// ListDeadLetter returns dead-letter rows, newest move first, at most limit (0 = all).
+	ListDeadLetter(ctx context.Context, limit int) ([]DeadLetterJob, error)
+	// ReplayDeadLetter enqueues a new job (fresh id, attempts=0, queued)
+	// from a dead-letter row and bumps its resurrection_count and
+	// last_resurrection_at, as Soniq's dead-letter service does.
+	ReplayDeadLetter(ctx context.Context, id string) (newJobID string, err error)
+	// PurgeDeadLetter deletes a dead-letter row; ErrNotFound if absent.
+	PurgeDeadLetter(ctx context.Context, id string) error
+
+	// RegisterWorker upserts the worker row (on a (hostname, pid) conflict
+	// the new id wins), status 'active', heartbeat now.
+	RegisterWorker(ctx context.Context, w Worker) error
+	// Heartbeat sets last_heartbeat = now().
+	Heartbeat(ctx context.Context, workerID string) error
+	// SetWorkerStatus sets a worker's status (active, stopping, stopped).
+	SetWorkerStatus(ctx context.Context, workerID, status string) error
+	// RegisterTasks upserts (task_name, worker_id, last_seen_at=now()).
+	RegisterTasks(ctx context.Context, workerID string, names []string) error
+
+	// RecoverStaleWorkers marks active workers silent for longer than
+	// olderThan as stopped and requeues their processing rows (worker_id
+	// NULL, attempts preserved), in one transaction.
+	RecoverStaleWorkers(ctx context.Context, olderThan time.Duration) (workers, jobs int, err error)
+	// DeleteExpired deletes done rows whose expires_at has passed.
+	DeleteExpired(ctx context.Context) (int, error)
+
+	// TryLeader tries to become the maintenance leader without blocking.
+	// When ok, release must be called to give leadership up.
+	TryLeader(ctx context.Context) (release func(), ok bool, err error)
+	// Subscribe delivers the queue name of every newly enqueued job
+	// (Postgres: LISTEN soniq_new_job; others: local enqueues). Delivery
+	// is best effort and may coalesce; callers also poll. The channel is
+	// closed once ctx is done.
+	Subscribe(ctx context.Context) (<-chan string, error)
+}
