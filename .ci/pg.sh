@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Start or stop a throw-away PostgreSQL 15 on loopback for tests.
+#
+#   eval "$(.ci/pg.sh start DIR)"   # prints `export SONIQ_TEST_DATABASE_URL=...` on stdout
+#   .ci/pg.sh stop DIR
+#   .ci/pg.sh run CMD ARGS...       # run CMD with a fresh server, then remove it
+#
+# Postgres refuses to run as root, so when we are root the cluster is owned by
+# and started as the unprivileged `postgres` user (created if missing).
+set -euo pipefail
+
+PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
+cmd="${1:-}"; dir="${2:-}"
+[[ -n "$cmd" && -n "$dir" ]] || { echo "usage: $0 start|stop DIR | run CMD..." >&2; exit 2; }
+
+as_owner() {
+  if [[ "$(id -u)" == 0 ]]; then
+    runuser -u "$PG_USER" -- "$@"
+  else
+    "$@"
+  fi
+}
+
+PG_USER=postgres
+if [[ "$(id -u)" == 0 ]] && ! id "$PG_USER" >/dev/null 2>&1; then
+  useradd --system --no-create-home "$PG_USER" >&2
+fi
+
+case "$cmd" in
+start)
+  for b in initdb pg_ctl postgres; do
+    [[ -x "$PG_BIN/$b" ]] || { echo "FATAL: $PG_BIN/$b not found; PostgreSQL 15 is required for the tests (set PG_BIN)" >&2; exit 1; }
+  done
+  mkdir -p "$dir"
+  if [[ "$(id -u)" == 0 ]]; then chown "$PG_USER" "$dir"; fi
+  port="${PGPORT_TEST:-$(( 20000 + RANDOM % 20000 ))}"
+  as_owner "$PG_BIN/initdb" -D "$dir/data" -U soniq --auth=trust -E UTF8 >"$dir/initdb.log" 2>&1 \
+    || { cat "$dir/initdb.log" >&2; echo "FATAL: initdb failed" >&2; exit 1; }
+  cat >>"$dir/data/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $port
+unix_socket_directories = ''
+max_connections = 300
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+CONF
+  as_owner "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 start >&2 \
+    || { cat "$dir/postgres.log" >&2; echo "FATAL: postgres did not start" >&2; exit 1; }
+  echo "export SONIQ_TEST_DATABASE_URL='postgres://soniq@127.0.0.1:$port/postgres?sslmode=disable'"
+  ;;
+stop)
+  if [[ -d "$dir/data" ]]; then
+    as_owner "$PG_BIN/pg_ctl" -D "$dir/data" -m immediate stop >&2 || true
+  fi
+  rm -rf "$dir"
+  ;;
+run)
+  shift
+  tmp="$(mktemp -d "${TMPDIR:-/tmp}/soniq-pg.XXXXXX")"
+  chmod 0755 "$tmp"
+  trap '"$0" stop "$tmp"' EXIT
+  eval "$("$0" start "$tmp")"
+  export SONIQ_TEST_DATABASE_URL
+  "$@"
+  ;;
+*) echo "usage: $0 start|stop DIR | run CMD..." >&2; exit 2 ;;
+esac
