@@ -1,0 +1,3 @@
+package backendtest
+
+func completeCases() []testCase { return nil }
