@@ -1,0 +1,538 @@
+"""The handler process: job registry and the stdio protocol loop."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import sys
+import threading
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Dict, List, Optional
+
+from . import protocol
+from ._version import PROTOCOL_VERSIONS, __version__
+
+SDK_NAME = f"soniq-python/{__version__}"
+
+# Exit statuses the sidecar can tell apart.
+EXIT_OK = 0
+EXIT_NO_COMMON_PROTOCOL = 3
+EXIT_PROTOCOL_ERROR = 4
+
+
+class PermanentError(Exception):
+    """Raise to fail a job without retrying it (dead-lettered at once)."""
+
+    __module__ = "soniq_handler"
+    retryable = False
+
+
+class Snooze(Exception):
+    """Return (or raise) ``Snooze(seconds, reason)`` to run the job again later
+    without counting a failure."""
+
+    __module__ = "soniq_handler"
+
+    def __init__(self, seconds: float, reason: Optional[str] = None) -> None:
+        if type(seconds) not in (int, float) or not seconds >= 0:
+            raise ValueError(f"Snooze seconds must be a number >= 0, got {seconds!r}")
+        if reason is not None and not isinstance(reason, str):
+            raise TypeError("Snooze reason must be a string or None")
+        super().__init__(seconds, reason)
+        self.seconds = seconds
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"Snooze({self.seconds!r}, {self.reason!r})"
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What a handler knows about the job it runs, besides its args."""
+
+    id: str
+    name: str
+    attempt: int
+    max_attempts: int
+    queue: str
+    deadline: Optional[datetime]  # timezone-aware UTC, None = no deadline
+    traceparent: Optional[str]
+    deadline_ms: Optional[int] = None  # the raw epoch milliseconds
+
+
+def _deadline_datetime(ms: Optional[int]) -> Optional[datetime]:
+    if ms is None:
+        return None
+    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    try:
+        return epoch + timedelta(milliseconds=ms)
+    except OverflowError:
+        # Outside datetime's years 1..9999: clamp rather than fail the job.
+        return datetime.max.replace(tzinfo=timezone.utc) if ms > 0 else datetime.min.replace(
+            tzinfo=timezone.utc
+        )
+
+
+@dataclass
+class _Handler:
+    name: str
+    func: Callable[..., Any]
+    is_async: bool
+    wants_ctx: bool
+
+
+def _wants_ctx(func: Callable[..., Any]) -> bool:
+    """True if ``func`` can be called as func(args, ctx), False for func(args)."""
+    try:
+        sig = inspect.signature(func)
+    except (TypeError, ValueError):
+        return True
+    positional = 0
+    for p in sig.parameters.values():
+        if p.kind == p.VAR_POSITIONAL:
+            return True
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            positional += 1
+    return positional >= 2
+
+
+def _is_async(func: Callable[..., Any]) -> bool:
+    if inspect.iscoroutinefunction(func):
+        return True
+    call = getattr(func, "__call__", None)  # callable objects with async __call__
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+@dataclass
+class _Running:
+    task: "asyncio.Task[None]"
+    cancellable: bool
+    cancel_reason: Optional[str] = None
+
+
+@dataclass
+class _Channel:
+    """The private protocol file descriptors (see App._protect_stdio)."""
+
+    rfd: int
+    wfd: int
+    write_lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class _FatalProtocolError(Exception):
+    pass
+
+
+class App:
+    """A registry of job handlers plus the stdio protocol loop.
+
+    ``concurrency`` is how many jobs the process accepts at once (announced in
+    hello; the sidecar never sends more). ``sync_concurrency`` bounds the thread
+    pool that runs plain ``def`` handlers.
+    """
+
+    def __init__(self, concurrency: int = 8, sync_concurrency: int = 4) -> None:
+        for name, value in (("concurrency", concurrency), ("sync_concurrency", sync_concurrency)):
+            if type(value) is not int or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        self.concurrency = concurrency
+        self.sync_concurrency = sync_concurrency
+        self._handlers: Dict[str, _Handler] = {}
+        self._max_frame_bytes = protocol.DEFAULT_MAX_FRAME_BYTES
+        self._chan: Optional[_Channel] = None
+        self._running: Dict[str, _Running] = {}
+        self._draining = False
+        self._executor: Optional[ThreadPoolExecutor] = None
+        self._inbox: "asyncio.Queue[tuple]"  # created inside the running loop
+
+    # ---------------------------------------------------------------- registry
+
+    def job(self, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator registering a handler for job ``name``.
+
+        ``async def`` handlers are cancellable (they run as asyncio tasks);
+        plain ``def`` handlers run in the thread pool and are never cancellable.
+        The handler is called as ``f(args, ctx)`` or, if it takes a single
+        positional parameter, ``f(args)``.
+        """
+        if not isinstance(name, str) or not name:
+            raise ValueError("job name must be a non-empty string")
+
+        def register(func: Callable[..., Any]) -> Callable[..., Any]:
+            if name in self._handlers:
+                raise ValueError(f"job {name!r} is already registered")
+            if not callable(func):
+                raise TypeError(f"handler for {name!r} is not callable")
+            self._handlers[name] = _Handler(name, func, _is_async(func), _wants_ctx(func))
+            return func
+
+        return register
+
+    @property
+    def jobs(self) -> List[Dict[str, Any]]:
+        """The ``jobs`` list of hello, in registration order."""
+        return [{"name": h.name, "cancellable": h.is_async} for h in self._handlers.values()]
+
+    # ------------------------------------------------------------------- run
+
+    def run(self) -> None:
+        """Serves the protocol on stdin/stdout until shutdown; never returns."""
+        version = negotiate_version(os.environ.get("SONIQ_PROTOCOL_VERSIONS"))
+        if version is None:
+            _log(
+                "no common protocol version: the sidecar offers "
+                f"SONIQ_PROTOCOL_VERSIONS={os.environ.get('SONIQ_PROTOCOL_VERSIONS')!r}, "
+                f"this SDK ({SDK_NAME}) speaks {','.join(map(str, PROTOCOL_VERSIONS))}"
+            )
+            _exit(EXIT_NO_COMMON_PROTOCOL)
+        if not self._handlers:
+            _log("no jobs registered: a handler process must serve at least one job")
+            _exit(1)
+        self._chan = _protect_stdio()
+        try:
+            code = asyncio.run(self._serve(version))
+        except _FatalProtocolError as e:
+            _log(f"protocol error: {e}")
+            code = EXIT_PROTOCOL_ERROR
+        _exit(code)
+
+    async def _serve(self, version: int) -> int:
+        loop = asyncio.get_running_loop()
+        self._inbox = asyncio.Queue()
+        # The pool's threads do the blocking work of sync handlers so the event
+        # loop stays free to answer pings and cancels meanwhile. Its size is the
+        # sync_concurrency we announce; extra sync jobs wait in its queue.
+        self._executor = ThreadPoolExecutor(
+            max_workers=self.sync_concurrency, thread_name_prefix="soniq-sync"
+        )
+        reader = threading.Thread(
+            target=_read_frames,
+            args=(self._chan.rfd, self._max_frame_bytes, loop, self._inbox),
+            name="soniq-stdin",
+            daemon=True,
+        )
+        reader.start()
+        self._write(
+            {
+                "type": "hello",
+                "protocol": version,
+                "sdk": SDK_NAME,
+                "pid": os.getpid(),
+                "jobs": self.jobs,
+                "concurrency": self.concurrency,
+                "sync_concurrency": self.sync_concurrency,
+            }
+        )
+        try:
+            while not (self._draining and not self._running):
+                kind, data = await self._inbox.get()
+                if kind == "eof":
+                    # Same as shutdown: nothing more can arrive; the loop ends
+                    # once the jobs in flight have written their results.
+                    self._draining = True
+                elif kind == "error":
+                    raise _FatalProtocolError(data)
+                elif kind == "line":
+                    self._dispatch(data)
+                # "drained" only wakes the loop to re-check its condition.
+        finally:
+            # On the clean path only idle threads remain; after a protocol
+            # error running ones are abandoned (the process exits at once).
+            self._executor.shutdown(wait=False)
+        return EXIT_OK
+
+    def _dispatch(self, line: bytes) -> None:
+        try:
+            msg = protocol.decode(line, self._max_frame_bytes)
+        except protocol.ProtocolError as e:
+            raise _FatalProtocolError(f"{e} in frame {_quote(line)}") from None
+        mtype = msg["type"]
+        if mtype == "job":
+            self._start_job(msg)
+        elif mtype == "cancel":
+            self._cancel(msg["id"], msg["reason"])
+        elif mtype == "ping":
+            self._write({"type": "pong", "seq": msg["seq"]})
+        elif mtype == "shutdown":
+            self._draining = True
+        else:
+            raise _FatalProtocolError(f"unexpected {mtype!r} frame from the sidecar")
+
+    # ------------------------------------------------------------------ jobs
+
+    def _start_job(self, msg: Dict[str, Any]) -> None:
+        job_id = msg["id"]
+        if job_id in self._running:
+            _log(f"job {job_id} is already running here; duplicate frame ignored")
+            return
+        if self._draining:
+            # The sidecar does not send jobs after shutdown; if one slips
+            # through, hand it back for a retry rather than dropping it.
+            self._write(
+                _failed(job_id, "ShuttingDown", "handler process is shutting down", None, True)
+            )
+            return
+        handler = self._handlers.get(msg["name"])
+        ctx = JobContext(
+            id=job_id,
+            name=msg["name"],
+            attempt=msg["attempt"],
+            max_attempts=msg["max_attempts"],
+            queue=msg["queue"],
+            deadline=_deadline_datetime(msg["deadline"]),
+            traceparent=msg["traceparent"],
+            deadline_ms=msg["deadline"],
+        )
+        task = asyncio.ensure_future(self._execute(handler, msg["args"], ctx))
+        self._running[job_id] = _Running(task, handler is not None and handler.is_async)
+        task.add_done_callback(lambda t: self._finish(job_id, t))
+
+    def _cancel(self, job_id: str, reason: str) -> None:
+        running = self._running.get(job_id)
+        if running is None:
+            return  # unknown or already finished: nothing to do
+        if not running.cancellable:
+            # A thread cannot be interrupted from outside; the job's real
+            # result will still be written when the thread returns.
+            _log(f"cancel ({reason}) for sync job {job_id} ignored: sync jobs are not cancellable")
+            return
+        running.cancel_reason = reason
+        running.task.cancel()
+
+    def _finish(self, job_id: str, task: "asyncio.Task[dict]") -> None:
+        """Done callback of a job's task: writes its result frame.
+
+        A callback rather than code after an await inside the task because a
+        task cancelled before its first step never runs any of its body.
+        """
+        running = self._running.pop(job_id, None)
+        if task.cancelled():
+            if running is None or running.cancel_reason is None:
+                return  # not our cancel: the event loop itself is going away
+            frame = {"type": "result", "id": job_id, "status": "cancelled"}
+        elif task.exception() is not None:  # _execute catches everything; be safe
+            e = task.exception()
+            frame = _failed(job_id, type(e).__name__, str(e), None, True)
+        else:
+            frame = task.result()
+        self._write_result(frame)
+        if self._draining and not self._running:
+            self._inbox.put_nowait(("drained", None))
+
+    async def _execute(self, handler: Optional[_Handler], args: dict, ctx: JobContext) -> dict:
+        if handler is None:
+            return _failed(
+                ctx.id, "UnknownJob", f"no handler registered for job {ctx.name!r}", None, False
+            )
+        call_args = (args, ctx) if handler.wants_ctx else (args,)
+        try:
+            if handler.is_async:
+                value = await handler.func(*call_args)
+            else:
+                loop = asyncio.get_running_loop()
+                value = await loop.run_in_executor(self._executor, lambda: handler.func(*call_args))
+        except asyncio.CancelledError:
+            raise  # reported by _finish as "cancelled"
+        except Snooze as s:
+            return _snooze(ctx.id, s)
+        except BaseException as e:  # noqa: B902 - a handler's failure never kills the process
+            retryable = getattr(e, "retryable", True)
+            return _failed(
+                ctx.id,
+                type(e).__name__,
+                str(e),
+                _format_traceback(e),
+                retryable if isinstance(retryable, bool) else True,
+            )
+        if isinstance(value, Snooze):
+            return _snooze(ctx.id, value)
+        return {"type": "result", "id": ctx.id, "status": "done", "result": value}
+
+    # --------------------------------------------------------------- writing
+
+    def _write_result(self, frame: dict) -> None:
+        try:
+            data = protocol.encode(frame)
+        except (TypeError, ValueError) as e:
+            # The handler returned something JSON cannot carry.
+            frame = _failed(
+                frame["id"],
+                "TypeError",
+                f"job result is not JSON-serialisable: {e}",
+                None,
+                False,
+            )
+            data = protocol.encode(frame)
+        if len(data) > self._max_frame_bytes:
+            data = protocol.encode(
+                _failed(
+                    frame["id"],
+                    "ResultTooLarge",
+                    f"encoded result is {len(data)} bytes, over the {self._max_frame_bytes}-byte frame limit",
+                    None,
+                    False,
+                )
+            )
+        self._send(data)
+
+    def _write(self, frame: dict) -> None:
+        self._send(protocol.encode(frame))
+
+    def _send(self, data: bytes) -> None:
+        assert self._chan is not None
+        buf = memoryview(data + b"\n")
+        # One frame per locked section: frames never interleave, and os.write
+        # on the raw fd has no user-space buffer, so each frame is "flushed".
+        with self._chan.write_lock:
+            while buf:
+                n = os.write(self._chan.wfd, buf)
+                buf = buf[n:]
+
+
+def _failed(job_id: str, etype: str, message: str, tb: Optional[str], retryable: bool) -> dict:
+    return {
+        "type": "result",
+        "id": job_id,
+        "status": "failed",
+        "error": {"type": etype, "message": message, "traceback": tb, "retryable": retryable},
+    }
+
+
+# Frames of the SDK and of the thread pool that lead into the handler: noise in
+# a job's traceback, so they are cut from its top.
+_PLUMBING_FILES = frozenset({__file__, getattr(sys.modules.get("concurrent.futures.thread"), "__file__", "")})
+
+
+def _format_traceback(e: BaseException) -> str:
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename in _PLUMBING_FILES:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(e), e, tb or e.__traceback__))
+
+
+def _snooze(job_id: str, s: Snooze) -> dict:
+    return {"type": "result", "id": job_id, "status": "snooze", "seconds": s.seconds, "reason": s.reason}
+
+
+def negotiate_version(offered: Optional[str]) -> Optional[int]:
+    """Highest version in the comma list ``offered`` that this SDK speaks.
+
+    Unset means "1" (a sidecar too old to say). Entries that are not integers
+    are ignored. Returns None when there is no common version.
+    """
+    if offered is None:
+        offered = "1"
+    versions = set()
+    for part in offered.split(","):
+        part = part.strip()
+        if part.isdigit():
+            versions.add(int(part))
+    common = versions.intersection(PROTOCOL_VERSIONS)
+    return max(common) if common else None
+
+
+def _protect_stdio() -> _Channel:
+    """Moves the protocol off fds 0 and 1 so user code cannot disturb it.
+
+    stdout: the pipe to the sidecar is duplicated to a private fd that only the
+    SDK writes to; fd 1 then becomes a copy of stderr and sys.stdout is rebound
+    to sys.stderr. A stray print(), os.write(1, ...) or a child process writing
+    to its stdout now lands in the log instead of corrupting the frame stream.
+
+    stdin: likewise duplicated to a private fd, and fd 0 replaced by /dev/null,
+    so neither input() nor a subprocess that inherits stdin can swallow frames.
+
+    os.dup() returns non-inheritable fds, so subprocesses never see the
+    private ones.
+    """
+    for stream in (sys.stdout, sys.__stdout__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    wfd = os.dup(1)
+    rfd = os.dup(0)
+    os.dup2(2, 1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    sys.stdout = sys.stderr
+    sys.stdin = open(os.devnull)  # noqa: SIM115 - lives as long as the process
+    return _Channel(rfd=rfd, wfd=wfd)
+
+
+def _read_frames(fd: int, max_frame_bytes: int, loop: asyncio.AbstractEventLoop, inbox: "asyncio.Queue[tuple]") -> None:
+    """Reader thread: splits the private stdin into lines for the event loop.
+
+    It uses os.read on the raw fd rather than a buffered file: this thread is
+    a daemon still blocked in read when the process exits, and a daemon thread
+    holding a BufferedReader's lock at interpreter shutdown is a fatal error.
+    """
+
+    def put(item: tuple) -> None:
+        try:
+            loop.call_soon_threadsafe(inbox.put_nowait, item)
+        except RuntimeError:
+            pass  # the loop is closed: the process is exiting
+
+    buf = bytearray()
+    # A line may carry one "\r" before its "\n" that does not count.
+    limit = max_frame_bytes + 1
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except InterruptedError:
+            continue
+        except OSError as e:
+            put(("error", f"reading stdin: {e}"))
+            return
+        if not chunk:
+            if buf.strip(b"\r"):
+                put(("line", bytes(buf)))
+            put(("eof", None))
+            return
+        start = len(buf)
+        buf += chunk
+        while True:
+            nl = buf.find(b"\n", start)
+            if nl < 0:
+                break
+            line = bytes(buf[:nl])
+            del buf[: nl + 1]
+            start = 0
+            if line == b"" or line == b"\r":
+                continue  # empty lines are ignored
+            put(("line", line))
+        if len(buf) > limit:
+            put(("error", f"oversize: a frame exceeds {max_frame_bytes} bytes"))
+            return
+
+
+def _quote(line: bytes, limit: int = 200) -> str:
+    text = repr(line[:limit])
+    return text + ("..." if len(line) > limit else "")
+
+
+def _log(message: str) -> None:
+    try:
+        sys.stderr.write(f"soniq-handler[{os.getpid()}]: {message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _exit(code: int) -> None:
+    """Exits at once. os._exit skips joining threads: a sync handler still
+    running after a protocol error must not keep the process alive."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)

@@ -1,0 +1,401 @@
+"""Strict decoder and canonical encoder for the soniq handler protocol, version 1.
+
+The message model lives in ``docs/protocol.md``; the conformance vectors in
+``protocol/testdata/vectors.json`` pin down every corner (error codes, the order
+of checks, the canonical encoding).  Both sides of the pipe use this module: the
+SDK decodes sidecar frames (job, cancel, ping, shutdown) and encodes its own
+(hello, result, pong), but the decoder accepts all eight types so that the
+conformance vectors can be run against it in full.
+
+    decode(line: bytes) -> dict      # raises ProtocolError(code, field)
+    encode(msg: dict) -> bytes       # canonical JSON, without the trailing "\\n"
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from decimal import Decimal
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_BYTES",
+    "MAX_SAFE_INT",
+    "MESSAGE_TYPES",
+    "ProtocolError",
+    "decode",
+    "encode",
+]
+
+DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
+MAX_SAFE_INT = 2**53 - 1
+
+# Error codes (protocol/testdata/README.md).
+INVALID_UTF8 = "invalid_utf8"
+INVALID_JSON = "invalid_json"
+NOT_OBJECT = "not_object"
+UNKNOWN_TYPE = "unknown_type"
+MISSING_FIELD = "missing_field"
+WRONG_TYPE = "wrong_type"
+INVALID_VALUE = "invalid_value"
+OVERSIZE = "oversize"
+
+
+class ProtocolError(Exception):
+    """A frame that violates the protocol.
+
+    ``code`` is one of the error codes of the conformance vectors; ``field`` is
+    the dotted path of the offending field (``id``, ``error.message``,
+    ``jobs[0].cancellable``) for missing_field / wrong_type / invalid_value, and
+    None otherwise.
+    """
+
+    def __init__(self, code: str, field: Optional[str] = None, detail: str = "") -> None:
+        self.code = code
+        self.field = field
+        self.detail = detail
+        text = code if field is None else f"{code} at {field}"
+        super().__init__(f"{text}: {detail}" if detail else text)
+
+
+# --------------------------------------------------------------------------
+# Field checkers.  Each takes the raw JSON value and its dotted path, raises
+# ProtocolError(wrong_type | invalid_value, path) or returns the canonical value.
+# --------------------------------------------------------------------------
+
+Checker = Callable[[Any, str], Any]
+
+
+def _is_int(v: Any) -> bool:
+    # json.loads yields int exactly for numbers written without fraction or
+    # exponent, so "1.0" and "1e3" arrive as float and are rejected here; bool
+    # is a subclass of int in Python and must be excluded explicitly.
+    return type(v) is int
+
+
+def _int(minimum: Optional[int] = None) -> Checker:
+    def check(v: Any, path: str) -> int:
+        if not _is_int(v):
+            raise ProtocolError(WRONG_TYPE, path, "expected an integer")
+        if v > MAX_SAFE_INT or v < -MAX_SAFE_INT:
+            raise ProtocolError(INVALID_VALUE, path, "integer outside ±(2^53-1)")
+        if minimum is not None and v < minimum:
+            raise ProtocolError(INVALID_VALUE, path, f"must be >= {minimum}")
+        return v
+
+    return check
+
+
+def _number(minimum: Optional[float] = None) -> Checker:
+    def check(v: Any, path: str) -> Any:
+        if type(v) not in (int, float):
+            raise ProtocolError(WRONG_TYPE, path, "expected a number")
+        if minimum is not None and v < minimum:
+            raise ProtocolError(INVALID_VALUE, path, f"must be >= {minimum}")
+        return v
+
+    return check
+
+
+def _string(non_empty: bool = False, choices: Optional[Tuple[str, ...]] = None) -> Checker:
+    def check(v: Any, path: str) -> str:
+        if type(v) is not str:
+            raise ProtocolError(WRONG_TYPE, path, "expected a string")
+        if non_empty and v == "":
+            raise ProtocolError(INVALID_VALUE, path, "must not be empty")
+        if choices is not None and v not in choices:
+            raise ProtocolError(INVALID_VALUE, path, f"must be one of {', '.join(choices)}")
+        return v
+
+    return check
+
+
+def _bool(v: Any, path: str) -> bool:
+    if type(v) is not bool:
+        raise ProtocolError(WRONG_TYPE, path, "expected a boolean")
+    return v
+
+
+def _object(v: Any, path: str) -> dict:
+    if type(v) is not dict:
+        raise ProtocolError(WRONG_TYPE, path, "expected an object")
+    return v
+
+
+def _any(v: Any, path: str) -> Any:
+    return v
+
+
+# A field spec: (name, checker, required, default).  For "result", whose fields
+# depend on its status, ``required`` may instead be a pair
+# (statuses, required_there): outside those statuses the field is neither
+# checked nor kept (it decodes as null).
+Field = Tuple[str, Checker, Any, Any]
+
+
+def _decode_fields(obj: dict, fields: List[Field], prefix: str = "") -> Dict[str, Any]:
+    """Checks ``fields`` in table order: presence, then JSON type, then range.
+
+    An absent field, or an optional one that is null, takes its default.
+    """
+    out: Dict[str, Any] = {}
+    for name, check, required, default in fields:
+        path = prefix + name
+        if isinstance(required, tuple):
+            statuses, required = required
+            if out.get("status") not in statuses:
+                out[name] = None
+                continue
+        if name not in obj:
+            if required:
+                raise ProtocolError(MISSING_FIELD, path)
+            out[name] = default
+            continue
+        value = obj[name]
+        if value is None and not required:
+            out[name] = default
+            continue
+        out[name] = check(value, path)
+    return out
+
+
+def _job_entries(v: Any, path: str) -> list:
+    if type(v) is not list:
+        raise ProtocolError(WRONG_TYPE, path, "expected an array")
+    if not v:
+        raise ProtocolError(INVALID_VALUE, path, "at least one job is required")
+    seen = set()
+    out = []
+    for i, entry in enumerate(v):
+        epath = f"{path}[{i}]"
+        entry = _object(entry, epath)
+        job = _decode_fields(
+            entry,
+            [
+                ("name", _string(non_empty=True), True, None),
+                ("cancellable", _bool, True, None),
+            ],
+            prefix=epath + ".",
+        )
+        if job["name"] in seen:
+            raise ProtocolError(INVALID_VALUE, epath + ".name", "duplicate job name")
+        seen.add(job["name"])
+        out.append(job)
+    return out
+
+
+def _error_object(v: Any, path: str) -> dict:
+    return _decode_fields(
+        _object(v, path),
+        [
+            ("type", _string(), True, None),
+            ("message", _string(), True, None),
+            ("traceback", _string(), False, None),
+            ("retryable", _bool, False, True),
+        ],
+        prefix=path + ".",
+    )
+
+
+RESULT_STATUSES = ("done", "failed", "snooze", "cancelled")
+CANCEL_REASONS = ("job_timeout", "shutdown_timeout")
+
+# Table order of docs/protocol.md; "type" is handled separately.
+_SPECS: Dict[str, List[Field]] = {
+    "hello": [
+        ("protocol", _int(1), True, None),
+        ("sdk", _string(), True, None),
+        ("pid", _int(1), True, None),
+        ("jobs", _job_entries, True, None),
+        ("concurrency", _int(1), True, None),
+        ("sync_concurrency", _int(1), False, None),
+    ],
+    "job": [
+        ("id", _string(non_empty=True), True, None),
+        ("name", _string(non_empty=True), True, None),
+        ("args", _object, True, None),
+        ("attempt", _int(1), True, None),
+        ("max_attempts", _int(1), True, None),
+        ("queue", _string(), True, None),
+        ("deadline", _int(), False, None),
+        ("traceparent", _string(), False, None),
+    ],
+    "result": [
+        ("id", _string(non_empty=True), True, None),
+        ("status", _string(choices=RESULT_STATUSES), True, None),
+        ("result", _any, (("done",), False), None),
+        ("error", _error_object, (("failed",), True), None),
+        ("seconds", _number(0), (("snooze",), True), None),
+        ("reason", _string(), (("snooze",), False), None),
+    ],
+    "cancel": [
+        ("id", _string(), True, None),
+        ("reason", _string(choices=CANCEL_REASONS), True, None),
+    ],
+    "ping": [("seq", _int(0), True, None)],
+    "pong": [("seq", _int(0), True, None)],
+    "shutdown": [],
+}
+
+MESSAGE_TYPES = tuple(["hello", "job", "result", "cancel", "ping", "pong", "shutdown"])
+
+
+def _reject_constant(name: str) -> Any:
+    # Python's json module accepts NaN / Infinity / -Infinity; JSON does not.
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        # e.g. 1e400: not representable, and other decoders refuse it too.
+        raise ValueError(f"number {text} out of range")
+    return value
+
+
+def decode(line: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Dict[str, Any]:
+    """Decodes one frame (the line's bytes, with or without its ``\\n``).
+
+    Returns the canonical decoded message: every field of the type in table
+    order with defaults filled in; fields the spec does not define are dropped.
+    """
+    if line.endswith(b"\n"):
+        line = line[:-1]
+    if len(line) > max_frame_bytes:
+        raise ProtocolError(OVERSIZE, None, f"{len(line)} bytes > {max_frame_bytes}")
+    if line.endswith(b"\r"):
+        line = line[:-1]
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ProtocolError(INVALID_UTF8, None, str(e)) from None
+    try:
+        obj = json.loads(text, parse_constant=_reject_constant, parse_float=_parse_float)
+    except (ValueError, RecursionError) as e:
+        raise ProtocolError(INVALID_JSON, None, str(e)) from None
+    if type(obj) is not dict:
+        raise ProtocolError(NOT_OBJECT, None, "a frame must be a JSON object")
+    if "type" not in obj:
+        raise ProtocolError(MISSING_FIELD, "type")
+    mtype = obj["type"]
+    if type(mtype) is not str:
+        raise ProtocolError(WRONG_TYPE, "type", "expected a string")
+    spec = _SPECS.get(mtype)
+    if spec is None:
+        raise ProtocolError(UNKNOWN_TYPE, None, f"unknown message type {mtype!r}")
+    out: Dict[str, Any] = {"type": mtype}
+    out.update(_decode_fields(obj, spec))
+    return out
+
+
+# --------------------------------------------------------------------------
+# Canonical encoder
+# --------------------------------------------------------------------------
+
+_KEY_ORDER: Dict[str, List[str]] = {t: ["type"] + [f[0] for f in spec] for t, spec in _SPECS.items()}
+_NESTED_ORDER = {
+    "jobs": ["name", "cancellable"],
+    "error": ["type", "message", "traceback", "retryable"],
+}
+
+
+def _format_float(f: float) -> str:
+    """Formats a float the way ECMAScript's Number::toString (and Go's
+    encoding/json) do, so that the three SDKs agree byte for byte: integral
+    values without ".0", plain notation for 1e-6 <= |f| < 1e21, otherwise
+    exponent notation such as 1e+21 or 1.5e-7."""
+    if math.isnan(f) or math.isinf(f):
+        raise ValueError(f"{f!r} is not representable in JSON")
+    if f == 0:
+        return "-0" if math.copysign(1.0, f) < 0 else "0"
+    sign = "-" if f < 0 else ""
+    # repr() gives the shortest digit string that round-trips, like the others.
+    _, digits_t, exp = Decimal(repr(abs(f))).as_tuple()
+    digits = "".join(map(str, digits_t)).lstrip("0")
+    stripped = digits.rstrip("0")
+    exp += len(digits) - len(stripped)
+    digits = stripped
+    k = len(digits)
+    n = k + exp  # decimal point position: value = 0.<digits> * 10**n
+    if k <= n <= 21:
+        body = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        body = digits[:n] + "." + digits[n:]
+    elif -6 < n <= 0:
+        body = "0." + "0" * (-n) + digits
+    else:
+        e = n - 1
+        esign = "+" if e >= 0 else "-"
+        mant = digits if k == 1 else digits[0] + "." + digits[1:]
+        body = f"{mant}e{esign}{abs(e)}"
+    return sign + body
+
+
+def _encode_string(s: str) -> str:
+    # ensure_ascii=False: non-ASCII characters are written as UTF-8, not \\u
+    # escapes; json.dumps never escapes <, > or & (no HTML escaping).
+    return json.dumps(s, ensure_ascii=False)
+
+
+def _encode_value(v: Any, out: List[str], order: Optional[List[str]] = None) -> None:
+    if v is None:
+        out.append("null")
+    elif v is True:
+        out.append("true")
+    elif v is False:
+        out.append("false")
+    elif isinstance(v, str):
+        out.append(_encode_string(v))
+    elif isinstance(v, int):
+        out.append(int.__repr__(v))
+    elif isinstance(v, float):
+        out.append(_format_float(v))
+    elif isinstance(v, dict):
+        out.append("{")
+        first = True
+        for key, item in v.items():
+            if not isinstance(key, str):
+                raise TypeError(f"object keys must be strings, not {type(key).__name__}")
+            if not first:
+                out.append(",")
+            first = False
+            out.append(_encode_string(key))
+            out.append(":")
+            _encode_value(item, out)
+        out.append("}")
+    elif isinstance(v, (list, tuple)):
+        out.append("[")
+        for i, item in enumerate(v):
+            if i:
+                out.append(",")
+            _encode_value(item, out)
+        out.append("]")
+    else:
+        raise TypeError(f"Object of type {type(v).__name__} is not JSON serializable")
+
+
+def _ordered(msg: Dict[str, Any], order: List[str]) -> Dict[str, Any]:
+    """Keys of ``order`` first (in that order), null values dropped."""
+    return {k: msg[k] for k in order if msg.get(k) is not None}
+
+
+def encode(msg: Dict[str, Any]) -> bytes:
+    """Encodes a message canonically (no trailing newline).
+
+    Keys follow the spec's table order, fields whose value is None are omitted,
+    output is compact UTF-8 JSON with no HTML escaping.  Free-form values
+    (``args``, ``result``) keep their own key order.  Raises TypeError or
+    ValueError for values JSON cannot represent.
+    """
+    mtype = msg.get("type")
+    order = _KEY_ORDER.get(mtype)  # type: ignore[arg-type]
+    if order is None:
+        raise ValueError(f"unknown message type {mtype!r}")
+    top = _ordered(msg, order)
+    if "jobs" in top:
+        top["jobs"] = [_ordered(j, _NESTED_ORDER["jobs"]) for j in top["jobs"]]
+    if "error" in top:
+        top["error"] = _ordered(top["error"], _NESTED_ORDER["error"])
+    out: List[str] = []
+    _encode_value(top, out)
+    return "".join(out).encode("utf-8")
