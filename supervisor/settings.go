@@ -1,0 +1,344 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Settings are the sidecar's resolved runtime settings (design §3).
+type Settings struct {
+	ShutdownTimeout time.Duration
+	// SyncHandlerGrace is the flat extra wait for sync jobs once
+	// shutdown_timeout has expired. Unless set explicitly (SyncGraceSet) it
+	// equals the resolved JobTimeout, as in Soniq; when that is 0 (no job
+	// timeout) the grace is 0 too: no extra grace, straight to
+	// WAIT_FOR_THREAD, where sync jobs are still never killed.
+	SyncHandlerGrace  time.Duration
+	JobTimeout        time.Duration // 0 = no timeout
+	HeartbeatInterval time.Duration
+	HeartbeatTimeout  time.Duration
+	CleanupInterval   time.Duration
+	PollInterval      time.Duration
+	ResultTTL         time.Duration // 0 = delete done rows at the next cleanup
+	SyncGraceSet      bool
+	// Queues restricts claiming to these queues; nil means all queues (the
+	// sidecar claims only the job names it serves in any case).
+	Queues []string
+}
+
+// DefaultSettings returns Soniq's defaults for every setting.
+func DefaultSettings() Settings {
+	return Settings{
+		ShutdownTimeout:   30 * time.Second,
+		SyncHandlerGrace:  300 * time.Second,
+		JobTimeout:        300 * time.Second,
+		HeartbeatInterval: 5 * time.Second,
+		HeartbeatTimeout:  300 * time.Second,
+		CleanupInterval:   300 * time.Second,
+		PollInterval:      5 * time.Second,
+		ResultTTL:         300 * time.Second,
+	}
+}
+
+// FlagOverrides carries the command-line values that outrank everything
+// else; a nil field was not given.
+type FlagOverrides struct {
+	// Queues is the raw --queues value, a comma-separated list parsed like
+	// SONIQ_QUEUES.
+	Queues *string
+
+	ShutdownTimeout   *time.Duration
+	SyncHandlerGrace  *time.Duration
+	JobTimeout        *time.Duration
+	HeartbeatInterval *time.Duration
+	HeartbeatTimeout  *time.Duration
+	CleanupInterval   *time.Duration
+	PollInterval      *time.Duration
+	ResultTTL         *time.Duration
+}
+
+// SettingError is a bad setting value from the environment, a flag, or a
+// combination of layers. It is a configuration error (exit code 2).
+type SettingError struct {
+	Name  string // SONIQ_JOB_TIMEOUT, --queues, or a setting's manifest key
+	Value string
+	Msg   string
+}
+
+func (e *SettingError) Error() string {
+	return fmt.Sprintf("%s=%q: %s", e.Name, e.Value, e.Msg)
+}
+
+// settingSpec ties one duration setting to its names in every layer.
+type settingSpec struct {
+	key       string // manifest key under settings:
+	env       string
+	flag      string
+	zeroValid bool
+	field     func(*Settings) *time.Duration
+	manifest  func(*ManifestSettings) *time.Duration
+	override  func(*FlagOverrides) *time.Duration
+}
+
+func settingSpecs() []settingSpec {
+	return []settingSpec{
+		{"shutdown_timeout", "SONIQ_SHUTDOWN_TIMEOUT", "--shutdown-timeout", false,
+			func(s *Settings) *time.Duration { return &s.ShutdownTimeout },
+			func(m *ManifestSettings) *time.Duration { return m.ShutdownTimeout },
+			func(f *FlagOverrides) *time.Duration { return f.ShutdownTimeout }},
+		{"sync_handler_grace_seconds", "SONIQ_SYNC_HANDLER_GRACE_SECONDS", "--sync-handler-grace", true,
+			func(s *Settings) *time.Duration { return &s.SyncHandlerGrace },
+			func(m *ManifestSettings) *time.Duration { return m.SyncHandlerGrace },
+			func(f *FlagOverrides) *time.Duration { return f.SyncHandlerGrace }},
+		{"job_timeout", "SONIQ_JOB_TIMEOUT", "--job-timeout", true,
+			func(s *Settings) *time.Duration { return &s.JobTimeout },
+			func(m *ManifestSettings) *time.Duration { return m.JobTimeout },
+			func(f *FlagOverrides) *time.Duration { return f.JobTimeout }},
+		{"heartbeat_interval", "SONIQ_HEARTBEAT_INTERVAL", "--heartbeat-interval", false,
+			func(s *Settings) *time.Duration { return &s.HeartbeatInterval },
+			func(m *ManifestSettings) *time.Duration { return m.HeartbeatInterval },
+			func(f *FlagOverrides) *time.Duration { return f.HeartbeatInterval }},
+		{"heartbeat_timeout", "SONIQ_HEARTBEAT_TIMEOUT", "--heartbeat-timeout", false,
+			func(s *Settings) *time.Duration { return &s.HeartbeatTimeout },
+			func(m *ManifestSettings) *time.Duration { return m.HeartbeatTimeout },
+			func(f *FlagOverrides) *time.Duration { return f.HeartbeatTimeout }},
+		{"cleanup_interval", "SONIQ_CLEANUP_INTERVAL", "--cleanup-interval", false,
+			func(s *Settings) *time.Duration { return &s.CleanupInterval },
+			func(m *ManifestSettings) *time.Duration { return m.CleanupInterval },
+			func(f *FlagOverrides) *time.Duration { return f.CleanupInterval }},
+		{"poll_interval", "SONIQ_POLL_INTERVAL", "--poll-interval", false,
+			func(s *Settings) *time.Duration { return &s.PollInterval },
+			func(m *ManifestSettings) *time.Duration { return m.PollInterval },
+			func(f *FlagOverrides) *time.Duration { return f.PollInterval }},
+		{"result_ttl", "SONIQ_RESULT_TTL", "--result-ttl", true,
+			func(s *Settings) *time.Duration { return &s.ResultTTL },
+			func(m *ManifestSettings) *time.Duration { return m.ResultTTL },
+			func(f *FlagOverrides) *time.Duration { return f.ResultTTL }},
+	}
+}
+
+// ResolveSettings layers flag > environment > manifest `settings:` > default
+// (design §3). m may be nil (no manifest) and lookupEnv nil (no environment,
+// e.g. os.LookupEnv in main, a map in tests). Every bad value is reported,
+// joined, each naming its variable or flag and the value.
+func ResolveSettings(m *Manifest, lookupEnv func(string) (string, bool), flags FlagOverrides) (Settings, error) {
+	s := DefaultSettings()
+	if lookupEnv == nil {
+		lookupEnv = func(string) (string, bool) { return "", false }
+	}
+	var ms ManifestSettings
+	if m != nil {
+		ms = m.Settings
+	}
+	var errs []error
+	// from records where each value came from, for cross-field messages.
+	from := map[string]string{}
+
+	for _, sp := range settingSpecs() {
+		dst := sp.field(&s)
+		if v := sp.manifest(&ms); v != nil {
+			*dst = *v
+			from[sp.key] = "manifest " + ms.where[sp.key]
+		}
+		if raw, ok := lookupEnv(sp.env); ok && strings.TrimSpace(raw) != "" {
+			// Empty counts as unset, so `SONIQ_X=` in a compose file is harmless.
+			if v, err := envSeconds(raw, sp.zeroValid); err != nil {
+				errs = append(errs, &SettingError{Name: sp.env, Value: raw, Msg: err.Error()})
+			} else {
+				*dst = v
+				from[sp.key] = sp.env
+			}
+		}
+		if v := sp.override(&flags); v != nil {
+			if err := checkDuration(*v, sp.zeroValid); err != nil {
+				errs = append(errs, &SettingError{Name: sp.flag, Value: v.String(), Msg: err.Error()})
+			} else {
+				*dst = *v
+				from[sp.key] = sp.flag
+			}
+		}
+		if sp.key == "sync_handler_grace_seconds" {
+			_, s.SyncGraceSet = from[sp.key]
+		}
+	}
+	if !s.SyncGraceSet {
+		s.SyncHandlerGrace = s.JobTimeout
+	}
+
+	s.Queues = ms.Queues
+	if raw, ok := lookupEnv("SONIQ_QUEUES"); ok && strings.TrimSpace(raw) != "" {
+		if q, err := parseQueueList(raw); err != nil {
+			errs = append(errs, &SettingError{Name: "SONIQ_QUEUES", Value: raw, Msg: err.Error()})
+		} else {
+			s.Queues = q
+		}
+	}
+	if flags.Queues != nil && strings.TrimSpace(*flags.Queues) != "" {
+		if q, err := parseQueueList(*flags.Queues); err != nil {
+			errs = append(errs, &SettingError{Name: "--queues", Value: *flags.Queues, Msg: err.Error()})
+		} else {
+			s.Queues = q
+		}
+	}
+
+	// A heartbeat timeout at or below the interval would have the leader
+	// recover live workers' jobs as stale.
+	if len(errs) == 0 && s.HeartbeatTimeout <= s.HeartbeatInterval {
+		errs = append(errs, &SettingError{Name: "heartbeat_timeout", Value: s.HeartbeatTimeout.String(), Msg: fmt.Sprintf(
+			"(from %s) must exceed heartbeat_interval %s (from %s), or live workers would be recovered as stale",
+			source(from, "heartbeat_timeout"), s.HeartbeatInterval, source(from, "heartbeat_interval"))})
+	}
+	if len(errs) > 0 {
+		return Settings{}, errors.Join(errs...)
+	}
+	return s, nil
+}
+
+func source(from map[string]string, key string) string {
+	if f, ok := from[key]; ok {
+		return f
+	}
+	return "the default"
+}
+
+// envSeconds parses a Soniq-style duration: a number of seconds, fractions
+// allowed.
+func envSeconds(raw string, zeroValid bool) (time.Duration, error) {
+	v, err := secondsToDuration(raw)
+	if errors.Is(err, errNotANumber) {
+		return 0, errors.New("invalid duration: want a number of seconds, like 30 or 0.5")
+	}
+	if err != nil {
+		return 0, err
+	}
+	return v, checkDuration(v, zeroValid)
+}
+
+func checkDuration(v time.Duration, zeroValid bool) error {
+	switch {
+	case v < 0:
+		return errors.New("must not be negative")
+	case v == 0 && !zeroValid:
+		return errors.New("must be greater than zero")
+	}
+	return nil
+}
+
+// parseQueueList splits a comma-separated list as Soniq does, dropping
+// empty items.
+func parseQueueList(raw string) ([]string, error) {
+	var out []string
+	for _, q := range strings.Split(raw, ",") {
+		q = strings.TrimSpace(q)
+		if q == "" {
+			continue
+		}
+		if err := checkQueueName(q); err != nil {
+			return nil, err
+		}
+		if !contains(out, q) {
+			out = append(out, q)
+		}
+	}
+	return out, nil
+}
+
+// RetryPolicy is Soniq's default retry policy (soniq/core/retry.py,
+// compute_retry_delay_seconds, used by ExponentialBackoff) with a job's
+// retry_delay, retry_backoff, retry_max_delay and retry_jitter.
+type RetryPolicy struct {
+	// Delays is retry_delay: one delay, or one per attempt with the last
+	// repeating. Empty means 0.
+	Delays []time.Duration
+	// Backoff doubles the delay each attempt from Delays (from 1s when
+	// that is 0).
+	Backoff bool
+	// MaxDelay caps the delay when MaxDelaySet (Soniq's None = no cap).
+	MaxDelay    time.Duration
+	MaxDelaySet bool
+	// Jitter spreads a backoff delay uniformly over [d/2, d]; Soniq
+	// ignores it without Backoff.
+	Jitter bool
+}
+
+// DefaultRetryPolicy returns the defaults of Soniq's @app.job decorator
+// (soniq/core/registry.py): retry_delay=0, retry_backoff=False,
+// retry_max_delay=None, retry_jitter=True, i.e. retry at once.
+func DefaultRetryPolicy() RetryPolicy {
+	return RetryPolicy{Jitter: true}
+}
+
+// maxBackoffExponent mirrors Soniq's _MAX_EXPONENT, which keeps the
+// doubling finite for absurd attempt counts.
+const maxBackoffExponent = 62
+
+// Delay returns how long to wait before retrying after the attempt-th
+// attempt failed (1-based: the row's attempts count after the failure, as
+// Soniq passes it). rnd returns a float in [0, 1) and is injected for tests;
+// nil uses math/rand/v2.
+//
+// Soniq's docstring calls its jitter "full jitter", but its code draws
+// uniform(d/2, d); this follows the code, so Soniq workers and sidecars
+// sharing a queue spread retries alike.
+func (p RetryPolicy) Delay(attempt int, rnd func() float64) time.Duration {
+	if attempt < 1 {
+		attempt = 1
+	}
+	delay := 0.0 // seconds, as Soniq computes
+	if n := len(p.Delays); n > 0 {
+		delay = p.Delays[min(attempt-1, n-1)].Seconds()
+	}
+	if p.Backoff {
+		base := delay
+		if base <= 0 {
+			base = 1
+		}
+		delay = base * math.Exp2(float64(min(attempt-1, maxBackoffExponent)))
+	}
+	if p.MaxDelaySet {
+		delay = math.Min(delay, p.MaxDelay.Seconds())
+	}
+	if p.Backoff && p.Jitter && delay > 0 {
+		if rnd == nil {
+			rnd = rand.Float64
+		}
+		// random.uniform(a, b) is a + (b-a)*random().
+		delay = delay/2 + (delay-delay/2)*rnd()
+	}
+	if delay <= 0 {
+		return 0
+	}
+	if ns := delay * float64(time.Second); ns < math.MaxInt64 {
+		return time.Duration(math.Round(ns))
+	}
+	return time.Duration(math.MaxInt64)
+}
+
+// String renders the policy in manifest terms, for logs and `manifest check`.
+func (p RetryPolicy) String() string {
+	var b strings.Builder
+	b.WriteString("delay=")
+	switch len(p.Delays) {
+	case 0:
+		b.WriteString("0s")
+	case 1:
+		b.WriteString(p.Delays[0].String())
+	default:
+		parts := make([]string, len(p.Delays))
+		for i, d := range p.Delays {
+			parts[i] = d.String()
+		}
+		b.WriteString("[" + strings.Join(parts, ",") + "]")
+	}
+	b.WriteString(" backoff=" + strconv.FormatBool(p.Backoff))
+	if p.MaxDelaySet {
+		b.WriteString(" max_delay=" + p.MaxDelay.String())
+	}
+	b.WriteString(" jitter=" + strconv.FormatBool(p.Jitter))
+	return b.String()
+}
