@@ -1,0 +1,392 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"strconv"
+	"unicode/utf8"
+)
+
+// maxSafeInt is 2^53−1, the largest integer every JSON implementation represents exactly.
+const maxSafeInt = 1<<53 - 1
+
+// Decode decodes one frame (a line without its "\n"; one trailing "\r" is stripped) under
+// the default size limit. The error, if any, is a *FrameError.
+func Decode(frame []byte) (Message, error) {
+	return DecodeLimit(frame, DefaultMaxFrameBytes)
+}
+
+// DecodeLimit is Decode with a frame size limit of maxFrameBytes.
+func DecodeLimit(frame []byte, maxFrameBytes int) (Message, error) {
+	frame = bytes.TrimSuffix(frame, []byte{'\r'})
+	if len(frame) > maxFrameBytes {
+		return nil, &FrameError{Code: CodeOversize, Limit: maxFrameBytes, Size: len(frame), Quote: quote(frame)}
+	}
+	m, ferr := decode(frame)
+	if ferr != nil {
+		ferr.Size = len(frame)
+		ferr.Quote = quote(frame)
+		return nil, ferr
+	}
+	return m, nil
+}
+
+// decode runs the checks in the order the vectors fix: UTF-8, JSON syntax, top-level
+// object, type, then each field in table order (missing, JSON type, value range).
+func decode(frame []byte) (Message, *FrameError) {
+	if !utf8.Valid(frame) {
+		return nil, &FrameError{Code: CodeInvalidUTF8, Detail: "frame is not valid UTF-8"}
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(frame, &top); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			return nil, &FrameError{Code: CodeNotObject, Detail: "frame is a JSON " + typeErr.Value + ", not an object"}
+		}
+		return nil, &FrameError{Code: CodeInvalidJSON, Detail: err.Error()}
+	}
+	if top == nil { // the frame is "null"
+		return nil, &FrameError{Code: CodeNotObject, Detail: "frame is a JSON null, not an object"}
+	}
+	f := fields{m: top}
+	typ, _, ferr := f.str("type", true)
+	if ferr != nil {
+		return nil, ferr
+	}
+	switch Type(typ) {
+	case TypeHello:
+		return decodeHello(f)
+	case TypeJob:
+		return decodeJob(f)
+	case TypeResult:
+		return decodeResult(f)
+	case TypeCancel:
+		return decodeCancel(f)
+	case TypePing:
+		seq, _, ferr := f.integer("seq", true, 0)
+		if ferr != nil {
+			return nil, ferr
+		}
+		return &Ping{Seq: seq}, nil
+	case TypePong:
+		seq, _, ferr := f.integer("seq", true, 0)
+		if ferr != nil {
+			return nil, ferr
+		}
+		return &Pong{Seq: seq}, nil
+	case TypeShutdown:
+		return &Shutdown{}, nil
+	}
+	return nil, &FrameError{Code: CodeUnknownType, Detail: "unknown message type " + strconv.Quote(typ)}
+}
+
+func decodeHello(f fields) (Message, *FrameError) {
+	var h Hello
+	var ferr *FrameError
+	var n int64
+	if n, _, ferr = f.integer("protocol", true, 1); ferr != nil {
+		return nil, ferr
+	}
+	h.Protocol = int(n)
+	if h.SDK, _, ferr = f.str("sdk", true); ferr != nil {
+		return nil, ferr
+	}
+	if n, _, ferr = f.integer("pid", true, 1); ferr != nil {
+		return nil, ferr
+	}
+	h.PID = int(n)
+	if h.Jobs, ferr = decodeHelloJobs(f); ferr != nil {
+		return nil, ferr
+	}
+	if n, _, ferr = f.integer("concurrency", true, 1); ferr != nil {
+		return nil, ferr
+	}
+	h.Concurrency = int(n)
+	if n, _, ferr = f.integer("sync_concurrency", false, 1); ferr != nil {
+		return nil, ferr
+	}
+	h.SyncConcurrency = int(n)
+	return &h, nil
+}
+
+func decodeHelloJobs(f fields) ([]HelloJob, *FrameError) {
+	raw, ferr := f.value("jobs", true, '[', "array")
+	if ferr != nil {
+		return nil, ferr
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil { // cannot fail: the frame is valid JSON
+		return nil, &FrameError{Code: CodeInvalidJSON, Detail: err.Error()}
+	}
+	if len(items) == 0 {
+		return nil, &FrameError{Code: CodeInvalidValue, Field: "jobs", Detail: "must list at least one job"}
+	}
+	jobs := make([]HelloJob, len(items))
+	seen := make(map[string]int, len(items))
+	for i, item := range items {
+		path := "jobs[" + strconv.Itoa(i) + "]"
+		if k := kindOf(item); k != '{' {
+			return nil, wrongType(path, "object", item)
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(item, &m); err != nil {
+			return nil, &FrameError{Code: CodeInvalidJSON, Detail: err.Error()}
+		}
+		e := fields{m: m, prefix: path + "."}
+		name, _, ferr := e.str("name", true)
+		if ferr != nil {
+			return nil, ferr
+		}
+		if name == "" {
+			return nil, &FrameError{Code: CodeInvalidValue, Field: path + ".name", Detail: "must not be empty"}
+		}
+		if j, dup := seen[name]; dup {
+			return nil, &FrameError{Code: CodeInvalidValue, Field: path + ".name",
+				Detail: "duplicate job name " + strconv.Quote(name) + " (also jobs[" + strconv.Itoa(j) + "])"}
+		}
+		seen[name] = i
+		cancellable, _, ferr := e.boolean("cancellable", true)
+		if ferr != nil {
+			return nil, ferr
+		}
+		jobs[i] = HelloJob{Name: name, Cancellable: cancellable}
+	}
+	return jobs, nil
+}
+
+func decodeJob(f fields) (Message, *FrameError) {
+	var j Job
+	var ferr *FrameError
+	var n int64
+	var ok bool
+	if j.ID, ferr = f.nonEmpty("id"); ferr != nil {
+		return nil, ferr
+	}
+	if j.Name, ferr = f.nonEmpty("name"); ferr != nil {
+		return nil, ferr
+	}
+	if j.Args, ferr = f.value("args", true, '{', "object"); ferr != nil {
+		return nil, ferr
+	}
+	if n, _, ferr = f.integer("attempt", true, 1); ferr != nil {
+		return nil, ferr
+	}
+	j.Attempt = int(n)
+	if n, _, ferr = f.integer("max_attempts", true, 1); ferr != nil {
+		return nil, ferr
+	}
+	j.MaxAttempts = int(n)
+	if j.Queue, _, ferr = f.str("queue", true); ferr != nil {
+		return nil, ferr
+	}
+	if n, ok, ferr = f.integer("deadline", false, -maxSafeInt); ferr != nil {
+		return nil, ferr
+	} else if ok {
+		j.Deadline = &n
+	}
+	if j.Traceparent, ferr = f.optString("traceparent"); ferr != nil {
+		return nil, ferr
+	}
+	return &j, nil
+}
+
+func decodeResult(f fields) (Message, *FrameError) {
+	var r Result
+	var ferr *FrameError
+	if r.ID, ferr = f.nonEmpty("id"); ferr != nil {
+		return nil, ferr
+	}
+	status, _, ferr := f.str("status", true)
+	if ferr != nil {
+		return nil, ferr
+	}
+	r.Status = Status(status)
+	switch r.Status {
+	case StatusDone:
+		if raw, ok := f.m["result"]; ok && kindOf(raw) != 'n' {
+			r.Result = raw
+		}
+	case StatusFailed:
+		raw, ferr := f.value("error", true, '{', "object")
+		if ferr != nil {
+			return nil, ferr
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return nil, &FrameError{Code: CodeInvalidJSON, Detail: err.Error()}
+		}
+		e := fields{m: m, prefix: "error."}
+		re := ResultError{Retryable: true}
+		if re.Type, _, ferr = e.str("type", true); ferr != nil {
+			return nil, ferr
+		}
+		if re.Message, _, ferr = e.str("message", true); ferr != nil {
+			return nil, ferr
+		}
+		if re.Traceback, ferr = e.optString("traceback"); ferr != nil {
+			return nil, ferr
+		}
+		if b, ok, ferr := e.boolean("retryable", false); ferr != nil {
+			return nil, ferr
+		} else if ok {
+			re.Retryable = b
+		}
+		r.Error = &re
+	case StatusSnooze:
+		if r.Seconds, ferr = f.seconds(); ferr != nil {
+			return nil, ferr
+		}
+		if r.Reason, ferr = f.optString("reason"); ferr != nil {
+			return nil, ferr
+		}
+	case StatusCancelled:
+	default:
+		return nil, &FrameError{Code: CodeInvalidValue, Field: "status",
+			Detail: strconv.Quote(status) + " is not one of done, failed, snooze, cancelled"}
+	}
+	return &r, nil
+}
+
+func decodeCancel(f fields) (Message, *FrameError) {
+	id, _, ferr := f.str("id", true)
+	if ferr != nil {
+		return nil, ferr
+	}
+	reason, _, ferr := f.str("reason", true)
+	if ferr != nil {
+		return nil, ferr
+	}
+	switch r := CancelReason(reason); r {
+	case ReasonJobTimeout, ReasonShutdownTimeout:
+		return &Cancel{ID: id, Reason: r}, nil
+	}
+	return nil, &FrameError{Code: CodeInvalidValue, Field: "reason",
+		Detail: strconv.Quote(reason) + " is not one of job_timeout, shutdown_timeout"}
+}
+
+// fields reads the members of one JSON object; prefix is the path of nested objects.
+type fields struct {
+	m      map[string]json.RawMessage
+	prefix string
+}
+
+// value returns the raw value of a field whose JSON kind must be kind (see kindOf); want
+// names the expected type in the error. A missing required field is missing_field; a missing or null
+// optional field returns nil; null for a required field is wrong_type.
+func (f fields) value(name string, required bool, kind byte, want string) (json.RawMessage, *FrameError) {
+	raw, ok := f.m[name]
+	if !ok || (!required && kindOf(raw) == 'n') {
+		if required {
+			return nil, &FrameError{Code: CodeMissingField, Field: f.prefix + name, Detail: "required field is missing"}
+		}
+		return nil, nil
+	}
+	if kindOf(raw) != kind {
+		return nil, wrongType(f.prefix+name, want, raw)
+	}
+	return raw, nil
+}
+
+func (f fields) str(name string, required bool) (string, bool, *FrameError) {
+	raw, ferr := f.value(name, required, '"', "string")
+	if raw == nil {
+		return "", false, ferr
+	}
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1]), true, nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", false, &FrameError{Code: CodeInvalidJSON, Detail: err.Error()}
+	}
+	return s, true, nil
+}
+
+func (f fields) nonEmpty(name string) (string, *FrameError) {
+	s, _, ferr := f.str(name, true)
+	if ferr == nil && s == "" {
+		ferr = &FrameError{Code: CodeInvalidValue, Field: f.prefix + name, Detail: "must not be empty"}
+	}
+	return s, ferr
+}
+
+func (f fields) optString(name string) (*string, *FrameError) {
+	s, ok, ferr := f.str(name, false)
+	if !ok {
+		return nil, ferr
+	}
+	return &s, nil
+}
+
+func (f fields) boolean(name string, required bool) (bool, bool, *FrameError) {
+	raw, ferr := f.value(name, required, 't', "bool")
+	if raw == nil {
+		return false, false, ferr
+	}
+	return raw[0] == 't', true, nil
+}
+
+// integer reads an int: a number without fraction or exponent within ±(2^53−1), and ≥ min.
+func (f fields) integer(name string, required bool, min int64) (int64, bool, *FrameError) {
+	raw, ferr := f.value(name, required, '0', "int")
+	if raw == nil {
+		return 0, false, ferr
+	}
+	if bytes.ContainsAny(raw, ".eE") {
+		return 0, false, wrongType(f.prefix+name, "int", raw)
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil || n > maxSafeInt || n < -maxSafeInt {
+		return 0, false, &FrameError{Code: CodeInvalidValue, Field: f.prefix + name,
+			Detail: string(raw) + " is outside ±(2^53−1)"}
+	}
+	if n < min {
+		return 0, false, &FrameError{Code: CodeInvalidValue, Field: f.prefix + name,
+			Detail: "must be ≥ " + strconv.FormatInt(min, 10) + ", got " + string(raw)}
+	}
+	return n, true, nil
+}
+
+// seconds reads the snooze result's required seconds: a finite number ≥ 0.
+func (f fields) seconds() (float64, *FrameError) {
+	raw, ferr := f.value("seconds", true, '0', "number")
+	if ferr != nil {
+		return 0, ferr
+	}
+	s, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil || math.IsInf(s, 0) {
+		return 0, &FrameError{Code: CodeInvalidValue, Field: "seconds", Detail: string(raw) + " is out of range"}
+	}
+	if s < 0 {
+		return 0, &FrameError{Code: CodeInvalidValue, Field: "seconds", Detail: "must be ≥ 0, got " + string(raw)}
+	}
+	return s, nil
+}
+
+// kindOf classifies a raw JSON value by its first byte: '"' string, '{' object, '['
+// array, 't' bool, 'n' null, '0' number.
+func kindOf(raw json.RawMessage) byte {
+	raw = bytes.TrimLeft(raw, " \t\r\n")
+	if len(raw) == 0 {
+		return 0
+	}
+	switch c := raw[0]; c {
+	case '"', '{', '[', 'n':
+		return c
+	case 't', 'f':
+		return 't'
+	}
+	return '0'
+}
+
+var kindNames = map[byte]string{'"': "string", '{': "object", '[': "array", 't': "bool", 'n': "null", '0': "number"}
+
+func wrongType(field, want string, raw json.RawMessage) *FrameError {
+	got := kindNames[kindOf(raw)]
+	if got == "number" || got == "bool" {
+		got += " " + string(raw)
+	}
+	return &FrameError{Code: CodeWrongType, Field: field, Detail: "want " + want + ", got " + got}
+}

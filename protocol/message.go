@@ -1,0 +1,141 @@
+// Package protocol is the handler protocol v1 wire contract: the message types exchanged
+// between the sidecar and a handler process, and their NDJSON codec (one JSON object per
+// line). docs/protocol.md is the specification; testdata/vectors.json holds the
+// conformance vectors that the Go, Python and Node implementations all run.
+//
+// The package knows nothing of processes or databases. Decode and Decoder validate every
+// frame completely, so a message they return is well-formed; whether its type may travel
+// in the direction it came from (see Type.FromHandler) is for the caller to check.
+package protocol
+
+import "encoding/json"
+
+// Version is the protocol version this package speaks.
+const Version = 1
+
+// DefaultMaxFrameBytes is the default frame size limit: 16 MiB, excluding the line's "\n".
+const DefaultMaxFrameBytes = 16 << 20
+
+// Type is the value of a frame's "type" field.
+type Type string
+
+// The seven message types.
+const (
+	TypeHello    Type = "hello"    // handler → sidecar, first frame
+	TypeJob      Type = "job"      // sidecar → handler
+	TypeResult   Type = "result"   // handler → sidecar
+	TypeCancel   Type = "cancel"   // sidecar → handler
+	TypePing     Type = "ping"     // sidecar → handler
+	TypePong     Type = "pong"     // handler → sidecar
+	TypeShutdown Type = "shutdown" // sidecar → handler
+)
+
+// FromHandler reports whether messages of type t travel from the handler to the sidecar
+// (hello, result, pong). The other types travel from the sidecar to the handler.
+func (t Type) FromHandler() bool {
+	return t == TypeHello || t == TypeResult || t == TypePong
+}
+
+// Message is one decoded frame: *Hello, *Job, *Result, *Cancel, *Ping, *Pong or *Shutdown.
+type Message interface {
+	Type() Type
+}
+
+// Hello is the handler's first frame: the protocol version it chose, what it serves and
+// how much at once.
+type Hello struct {
+	Protocol    int
+	SDK         string
+	PID         int
+	Jobs        []HelloJob
+	Concurrency int
+	// SyncConcurrency is the number of sync jobs the process runs at once; 0 means the
+	// field is absent (on the wire it is ≥ 1 when present).
+	SyncConcurrency int
+}
+
+// HelloJob is one entry of Hello.Jobs.
+type HelloJob struct {
+	Name        string
+	Cancellable bool
+}
+
+// Job hands one job to the handler.
+type Job struct {
+	ID   string
+	Name string
+	// Args is the job's arguments, a JSON object. The encoder writes nil as {}.
+	Args        json.RawMessage
+	Attempt     int
+	MaxAttempts int
+	Queue       string
+	// Deadline is in epoch milliseconds; nil means no deadline.
+	Deadline    *int64
+	Traceparent *string
+}
+
+// Status is a result's outcome.
+type Status string
+
+// Result statuses.
+const (
+	StatusDone      Status = "done"
+	StatusFailed    Status = "failed"
+	StatusSnooze    Status = "snooze"
+	StatusCancelled Status = "cancelled"
+)
+
+// Result is the handler's answer for one job. Which of the optional fields count depends
+// on Status: Result for done, Error for failed, Seconds and Reason for snooze. The decoder
+// leaves the others zero and the encoder does not write them.
+type Result struct {
+	ID     string
+	Status Status
+	// Result is the job's return value as JSON (done only); nil means null.
+	Result  json.RawMessage
+	Error   *ResultError
+	Seconds float64
+	Reason  *string
+}
+
+// ResultError describes a failure.
+type ResultError struct {
+	Type      string
+	Message   string
+	Traceback *string
+	// Retryable false dead-letters the job at once. On the wire the field defaults to
+	// true; the decoder fills that in, so false here always means the handler said false.
+	Retryable bool
+}
+
+// CancelReason says why the sidecar cancels a job.
+type CancelReason string
+
+// Cancel reasons.
+const (
+	ReasonJobTimeout      CancelReason = "job_timeout"
+	ReasonShutdownTimeout CancelReason = "shutdown_timeout"
+)
+
+// Cancel asks the handler to cancel a job it holds.
+type Cancel struct {
+	ID     string
+	Reason CancelReason
+}
+
+// Ping checks the liveness of the handler's event loop.
+type Ping struct{ Seq int64 }
+
+// Pong answers the Ping with the same Seq.
+type Pong struct{ Seq int64 }
+
+// Shutdown tells the handler to finish what it holds and exit 0.
+type Shutdown struct{}
+
+func (*Hello) Type() Type    { return TypeHello }
+func (*Job) Type() Type      { return TypeJob }
+func (*Result) Type() Type   { return TypeResult }
+func (*Cancel) Type() Type   { return TypeCancel }
+func (*Ping) Type() Type     { return TypePing }
+func (*Pong) Type() Type     { return TypePong }
+func (*Shutdown) Type() Type { return TypeShutdown }
