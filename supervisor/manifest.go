@@ -206,6 +206,9 @@ func parseManifest(data []byte, name, abs string) (*Manifest, error) {
 		if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
 			me.Line, _ = strconv.Atoi(m[1])
 			me.Msg = "invalid YAML: " + m[2]
+			if zeroBasedYAMLError(m[2]) {
+				me.Line++
+			}
 		}
 		return nil, me
 	}
@@ -217,6 +220,18 @@ func parseManifest(data []byte, name, abs string) (*Manifest, error) {
 	m.Path = abs
 	m.Dir = d.dir
 	return m, nil
+}
+
+// zeroBasedYAMLError reports whether a go-yaml message comes from its
+// parser (not its scanner): go-yaml numbers those lines from 0.
+func zeroBasedYAMLError(msg string) bool {
+	switch msg {
+	case "did not find expected key", "did not find expected node content",
+		"did not find expected '-' indicator", "did not find expected ',' or ']'",
+		"did not find expected ',' or '}'":
+		return true
+	}
+	return false
 }
 
 // decodeSingleDocument parses exactly one YAML document; a second one is
