@@ -91,6 +91,9 @@ func (b *Backend) Enqueue(ctx context.Context, p backends.EnqueueParams) (backen
 	if len(bytes.TrimSpace(args)) == 0 {
 		args = json.RawMessage(`{}`)
 	}
+	if !json.Valid(args) {
+		return backends.Job{}, fmt.Errorf("enqueue %q: args are not valid JSON", p.Name)
+	}
 	var hash *string
 	if p.UniqueJob {
 		h, err := argsHash(args)
@@ -98,8 +101,6 @@ func (b *Backend) Enqueue(ctx context.Context, p backends.EnqueueParams) (backen
 			return backends.Job{}, fmt.Errorf("enqueue %q: hash args: %w", p.Name, err)
 		}
 		hash = &h
-	} else if !json.Valid(args) {
-		return backends.Job{}, fmt.Errorf("enqueue %q: args are not valid JSON", p.Name)
 	}
 
 	b.mu.Lock()
