@@ -1,0 +1,315 @@
+package supervisor
+
+import (
+	"errors"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func envMap(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		v, ok := m[k]
+		return v, ok
+	}
+}
+
+func TestDefaultSettings(t *testing.T) {
+	assert.Equal(t, Settings{
+		ShutdownTimeout:   30 * time.Second,
+		SyncHandlerGrace:  300 * time.Second,
+		JobTimeout:        300 * time.Second,
+		HeartbeatInterval: 5 * time.Second,
+		HeartbeatTimeout:  300 * time.Second,
+		CleanupInterval:   300 * time.Second,
+		PollInterval:      5 * time.Second,
+		ResultTTL:         300 * time.Second,
+	}, DefaultSettings())
+
+	s, err := ResolveSettings(nil, nil, FlagOverrides{})
+	require.NoError(t, err)
+	assert.Equal(t, DefaultSettings(), s, "no manifest, environment or flags: the defaults")
+}
+
+func TestResolveSettingsPrecedence(t *testing.T) {
+	m, err := LoadManifest(filepath.Join(manifestDir, "good", "full.yaml"))
+	require.NoError(t, err)
+	env := map[string]string{
+		"SONIQ_JOB_TIMEOUT":       "90",
+		"SONIQ_POLL_INTERVAL":     "0.25",
+		"SONIQ_SHUTDOWN_TIMEOUT":  "12.5",
+		"SONIQ_QUEUES":            " urgent , default,,",
+		"SONIQ_CLEANUP_INTERVAL":  "",
+		"SONIQ_UNRELATED_SETTING": "x",
+	}
+	tests := []struct {
+		name  string
+		m     *Manifest
+		env   map[string]string
+		flags FlagOverrides
+		want  Settings
+	}{
+		{
+			name: "manifest over default",
+			m:    m,
+			want: Settings{
+				ShutdownTimeout: 45 * time.Second, SyncHandlerGrace: 10 * time.Second, SyncGraceSet: true,
+				JobTimeout: 2 * time.Minute, HeartbeatInterval: 2500 * time.Millisecond, HeartbeatTimeout: time.Minute,
+				CleanupInterval: time.Minute, PollInterval: 500 * time.Millisecond, ResultTTL: 0,
+				Queues: []string{"billing", "default"},
+			},
+		},
+		{
+			name: "environment over manifest; empty variables count as unset",
+			m:    m,
+			env:  env,
+			want: Settings{
+				ShutdownTimeout: 12500 * time.Millisecond, SyncHandlerGrace: 10 * time.Second, SyncGraceSet: true,
+				JobTimeout: 90 * time.Second, HeartbeatInterval: 2500 * time.Millisecond, HeartbeatTimeout: time.Minute,
+				CleanupInterval: time.Minute, PollInterval: 250 * time.Millisecond, ResultTTL: 0,
+				Queues: []string{"urgent", "default"},
+			},
+		},
+		{
+			name: "flags over environment",
+			m:    m,
+			env:  env,
+			flags: FlagOverrides{
+				Queues:          ptr("critical"),
+				JobTimeout:      ptr(time.Duration(0)),
+				ShutdownTimeout: ptr(3 * time.Second),
+			},
+			want: Settings{
+				ShutdownTimeout: 3 * time.Second, SyncHandlerGrace: 10 * time.Second, SyncGraceSet: true,
+				JobTimeout: 0, HeartbeatInterval: 2500 * time.Millisecond, HeartbeatTimeout: time.Minute,
+				CleanupInterval: time.Minute, PollInterval: 250 * time.Millisecond, ResultTTL: 0,
+				Queues: []string{"critical"},
+			},
+		},
+		{
+			name:  "an empty --queues leaves the lower layers",
+			env:   map[string]string{"SONIQ_QUEUES": "a,b"},
+			flags: FlagOverrides{Queues: ptr(" ")},
+			want: func() Settings {
+				s := DefaultSettings()
+				s.Queues = []string{"a", "b"}
+				return s
+			}(),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ResolveSettings(tt.m, envMap(tt.env), tt.flags)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestResolveSettingsSyncGrace(t *testing.T) {
+	tests := []struct {
+		name      string
+		env       map[string]string
+		flags     FlagOverrides
+		wantGrace time.Duration
+		wantSet   bool
+	}{
+		{"defaults to the default job timeout", nil, FlagOverrides{}, 300 * time.Second, false},
+		{"follows a resolved job timeout", map[string]string{"SONIQ_JOB_TIMEOUT": "42"}, FlagOverrides{}, 42 * time.Second, false},
+		{"no job timeout means no extra grace", map[string]string{"SONIQ_JOB_TIMEOUT": "0"}, FlagOverrides{}, 0, false},
+		{"explicit grace wins", map[string]string{"SONIQ_JOB_TIMEOUT": "42", "SONIQ_SYNC_HANDLER_GRACE_SECONDS": "7"}, FlagOverrides{}, 7 * time.Second, true},
+		{"explicit zero grace", map[string]string{"SONIQ_SYNC_HANDLER_GRACE_SECONDS": "0"}, FlagOverrides{}, 0, true},
+		{"flag grace", nil, FlagOverrides{SyncHandlerGrace: ptr(time.Second)}, time.Second, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := ResolveSettings(nil, envMap(tt.env), tt.flags)
+			require.NoError(t, err)
+			assert.Equal(t, tt.wantGrace, s.SyncHandlerGrace)
+			assert.Equal(t, tt.wantSet, s.SyncGraceSet)
+		})
+	}
+}
+
+// settingErrors flattens joined errors into SettingErrors.
+func settingErrors(t *testing.T, err error) []*SettingError {
+	t.Helper()
+	var out []*SettingError
+	j, ok := err.(interface{ Unwrap() []error })
+	require.True(t, ok, "want joined errors, got %T", err)
+	for _, e := range j.Unwrap() {
+		var se *SettingError
+		require.True(t, errors.As(e, &se), "%v is %T", e, e)
+		out = append(out, se)
+	}
+	return out
+}
+
+func TestResolveSettingsErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		env   map[string]string
+		flags FlagOverrides
+		want  []string // exact Error() of each reported error, in order
+	}{
+		{
+			name: "not a number",
+			env:  map[string]string{"SONIQ_JOB_TIMEOUT": "5m"},
+			want: []string{`SONIQ_JOB_TIMEOUT="5m": invalid duration: want a number of seconds, like 30 or 0.5`},
+		},
+		{
+			name: "negative",
+			env:  map[string]string{"SONIQ_RESULT_TTL": "-1"},
+			want: []string{`SONIQ_RESULT_TTL="-1": duration "-1" must not be negative`},
+		},
+		{
+			name: "zero where a period is needed",
+			env:  map[string]string{"SONIQ_POLL_INTERVAL": "0"},
+			want: []string{`SONIQ_POLL_INTERVAL="0": must be greater than zero`},
+		},
+		{
+			name: "every bad variable at once",
+			env: map[string]string{
+				"SONIQ_SHUTDOWN_TIMEOUT":   "soon",
+				"SONIQ_HEARTBEAT_INTERVAL": "nan",
+				"SONIQ_QUEUES":             "a,b c",
+			},
+			want: []string{
+				`SONIQ_SHUTDOWN_TIMEOUT="soon": invalid duration: want a number of seconds, like 30 or 0.5`,
+				`SONIQ_HEARTBEAT_INTERVAL="nan": invalid duration "nan"`,
+				`SONIQ_QUEUES="a,b c": queue name "b c" must not contain commas or spaces`,
+			},
+		},
+		{
+			name:  "bad flags",
+			flags: FlagOverrides{ShutdownTimeout: ptr(time.Duration(0)), ResultTTL: ptr(-time.Second)},
+			want: []string{
+				`--shutdown-timeout="0s": must be greater than zero`,
+				`--result-ttl="-1s": must not be negative`,
+			},
+		},
+		{
+			name: "heartbeat timeout not above the interval",
+			env:  map[string]string{"SONIQ_HEARTBEAT_INTERVAL": "10", "SONIQ_HEARTBEAT_TIMEOUT": "10"},
+			want: []string{`heartbeat_timeout="10s": (from SONIQ_HEARTBEAT_TIMEOUT) must exceed heartbeat_interval 10s ` +
+				`(from SONIQ_HEARTBEAT_INTERVAL), or live workers would be recovered as stale`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := ResolveSettings(nil, envMap(tt.env), tt.flags)
+			require.Error(t, err)
+			assert.Equal(t, Settings{}, s)
+			var got []string
+			for _, se := range settingErrors(t, err) {
+				got = append(got, se.Error())
+			}
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestResolveSettingsCrossFieldNamesManifest(t *testing.T) {
+	m := &Manifest{Settings: ManifestSettings{
+		HeartbeatTimeout: ptr(3 * time.Second),
+		where:            map[string]string{"heartbeat_timeout": "m.yaml:4"},
+	}}
+	_, err := ResolveSettings(m, nil, FlagOverrides{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "(from manifest m.yaml:4) must exceed heartbeat_interval 5s (from the default)")
+}
+
+func TestRetryPolicyDelay(t *testing.T) {
+	secs := func(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+	list := []time.Duration{time.Second, 5 * time.Second, 30 * time.Second}
+	// Expected values were computed with Soniq's compute_retry_delay_seconds
+	// and an RNG whose random() returns rnd.
+	tests := []struct {
+		name    string
+		policy  RetryPolicy
+		attempt int
+		rnd     float64
+		want    time.Duration
+	}{
+		{"default retries at once", DefaultRetryPolicy(), 1, 0.5, 0},
+		{"default, later attempt", DefaultRetryPolicy(), 3, 0.5, 0},
+		{"fixed delay", RetryPolicy{Delays: []time.Duration{2 * time.Second}, Jitter: true}, 1, 0.5, 2 * time.Second},
+		{"fixed delay ignores jitter", RetryPolicy{Delays: []time.Duration{2 * time.Second}, Jitter: true}, 5, 0.5, 2 * time.Second},
+		{"backoff first attempt", RetryPolicy{Delays: []time.Duration{time.Second}, Backoff: true}, 1, 0.5, time.Second},
+		{"backoff doubles", RetryPolicy{Delays: []time.Duration{time.Second}, Backoff: true}, 4, 0.5, 8 * time.Second},
+		{"backoff from zero starts at 1s", RetryPolicy{Backoff: true}, 4, 0.5, 8 * time.Second},
+		{"backoff capped", RetryPolicy{Delays: []time.Duration{time.Second}, Backoff: true, MaxDelay: 5 * time.Minute, MaxDelaySet: true}, 10, 0.5, 300 * time.Second},
+		{"jitter low end is half", RetryPolicy{Delays: []time.Duration{time.Second}, Backoff: true, Jitter: true}, 4, 0, 4 * time.Second},
+		{"jitter middle", RetryPolicy{Delays: []time.Duration{time.Second}, Backoff: true, Jitter: true}, 4, 0.5, 6 * time.Second},
+		{"jitter high end", RetryPolicy{Delays: []time.Duration{time.Second}, Backoff: true, Jitter: true}, 4, 0.999, secs(7.996)},
+		{"jitter after cap", RetryPolicy{Delays: []time.Duration{time.Second}, Backoff: true, MaxDelay: 5 * time.Minute, MaxDelaySet: true, Jitter: true}, 10, 0.5, 225 * time.Second},
+		{"per-attempt list", RetryPolicy{Delays: list}, 2, 0.5, 5 * time.Second},
+		{"per-attempt list repeats last", RetryPolicy{Delays: list}, 7, 0.5, 30 * time.Second},
+		{"per-attempt list with backoff", RetryPolicy{Delays: list, Backoff: true}, 2, 0.5, 10 * time.Second},
+		{"cap without backoff", RetryPolicy{Delays: []time.Duration{10 * time.Second}, MaxDelaySet: true, MaxDelay: 4 * time.Second}, 3, 0.5, 4 * time.Second},
+		{"attempt below 1 counts as 1", RetryPolicy{Delays: []time.Duration{500 * time.Millisecond}, Backoff: true}, 0, 0.5, 500 * time.Millisecond},
+		{"sub-second jitter", RetryPolicy{Delays: []time.Duration{250 * time.Millisecond}, Backoff: true, Jitter: true}, 3, 0.5, 750 * time.Millisecond},
+		{"zero cap", RetryPolicy{Delays: []time.Duration{time.Second}, Backoff: true, MaxDelaySet: true, Jitter: true}, 2, 0.5, 0},
+		{"huge attempt saturates", RetryPolicy{Delays: []time.Duration{time.Second}, Backoff: true}, 1000, 0.5, time.Duration(math.MaxInt64)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := tt.policy.Delay(tt.attempt, func() float64 { return tt.rnd })
+			assert.InDelta(t, float64(tt.want), float64(got), float64(time.Microsecond), "got %v, want %v", got, tt.want)
+		})
+	}
+}
+
+func TestRetryPolicyDelayDefaultRandom(t *testing.T) {
+	p := RetryPolicy{Delays: []time.Duration{time.Second}, Backoff: true, Jitter: true}
+	for range 100 {
+		d := p.Delay(3, nil)
+		require.GreaterOrEqual(t, d, 2*time.Second)
+		require.LessOrEqual(t, d, 4*time.Second)
+	}
+}
+
+func TestRetryPolicyString(t *testing.T) {
+	tests := []struct {
+		p    RetryPolicy
+		want string
+	}{
+		{DefaultRetryPolicy(), "delay=0s backoff=false jitter=true"},
+		{RetryPolicy{Delays: []time.Duration{time.Second}, Backoff: true, MaxDelay: 5 * time.Minute, MaxDelaySet: true},
+			"delay=1s backoff=true max_delay=5m0s jitter=false"},
+		{RetryPolicy{Delays: []time.Duration{time.Second, 2 * time.Second}}, "delay=[1s,2s] backoff=false jitter=false"},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, tt.p.String())
+	}
+}
+
+func TestParseQueueList(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []string
+		wantErr string
+	}{
+		{"default", []string{"default"}, ""},
+		{" a , b ,, a ", []string{"a", "b"}, ""},
+		{",", nil, ""},
+		{"a,b c", nil, "must not contain commas or spaces"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := parseQueueList(tt.in)
+			if tt.wantErr != "" {
+				require.Error(t, err)
+				assert.True(t, strings.Contains(err.Error(), tt.wantErr), err.Error())
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
