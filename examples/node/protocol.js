@@ -359,22 +359,24 @@ const DECODERS = {
     };
   },
   result(r) {
+    // Fields that do not belong to the status are dropped without being checked.
     const id = r.string('id', { nonEmpty: true });
     const status = r.string('status', { oneOf: STATUSES });
-    const result = r.any('result');
-    const errObj = r.object('error', { required: status === 'failed' });
-    let error = null;
-    if (errObj !== null) {
-      const er = r.sub('error', errObj);
+    const msg = { type: 'result', id, status, result: null, error: null, seconds: null, reason: null };
+    if (status === 'done') {
+      msg.result = r.any('result');
+    } else if (status === 'failed') {
+      const er = r.sub('error', r.object('error'));
       const type = er.string('type');
       const message = er.string('message');
       const traceback = er.string('traceback', { required: false, nullable: true });
       const retryable = er.bool('retryable', { required: false });
-      error = { type, message, traceback, retryable: retryable === null ? true : retryable };
+      msg.error = { type, message, traceback, retryable: retryable === null ? true : retryable };
+    } else if (status === 'snooze') {
+      msg.seconds = r.number('seconds', { min: 0 });
+      msg.reason = r.string('reason', { required: false, nullable: true });
     }
-    const seconds = r.number('seconds', { required: status === 'snooze', min: 0 });
-    const reason = r.string('reason', { required: false, nullable: true });
-    return { type: 'result', id, status, result, error, seconds, reason };
+    return msg;
   },
   cancel(r) {
     return {
@@ -440,6 +442,7 @@ const FIELDS = {
   pong: ['type', 'seq'],
   shutdown: ['type'],
 };
+const RESULT_STATUS_FIELDS = { done: ['result'], failed: ['error'], snooze: ['seconds', 'reason'], cancelled: [] };
 const ERROR_FIELDS = ['type', 'message', 'traceback', 'retryable'];
 const JOB_ENTRY_FIELDS = ['name', 'cancellable'];
 
@@ -467,6 +470,12 @@ function encode(msg) {
   if (!isObject(msg)) throw new TypeError('encode expects a message object');
   const fields = has(FIELDS, msg.type) ? FIELDS[msg.type] : null;
   if (!fields) throw new TypeError(`unknown message type ${JSON.stringify(msg.type)}`);
+  if (msg.type === 'result') {
+    // Only the fields that belong to the status are written.
+    const keep = RESULT_STATUS_FIELDS[msg.status] || [];
+    msg = { ...msg };
+    for (const k of ['result', 'error', 'seconds', 'reason']) if (!keep.includes(k)) delete msg[k];
+  }
   return encodeFields(msg, fields, '', {
     jobs: (list) => `[${list.map((j, idx) => encodeFields(j, JOB_ENTRY_FIELDS, `jobs[${idx}]`)).join(',')}]`,
     error: (e) => encodeFields(e, ERROR_FIELDS, 'error'),
