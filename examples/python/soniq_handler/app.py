@@ -22,6 +22,7 @@ SDK_NAME = f"soniq-python/{__version__}"
 EXIT_OK = 0
 EXIT_NO_COMMON_PROTOCOL = 3
 EXIT_PROTOCOL_ERROR = 4
+EXIT_SIDECAR_GONE = 1
 
 
 class PermanentError(Exception):
@@ -194,13 +195,15 @@ class App:
             _exit(1)
         self._chan = _protect_stdio()
         try:
-            code = asyncio.run(self._serve(version))
+            asyncio.run(self._serve(version))
         except _FatalProtocolError as e:
             _log(f"protocol error: {e}")
-            code = EXIT_PROTOCOL_ERROR
-        _exit(code)
+            _exit(EXIT_PROTOCOL_ERROR)
+        # Clean exit through SystemExit so atexit hooks (logging.shutdown, user
+        # cleanup) still run; every job has finished, the pool threads are idle.
+        sys.exit(EXIT_OK)
 
-    async def _serve(self, version: int) -> int:
+    async def _serve(self, version: int) -> None:
         loop = asyncio.get_running_loop()
         self._inbox = asyncio.Queue()
         # The pool's threads do the blocking work of sync handlers so the event
@@ -243,7 +246,6 @@ class App:
             # On the clean path only idle threads remain; after a protocol
             # error running ones are abandoned (the process exits at once).
             self._executor.shutdown(wait=False)
-        return EXIT_OK
 
     def _dispatch(self, line: bytes) -> None:
         try:
@@ -388,9 +390,14 @@ class App:
         # One frame per locked section: frames never interleave, and os.write
         # on the raw fd has no user-space buffer, so each frame is "flushed".
         with self._chan.write_lock:
-            while buf:
-                n = os.write(self._chan.wfd, buf)
-                buf = buf[n:]
+            try:
+                while buf:
+                    n = os.write(self._chan.wfd, buf)
+                    buf = buf[n:]
+            except BrokenPipeError:
+                # Nobody reads our frames any more: the sidecar is gone.
+                _log("stdout closed by the sidecar; exiting")
+                _exit(EXIT_SIDECAR_GONE)
 
 
 def _failed(job_id: str, etype: str, message: str, tb: Optional[str], retryable: bool) -> dict:
@@ -527,8 +534,9 @@ def _log(message: str) -> None:
 
 
 def _exit(code: int) -> None:
-    """Exits at once. os._exit skips joining threads: a sync handler still
-    running after a protocol error must not keep the process alive."""
+    """Exits at once, for the error paths. os._exit skips joining threads: a
+    sync handler still running after a protocol error must not keep the
+    process alive."""
     for stream in (sys.stderr, sys.__stderr__):
         try:
             if stream is not None:

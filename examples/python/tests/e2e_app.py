@@ -2,6 +2,7 @@
 ``python3 -m soniq_handler e2e_app``)."""
 
 import asyncio
+import atexit
 import subprocess
 import sys
 import threading
@@ -10,6 +11,9 @@ import time
 import soniq_handler
 
 app = soniq_handler.App(concurrency=16, sync_concurrency=2)
+
+# A clean exit must still run atexit hooks (logging.shutdown relies on them).
+atexit.register(lambda: sys.stderr.write("e2e_app atexit ran\n"))
 
 
 @app.job("t.ctx")

@@ -500,6 +500,38 @@ def test_job_after_shutdown_is_handed_back(examples):
     assert examples.wait() == 0
 
 
+def test_clean_exit_runs_atexit_hooks(testapp):
+    testapp.job("j1", "t.sync_sleep", {"seconds": 0.2})
+    testapp.send({"type": "shutdown"})
+    assert testapp.recv()["result"] == {"slept": 0.2}
+    assert testapp.wait() == 0
+    assert "e2e_app atexit ran" in testapp.stderr
+
+
+def test_sidecar_gone_exits(tmp_path):
+    err = open(tmp_path / "stderr", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "soniq_handler_examples"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=err,
+        env=child_env(),
+    )
+    try:
+        assert protocol.decode(proc.stdout.readline())["type"] == "hello"
+        proc.stdout.close()
+        proc.stdin.write(b'{"type":"ping","seq":1}\n')
+        proc.stdin.flush()
+        assert proc.wait(timeout=5) == 1
+        assert b"stdout closed by the sidecar" in (tmp_path / "stderr").read_bytes()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdin.close()
+        err.close()
+
+
 def test_empty_and_crlf_lines_are_fine(examples):
     examples.send_raw(b"\n\r\n" + b'{"type":"ping","seq":3}\r\n')
     assert examples.recv() == {"type": "pong", "seq": 3}
