@@ -426,3 +426,31 @@ func TestJobSpecEffectiveTimeout(t *testing.T) {
 		})
 	}
 }
+
+// TestManifestDocExample keeps the full example in docs/manifest.md valid.
+func TestManifestDocExample(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "manifest.md"))
+	require.NoError(t, err)
+	blocks := strings.Split(string(doc), "```yaml\n")
+	require.Greater(t, len(blocks), 1, "no yaml block in docs/manifest.md")
+	example, _, found := strings.Cut(blocks[len(blocks)-1], "```")
+	require.True(t, found)
+
+	root := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "billing"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "deploy", "sidecar"), 0o755))
+	path := filepath.Join(root, "deploy", "sidecar", "manifest.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(example), 0o644))
+
+	m, err := LoadManifest(path)
+	require.NoError(t, err)
+	require.Len(t, m.Handlers, 2)
+	assert.Equal(t, filepath.Join(root, "billing"), m.Handlers[0].Workdir)
+	assert.Equal(t, filepath.Join(root, "deploy", "sidecar", "bin", "node"), m.Handlers[1].Command[0])
+	assert.Equal(t, []string{"billing", "default"}, m.Settings.Queues)
+
+	s, err := ResolveSettings(m, nil, FlagOverrides{})
+	require.NoError(t, err)
+	assert.Equal(t, 5*time.Minute, m.Handlers[0].Job("billing.pdf.render").EffectiveTimeout(s))
+	assert.Equal(t, time.Minute, s.SyncHandlerGrace)
+}
