@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -273,8 +274,8 @@ func (d *manifestDecoder) fail(n *yaml.Node, field, format string, args ...any) 
 	d.errs = append(d.errs, &ManifestError{File: d.file, Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
-// entry is one key of a mapping with its value.
-type entry struct {
+// yamlEntry is one key of a mapping with its value.
+type yamlEntry struct {
 	key *yaml.Node
 	val *yaml.Node
 }
@@ -291,29 +292,29 @@ func misplacedKeyHint(key string) string {
 
 // mapping checks that n is a mapping with only allowed keys, each once, and
 // returns its entries by key. ok is false when n is not a mapping.
-func (d *manifestDecoder) mapping(n *yaml.Node, field string, allowed ...string) (map[string]entry, bool) {
-	n = deref(n)
+func (d *manifestDecoder) mapping(n *yaml.Node, field string, allowed ...string) (map[string]yamlEntry, bool) {
+	n = derefAlias(n)
 	if n.Kind != yaml.MappingNode {
-		d.fail(n, field, "expected a mapping, got %s", describe(n))
+		d.fail(n, field, "expected a mapping, got %s", describeNode(n))
 		return nil, false
 	}
-	out := make(map[string]entry, len(n.Content)/2)
+	out := make(map[string]yamlEntry, len(n.Content)/2)
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := deref(n.Content[i]), n.Content[i+1]
-		kf := join(field, k.Value)
+		k, v := derefAlias(n.Content[i]), n.Content[i+1]
+		kf := fieldPath(field, k.Value)
 		if k.Kind != yaml.ScalarNode || k.ShortTag() != "!!str" {
-			d.fail(k, field, "keys must be strings, got %s", describe(k))
+			d.fail(k, field, "keys must be strings, got %s", describeNode(k))
 			continue
 		}
 		if prev, dup := out[k.Value]; dup {
 			d.fail(k, kf, "duplicate key (first at line %d)", prev.key.Line)
 			continue
 		}
-		if !contains(allowed, k.Value) {
+		if !slices.Contains(allowed, k.Value) {
 			d.fail(k, kf, "%s", unknownKeyMessage(k.Value, allowed))
 			continue
 		}
-		out[k.Value] = entry{key: k, val: v}
+		out[k.Value] = yamlEntry{key: k, val: v}
 	}
 	return out, true
 }
@@ -357,37 +358,28 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-func join(parent, key string) string {
+func fieldPath(parent, key string) string {
 	if parent == "" {
 		return key
 	}
 	return parent + "." + key
 }
 
-func index(parent string, i int) string {
+func fieldIndex(parent string, i int) string {
 	return fmt.Sprintf("%s[%d]", parent, i)
 }
 
-// deref follows YAML aliases so anchors work anywhere.
-func deref(n *yaml.Node) *yaml.Node {
+// derefAlias follows YAML aliases so anchors work anywhere.
+func derefAlias(n *yaml.Node) *yaml.Node {
 	for n.Kind == yaml.AliasNode && n.Alias != nil {
 		n = n.Alias
 	}
 	return n
 }
 
-// describe names a node's type the way a YAML author would recognise it.
-func describe(n *yaml.Node) string {
-	n = deref(n)
+// describeNode names a node's type the way a YAML author would recognise it.
+func describeNode(n *yaml.Node) string {
+	n = derefAlias(n)
 	switch n.Kind {
 	case yaml.MappingNode:
 		return "a mapping"
@@ -411,27 +403,27 @@ func describe(n *yaml.Node) string {
 	return "nothing"
 }
 
-func isScalar(n *yaml.Node, tag string) bool {
+func isScalarTag(n *yaml.Node, tag string) bool {
 	return n.Kind == yaml.ScalarNode && n.ShortTag() == tag
 }
 
 func (d *manifestDecoder) str(n *yaml.Node, field string) (string, bool) {
-	n = deref(n)
-	if !isScalar(n, "!!str") {
+	n = derefAlias(n)
+	if !isScalarTag(n, "!!str") {
 		hint := ""
 		if n.Kind == yaml.ScalarNode && n.ShortTag() != "!!null" {
 			hint = fmt.Sprintf(" (quote it: \"%s\")", n.Value)
 		}
-		d.fail(n, field, "expected a string, got %s%s", describe(n), hint)
+		d.fail(n, field, "expected a string, got %s%s", describeNode(n), hint)
 		return "", false
 	}
 	return n.Value, true
 }
 
 func (d *manifestDecoder) integer(n *yaml.Node, field string) (int, bool) {
-	n = deref(n)
-	if !isScalar(n, "!!int") {
-		d.fail(n, field, "expected an integer, got %s", describe(n))
+	n = derefAlias(n)
+	if !isScalarTag(n, "!!int") {
+		d.fail(n, field, "expected an integer, got %s", describeNode(n))
 		return 0, false
 	}
 	var v int
@@ -443,14 +435,14 @@ func (d *manifestDecoder) integer(n *yaml.Node, field string) (int, bool) {
 }
 
 func (d *manifestDecoder) boolean(n *yaml.Node, field string) (bool, bool) {
-	n = deref(n)
-	if !isScalar(n, "!!bool") {
-		d.fail(n, field, "expected true or false, got %s", describe(n))
+	n = derefAlias(n)
+	if !isScalarTag(n, "!!bool") {
+		d.fail(n, field, "expected true or false, got %s", describeNode(n))
 		return false, false
 	}
 	var v bool
 	if err := n.Decode(&v); err != nil {
-		d.fail(n, field, "expected true or false, got %s", describe(n))
+		d.fail(n, field, "expected true or false, got %s", describeNode(n))
 		return false, false
 	}
 	return v, true
@@ -459,15 +451,15 @@ func (d *manifestDecoder) boolean(n *yaml.Node, field string) (bool, bool) {
 // duration accepts a Go duration string or a plain (possibly fractional)
 // number of seconds, as design §3 says for the manifest.
 func (d *manifestDecoder) duration(n *yaml.Node, field string) (time.Duration, bool) {
-	n = deref(n)
+	n = derefAlias(n)
 	if n.Kind != yaml.ScalarNode {
-		d.fail(n, field, "expected a duration, got %s", describe(n))
+		d.fail(n, field, "expected a duration, got %s", describeNode(n))
 		return 0, false
 	}
 	switch n.ShortTag() {
 	case "!!str", "!!int", "!!float":
 	default:
-		d.fail(n, field, "expected a duration (like 30s or 1m30s, or seconds), got %s", describe(n))
+		d.fail(n, field, "expected a duration (like 30s or 1m30s, or seconds), got %s", describeNode(n))
 		return 0, false
 	}
 	v, err := parseManifestDuration(n.Value)
@@ -517,9 +509,9 @@ func secondsToDuration(s string) (time.Duration, error) {
 
 // queueList reads a non-empty list of distinct queue names.
 func (d *manifestDecoder) queueList(n *yaml.Node, field string) ([]string, bool) {
-	n = deref(n)
+	n = derefAlias(n)
 	if n.Kind != yaml.SequenceNode {
-		d.fail(n, field, "expected a list of queue names, got %s", describe(n))
+		d.fail(n, field, "expected a list of queue names, got %s", describeNode(n))
 		return nil, false
 	}
 	if len(n.Content) == 0 {
@@ -529,7 +521,7 @@ func (d *manifestDecoder) queueList(n *yaml.Node, field string) ([]string, bool)
 	ok := true
 	var out []string
 	for i, item := range n.Content {
-		f := index(field, i)
+		f := fieldIndex(field, i)
 		q, good := d.str(item, f)
 		if !good {
 			ok = false
@@ -540,7 +532,7 @@ func (d *manifestDecoder) queueList(n *yaml.Node, field string) ([]string, bool)
 			ok = false
 			continue
 		}
-		if contains(out, q) {
+		if slices.Contains(out, q) {
 			d.fail(item, f, "duplicate queue %q", q)
 			ok = false
 			continue
@@ -591,9 +583,9 @@ func (d *manifestDecoder) manifest(root *yaml.Node) *Manifest {
 		d.fail(root, "handlers", "required: declare at least one handler")
 		return m
 	}
-	hn := deref(e.val)
+	hn := derefAlias(e.val)
 	if hn.Kind != yaml.SequenceNode {
-		d.fail(hn, "handlers", "expected a list of handlers, got %s", describe(hn))
+		d.fail(hn, "handlers", "expected a list of handlers, got %s", describeNode(hn))
 		return m
 	}
 	if len(hn.Content) == 0 {
@@ -603,11 +595,11 @@ func (d *manifestDecoder) manifest(root *yaml.Node) *Manifest {
 	handlerAt := map[string]int{} // name -> index, for duplicate reports
 	jobAt := map[string][2]int{}  // job name -> handler index, job index
 	for i, item := range hn.Content {
-		field := index("handlers", i)
+		field := fieldIndex("handlers", i)
 		h := d.handler(item, field)
 		if h.Name != "" {
 			if first, dup := handlerAt[h.Name]; dup {
-				d.fail(nameNode(item), join(field, "name"), "duplicate handler name %q (first at handlers[%d], line %d)",
+				d.fail(nameNode(item), fieldPath(field, "name"), "duplicate handler name %q (first at handlers[%d], line %d)",
 					h.Name, first, m.Handlers[first].Line)
 			} else {
 				handlerAt[h.Name] = i
@@ -617,7 +609,7 @@ func (d *manifestDecoder) manifest(root *yaml.Node) *Manifest {
 			if job.Name == "" {
 				continue
 			}
-			jf := join(index(join(field, "jobs"), j), "name")
+			jf := fieldPath(fieldIndex(fieldPath(field, "jobs"), j), "name")
 			if first, dup := jobAt[job.Name]; dup {
 				var firstLine int
 				var firstHandler string
@@ -640,7 +632,7 @@ func (d *manifestDecoder) manifest(root *yaml.Node) *Manifest {
 
 // nameNode returns the `name:` value node of a mapping, or the mapping.
 func nameNode(n *yaml.Node) *yaml.Node {
-	n = deref(n)
+	n = derefAlias(n)
 	if n.Kind == yaml.MappingNode {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			if n.Content[i].Value == "name" {
@@ -653,12 +645,12 @@ func nameNode(n *yaml.Node) *yaml.Node {
 
 // settingsQueuesLine reports whether the settings block has a queues key,
 // and its line.
-func settingsQueuesLine(top map[string]entry) (int, bool) {
+func settingsQueuesLine(top map[string]yamlEntry) (int, bool) {
 	e, ok := top["settings"]
 	if !ok {
 		return 0, false
 	}
-	n := deref(e.val)
+	n := derefAlias(e.val)
 	for i := 0; i+1 < len(n.Content) && n.Kind == yaml.MappingNode; i += 2 {
 		if n.Content[i].Value == "queues" {
 			return n.Content[i].Line, true
@@ -707,20 +699,20 @@ func (d *manifestDecoder) settings(n *yaml.Node, field string) ManifestSettings 
 		if !ok {
 			continue
 		}
-		f := join(field, sd.key)
+		f := fieldPath(field, sd.key)
 		v, ok := d.duration(e.val, f)
 		if !ok {
 			continue
 		}
 		if v == 0 && !sd.zeroValid {
-			d.fail(deref(e.val), f, "must be greater than zero")
+			d.fail(derefAlias(e.val), f, "must be greater than zero")
 			continue
 		}
 		*sd.dst = &v
-		s.where[sd.key] = fmt.Sprintf("%s:%d", d.file, deref(e.val).Line)
+		s.where[sd.key] = fmt.Sprintf("%s:%d", d.file, derefAlias(e.val).Line)
 	}
 	if e, ok := fields["queues"]; ok {
-		if q, ok := d.queueList(e.val, join(field, "queues")); ok {
+		if q, ok := d.queueList(e.val, fieldPath(field, "queues")); ok {
 			s.Queues = q
 			s.where["queues"] = fmt.Sprintf("%s:%d", d.file, e.key.Line)
 		}
@@ -742,50 +734,50 @@ func (d *manifestDecoder) handler(n *yaml.Node, field string) Handler {
 		Env:             map[string]string{},
 		StartupTimeout:  defaultStartupTimeout,
 		Workdir:         d.dir,
-		Line:            deref(n).Line,
+		Line:            derefAlias(n).Line,
 	}
 	fields, ok := d.mapping(n, field, "name", "command", "transport", "processes", "concurrency",
 		"sync_concurrency", "env", "startup_timeout", "max_jobs", "max_memory_mb", "workdir", "jobs")
 	if !ok {
 		return h
 	}
-	mapNode := deref(n)
+	mapNode := derefAlias(n)
 
 	if e, ok := fields["name"]; !ok {
-		d.fail(mapNode, join(field, "name"), "required")
-	} else if name, ok := d.str(e.val, join(field, "name")); ok {
+		d.fail(mapNode, fieldPath(field, "name"), "required")
+	} else if name, ok := d.str(e.val, fieldPath(field, "name")); ok {
 		switch {
 		case name == "":
-			d.fail(deref(e.val), join(field, "name"), "must not be empty")
+			d.fail(derefAlias(e.val), fieldPath(field, "name"), "must not be empty")
 		case !handlerNameRE.MatchString(name):
-			d.fail(deref(e.val), join(field, "name"), "invalid name %q: use only a-z, 0-9, '.', '_' and '-'", name)
+			d.fail(derefAlias(e.val), fieldPath(field, "name"), "invalid name %q: use only a-z, 0-9, '.', '_' and '-'", name)
 		default:
 			h.Name = name
 		}
 	}
 
 	if e, ok := fields["command"]; !ok {
-		d.fail(mapNode, join(field, "command"), "required: the argv to start a handler process, e.g. [python3, -m, app.handlers]")
+		d.fail(mapNode, fieldPath(field, "command"), "required: the argv to start a handler process, e.g. [python3, -m, app.handlers]")
 	} else {
-		h.Command = d.command(e.val, join(field, "command"))
+		h.Command = d.command(e.val, fieldPath(field, "command"))
 	}
 
 	if e, ok := fields["transport"]; ok {
-		if t, ok := d.str(e.val, join(field, "transport")); ok {
+		if t, ok := d.str(e.val, fieldPath(field, "transport")); ok {
 			switch Transport(t) {
 			case TransportStdio, TransportUnix:
 				h.Transport = Transport(t)
 			default:
-				d.fail(deref(e.val), join(field, "transport"), "unknown transport %q (want stdio or unix)", t)
+				d.fail(derefAlias(e.val), fieldPath(field, "transport"), "unknown transport %q (want stdio or unix)", t)
 			}
 		}
 	}
 
 	positive := func(key string, dst *int) {
 		if e, ok := fields[key]; ok {
-			if v, ok := d.integer(e.val, join(field, key)); ok {
+			if v, ok := d.integer(e.val, fieldPath(field, key)); ok {
 				if v < 1 {
-					d.fail(deref(e.val), join(field, key), "must be at least 1, got %d", v)
+					d.fail(derefAlias(e.val), fieldPath(field, key), "must be at least 1, got %d", v)
 				} else {
 					*dst = v
 				}
@@ -797,7 +789,7 @@ func (d *manifestDecoder) handler(n *yaml.Node, field string) Handler {
 	if _, given := fields["sync_concurrency"]; given {
 		positive("sync_concurrency", &h.SyncConcurrency)
 		if e := fields["sync_concurrency"]; h.SyncConcurrency > h.Concurrency {
-			d.fail(deref(e.val), join(field, "sync_concurrency"), "%d exceeds concurrency %d; sync jobs share the process's concurrency",
+			d.fail(derefAlias(e.val), fieldPath(field, "sync_concurrency"), "%d exceeds concurrency %d; sync jobs share the process's concurrency",
 				h.SyncConcurrency, h.Concurrency)
 		}
 	} else {
@@ -808,9 +800,9 @@ func (d *manifestDecoder) handler(n *yaml.Node, field string) Handler {
 
 	nonNegative := func(key string, dst *int) {
 		if e, ok := fields[key]; ok {
-			if v, ok := d.integer(e.val, join(field, key)); ok {
+			if v, ok := d.integer(e.val, fieldPath(field, key)); ok {
 				if v < 0 {
-					d.fail(deref(e.val), join(field, key), "must not be negative, got %d", v)
+					d.fail(derefAlias(e.val), fieldPath(field, key), "must not be negative, got %d", v)
 				} else {
 					*dst = v
 				}
@@ -821,13 +813,13 @@ func (d *manifestDecoder) handler(n *yaml.Node, field string) Handler {
 	nonNegative("max_memory_mb", &h.MaxMemoryMB)
 
 	if e, ok := fields["env"]; ok {
-		h.Env = d.env(e.val, join(field, "env"))
+		h.Env = d.env(e.val, fieldPath(field, "env"))
 	}
 
 	if e, ok := fields["startup_timeout"]; ok {
-		if v, ok := d.duration(e.val, join(field, "startup_timeout")); ok {
+		if v, ok := d.duration(e.val, fieldPath(field, "startup_timeout")); ok {
 			if v == 0 {
-				d.fail(deref(e.val), join(field, "startup_timeout"), "must be greater than zero")
+				d.fail(derefAlias(e.val), fieldPath(field, "startup_timeout"), "must be greater than zero")
 			} else {
 				h.StartupTimeout = v
 			}
@@ -835,23 +827,23 @@ func (d *manifestDecoder) handler(n *yaml.Node, field string) Handler {
 	}
 
 	if e, ok := fields["workdir"]; ok {
-		if w, ok := d.str(e.val, join(field, "workdir")); ok {
-			h.Workdir = d.workdir(e.val, join(field, "workdir"), w)
+		if w, ok := d.str(e.val, fieldPath(field, "workdir")); ok {
+			h.Workdir = d.workdir(e.val, fieldPath(field, "workdir"), w)
 		}
 	}
 
 	if e, ok := fields["jobs"]; !ok {
-		d.fail(mapNode, join(field, "jobs"), "required: declare at least one job")
+		d.fail(mapNode, fieldPath(field, "jobs"), "required: declare at least one job")
 	} else {
-		h.Jobs = d.jobs(e.val, join(field, "jobs"))
+		h.Jobs = d.jobs(e.val, fieldPath(field, "jobs"))
 	}
 	return h
 }
 
 func (d *manifestDecoder) command(n *yaml.Node, field string) []string {
-	n = deref(n)
+	n = derefAlias(n)
 	if n.Kind != yaml.SequenceNode {
-		d.fail(n, field, "expected a list (argv), got %s", describe(n))
+		d.fail(n, field, "expected a list (argv), got %s", describeNode(n))
 		return nil
 	}
 	if len(n.Content) == 0 {
@@ -860,14 +852,14 @@ func (d *manifestDecoder) command(n *yaml.Node, field string) []string {
 	}
 	argv := make([]string, 0, len(n.Content))
 	for i, item := range n.Content {
-		a, ok := d.str(item, index(field, i))
+		a, ok := d.str(item, fieldIndex(field, i))
 		if !ok {
 			return nil
 		}
 		argv = append(argv, a)
 	}
 	if argv[0] == "" {
-		d.fail(deref(n.Content[0]), index(field, 0), "the program must not be empty")
+		d.fail(derefAlias(n.Content[0]), fieldIndex(field, 0), "the program must not be empty")
 		return nil
 	}
 	// Only paths are made absolute; bare names are looked up in PATH.
@@ -884,7 +876,7 @@ func (d *manifestDecoder) env(n *yaml.Node, field string) map[string]string {
 		return out
 	}
 	for k, e := range fields {
-		f := join(field, k)
+		f := fieldPath(field, k)
 		switch {
 		case !envNameRE.MatchString(k):
 			d.fail(e.key, f, "invalid environment variable name %q", k)
@@ -903,16 +895,16 @@ func (d *manifestDecoder) env(n *yaml.Node, field string) map[string]string {
 // anyKey lists a mapping's own string keys, so mapping() accepts them all
 // while still reporting duplicates and non-string keys.
 func anyKey(n *yaml.Node) []string {
-	n = deref(n)
+	n = derefAlias(n)
 	var keys []string
 	for i := 0; i+1 < len(n.Content) && n.Kind == yaml.MappingNode; i += 2 {
-		keys = append(keys, deref(n.Content[i]).Value)
+		keys = append(keys, derefAlias(n.Content[i]).Value)
 	}
 	return keys
 }
 
 func (d *manifestDecoder) workdir(n *yaml.Node, field, w string) string {
-	n = deref(n)
+	n = derefAlias(n)
 	if w == "" {
 		d.fail(n, field, "must not be empty (leave it out for the manifest's directory)")
 		return d.dir
@@ -933,9 +925,9 @@ func (d *manifestDecoder) workdir(n *yaml.Node, field, w string) string {
 }
 
 func (d *manifestDecoder) jobs(n *yaml.Node, field string) []JobSpec {
-	n = deref(n)
+	n = derefAlias(n)
 	if n.Kind != yaml.SequenceNode {
-		d.fail(n, field, "expected a list of jobs, got %s", describe(n))
+		d.fail(n, field, "expected a list of jobs, got %s", describeNode(n))
 		return nil
 	}
 	if len(n.Content) == 0 {
@@ -944,43 +936,43 @@ func (d *manifestDecoder) jobs(n *yaml.Node, field string) []JobSpec {
 	}
 	out := make([]JobSpec, 0, len(n.Content))
 	for i, item := range n.Content {
-		out = append(out, d.job(item, index(field, i)))
+		out = append(out, d.job(item, fieldIndex(field, i)))
 	}
 	return out
 }
 
 func (d *manifestDecoder) job(n *yaml.Node, field string) JobSpec {
-	j := JobSpec{Retry: DefaultRetryPolicy(), Line: deref(n).Line}
+	j := JobSpec{Retry: DefaultRetryPolicy(), Line: derefAlias(n).Line}
 	fields, ok := d.mapping(n, field, "name", "cancellable", "timeout", "retry")
 	if !ok {
 		return j
 	}
 	if e, ok := fields["name"]; !ok {
-		d.fail(deref(n), join(field, "name"), "required")
-	} else if name, ok := d.str(e.val, join(field, "name")); ok {
+		d.fail(derefAlias(n), fieldPath(field, "name"), "required")
+	} else if name, ok := d.str(e.val, fieldPath(field, "name")); ok {
 		switch {
 		case name == "":
-			d.fail(deref(e.val), join(field, "name"), "must not be empty")
+			d.fail(derefAlias(e.val), fieldPath(field, "name"), "must not be empty")
 		case strings.IndexFunc(name, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
-			d.fail(deref(e.val), join(field, "name"), "job name %q must not contain spaces or control characters", name)
+			d.fail(derefAlias(e.val), fieldPath(field, "name"), "job name %q must not contain spaces or control characters", name)
 		default:
 			j.Name = name
-			j.Line = deref(e.val).Line
+			j.Line = derefAlias(e.val).Line
 		}
 	}
 	if e, ok := fields["cancellable"]; !ok {
-		d.fail(deref(n), join(field, "cancellable"),
+		d.fail(derefAlias(n), fieldPath(field, "cancellable"),
 			"required: declare whether the handler honours cancel (true: async branch, cancelled and NACKed at shutdown; false: sync branch, never interrupted)")
-	} else if c, ok := d.boolean(e.val, join(field, "cancellable")); ok {
+	} else if c, ok := d.boolean(e.val, fieldPath(field, "cancellable")); ok {
 		j.Cancellable = c
 	}
 	if e, ok := fields["timeout"]; ok {
-		if t, ok := d.duration(e.val, join(field, "timeout")); ok {
+		if t, ok := d.duration(e.val, fieldPath(field, "timeout")); ok {
 			j.Timeout, j.TimeoutSet = t, true
 		}
 	}
 	if e, ok := fields["retry"]; ok {
-		j.Retry = d.retry(e.val, join(field, "retry"))
+		j.Retry = d.retry(e.val, fieldPath(field, "retry"))
 	}
 	return j
 }
@@ -992,13 +984,13 @@ func (d *manifestDecoder) retry(n *yaml.Node, field string) RetryPolicy {
 		return r
 	}
 	if e, ok := fields["delay"]; ok {
-		f := join(field, "delay")
-		if v := deref(e.val); v.Kind == yaml.SequenceNode {
+		f := fieldPath(field, "delay")
+		if v := derefAlias(e.val); v.Kind == yaml.SequenceNode {
 			// Soniq also accepts a list: one delay per attempt, the last
 			// repeating.
 			var list []time.Duration
 			for i, item := range v.Content {
-				if dur, ok := d.duration(item, index(f, i)); ok {
+				if dur, ok := d.duration(item, fieldIndex(f, i)); ok {
 					list = append(list, dur)
 				}
 			}
@@ -1011,17 +1003,17 @@ func (d *manifestDecoder) retry(n *yaml.Node, field string) RetryPolicy {
 		}
 	}
 	if e, ok := fields["backoff"]; ok {
-		if b, ok := d.boolean(e.val, join(field, "backoff")); ok {
+		if b, ok := d.boolean(e.val, fieldPath(field, "backoff")); ok {
 			r.Backoff = b
 		}
 	}
 	if e, ok := fields["max_delay"]; ok {
-		if dur, ok := d.duration(e.val, join(field, "max_delay")); ok {
+		if dur, ok := d.duration(e.val, fieldPath(field, "max_delay")); ok {
 			r.MaxDelay, r.MaxDelaySet = dur, true
 		}
 	}
 	if e, ok := fields["jitter"]; ok {
-		if b, ok := d.boolean(e.val, join(field, "jitter")); ok {
+		if b, ok := d.boolean(e.val, fieldPath(field, "jitter")); ok {
 			r.Jitter = b
 		}
 	}

@@ -36,7 +36,7 @@ func manifestErrors(t *testing.T, err error) []*ManifestError {
 	return out
 }
 
-func ptr[T any](v T) *T { return &v }
+func manifestPtr[T any](v T) *T { return &v }
 
 func TestLoadManifestFull(t *testing.T) {
 	path := filepath.Join(manifestDir, "good", "full.yaml")
@@ -50,14 +50,14 @@ func TestLoadManifestFull(t *testing.T) {
 	assert.Equal(t, 1, m.Version)
 
 	s := m.Settings
-	assert.Equal(t, ptr(45*time.Second), s.ShutdownTimeout)
-	assert.Equal(t, ptr(10*time.Second), s.SyncHandlerGrace)
-	assert.Equal(t, ptr(2*time.Minute), s.JobTimeout)
-	assert.Equal(t, ptr(2500*time.Millisecond), s.HeartbeatInterval)
-	assert.Equal(t, ptr(60*time.Second), s.HeartbeatTimeout)
-	assert.Equal(t, ptr(time.Minute), s.CleanupInterval)
-	assert.Equal(t, ptr(500*time.Millisecond), s.PollInterval)
-	assert.Equal(t, ptr(time.Duration(0)), s.ResultTTL)
+	assert.Equal(t, manifestPtr(45*time.Second), s.ShutdownTimeout)
+	assert.Equal(t, manifestPtr(10*time.Second), s.SyncHandlerGrace)
+	assert.Equal(t, manifestPtr(2*time.Minute), s.JobTimeout)
+	assert.Equal(t, manifestPtr(2500*time.Millisecond), s.HeartbeatInterval)
+	assert.Equal(t, manifestPtr(60*time.Second), s.HeartbeatTimeout)
+	assert.Equal(t, manifestPtr(time.Minute), s.CleanupInterval)
+	assert.Equal(t, manifestPtr(500*time.Millisecond), s.PollInterval)
+	assert.Equal(t, manifestPtr(time.Duration(0)), s.ResultTTL)
 	assert.Equal(t, []string{"billing", "default"}, s.Queues)
 
 	require.Len(t, m.Handlers, 2)

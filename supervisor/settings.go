@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -191,7 +192,7 @@ func ResolveSettings(m *Manifest, lookupEnv func(string) (string, bool), flags F
 	if len(errs) == 0 && s.HeartbeatTimeout <= s.HeartbeatInterval {
 		errs = append(errs, &SettingError{Name: "heartbeat_timeout", Value: s.HeartbeatTimeout.String(), Msg: fmt.Sprintf(
 			"(from %s) must exceed heartbeat_interval %s (from %s), or live workers would be recovered as stale",
-			source(from, "heartbeat_timeout"), s.HeartbeatInterval, source(from, "heartbeat_interval"))})
+			settingSource(from, "heartbeat_timeout"), s.HeartbeatInterval, settingSource(from, "heartbeat_interval"))})
 	}
 	if len(errs) > 0 {
 		return Settings{}, errors.Join(errs...)
@@ -199,7 +200,7 @@ func ResolveSettings(m *Manifest, lookupEnv func(string) (string, bool), flags F
 	return s, nil
 }
 
-func source(from map[string]string, key string) string {
+func settingSource(from map[string]string, key string) string {
 	if f, ok := from[key]; ok {
 		return f
 	}
@@ -241,7 +242,7 @@ func parseQueueList(raw string) ([]string, error) {
 		if err := checkQueueName(q); err != nil {
 			return nil, err
 		}
-		if !contains(out, q) {
+		if !slices.Contains(out, q) {
 			out = append(out, q)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func envMap(m map[string]string) func(string) (string, bool) {
+func lookupFromMap(m map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) {
 		v, ok := m[k]
 		return v, ok
@@ -80,9 +80,9 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 			m:    m,
 			env:  env,
 			flags: FlagOverrides{
-				Queues:          ptr("critical"),
-				JobTimeout:      ptr(time.Duration(0)),
-				ShutdownTimeout: ptr(3 * time.Second),
+				Queues:          manifestPtr("critical"),
+				JobTimeout:      manifestPtr(time.Duration(0)),
+				ShutdownTimeout: manifestPtr(3 * time.Second),
 			},
 			want: Settings{
 				ShutdownTimeout: 3 * time.Second, SyncHandlerGrace: 10 * time.Second, SyncGraceSet: true,
@@ -94,7 +94,7 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 		{
 			name:  "an empty --queues leaves the lower layers",
 			env:   map[string]string{"SONIQ_QUEUES": "a,b"},
-			flags: FlagOverrides{Queues: ptr(" ")},
+			flags: FlagOverrides{Queues: manifestPtr(" ")},
 			want: func() Settings {
 				s := DefaultSettings()
 				s.Queues = []string{"a", "b"}
@@ -104,7 +104,7 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ResolveSettings(tt.m, envMap(tt.env), tt.flags)
+			got, err := ResolveSettings(tt.m, lookupFromMap(tt.env), tt.flags)
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, got)
 		})
@@ -124,11 +124,11 @@ func TestResolveSettingsSyncGrace(t *testing.T) {
 		{"no job timeout means no extra grace", map[string]string{"SONIQ_JOB_TIMEOUT": "0"}, FlagOverrides{}, 0, false},
 		{"explicit grace wins", map[string]string{"SONIQ_JOB_TIMEOUT": "42", "SONIQ_SYNC_HANDLER_GRACE_SECONDS": "7"}, FlagOverrides{}, 7 * time.Second, true},
 		{"explicit zero grace", map[string]string{"SONIQ_SYNC_HANDLER_GRACE_SECONDS": "0"}, FlagOverrides{}, 0, true},
-		{"flag grace", nil, FlagOverrides{SyncHandlerGrace: ptr(time.Second)}, time.Second, true},
+		{"flag grace", nil, FlagOverrides{SyncHandlerGrace: manifestPtr(time.Second)}, time.Second, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := ResolveSettings(nil, envMap(tt.env), tt.flags)
+			s, err := ResolveSettings(nil, lookupFromMap(tt.env), tt.flags)
 			require.NoError(t, err)
 			assert.Equal(t, tt.wantGrace, s.SyncHandlerGrace)
 			assert.Equal(t, tt.wantSet, s.SyncGraceSet)
@@ -187,7 +187,7 @@ func TestResolveSettingsErrors(t *testing.T) {
 		},
 		{
 			name:  "bad flags",
-			flags: FlagOverrides{ShutdownTimeout: ptr(time.Duration(0)), ResultTTL: ptr(-time.Second)},
+			flags: FlagOverrides{ShutdownTimeout: manifestPtr(time.Duration(0)), ResultTTL: manifestPtr(-time.Second)},
 			want: []string{
 				`--shutdown-timeout="0s": must be greater than zero`,
 				`--result-ttl="-1s": must not be negative`,
@@ -202,7 +202,7 @@ func TestResolveSettingsErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := ResolveSettings(nil, envMap(tt.env), tt.flags)
+			s, err := ResolveSettings(nil, lookupFromMap(tt.env), tt.flags)
 			require.Error(t, err)
 			assert.Equal(t, Settings{}, s)
 			var got []string
@@ -216,7 +216,7 @@ func TestResolveSettingsErrors(t *testing.T) {
 
 func TestResolveSettingsCrossFieldNamesManifest(t *testing.T) {
 	m := &Manifest{Settings: ManifestSettings{
-		HeartbeatTimeout: ptr(3 * time.Second),
+		HeartbeatTimeout: manifestPtr(3 * time.Second),
 		where:            map[string]string{"heartbeat_timeout": "m.yaml:4"},
 	}}
 	_, err := ResolveSettings(m, nil, FlagOverrides{})
