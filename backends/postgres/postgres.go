@@ -1,0 +1,205 @@
+// Package postgres is the Backend over Soniq's own Postgres tables, shared
+// with Soniq's Python producers and workers. It uses pgx v5 (pgxpool).
+//
+// Lock keys are Soniq's: Migrate serialises on advisory_key("soniq.migrations")
+// and TryLeader takes advisory_key("soniq.maintenance"), so the sidecar and
+// Soniq's own workers and `soniq setup` exclude each other. See
+// docs/compatibility.md.
+package postgres
+
+import (
+	"context"
+	"embed"
+
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+)
+
+// Soniq derives advisory-lock keys as blake2b-64 (signed, big endian) of
+// "soniq.leadership.v1/" + name (soniq/core/leadership.py). The values are
+// fixed here rather than recomputed so the sidecar needs no blake2b; the
+// interop test checks them against the released package.
+const (
+	// migrationLockKey = advisory_key("soniq.migrations").
+	migrationLockKey int64 = -3170183739012905038
+	// maintenanceLockKey = advisory_key("soniq.maintenance").
+	maintenanceLockKey int64 = 4325948971829913621
+)
+
+// notifyChannel is the LISTEN/NOTIFY channel Soniq producers signal on; the
+// payload is the queue name.
+const notifyChannel = "soniq_new_job"
+
+//go:embed schema/*.sql
+var schemaFS embed.FS
+
+// migrations are applied in this order, each in its own transaction, as
+// Soniq's runner does.
+var migrations = [...]string{"schema/0001_core.sql", "schema/0002_dead_letter.sql"}
+
+// Backend implements backends.Backend on Postgres.
+type Backend struct {
+	pool     *pgxpool.Pool
+	password string // only to scrub it from error messages
+	target   string // host:port/dbname, safe to show
+
+	// Subscribe goroutines are stopped and awaited by Close.
+	stop     chan struct{}
+	stopOnce sync.Once
+	subs     sync.WaitGroup
+}
+
+var _ backends.Backend = (*Backend)(nil)
+
+// Open connects to the database at rawURL and checks it is reachable. Errors
+// name host:port/database and never the password.
+func Open(ctx context.Context, rawURL string) (*Backend, error) {
+	password := urlPassword(rawURL)
+	cfg, err := pgxpool.ParseConfig(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse postgres database URL: %w", redactedError{err: err, password: password})
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "soniq-sidecar"
+	}
+	target := fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
+	if cfg.ConnConfig.Password != "" {
+		password = cfg.ConnConfig.Password
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres pool for %s: %w", target, redactedError{err: err, password: password})
+	}
+	b := &Backend{pool: pool, password: password, target: target, stop: make(chan struct{})}
+	if err := b.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// Ping checks that the database is reachable.
+func (b *Backend) Ping(ctx context.Context) error {
+	if err := b.pool.Ping(ctx); err != nil {
+		return b.wrap(err, "reach postgres at %s", b.target)
+	}
+	return nil
+}
+
+// Close stops subscriptions and releases every connection.
+func (b *Backend) Close() error {
+	b.stopOnce.Do(func() { close(b.stop) })
+	b.subs.Wait()
+	b.pool.Close()
+	return nil
+}
+
+// Migrate creates Soniq's core and dead-letter tables if they do not exist,
+// holding Soniq's migration advisory lock so it never races `soniq setup` or
+// another sidecar. It deliberately writes nothing to soniq_migrations: Soniq's
+// runner then still applies (idempotently) its own files on its next setup,
+// which keeps Soniq the only author of its bookkeeping and correct even if a
+// later release changes a migration's contents.
+func (b *Backend) Migrate(ctx context.Context) error {
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		return b.wrap(err, "acquire connection to migrate %s", b.target)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrationLockKey); err != nil {
+		return b.wrap(err, "take migration lock")
+	}
+	defer func() {
+		// A failed unlock leaves the lock on this session; drop the
+		// session so it cannot outlive the call.
+		unlockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(unlockCtx, "SELECT pg_advisory_unlock($1)", migrationLockKey); err != nil {
+			_ = conn.Conn().Close(unlockCtx)
+		}
+	}()
+	for _, name := range migrations {
+		sql, err := schemaFS.ReadFile(name)
+		if err != nil {
+			return fmt.Errorf("read embedded migration %s: %w", name, err)
+		}
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			return b.wrap(err, "begin migration %s", name)
+		}
+		// No arguments: pgx sends this with the simple protocol, which
+		// accepts the file's several statements at once.
+		if _, err := tx.Exec(ctx, string(sql)); err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			return b.wrap(err, "apply migration %s", name)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return b.wrap(err, "commit migration %s", name)
+		}
+	}
+	return nil
+}
+
+// wrap adds what was being done to err and scrubs the password from it.
+func (b *Backend) wrap(err error, format string, args ...any) error {
+	return fmt.Errorf(format+": %w", append(args, redactedError{err: err, password: b.password})...)
+}
+
+// redactedError hides a password that an underlying error message (for
+// example a connection string echoed by a parse error) may contain, while
+// keeping the chain for errors.Is/As.
+type redactedError struct {
+	err      error
+	password string
+}
+
+func (e redactedError) Error() string { return redact(e.err.Error(), e.password) }
+func (e redactedError) Unwrap() error { return e.err }
+
+func redact(s, password string) string {
+	if password == "" {
+		return s
+	}
+	s = strings.ReplaceAll(s, password, "xxxxx")
+	if esc := url.QueryEscape(password); esc != password {
+		s = strings.ReplaceAll(s, esc, "xxxxx")
+	}
+	if esc := url.PathEscape(password); esc != password {
+		s = strings.ReplaceAll(s, esc, "xxxxx")
+	}
+	return s
+}
+
+// urlPassword finds the password of a URL or key=value connection string on
+// a best-effort basis, before pgx has parsed it, so a parse error can still
+// be scrubbed.
+func urlPassword(raw string) string {
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		if p, ok := u.User.Password(); ok {
+			return p
+		}
+	}
+	for _, field := range strings.Fields(raw) {
+		if v, ok := strings.CutPrefix(field, "password="); ok {
+			return strings.Trim(v, "'")
+		}
+	}
+	if u, err := url.Parse(raw); err == nil {
+		if p := u.Query().Get("password"); p != "" {
+			return p
+		}
+	}
+	return ""
+}
+
+// notFound returns the contract's not-found error.
+func notFound(what, id string) error {
+	return fmt.Errorf("%s %s: %w", what, id, backends.ErrNotFound)
+}

@@ -1,0 +1,330 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/backends/backendtest"
+	"github.com/soniq-dev/soniq-sidecar/backends/postgres/pgtest"
+)
+
+// openTest returns a migrated backend on a fresh database, and its URL.
+func openTest(t *testing.T) (*Backend, string) {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	b := openURL(t, url)
+	require.NoError(t, b.Migrate(t.Context()), "migrate")
+	return b, url
+}
+
+func openURL(t *testing.T, url string) *Backend {
+	t.Helper()
+	b, err := Open(t.Context(), url)
+	require.NoError(t, err, "open")
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+func TestContract(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T) backendtest.Harness {
+		b, _ := openTest(t)
+		exec := func(ctx context.Context, what, sql string, args ...any) error {
+			if _, err := b.pool.Exec(ctx, sql, args...); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			return nil
+		}
+		return backendtest.Harness{
+			Backend: b,
+			SetRawStatus: func(ctx context.Context, id, status string) error {
+				return exec(ctx, "set raw status", `UPDATE soniq_jobs SET status = $2 WHERE id = $1`, id, status)
+			},
+			InsertRawStatus: func(ctx context.Context, status string) error {
+				id, err := newUUID()
+				if err != nil {
+					return err
+				}
+				return exec(ctx, "insert raw status",
+					`INSERT INTO soniq_jobs (id, job_name, args, status) VALUES ($1, 'raw.status', '{}', $2)`, id, status)
+			},
+			BackdateHeartbeat: func(ctx context.Context, id string, d time.Duration) error {
+				return exec(ctx, "backdate heartbeat", `UPDATE soniq_workers
+				SET last_heartbeat = last_heartbeat - make_interval(secs => $2) WHERE id = $1`, id, d.Seconds())
+			},
+			BackdateExpiry: func(ctx context.Context, id string, d time.Duration) error {
+				return exec(ctx, "backdate expiry", `UPDATE soniq_jobs
+				SET expires_at = expires_at - make_interval(secs => $2) WHERE id = $1`, id, d.Seconds())
+			},
+			BackdateCreated: func(ctx context.Context, id string, d time.Duration) error {
+				return exec(ctx, "backdate created", `UPDATE soniq_jobs
+				SET created_at = created_at - make_interval(secs => $2) WHERE id = $1`, id, d.Seconds())
+			},
+		}
+	})
+}
+
+func TestOpenErrorsNameTargetNotPassword(t *testing.T) {
+	const secret = "pa55-w0rd-secret"
+	tests := []struct {
+		name, url string
+		want      string
+	}{
+		{"unreachable", "postgres://soniq:" + secret + "@127.0.0.1:1/jobsdb?connect_timeout=2", "127.0.0.1:1/jobsdb"},
+		{"bad url", "postgres://soniq:" + secret + "@127.0.0.1:notaport/jobsdb", "parse postgres database URL"},
+		{"bad keyword form", "host=127.0.0.1 password=" + secret + " port=xyz", "parse postgres database URL"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			b, err := Open(ctx, tc.url)
+			if b != nil {
+				_ = b.Close()
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.NotContains(t, err.Error(), secret)
+		})
+	}
+}
+
+func TestMigrateIsIdempotentAndConcurrentSafe(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		b := openURL(t, url)
+		wg.Go(func() { errs[i] = b.Migrate(t.Context()) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "concurrent migrate %d", i)
+	}
+	b := openURL(t, url)
+	require.NoError(t, b.Migrate(t.Context()), "migrate again")
+	var tables int
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_tables
+	WHERE tablename IN ('soniq_jobs', 'soniq_workers', 'soniq_task_registry', 'soniq_dead_letter_jobs')`).Scan(&tables))
+	assert.Equal(t, 4, tables)
+	var bookkeeping bool
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT to_regclass('soniq_migrations') IS NOT NULL`).Scan(&bookkeeping))
+	assert.False(t, bookkeeping, "Migrate leaves Soniq's bookkeeping to Soniq")
+}
+
+func TestTwoInstancesExcludeEachOther(t *testing.T) {
+	a, url := openTest(t)
+	b := openURL(t, url)
+	ctx := t.Context()
+
+	t.Run("leader", func(t *testing.T) {
+		releaseA, ok, err := a.TryLeader(ctx)
+		require.NoError(t, err)
+		require.True(t, ok, "first instance leads")
+		_, ok, err = b.TryLeader(ctx)
+		require.NoError(t, err)
+		assert.False(t, ok, "second instance must not lead while the first holds the lock")
+		releaseA()
+		releaseA() // idempotent
+		releaseB, ok, err := b.TryLeader(ctx)
+		require.NoError(t, err)
+		require.True(t, ok, "second instance leads once the first released")
+		releaseB()
+	})
+
+	t.Run("claims never overlap", func(t *testing.T) {
+		const jobs = 200
+		for i := range jobs {
+			_, err := a.Enqueue(ctx, backends.EnqueueParams{Name: "overlap", Args: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))})
+			require.NoError(t, err)
+		}
+		claimed := make(map[string]string)
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for i, be := range []*Backend{a, b, a, b} {
+			w := registerWorker(t, be, 5000+i)
+			wg.Go(func() {
+				for {
+					got, err := be.Claim(ctx, backends.ClaimParams{WorkerID: w, Names: []string{"overlap"}, Limit: 7})
+					if !assert.NoError(t, err) || len(got) == 0 {
+						return
+					}
+					mu.Lock()
+					for _, j := range got {
+						if prev, dup := claimed[j.ID]; dup {
+							t.Errorf("job %s claimed by %s and %s", j.ID, prev, w)
+						}
+						claimed[j.ID] = w
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		assert.Len(t, claimed, jobs)
+	})
+}
+
+func registerWorker(t *testing.T, b *Backend, pid int) string {
+	t.Helper()
+	id, err := newUUID()
+	require.NoError(t, err)
+	require.NoError(t, b.RegisterWorker(t.Context(), backends.Worker{ID: id, Hostname: "pg-test", PID: pid}))
+	return id
+}
+
+func TestSubscribeDeliversQueueAndClosesWithContext(t *testing.T) {
+	b, _ := openTest(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	ch, err := b.Subscribe(ctx)
+	require.NoError(t, err)
+	_, err = b.Enqueue(t.Context(), backends.EnqueueParams{Name: "n", Queue: "mail"})
+	require.NoError(t, err)
+	select {
+	case q := <-ch:
+		assert.Equal(t, "mail", q)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notification within 10s")
+	}
+	cancel()
+	for range ch { // drains until the goroutine closes it
+	}
+}
+
+func TestSubscribeReconnectsAfterConnectionLoss(t *testing.T) {
+	b, _ := openTest(t)
+	ch, err := b.Subscribe(t.Context())
+	require.NoError(t, err)
+	_, err = b.pool.Exec(t.Context(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+	WHERE datname = current_database() AND query LIKE 'LISTEN%'`)
+	require.NoError(t, err)
+	// The listener re-LISTENs after a backoff; keep enqueueing until a
+	// notification gets through.
+	deadline := time.After(15 * time.Second)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case q, ok := <-ch:
+			require.True(t, ok, "channel closed although ctx is live")
+			assert.Equal(t, "again", q)
+			return
+		case <-tick.C:
+			_, err := b.Enqueue(t.Context(), backends.EnqueueParams{Name: "n", Queue: "again"})
+			require.NoError(t, err)
+		case <-deadline:
+			t.Fatal("no notification after the LISTEN connection was killed")
+		}
+	}
+}
+
+func TestCloseStopsSubscriptions(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	b, err := Open(t.Context(), url)
+	require.NoError(t, err)
+	ch, err := b.Subscribe(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+	_, ok := <-ch
+	assert.False(t, ok, "Close closes the subscription channel")
+}
+
+func TestArgsHashMatchesSoniq(t *testing.T) {
+	// Expected digests are soniq.utils.hashing.compute_args_hash of the
+	// same JSON, computed with CPython 3.11.
+	tests := []struct{ args, want string }{
+		{`{}`, "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"},
+		{`{"b":2,"a":1}`, "43258cff783fe7036d8a43033f830adfc60ec037382473548ac742b888292777"},
+		{`{"s":"héllo ☃ 😀","ctl":"\u0001\u007f\t\n"}`, "faf6b9c3713cfc2736292546fa8a4d29043048b8abb667407e5a276939f9487e"},
+		{`{"f":1.0,"g":1e16,"h":1.5e-7,"i":0.0001,"j":123456789012345678901234567890,"k":-0,"l":1e22,"m":2.5,"n":100.0,"o":1E2}`,
+			"1070909793445da97713e0bf7501b64cebf5d27f9493dd4c87c1d7d96d6eb0cf"},
+		{`{"nested":{"z":[1,{"y":null,"x":true}],"a":false}}`, "3432b65fa11165ae3b8a0840ea54c701c46544ce799f8612457b67fe9f8bd93f"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.args, func(t *testing.T) {
+			got, err := argsHashOf(json.RawMessage(tc.args))
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+	for _, bad := range []string{`[1]`, `"x"`, `{`, `{} {}`} {
+		_, err := argsHashOf(json.RawMessage(bad))
+		assert.Error(t, err, "args %s", bad)
+	}
+}
+
+func TestPythonFloatRepr(t *testing.T) {
+	tests := map[float64]string{
+		1.0: "1.0", 1e16: "1e+16", 1.5e-7: "1.5e-07", 0.0001: "0.0001", 1e22: "1e+22", 2.5: "2.5",
+		100.0: "100.0", 123.456: "123.456", 1e-5: "1e-05", 0.1: "0.1", 1234567890123456.0: "1234567890123456.0",
+		12345678901234567.0: "1.2345678901234568e+16", 5e-324: "5e-324", -2.5: "-2.5",
+	}
+	for f, want := range tests {
+		assert.Equal(t, want, pythonFloatRepr(f), "repr(%v)", f)
+	}
+}
+
+func TestTruncateError(t *testing.T) {
+	tests := []struct {
+		name, in string
+		wantLen  int
+	}{
+		{"short", "boom", 4},
+		{"exact", strings.Repeat("a", backends.MaxErrorBytes), backends.MaxErrorBytes},
+		{"ascii over", strings.Repeat("a", backends.MaxErrorBytes+10), backends.MaxErrorBytes},
+		// 3-byte runes: 8192 is not a multiple of 3, so the cut backs off.
+		{"multibyte over", strings.Repeat("☃", backends.MaxErrorBytes), backends.MaxErrorBytes - backends.MaxErrorBytes%3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := truncateError(tc.in)
+			assert.Len(t, got, tc.wantLen)
+			assert.True(t, utf8.ValidString(got))
+		})
+	}
+	assert.Equal(t, "a\uFFFDb\uFFFD", truncateError("a\x00b\xff"), "NUL and invalid UTF-8 are made storable")
+}
+
+func TestLongErrorIsStoredTruncated(t *testing.T) {
+	b, _ := openTest(t)
+	ctx := t.Context()
+	w := registerWorker(t, b, 1)
+	j, err := b.Enqueue(ctx, backends.EnqueueParams{Name: "long"})
+	require.NoError(t, err)
+	_, err = b.Claim(ctx, backends.ClaimParams{WorkerID: w, Limit: 1})
+	require.NoError(t, err)
+	applied, err := b.Complete(ctx, w, []backends.Completion{{JobID: j.ID, Outcome: backends.OutcomeRetry,
+		Error: strings.Repeat("é", backends.MaxErrorBytes) + "\x00"}})
+	require.NoError(t, err)
+	require.Equal(t, []string{j.ID}, applied)
+	got, err := b.Get(ctx, j.ID)
+	require.NoError(t, err)
+	require.NotNil(t, got.LastError)
+	assert.Len(t, *got.LastError, backends.MaxErrorBytes)
+}
+
+func TestMalformedIDsAreNotFound(t *testing.T) {
+	b, _ := openTest(t)
+	ctx := t.Context()
+	_, err := b.Get(ctx, "nope")
+	assert.True(t, errors.Is(err, backends.ErrNotFound))
+	ok, err := b.Cancel(ctx, "nope")
+	require.NoError(t, err)
+	assert.False(t, ok)
+	nacked, err := b.Nack(ctx, []string{"nope"})
+	require.NoError(t, err)
+	assert.Empty(t, nacked)
+	assert.ErrorIs(t, b.PurgeDeadLetter(ctx, "nope"), backends.ErrNotFound)
+	_, err = b.ReplayDeadLetter(ctx, "nope")
+	assert.ErrorIs(t, err, backends.ErrNotFound)
+}

@@ -1,0 +1,122 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+)
+
+// RegisterWorker upserts the worker row as Soniq's register_worker does: on
+// a (hostname, pid) conflict the new id wins and the row becomes active.
+func (b *Backend) RegisterWorker(ctx context.Context, w backends.Worker) error {
+	if !isUUID(w.ID) {
+		return fmt.Errorf("register worker: id %q is not a uuid (soniq_workers.id is uuid)", w.ID)
+	}
+	queues := w.Queues
+	if queues == nil {
+		queues = []string{}
+	}
+	metadata := string(w.Metadata)
+	if metadata == "" {
+		metadata = "{}"
+	}
+	var version *string
+	if w.Version != "" {
+		version = &w.Version
+	}
+	concurrency := max(w.Concurrency, 1)
+	_, err := b.pool.Exec(ctx, `INSERT INTO soniq_workers
+	(id, hostname, pid, queues, concurrency, status, last_heartbeat, started_at, version, metadata)
+	VALUES ($1, $2, $3, $4, $5, 'active', now(), now(), $6, $7::text::jsonb)
+	ON CONFLICT (hostname, pid) DO UPDATE SET
+	    id = EXCLUDED.id,
+	    queues = EXCLUDED.queues,
+	    concurrency = EXCLUDED.concurrency,
+	    status = 'active',
+	    last_heartbeat = now(),
+	    started_at = now(),
+	    version = EXCLUDED.version,
+	    metadata = EXCLUDED.metadata`,
+		w.ID, w.Hostname, w.PID, queues, concurrency, version, metadata)
+	if err != nil {
+		return b.wrap(err, "register worker %s (%s pid %d)", w.ID, w.Hostname, w.PID)
+	}
+	return nil
+}
+
+// Heartbeat sets last_heartbeat = now(); ErrNotFound if the row is gone.
+func (b *Backend) Heartbeat(ctx context.Context, workerID string) error {
+	if !isUUID(workerID) {
+		return notFound("worker", workerID)
+	}
+	tag, err := b.pool.Exec(ctx, `UPDATE soniq_workers SET last_heartbeat = now() WHERE id = $1`, workerID)
+	if err != nil {
+		return b.wrap(err, "heartbeat worker %s", workerID)
+	}
+	if tag.RowsAffected() == 0 {
+		return notFound("worker", workerID)
+	}
+	return nil
+}
+
+// SetWorkerStatus sets a worker's status. Like Soniq's mark_worker_stopped
+// it also counts as a heartbeat.
+func (b *Backend) SetWorkerStatus(ctx context.Context, workerID, status string) error {
+	switch status {
+	case backends.WorkerActive, backends.WorkerStopping, backends.WorkerStopped:
+	default:
+		return fmt.Errorf("set worker %s status: invalid status %q", workerID, status)
+	}
+	if !isUUID(workerID) {
+		return notFound("worker", workerID)
+	}
+	tag, err := b.pool.Exec(ctx, `UPDATE soniq_workers SET status = $2, last_heartbeat = now() WHERE id = $1`,
+		workerID, status)
+	if err != nil {
+		return b.wrap(err, "set worker %s status to %s", workerID, status)
+	}
+	if tag.RowsAffected() == 0 {
+		return notFound("worker", workerID)
+	}
+	return nil
+}
+
+// RegisterTasks upserts the task registry rows for a worker in one statement.
+func (b *Backend) RegisterTasks(ctx context.Context, workerID string, names []string) error {
+	// One INSERT cannot touch the same conflict row twice.
+	names = slices.Compact(slices.Sorted(slices.Values(names)))
+	if len(names) == 0 {
+		return nil
+	}
+	_, err := b.pool.Exec(ctx, `INSERT INTO soniq_task_registry (task_name, worker_id, last_seen_at)
+	SELECT n, $1, now() FROM unnest($2::text[]) AS n
+	ON CONFLICT (task_name, worker_id) DO UPDATE SET last_seen_at = now()`, workerID, names)
+	if err != nil {
+		return b.wrap(err, "register %d task names for worker %s", len(names), workerID)
+	}
+	return nil
+}
+
+// RecoverStaleWorkers stops active workers silent for longer than olderThan
+// and requeues their processing rows (attempts preserved) in one statement,
+// hence one transaction.
+func (b *Backend) RecoverStaleWorkers(ctx context.Context, olderThan time.Duration) (int, int, error) {
+	var workers, jobs int
+	err := b.pool.QueryRow(ctx, `WITH w AS (
+	UPDATE soniq_workers SET status = 'stopped'
+	WHERE status = 'active' AND last_heartbeat < now() - make_interval(secs => $1::float8)
+	RETURNING id
+), j AS (
+	UPDATE soniq_jobs SET status = 'queued', worker_id = NULL, updated_at = now()
+	WHERE status = 'processing' AND worker_id IN (SELECT id FROM w)
+	RETURNING 1
+)
+SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM j)`, olderThan.Seconds()).Scan(&workers, &jobs)
+	if err != nil {
+		return 0, 0, b.wrap(err, "recover workers silent for %s", olderThan)
+	}
+	return workers, jobs, nil
+}
