@@ -8,10 +8,12 @@ import os
 import sys
 import threading
 import traceback
+import re
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional
 
 from . import protocol
 from ._version import PROTOCOL_VERSIONS, __version__
@@ -110,9 +112,17 @@ def _is_async(func: Callable[..., Any]) -> bool:
 
 @dataclass
 class _Running:
-    task: "asyncio.Task[None]"
-    cancellable: bool
+    """A job this process holds: started (task set) or waiting for a slot."""
+
+    handler: Optional[_Handler]
+    args: dict
+    ctx: "JobContext"
+    task: "Optional[asyncio.Task[dict]]" = None
     cancel_reason: Optional[str] = None
+
+    @property
+    def cancellable(self) -> bool:
+        return self.handler is not None and self.handler.is_async
 
 
 @dataclass
@@ -131,21 +141,34 @@ class _FatalProtocolError(Exception):
 class App:
     """A registry of job handlers plus the stdio protocol loop.
 
-    ``concurrency`` is how many jobs the process accepts at once (announced in
-    hello; the sidecar never sends more). ``sync_concurrency`` bounds the thread
-    pool that runs plain ``def`` handlers.
+    ``concurrency`` is how many jobs the process runs at once (announced in
+    hello; the sidecar never sends more, extra ones would wait for a slot).
+    ``sync_concurrency`` bounds the thread pool that runs plain ``def``
+    handlers. ``max_frame_bytes`` defaults to $SONIQ_MAX_FRAME_BYTES, else
+    16 MiB.
     """
 
-    def __init__(self, concurrency: int = 8, sync_concurrency: int = 4) -> None:
-        for name, value in (("concurrency", concurrency), ("sync_concurrency", sync_concurrency)):
+    def __init__(
+        self, concurrency: int = 8, sync_concurrency: int = 4, max_frame_bytes: Optional[int] = None
+    ) -> None:
+        if max_frame_bytes is None:
+            env = os.environ.get("SONIQ_MAX_FRAME_BYTES", "")
+            max_frame_bytes = int(env) if re.fullmatch(r"[0-9]+", env) else protocol.DEFAULT_MAX_FRAME_BYTES
+        for name, value in (
+            ("concurrency", concurrency),
+            ("sync_concurrency", sync_concurrency),
+            ("max_frame_bytes", max_frame_bytes),
+        ):
             if type(value) is not int or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         self.concurrency = concurrency
         self.sync_concurrency = sync_concurrency
         self._handlers: Dict[str, _Handler] = {}
-        self._max_frame_bytes = protocol.DEFAULT_MAX_FRAME_BYTES
+        self._max_frame_bytes = max_frame_bytes
         self._chan: Optional[_Channel] = None
-        self._running: Dict[str, _Running] = {}
+        self._running: Dict[str, _Running] = {}  # every job held, started or waiting
+        self._waiting: Deque[str] = deque()  # ids waiting for one of `concurrency` slots
+        self._active = 0  # started jobs (tasks not yet finished)
         self._draining = False
         self._executor: Optional[ThreadPoolExecutor] = None
         self._inbox: "asyncio.Queue[tuple]"  # created inside the running loop
@@ -289,9 +312,19 @@ class App:
             traceparent=msg["traceparent"],
             deadline_ms=msg["deadline"],
         )
-        task = asyncio.ensure_future(self._execute(handler, msg["args"], ctx))
-        self._running[job_id] = _Running(task, handler is not None and handler.is_async)
-        task.add_done_callback(lambda t: self._finish(job_id, t))
+        self._running[job_id] = _Running(handler, msg["args"], ctx)
+        if self._active < self.concurrency:
+            self._launch(job_id)
+        else:
+            # The sidecar never sends more than `concurrency` jobs at once;
+            # should it, the extra ones wait for a slot instead of piling up.
+            self._waiting.append(job_id)
+
+    def _launch(self, job_id: str) -> None:
+        running = self._running[job_id]
+        running.task = asyncio.ensure_future(self._execute(running.handler, running.args, running.ctx))
+        self._active += 1
+        running.task.add_done_callback(lambda t: self._finish(job_id, t))
 
     def _cancel(self, job_id: str, reason: str) -> None:
         running = self._running.get(job_id)
@@ -303,7 +336,14 @@ class App:
             _log(f"cancel ({reason}) for sync job {job_id} ignored: sync jobs are not cancellable")
             return
         running.cancel_reason = reason
-        running.task.cancel()
+        if running.task is not None:
+            running.task.cancel()  # _finish reports it
+            return
+        # Still waiting for a slot: it never ran.
+        self._waiting.remove(job_id)
+        del self._running[job_id]
+        self._write({"type": "result", "id": job_id, "status": "cancelled"})
+        self._check_drained()
 
     def _finish(self, job_id: str, task: "asyncio.Task[dict]") -> None:
         """Done callback of a job's task: writes its result frame.
@@ -312,18 +352,24 @@ class App:
         task cancelled before its first step never runs any of its body.
         """
         running = self._running.pop(job_id, None)
+        self._active -= 1
         if task.cancelled():
             if running is None or running.cancel_reason is None:
                 return  # not our cancel: the event loop itself is going away
             frame = {"type": "result", "id": job_id, "status": "cancelled"}
         elif task.exception() is not None:  # _execute catches everything; be safe
             e = task.exception()
-            frame = _failed(job_id, type(e).__name__, str(e), None, True)
+            frame = _failed(job_id, type(e).__name__, _safe_str(e), None, True)
         else:
             frame = task.result()
         self._write_result(frame)
+        while self._waiting and self._active < self.concurrency:
+            self._launch(self._waiting.popleft())
+        self._check_drained()
+
+    def _check_drained(self) -> None:
         if self._draining and not self._running:
-            self._inbox.put_nowait(("drained", None))
+            self._inbox.put_nowait(("drained", None))  # wakes the main loop
 
     async def _execute(self, handler: Optional[_Handler], args: dict, ctx: JobContext) -> dict:
         if handler is None:
@@ -346,7 +392,7 @@ class App:
             return _failed(
                 ctx.id,
                 type(e).__name__,
-                str(e),
+                _safe_str(e),
                 _format_traceback(e),
                 retryable if isinstance(retryable, bool) else True,
             )
@@ -400,12 +446,42 @@ class App:
                 _exit(EXIT_SIDECAR_GONE)
 
 
+# Error texts are cut to this many characters so that a failed result stays far
+# below the frame limit whatever the exception carries.
+MAX_ERROR_TEXT = 64 * 1024
+
+
+def _safe_str(e: BaseException) -> str:
+    try:
+        return str(e)
+    except Exception as inner:  # a broken __str__ must not lose the result
+        return f"<str() of {type(e).__name__} failed: {type(inner).__name__}>"
+
+
+def _truncate_head(text: str) -> str:
+    if len(text) <= MAX_ERROR_TEXT:
+        return text
+    return f"{text[:MAX_ERROR_TEXT]}... [truncated {len(text) - MAX_ERROR_TEXT} chars]"
+
+
+def _truncate_tail(text: str) -> str:
+    # For tracebacks the end (the innermost frames, the exception) matters most.
+    if len(text) <= MAX_ERROR_TEXT:
+        return text
+    return f"[truncated {len(text) - MAX_ERROR_TEXT} chars] ...{text[-MAX_ERROR_TEXT:]}"
+
+
 def _failed(job_id: str, etype: str, message: str, tb: Optional[str], retryable: bool) -> dict:
     return {
         "type": "result",
         "id": job_id,
         "status": "failed",
-        "error": {"type": etype, "message": message, "traceback": tb, "retryable": retryable},
+        "error": {
+            "type": _truncate_head(etype),
+            "message": _truncate_head(message),
+            "traceback": None if tb is None else _truncate_tail(tb),
+            "retryable": retryable,
+        },
     }
 
 
@@ -436,7 +512,7 @@ def negotiate_version(offered: Optional[str]) -> Optional[int]:
     versions = set()
     for part in offered.split(","):
         part = part.strip()
-        if part.isdigit():
+        if re.fullmatch(r"[0-9]+", part):  # str.isdigit() would accept "²"
             versions.add(int(part))
     common = versions.intersection(PROTOCOL_VERSIONS)
     return max(common) if common else None
@@ -499,8 +575,10 @@ def _read_frames(fd: int, max_frame_bytes: int, loop: asyncio.AbstractEventLoop,
             put(("error", f"reading stdin: {e}"))
             return
         if not chunk:
-            if buf.strip(b"\r"):
-                put(("line", bytes(buf)))
+            if buf:
+                # Every frame ends with "\n": bytes after the last one are a
+                # truncated frame, not something to run.
+                _log(f"partial last line before EOF ignored: {_quote(bytes(buf))}")
             put(("eof", None))
             return
         start = len(buf)

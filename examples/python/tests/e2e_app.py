@@ -78,6 +78,20 @@ def child_process(args):
     return {"rc": out.returncode}
 
 
+@app.job("t.long_error")
+def long_error(args):
+    raise RuntimeError("m" * args["n"])
+
+
+@app.job("t.bad_str")
+def bad_str(args):
+    class Weird(Exception):
+        def __str__(self):
+            raise RuntimeError("no")
+
+    raise Weird()
+
+
 @app.job("t.big")
 async def big(args):
     return {"blob": "x" * args["n"]}

@@ -358,13 +358,44 @@ def test_child_process_cannot_touch_protocol_streams(testapp):
     assert "''" in testapp.stderr  # the child read an empty stdin (/dev/null)
 
 
-def test_result_over_frame_limit_fails_cleanly(testapp):
-    testapp.job("j1", "t.big", {"n": protocol.DEFAULT_MAX_FRAME_BYTES})
-    res = testapp.recv(timeout=20)
-    assert res["status"] == "failed"
-    assert res["error"]["type"] == "ResultTooLarge"
-    testapp.send({"type": "ping", "seq": 2})
-    assert testapp.recv() == {"type": "pong", "seq": 2}
+def test_result_over_frame_limit_fails_cleanly():
+    h = Handler(
+        ["-m", "soniq_handler", "e2e_app"],
+        env=child_env(extra_path=[TESTS_DIR], SONIQ_MAX_FRAME_BYTES="2048"),
+    )
+    try:
+        h.hello()
+        h.job("j1", "t.big", {"n": 2000})
+        res = h.recv()
+        assert res["status"] == "failed"
+        assert res["error"]["type"] == "ResultTooLarge"
+        assert res["error"]["retryable"] is False
+        h.job("j2", "t.big", {"n": 1000})
+        assert h.recv()["result"] == {"blob": "x" * 1000}
+        # The lowered limit applies to incoming frames too.
+        h.job("j3", "t.big", {"n": 1, "pad": "p" * 2100})
+        assert h.wait() == 4
+        assert "oversize" in h.stderr
+    finally:
+        h.kill()
+
+
+def test_long_error_texts_are_truncated(testapp):
+    testapp.job("j1", "t.long_error", {"n": 200_000})
+    err = testapp.recv()["error"]
+    assert err["type"] == "RuntimeError"
+    assert len(err["message"]) < 70_000
+    assert err["message"].startswith("mmm") and "[truncated" in err["message"]
+    assert len(err["traceback"]) < 70_000
+    assert err["traceback"].startswith("[truncated")
+    assert err["traceback"].rstrip().endswith("m")  # the tail (the exception line) is kept
+
+
+def test_exception_whose_str_fails(testapp):
+    testapp.job("j1", "t.bad_str")
+    err = testapp.recv()["error"]
+    assert err["type"] == "Weird"
+    assert "str() of Weird failed" in err["message"]
 
 
 # ------------------------------------------------------------ cancellation
@@ -438,6 +469,27 @@ def test_async_concurrency(examples):
     elapsed = time.monotonic() - start
     assert elapsed < 2, elapsed
     assert all(r["result"] == {"slept": 1} for r in res.values())
+
+
+def test_jobs_beyond_concurrency_wait_for_a_slot(examples):
+    # concurrency=8: the sidecar never sends more, but if it did the extra
+    # jobs would start as slots free up.
+    start = time.monotonic()
+    for i in range(10):
+        examples.job(f"j{i}", "examples.sleep_async", {"seconds": 0.6})
+    examples.job("w", "examples.sleep_async", {"seconds": 0.6})
+    time.sleep(0.1)
+    # "w" is still waiting: cancelling it answers at once.
+    examples.send({"type": "cancel", "id": "w", "reason": "job_timeout"})
+    first = examples.recv(timeout=0.4)
+    assert (first["id"], first["status"]) == ("w", "cancelled")
+    done_at = {}
+    for _ in range(10):
+        r = examples.recv(timeout=3)
+        assert r["status"] == "done"
+        done_at[r["id"]] = time.monotonic() - start
+    assert max(done_at[f"j{i}"] for i in range(8)) < 1.1
+    assert 1.1 <= min(done_at["j8"], done_at["j9"]) < 2.0
 
 
 def test_sync_pool_is_bounded_by_sync_concurrency(testapp):
@@ -559,11 +611,15 @@ def test_malformed_frame_exits_4(examples, frame):
     assert "protocol error" in examples.stderr
 
 
-def test_last_frame_without_newline_is_read_at_eof(examples):
-    examples.send_raw(b'{"type":"ping","seq":1}')
+def test_partial_last_line_is_not_run(examples):
+    examples.job("a", "examples.sleep_async", {"seconds": 0.3})
+    examples.send_raw(b'{"type":"job","id":"cut","name":"examples.add","args":{"a":1,"b":2},"attempt":1,"max_attempts":1,"queue":"q"}')
     examples.close_stdin()
-    assert examples.recv() == {"type": "pong", "seq": 1}
+    res = examples.results(1)
+    assert res["a"]["status"] == "done"
     assert examples.wait() == 0
+    assert examples.frames.get(timeout=1) is None  # nothing more: no result for "cut"
+    assert "partial last line before EOF ignored" in examples.stderr
 
 
 def test_oversize_frame_exits_4(examples):
