@@ -217,11 +217,7 @@ class App:
             _log("no jobs registered: a handler process must serve at least one job")
             _exit(1)
         self._chan = _protect_stdio()
-        try:
-            asyncio.run(self._serve(version))
-        except _FatalProtocolError as e:
-            _log(f"protocol error: {e}")
-            _exit(EXIT_PROTOCOL_ERROR)
+        asyncio.run(self._serve(version))
         # Clean exit through SystemExit so atexit hooks (logging.shutdown, user
         # cleanup) still run; every job has finished, the pool threads are idle.
         sys.exit(EXIT_OK)
@@ -261,14 +257,24 @@ class App:
                     # once the jobs in flight have written their results.
                     self._draining = True
                 elif kind == "error":
-                    raise _FatalProtocolError(data)
+                    self._fatal(data)
                 elif kind == "line":
-                    self._dispatch(data)
+                    try:
+                        self._dispatch(data)
+                    except _FatalProtocolError as e:
+                        self._fatal(str(e))
                 # "drained" only wakes the loop to re-check its condition.
         finally:
             # On the clean path only idle threads remain; after a protocol
             # error running ones are abandoned (the process exits at once).
             self._executor.shutdown(wait=False)
+
+    def _fatal(self, message: str) -> None:
+        """A malformed frame from the sidecar: log and exit 4 at once, from
+        inside the loop, so neither asyncio.run's task cleanup nor a running
+        sync thread can delay the exit."""
+        _log(f"protocol error: {message}")
+        _exit(EXIT_PROTOCOL_ERROR)
 
     def _dispatch(self, line: bytes) -> None:
         try:
