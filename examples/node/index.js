@@ -82,10 +82,12 @@ class FrameWriter {
     this.pending = 0;
   }
 
+  // Queues one frame. The promise resolves once it is handed to the OS; it never rejects
+  // (a broken stdout ends the process through the stream's 'error' handler).
   send(text) {
     this.pending++;
-    return new Promise((resolve, reject) => {
-      this.queue.push({ text, resolve, reject });
+    return new Promise((resolve) => {
+      this.queue.push({ text, resolve });
       this._pump();
     });
   }
@@ -95,13 +97,18 @@ class FrameWriter {
     this.busy = true;
     while (this.queue.length > 0) {
       const item = this.queue.shift();
-      const ok = this.write(item.text, (err) => {
+      const ok = this.write(item.text, () => {
         this.pending--;
-        if (err) item.reject(err);
-        else item.resolve();
+        item.resolve();
         this._checkIdle();
       });
-      if (!ok) await once(this.stream, 'drain');
+      if (!ok) {
+        try {
+          await once(this.stream, 'drain');
+        } catch {
+          return; // stream error: handled by the stream's 'error' listener
+        }
+      }
     }
     this.busy = false;
     this._checkIdle();
@@ -149,8 +156,8 @@ function errorPayload(err, retryable) {
     if ((!type || type === 'Error') && ctor && ctor !== 'Object') type = ctor;
     return {
       type: type || 'Error',
-      message: String(err.message),
-      traceback: typeof err.stack === 'string' ? err.stack : null,
+      message: truncate(String(err.message), MAX_ERROR_TEXT),
+      traceback: typeof err.stack === 'string' ? truncate(err.stack, MAX_ERROR_TEXT) : null,
       retryable: retryable && err.retryable !== false,
     };
   }
@@ -161,7 +168,7 @@ function errorPayload(err, retryable) {
   } catch {
     message = String(err);
   }
-  return { type: err === null ? 'null' : typeof err, message, traceback: null, retryable };
+  return { type: err === null ? 'null' : typeof err, message: truncate(message, MAX_ERROR_TEXT), traceback: null, retryable };
 }
 
 function truncate(s, max) {
@@ -271,7 +278,9 @@ class App {
     });
     input.on('end', () => {
       if (partsLen > 0) {
-        this._onLine(Buffer.concat(parts, partsLen));
+        // A frame must end with '\n': a partial last line is a truncated frame, not run.
+        const excerpt = Buffer.concat(parts, partsLen).subarray(0, 200).toString('utf8');
+        log(`partial last line before EOF ignored: ${JSON.stringify(excerpt)}`);
         parts = [];
         partsLen = 0;
       }
@@ -398,13 +407,9 @@ class App {
       return this._encodeResult({ type: 'result', id: result.id, status: 'failed', error });
     }
     if (Buffer.byteLength(text) <= this.maxFrameBytes) return text;
-    if (result.status === 'failed' && result.error && !result.error.truncated) {
-      const error = { ...result.error, message: truncate(result.error.message, MAX_ERROR_TEXT), traceback: truncate(result.error.traceback, MAX_ERROR_TEXT), truncated: true };
-      return this._encodeResult({ ...result, error });
-    }
-    return this._encodeResult({
+    return encode({
       type: 'result', id: result.id, status: 'failed',
-      error: { type: 'ResultTooLarge', message: `result frame of ${Buffer.byteLength(text)} bytes exceeds the ${this.maxFrameBytes}-byte frame limit`, traceback: null, retryable: false, truncated: true },
+      error: { type: 'ResultTooLarge', message: `result frame of ${Buffer.byteLength(text)} bytes exceeds the ${this.maxFrameBytes}-byte frame limit`, traceback: null, retryable: false },
     });
   }
 
