@@ -156,6 +156,7 @@ func (s *suite) deadLetterJob(name string) backends.Job {
 	applied := s.complete(w, backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
 		Error: "boom", Reason: backends.ReasonPermanentFailure})
 	require.Equal(s.t, []string{j.ID}, applied)
+	s.requireGone(j.ID)
 	return j
 }
 
