@@ -1,0 +1,79 @@
+"""Drives the released Soniq package for soniq_interop_test.go.
+
+Usage: python soniq_interop.py COMMAND DATABASE_URL [JSON_ARGS]
+Prints one JSON document on stdout. Only Soniq's public API is used, so the
+test proves what a Soniq user would see.
+"""
+
+import asyncio
+import json
+import sys
+
+from soniq import Soniq
+from soniq.core.leadership import advisory_key, with_advisory_lock
+
+
+def make_app(url):
+    app = Soniq(database_url=url, enqueue_validation="none")
+
+    # Soniq's dead-letter replay refuses names not registered locally.
+    @app.job(name="interop.fail")
+    async def interop_fail(**kwargs):
+        return None
+
+    return app
+
+
+async def run(command, url, args):
+    app = make_app(url)
+    try:
+        if command == "setup":
+            return {"applied": await app.setup()}
+        if command == "advisory_keys":
+            return {n: advisory_key(n) for n in ("soniq.migrations", "soniq.maintenance")}
+        if command == "maintenance_leader":
+            await app.ensure_initialized()
+            async with with_advisory_lock(app.backend, "soniq.maintenance") as leader:
+                return {"leader": leader}
+        if command == "enqueue":
+            job_id = await app.enqueue(
+                args["name"],
+                args=args.get("args", {}),
+                queue=args.get("queue"),
+                unique=args.get("unique"),
+                dedup_key=args.get("dedup_key"),
+            )
+            return {"id": job_id}
+        if command == "stats":
+            return dict(await app.get_queue_stats())
+        if command == "get_result":
+            return {"result": await app.get_result(args["id"]), "job": await app.get_job(args["id"])}
+        if command == "dead_letters":
+            jobs = await app.dead_letter.list_dead_letter_jobs()
+            return [
+                {
+                    "id": j.id,
+                    "job_name": j.job_name,
+                    "args": j.args,
+                    "attempts": j.attempts,
+                    "last_error": j.last_error,
+                    "dead_letter_reason": j.dead_letter_reason,
+                    "resurrection_count": j.resurrection_count,
+                }
+                for j in jobs
+            ]
+        if command == "replay":
+            return {"id": await app.dead_letter.replay(args["id"])}
+        raise SystemExit(f"unknown command {command!r}")
+    finally:
+        await app.close()
+
+
+def main():
+    command, url = sys.argv[1], sys.argv[2]
+    args = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
+    print(json.dumps(asyncio.run(run(command, url, args)), default=str))
+
+
+if __name__ == "__main__":
+    main()
