@@ -6,9 +6,9 @@ import asyncio
 import inspect
 import os
 import sys
+import re
 import threading
 import traceback
-import re
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -127,7 +127,7 @@ class _Running:
 
 @dataclass
 class _Channel:
-    """The private protocol file descriptors (see App._protect_stdio)."""
+    """The private protocol file descriptors (see _protect_stdio)."""
 
     rfd: int
     wfd: int
