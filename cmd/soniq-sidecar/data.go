@@ -1,0 +1,351 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/backends/connect"
+)
+
+// newFlagSet returns a FlagSet whose errors become usage errors.
+func newFlagSet(e env, name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	return fs
+}
+
+// parseInterspersed parses flags and positional arguments in any order
+// (`enqueue NAME --args …` and `enqueue --args … NAME` both work).
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, usageError{fmt.Errorf("%s: %w", fs.Name(), err)}
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return positional, nil
+		}
+		positional = append(positional, args[0])
+		args = args[1:]
+	}
+}
+
+// databaseURL applies the precedence flag > SONIQ_DATABASE_URL > default.
+func databaseURL(e env, flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	if v, ok := e.lookupEnv("SONIQ_DATABASE_URL"); ok && v != "" {
+		return v
+	}
+	return connect.DefaultURL
+}
+
+// openBackend opens the configured database. Errors never carry the password.
+func openBackend(ctx context.Context, e env, flagValue string) (backends.Backend, error) {
+	url := databaseURL(e, flagValue)
+	b, err := connect.Open(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("opening database %s: %w", connect.Redact(url), err)
+	}
+	return b, nil
+}
+
+// openMigrated opens the database and makes sure Soniq's tables exist, so a
+// first `enqueue` on a fresh SQLite file just works.
+func openMigrated(ctx context.Context, e env, flagValue string) (backends.Backend, error) {
+	b, err := openBackend(ctx, e, flagValue)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.Migrate(ctx); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("creating Soniq's tables: %w", err)
+	}
+	return b, nil
+}
+
+func cmdMigrate(ctx context.Context, e env, args []string) error {
+	fs := newFlagSet(e, "migrate")
+	dbURL := fs.String("database-url", "", "database URL (default $SONIQ_DATABASE_URL, else sqlite:soniq.db)")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErrorf("migrate: unexpected argument %q", pos[0])
+	}
+	b, err := openMigrated(ctx, e, *dbURL)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	fmt.Fprintf(e.stdout, "migrated %s\n", connect.Redact(databaseURL(e, *dbURL)))
+	return nil
+}
+
+// parseArgsJSON validates --args: a JSON object. Errors name the byte offset.
+func parseArgsJSON(s string) (json.RawMessage, error) {
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return nil, fmt.Errorf("--args is not valid JSON at offset %d: %v", se.Offset, se)
+		}
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("--args is empty: want a JSON object such as '{\"a\":1}'")
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("--args is not valid JSON at offset %d: unexpected end of input", len(s))
+		}
+		return nil, fmt.Errorf("--args is not valid JSON: %v", err)
+	}
+	if off := dec.InputOffset(); strings.TrimSpace(s[off:]) != "" {
+		return nil, fmt.Errorf("--args is not valid JSON at offset %d: trailing data after the object", off)
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return nil, fmt.Errorf("--args must be a JSON object (job arguments are keyword arguments), got %s", jsonKind(v))
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, []byte(s)); err != nil {
+		return nil, fmt.Errorf("--args: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case []any:
+		return "an array"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case json.Number:
+		return "a number"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// parseDelay accepts a Go duration ("90s", "5m") or plain seconds ("0.5").
+func parseDelay(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		if f < 0 {
+			return 0, fmt.Errorf("--delay %q is negative", s)
+		}
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("--delay %q is neither a duration (30s, 5m) nor a number of seconds", s)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("--delay %q is negative", s)
+	}
+	return d, nil
+}
+
+func cmdEnqueue(ctx context.Context, e env, args []string) error {
+	fs := newFlagSet(e, "enqueue")
+	dbURL := fs.String("database-url", "", "database URL")
+	argsJSON := fs.String("args", "{}", "job arguments, a JSON object")
+	queue := fs.String("queue", "default", "queue")
+	priority := fs.Int("priority", 100, "priority (lower runs first)")
+	maxAttempts := fs.Int("max-attempts", 3, "maximum attempts")
+	delay := fs.String("delay", "", "run no earlier than now + DUR (30s, 5m, or seconds)")
+	dedup := fs.String("dedup-key", "", "at most one queued job per key")
+	asJSON := fs.Bool("json", false, "print the whole row as JSON")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErrorf("enqueue: want exactly one job NAME, got %d arguments", len(pos))
+	}
+	name := strings.TrimSpace(pos[0])
+	if name == "" {
+		return usageErrorf("enqueue: the job NAME is empty")
+	}
+	rawArgs, err := parseArgsJSON(*argsJSON)
+	if err != nil {
+		return usageError{err}
+	}
+	d, err := parseDelay(*delay)
+	if err != nil {
+		return usageError{err}
+	}
+	if *maxAttempts < 1 {
+		return usageErrorf("--max-attempts must be at least 1, got %d", *maxAttempts)
+	}
+	if *queue == "" {
+		return usageErrorf("--queue must not be empty")
+	}
+	b, err := openMigrated(ctx, e, *dbURL)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	job, err := b.Enqueue(ctx, backends.EnqueueParams{
+		Name: name, Args: rawArgs, Queue: *queue, Priority: priority,
+		MaxAttempts: maxAttempts, Delay: d, DedupKey: *dedup,
+	})
+	if err != nil {
+		return fmt.Errorf("enqueueing %s: %w", name, err)
+	}
+	if *asJSON {
+		return writeJSON(e.stdout, job)
+	}
+	fmt.Fprintln(e.stdout, job.ID)
+	return nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("writing JSON: %w", err)
+	}
+	return nil
+}
+
+func cmdStatus(ctx context.Context, e env, args []string) error {
+	fs := newFlagSet(e, "status")
+	dbURL := fs.String("database-url", "", "database URL")
+	asJSON := fs.Bool("json", false, "print the six canonical keys as one JSON object")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErrorf("status: unexpected argument %q", pos[0])
+	}
+	b, err := openMigrated(ctx, e, *dbURL)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	st, err := b.Stats(ctx)
+	if err != nil {
+		return fmt.Errorf("reading queue stats: %w", err)
+	}
+	if *asJSON {
+		// Stats marshals its six keys in the canonical order (seed 002).
+		out, err := json.Marshal(st)
+		if err != nil {
+			return fmt.Errorf("encoding stats: %w", err)
+		}
+		fmt.Fprintln(e.stdout, string(out))
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	values := [...]int64{st.Total, st.Queued, st.Processing, st.Done, st.DeadLetter, st.Cancelled}
+	for i, k := range backends.StatsKeys {
+		fmt.Fprintf(tw, "%s\t%d\t\n", k, values[i])
+	}
+	return tw.Flush()
+}
+
+func cmdDeadLetter(ctx context.Context, e env, args []string) error {
+	if len(args) == 0 {
+		return usageErrorf("dead-letter: want a subcommand: list, replay ID or purge ID")
+	}
+	sub, rest := args[0], args[1:]
+	fs := newFlagSet(e, "dead-letter "+sub)
+	dbURL := fs.String("database-url", "", "database URL")
+	limit := fs.Int("limit", 100, "list: at most N rows (0 = all)")
+	asJSON := fs.Bool("json", false, "list: print JSON lines")
+	pos, err := parseInterspersed(fs, rest)
+	if err != nil {
+		return err
+	}
+	switch sub {
+	case "list":
+		if len(pos) > 0 {
+			return usageErrorf("dead-letter list: unexpected argument %q", pos[0])
+		}
+	case "replay", "purge":
+		if len(pos) != 1 {
+			return usageErrorf("dead-letter %s: want exactly one job ID", sub)
+		}
+	default:
+		return usageErrorf("dead-letter: unknown subcommand %q (want list, replay or purge)", sub)
+	}
+	b, err := openMigrated(ctx, e, *dbURL)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	switch sub {
+	case "list":
+		rows, err := b.ListDeadLetter(ctx, *limit)
+		if err != nil {
+			return fmt.Errorf("listing dead-letter jobs: %w", err)
+		}
+		if *asJSON {
+			for _, r := range rows {
+				if err := writeJSON(e.stdout, r); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tJOB\tQUEUE\tATTEMPTS\tREASON\tMOVED AT\tREPLAYS\tLAST ERROR")
+		for _, r := range rows {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%d\t%s\n", r.ID, r.Name, r.Queue, r.Attempts, r.MaxAttempts,
+				r.Reason, r.MovedAt.UTC().Format(time.RFC3339), r.ResurrectionCount, firstLine(r.LastError, 60))
+		}
+		return tw.Flush()
+	case "replay":
+		id, err := b.ReplayDeadLetter(ctx, pos[0])
+		if err != nil {
+			return notFoundIsUsage(fmt.Errorf("replaying dead-letter job %s: %w", pos[0], err))
+		}
+		fmt.Fprintln(e.stdout, id)
+		return nil
+	default: // purge
+		if err := b.PurgeDeadLetter(ctx, pos[0]); err != nil {
+			return notFoundIsUsage(fmt.Errorf("purging dead-letter job %s: %w", pos[0], err))
+		}
+		fmt.Fprintf(e.stdout, "purged %s\n", pos[0])
+		return nil
+	}
+}
+
+// notFoundIsUsage turns "no such id" into an exit-2 error: the caller named
+// something that does not exist.
+func notFoundIsUsage(err error) error {
+	if errors.Is(err, backends.ErrNotFound) {
+		return usageError{err}
+	}
+	return err
+}
+
+func firstLine(s *string, max int) string {
+	if s == nil {
+		return "-"
+	}
+	line, _, _ := strings.Cut(*s, "\n")
+	if len(line) > max {
+		line = line[:max] + "…"
+	}
+	return line
+}

@@ -1,0 +1,124 @@
+// Command soniq-sidecar claims Soniq jobs and runs them in long-lived Python
+// or Node handler processes. See README.md and docs/.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// Exit codes (DESIGN §3).
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+const usage = `soniq-sidecar — run Soniq jobs in Python and Node handler processes
+
+Usage:
+  soniq-sidecar run        [--manifest FILE] [--database-url URL] [--queues a,b] [--metrics-addr ADDR]
+  soniq-sidecar migrate    [--database-url URL]
+  soniq-sidecar enqueue    NAME [--args JSON] [--queue Q] [--priority N] [--max-attempts N] [--delay DUR] [--dedup-key K] [--json]
+  soniq-sidecar status     [--json]
+  soniq-sidecar dead-letter list [--limit N] [--json] | replay ID | purge ID
+  soniq-sidecar manifest check FILE
+  soniq-sidecar version
+
+The database is --database-url, else $SONIQ_DATABASE_URL, else sqlite:soniq.db in the
+working directory. postgres:// and postgresql:// select Postgres; sqlite:PATH (or a
+path ending in .db) selects SQLite.
+`
+
+// usageError marks errors that exit with status 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usageErrorf(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// env is the process environment as the commands see it; tests supply their own.
+type env struct {
+	stdout, stderr io.Writer
+	lookupEnv      func(string) (string, bool)
+}
+
+func main() {
+	e := env{stdout: os.Stdout, stderr: os.Stderr, lookupEnv: os.LookupEnv}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := runMain(ctx, e, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+// runMain dispatches a command line and returns the exit code.
+func runMain(ctx context.Context, e env, args []string) int {
+	err := dispatch(ctx, e, args)
+	if err == nil {
+		return exitOK
+	}
+	var ue usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(e.stderr, "soniq-sidecar: %v\n", err)
+		return exitUsage
+	}
+	var ce exitCodeError
+	if errors.As(err, &ce) {
+		if ce.msg != "" {
+			fmt.Fprintf(e.stderr, "soniq-sidecar: %s\n", ce.msg)
+		}
+		return ce.code
+	}
+	fmt.Fprintf(e.stderr, "soniq-sidecar: %v\n", err)
+	return exitError
+}
+
+// exitCodeError carries an explicit exit code (e.g. `manifest check` → 2).
+type exitCodeError struct {
+	code int
+	msg  string
+}
+
+func (e exitCodeError) Error() string { return e.msg }
+
+func dispatch(ctx context.Context, e env, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(e.stderr, usage)
+		return exitCodeError{code: exitUsage}
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "migrate":
+		return cmdMigrate(ctx, e, rest)
+	case "enqueue":
+		return cmdEnqueue(ctx, e, rest)
+	case "status":
+		return cmdStatus(ctx, e, rest)
+	case "dead-letter":
+		return cmdDeadLetter(ctx, e, rest)
+	case "run":
+		return cmdRun(ctx, e, rest)
+	case "manifest":
+		return cmdManifest(ctx, e, rest)
+	case "version", "--version", "-v":
+		fmt.Fprintf(e.stdout, "soniq-sidecar %s\n", version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(e.stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(e.stderr, usage)
+		return usageErrorf("unknown command %q", cmd)
+	}
+}

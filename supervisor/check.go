@@ -1,0 +1,129 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/soniq-dev/soniq-sidecar/protocol"
+)
+
+// CheckReport is what CheckHandlers saw of one handler.
+type CheckReport struct {
+	Handler string
+	PID     int
+	SDK     string
+	Err     error
+}
+
+// CheckHandlers starts one process of every handler in the manifest, waits
+// for its hello within startup_timeout, compares it with the declaration
+// (same job names, same cancellable), and stops it. It returns one report
+// per handler; any report with an Err means the manifest must not be run.
+func CheckHandlers(ctx context.Context, m *Manifest, log *slog.Logger) []CheckReport {
+	sp := newSpawner()
+	stop := make(chan struct{})
+	go sp.run(stop)
+	defer func() { close(stop); <-sp.done }()
+	var out []CheckReport
+	for i := range m.Handlers {
+		out = append(out, checkHandler(ctx, sp, &m.Handlers[i], log))
+	}
+	return out
+}
+
+func checkHandler(ctx context.Context, sp *spawner, h *Handler, log *slog.Logger) CheckReport {
+	rep := CheckReport{Handler: h.Name}
+	cmd, pp, err := startChild(sp, h)
+	if err != nil {
+		rep.Err = err
+		return rep
+	}
+	rep.PID = cmd.Process.Pid
+	tail := &stderrTail{}
+	stderrDone := make(chan struct{})
+	go func() {
+		defer close(stderrDone)
+		buf := make([]byte, 32<<10)
+		var pending string
+		for {
+			n, err := pp.stderr.Read(buf)
+			pending += string(buf[:n])
+			for {
+				line, rest, ok := strings.Cut(pending, "\n")
+				if !ok {
+					break
+				}
+				tail.add(line)
+				log.Info(line, "handler", h.Name, "pid", rep.PID, "stream", "stderr")
+				pending = rest
+			}
+			if err != nil {
+				if pending != "" {
+					tail.add(pending)
+				}
+				return
+			}
+		}
+	}()
+	type helloOrErr struct {
+		hello *protocol.Hello
+		err   error
+	}
+	got := make(chan helloOrErr, 1)
+	go func() {
+		dec := protocol.NewDecoder(pp.stdout)
+		m, err := dec.Decode()
+		switch {
+		case err != nil && errors.Is(err, io.EOF):
+			got <- helloOrErr{err: errors.New("the process closed its stdout without a hello")}
+		case err != nil:
+			got <- helloOrErr{err: fmt.Errorf("reading its first frame: %w", err)}
+		default:
+			if hello, ok := m.(*protocol.Hello); ok {
+				got <- helloOrErr{hello: hello}
+			} else {
+				got <- helloOrErr{err: fmt.Errorf("its first frame is %q, not hello", m.Type())}
+			}
+		}
+		_, _ = io.Copy(io.Discard, pp.stdout)
+	}()
+	timer := time.NewTimer(h.StartupTimeout)
+	defer timer.Stop()
+	select {
+	case r := <-got:
+		if r.err != nil {
+			rep.Err = fmt.Errorf("handler %s: %w", h.Name, r.err)
+		} else {
+			rep.SDK = r.hello.SDK
+			rep.Err = checkHello(h, r.hello)
+		}
+	case <-timer.C:
+		rep.Err = fmt.Errorf("handler %s: no hello within startup_timeout %s", h.Name, h.StartupTimeout)
+	case <-ctx.Done():
+		rep.Err = ctx.Err()
+	}
+	// Stop it: shutdown frame and EOF, then signals.
+	enc := protocol.NewEncoder(pp.stdin)
+	_ = enc.Encode(&protocol.Shutdown{})
+	_ = pp.stdin.Close()
+	exited := make(chan error, 1)
+	go func() { <-stderrDone; exited <- cmd.Wait() }()
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		_ = syscall.Kill(-rep.PID, syscall.SIGKILL)
+		<-exited
+	}
+	if rep.Err != nil {
+		if t := tail.String(); t != "" {
+			rep.Err = fmt.Errorf("%w\nstderr (last lines):\n%s", rep.Err, t)
+		}
+	}
+	return rep
+}

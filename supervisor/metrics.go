@@ -1,0 +1,161 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Metrics holds the supervisor's instruments. It uses the OpenTelemetry
+// metric API only; cmd/soniq-sidecar configures the SDK and exporters.
+// The four job instruments keep the names Soniq's Prometheus sink uses, so
+// existing dashboards work. A nil *Metrics records nothing.
+type Metrics struct {
+	started     metric.Int64Counter
+	completed   metric.Int64Counter
+	duration    metric.Float64Histogram
+	inProgress  metric.Int64UpDownCounter
+	nacks       metric.Int64Counter
+	restarts    metric.Int64Counter
+	processes   metric.Int64UpDownCounter
+	shutdownSt  metric.Int64Gauge
+	claimed     metric.Int64Counter
+	resultDrops metric.Int64Counter
+}
+
+// NewMetrics creates the instruments on a meter.
+func NewMetrics(m metric.Meter) (*Metrics, error) {
+	var (
+		x   Metrics
+		err error
+	)
+	mk := func(f func() error) {
+		if err == nil {
+			err = f()
+		}
+	}
+	mk(func() (e error) {
+		x.started, e = m.Int64Counter("soniq_jobs_started", metric.WithDescription("Jobs handed to a handler process."))
+		return
+	})
+	mk(func() (e error) {
+		x.completed, e = m.Int64Counter("soniq_jobs_completed", metric.WithDescription("Jobs finished, by outcome: done, failed, dead_letter, snoozed, timeout."))
+		return
+	})
+	mk(func() (e error) {
+		x.duration, e = m.Float64Histogram("soniq_job_duration", metric.WithUnit("s"),
+			metric.WithDescription("Job execution time in the handler."),
+			metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
+		return
+	})
+	mk(func() (e error) {
+		x.inProgress, e = m.Int64UpDownCounter("soniq_jobs_in_progress", metric.WithDescription("Jobs running in handler processes now."))
+		return
+	})
+	mk(func() (e error) {
+		x.nacks, e = m.Int64Counter("soniq_shutdown_nack", metric.WithDescription("Jobs NACKed back to queued on the FORCE_TIMEOUT_PATH async branch."))
+		return
+	})
+	mk(func() (e error) {
+		x.restarts, e = m.Int64Counter("soniq_handler_restarts", metric.WithDescription("Handler process restarts, by reason."))
+		return
+	})
+	mk(func() (e error) {
+		x.processes, e = m.Int64UpDownCounter("soniq_handler_processes", metric.WithDescription("Handler processes by state."))
+		return
+	})
+	mk(func() (e error) {
+		x.shutdownSt, e = m.Int64Gauge("soniq_shutdown_state", metric.WithDescription("0 RUNNING, 1 DRAINING, 2 FORCE_TIMEOUT_PATH, 3 WAIT_FOR_THREAD, 4 STOPPED."))
+		return
+	})
+	mk(func() (e error) {
+		x.claimed, e = m.Int64Counter("soniq_jobs_claimed", metric.WithDescription("Rows claimed from the database."))
+		return
+	})
+	mk(func() (e error) {
+		x.resultDrops, e = m.Int64Counter("soniq_late_results_discarded", metric.WithDescription("Results for jobs the sidecar no longer held (after a timeout or NACK)."))
+		return
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating supervisor metrics: %w", err)
+	}
+	return &x, nil
+}
+
+func jobAttrs(queue, name string) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("queue", queue), attribute.String("job_name", name))
+}
+
+func (m *Metrics) jobStarted(queue, name string) {
+	if m == nil {
+		return
+	}
+	ctx := context.Background()
+	m.started.Add(ctx, 1, jobAttrs(queue, name))
+	m.inProgress.Add(ctx, 1, jobAttrs(queue, name))
+}
+
+// jobEnded records the end of an execution as the handler reported it (or
+// as a timeout or crash decided it).
+func (m *Metrics) jobEnded(queue, name, status string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	ctx := context.Background()
+	m.inProgress.Add(ctx, -1, jobAttrs(queue, name))
+	attrs := metric.WithAttributes(attribute.String("queue", queue), attribute.String("job_name", name), attribute.String("status", status))
+	m.completed.Add(ctx, 1, attrs)
+	m.duration.Record(ctx, d.Seconds(), attrs)
+}
+
+func (m *Metrics) shutdownNack(queue, name, reason string) {
+	if m == nil {
+		return
+	}
+	m.nacks.Add(context.Background(), 1, metric.WithAttributes(
+		attribute.String("job_name", name), attribute.String("queue", queue), attribute.String("reason", reason)))
+}
+
+func (m *Metrics) restart(handler, reason string) {
+	if m == nil {
+		return
+	}
+	m.restarts.Add(context.Background(), 1, metric.WithAttributes(attribute.String("handler", handler), attribute.String("reason", reason)))
+}
+
+func (m *Metrics) processState(handler string, from, to procState, first bool) {
+	if m == nil {
+		return
+	}
+	ctx := context.Background()
+	if !first {
+		m.processes.Add(ctx, -1, metric.WithAttributes(attribute.String("handler", handler), attribute.String("state", from.String())))
+	}
+	if to != procDead {
+		m.processes.Add(ctx, 1, metric.WithAttributes(attribute.String("handler", handler), attribute.String("state", to.String())))
+	}
+}
+
+func (m *Metrics) state(s State) {
+	if m == nil {
+		return
+	}
+	m.shutdownSt.Record(context.Background(), int64(s))
+}
+
+func (m *Metrics) claimedRows(n int) {
+	if m == nil || n == 0 {
+		return
+	}
+	m.claimed.Add(context.Background(), int64(n))
+}
+
+func (m *Metrics) lateResult(name, reason string) {
+	if m == nil {
+		return
+	}
+	m.resultDrops.Add(context.Background(), 1, metric.WithAttributes(attribute.String("job_name", name), attribute.String("reason", reason)))
+}

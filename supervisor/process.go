@@ -1,0 +1,358 @@
+package supervisor
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/soniq-dev/soniq-sidecar/protocol"
+)
+
+// procState is where a handler process is in its life.
+type procState int
+
+const (
+	procStarting procState = iota // spawned, waiting for hello
+	procReady                     // takes jobs
+	procRetiring                  // recycling: takes no new jobs, stops when idle
+	procStopping                  // asked to exit; waiting for it
+	procDead                      // exited; only its exit is left to handle
+)
+
+func (s procState) String() string {
+	return [...]string{"starting", "ready", "retiring", "stopping", "dead"}[s]
+}
+
+// process is one long-lived handler child. Its fields are owned by the
+// supervisor's event loop; the goroutines it starts only read its pipes and
+// talk back through events.
+type process struct {
+	pool      *pool
+	slot      int
+	pid       int
+	cmd       *exec.Cmd
+	out       chan protocol.Message // frames for the writer goroutine; closed to close stdin
+	outClosed bool
+	state     procState
+	hello     *protocol.Hello
+	spawnedAt time.Time
+	readyAt   time.Time
+
+	tasks    map[string]*task // every job it holds, live or abandoned
+	syncHeld int              // sync jobs among tasks (their slot is held until they return)
+	jobsRun  int
+	maxJobs  int // jittered recycle threshold; 0 = never
+
+	pingSeq     int64
+	pingSentAt  time.Time // zero when no ping is outstanding
+	brokenCause string    // set on a protocol error or unresponsiveness: the last_error for its jobs
+
+	startTimer *time.Timer
+	killTimers []*time.Timer
+
+	stderr *stderrTail
+}
+
+// capacity is how many jobs the process takes at once: the manifest's
+// concurrency, lowered by the handler's own if it announced fewer.
+func (p *process) capacity() int {
+	c := p.pool.h.Concurrency
+	if p.hello != nil && p.hello.Concurrency < c {
+		c = p.hello.Concurrency
+	}
+	return c
+}
+
+func (p *process) syncCapacity() int {
+	c := p.pool.h.SyncConcurrency
+	if p.hello != nil && p.hello.SyncConcurrency > 0 && p.hello.SyncConcurrency < c {
+		c = p.hello.SyncConcurrency
+	}
+	return min(c, p.capacity())
+}
+
+func (p *process) free() int     { return p.capacity() - len(p.tasks) }
+func (p *process) syncFree() int { return p.syncCapacity() - p.syncHeld }
+
+// send queues a frame for the process. The queue is sized so that it never
+// fills for a well-behaved process (jobs and cancels are bounded by its
+// concurrency, pings by one outstanding); a full queue means the process
+// stopped reading its stdin and it is treated as broken.
+func (p *process) send(m protocol.Message) bool {
+	if p.outClosed {
+		return false
+	}
+	select {
+	case p.out <- m:
+		return true
+	default:
+		return false
+	}
+}
+
+// closeInput sends `shutdown` and then closes stdin (EOF means the same).
+func (p *process) closeInput() {
+	if p.outClosed {
+		return
+	}
+	p.send(&protocol.Shutdown{})
+	close(p.out)
+	p.outClosed = true
+}
+
+// signalGroup signals the process's whole process group (it is a group
+// leader), so helpers it started go with it.
+func (p *process) signalGroup(sig syscall.Signal) {
+	if p.pid > 0 {
+		_ = syscall.Kill(-p.pid, sig)
+	}
+}
+
+// rssMB reads the resident set size from /proc (Linux). 0 when unknown.
+func (p *process) rssMB() int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, err := strconv.Atoi(f[1])
+	if err != nil {
+		return 0
+	}
+	return pages * os.Getpagesize() / (1 << 20)
+}
+
+// stderrTail keeps the last lines a process wrote to stderr, for the
+// last_error of jobs that die with it.
+type stderrTail struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+const stderrTailLines = 20
+
+func (t *stderrTail) add(line string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.lines) == stderrTailLines {
+		copy(t.lines, t.lines[1:])
+		t.lines = t.lines[:stderrTailLines-1]
+	}
+	t.lines = append(t.lines, line)
+}
+
+func (t *stderrTail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.Join(t.lines, "\n")
+}
+
+// spawnRequest asks the spawner to start a command.
+type spawnRequest struct {
+	cmd   *exec.Cmd
+	reply chan error
+}
+
+// spawner starts every child from one goroutine locked to its OS thread.
+// Linux delivers the parent-death signal when the *thread* that forked the
+// child exits, not the process; Go may retire idle threads, so children
+// forked from arbitrary goroutines could be killed at random. The spawner's
+// thread lives exactly as long as the supervisor, so its children are killed
+// if the sidecar dies and never before.
+type spawner struct {
+	reqs chan spawnRequest
+	done chan struct{}
+}
+
+func newSpawner() *spawner {
+	return &spawner{reqs: make(chan spawnRequest), done: make(chan struct{})}
+}
+
+// run serves spawn requests until stop is closed. It deliberately never
+// unlocks the thread: when run returns, the thread exits with it.
+func (s *spawner) run(stop <-chan struct{}) {
+	defer close(s.done)
+	runtime.LockOSThread()
+	for {
+		select {
+		case r := <-s.reqs:
+			r.reply <- r.cmd.Start()
+		case <-stop:
+			return
+		}
+	}
+}
+
+func (s *spawner) start(cmd *exec.Cmd) error {
+	reply := make(chan error, 1)
+	select {
+	case s.reqs <- spawnRequest{cmd: cmd, reply: reply}:
+	case <-s.done:
+		return errors.New("spawner stopped")
+	}
+	return <-reply
+}
+
+// childEnv is the child's whole environment: the manifest's env plus the
+// protocol variables. Nothing else of the sidecar's environment (notably
+// the database URL) reaches the handler.
+func childEnv(h *Handler) []string {
+	env := make([]string, 0, len(h.Env)+3)
+	for k, v := range h.Env {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	return append(env,
+		"SONIQ_PROTOCOL_VERSIONS="+strconv.Itoa(protocol.Version),
+		"SONIQ_TRANSPORT="+string(TransportStdio),
+		"SONIQ_HANDLER="+h.Name,
+	)
+}
+
+// procPipes are a started child's stdio.
+type procPipes struct {
+	stdin  io.WriteCloser
+	stdout io.ReadCloser
+	stderr io.ReadCloser
+}
+
+// startChild builds and starts the command of a handler through the spawner.
+func startChild(sp *spawner, h *Handler) (*exec.Cmd, procPipes, error) {
+	path := h.Command[0]
+	if !strings.Contains(path, "/") {
+		// Resolve with the sidecar's PATH: the child's environment is the
+		// manifest's alone and may not have one.
+		lp, err := exec.LookPath(path)
+		if err != nil {
+			return nil, procPipes{}, fmt.Errorf("handler %s: command %q: %w", h.Name, path, err)
+		}
+		path = lp
+	}
+	cmd := exec.Command(path, h.Command[1:]...)
+	cmd.Args[0] = h.Command[0]
+	cmd.Dir = h.Workdir
+	cmd.Env = childEnv(h)
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Setpgid:   true,            // terminal signals reach only the sidecar
+		Pdeathsig: syscall.SIGKILL, // die with the sidecar (see spawner)
+	}
+	var pp procPipes
+	var err error
+	if pp.stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, pp, fmt.Errorf("handler %s: stdin pipe: %w", h.Name, err)
+	}
+	if pp.stdout, err = cmd.StdoutPipe(); err != nil {
+		return nil, pp, fmt.Errorf("handler %s: stdout pipe: %w", h.Name, err)
+	}
+	if pp.stderr, err = cmd.StderrPipe(); err != nil {
+		return nil, pp, fmt.Errorf("handler %s: stderr pipe: %w", h.Name, err)
+	}
+	if err := sp.start(cmd); err != nil {
+		return nil, pp, fmt.Errorf("handler %s: starting %s: %w", h.Name, strings.Join(h.Command, " "), err)
+	}
+	return cmd, pp, nil
+}
+
+// writeFrames is a process's writer goroutine: it encodes queued frames to
+// stdin until the queue is closed (then closes stdin) or a write fails.
+func writeFrames(out <-chan protocol.Message, stdin io.WriteCloser) {
+	w := bufio.NewWriterSize(stdin, 64<<10)
+	enc := protocol.NewEncoder(w)
+	for m := range out {
+		if err := enc.Encode(m); err != nil {
+			break
+		}
+		// Flush when nothing else is queued: batches frames under load,
+		// no latency when idle.
+		if len(out) == 0 {
+			if err := w.Flush(); err != nil {
+				break
+			}
+		}
+	}
+	// Drain so senders never block, then EOF the child's stdin.
+	for range out {
+	}
+	_ = stdin.Close()
+}
+
+// readFrames is a process's reader goroutine: it decodes stdout frames into
+// events, and after EOF waits for the child and reports its exit.
+func readFrames(p *process, pp procPipes, maxFrame int, log *slog.Logger, emit func(event) bool) {
+	var stderrDone sync.WaitGroup
+	stderrDone.Add(1)
+	go func() {
+		defer stderrDone.Done()
+		sc := bufio.NewScanner(pp.stderr)
+		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			p.stderr.add(line)
+			log.Info(line, "handler", p.pool.h.Name, "pid", p.pid, "stream", "stderr")
+		}
+		_, _ = io.Copy(io.Discard, pp.stderr)
+	}()
+
+	dec := protocol.NewDecoder(pp.stdout)
+	dec.SetMaxFrameBytes(maxFrame)
+	broken := false
+	for {
+		m, err := dec.Decode()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			var fe *protocol.FrameError
+			if !errors.As(err, &fe) {
+				break // the pipe itself failed; the exit tells the rest
+			}
+			if !broken {
+				broken = true
+				emit(event{kind: evProtocolError, proc: p, err: err})
+			}
+			continue // keep draining so the child never blocks on stdout
+		}
+		if broken {
+			continue
+		}
+		if !m.Type().FromHandler() {
+			broken = true
+			emit(event{kind: evProtocolError, proc: p, err: fmt.Errorf("protocol: a %q frame travels from the sidecar to the handler, not back", m.Type())})
+			continue
+		}
+		emit(event{kind: evFrame, proc: p, msg: m})
+	}
+	_, _ = io.Copy(io.Discard, pp.stdout)
+	stderrDone.Wait()
+	err := p.cmd.Wait()
+	emit(event{kind: evExit, proc: p, err: err})
+}
+
+// exitDescription says how a process ended, for logs and last_error.
+func exitDescription(err error) string {
+	if err == nil {
+		return "exited with status 0"
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return "killed by signal " + ws.Signal().String()
+		}
+		return "exited with status " + strconv.Itoa(ee.ExitCode())
+	}
+	return err.Error()
+}

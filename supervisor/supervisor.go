@@ -1,0 +1,355 @@
+// Package supervisor is the sidecar's engine: the manifest, the handler
+// process pools, the claim-and-dispatch loop, retries, heartbeats,
+// maintenance and the shutdown state machine of seed 000.
+//
+// All mutable state lives in one event loop goroutine (Run); process pipes,
+// timers, claims and database writes run in goroutines Run owns and report
+// back as events. That keeps the state machine free of locks and every
+// transition in one place.
+package supervisor
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/protocol"
+)
+
+// Config is what Run needs. Manifest, Settings and Backend are required.
+type Config struct {
+	Manifest *Manifest
+	Settings Settings
+	Backend  backends.Backend
+	Logger   *slog.Logger
+	// Version is recorded on the worker row.
+	Version string
+	// DeadLetterUnknown claims jobs of names no handler here serves and
+	// dead-letters them (job_not_found), as Soniq's worker does. Only for a
+	// sidecar that owns its queues exclusively.
+	DeadLetterUnknown bool
+	// MaxFrameBytes is the protocol frame limit (default 16 MiB).
+	MaxFrameBytes int
+	// Metrics receives the supervisor's measurements; nil records nothing.
+	Metrics *Metrics
+
+	// Timings below default to production values; tests shorten them.
+	PingInterval time.Duration // default 5s
+	PingTimeout  time.Duration // default 30s: a silent process holding no sync job is killed
+	StopGrace    time.Duration // shutdown frame → SIGTERM (default 5s), SIGTERM → SIGKILL likewise
+	WaitWarn     time.Duration // WAIT_FOR_THREAD reminder period (default 30s)
+}
+
+// Supervisor runs handler pools against a backend. Create it with New,
+// start it with Run, stop it with Shutdown (or by cancelling Run's context).
+type Supervisor struct {
+	cfg      Config
+	log      *slog.Logger
+	workerID string
+	metrics  *Metrics
+
+	events   chan event
+	loopDone chan struct{}
+	shutdown chan struct{} // one value per Shutdown call
+
+	state      atomic.Int32 // State, readable from any goroutine
+	readyMu    sync.Mutex
+	notReady   map[string]string // handler → why it has no ready process
+	startedRun atomic.Bool
+}
+
+// New checks the configuration and prepares a Supervisor.
+func New(cfg Config) (*Supervisor, error) {
+	if cfg.Manifest == nil || cfg.Backend == nil {
+		return nil, errors.New("supervisor: Config needs a Manifest and a Backend")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxFrameBytes <= 0 {
+		cfg.MaxFrameBytes = protocol.DefaultMaxFrameBytes
+	}
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = 5 * time.Second
+	}
+	if cfg.PingTimeout <= 0 {
+		cfg.PingTimeout = 30 * time.Second
+	}
+	if cfg.StopGrace <= 0 {
+		cfg.StopGrace = 5 * time.Second
+	}
+	if cfg.WaitWarn <= 0 {
+		cfg.WaitWarn = 30 * time.Second
+	}
+	s := &Supervisor{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		workerID: backendsNewID(),
+		metrics:  cfg.Metrics,
+		events:   make(chan event, 1024),
+		loopDone: make(chan struct{}),
+		shutdown: make(chan struct{}, 8),
+		notReady: map[string]string{},
+	}
+	for _, h := range cfg.Manifest.Handlers {
+		s.notReady[h.Name] = "starting"
+	}
+	return s, nil
+}
+
+// WorkerID is this sidecar's soniq_workers id.
+func (s *Supervisor) WorkerID() string { return s.workerID }
+
+// State is the current shutdown state.
+func (s *Supervisor) State() State { return State(s.state.Load()) }
+
+// Ready reports whether every handler has a ready process and the
+// supervisor is RUNNING; when not, it says why.
+func (s *Supervisor) Ready() (bool, string) {
+	if st := s.State(); st != StateRunning {
+		return false, "state " + st.String()
+	}
+	s.readyMu.Lock()
+	defer s.readyMu.Unlock()
+	for _, h := range s.cfg.Manifest.Handlers {
+		if why, ok := s.notReady[h.Name]; ok {
+			return false, "handler " + h.Name + ": " + why
+		}
+	}
+	return true, ""
+}
+
+func (s *Supervisor) setReady(handler string, why string) {
+	s.readyMu.Lock()
+	defer s.readyMu.Unlock()
+	if why == "" {
+		delete(s.notReady, handler)
+	} else {
+		s.notReady[handler] = why
+	}
+}
+
+// Shutdown asks Run to stop. The first call moves RUNNING to DRAINING; a
+// second call during DRAINING moves to FORCE_TIMEOUT_PATH at once. It never
+// blocks. Sync jobs are never killed, whatever the number of calls.
+func (s *Supervisor) Shutdown() {
+	select {
+	case s.shutdown <- struct{}{}:
+	default:
+	}
+}
+
+// HelloMismatchError means a handler's hello disagrees with the manifest:
+// a configuration error (exit 2).
+type HelloMismatchError struct {
+	Handler string
+	Detail  string
+}
+
+func (e *HelloMismatchError) Error() string {
+	return fmt.Sprintf("handler %s: its hello disagrees with the manifest: %s", e.Handler, e.Detail)
+}
+
+// Run registers the worker, starts the pools and serves jobs until the
+// shutdown state machine reaches STOPPED. Cancelling ctx is the same as
+// Shutdown. Run does not return before every result it holds is written
+// (each write bounded at 30 s) and the worker row is marked stopped.
+func (s *Supervisor) Run(ctx context.Context) error {
+	if !s.startedRun.CompareAndSwap(false, true) {
+		return errors.New("supervisor: Run called twice")
+	}
+	// Database work at start and end uses contexts detached from ctx: a
+	// cancelled run context must not stop the bookkeeping (seed 001).
+	bg := context.WithoutCancel(ctx)
+	hostname, _ := os.Hostname()
+	m := s.cfg.Manifest
+	total := 0
+	var names []string
+	for _, h := range m.Handlers {
+		total += h.Processes * h.Concurrency
+		names = append(names, h.JobNames()...)
+	}
+	regCtx, cancelReg := context.WithTimeout(bg, writeTimeout)
+	err := s.cfg.Backend.RegisterWorker(regCtx, backends.Worker{
+		ID: s.workerID, Hostname: hostname, PID: os.Getpid(), Queues: s.cfg.Settings.Queues,
+		Concurrency: total, Status: backends.WorkerActive, Version: s.cfg.Version,
+		Metadata: []byte(`{"kind":"soniq-sidecar"}`),
+	})
+	if err == nil {
+		err = s.cfg.Backend.RegisterTasks(regCtx, s.workerID, names)
+	}
+	cancelReg()
+	if err != nil {
+		return fmt.Errorf("registering worker %s: %w", s.workerID, err)
+	}
+	s.log.Info("worker registered", "worker_id", s.workerID, "handlers", len(m.Handlers), "jobs", len(names))
+
+	// Owned goroutines, stopped in reverse order below.
+	var wg sync.WaitGroup
+	hbCtx, stopHeartbeat := context.WithCancel(bg)
+	wg.Add(1)
+	go func() { defer wg.Done(); s.heartbeat(hbCtx) }()
+
+	writer := newResultWriter(s.cfg.Backend, s.workerID, s.log)
+	go writer.run()
+
+	maintCtx, stopMaintenance := context.WithCancel(bg)
+	wg.Add(1)
+	go func() { defer wg.Done(); s.maintain(maintCtx) }()
+
+	subCtx, stopSubscription := context.WithCancel(bg)
+	wg.Add(1)
+	go func() { defer wg.Done(); s.subscribe(subCtx) }()
+
+	sp := newSpawner()
+	stopSpawner := make(chan struct{})
+	go sp.run(stopSpawner)
+
+	l := newLoop(s, writer, sp, &wg)
+	go func() {
+		select {
+		case <-ctx.Done():
+			s.Shutdown()
+		case <-s.loopDone:
+		}
+	}()
+	loopErr := l.run()
+	close(s.loopDone)
+	stopSubscription()
+
+	// Every result the loop decided is with the writer; wait for it.
+	writer.close()
+	<-writer.done
+	stopMaintenance()
+	endCtx, cancelEnd := context.WithTimeout(bg, writeTimeout)
+	if err := s.cfg.Backend.SetWorkerStatus(endCtx, s.workerID, backends.WorkerStopped); err != nil {
+		s.log.Error("marking the worker stopped failed", "worker_id", s.workerID, "err", err)
+	}
+	cancelEnd()
+	stopHeartbeat()
+	wg.Wait()
+	close(stopSpawner)
+	<-sp.done
+	s.log.Info("stopped", "state", StateStopped.String(), "worker_id", s.workerID)
+	return loopErr
+}
+
+// heartbeat keeps soniq_workers.last_heartbeat fresh in every state until
+// Run is about to return (DRAINING, FORCE_TIMEOUT_PATH and WAIT_FOR_THREAD
+// included: Soniq's own worker stops early, the contract says not to).
+func (s *Supervisor) heartbeat(ctx context.Context) {
+	t := time.NewTicker(s.cfg.Settings.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		hctx, cancel := context.WithTimeout(ctx, max(s.cfg.Settings.HeartbeatInterval, time.Second))
+		if err := s.cfg.Backend.Heartbeat(hctx, s.workerID); err != nil && ctx.Err() == nil {
+			s.log.Warn("heartbeat failed", "worker_id", s.workerID, "err", err)
+		}
+		cancel()
+	}
+}
+
+// maintain runs stale-worker recovery and expired-row cleanup on one
+// sidecar at a time (the leader), once at start and every cleanup interval.
+func (s *Supervisor) maintain(ctx context.Context) {
+	interval := s.cfg.Settings.CleanupInterval
+	if interval <= 0 {
+		interval = 5 * time.Minute
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		s.maintainOnce(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Supervisor) maintainOnce(ctx context.Context) {
+	mctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	release, ok, err := s.cfg.Backend.TryLeader(mctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("maintenance: leader election failed", "err", err)
+		}
+		return
+	}
+	if !ok {
+		return
+	}
+	defer release()
+	workers, jobs, err := s.cfg.Backend.RecoverStaleWorkers(mctx, s.cfg.Settings.HeartbeatTimeout)
+	if err != nil {
+		s.log.Warn("maintenance: stale-worker recovery failed", "err", err)
+	} else if workers > 0 {
+		s.log.Warn("maintenance: recovered stale workers; their jobs are queued again",
+			"workers", workers, "jobs", jobs, "heartbeat_timeout", s.cfg.Settings.HeartbeatTimeout)
+	}
+	n, err := s.cfg.Backend.DeleteExpired(mctx)
+	if err != nil {
+		s.log.Warn("maintenance: deleting expired results failed", "err", err)
+	} else if n > 0 {
+		s.log.Info("maintenance: deleted expired results", "rows", n)
+	}
+}
+
+// subscribe forwards new-job notifications to the loop as wake-ups.
+func (s *Supervisor) subscribe(ctx context.Context) {
+	ch, err := s.cfg.Backend.Subscribe(ctx)
+	if err != nil {
+		s.log.Warn("new-job notifications unavailable; polling only", "poll_interval", s.cfg.Settings.PollInterval, "err", err)
+		return
+	}
+	for q := range ch {
+		s.emit(event{kind: evWake, queue: q})
+	}
+}
+
+// emit hands an event to the loop; false once the loop has ended.
+func (s *Supervisor) emit(e event) bool {
+	select {
+	case s.events <- e:
+		return true
+	case <-s.loopDone:
+		return false
+	}
+}
+
+// backendsNewID returns a random (version 4) UUID.
+func backendsNewID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// jitter returns n scaled by a random factor in [0.9, 1.1], at least 1.
+func jitter(n int) int {
+	r, _ := rand.Int(rand.Reader, big.NewInt(2001))
+	f := 0.9 + float64(r.Int64())/10000
+	return max(1, int(float64(n)*f))
+}
+
+// randFloat is a uniform float in [0, 1) for the retry policy's jitter.
+func randFloat() float64 {
+	r, _ := rand.Int(rand.Reader, big.NewInt(1<<53))
+	return float64(r.Int64()) / (1 << 53)
+}
