@@ -237,7 +237,7 @@ _SPECS: Dict[str, List[Field]] = {
     "shutdown": [],
 }
 
-MESSAGE_TYPES = tuple(["hello", "job", "result", "cancel", "ping", "pong", "shutdown"])
+MESSAGE_TYPES = tuple(_SPECS)  # the seven frame types
 
 
 def _reject_constant(name: str) -> Any:

@@ -1,6 +1,5 @@
 """End-to-end: spawn handler processes and drive them frame by frame."""
 
-import json
 import os
 import queue
 import subprocess
