@@ -12,6 +12,7 @@ import (
 	"embed"
 
 	"fmt"
+	"io/fs"
 	"net/url"
 	"strings"
 	"sync"
@@ -39,10 +40,6 @@ const notifyChannel = "soniq_new_job"
 
 //go:embed schema/*.sql
 var schemaFS embed.FS
-
-// migrations are applied in this order, each in its own transaction, as
-// Soniq's runner does.
-var migrations = [...]string{"schema/0001_core.sql", "schema/0002_dead_letter.sql"}
 
 // Backend implements backends.Backend on Postgres.
 type Backend struct {
@@ -114,6 +111,9 @@ func (b *Backend) Migrate(ctx context.Context) error {
 	}
 	defer conn.Release()
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrationLockKey); err != nil {
+		// Cancelled while waiting: the lock may have been granted just as
+		// the cancel arrived, so drop the session rather than pool it.
+		_ = conn.Conn().Close(context.WithoutCancel(ctx))
 		return b.wrap(err, "take migration lock")
 	}
 	defer func() {
@@ -125,7 +125,13 @@ func (b *Backend) Migrate(ctx context.Context) error {
 			_ = conn.Conn().Close(unlockCtx)
 		}
 	}()
-	for _, name := range migrations {
+	// Applied in file-name order, each in its own transaction, as Soniq's
+	// runner does.
+	files, err := fs.Glob(schemaFS, "schema/*.sql")
+	if err != nil {
+		return fmt.Errorf("list embedded migrations: %w", err)
+	}
+	for _, name := range files {
 		sql, err := schemaFS.ReadFile(name)
 		if err != nil {
 			return fmt.Errorf("read embedded migration %s: %w", name, err)
