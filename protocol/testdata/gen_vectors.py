@@ -253,6 +253,16 @@ invalid("Infinity literal", '{"type":"result","id":"j1","status":"snooze","secon
 invalid("raw control character inside a string", '{"type":"cancel","id":"j\t1","reason":"job_timeout"}', "invalid_json")
 invalid("byte order mark before the object", '\ufeff{"type":"shutdown"}', "invalid_json")
 invalid("whitespace-only frame", '   ', "invalid_json")
+invalid("number beyond the 64-bit float range", '{"type":"result","id":"j1","status":"snooze","seconds":1e400}', "invalid_json")
+invalid("integer beyond the 64-bit float range inside args",
+        '{"type":"job","id":"j1","name":"examples.add","args":{"n":1' + "0" * 400 + '},"attempt":1,"max_attempts":3,"queue":"default"}',
+        "invalid_json")
+invalid("negative number beyond the 64-bit float range in an unknown field", '{"type":"shutdown","x":-2e308}', "invalid_json")
+invalid("unpaired high surrogate escape", '{"type":"cancel","id":"\\ud800","reason":"job_timeout"}', "invalid_json")
+invalid("unpaired low surrogate escape inside args",
+        '{"type":"job","id":"j1","name":"examples.add","args":{"s":"x\\udc00y"},"attempt":1,"max_attempts":3,"queue":"default"}',
+        "invalid_json")
+invalid("surrogate escapes in the wrong order", '{"type":"cancel","id":"\\udf89\\ud83c","reason":"job_timeout"}', "invalid_json")
 invalid("top level array", '[{"type":"ping","seq":1}]', "not_object")
 invalid("top level string", '"ping"', "not_object")
 invalid("top level number", '42', "not_object")
