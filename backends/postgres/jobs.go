@@ -283,8 +283,11 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 				deleteIDs = append(deleteIDs, c.JobID)
 				continue
 			}
+			res, err := storableJSON(strings.TrimSpace(string(c.Result)))
+			if err != nil {
+				return nil, fmt.Errorf("complete job %s: %w", c.JobID, err)
+			}
 			doneIDs = append(doneIDs, c.JobID)
-			res := strings.TrimSpace(string(c.Result))
 			// JSON null is stored as SQL NULL, as Soniq skips writing a
 			// None result.
 			doneResultValid = append(doneResultValid, res != "" && res != "null")

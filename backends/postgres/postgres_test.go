@@ -328,3 +328,20 @@ func TestMalformedIDsAreNotFound(t *testing.T) {
 	_, err = b.ReplayDeadLetter(ctx, "nope")
 	assert.ErrorIs(t, err, backends.ErrNotFound)
 }
+
+func TestResultsJSONBRejectsAreMadeStorable(t *testing.T) {
+	b, _ := openTest(t)
+	ctx := t.Context()
+	w := registerWorker(t, b, 1)
+	j, err := b.Enqueue(ctx, backends.EnqueueParams{Name: "nul"})
+	require.NoError(t, err)
+	_, err = b.Claim(ctx, backends.ClaimParams{WorkerID: w, Limit: 1})
+	require.NoError(t, err)
+	applied, err := b.Complete(ctx, w, []backends.Completion{{JobID: j.ID, Outcome: backends.OutcomeDone,
+		Result: json.RawMessage(`{"s":"a\u0000b","t":"\ud800","n":12345678901234567890,"k\u0000":"<&>"}`), ResultTTL: time.Hour}})
+	require.NoError(t, err)
+	require.Equal(t, []string{j.ID}, applied)
+	got, err := b.Get(ctx, j.ID)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"s":"a\ufffdb","t":"\ufffd","n":12345678901234567890,"k\ufffd":"<&>"}`, string(got.Result))
+}

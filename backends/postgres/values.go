@@ -246,3 +246,45 @@ func isUUID(s string) bool {
 	}
 	return true
 }
+
+// storableJSON makes a JSON value acceptable to jsonb, which rejects the
+// \u0000 escape and unpaired surrogate escapes that encoding/json (and
+// handlers) accept. Without this one such result would fail its whole
+// completion batch. Affected strings get U+FFFD; other values are untouched.
+func storableJSON(raw string) (string, error) {
+	if !strings.Contains(strings.ToLower(raw), `\u0000`) && !strings.Contains(strings.ToLower(raw), `\ud`) {
+		return raw, nil
+	}
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return "", fmt.Errorf("result is not valid JSON: %w", err)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	// Decoding already turned unpaired surrogates into U+FFFD.
+	if err := enc.Encode(replaceNUL(v)); err != nil {
+		return "", fmt.Errorf("re-encode result: %w", err)
+	}
+	return strings.TrimSuffix(buf.String(), "\n"), nil
+}
+
+func replaceNUL(v any) any {
+	switch x := v.(type) {
+	case string:
+		return strings.ReplaceAll(x, "\x00", "\uFFFD")
+	case []any:
+		for i := range x {
+			x[i] = replaceNUL(x[i])
+		}
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[strings.ReplaceAll(k, "\x00", "\uFFFD")] = replaceNUL(e)
+		}
+		return out
+	}
+	return v
+}
