@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"math"
 	"sync"
 )
 
@@ -23,8 +24,17 @@ func NewDecoder(r io.Reader) *Decoder {
 	return &Decoder{r: bufio.NewReaderSize(r, 64<<10), max: DefaultMaxFrameBytes}
 }
 
-// SetMaxFrameBytes sets the frame size limit (bytes, excluding the line terminator).
-func (d *Decoder) SetMaxFrameBytes(n int) { d.max = n }
+// SetMaxFrameBytes sets the frame size limit (bytes, excluding the line terminator);
+// n < 1 restores the default.
+func (d *Decoder) SetMaxFrameBytes(n int) {
+	switch {
+	case n < 1:
+		n = DefaultMaxFrameBytes
+	case n > math.MaxInt-2:
+		n = math.MaxInt - 2
+	}
+	d.max = n
+}
 
 // Decode reads and decodes the next frame. It returns io.EOF at a clean end of input, a
 // *FrameError for a bad frame (CodeTruncated when the input ends inside a line), and the
