@@ -102,7 +102,21 @@ function parseJSON(s) {
         case 0x6e: out += '\n'; break;
         case 0x72: out += '\r'; break;
         case 0x74: out += '\t'; break;
-        case 0x75: out += String.fromCharCode(hex4()); break;
+        case 0x75: {
+          // A surrogate must come as an escaped high+low pair; an unpaired one is invalid.
+          const u = hex4();
+          if (u >= 0xdc00 && u <= 0xdfff) fail('unpaired low surrogate escape');
+          if (u >= 0xd800 && u <= 0xdbff) {
+            if (s.charCodeAt(i) !== 0x5c || s.charCodeAt(i + 1) !== 0x75) fail('unpaired high surrogate escape');
+            i += 2;
+            const lo = hex4();
+            if (lo < 0xdc00 || lo > 0xdfff) fail('unpaired high surrogate escape');
+            out += String.fromCharCode(u, lo);
+          } else {
+            out += String.fromCharCode(u);
+          }
+          break;
+        }
         default: i--; fail('bad escape');
       }
       start = i;
@@ -169,6 +183,7 @@ function parseJSON(s) {
       numText = m[0];
       i += numText.length;
       value = Number(numText);
+      if (!Number.isFinite(value)) fail('number beyond the 64-bit float range');
     } else if (s.startsWith('true', i)) {
       i += 4;
       value = true;
@@ -446,10 +461,33 @@ const RESULT_STATUS_FIELDS = { done: ['result'], failed: ['error'], snooze: ['se
 const ERROR_FIELDS = ['type', 'message', 'traceback', 'retryable'];
 const JOB_ENTRY_FIELDS = ['name', 'cancellable'];
 
+// JSON.stringify writes an unpaired UTF-16 surrogate as a `\udXXX` escape, which decoders
+// reject; replace each with U+FFFD (as Go and Python's "replace" error handler do).
+function replaceLoneSurrogates(json) {
+  if (!/\\ud[89a-f]/.test(json)) return json;
+  let out = '';
+  let start = 0;
+  for (let i = 0; i < json.length; i++) {
+    if (json.charCodeAt(i) !== 0x5c) continue;
+    const next = json.charCodeAt(i + 1);
+    if (next === 0x75) {
+      const code = parseInt(json.slice(i + 2, i + 6), 16);
+      if (code >= 0xd800 && code <= 0xdfff) {
+        out += `${json.slice(start, i)}\ufffd`;
+        start = i + 6;
+      }
+      i += 5;
+    } else {
+      i += 1;
+    }
+  }
+  return out + json.slice(start);
+}
+
 function encodeValue(v, what) {
   const s = JSON.stringify(v);
   if (s === undefined) throw new TypeError(`${what} is not JSON-serialisable`);
-  return s;
+  return replaceLoneSurrogates(s);
 }
 
 function encodeFields(obj, fields, prefix, special) {

@@ -3,10 +3,10 @@ const { test, afterEach } = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
-const { Handler, ROOT } = require('./harness');
+const { Handler, ROOT } = require('../testing/harness');
 
 const EXAMPLES = path.join(ROOT, 'examples.js');
-const FIXTURES = path.join(__dirname, 'fixtures');
+const FIXTURES = path.join(ROOT, 'testing');
 const live = [];
 
 function start(script = EXAMPLES, opts) {
@@ -116,7 +116,7 @@ test('cancel of a non-cancellable (sync) job is ignored and its real result arri
 });
 
 test('ctx carries the job fields; abort reason; ignored abort keeps the real result', async () => {
-  const h = start(path.join(FIXTURES, 'context.js'));
+  const h = start(path.join(FIXTURES, 'context_app.js'));
   const hello = await h.hello();
   assert.equal(hello.concurrency, 2);
   h.job('x1', 'fixture.ctx', { k: [1, 'two'] }, {
@@ -146,7 +146,7 @@ test('ctx carries the job fields; abort reason; ignored abort keeps the real res
 });
 
 test('result edge cases: undefined, non-serialisable, custom error, thrown string', async () => {
-  const h = start(path.join(FIXTURES, 'context.js'));
+  const h = start(path.join(FIXTURES, 'context_app.js'));
   await h.hello();
   h.job('u', 'fixture.returns_undefined');
   h.job('b', 'fixture.bigint');
@@ -170,7 +170,7 @@ test('result edge cases: undefined, non-serialisable, custom error, thrown strin
 });
 
 test('oversized results become a ResultTooLarge failure; long errors are truncated', async () => {
-  const h = start(path.join(FIXTURES, 'context.js'), { env: { SONIQ_MAX_FRAME_BYTES: '4096' } });
+  const h = start(path.join(FIXTURES, 'context_app.js'), { env: { SONIQ_MAX_FRAME_BYTES: '4096' } });
   await h.hello();
   h.job('small', 'fixture.big', { n: 100 });
   h.job('big', 'fixture.big', { n: 5000 });
@@ -179,7 +179,7 @@ test('oversized results become a ResultTooLarge failure; long errors are truncat
   assert.equal(big.status, 'failed');
   assert.equal(big.error.type, 'ResultTooLarge');
   assert.equal(big.error.retryable, false);
-  const h2 = start(path.join(FIXTURES, 'context.js'));
+  const h2 = start(path.join(FIXTURES, 'context_app.js'));
   await h2.hello();
   h2.job('le', 'fixture.long_error');
   const le = await h2.result('le');
@@ -241,7 +241,7 @@ test('concurrency: 8 one-second sleeps finish in under 2 s', async () => {
 });
 
 test('jobs beyond the concurrency limit wait for a free slot', async () => {
-  const h = start(path.join(FIXTURES, 'context.js')); // concurrency 2
+  const h = start(path.join(FIXTURES, 'context_app.js')); // concurrency 2
   await h.hello();
   const t0 = Date.now();
   for (let i = 0; i < 3; i++) h.job(`w${i}`, 'fixture.ignore_abort', { ms: 400 });
@@ -341,9 +341,9 @@ test('empty lines and CRLF frames are accepted', async () => {
 });
 
 test('a handler module that throws at load exits non-zero with the stack on stderr', async () => {
-  const h = start(path.join(FIXTURES, 'load_error.js'));
+  const h = start(path.join(FIXTURES, 'load_error_app.js'));
   const { code } = await h.exit();
   assert.notEqual(code, 0);
-  assert.match(h.stderr, /Error: fixture exploded at load time\n\s+at .*load_error\.js:\d+/);
+  assert.match(h.stderr, /Error: fixture exploded at load time\n\s+at .*load_error_app\.js:\d+/);
   assert.equal(Buffer.concat(h.stdoutRaw).length, 0);
 });
