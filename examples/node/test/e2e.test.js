@@ -1,5 +1,5 @@
 'use strict';
-const { test, afterEach } = require('node:test');
+const nodeTest = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
@@ -15,9 +15,16 @@ function start(script = EXAMPLES, opts) {
   return h;
 }
 
-afterEach(() => {
-  while (live.length) live.pop().kill();
-});
+// Every test kills the processes it started, pass or fail (no hooks: works on Node 18 too).
+function test(name, fn) {
+  nodeTest(name, async (t) => {
+    try {
+      await fn(t);
+    } finally {
+      while (live.length) live.pop().kill();
+    }
+  });
+}
 
 // The job list the manifest declares: [{name, cancellable}] in file order.
 function manifestJobs() {
