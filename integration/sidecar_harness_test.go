@@ -1,0 +1,411 @@
+package integration
+
+// The black-box harness: build the real binary once, give each test a fresh
+// Postgres database, write a manifest for the Python or the Node SDK, run
+// `soniq-sidecar run` as a child, send it signals, read its JSON logs and
+// the rows it wrote.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/backends/postgres"
+	"github.com/soniq-dev/soniq-sidecar/backends/postgres/pgtest"
+)
+
+// repoRoot is the repository's root directory, found from this file.
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	require.True(t, ok)
+	return filepath.Dir(filepath.Dir(file))
+}
+
+// buildSidecar builds the binary once per test process. -race makes the
+// black-box runs catch data races in the supervisor too.
+var buildSidecar = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "soniq-sidecar-bin-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "soniq-sidecar")
+	_, file, _, _ := runtime.Caller(0)
+	cmd := exec.Command("go", "build", "-race", "-o", bin, "./cmd/soniq-sidecar")
+	cmd.Dir = filepath.Dir(filepath.Dir(file))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building soniq-sidecar: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+func sidecarBinary(t testing.TB) string {
+	t.Helper()
+	bin, err := buildSidecar()
+	require.NoError(t, err)
+	return bin
+}
+
+// sdk is one handler SDK the black-box tests run against.
+type sdk struct {
+	name    string
+	command func(root string) []string
+	env     func(root string) map[string]string
+}
+
+var sdks = []sdk{
+	{
+		name: "python",
+		command: func(root string) []string {
+			return []string{"python3", "-u", filepath.Join(root, "integration/testdata/handlers/test_handlers.py")}
+		},
+		env: func(root string) map[string]string {
+			return map[string]string{"PYTHONPATH": filepath.Join(root, "examples/python")}
+		},
+	},
+	{
+		name: "node",
+		command: func(root string) []string {
+			return []string{"node", filepath.Join(root, "integration/testdata/handlers/test_handlers.js")}
+		},
+		env: func(root string) map[string]string {
+			return map[string]string{"TEST_NODE_SDK": filepath.Join(root, "examples/node")}
+		},
+	},
+}
+
+// testJobs are the jobs of the test handlers and their branch.
+var testJobs = []struct {
+	name        string
+	cancellable bool
+}{
+	{"t.noop", true}, {"t.record", true}, {"t.sleep_async", true}, {"t.sleep_sync", false},
+	{"t.stubborn", true}, {"t.fail", false}, {"t.snooze", true},
+}
+
+// manifestOpts shapes a generated manifest.
+type manifestOpts struct {
+	processes, concurrency, syncConcurrency int
+	recordFrames                            bool
+	jobTimeout                              map[string]string // job name → timeout
+	extraHandlers                           string            // raw YAML appended under handlers:
+	jobs                                    []string          // restrict to these job names
+}
+
+// env is a test's world: a database, a work directory, files the handlers write.
+type world struct {
+	t        *testing.T
+	sdk      sdk
+	root     string
+	dir      string
+	dbURL    string
+	backend  *postgres.Backend
+	db       *pgxpool.Pool // raw SQL for what the Backend interface does not expose
+	record   string // TEST_RECORD
+	frames   string // TEST_FRAMES
+	manifest string
+}
+
+func newWorld(t *testing.T, s sdk, o manifestOpts) *world {
+	t.Helper()
+	root := repoRoot(t)
+	w := &world{t: t, sdk: s, root: root, dir: t.TempDir()}
+	w.dbURL = pgtest.NewDatabase(t)
+	w.record = filepath.Join(w.dir, "record.txt")
+	w.frames = filepath.Join(w.dir, "frames.txt")
+	ctx := context.Background()
+	b, err := postgres.Open(ctx, w.dbURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	require.NoError(t, b.Migrate(ctx))
+	w.backend = b
+	w.db, err = pgxpool.New(ctx, w.dbURL)
+	require.NoError(t, err)
+	t.Cleanup(w.db.Close)
+	w.manifest = w.writeManifest(o)
+	return w
+}
+
+func (w *world) writeManifest(o manifestOpts) string {
+	if o.processes == 0 {
+		o.processes = 1
+	}
+	if o.concurrency == 0 {
+		o.concurrency = 8
+	}
+	if o.syncConcurrency == 0 {
+		o.syncConcurrency = min(4, o.concurrency)
+	}
+	cmd := w.sdk.command(w.root)
+	if o.recordFrames {
+		cmd = append([]string{"python3", "-u", filepath.Join(w.root, "integration/testdata/frame_recorder.py")}, cmd...)
+	}
+	env := w.sdk.env(w.root)
+	env["TEST_RECORD"] = w.record
+	env["TEST_FRAMES"] = w.frames
+	env["TEST_CONCURRENCY"] = fmt.Sprint(o.concurrency)
+	env["TEST_SYNC_CONCURRENCY"] = fmt.Sprint(o.syncConcurrency)
+	var b strings.Builder
+	fmt.Fprintf(&b, "version: 1\nhandlers:\n  - name: %s-tests\n", w.sdk.name)
+	cj, _ := json.Marshal(cmd)
+	fmt.Fprintf(&b, "    command: %s\n    processes: %d\n    concurrency: %d\n    sync_concurrency: %d\n    startup_timeout: 20s\n",
+		cj, o.processes, o.concurrency, o.syncConcurrency)
+	ej, _ := json.Marshal(env)
+	fmt.Fprintf(&b, "    env: %s\n    jobs:\n", ej)
+	for _, j := range testJobs {
+		fmt.Fprintf(&b, "      - name: %s\n        cancellable: %t\n", j.name, j.cancellable)
+		if to, ok := o.jobTimeout[j.name]; ok {
+			fmt.Fprintf(&b, "        timeout: %s\n", to)
+		}
+	}
+	b.WriteString(o.extraHandlers)
+	path := filepath.Join(w.dir, "manifest.yaml")
+	require.NoError(w.t, os.WriteFile(path, []byte(b.String()), 0o644))
+	return path
+}
+
+// enqueue adds a job through the backend (as a Soniq producer would).
+func (w *world) enqueue(name string, args string, maxAttempts int) string {
+	w.t.Helper()
+	p := backends.EnqueueParams{Name: name, Args: json.RawMessage(args)}
+	if maxAttempts > 0 {
+		p.MaxAttempts = &maxAttempts
+	}
+	j, err := w.backend.Enqueue(context.Background(), p)
+	require.NoError(w.t, err)
+	return j.ID
+}
+
+func (w *world) job(id string) backends.Job {
+	w.t.Helper()
+	j, err := w.backend.Get(context.Background(), id)
+	require.NoError(w.t, err, "reading job %s", id)
+	return j
+}
+
+func (w *world) stats() backends.Stats {
+	w.t.Helper()
+	s, err := w.backend.Stats(context.Background())
+	require.NoError(w.t, err)
+	return s
+}
+
+// recorded returns the handler's record file lines as [event, id, pid, attempt].
+func (w *world) recorded() [][]string {
+	b, err := os.ReadFile(w.record)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	require.NoError(w.t, err)
+	var out [][]string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if line != "" {
+			out = append(out, strings.Fields(line))
+		}
+	}
+	return out
+}
+
+// framesSent returns the frames the sidecar sent (recordFrames manifests).
+func (w *world) framesSent() []map[string]any {
+	b, err := os.ReadFile(w.frames)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	require.NoError(w.t, err)
+	var out []map[string]any
+	for _, line := range strings.Split(string(b), "\n") {
+		if frame, ok := strings.CutPrefix(line, "> "); ok {
+			var m map[string]any
+			require.NoError(w.t, json.Unmarshal([]byte(frame), &m), "frame %q", frame)
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// sidecar is one running `soniq-sidecar run`.
+type sidecar struct {
+	t       *testing.T
+	cmd     *exec.Cmd
+	mu      sync.Mutex
+	lines   []map[string]any
+	raw     bytes.Buffer
+	done    chan struct{}
+	exit    int
+	exitAt  time.Time
+	started time.Time
+}
+
+// startSidecar runs the binary with short production-shaped settings; env
+// overrides them (SONIQ_* names, seconds).
+func (w *world) startSidecar(env map[string]string, args ...string) *sidecar {
+	w.t.Helper()
+	full := map[string]string{
+		"SONIQ_DATABASE_URL":       w.dbURL,
+		"SONIQ_POLL_INTERVAL":      "0.2",
+		"SONIQ_HEARTBEAT_INTERVAL": "0.5",
+		"SONIQ_HEARTBEAT_TIMEOUT":  "30",
+		"SONIQ_CLEANUP_INTERVAL":   "1",
+		"SONIQ_SHUTDOWN_TIMEOUT":   "10",
+		"PATH":                     os.Getenv("PATH"),
+		"HOME":                     os.Getenv("HOME"),
+	}
+	for k, v := range env {
+		full[k] = v
+	}
+	cmdArgs := append([]string{"run", "--manifest", w.manifest, "--log-format", "json", "--metrics-addr", ""}, args...)
+	cmd := exec.Command(sidecarBinary(w.t), cmdArgs...)
+	cmd.Dir = w.dir
+	for k, v := range full {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	stderr, err := cmd.StderrPipe()
+	require.NoError(w.t, err)
+	s := &sidecar{t: w.t, cmd: cmd, done: make(chan struct{}), started: time.Now()}
+	require.NoError(w.t, cmd.Start())
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+		for sc.Scan() {
+			line := sc.Bytes()
+			s.mu.Lock()
+			s.raw.Write(line)
+			s.raw.WriteByte('\n')
+			var m map[string]any
+			if json.Unmarshal(line, &m) == nil {
+				s.lines = append(s.lines, m)
+			}
+			s.mu.Unlock()
+		}
+		err := cmd.Wait()
+		s.mu.Lock()
+		s.exitAt = time.Now()
+		s.exit = cmd.ProcessState.ExitCode()
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			s.exit = -int(ws.Signal())
+		}
+		_ = err
+		s.mu.Unlock()
+		close(s.done)
+	}()
+	w.t.Cleanup(func() {
+		select {
+		case <-s.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-s.done
+		}
+		if w.t.Failed() {
+			s.mu.Lock()
+			w.t.Logf("sidecar log:\n%s", s.raw.String())
+			s.mu.Unlock()
+		}
+	})
+	return s
+}
+
+func (s *sidecar) signal(sig syscall.Signal) time.Time {
+	s.t.Helper()
+	require.NoError(s.t, s.cmd.Process.Signal(sig))
+	return time.Now()
+}
+
+// wait waits for the process to exit and returns its exit code and time.
+func (s *sidecar) wait(timeout time.Duration) (int, time.Time) {
+	s.t.Helper()
+	select {
+	case <-s.done:
+	case <-time.After(timeout):
+		s.t.Fatalf("sidecar did not exit within %s", timeout)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.exit, s.exitAt
+}
+
+func (s *sidecar) exited() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// logs returns the JSON log lines whose msg contains substr.
+func (s *sidecar) logs(substr string) []map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []map[string]any
+	for _, m := range s.lines {
+		if msg, _ := m["msg"].(string); strings.Contains(msg, substr) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// waitLog waits for a log line whose msg contains substr and whose
+// attributes include every key/value in attrs.
+func (s *sidecar) waitLog(timeout time.Duration, substr string, attrs map[string]any) map[string]any {
+	s.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		for _, m := range s.logs(substr) {
+			if matches(m, attrs) {
+				return m
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.t.Fatalf("no log line %q %v within %s", substr, attrs, timeout)
+	return nil
+}
+
+func matches(m map[string]any, attrs map[string]any) bool {
+	for k, v := range attrs {
+		if fmt.Sprint(m[k]) != fmt.Sprint(v) {
+			return false
+		}
+	}
+	return true
+}
+
+// eventually polls cond until it holds or fails the test after timeout.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for: %s", timeout, what)
+}
+
+// forEachSDK runs a black-box test once per SDK.
+func forEachSDK(t *testing.T, f func(t *testing.T, s sdk)) {
+	for _, s := range sdks {
+		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, s)
+		})
+	}
+}

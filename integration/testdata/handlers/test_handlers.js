@@ -1,0 +1,63 @@
+'use strict';
+// Handlers for the integration tests, on the Node SDK (examples/node).
+const fs = require('node:fs');
+const path = require('node:path');
+const { setTimeout: sleep } = require('node:timers/promises');
+const { App, Snooze } = require(path.join(process.env.TEST_NODE_SDK, 'index.js'));
+
+const app = new App({ concurrency: Number(process.env.TEST_CONCURRENCY || 8) });
+
+function record(event, ctx) {
+  const file = process.env.TEST_RECORD;
+  if (file) fs.appendFileSync(file, `${event} ${ctx.id} ${process.pid} ${ctx.attempt}\n`);
+}
+
+app.job('t.noop', async () => null);
+
+app.job('t.record', async (args, ctx) => {
+  record('run', ctx);
+  return { pid: process.pid };
+});
+
+app.job('t.sleep_async', async ({ seconds }, ctx) => {
+  record('start', ctx);
+  await sleep(seconds * 1000, undefined, { signal: ctx.signal });
+  record('end', ctx);
+  return { slept: seconds };
+});
+
+app.job('t.sleep_sync', async ({ seconds }, ctx) => {
+  record('start', ctx);
+  await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+  record('end', ctx);
+  return { slept: seconds };
+}, { cancellable: false });
+
+// Ignores its AbortSignal: finishes anyway, a little later.
+app.job('t.stubborn', async ({ seconds, extra }, ctx) => {
+  record('start', ctx);
+  await new Promise((resolve) => {
+    const t = setTimeout(resolve, seconds * 1000);
+    ctx.signal.addEventListener('abort', () => {
+      record('cancelled', ctx);
+      clearTimeout(t);
+      setTimeout(resolve, (extra ?? 0.2) * 1000);
+    });
+  });
+  return { late: true };
+});
+
+app.job('t.fail', async (args, ctx) => {
+  throw new Error(`boom from attempt ${ctx.attempt}`);
+}, { cancellable: false });
+
+app.job('t.snooze', async (args, ctx) => {
+  const marker = `${process.env.TEST_RECORD}.snoozed-${ctx.id}`;
+  if (ctx.attempt === 1 && !fs.existsSync(marker)) {
+    fs.writeFileSync(marker, '');
+    return new Snooze(args.seconds ?? 1, 'not yet');
+  }
+  return { snoozed_before: true };
+});
+
+app.run();

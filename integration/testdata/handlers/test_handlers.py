@@ -1,0 +1,73 @@
+"""Handlers for the integration tests, on the Python SDK (examples/python)."""
+import asyncio
+import os
+import time
+
+import soniq_handler
+
+app = soniq_handler.App(
+    concurrency=int(os.environ.get("TEST_CONCURRENCY", "8")),
+    sync_concurrency=int(os.environ.get("TEST_SYNC_CONCURRENCY", "4")),
+)
+
+
+def record(event, ctx):
+    path = os.environ.get("TEST_RECORD")
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{event} {ctx.id} {os.getpid()} {ctx.attempt}\n")
+
+
+@app.job("t.noop")
+async def noop(args, ctx):
+    return None
+
+
+@app.job("t.record")
+async def record_job(args, ctx):
+    record("run", ctx)
+    return {"pid": os.getpid()}
+
+
+@app.job("t.sleep_async")
+async def sleep_async(args, ctx):
+    record("start", ctx)
+    await asyncio.sleep(args["seconds"])
+    record("end", ctx)
+    return {"slept": args["seconds"]}
+
+
+@app.job("t.sleep_sync")
+def sleep_sync(args, ctx):
+    record("start", ctx)
+    time.sleep(args["seconds"])
+    record("end", ctx)
+    return {"slept": args["seconds"]}
+
+
+@app.job("t.stubborn")
+async def stubborn(args, ctx):
+    # Ignores cancellation: finishes anyway, a little later.
+    record("start", ctx)
+    try:
+        await asyncio.sleep(args["seconds"])
+    except asyncio.CancelledError:
+        record("cancelled", ctx)
+        await asyncio.sleep(args.get("extra", 0.2))
+    return {"late": True}
+
+
+@app.job("t.fail")
+def fail(args, ctx):
+    raise ValueError("boom from attempt %d" % ctx.attempt)
+
+
+@app.job("t.snooze")
+async def snooze(args, ctx):
+    if ctx.attempt == 1 and not os.path.exists(os.environ["TEST_RECORD"] + ".snoozed-" + ctx.id):
+        open(os.environ["TEST_RECORD"] + ".snoozed-" + ctx.id, "w").close()
+        return soniq_handler.Snooze(args.get("seconds", 1), "not yet")
+    return {"snoozed_before": True}
+
+
+app.run()
