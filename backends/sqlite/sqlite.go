@@ -16,11 +16,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	mathrand "math/rand/v2"
 	"strings"
 	"sync"
+	"time"
 
-	// Registers the "sqlite" database/sql driver.
-	_ "modernc.org/sqlite"
+	// Also registers the "sqlite" database/sql driver.
+	msqlite "modernc.org/sqlite"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 )
@@ -36,6 +38,8 @@ const (
 	// subscriberBuffer is each Subscribe channel's capacity. Sends never
 	// block, so a slow reader only loses (coalesces) wake-ups.
 	subscriberBuffer = 64
+	// sqliteBusy is SQLITE_BUSY, the primary result code.
+	sqliteBusy = 5
 )
 
 // Backend is the SQLite implementation of backends.Backend.
@@ -146,7 +150,7 @@ func (b *Backend) Migrate(ctx context.Context) error {
 // inWriteTx runs fn in a BEGIN IMMEDIATE transaction on the write
 // connection and commits it. what names the operation for error messages.
 func (b *Backend) inWriteTx(ctx context.Context, what string, fn func(tx *sql.Tx) error) error {
-	tx, err := b.write.BeginTx(ctx, nil)
+	tx, err := b.beginImmediate(ctx)
 	if err != nil {
 		return fmt.Errorf("%s: beginning transaction: %w", what, err)
 	}
@@ -158,6 +162,36 @@ func (b *Backend) inWriteTx(ctx context.Context, what string, fn func(tx *sql.Tx
 		return fmt.Errorf("%s: committing: %w", what, err)
 	}
 	return nil
+}
+
+// beginImmediate starts a write transaction, waiting as long as ctx allows.
+// Inside this process the single write connection already serialises
+// writers; another process writing the same file can still hold the lock
+// past busy_timeout (SQLite's busy handler backs off to 100 ms sleeps and
+// a busy writer can win every race). BEGIN has done nothing yet, so
+// retrying it after SQLITE_BUSY is safe; short jittered waits keep this
+// process in the race instead of failing the caller.
+func (b *Backend) beginImmediate(ctx context.Context) (*sql.Tx, error) {
+	for {
+		tx, err := b.write.BeginTx(ctx, nil)
+		if err == nil || !isBusy(err) {
+			return tx, err
+		}
+		wait := time.Millisecond + time.Duration(mathrand.Int64N(int64(4*time.Millisecond)))
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, fmt.Errorf("%w (gave up: %w)", err, ctx.Err())
+		case <-timer.C:
+		}
+	}
+}
+
+// isBusy reports SQLITE_BUSY, including its extended codes.
+func isBusy(err error) bool {
+	var se *msqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqliteBusy
 }
 
 // schemaDDL is Soniq 0.1.0's SQLite DDL (soniq/backends/sqlite.py), verbatim

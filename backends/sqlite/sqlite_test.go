@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -492,4 +493,47 @@ func BenchmarkClaimComplete(b *testing.B) {
 		jobs += len(claimed)
 	}
 	b.ReportMetric(float64(jobs)/b.Elapsed().Seconds(), "jobs/s")
+}
+
+// A writer in another process holding the file's write lock makes writes
+// here wait, never fail with SQLITE_BUSY, until the caller's context ends.
+func TestWriteWaitsForAnotherWriter(t *testing.T) {
+	b, path := openTest(t)
+	other, err := sql.Open(driverName, path+"?_txlock=immediate")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Close() })
+	hold, err := other.BeginTx(t.Context(), nil)
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = b.Enqueue(ctx, backends.EnqueueParams{Name: "blocked"})
+	require.Error(t, err, "the lock is held for the whole deadline")
+	t.Logf("gave up after %s: %v", time.Since(start), err)
+
+	released := make(chan struct{})
+	time.AfterFunc(200*time.Millisecond, func() { _ = hold.Rollback(); close(released) })
+	_, err = b.Enqueue(t.Context(), backends.EnqueueParams{Name: "waits"})
+	require.NoError(t, err)
+	<-released
+}
+
+func TestIsBusy(t *testing.T) {
+	_, path := openTest(t)
+	other, err := sql.Open(driverName, path+"?_txlock=immediate")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Close() })
+	hold, err := other.BeginTx(t.Context(), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = hold.Rollback() })
+	// A connection without busy_timeout fails at once: that error is what
+	// beginImmediate retries.
+	third, err := sql.Open(driverName, path+"?_txlock=immediate")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = third.Close() })
+	_, err = third.BeginTx(t.Context(), nil)
+	require.Error(t, err)
+	assert.True(t, isBusy(err), "%v", err)
+	assert.False(t, isBusy(errors.New("database is locked")))
 }
