@@ -18,9 +18,9 @@ import (
 
 // exitTolerance is what the async-forced exit may take beyond
 // shutdown_timeout: the NACK write, stopping the handler processes (they
-// were sent a cancel; 500 ms at most before they are killed), process exit,
+// were sent a cancel; 500 ms at most before they are signalled), process exit,
 // and -race overhead on a loaded 2-core CI machine.
-const exitTolerance = 1500 * time.Millisecond
+const exitTolerance = time.Second
 
 // waitRunning waits until the handler has started the given jobs.
 func (w *world) waitStarted(t *testing.T, ids ...string) {
