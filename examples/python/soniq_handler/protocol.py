@@ -169,17 +169,13 @@ def _job_entries(v: Any, path: str) -> list:
     for i, entry in enumerate(v):
         epath = f"{path}[{i}]"
         entry = _object(entry, epath)
-        job = _decode_fields(
-            entry,
-            [
-                ("name", _string(non_empty=True), True, None),
-                ("cancellable", _bool, True, None),
-            ],
-            prefix=epath + ".",
-        )
+        # Field by field, so a duplicate name is reported at `name` before
+        # `cancellable` is looked at (the check order of the vectors).
+        job = _decode_fields(entry, [("name", _string(non_empty=True), True, None)], prefix=epath + ".")
         if job["name"] in seen:
             raise ProtocolError(INVALID_VALUE, epath + ".name", "duplicate job name")
         seen.add(job["name"])
+        job.update(_decode_fields(entry, [("cancellable", _bool, True, None)], prefix=epath + "."))
         out.append(job)
     return out
 
@@ -253,6 +249,26 @@ def _parse_float(text: str) -> float:
     return value
 
 
+def _parse_int(text: str) -> int:
+    # Integers are exact in Python, but Go and Node hold numbers as 64-bit
+    # floats: one beyond that range is refused everywhere alike.
+    if math.isinf(float(text)):
+        raise ValueError(f"number {text[:40]} out of range")
+    return int(text)
+
+
+def _has_lone_surrogate(v: Any) -> bool:
+    # json.loads turns an escaped lone surrogate ("\ud800") into a str that
+    # cannot be encoded as UTF-8; the other decoders refuse such frames.
+    if isinstance(v, str):
+        return any("\ud800" <= c <= "\udfff" for c in v)
+    if isinstance(v, dict):
+        return any(_has_lone_surrogate(k) or _has_lone_surrogate(x) for k, x in v.items())
+    if isinstance(v, list):
+        return any(_has_lone_surrogate(x) for x in v)
+    return False
+
+
 def decode(line: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Dict[str, Any]:
     """Decodes one frame (the line's bytes, with or without its ``\\n``).
 
@@ -270,9 +286,11 @@ def decode(line: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Dict[
     except UnicodeDecodeError as e:
         raise ProtocolError(INVALID_UTF8, None, str(e)) from None
     try:
-        obj = json.loads(text, parse_constant=_reject_constant, parse_float=_parse_float)
+        obj = json.loads(text, parse_constant=_reject_constant, parse_float=_parse_float, parse_int=_parse_int)
     except (ValueError, RecursionError) as e:
         raise ProtocolError(INVALID_JSON, None, str(e)) from None
+    if "\\u" in text and _has_lone_surrogate(obj):
+        raise ProtocolError(INVALID_JSON, None, "unpaired UTF-16 surrogate escape")
     if type(obj) is not dict:
         raise ProtocolError(NOT_OBJECT, None, "a frame must be a JSON object")
     if "type" not in obj:
