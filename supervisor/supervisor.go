@@ -92,7 +92,7 @@ func New(cfg Config) (*Supervisor, error) {
 	s := &Supervisor{
 		cfg:      cfg,
 		log:      cfg.Logger,
-		workerID: backendsNewID(),
+		workerID: backends.NewID(),
 		metrics:  cfg.Metrics,
 		events:   make(chan event, 1024),
 		loopDone: make(chan struct{}),
@@ -330,15 +330,6 @@ func (s *Supervisor) emit(e event) bool {
 	case <-s.loopDone:
 		return false
 	}
-}
-
-// backendsNewID returns a random (version 4) UUID.
-func backendsNewID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
 // jitter returns n scaled by a random factor in [0.9, 1.1], at least 1.

@@ -2,7 +2,6 @@ package backendtest
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -190,12 +189,7 @@ func snapshot(j backends.Job) string {
 // newUUID returns a random (version 4) UUID for ids the suite invents.
 func newUUID(t *testing.T) string {
 	t.Helper()
-	var b [16]byte
-	_, err := rand.Read(b[:])
-	require.NoError(t, err, "read random bytes for a uuid")
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+	return backends.NewID()
 }
 
 func intp(v int) *int { return &v }

@@ -47,10 +47,7 @@ func (b *Backend) InsertRawStatus(ctx context.Context, status string) error {
 	if err := checkStatus(status); err != nil {
 		return fmt.Errorf("insert raw job: %w", err)
 	}
-	id, err := newID()
-	if err != nil {
-		return fmt.Errorf("insert raw job: %w", err)
-	}
+	id := backends.NewID()
 	t := now()
 	b.mu.Lock()
 	defer b.mu.Unlock()

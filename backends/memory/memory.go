@@ -6,7 +6,6 @@ package memory
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -117,10 +116,7 @@ func (b *Backend) Enqueue(ctx context.Context, p backends.EnqueueParams) (backen
 		}
 	}
 
-	id, err := newID()
-	if err != nil {
-		return backends.Job{}, fmt.Errorf("enqueue %q: %w", p.Name, err)
-	}
+	id := backends.NewID()
 	t := now()
 	j := &backends.Job{
 		ID:          id,
@@ -434,10 +430,7 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, id string) (string, erro
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
-	newJobID, err := newID()
-	if err != nil {
-		return "", fmt.Errorf("replay dead-letter job %s: %w", id, err)
-	}
+	newJobID := backends.NewID()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	d, ok := b.deadLetters[id]
@@ -690,17 +683,6 @@ func clonePtr[T any](p *T) *T {
 	}
 	v := *p
 	return &v
-}
-
-// newID returns a random version-4 UUID.
-func newID() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("generate job id: %w", err)
-	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
 }
 
 // argsHash is Soniq's compute_args_hash: SHA-256 of the args serialised

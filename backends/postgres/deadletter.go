@@ -67,12 +67,9 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, id string) (string, erro
 	if !isUUID(id) {
 		return "", notFound("dead-letter job", id)
 	}
-	newID, err := newUUID()
-	if err != nil {
-		return "", err
-	}
+	newID := backends.NewID()
 	var got string
-	err = b.pool.QueryRow(ctx, `WITH d AS (
+	err := b.pool.QueryRow(ctx, `WITH d AS (
 	UPDATE soniq_dead_letter_jobs
 	SET resurrection_count = COALESCE(resurrection_count, 0) + 1, last_resurrection_at = now()
 	WHERE id = $1

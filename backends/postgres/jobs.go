@@ -113,10 +113,7 @@ func (b *Backend) Enqueue(ctx context.Context, p backends.EnqueueParams) (backen
 		s := p.Delay.Seconds()
 		delaySecs = &s
 	}
-	id, err := newUUID()
-	if err != nil {
-		return backends.Job{}, fmt.Errorf("enqueue %s: %w", p.Name, err)
-	}
+	id := backends.NewID()
 
 	const insert = `INSERT INTO soniq_jobs
 	(id, job_name, args, args_hash, max_attempts, priority, queue, unique_job, dedup_key, scheduled_at, producer_id)

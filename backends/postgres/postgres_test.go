@@ -51,10 +51,7 @@ func TestContract(t *testing.T) {
 				return exec(ctx, "set raw status", `UPDATE soniq_jobs SET status = $2 WHERE id = $1`, id, status)
 			},
 			InsertRawStatus: func(ctx context.Context, status string) error {
-				id, err := newUUID()
-				if err != nil {
-					return err
-				}
+				id := backends.NewID()
 				return exec(ctx, "insert raw status",
 					`INSERT INTO soniq_jobs (id, job_name, args, status) VALUES ($1, 'raw.status', '{}', $2)`, id, status)
 			},
@@ -344,4 +341,27 @@ func TestResultsJSONBRejectsAreMadeStorable(t *testing.T) {
 	got, err := b.Get(ctx, j.ID)
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"s":"a\ufffdb","t":"\ufffd","n":12345678901234567890,"k\ufffd":"<&>"}`, string(got.Result))
+}
+
+// A restarted sidecar in a container has the same hostname and pid as its
+// dead predecessor, whose rows still reference it through the foreign key:
+// registering must succeed and give the predecessor's processing rows back.
+func TestRegisterWorkerTakesOverDeadPredecessor(t *testing.T) {
+	b, _ := openTest(t)
+	ctx := context.Background()
+	old, fresh := backends.NewID(), backends.NewID()
+	require.NoError(t, b.RegisterWorker(ctx, backends.Worker{ID: old, Hostname: "pod-a", PID: 1}))
+	j, err := b.Enqueue(ctx, backends.EnqueueParams{Name: "x", Args: []byte(`{}`)})
+	require.NoError(t, err)
+	claimed, err := b.Claim(ctx, backends.ClaimParams{WorkerID: old, Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+
+	require.NoError(t, b.RegisterWorker(ctx, backends.Worker{ID: fresh, Hostname: "pod-a", PID: 1}))
+	got, err := b.Get(ctx, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, backends.StatusQueued, got.Status)
+	require.Equal(t, 1, got.Attempts, "attempts preserved")
+	require.Nil(t, got.WorkerID)
+	require.NoError(t, b.Heartbeat(ctx, fresh))
 }

@@ -28,7 +28,24 @@ func (b *Backend) RegisterWorker(ctx context.Context, w backends.Worker) error {
 		version = &w.Version
 	}
 	concurrency := max(w.Concurrency, 1)
-	_, err := b.pool.Exec(ctx, `INSERT INTO soniq_workers
+	// A row with our (hostname, pid) belongs to a dead predecessor (in a
+	// container every start is pid 1 on the same hostname). Its jobs still
+	// reference its id through soniq_jobs' foreign key, so taking the new id
+	// would fail: first give its processing rows back to the queue (attempts
+	// preserved, as stale-worker recovery does) and detach its other rows.
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		return b.wrap(err, "register worker %s (%s pid %d): begin", w.ID, w.Hostname, w.PID)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `UPDATE soniq_jobs
+	SET status = CASE WHEN status = 'processing' THEN 'queued' ELSE status END,
+	    worker_id = NULL, updated_at = now()
+	WHERE worker_id IN (SELECT id FROM soniq_workers WHERE hostname = $1 AND pid = $2 AND id <> $3)`,
+		w.Hostname, w.PID, w.ID); err != nil {
+		return b.wrap(err, "register worker %s: releasing the jobs of the previous worker on %s pid %d", w.ID, w.Hostname, w.PID)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO soniq_workers
 	(id, hostname, pid, queues, concurrency, status, last_heartbeat, started_at, version, metadata)
 	VALUES ($1, $2, $3, $4, $5, 'active', now(), now(), $6, $7::text::jsonb)
 	ON CONFLICT (hostname, pid) DO UPDATE SET
@@ -40,9 +57,11 @@ func (b *Backend) RegisterWorker(ctx context.Context, w backends.Worker) error {
 	    started_at = now(),
 	    version = EXCLUDED.version,
 	    metadata = EXCLUDED.metadata`,
-		w.ID, w.Hostname, w.PID, queues, concurrency, version, metadata)
-	if err != nil {
+		w.ID, w.Hostname, w.PID, queues, concurrency, version, metadata); err != nil {
 		return b.wrap(err, "register worker %s (%s pid %d)", w.ID, w.Hostname, w.PID)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return b.wrap(err, "register worker %s (%s pid %d): commit", w.ID, w.Hostname, w.PID)
 	}
 	return nil
 }
