@@ -39,7 +39,7 @@ func CheckHandlers(ctx context.Context, m *Manifest, log *slog.Logger) []CheckRe
 
 func checkHandler(ctx context.Context, sp *spawner, h *Handler, log *slog.Logger) CheckReport {
 	rep := CheckReport{Handler: h.Name}
-	cmd, pp, err := startChild(sp, h)
+	cmd, pp, err := startChild(sp, h, protocol.DefaultMaxFrameBytes)
 	if err != nil {
 		rep.Err = err
 		return rep

@@ -255,25 +255,27 @@ func (l *loop) servesQueue(q string) bool {
 
 func (l *loop) spawn(pl *pool, slot int) {
 	h := pl.h
-	cmd, pp, err := startChild(l.sp, h)
-	if err != nil {
-		l.startFailed(pl, slot, err.Error())
-		return
-	}
 	p := &process{
-		pool: pl, slot: slot, pid: cmd.Process.Pid, cmd: cmd,
+		pool: pl, slot: slot,
 		out:       make(chan protocol.Message, 2*h.Concurrency+16),
 		state:     procStarting,
 		spawnedAt: time.Now(),
 		tasks:     map[string]*task{},
 		stderr:    &stderrTail{},
 	}
+	// The transport starts the child, sets p.pid, consumes p.out and
+	// reports frames, protocol errors and the exit as events.
+	start := startStdio
+	if h.Transport == TransportUnix {
+		start = startUnix
+	}
+	if err := start(transportEnv{sp: l.sp, maxFrame: l.cfg.MaxFrameBytes, log: l.s.log, emit: l.s.emit, wg: l.wg}, p); err != nil {
+		l.startFailed(pl, slot, err.Error())
+		return
+	}
 	pl.procs[slot] = p
 	l.procs++
 	l.s.metrics.processState(h.Name, procStarting, procStarting, true)
-	l.wg.Add(2)
-	go func() { defer l.wg.Done(); writeFrames(p.out, pp.stdin) }()
-	go func() { defer l.wg.Done(); readFrames(p, pp, l.cfg.MaxFrameBytes, l.s.log, l.s.emit) }()
 	p.startTimer = time.AfterFunc(h.StartupTimeout, func() { l.s.emit(event{kind: evStartTimeout, proc: p}) })
 	l.s.log.Info("handler process started", "handler", h.Name, "pid", p.pid, "slot", slot)
 }

@@ -161,9 +161,9 @@ func (t *stderrTail) String() string {
 	return strings.Join(t.lines, "\n")
 }
 
-// spawnRequest asks the spawner to start a command.
+// spawnRequest asks the spawner to run a function that forks a child.
 type spawnRequest struct {
-	cmd   *exec.Cmd
+	fork  func() error
 	reply chan error
 }
 
@@ -190,17 +190,22 @@ func (s *spawner) run(stop <-chan struct{}) {
 	for {
 		select {
 		case r := <-s.reqs:
-			r.reply <- r.cmd.Start()
+			r.reply <- r.fork()
 		case <-stop:
 			return
 		}
 	}
 }
 
-func (s *spawner) start(cmd *exec.Cmd) error {
+// start starts cmd on the spawner's thread.
+func (s *spawner) start(cmd *exec.Cmd) error { return s.do(cmd.Start) }
+
+// do runs fork, which starts a child process (e.g. a go-plugin client's
+// Start), on the spawner's thread.
+func (s *spawner) do(fork func() error) error {
 	reply := make(chan error, 1)
 	select {
-	case s.reqs <- spawnRequest{cmd: cmd, reply: reply}:
+	case s.reqs <- spawnRequest{fork: fork, reply: reply}:
 	case <-s.done:
 		return errors.New("spawner stopped")
 	}
@@ -210,7 +215,7 @@ func (s *spawner) start(cmd *exec.Cmd) error {
 // childEnv is the child's whole environment: the manifest's env plus the
 // protocol variables. Nothing else of the sidecar's environment (notably
 // the database URL) reaches the handler.
-func childEnv(h *Handler) []string {
+func childEnv(h *Handler, maxFrame int) []string {
 	env := make([]string, 0, len(h.Env)+3)
 	for k, v := range h.Env {
 		env = append(env, k+"="+v)
@@ -218,8 +223,9 @@ func childEnv(h *Handler) []string {
 	sort.Strings(env)
 	return append(env,
 		"SONIQ_PROTOCOL_VERSIONS="+strconv.Itoa(protocol.Version),
-		"SONIQ_TRANSPORT="+string(TransportStdio),
+		"SONIQ_TRANSPORT="+string(h.Transport),
 		"SONIQ_HANDLER="+h.Name,
+		"SONIQ_MAX_FRAME_BYTES="+strconv.Itoa(maxFrame),
 	)
 }
 
@@ -230,28 +236,38 @@ type procPipes struct {
 	stderr io.ReadCloser
 }
 
-// startChild builds and starts the command of a handler through the spawner.
-func startChild(sp *spawner, h *Handler) (*exec.Cmd, procPipes, error) {
+// handlerCommand builds (does not start) the command of a handler: its own
+// process group, the parent-death signal, the restricted environment, the
+// manifest's working directory. Both transports start children from it.
+func handlerCommand(h *Handler, maxFrame int) (*exec.Cmd, error) {
 	path := h.Command[0]
 	if !strings.Contains(path, "/") {
 		// Resolve with the sidecar's PATH: the child's environment is the
 		// manifest's alone and may not have one.
 		lp, err := exec.LookPath(path)
 		if err != nil {
-			return nil, procPipes{}, fmt.Errorf("handler %s: command %q: %w", h.Name, path, err)
+			return nil, fmt.Errorf("handler %s: command %q: %w", h.Name, path, err)
 		}
 		path = lp
 	}
 	cmd := exec.Command(path, h.Command[1:]...)
 	cmd.Args[0] = h.Command[0]
 	cmd.Dir = h.Workdir
-	cmd.Env = childEnv(h)
+	cmd.Env = childEnv(h, maxFrame)
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setpgid:   true,            // terminal signals reach only the sidecar
 		Pdeathsig: syscall.SIGKILL, // die with the sidecar (see spawner)
 	}
+	return cmd, nil
+}
+
+// startChild starts a stdio handler child through the spawner.
+func startChild(sp *spawner, h *Handler, maxFrame int) (*exec.Cmd, procPipes, error) {
+	cmd, err := handlerCommand(h, maxFrame)
+	if err != nil {
+		return nil, procPipes{}, err
+	}
 	var pp procPipes
-	var err error
 	if pp.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, pp, fmt.Errorf("handler %s: stdin pipe: %w", h.Name, err)
 	}

@@ -94,13 +94,10 @@ func (b *Backend) ListDeadLetter(ctx context.Context, limit int) ([]backends.Dea
 // transaction, resurrection_count+1 and last_resurrection_at on the
 // dead-letter row, which stays as the audit trail.
 func (b *Backend) ReplayDeadLetter(ctx context.Context, id string) (string, error) {
-	newID, err := newUUID()
-	if err != nil {
-		return "", fmt.Errorf("replaying dead-letter job %s: %w", id, err)
-	}
+	newID := backends.NewID()
 	ts := formatTime(now())
 	var queue string
-	err = b.inWriteTx(ctx, "replaying dead-letter job "+id, func(tx *sql.Tx) error {
+	err := b.inWriteTx(ctx, "replaying dead-letter job "+id, func(tx *sql.Tx) error {
 		err := tx.QueryRowContext(ctx, `INSERT INTO soniq_jobs
 				(id, job_name, args, status, attempts, max_attempts, priority, queue,
 				 unique_job, scheduled_at, created_at, updated_at)

@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"bytes"
-	"crypto/rand"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
@@ -79,28 +78,6 @@ func nullTimeText(t *time.Time) any {
 		return nil
 	}
 	return formatTime(*t)
-}
-
-// newUUID returns a random (version 4) UUID in the canonical lowercase form
-// Python's str(uuid.uuid4()) produces.
-func newUUID() (string, error) {
-	var u [16]byte
-	if _, err := rand.Read(u[:]); err != nil {
-		return "", fmt.Errorf("generating uuid: %w", err)
-	}
-	u[6] = (u[6] & 0x0f) | 0x40
-	u[8] = (u[8] & 0x3f) | 0x80
-	var buf [36]byte
-	hex.Encode(buf[0:8], u[0:4])
-	buf[8] = '-'
-	hex.Encode(buf[9:13], u[4:6])
-	buf[13] = '-'
-	hex.Encode(buf[14:18], u[6:8])
-	buf[18] = '-'
-	hex.Encode(buf[19:23], u[8:10])
-	buf[23] = '-'
-	hex.Encode(buf[24:], u[10:])
-	return string(buf[:]), nil
 }
 
 // truncateError bounds s to backends.MaxErrorBytes without splitting a

@@ -42,12 +42,9 @@ func harness(b *Backend) backendtest.Harness {
 			return err
 		},
 		InsertRawStatus: func(ctx context.Context, status string) error {
-			id, err := newUUID()
-			if err != nil {
-				return err
-			}
+			id := backends.NewID()
 			ts := formatTime(now())
-			_, err = b.write.ExecContext(ctx, `INSERT INTO soniq_jobs (id, job_name, args, status, created_at, updated_at)
+			_, err := b.write.ExecContext(ctx, `INSERT INTO soniq_jobs (id, job_name, args, status, created_at, updated_at)
 				VALUES (?, 'raw.insert', '{}', ?, ?, ?)`, id, status, ts, ts)
 			return err
 		},

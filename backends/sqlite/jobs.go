@@ -143,10 +143,7 @@ func (b *Backend) Enqueue(ctx context.Context, p backends.EnqueueParams) (backen
 		}
 		hash = h
 	}
-	id, err := newUUID()
-	if err != nil {
-		return backends.Job{}, fmt.Errorf("enqueueing job %q: %w", p.Name, err)
-	}
+	id := backends.NewID()
 	ts := now()
 	var scheduled any
 	if p.Delay > 0 {

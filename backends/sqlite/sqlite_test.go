@@ -115,8 +115,7 @@ func TestNewUUID(t *testing.T) {
 	v4 := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 	seen := map[string]bool{}
 	for range 100 {
-		id, err := newUUID()
-		require.NoError(t, err)
+		id := backends.NewID()
 		require.Regexp(t, v4, id)
 		require.False(t, seen[id], "duplicate %s", id)
 		seen[id] = true
@@ -137,8 +136,7 @@ func rawText(t *testing.T, b *Backend, table, column, id string) string {
 
 func registerWorker(t *testing.T, b backends.Backend, pid int) string {
 	t.Helper()
-	id, err := newUUID()
-	require.NoError(t, err)
+	id := backends.NewID()
 	require.NoError(t, b.RegisterWorker(t.Context(), backends.Worker{ID: id, Hostname: "test", PID: pid}))
 	return id
 }
@@ -316,10 +314,7 @@ func enqueueN(t testing.TB, b *Backend, n int) map[string]bool {
 	want := make(map[string]bool, n)
 	err := b.inWriteTx(context.Background(), "bulk insert", func(tx *sql.Tx) error {
 		for i := range n {
-			id, err := newUUID()
-			if err != nil {
-				return err
-			}
+			id := backends.NewID()
 			ts := formatTime(now())
 			if _, err := tx.Exec(`INSERT INTO soniq_jobs
 				(id, job_name, args, status, attempts, max_attempts, priority, queue, unique_job, created_at, updated_at)
@@ -467,8 +462,7 @@ func TestOpenRejectsBadPaths(t *testing.T) {
 func BenchmarkClaimComplete(b *testing.B) {
 	be, _ := openTest(b)
 	ctx := context.Background()
-	wid, err := newUUID()
-	require.NoError(b, err)
+	wid := backends.NewID()
 	require.NoError(b, be.RegisterWorker(ctx, backends.Worker{ID: wid, Hostname: "bench", PID: 1}))
 	const batch = 32
 	jobs := 0
