@@ -1,0 +1,575 @@
+package integration
+
+// Black-box tests of the supervisor (DESIGN §4, §6, §7): throughput, the
+// retry policy, snooze, handler crashes and crash loops, manifest/hello
+// agreement, unknown job names, several sidecars on one database, stale
+// worker recovery and the rows dead-lettered at claim. The real binary,
+// real Postgres, real Python and Node handler processes.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+)
+
+// ---- helpers ----
+
+// rawLog is everything the sidecar wrote on stderr so far (JSON log lines
+// and the final non-JSON error line, if any).
+func (s *sidecar) rawLog() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.raw.String()
+}
+
+// intAttr reads an integer log attribute (JSON numbers decode as float64).
+func intAttr(m map[string]any, key string) int {
+	switch v := m[key].(type) {
+	case float64:
+		return int(v)
+	case string:
+		n, _ := strconv.Atoi(v)
+		return n
+	}
+	return 0
+}
+
+// workerID is this sidecar's soniq_workers id, from its "worker registered" line.
+func (s *sidecar) workerID(t *testing.T) string {
+	t.Helper()
+	m := s.waitLog(20*time.Second, "worker registered", nil)
+	id, _ := m["worker_id"].(string)
+	require.NotEmpty(t, id, "worker registered line without worker_id: %v", m)
+	return id
+}
+
+// readyPIDs are the pids of the handler processes that said hello, in log
+// order, for the handler named handler ("" = any).
+func (s *sidecar) readyPIDs(handler string) []int {
+	var pids []int
+	for _, m := range s.logs("handler process ready") {
+		if handler == "" || m["handler"] == handler {
+			pids = append(pids, intAttr(m, "pid"))
+		}
+	}
+	return pids
+}
+
+// waitReady waits until n handler processes of handler said hello.
+func (s *sidecar) waitReady(t *testing.T, handler string, n int) []int {
+	t.Helper()
+	eventually(t, 30*time.Second, fmt.Sprintf("%d ready processes of %s", n, handler), func() bool {
+		return len(s.readyPIDs(handler)) >= n
+	})
+	return s.readyPIDs(handler)
+}
+
+// stop sends SIGTERM and requires a clean exit.
+func (s *sidecar) stop(t *testing.T) {
+	t.Helper()
+	s.signal(syscall.SIGTERM)
+	code, _ := s.wait(30 * time.Second)
+	require.Equal(t, 0, code, "clean exit after SIGTERM")
+}
+
+func (w *world) handlerName() string { return w.sdk.name + "-tests" }
+
+// deadLetter returns the dead-letter row of a job, if any.
+func (w *world) deadLetter(id string) (backends.DeadLetterJob, bool) {
+	w.t.Helper()
+	rows, err := w.backend.ListDeadLetter(context.Background(), 0)
+	require.NoError(w.t, err)
+	for _, r := range rows {
+		if r.ID == id {
+			return r, true
+		}
+	}
+	return backends.DeadLetterJob{}, false
+}
+
+func (w *world) waitDeadLetter(t *testing.T, timeout time.Duration, id string) backends.DeadLetterJob {
+	t.Helper()
+	var dl backends.DeadLetterJob
+	eventually(t, timeout, "job "+id+" dead-lettered", func() bool {
+		var ok bool
+		dl, ok = w.deadLetter(id)
+		return ok
+	})
+	return dl
+}
+
+// jobGone reports whether the job's row left soniq_jobs.
+func (w *world) jobGone(id string) bool {
+	w.t.Helper()
+	var n int
+	require.NoError(w.t, w.db.QueryRow(context.Background(),
+		`SELECT count(*) FROM soniq_jobs WHERE id = $1::uuid`, id).Scan(&n))
+	return n == 0
+}
+
+func (w *world) waitDone(t *testing.T, timeout time.Duration, ids ...string) {
+	t.Helper()
+	eventually(t, timeout, fmt.Sprintf("%d jobs done", len(ids)), func() bool {
+		for _, id := range ids {
+			if w.job(id).Status != backends.StatusDone {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func (w *world) enqueueN(name, args string, n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = w.enqueue(name, args, 0)
+	}
+	return ids
+}
+
+func pidAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// jobFrames counts the job frames the sidecar sent for id (recordFrames).
+func jobFrames(frames []map[string]any, id string) int {
+	n := 0
+	for _, f := range frames {
+		if f["type"] == "job" && f["id"] == id {
+			n++
+		}
+	}
+	return n
+}
+
+// writeCustomManifest writes the generated manifest with edit applied to
+// its text, under another name in the test's directory.
+func (w *world) writeCustomManifest(t *testing.T, name string, edit func(string) string) string {
+	t.Helper()
+	base, err := os.ReadFile(w.manifest)
+	require.NoError(t, err)
+	text := edit(string(base))
+	require.NotEqual(t, string(base), text, "the edit changed nothing")
+	path := filepath.Join(w.dir, name)
+	require.NoError(t, os.WriteFile(path, []byte(text), 0o644))
+	return path
+}
+
+// manifestCheck runs `soniq-sidecar manifest check FILE`.
+func manifestCheck(t *testing.T, path string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, sidecarBinary(t), "manifest", "check", path)
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		require.NoError(t, err)
+	}
+	return cmd.ProcessState.ExitCode(), string(out)
+}
+
+// ---- tests ----
+
+// 1,000 trivial jobs through two processes: all done. Throughput is logged,
+// not asserted.
+func TestSupervisorThroughputNoop(t *testing.T) {
+	forEachSDK(t, func(t *testing.T, s sdk) {
+		w := newWorld(t, s, manifestOpts{processes: 2, concurrency: 16})
+		const n = 1000
+		w.enqueueN("t.noop", `{}`, n)
+		start := time.Now()
+		sc := w.startSidecar(nil)
+		sc.waitReady(t, w.handlerName(), 2)
+		ready := time.Now()
+		eventually(t, 90*time.Second, "1000 jobs done", func() bool { return w.stats().Done == n })
+		end := time.Now()
+		st := w.stats()
+		assert.Equal(t, backends.Stats{Total: n, Done: n}, st)
+		t.Logf("%s: %d t.noop jobs, 2 processes: %.0f jobs/s from both processes ready (%.2fs), %.0f jobs/s from sidecar start (%.2fs); -race binary",
+			s.name, n, n/end.Sub(ready).Seconds(), end.Sub(ready).Seconds(), n/end.Sub(start).Seconds(), end.Sub(start).Seconds())
+		sc.stop(t)
+	})
+}
+
+// A job that always fails is retried up to max_attempts, then dead-lettered
+// with the handler's traceback in last_error.
+func TestSupervisorFailRetriedThenDeadLettered(t *testing.T) {
+	forEachSDK(t, func(t *testing.T, s sdk) {
+		w := newWorld(t, s, manifestOpts{})
+		id := w.enqueue("t.fail", `{}`, 3)
+		sc := w.startSidecar(nil)
+		dl := w.waitDeadLetter(t, 30*time.Second, id)
+		assert.Equal(t, backends.ReasonMaxRetriesExceeded, dl.Reason)
+		assert.Equal(t, 3, dl.Attempts)
+		assert.Equal(t, 3, dl.MaxAttempts)
+		assert.Equal(t, "t.fail", dl.Name)
+		require.NotNil(t, dl.LastError)
+		assert.Contains(t, *dl.LastError, "boom from attempt 3")
+		if s.name == "python" {
+			assert.Contains(t, *dl.LastError, "Traceback")
+		} else {
+			assert.Contains(t, *dl.LastError, "at ", "the Node stack")
+		}
+		assert.True(t, w.jobGone(id), "the dead-lettered row left soniq_jobs")
+		retries := 0
+		for _, m := range sc.logs("job failed; will retry") {
+			if m["job_id"] == id {
+				retries++
+			}
+		}
+		assert.Equal(t, 2, retries, "attempts 1 and 2 were retried")
+		sc.waitLog(5*time.Second, "no attempts left: dead-lettered", map[string]any{"job_id": id})
+		sc.stop(t)
+	})
+}
+
+// Snooze gives the attempt back: the job runs twice and ends done with
+// attempts 1.
+func TestSupervisorSnooze(t *testing.T) {
+	forEachSDK(t, func(t *testing.T, s sdk) {
+		w := newWorld(t, s, manifestOpts{recordFrames: true})
+		id := w.enqueue("t.snooze", `{"seconds":0.5}`, 0)
+		sc := w.startSidecar(nil)
+		w.waitDone(t, 30*time.Second, id)
+		j := w.job(id)
+		assert.Equal(t, 1, j.Attempts, "the snooze gave its attempt back")
+		assert.JSONEq(t, `{"snoozed_before":true}`, string(j.Result))
+		assert.Equal(t, 2, jobFrames(w.framesSent(), id), "the job was sent twice")
+		_, err := os.Stat(w.record + ".snoozed-" + id)
+		assert.NoError(t, err, "the first run snoozed")
+		sc.stop(t)
+	})
+}
+
+// kill -9 of a handler process mid-job: the job fails through the retry
+// policy, runs again on the replacement process and completes.
+func TestSupervisorHandlerKilledMidJob(t *testing.T) {
+	forEachSDK(t, func(t *testing.T, s sdk) {
+		w := newWorld(t, s, manifestOpts{})
+		id := w.enqueue("t.sleep_async", `{"seconds":2}`, 3)
+		sc := w.startSidecar(nil)
+		w.waitStarted(t, id)
+		var victim int
+		for _, r := range w.recorded() {
+			if r[0] == "start" && r[1] == id {
+				victim, _ = strconv.Atoi(r[2])
+			}
+		}
+		require.NotZero(t, victim)
+		require.Equal(t, []int{victim}, sc.readyPIDs(w.handlerName()), "the job runs in the one ready process")
+		require.NoError(t, syscall.Kill(victim, syscall.SIGKILL))
+
+		w.waitDone(t, 30*time.Second, id)
+		j := w.job(id)
+		assert.Equal(t, 2, j.Attempts, "the crash counted one attempt")
+		var starts [][]string
+		for _, r := range w.recorded() {
+			if r[0] == "start" && r[1] == id {
+				starts = append(starts, r)
+			}
+		}
+		require.Len(t, starts, 2)
+		assert.Equal(t, "2", starts[1][3], "the re-run is attempt 2")
+
+		pids := sc.readyPIDs(w.handlerName())
+		require.Len(t, pids, 2, "one replacement process")
+		assert.Equal(t, victim, pids[0])
+		assert.NotEqual(t, victim, pids[1], "the replacement is a new process")
+		assert.Equal(t, strconv.Itoa(pids[1]), starts[1][2], "the re-run ran in the replacement")
+		assert.False(t, pidAlive(victim), "the killed process is gone (reaped)")
+		sc.waitLog(5*time.Second, "exited unexpectedly", map[string]any{"pid": victim})
+		sc.stop(t)
+	})
+}
+
+// A handler that exits at start: restarts with backoff, ONE crash-loop line,
+// its jobs stay queued and untouched, the other handler keeps working.
+func TestSupervisorCrashLoop(t *testing.T) {
+	forEachSDK(t, func(t *testing.T, s sdk) {
+		extra := `  - name: crasher
+    command: ["python3", "-c", "import sys; sys.exit(3)"]
+    processes: 1
+    startup_timeout: 5s
+    jobs:
+      - name: t.never
+        cancellable: true
+`
+		w := newWorld(t, s, manifestOpts{extraHandlers: extra})
+		never := w.enqueue("t.never", `{}`, 0)
+		sc := w.startSidecar(nil)
+		start := time.Now()
+		ids := w.enqueueN("t.record", `{}`, 20)
+		w.waitDone(t, 30*time.Second, ids...)
+		loop := sc.waitLog(10*time.Second, "crash-looping", map[string]any{"handler": "crasher"})
+		t.Logf("%s: crash loop reported after %s (failures=%v)", s.name, time.Since(start).Round(time.Millisecond), loop["failures"])
+
+		// Keep running to ~10 s: still exactly one crash-loop line.
+		if d := 10*time.Second - time.Since(start); d > 0 {
+			time.Sleep(d)
+		}
+		assert.Len(t, sc.logs("crash-looping"), 1, "one clear log line, not one per restart")
+		var delays []string
+		for _, m := range sc.logs("restarting with backoff") {
+			if m["handler"] == "crasher" {
+				delays = append(delays, fmt.Sprint(m["retry_in"]))
+			}
+		}
+		t.Logf("%s: restart delays before the crash loop: %v", s.name, delays)
+		assert.GreaterOrEqual(t, len(delays), 2, "backoff restarts are logged")
+
+		// More work for the healthy handler while the crasher loops.
+		more := w.enqueueN("t.record", `{}`, 5)
+		w.waitDone(t, 20*time.Second, more...)
+		assert.Len(t, sc.readyPIDs(w.handlerName()), 1, "the healthy handler was never restarted")
+
+		j := w.job(never)
+		assert.Equal(t, backends.StatusQueued, j.Status)
+		assert.Equal(t, 0, j.Attempts)
+		assert.Nil(t, j.WorkerID)
+		sc.stop(t)
+	})
+}
+
+// The handler's hello must list exactly the declared jobs with the same
+// cancellable value: `run` exits 2 naming the job, and so does
+// `manifest check`; a good manifest checks ok.
+func TestSupervisorManifestHelloMismatch(t *testing.T) {
+	forEachSDK(t, func(t *testing.T, s sdk) {
+		w := newWorld(t, s, manifestOpts{})
+		good := w.manifest
+		undeclared := w.writeCustomManifest(t, "ghost.yaml", func(m string) string {
+			return strings.Replace(m, "    jobs:\n", "    jobs:\n      - name: t.ghost\n        cancellable: true\n", 1)
+		})
+		wrongBranch := w.writeCustomManifest(t, "branch.yaml", func(m string) string {
+			return strings.Replace(m, "- name: t.fail\n        cancellable: false", "- name: t.fail\n        cancellable: true", 1)
+		})
+		for _, c := range []struct{ path, job string }{{undeclared, "t.ghost"}, {wrongBranch, "t.fail"}} {
+			w.manifest = c.path
+			sc := w.startSidecar(nil)
+			code, _ := sc.wait(30 * time.Second)
+			assert.Equal(t, 2, code, "%s: run exits 2", filepath.Base(c.path))
+			lines := strings.Split(strings.TrimSpace(sc.rawLog()), "\n")
+			last := lines[len(lines)-1]
+			assert.Contains(t, last, c.job, "the final stderr line names the job")
+			assert.NotEmpty(t, sc.logs("hello disagrees with the manifest"))
+
+			code, out := manifestCheck(t, c.path)
+			assert.Equal(t, 2, code, "manifest check %s: %s", filepath.Base(c.path), out)
+			assert.Contains(t, out, c.job)
+			assert.Contains(t, out, "FAIL handler "+w.handlerName())
+		}
+		code, out := manifestCheck(t, good)
+		assert.Equal(t, 0, code, out)
+		assert.Contains(t, out, "ok   handler "+w.handlerName())
+	})
+}
+
+// Unknown job names are not claimed (the sidecar can share queues with
+// Soniq's own workers); --dead-letter-unknown dead-letters them.
+func TestSupervisorUnknownJobNames(t *testing.T) {
+	forEachSDK(t, func(t *testing.T, s sdk) {
+		w := newWorld(t, s, manifestOpts{})
+		unknown := w.enqueueN("t.unknown", `{}`, 3)
+		known := w.enqueueN("t.noop", `{}`, 5)
+		sc := w.startSidecar(nil)
+		w.waitDone(t, 30*time.Second, known...)
+		time.Sleep(1 * time.Second) // several poll intervals after the known jobs
+		for _, id := range unknown {
+			j := w.job(id)
+			assert.Equal(t, backends.StatusQueued, j.Status)
+			assert.Equal(t, 0, j.Attempts)
+			assert.Nil(t, j.WorkerID)
+			assert.Nil(t, j.LastError)
+		}
+		assert.Empty(t, sc.logs("not served by any handler"))
+		sc.stop(t)
+
+		sc = w.startSidecar(nil, "--dead-letter-unknown")
+		more := w.enqueueN("t.noop", `{}`, 5)
+		for _, id := range unknown {
+			dl := w.waitDeadLetter(t, 20*time.Second, id)
+			assert.Equal(t, backends.ReasonJobNotFound, dl.Reason)
+			assert.Equal(t, "t.unknown", dl.Name)
+			assert.True(t, w.jobGone(id))
+		}
+		w.waitDone(t, 20*time.Second, more...)
+		sc.stop(t)
+	})
+}
+
+// Two sidecars on one database: every job runs exactly once, both do work.
+func TestSupervisorTwoSidecarsExactlyOnce(t *testing.T) {
+	forEachSDK(t, func(t *testing.T, s sdk) {
+		w := newWorld(t, s, manifestOpts{concurrency: 16})
+		a := w.startSidecar(nil)
+		b := w.startSidecar(nil)
+		wa, wb := a.workerID(t), b.workerID(t)
+		require.NotEqual(t, wa, wb)
+		pa := a.waitReady(t, w.handlerName(), 1)
+		pb := b.waitReady(t, w.handlerName(), 1)
+
+		const n = 2000
+		ids := w.enqueueN("t.record", `{}`, n)
+		start := time.Now()
+		eventually(t, 90*time.Second, "2000 jobs done", func() bool { return w.stats().Done == n })
+		t.Logf("%s: %d t.record jobs by two sidecars in %.2fs (%.0f jobs/s, enqueue overlapping)",
+			s.name, n, time.Since(start).Seconds(), n/time.Since(start).Seconds())
+
+		runs := map[string]int{}
+		runsByPID := map[int]int{}
+		for _, r := range w.recorded() {
+			if r[0] == "run" {
+				runs[r[1]]++
+				pid, _ := strconv.Atoi(r[2])
+				runsByPID[pid]++
+			}
+		}
+		assert.Len(t, runs, n, "one run line per job id")
+		for _, id := range ids {
+			if runs[id] != 1 {
+				t.Errorf("job %s ran %d times", id, runs[id])
+			}
+		}
+
+		var byWorker = map[string]int{}
+		rows, err := w.db.Query(context.Background(),
+			`SELECT coalesce(worker_id::text, ''), count(*), max(attempts) FROM soniq_jobs GROUP BY 1`)
+		require.NoError(t, err)
+		for rows.Next() {
+			var wid string
+			var cnt, maxAttempts int
+			require.NoError(t, rows.Scan(&wid, &cnt, &maxAttempts))
+			byWorker[wid] = cnt
+			assert.Equal(t, 1, maxAttempts, "no job was claimed twice")
+		}
+		require.NoError(t, rows.Err())
+		t.Logf("%s: rows by worker: a=%d b=%d", s.name, byWorker[wa], byWorker[wb])
+		assert.Equal(t, n, byWorker[wa]+byWorker[wb], "every done row names one of the two workers")
+		assert.Positive(t, byWorker[wa], "sidecar a did some of the work")
+		assert.Positive(t, byWorker[wb], "sidecar b did some of the work")
+
+		// The same split seen from the handlers' side.
+		sum := func(pids []int) int {
+			total := 0
+			for _, p := range pids {
+				total += runsByPID[p]
+			}
+			return total
+		}
+		assert.Equal(t, byWorker[wa], sum(pa), "sidecar a's handler ran a's rows")
+		assert.Equal(t, byWorker[wb], sum(pb), "sidecar b's handler ran b's rows")
+		a.stop(t)
+		b.stop(t)
+	})
+}
+
+// SIGKILL of one of two sidecars mid-job: after the heartbeat timeout the
+// other recovers its rows (attempts preserved) and completes them.
+func TestSupervisorStaleWorkerRecovery(t *testing.T) {
+	forEachSDK(t, func(t *testing.T, s sdk) {
+		w := newWorld(t, s, manifestOpts{concurrency: 4, syncConcurrency: 4})
+		env := map[string]string{"SONIQ_HEARTBEAT_TIMEOUT": "2", "SONIQ_CLEANUP_INTERVAL": "0.5"}
+		a := w.startSidecar(env)
+		b := w.startSidecar(env)
+		wa, wb := a.workerID(t), b.workerID(t)
+		a.waitReady(t, w.handlerName(), 1)
+		b.waitReady(t, w.handlerName(), 1)
+
+		ids := w.enqueueN("t.sleep_sync", `{"seconds":3}`, 8)
+		w.waitStarted(t, ids...)
+		owner := map[string]string{}
+		for _, id := range ids {
+			j := w.job(id)
+			require.Equal(t, backends.StatusProcessing, j.Status)
+			require.NotNil(t, j.WorkerID)
+			owner[id] = *j.WorkerID
+		}
+		var ofA []string
+		for _, id := range ids {
+			if owner[id] == wa {
+				ofA = append(ofA, id)
+			} else {
+				require.Equal(t, wb, owner[id])
+			}
+		}
+		require.Len(t, ofA, 4, "capacity 4 each: a holds 4 of the 8 jobs")
+
+		killed := a.signal(syscall.SIGKILL)
+		code, _ := a.wait(10 * time.Second)
+		require.Equal(t, -int(syscall.SIGKILL), code)
+
+		w.waitDone(t, 40*time.Second, ids...)
+		t.Logf("%s: a's jobs recovered and done %.2fs after SIGKILL (heartbeat timeout 2s, jobs 3s)", s.name, time.Since(killed).Seconds())
+		for _, id := range ids {
+			j := w.job(id)
+			require.NotNil(t, j.WorkerID)
+			if owner[id] == wa {
+				assert.Equal(t, 2, j.Attempts, "recovered job %s: attempts preserved, the re-run counts one", id)
+				assert.Equal(t, wb, *j.WorkerID, "recovered job %s completed by b", id)
+			} else {
+				assert.Equal(t, 1, j.Attempts, "b's own job %s ran once", id)
+			}
+		}
+		b.waitLog(5*time.Second, "recovered stale workers", nil)
+		var status string
+		require.NoError(t, w.db.QueryRow(context.Background(),
+			`SELECT status FROM soniq_workers WHERE id = $1::uuid`, wa).Scan(&status))
+		assert.Equal(t, "stopped", status, "the killed worker is marked stopped")
+		b.stop(t)
+	})
+}
+
+// Rows that cannot run are dead-lettered at claim without running: args
+// that are not a JSON object (invalid_arguments), attempts beyond
+// max_attempts (max_retries_exceeded).
+func TestSupervisorDeadLetterAtClaim(t *testing.T) {
+	forEachSDK(t, func(t *testing.T, s sdk) {
+		w := newWorld(t, s, manifestOpts{})
+		ctx := context.Background()
+		badArgs := w.enqueue("t.record", `{}`, 0)
+		_, err := w.db.Exec(ctx, `UPDATE soniq_jobs SET args = '[1,2]' WHERE id = $1::uuid`, badArgs)
+		require.NoError(t, err)
+		// Beyond the maximum in the row, and at the maximum (a crash of the
+		// last attempt requeued by recovery): the claim's +1 exceeds it.
+		crashed := w.enqueue("t.record", `{}`, 2)
+		_, err = w.db.Exec(ctx, `UPDATE soniq_jobs SET attempts = 3 WHERE id = $1::uuid`, crashed)
+		require.NoError(t, err)
+		crashedLast := w.enqueue("t.record", `{}`, 2)
+		_, err = w.db.Exec(ctx, `UPDATE soniq_jobs SET attempts = 2 WHERE id = $1::uuid`, crashedLast)
+		require.NoError(t, err)
+		ok := w.enqueue("t.record", `{}`, 0)
+
+		sc := w.startSidecar(nil)
+		w.waitDone(t, 30*time.Second, ok)
+		dl := w.waitDeadLetter(t, 10*time.Second, badArgs)
+		assert.Equal(t, backends.ReasonInvalidArguments, dl.Reason)
+		assert.JSONEq(t, `[1,2]`, string(dl.Args))
+		for _, id := range []string{crashed, crashedLast} {
+			dl = w.waitDeadLetter(t, 10*time.Second, id)
+			assert.Equal(t, backends.ReasonMaxRetriesExceeded, dl.Reason)
+			assert.Greater(t, dl.Attempts, dl.MaxAttempts)
+		}
+		for _, id := range []string{badArgs, crashed, crashedLast} {
+			assert.True(t, w.jobGone(id))
+			assert.Zero(t, countEvents(w.recorded(), "run", id), "job %s never ran", id)
+		}
+		assert.Equal(t, 1, countEvents(w.recorded(), "run", ok))
+		sc.stop(t)
+	})
+}
