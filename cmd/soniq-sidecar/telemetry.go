@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -207,14 +206,4 @@ func otlpTargets(e env) (metrics, traces bool, err error) {
 		}
 	}
 	return metrics, traces, nil
-}
-
-// newWorkerID returns a random (version 4) UUID for the soniq_workers row,
-// generated before the supervisor so the telemetry resource can carry it.
-func newWorkerID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }

@@ -260,9 +260,3 @@ func TestOTLPTargets(t *testing.T) {
 		})
 	}
 }
-
-func TestNewWorkerID(t *testing.T) {
-	a, b := newWorkerID(), newWorkerID()
-	assert.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, a)
-	assert.NotEqual(t, a, b)
-}

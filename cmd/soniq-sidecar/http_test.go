@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/soniq-dev/soniq-sidecar/backends/memory"
+	"github.com/soniq-dev/soniq-sidecar/supervisor"
+)
+
+// exampleSupervisor is a supervisor for the example Python handlers on the
+// memory backend; it is not running until the test calls Run.
+func exampleSupervisor(t *testing.T, b *memory.Backend) *supervisor.Supervisor {
+	t.Helper()
+	m, err := supervisor.LoadManifest(filepath.Join("..", "..", "examples", "python", "manifest.yaml"))
+	require.NoError(t, err)
+	settings, err := supervisor.ResolveSettings(m, func(k string) (string, bool) {
+		switch k {
+		case "SONIQ_POLL_INTERVAL", "SONIQ_HEARTBEAT_INTERVAL":
+			return "0.2", true
+		case "SONIQ_SHUTDOWN_TIMEOUT":
+			return "5", true
+		}
+		return "", false
+	}, supervisor.FlagOverrides{})
+	require.NoError(t, err)
+	sup, err := supervisor.New(supervisor.Config{Manifest: m, Settings: settings, Backend: b, Version: "test"})
+	require.NoError(t, err)
+	return sup
+}
+
+// failingPing is a fake: a database whose ping fails with an error that, as
+// a driver's might, quotes the URL with its password. It stands in for a
+// Postgres that went away, which the integration tests cover for real.
+type failingPing struct{}
+
+func (failingPing) Ping(context.Context) error {
+	return errors.New("dial postgres://soniq:hunter2-http@db.internal:5432/app:\nconnection refused")
+}
+
+func get(t *testing.T, h http.Handler, path string) (int, string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	return rec.Code, rec.Body.String()
+}
+
+func TestHealthzAlwaysAlive(t *testing.T) {
+	sup := exampleSupervisor(t, memory.New())
+	// Alive even when the database is not: /healthz is the liveness probe
+	// and restarting the container would not bring the database back.
+	code, body := get(t, httpHandler(sup, failingPing{}, nil), "/healthz")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "ok RUNNING\n", body)
+}
+
+func TestReadyzDatabaseUnreachable(t *testing.T) {
+	sup := exampleSupervisor(t, memory.New())
+	code, body := get(t, httpHandler(sup, failingPing{}, nil), "/readyz")
+	assert.Equal(t, http.StatusServiceUnavailable, code)
+	assert.Contains(t, body, "not ready: database unreachable: ")
+	assert.Contains(t, body, "db.internal:5432", "the reason names the server")
+	assert.Contains(t, body, "connection refused")
+	assert.NotContains(t, body, "hunter2-http", "the password is redacted")
+	assert.Equal(t, 1, countLines(body), "the reason is one line: %q", body)
+}
+
+func TestReadyzHandlerStarting(t *testing.T) {
+	b := memory.New()
+	sup := exampleSupervisor(t, b)
+	code, body := get(t, httpHandler(sup, b, nil), "/readyz")
+	assert.Equal(t, http.StatusServiceUnavailable, code)
+	assert.Equal(t, "not ready: handler python-examples: starting\n", body)
+}
+
+// A running supervisor whose handler processes said hello is ready; once it
+// has stopped it is not, and says so.
+func TestReadyzReadyThenStopped(t *testing.T) {
+	b := memory.New()
+	sup := exampleSupervisor(t, b)
+	h := httpHandler(sup, b, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- sup.Run(ctx) }()
+
+	var code int
+	var body string
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if code, body = get(t, h, "/readyz"); code == http.StatusOK {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.Equal(t, http.StatusOK, code, "last body %q", body)
+	assert.Equal(t, "ready\n", body)
+
+	sup.Shutdown()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("supervisor did not stop")
+	}
+	code, body = get(t, h, "/readyz")
+	assert.Equal(t, http.StatusServiceUnavailable, code)
+	assert.Equal(t, "not ready: state STOPPED\n", body)
+	code, body = get(t, h, "/healthz")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "ok STOPPED\n", body)
+}
+
+func TestMetricsRoute(t *testing.T) {
+	b := memory.New()
+	sup := exampleSupervisor(t, b)
+	code, _ := get(t, httpHandler(sup, b, nil), "/metrics")
+	assert.Equal(t, http.StatusNotFound, code, "no /metrics without a handler")
+
+	_, shutdown, mh, err := setupTelemetry(context.Background(), testEnv(nil))
+	require.NoError(t, err)
+	defer shutdown()
+	code, body := get(t, httpHandler(sup, b, mh), "/metrics")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, "target_info{")
+}
+
+func countLines(s string) int {
+	n := 0
+	for _, r := range s {
+		if r == '\n' {
+			n++
+		}
+	}
+	return n
+}
