@@ -10,6 +10,11 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
@@ -64,7 +69,21 @@ type task struct {
 	state     taskState
 	timer     *time.Timer
 	startedAt time.Time
-	abandoned string // why: "job_timeout" or "shutdown_timeout"
+	abandoned string     // why: "job_timeout" or "shutdown_timeout"
+	span      trace.Span // one span per execution; nil until started
+}
+
+// endSpan closes the execution's span once, with its outcome.
+func (t *task) endSpan(outcome string, err string) {
+	if t.span == nil {
+		return
+	}
+	t.span.SetAttributes(attribute.String("soniq.outcome", outcome))
+	if err != "" {
+		t.span.SetStatus(codes.Error, firstLine(err))
+	}
+	t.span.End()
+	t.span = nil
 }
 
 func (t *task) sync() bool { return !t.spec.Cancellable }
@@ -723,6 +742,7 @@ func (l *loop) start(t *task, p *process) {
 	p.jobsRun++
 	frame := &protocol.Job{ID: t.job.ID, Name: t.job.Name, Args: t.job.Args, Attempt: t.job.Attempts,
 		MaxAttempts: t.job.MaxAttempts, Queue: t.job.Queue}
+	frame.Traceparent = l.startSpan(t)
 	if timeout := t.spec.EffectiveTimeout(l.cfg.Settings); timeout > 0 {
 		dl := t.startedAt.Add(timeout).UnixMilli()
 		frame.Deadline = &dl
@@ -737,6 +757,36 @@ func (l *loop) start(t *task, p *process) {
 		l.s.log.Info("handler process reached max_jobs; recycling it when idle", "handler", p.pool.h.Name, "pid", p.pid, "jobs", p.jobsRun)
 		l.retire(p)
 	}
+}
+
+// startSpan opens the execution's span (OTel messaging conventions) and
+// returns its W3C traceparent for the job frame, or nil when tracing is off.
+func (l *loop) startSpan(t *task) *string {
+	_, span := l.s.tracer.Start(context.Background(), "process "+t.job.Name,
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithTimestamp(t.startedAt),
+		trace.WithAttributes(
+			attribute.String("messaging.system", "soniq"),
+			attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.operation.name", "process"),
+			attribute.String("messaging.destination.name", t.job.Queue),
+			attribute.String("messaging.message.id", t.job.ID),
+			attribute.String("soniq.job.name", t.job.Name),
+			attribute.Int("soniq.job.attempt", t.job.Attempts),
+			attribute.String("soniq.handler", t.pool.h.Name),
+			attribute.Int("soniq.handler.pid", t.proc.pid),
+		))
+	t.span = span
+	sc := span.SpanContext()
+	if !sc.IsValid() {
+		return nil
+	}
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), sc), carrier)
+	if tp := carrier.Get("traceparent"); tp != "" {
+		return &tp
+	}
+	return nil
 }
 
 // ---- results ----
@@ -779,6 +829,7 @@ func (l *loop) record(t *task, r *protocol.Result) {
 	dur := time.Since(t.startedAt)
 	switch r.Status {
 	case protocol.StatusDone:
+		t.endSpan("done", "")
 		l.s.metrics.jobEnded(j.Queue, j.Name, "done", dur)
 		l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDone, Result: r.Result, ResultTTL: l.cfg.Settings.ResultTTL})
 	case protocol.StatusSnooze:
@@ -786,6 +837,7 @@ func (l *loop) record(t *task, r *protocol.Result) {
 		if r.Reason != nil {
 			reason = *r.Reason
 		}
+		t.endSpan("snoozed", "")
 		l.s.metrics.jobEnded(j.Queue, j.Name, "snoozed", dur)
 		l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeSnooze, Reason: reason,
 			Delay: time.Duration(r.Seconds * float64(time.Second))})
@@ -810,6 +862,7 @@ func (l *loop) fail(t *task, text string, retryable bool, status string) {
 		l.s.metrics.jobEnded(j.Queue, j.Name, status, time.Since(t.startedAt))
 	}
 	c := backends.Completion{JobID: j.ID, Error: text}
+	t.endSpan(status, text)
 	switch {
 	case !retryable:
 		c.Outcome, c.Reason = backends.OutcomeDeadLetter, backends.ReasonPermanentFailure
@@ -925,6 +978,7 @@ func (l *loop) nack(t *task, reason string) {
 		t.state, t.abandoned = taskAbandoned, reason
 		l.s.metrics.jobEnded(j.Queue, j.Name, "nacked", time.Since(t.startedAt))
 	}
+	t.endSpan("nacked", "")
 	l.writer.nack(j.ID)
 	l.s.metrics.shutdownNack(j.Queue, j.Name, reason)
 	l.s.log.Warn("shutdown_nack", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "reason", reason, "attempts", j.Attempts)

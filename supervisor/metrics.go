@@ -3,10 +3,13 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
 )
 
 // Metrics holds the supervisor's instruments. It uses the OpenTelemetry
@@ -24,6 +27,10 @@ type Metrics struct {
 	shutdownSt  metric.Int64Gauge
 	claimed     metric.Int64Counter
 	resultDrops metric.Int64Counter
+
+	// queueStats is the last queue-stats snapshot, observed by the
+	// soniq_queue_jobs gauge at collection time.
+	queueStats atomic.Pointer[backends.Stats]
 }
 
 // NewMetrics creates the instruments on a meter.
@@ -78,6 +85,24 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 	mk(func() (e error) {
 		x.resultDrops, e = m.Int64Counter("soniq_late_results_discarded", metric.WithDescription("Results for jobs the sidecar no longer held (after a timeout or NACK)."))
 		return
+	})
+	mk(func() error {
+		g, e := m.Int64ObservableGauge("soniq_queue_jobs", metric.WithDescription("Jobs by status from the queue-stats contract (seed 002), refreshed every 15 s."))
+		if e != nil {
+			return e
+		}
+		_, e = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+			st := x.queueStats.Load()
+			if st == nil {
+				return nil
+			}
+			values := [...]int64{st.Total, st.Queued, st.Processing, st.Done, st.DeadLetter, st.Cancelled}
+			for i, k := range backends.StatsKeys {
+				o.ObserveInt64(g, values[i], metric.WithAttributes(attribute.String("status", k)))
+			}
+			return nil
+		}, g)
+		return e
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating supervisor metrics: %w", err)
@@ -151,6 +176,13 @@ func (m *Metrics) claimedRows(n int) {
 		return
 	}
 	m.claimed.Add(context.Background(), int64(n))
+}
+
+func (m *Metrics) setQueueStats(st backends.Stats) {
+	if m == nil {
+		return
+	}
+	m.queueStats.Store(&st)
 }
 
 func (m *Metrics) lateResult(name, reason string) {

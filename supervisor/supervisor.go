@@ -20,6 +20,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
@@ -55,6 +58,7 @@ type Supervisor struct {
 	log      *slog.Logger
 	workerID string
 	metrics  *Metrics
+	tracer   trace.Tracer
 
 	events   chan event
 	loopDone chan struct{}
@@ -89,11 +93,26 @@ func New(cfg Config) (*Supervisor, error) {
 	if cfg.WaitWarn <= 0 {
 		cfg.WaitWarn = 30 * time.Second
 	}
+	// A library caller may pass a partial Settings: intervals of 0 would
+	// spin or panic, so they take Soniq's defaults.
+	def := DefaultSettings()
+	for _, d := range []struct{ v, def *time.Duration }{
+		{&cfg.Settings.HeartbeatInterval, &def.HeartbeatInterval},
+		{&cfg.Settings.HeartbeatTimeout, &def.HeartbeatTimeout},
+		{&cfg.Settings.CleanupInterval, &def.CleanupInterval},
+		{&cfg.Settings.PollInterval, &def.PollInterval},
+		{&cfg.Settings.ShutdownTimeout, &def.ShutdownTimeout},
+	} {
+		if *d.v <= 0 {
+			*d.v = *d.def
+		}
+	}
 	s := &Supervisor{
 		cfg:      cfg,
 		log:      cfg.Logger,
 		workerID: backends.NewID(),
 		metrics:  cfg.Metrics,
+		tracer:   otel.Tracer("github.com/soniq-dev/soniq-sidecar/supervisor"),
 		events:   make(chan event, 1024),
 		loopDone: make(chan struct{}),
 		shutdown: make(chan struct{}, 8),
@@ -205,6 +224,11 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() { defer wg.Done(); s.maintain(maintCtx) }()
 
+	if s.metrics != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.pollStats(maintCtx) }()
+	}
+
 	subCtx, stopSubscription := context.WithCancel(bg)
 	wg.Add(1)
 	go func() { defer wg.Done(); s.subscribe(subCtx) }()
@@ -307,6 +331,25 @@ func (s *Supervisor) maintainOnce(ctx context.Context) {
 		s.log.Warn("maintenance: deleting expired results failed", "err", err)
 	} else if n > 0 {
 		s.log.Info("maintenance: deleted expired results", "rows", n)
+	}
+}
+
+// pollStats refreshes the soniq_queue_jobs gauge from the stats contract.
+func (s *Supervisor) pollStats(ctx context.Context) {
+	t := time.NewTicker(15 * time.Second)
+	defer t.Stop()
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		st, err := s.cfg.Backend.Stats(sctx)
+		cancel()
+		if err == nil {
+			s.metrics.setQueueStats(st)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }
 
