@@ -140,9 +140,46 @@ func (w *world) enqueueN(name, args string, n int) []string {
 	return ids
 }
 
+// enqueueBulk inserts n jobs in one transaction and notifies once, as a
+// Soniq producer's batch enqueue would, so they become visible together.
+func (w *world) enqueueBulk(t *testing.T, name string, n int) []string {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := w.db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	rows, err := tx.Query(ctx, `INSERT INTO soniq_jobs (id, job_name, args)
+	SELECT gen_random_uuid(), $1, '{}'::jsonb FROM generate_series(1, $2::int)
+	RETURNING id::text`, name, n)
+	require.NoError(t, err)
+	var ids []string
+	for rows.Next() {
+		var id string
+		require.NoError(t, rows.Scan(&id))
+		ids = append(ids, id)
+	}
+	require.NoError(t, rows.Err())
+	_, err = tx.Exec(ctx, `SELECT pg_notify('soniq_new_job', 'default')`)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	require.Len(t, ids, n)
+	return ids
+}
+
+// pidAlive reports whether a process exists and is not a zombie (an
+// orphan whose reaper has not collected it yet has exited all the same).
 func pidAlive(pid int) bool {
 	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
+	if err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		// pid (comm) state ...: comm may hold spaces and parentheses.
+		if i := strings.LastIndexByte(string(stat), ')'); i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+			return false
+		}
+	}
+	return true
 }
 
 // jobFrames counts the job frames the sidecar sent for id (recordFrames).
@@ -195,14 +232,15 @@ func TestSupervisorThroughputNoop(t *testing.T) {
 		w.enqueueN("t.noop", `{}`, n)
 		start := time.Now()
 		sc := w.startSidecar(nil)
-		sc.waitReady(t, w.handlerName(), 2)
+		sc.waitReady(t, w.handlerName(), 1)
 		ready := time.Now()
 		eventually(t, 90*time.Second, "1000 jobs done", func() bool { return w.stats().Done == n })
 		end := time.Now()
 		st := w.stats()
 		assert.Equal(t, backends.Stats{Total: n, Done: n}, st)
-		t.Logf("%s: %d t.noop jobs, 2 processes: %.0f jobs/s from both processes ready (%.2fs), %.0f jobs/s from sidecar start (%.2fs); -race binary",
-			s.name, n, n/end.Sub(ready).Seconds(), end.Sub(ready).Seconds(), n/end.Sub(start).Seconds(), end.Sub(start).Seconds())
+		require.Len(t, sc.readyPIDs(w.handlerName()), 2, "two processes")
+		t.Logf("%s: %d t.noop jobs, 2 processes: %.0f jobs/s from the first process ready (%.2fs); sidecar start to first ready %.2fs; -race binary",
+			s.name, n, n/end.Sub(ready).Seconds(), end.Sub(ready).Seconds(), ready.Sub(start).Seconds())
 		sc.stop(t)
 	})
 }
@@ -367,12 +405,14 @@ func TestSupervisorManifestHelloMismatch(t *testing.T) {
 			lines := strings.Split(strings.TrimSpace(sc.rawLog()), "\n")
 			last := lines[len(lines)-1]
 			assert.Contains(t, last, c.job, "the final stderr line names the job")
+			t.Logf("%s: run → %d: %s", filepath.Base(c.path), code, last)
 			assert.NotEmpty(t, sc.logs("hello disagrees with the manifest"))
 
 			code, out := manifestCheck(t, c.path)
 			assert.Equal(t, 2, code, "manifest check %s: %s", filepath.Base(c.path), out)
 			assert.Contains(t, out, c.job)
 			assert.Contains(t, out, "FAIL handler "+w.handlerName())
+			t.Logf("%s: manifest check → %d:\n%s", filepath.Base(c.path), code, out)
 		}
 		code, out := manifestCheck(t, good)
 		assert.Equal(t, 0, code, out)
@@ -424,12 +464,15 @@ func TestSupervisorTwoSidecarsExactlyOnce(t *testing.T) {
 		pa := a.waitReady(t, w.handlerName(), 1)
 		pb := b.waitReady(t, w.handlerName(), 1)
 
+		// The whole backlog appears at once (one transaction, one
+		// notification), so both sidecars race to claim the same rows.
 		const n = 2000
-		ids := w.enqueueN("t.record", `{}`, n)
+		ids := w.enqueueBulk(t, "t.record", n)
 		start := time.Now()
 		eventually(t, 90*time.Second, "2000 jobs done", func() bool { return w.stats().Done == n })
-		t.Logf("%s: %d t.record jobs by two sidecars in %.2fs (%.0f jobs/s, enqueue overlapping)",
-			s.name, n, time.Since(start).Seconds(), n/time.Since(start).Seconds())
+		took := time.Since(start)
+		t.Logf("%s: %d t.record jobs by two sidecars (one process each, concurrency 16): %.2fs, %.0f jobs/s",
+			s.name, n, took.Seconds(), n/took.Seconds())
 
 		runs := map[string]int{}
 		runsByPID := map[int]int{}
@@ -488,7 +531,7 @@ func TestSupervisorStaleWorkerRecovery(t *testing.T) {
 		a := w.startSidecar(env)
 		b := w.startSidecar(env)
 		wa, wb := a.workerID(t), b.workerID(t)
-		a.waitReady(t, w.handlerName(), 1)
+		handlerA := a.waitReady(t, w.handlerName(), 1)[0]
 		b.waitReady(t, w.handlerName(), 1)
 
 		ids := w.enqueueN("t.sleep_sync", `{"seconds":3}`, 8)
@@ -513,6 +556,9 @@ func TestSupervisorStaleWorkerRecovery(t *testing.T) {
 		killed := a.signal(syscall.SIGKILL)
 		code, _ := a.wait(10 * time.Second)
 		require.Equal(t, -int(syscall.SIGKILL), code)
+		eventually(t, 5*time.Second, "a's handler process killed with its sidecar (parent-death signal)", func() bool {
+			return !pidAlive(handlerA)
+		})
 
 		w.waitDone(t, 40*time.Second, ids...)
 		t.Logf("%s: a's jobs recovered and done %.2fs after SIGKILL (heartbeat timeout 2s, jobs 3s)", s.name, time.Since(killed).Seconds())
@@ -522,6 +568,11 @@ func TestSupervisorStaleWorkerRecovery(t *testing.T) {
 			if owner[id] == wa {
 				assert.Equal(t, 2, j.Attempts, "recovered job %s: attempts preserved, the re-run counts one", id)
 				assert.Equal(t, wb, *j.WorkerID, "recovered job %s completed by b", id)
+				for _, r := range w.recorded() {
+					if r[0] == "end" && r[1] == id {
+						assert.NotEqual(t, strconv.Itoa(handlerA), r[2], "a's handler never finished job %s after its sidecar died", id)
+					}
+				}
 			} else {
 				assert.Equal(t, 1, j.Attempts, "b's own job %s ran once", id)
 			}
