@@ -39,5 +39,14 @@ vet:
 fmt-check:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+# The zero-setup quickstart (SQLite in a fresh directory; no server needed).
+demo: demo-python demo-node
+
+demo-python: build
+	scripts/demo.sh examples/python/manifest.yaml
+
+demo-node: build
+	scripts/demo.sh examples/node/manifest.yaml
+
 clean:
 	rm -rf bin
