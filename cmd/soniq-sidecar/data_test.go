@@ -1,0 +1,157 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// cli runs the command line in-process, in a fresh working directory, with
+// only the given environment.
+type cli struct {
+	t   *testing.T
+	dir string
+	env map[string]string
+}
+
+func newCLI(t *testing.T, env map[string]string) cli {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	return cli{t: t, dir: dir, env: env}
+}
+
+func (c cli) run(args ...string) (code int, stdout, stderr string) {
+	c.t.Helper()
+	var out, errb bytes.Buffer
+	code = runMain(context.Background(), env{stdout: &out, stderr: &errb, lookupEnv: func(k string) (string, bool) {
+		v, ok := c.env[k]
+		return v, ok
+	}}, args)
+	return code, out.String(), errb.String()
+}
+
+// The issue's "done when": in an empty directory with no environment set,
+// enqueue then status --json prints exactly the six keys in canonical order.
+func TestEnqueueThenStatusOnTheDefaultSQLiteFile(t *testing.T) {
+	c := newCLI(t, nil)
+	code, out, errOut := c.run("enqueue", "demo.hello", "--args", `{"a":1}`)
+	require.Equal(t, 0, code, errOut)
+	id := strings.TrimSpace(out)
+	assert.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, id)
+	assert.FileExists(t, c.dir+"/soniq.db", "the default database is sqlite:soniq.db in the working directory")
+
+	code, out, errOut = c.run("status", "--json")
+	require.Equal(t, 0, code, errOut)
+	assert.Equal(t, `{"total":1,"queued":1,"processing":0,"done":0,"dead_letter":0,"cancelled":0}`+"\n", out)
+
+	code, out, _ = c.run("status")
+	require.Equal(t, 0, code)
+	var keys []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		keys = append(keys, strings.Fields(line)[0])
+	}
+	assert.Equal(t, []string{"total", "queued", "processing", "done", "dead_letter", "cancelled"}, keys)
+}
+
+func TestEnqueueJSONPrintsTheRow(t *testing.T) {
+	c := newCLI(t, nil)
+	code, out, errOut := c.run("enqueue", "--queue", "mail", "--priority", "5", "--max-attempts", "7", "--delay", "1m", "--dedup-key", "k1", "--json", "send.mail", "--args", `{"to":"x"}`)
+	require.Equal(t, 0, code, errOut)
+	var row map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &row))
+	assert.Equal(t, "send.mail", row["job_name"])
+	assert.Equal(t, "mail", row["queue"])
+	assert.EqualValues(t, 5, row["priority"])
+	assert.EqualValues(t, 7, row["max_attempts"])
+	assert.Equal(t, "k1", row["dedup_key"])
+	assert.NotNil(t, row["scheduled_at"])
+	assert.Equal(t, map[string]any{"to": "x"}, row["args"])
+
+	// The same dedup key while queued returns the existing job.
+	code, out2, _ := c.run("enqueue", "send.mail", "--dedup-key", "k1")
+	require.Equal(t, 0, code)
+	assert.Equal(t, row["id"], strings.TrimSpace(out2))
+}
+
+func TestUsageErrorsExitTwo(t *testing.T) {
+	c := newCLI(t, nil)
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no command", nil, "Usage:"},
+		{"unknown command", []string{"frobnicate"}, `unknown command "frobnicate"`},
+		{"malformed args names the offset", []string{"enqueue", "x", "--args", `{"a":1,}`}, "offset 8"},
+		{"truncated args names the offset", []string{"enqueue", "x", "--args", `{"a":`}, "offset 5"},
+		{"args not an object", []string{"enqueue", "x", "--args", `[1,2]`}, "must be a JSON object"},
+		{"trailing data", []string{"enqueue", "x", "--args", `{} {}`}, "offset 2: trailing data"},
+		{"no job name", []string{"enqueue"}, "exactly one job NAME"},
+		{"bad delay", []string{"enqueue", "x", "--delay", "soon"}, `--delay "soon"`},
+		{"bad max attempts", []string{"enqueue", "x", "--max-attempts", "0"}, "--max-attempts must be at least 1"},
+		{"unknown flag", []string{"status", "--colour"}, "flag provided but not defined: -colour"},
+		{"dead-letter without subcommand", []string{"dead-letter"}, "want a subcommand"},
+		{"replay without id", []string{"dead-letter", "replay"}, "exactly one job ID"},
+		{"replay of a missing id", []string{"dead-letter", "replay", "3f1e1f7e-2a51-4c36-9d1e-8a1b2c3d4e5f"}, "not found"},
+		{"run without manifest", []string{"run"}, "--manifest FILE is required"},
+		{"manifest check of a missing file", []string{"manifest", "check", "nope.yaml"}, "nope.yaml"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, errOut := c.run(tc.args...)
+			assert.Equal(t, 2, code, errOut)
+			assert.Contains(t, errOut, tc.want)
+		})
+	}
+	// Bad input loses nothing: none of the failed enqueues wrote a row.
+	code, out, _ := c.run("status", "--json")
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, `"total":0`)
+}
+
+func TestDeadLetterListReplayPurge(t *testing.T) {
+	c := newCLI(t, map[string]string{"SONIQ_DATABASE_URL": "sqlite:dlq.db"})
+	// Put a row in the DLQ the way the sidecar does: claim and dead-letter it.
+	code, out, errOut := c.run("enqueue", "bad.job", "--args", `{"n":1}`)
+	require.Equal(t, 0, code, errOut)
+	id := strings.TrimSpace(out)
+	deadLetter(t, c.dir+"/dlq.db", id)
+
+	code, out, _ = c.run("dead-letter", "list")
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, id)
+	assert.Contains(t, out, "max_retries_exceeded")
+
+	code, out, _ = c.run("dead-letter", "replay", id)
+	require.Equal(t, 0, code)
+	newID := strings.TrimSpace(out)
+	assert.NotEqual(t, id, newID, "replay makes a new job")
+
+	code, out, _ = c.run("dead-letter", "list", "--json")
+	require.Equal(t, 0, code)
+	var dl map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &dl))
+	assert.EqualValues(t, 1, dl["resurrection_count"])
+
+	code, _, _ = c.run("dead-letter", "purge", id)
+	require.Equal(t, 0, code)
+	code, out, _ = c.run("status", "--json")
+	require.Equal(t, 0, code)
+	assert.Equal(t, `{"total":1,"queued":1,"processing":0,"done":0,"dead_letter":0,"cancelled":0}`+"\n", out)
+
+	code, _, errOut = c.run("dead-letter", "purge", id)
+	assert.Equal(t, 2, code, "purging a missing id is a usage error")
+	assert.Contains(t, errOut, id)
+}
+
+func TestVersion(t *testing.T) {
+	c := newCLI(t, nil)
+	code, out, _ := c.run("version")
+	require.Equal(t, 0, code)
+	assert.True(t, strings.HasPrefix(out, "soniq-sidecar "), out)
+}
