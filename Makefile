@@ -5,7 +5,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 PYTHON   ?= python3
 
-.PHONY: all build test test-go test-python test-node lint vet fmt-check demo demo-python demo-node bench clean
+.PHONY: all build docker-steps test test-go test-python test-node lint vet fmt-check demo demo-python demo-node bench clean
 
 all: build
 
@@ -13,9 +13,21 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/soniq-sidecar
 
+# What the Dockerfile does, without a Docker engine: it must build with `RUN make build`
+# on golang:1.26 into a non-root image; that build must give a static binary (no ELF
+# INTERP header, i.e. no dynamic loader; cgo off).
+docker-steps: build
+	@grep -qx 'FROM golang:1.26 AS build' Dockerfile || { echo "docker-steps: Dockerfile must build FROM golang:1.26 AS build"; exit 1; }
+	@grep -qx 'RUN make build' Dockerfile || { echo "docker-steps: Dockerfile must build with 'RUN make build'"; exit 1; }
+	@grep -qE '^USER (nonroot|[1-9][0-9]*)' Dockerfile || { echo "docker-steps: Dockerfile must set a non-root USER"; exit 1; }
+	@command -v readelf >/dev/null || { echo "docker-steps: readelf (binutils) is required"; exit 1; }
+	@if readelf -lW $(BIN) | grep -q INTERP; then echo "docker-steps: $(BIN) is dynamically linked:"; readelf -lW $(BIN) | grep -A1 INTERP; exit 1; fi
+	@$(GO) version -m $(BIN) | grep -q 'CGO_ENABLED=0' || { echo "docker-steps: $(BIN) was built with cgo"; exit 1; }
+	@echo "docker-steps: $(BIN) is static, cgo-free; Dockerfile builds it with make build as non-root"
+
 # Everything, with -race, against a throw-away Postgres. When SONIQ_TEST_DATABASE_URL is
 # already set (as .ci/run does) that server is used; otherwise one is started and removed.
-test: build
+test: build docker-steps
 ifeq ($(SONIQ_TEST_DATABASE_URL),)
 	.ci/pg.sh run $(MAKE) --no-print-directory lint test-go test-python test-node
 else
