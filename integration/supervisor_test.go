@@ -301,8 +301,9 @@ func TestSupervisorHandlerKilledMidJob(t *testing.T) {
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{})
 		id := w.enqueue("t.sleep_async", `{"seconds":2}`, 3)
+		last := w.enqueue("t.sleep_async", `{"seconds":2}`, 1) // its only attempt
 		sc := w.startSidecar(nil)
-		w.waitStarted(t, id)
+		w.waitStarted(t, id, last)
 		var victim int
 		for _, r := range w.recorded() {
 			if r[0] == "start" && r[1] == id {
@@ -331,7 +332,16 @@ func TestSupervisorHandlerKilledMidJob(t *testing.T) {
 		assert.NotEqual(t, victim, pids[1], "the replacement is a new process")
 		assert.Equal(t, strconv.Itoa(pids[1]), starts[1][2], "the re-run ran in the replacement")
 		assert.False(t, pidAlive(victim), "the killed process is gone (reaped)")
-		sc.waitLog(5*time.Second, "exited unexpectedly", map[string]any{"pid": victim})
+		sc.waitLog(5*time.Second, "exited unexpectedly", map[string]any{"handler": w.handlerName()})
+
+		// The job on its last attempt is dead-lettered with the exit status.
+		dl := w.waitDeadLetter(t, 10*time.Second, last)
+		assert.Equal(t, backends.ReasonMaxRetriesExceeded, dl.Reason)
+		assert.Equal(t, 1, dl.Attempts)
+		require.NotNil(t, dl.LastError)
+		assert.Contains(t, *dl.LastError, "killed by signal")
+		assert.Contains(t, *dl.LastError, strconv.Itoa(victim))
+		t.Logf("%s: last_error of the job on its last attempt: %q", s.name, *dl.LastError)
 		sc.stop(t)
 	})
 }
@@ -356,20 +366,27 @@ func TestSupervisorCrashLoop(t *testing.T) {
 		w.waitDone(t, 30*time.Second, ids...)
 		loop := sc.waitLog(10*time.Second, "crash-looping", map[string]any{"handler": "crasher"})
 		t.Logf("%s: crash loop reported after %s (failures=%v)", s.name, time.Since(start).Round(time.Millisecond), loop["failures"])
+		assert.Contains(t, fmt.Sprint(loop["last_error"]), "exited with status 3")
 
 		// Keep running to ~10 s: still exactly one crash-loop line.
 		if d := 10*time.Second - time.Since(start); d > 0 {
 			time.Sleep(d)
 		}
 		assert.Len(t, sc.logs("crash-looping"), 1, "one clear log line, not one per restart")
-		var delays []string
+		// retry_in is a duration: nanoseconds in JSON.
+		var delays []time.Duration
 		for _, m := range sc.logs("restarting with backoff") {
 			if m["handler"] == "crasher" {
-				delays = append(delays, fmt.Sprint(m["retry_in"]))
+				f, _ := m["retry_in"].(float64)
+				delays = append(delays, time.Duration(f))
 			}
 		}
 		t.Logf("%s: restart delays before the crash loop: %v", s.name, delays)
-		assert.GreaterOrEqual(t, len(delays), 2, "backoff restarts are logged")
+		require.GreaterOrEqual(t, len(delays), 2, "backoff restarts are logged")
+		assert.Equal(t, 100*time.Millisecond, delays[0], "backoff starts at 100 ms")
+		for i := 1; i < len(delays); i++ {
+			assert.Equal(t, 2*delays[i-1], delays[i], "backoff doubles")
+		}
 
 		// More work for the healthy handler while the crasher loops.
 		more := w.enqueueN("t.record", `{}`, 5)
