@@ -38,10 +38,11 @@ test-go:
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 test-python:
+	$(PYTHON) -m pip install -q -r examples/python/requirements-grpc.txt
 	$(PYTHON) -m pytest -q examples/python/tests
 
 test-node:
-	cd examples/node && npm test --silent
+	cd examples/node && npm ci --no-audit --no-fund --silent && npm test --silent
 
 lint: vet fmt-check
 
@@ -62,3 +63,23 @@ demo-node: build
 
 clean:
 	rm -rf bin
+
+# Regenerates the unix transport's code from protocol/handler.proto: the Go
+# messages and service (protocol/handlerpb) and the Python messages
+# (examples/python/soniq_handler/handler_pb2.py; the Node SDK loads the .proto
+# at run time). Needs protoc from grpcio-tools (the Python gencode must match
+# the protobuf runtime pinned in examples/python/requirements-grpc.txt) and
+# the two Go plugins on PATH:
+#   $(PYTHON) -m pip install grpcio-tools==$(GRPCIO_TOOLS_VERSION)
+#   $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+#   $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+GRPCIO_TOOLS_VERSION       ?= 1.85.1
+PROTOC_GEN_GO_VERSION      ?= v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION ?= v1.5.1
+proto:
+	@tmp="$$(mktemp -d)" && trap 'rm -rf "$$tmp"' EXIT && \
+	PATH="$$PATH:$$($(GO) env GOPATH)/bin" $(PYTHON) -m grpc_tools.protoc -I . \
+		--go_out=. --go_opt=module=github.com/soniq-dev/soniq-sidecar \
+		--go-grpc_out=. --go-grpc_opt=module=github.com/soniq-dev/soniq-sidecar \
+		--python_out="$$tmp" protocol/handler.proto && \
+	cp "$$tmp/protocol/handler_pb2.py" examples/python/soniq_handler/handler_pb2.py
