@@ -6,15 +6,12 @@ package memory
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 )
@@ -95,7 +92,7 @@ func (b *Backend) Enqueue(ctx context.Context, p backends.EnqueueParams) (backen
 	}
 	var hash *string
 	if p.UniqueJob {
-		h, err := argsHash(args)
+		h, err := backends.ArgsHash(args)
 		if err != nil {
 			return backends.Job{}, fmt.Errorf("enqueue %q: hash args: %w", p.Name, err)
 		}
@@ -303,7 +300,7 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 			j.ExpiresAt = &exp
 		case backends.OutcomeRetry:
 			j.Status = backends.StatusQueued
-			j.LastError = ptr(truncateError(c.Error))
+			j.LastError = ptr(backends.TruncateError(c.Error))
 			j.ScheduledAt = nil
 			if c.Delay > 0 {
 				at := t.Add(c.Delay)
@@ -319,7 +316,7 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 				Priority:          j.Priority,
 				MaxAttempts:       j.MaxAttempts,
 				Attempts:          j.Attempts,
-				LastError:         ptr(truncateError(c.Error)),
+				LastError:         ptr(backends.TruncateError(c.Error)),
 				Reason:            c.Reason,
 				OriginalCreatedAt: j.CreatedAt,
 				MovedAt:           t,
@@ -338,19 +335,6 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 		j.UpdatedAt = t
 	}
 	return applied, nil
-}
-
-// truncateError cuts msg to at most backends.MaxErrorBytes without splitting
-// a UTF-8 sequence.
-func truncateError(msg string) string {
-	if len(msg) <= backends.MaxErrorBytes {
-		return msg
-	}
-	cut := backends.MaxErrorBytes
-	for cut > 0 && !utf8.RuneStart(msg[cut]) {
-		cut--
-	}
-	return msg[:cut]
 }
 
 // Nack returns processing rows to the queue (the seed-000 field contract).
@@ -683,43 +667,4 @@ func clonePtr[T any](p *T) *T {
 	}
 	v := *p
 	return &v
-}
-
-// argsHash is Soniq's compute_args_hash: SHA-256 of the args serialised
-// with sorted keys, compact separators and ASCII-only escapes, so the
-// memory store dedupes exactly the argument sets Soniq would.
-func argsHash(args json.RawMessage) (string, error) {
-	dec := json.NewDecoder(bytes.NewReader(args))
-	dec.UseNumber() // keep number literals as written rather than float64-reformatted
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return "", fmt.Errorf("decode args: %w", err)
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false) // Python's json.dumps does not escape <, >, &
-	if err := enc.Encode(v); err != nil {
-		return "", fmt.Errorf("encode args: %w", err)
-	}
-	sum := sha256.Sum256([]byte(asciiEscape(strings.TrimSuffix(buf.String(), "\n"))))
-	return hex.EncodeToString(sum[:]), nil
-}
-
-// asciiEscape mirrors json.dumps(ensure_ascii=True): every non-ASCII rune
-// becomes \uXXXX (a surrogate pair above the BMP). Outside strings JSON is
-// pure ASCII, so escaping the whole document is safe.
-func asciiEscape(s string) string {
-	var sb strings.Builder
-	for _, r := range s {
-		switch {
-		case r < utf8.RuneSelf:
-			sb.WriteRune(r)
-		case r > 0xFFFF:
-			r -= 0x10000
-			fmt.Fprintf(&sb, `\u%04x\u%04x`, 0xD800+(r>>10), 0xDC00+(r&0x3FF))
-		default:
-			fmt.Fprintf(&sb, `\u%04x`, r)
-		}
-	}
-	return sb.String()
 }

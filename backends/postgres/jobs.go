@@ -88,7 +88,7 @@ func (b *Backend) Enqueue(ctx context.Context, p backends.EnqueueParams) (backen
 	}
 	var argsHash *string
 	if p.UniqueJob {
-		h, err := argsHashOf(args)
+		h, err := backends.ArgsHash(args)
 		if err != nil {
 			return backends.Job{}, fmt.Errorf("enqueue %s: %w", p.Name, err)
 		}
@@ -292,7 +292,7 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 			doneTTLs = append(doneTTLs, c.ResultTTL.Seconds())
 		case backends.OutcomeRetry:
 			retryIDs = append(retryIDs, c.JobID)
-			retryErrs = append(retryErrs, truncateError(c.Error))
+			retryErrs = append(retryErrs, backends.TruncateError(c.Error))
 			retryDelays = append(retryDelays, max(c.Delay.Seconds(), 0))
 		case backends.OutcomeDeadLetter:
 			reason := c.Reason
@@ -300,7 +300,7 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 				reason = backends.ReasonMaxRetriesExceeded
 			}
 			deadIDs = append(deadIDs, c.JobID)
-			deadErrs = append(deadErrs, truncateError(c.Error))
+			deadErrs = append(deadErrs, backends.TruncateError(c.Error))
 			deadReasons = append(deadReasons, reason)
 		case backends.OutcomeSnooze:
 			msg := "SNOOZE"
@@ -308,7 +308,7 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 				msg = "SNOOZE: " + c.Reason
 			}
 			snoozeIDs = append(snoozeIDs, c.JobID)
-			snoozeErrs = append(snoozeErrs, truncateError(msg))
+			snoozeErrs = append(snoozeErrs, backends.TruncateError(msg))
 			snoozeDelays = append(snoozeDelays, min(max(c.Delay, 0), backends.MaxSnooze).Seconds())
 		default:
 			return nil, fmt.Errorf("complete job %s: unknown outcome %d", c.JobID, c.Outcome)

@@ -56,7 +56,7 @@ func buildBatches(cs []backends.Completion, ts time.Time) (completionBatches, er
 				s := formatTime(ts.Add(c.Delay))
 				row.ScheduledAt = &s
 			}
-			e := truncateError(c.Error)
+			e := backends.TruncateError(c.Error)
 			row.Error = &e
 			bs.retry = append(bs.retry, row)
 		case backends.OutcomeSnooze:
@@ -68,11 +68,11 @@ func buildBatches(cs []backends.Completion, ts time.Time) (completionBatches, er
 			if c.Reason != "" {
 				e = "SNOOZE: " + c.Reason
 			}
-			e = truncateError(e)
+			e = backends.TruncateError(e)
 			row.Error = &e
 			bs.snooze = append(bs.snooze, row)
 		case backends.OutcomeDeadLetter:
-			e := truncateError(c.Error)
+			e := backends.TruncateError(c.Error)
 			row.Error = &e
 			// dead_letter_reason is NOT NULL; an unset reason is the common case.
 			row.Reason = c.Reason

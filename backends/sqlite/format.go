@@ -1,19 +1,9 @@
 package sqlite
 
 import (
-	"bytes"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"sort"
-	"strings"
 	"time"
-	"unicode/utf16"
-	"unicode/utf8"
-
-	"github.com/soniq-dev/soniq-sidecar/backends"
 )
 
 // Soniq's SQLite backend writes datetime.now(timezone.utc).isoformat():
@@ -78,118 +68,4 @@ func nullTimeText(t *time.Time) any {
 		return nil
 	}
 	return formatTime(*t)
-}
-
-// truncateError bounds s to backends.MaxErrorBytes without splitting a
-// UTF-8 sequence.
-func truncateError(s string) string {
-	if len(s) <= backends.MaxErrorBytes {
-		return s
-	}
-	cut := backends.MaxErrorBytes
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
-}
-
-// argsHash is Soniq's compute_args_hash: SHA-256 of
-// json.dumps(args, sort_keys=True, separators=(",", ":")) with Python's
-// default ensure_ascii. Matching it lets unique_job deduplicate against rows
-// Soniq producers enqueued. Numbers are kept as written in the input, which
-// matches Python for integers and for floats already in Python's repr form.
-func argsHash(args json.RawMessage) (string, error) {
-	dec := json.NewDecoder(bytes.NewReader(args))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return "", fmt.Errorf("hashing args: %w", err)
-	}
-	var sb strings.Builder
-	writePythonJSON(&sb, v)
-	sum := sha256.Sum256([]byte(sb.String()))
-	return hex.EncodeToString(sum[:]), nil
-}
-
-// writePythonJSON writes v as Python's compact, key-sorted, ASCII-only json.dumps.
-func writePythonJSON(sb *strings.Builder, v any) {
-	switch x := v.(type) {
-	case nil:
-		sb.WriteString("null")
-	case bool:
-		if x {
-			sb.WriteString("true")
-		} else {
-			sb.WriteString("false")
-		}
-	case json.Number:
-		sb.WriteString(x.String())
-	case string:
-		writePythonString(sb, x)
-	case []any:
-		sb.WriteByte('[')
-		for i, e := range x {
-			if i > 0 {
-				sb.WriteByte(',')
-			}
-			writePythonJSON(sb, e)
-		}
-		sb.WriteByte(']')
-	case map[string]any:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		// Python sorts str keys by code point; UTF-8 byte order agrees.
-		sort.Strings(keys)
-		sb.WriteByte('{')
-		for i, k := range keys {
-			if i > 0 {
-				sb.WriteByte(',')
-			}
-			writePythonString(sb, k)
-			sb.WriteByte(':')
-			writePythonJSON(sb, x[k])
-		}
-		sb.WriteByte('}')
-	}
-}
-
-func writePythonString(sb *strings.Builder, s string) {
-	const hexDigits = "0123456789abcdef"
-	writeU := func(r rune) {
-		sb.WriteString(`\u`)
-		sb.WriteByte(hexDigits[r>>12&0xf])
-		sb.WriteByte(hexDigits[r>>8&0xf])
-		sb.WriteByte(hexDigits[r>>4&0xf])
-		sb.WriteByte(hexDigits[r&0xf])
-	}
-	sb.WriteByte('"')
-	for _, r := range s {
-		switch {
-		case r == '"':
-			sb.WriteString(`\"`)
-		case r == '\\':
-			sb.WriteString(`\\`)
-		case r == '\n':
-			sb.WriteString(`\n`)
-		case r == '\r':
-			sb.WriteString(`\r`)
-		case r == '\t':
-			sb.WriteString(`\t`)
-		case r == '\b':
-			sb.WriteString(`\b`)
-		case r == '\f':
-			sb.WriteString(`\f`)
-		case r < 0x20 || (r >= 0x7f && r < 0x10000):
-			writeU(r)
-		case r >= 0x10000:
-			hi, lo := utf16.EncodeRune(r)
-			writeU(hi)
-			writeU(lo)
-		default:
-			sb.WriteRune(r)
-		}
-	}
-	sb.WriteByte('"')
 }

@@ -137,7 +137,7 @@ func (b *Backend) Enqueue(ctx context.Context, p backends.EnqueueParams) (backen
 	}
 	var hash any
 	if p.UniqueJob {
-		h, err := argsHash(args)
+		h, err := backends.ArgsHash(args)
 		if err != nil {
 			return backends.Job{}, fmt.Errorf("enqueueing job %q: %w", p.Name, err)
 		}

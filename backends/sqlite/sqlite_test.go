@@ -84,7 +84,7 @@ func TestArgsHashMatchesSoniq(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.args, func(t *testing.T) {
-			got, err := argsHash(json.RawMessage(tc.args))
+			got, err := backends.ArgsHash(json.RawMessage(tc.args))
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, got)
 		})
@@ -104,7 +104,7 @@ func TestTruncateError(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := truncateError(tc.in)
+			got := backends.TruncateError(tc.in)
 			assert.Equal(t, tc.want, got)
 			assert.LessOrEqual(t, len(got), backends.MaxErrorBytes)
 		})
