@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -38,6 +39,9 @@ func CheckHandlers(ctx context.Context, m *Manifest, log *slog.Logger) []CheckRe
 }
 
 func checkHandler(ctx context.Context, sp *spawner, h *Handler, log *slog.Logger) CheckReport {
+	if h.Transport == TransportUnix {
+		return checkUnixHandler(ctx, sp, h, log)
+	}
 	rep := CheckReport{Handler: h.Name}
 	cmd, pp, err := startChild(sp, h, protocol.DefaultMaxFrameBytes)
 	if err != nil {
@@ -122,6 +126,81 @@ func checkHandler(ctx context.Context, sp *spawner, h *Handler, log *slog.Logger
 	}
 	if rep.Err != nil {
 		if t := tail.String(); t != "" {
+			rep.Err = fmt.Errorf("%w\nstderr (last lines):\n%s", rep.Err, t)
+		}
+	}
+	return rep
+}
+
+// checkUnixHandler is checkHandler for the unix transport: the transport
+// itself starts the process (handshake, health check, Describe) and reports
+// the hello as an event; the process is then stopped the way the supervisor
+// stops an idle one.
+func checkUnixHandler(ctx context.Context, sp *spawner, h *Handler, log *slog.Logger) CheckReport {
+	rep := CheckReport{Handler: h.Name}
+	events := make(chan event, 64)
+	emit := func(e event) bool {
+		select {
+		case events <- e:
+		default: // only the first hello, error and the exit matter
+		}
+		return true
+	}
+	p := &process{pool: &pool{h: h}, out: make(chan protocol.Message, 4), tasks: map[string]*task{}, stderr: &stderrTail{}}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	te := transportEnv{sp: sp, maxFrame: protocol.DefaultMaxFrameBytes, log: log, emit: emit, wg: &wg}
+	if err := startUnix(te, p); err != nil {
+		rep.Err = err
+		return rep
+	}
+	rep.PID = p.pid
+	timer := time.NewTimer(h.StartupTimeout)
+	defer timer.Stop()
+	exited := false
+wait:
+	for {
+		select {
+		case e := <-events:
+			switch e.kind {
+			case evFrame:
+				if hello, ok := e.msg.(*protocol.Hello); ok {
+					rep.SDK = hello.SDK
+					rep.Err = checkHello(h, hello)
+					break wait
+				}
+			case evProtocolError:
+				rep.Err = fmt.Errorf("handler %s: %w", h.Name, e.err)
+				break wait
+			case evExit:
+				rep.Err = fmt.Errorf("handler %s: the process %s without a hello", h.Name, exitDescription(e.err))
+				exited = true
+				break wait
+			}
+		case <-timer.C:
+			rep.Err = fmt.Errorf("handler %s: no hello within startup_timeout %s", h.Name, h.StartupTimeout)
+			break wait
+		case <-ctx.Done():
+			rep.Err = ctx.Err()
+			break wait
+		}
+	}
+	// Stop it: shutdown (go-plugin's graceful stop), then signals.
+	p.closeInput()
+	if rep.Err != nil && !exited {
+		p.signalGroup(syscall.SIGKILL)
+	}
+	kill := time.After(5 * time.Second)
+	for !exited {
+		select {
+		case e := <-events:
+			exited = e.kind == evExit
+		case <-kill:
+			p.signalGroup(syscall.SIGKILL)
+		}
+	}
+	if rep.Err != nil {
+		if t := p.stderr.String(); t != "" {
 			rep.Err = fmt.Errorf("%w\nstderr (last lines):\n%s", rep.Err, t)
 		}
 	}

@@ -204,7 +204,9 @@ class App:
     # ------------------------------------------------------------------- run
 
     def run(self) -> None:
-        """Serves the protocol on stdin/stdout until shutdown; never returns."""
+        """Serves the protocol until shutdown, then exits the process; never
+        returns. The transport is $SONIQ_TRANSPORT: stdio (NDJSON on stdin and
+        stdout, the default) or unix (gRPC on a Unix socket, see _unix)."""
         version = negotiate_version(os.environ.get("SONIQ_PROTOCOL_VERSIONS"))
         if version is None:
             _log(
@@ -216,6 +218,13 @@ class App:
         if not self._handlers:
             _log("no jobs registered: a handler process must serve at least one job")
             _exit(1)
+        if os.environ.get("SONIQ_TRANSPORT", "stdio") == "unix":
+            # gRPC over a Unix socket (docs/protocol.md); its dependencies
+            # (requirements-grpc.txt) are imported only here.
+            from . import _unix
+
+            _unix.serve(self, version)
+            return
         self._chan = _protect_stdio()
         asyncio.run(self._serve(version))
         # Clean exit through SystemExit so atexit hooks (logging.shutdown, user

@@ -1,0 +1,234 @@
+package supervisor
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/soniq-dev/soniq-sidecar/protocol"
+)
+
+// Both transports driven through the loop's seam (transportEnv, p.out,
+// events) against the example handlers of both SDKs, as the loop drives
+// them: the same scenarios for every transport and SDK.
+
+var transportExamples = []struct {
+	name     string
+	manifest string
+}{
+	{"python/stdio", "examples/python/manifest.yaml"},
+	{"python/unix", "examples/python/manifest-unix.yaml"},
+	{"node/stdio", "examples/node/manifest.yaml"},
+	{"node/unix", "examples/node/manifest-unix.yaml"},
+}
+
+func repoPath(t testing.TB, rel string) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("no caller")
+	}
+	return filepath.Join(filepath.Dir(filepath.Dir(file)), rel)
+}
+
+// testProc is one handler process started by a transport.
+type testProc struct {
+	t      testing.TB
+	p      *process
+	events chan event
+	wg     *sync.WaitGroup
+	hello  *protocol.Hello
+	seq    int
+}
+
+func startTestProc(t testing.TB, manifest string) *testProc {
+	t.Helper()
+	m, err := LoadManifest(repoPath(t, manifest))
+	if err != nil {
+		t.Fatalf("manifest: %v", err)
+	}
+	h := &m.Handlers[0]
+	if _, err := exec.LookPath(h.Command[0]); err != nil {
+		t.Fatalf("%s is required for the %s example handlers (not skipped: install it): %v", h.Command[0], h.Name, err)
+	}
+	sp := newSpawner()
+	stopSp := make(chan struct{})
+	go sp.run(stopSp)
+	tp := &testProc{t: t, events: make(chan event, 1024), wg: &sync.WaitGroup{}}
+	tp.p = &process{pool: &pool{h: h}, out: make(chan protocol.Message, 2*h.Concurrency+16), tasks: map[string]*task{}, stderr: &stderrTail{}}
+	emit := func(e event) bool { tp.events <- e; return true }
+	start := startStdio
+	if h.Transport == TransportUnix {
+		start = startUnix
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	}
+	te := transportEnv{sp: sp, maxFrame: protocol.DefaultMaxFrameBytes, log: log, emit: emit, wg: tp.wg}
+	if err := start(te, tp.p); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() {
+		tp.p.signalGroup(9)
+		if !tp.p.outClosed {
+			tp.p.closeInput()
+		}
+		done := make(chan struct{})
+		go func() {
+			for range tp.events {
+			}
+		}()
+		go func() { tp.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("transport goroutines did not end")
+		}
+		close(stopSp)
+		<-sp.done
+	})
+	e := tp.next(h.StartupTimeout)
+	hello, ok := e.msg.(*protocol.Hello)
+	if e.kind != evFrame || !ok {
+		t.Fatalf("first event: kind %d msg %T err %v; stderr:\n%s", e.kind, e.msg, e.err, tp.p.stderr)
+	}
+	tp.hello = hello
+	return tp
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
+
+func (tp *testProc) next(timeout time.Duration) event {
+	tp.t.Helper()
+	select {
+	case e := <-tp.events:
+		return e
+	case <-time.After(timeout):
+		tp.t.Fatalf("no event within %s; stderr:\n%s", timeout, tp.p.stderr)
+		return event{}
+	}
+}
+
+func (tp *testProc) send(m protocol.Message) {
+	tp.t.Helper()
+	if !tp.p.send(m) {
+		tp.t.Fatalf("send %s: queue full or closed", m.Type())
+	}
+}
+
+func (tp *testProc) job(name, args string) string {
+	tp.seq++
+	id := fmt.Sprintf("job-%d", tp.seq)
+	tp.send(&protocol.Job{ID: id, Name: name, Args: json.RawMessage(args), Attempt: 1, MaxAttempts: 3, Queue: "default"})
+	return id
+}
+
+// result waits for the next frame, which must be the result of id.
+func (tp *testProc) result(timeout time.Duration, id string) *protocol.Result {
+	tp.t.Helper()
+	e := tp.next(timeout)
+	r, ok := e.msg.(*protocol.Result)
+	if e.kind != evFrame || !ok {
+		tp.t.Fatalf("want the result of %s, got kind %d %T %v", id, e.kind, e.msg, e.err)
+	}
+	if r.ID != id {
+		tp.t.Fatalf("result for %s, want %s", r.ID, id)
+	}
+	return r
+}
+
+func TestTransports(t *testing.T) {
+	for _, ex := range transportExamples {
+		t.Run(ex.name, func(t *testing.T) {
+			t.Parallel()
+			tp := startTestProc(t, ex.manifest)
+			if tp.hello.PID != tp.p.pid {
+				t.Errorf("hello pid %d, process %d", tp.hello.PID, tp.p.pid)
+			}
+			if err := checkHello(tp.p.pool.h, tp.hello); err != nil {
+				t.Fatal(err)
+			}
+
+			id := tp.job("examples.add", `{"a":2,"b":40}`)
+			if r := tp.result(10*time.Second, id); r.Status != protocol.StatusDone || string(r.Result) != `{"sum":42}` {
+				t.Fatalf("add: %+v", r)
+			}
+
+			id = tp.job("examples.fail", `{}`)
+			if r := tp.result(10*time.Second, id); r.Status != protocol.StatusFailed || r.Error == nil || r.Error.Message != "boom" || !r.Error.Retryable {
+				t.Fatalf("fail: %+v", r)
+			}
+			id = tp.job("examples.permanent", `{}`)
+			if r := tp.result(10*time.Second, id); r.Status != protocol.StatusFailed || r.Error.Retryable {
+				t.Fatalf("permanent: %+v %+v", r, r.Error)
+			}
+			id = tp.job("examples.snooze", `{}`)
+			if r := tp.result(10*time.Second, id); r.Status != protocol.StatusSnooze || r.Seconds != 1 || r.Reason == nil || *r.Reason != "later" {
+				t.Fatalf("snooze: %+v", r)
+			}
+
+			// A cancel of an async job: its result is `cancelled`, promptly.
+			id = tp.job("examples.sleep_async", `{"seconds":30}`)
+			time.Sleep(200 * time.Millisecond)
+			sent := time.Now()
+			tp.send(&protocol.Cancel{ID: id, Reason: protocol.ReasonJobTimeout})
+			if r := tp.result(5*time.Second, id); r.Status != protocol.StatusCancelled {
+				t.Fatalf("cancel: %+v", r)
+			}
+			if d := time.Since(sent); d > time.Second {
+				t.Errorf("cancelled after %s", d)
+			}
+
+			// A ping while a sync job runs is answered; the sync job ends normally.
+			id = tp.job("examples.sleep_sync", `{"seconds":1}`)
+			time.Sleep(200 * time.Millisecond)
+			tp.send(&protocol.Ping{Seq: 7})
+			if e := tp.next(2 * time.Second); e.kind != evFrame || e.msg.Type() != protocol.TypePong || e.msg.(*protocol.Pong).Seq != 7 {
+				t.Fatalf("want pong 7, got %d %+v %v", e.kind, e.msg, e.err)
+			}
+			if r := tp.result(10*time.Second, id); r.Status != protocol.StatusDone {
+				t.Fatalf("sync: %+v", r)
+			}
+
+			// Shutdown: the process exits 0.
+			tp.p.closeInput()
+			e := tp.next(10 * time.Second)
+			if e.kind != evExit || e.err != nil {
+				t.Fatalf("want a clean exit, got kind %d %v; stderr:\n%s", e.kind, e.err, tp.p.stderr)
+			}
+		})
+	}
+}
+
+// BenchmarkRoundTrip is the per-job cost of each transport: one no-op job
+// (examples.add) sent and its result received, sequentially, by a long-lived
+// handler process of each SDK.
+//
+//	go test -run '^$' -bench RoundTrip ./supervisor/
+func BenchmarkRoundTrip(b *testing.B) {
+	for _, ex := range transportExamples {
+		b.Run(ex.name, func(b *testing.B) {
+			tp := startTestProc(b, ex.manifest)
+			b.ResetTimer()
+			for b.Loop() {
+				id := tp.job("examples.add", `{"a":1,"b":2}`)
+				if r := tp.result(10*time.Second, id); r.Status != protocol.StatusDone {
+					b.Fatalf("%+v", r)
+				}
+			}
+			b.StopTimer()
+			tp.p.closeInput()
+			tp.next(10 * time.Second)
+		})
+	}
+}
