@@ -34,15 +34,22 @@ else
 	$(MAKE) --no-print-directory lint test-go test-python test-node
 endif
 
-test-go:
+# The Go tests run the example handlers over both transports: the unix one
+# needs the SDKs' gRPC packages, installed from the repository's own files.
+test-go: deps-python deps-node
 	$(GO) test -race -count=1 -timeout 15m ./...
 
-test-python:
-	$(PYTHON) -m pip install -q -r examples/python/requirements-grpc.txt
+test-python: deps-python
 	$(PYTHON) -m pytest -q examples/python/tests
 
-test-node:
-	cd examples/node && npm ci --no-audit --no-fund --silent && npm test --silent
+test-node: deps-node
+	cd examples/node && npm test --silent
+
+deps-python:
+	$(PYTHON) -m pip install -q -r examples/python/requirements-grpc.txt
+
+deps-node:
+	cd examples/node && npm ci --no-audit --no-fund --silent
 
 lint: vet fmt-check
 

@@ -220,7 +220,9 @@ class App {
     };
   }
 
-  // Runs the stdio loop until `shutdown` or EOF, then exits the process (0). Never returns.
+  // Serves jobs until shutdown, then exits the process (0). The transport is $SONIQ_TRANSPORT:
+  // stdio (NDJSON on stdin/stdout, the default; runs until `shutdown` or EOF) or unix (gRPC
+  // on a Unix socket, see unix.js).
   run() {
     if (this.writer) throw new Error('App.run() called twice');
     if (this.handlers.size === 0) throw new Error('no jobs registered: call app.job(name, fn) before app.run()');
@@ -235,6 +237,11 @@ class App {
     if (protocol === null) {
       log(`no shared protocol version: sidecar offers SONIQ_PROTOCOL_VERSIONS=${JSON.stringify(process.env.SONIQ_PROTOCOL_VERSIONS)}, ${SDK} speaks ${SUPPORTED_PROTOCOLS.join(',')}`);
       process.exit(EXIT_NO_SHARED_VERSION);
+    }
+    if ((process.env.SONIQ_TRANSPORT || 'stdio') === 'unix') {
+      // gRPC over a Unix socket (unix.js); its packages are required only here.
+      require('./unix').serve(this, protocol, guard);
+      return;
     }
     this._send(this.hello(protocol));
 
