@@ -217,12 +217,12 @@ func (l *loop) handle(e event) {
 	case evFrame:
 		l.onFrame(e.proc, e.msg)
 	case evProtocolError:
-		l.breakProcess(e.proc, fmt.Sprintf("protocol error from handler %s process %d: %v", e.proc.pool.h.Name, e.proc.pid, e.err))
+		l.breakProcess(e.proc, "protocol_error", fmt.Sprintf("protocol error from handler %s process %d: %v", e.proc.pool.h.Name, e.proc.pid, e.err))
 	case evExit:
 		l.onExit(e.proc, e.err)
 	case evStartTimeout:
 		if e.proc.state == procStarting {
-			l.breakProcess(e.proc, fmt.Sprintf("handler %s process %d sent no hello within startup_timeout %s", e.proc.pool.h.Name, e.proc.pid, e.proc.pool.h.StartupTimeout))
+			l.breakProcess(e.proc, "startup_timeout", fmt.Sprintf("handler %s process %d sent no hello within startup_timeout %s", e.proc.pool.h.Name, e.proc.pid, e.proc.pool.h.StartupTimeout))
 		}
 	case evRestart:
 		e.pool.restarting[e.slot] = false
@@ -289,7 +289,7 @@ func (l *loop) spawn(pl *pool, slot int) {
 		start = startUnix
 	}
 	if err := start(transportEnv{sp: l.sp, maxFrame: l.cfg.MaxFrameBytes, log: l.s.log, emit: l.s.emit, wg: l.wg}, p); err != nil {
-		l.startFailed(pl, slot, err.Error())
+		l.startFailed(pl, slot, err.Error(), "start_failure")
 		return
 	}
 	pl.procs[slot] = p
@@ -306,10 +306,10 @@ func (l *loop) setProcState(p *process, to procState) {
 
 // startFailed schedules a restart of a pool slot with exponential backoff
 // and reports a crash loop once.
-func (l *loop) startFailed(pl *pool, slot int, why string) {
+func (l *loop) startFailed(pl *pool, slot int, why, reason string) {
 	pl.failures++
 	delay := restartDelay(pl.failures)
-	l.s.metrics.restart(pl.h.Name, "start_failure")
+	l.s.metrics.restart(pl.h.Name, reason)
 	if pl.failures >= crashLoopThreshold && !pl.crashLoop {
 		pl.crashLoop = true
 		l.s.setReady(pl.h.Name, "crash loop: "+why)
@@ -336,19 +336,19 @@ func (l *loop) onFrame(p *process, m protocol.Message) {
 	switch msg := m.(type) {
 	case *protocol.Hello:
 		if p.state != procStarting {
-			l.breakProcess(p, fmt.Sprintf("protocol error from handler %s process %d: a second hello", p.pool.h.Name, p.pid))
+			l.breakProcess(p, "protocol_error", fmt.Sprintf("protocol error from handler %s process %d: a second hello", p.pool.h.Name, p.pid))
 			return
 		}
 		l.onHello(p, msg)
 	case *protocol.Result:
 		if p.hello == nil {
-			l.breakProcess(p, fmt.Sprintf("protocol error from handler %s process %d: a result before hello", p.pool.h.Name, p.pid))
+			l.breakProcess(p, "protocol_error", fmt.Sprintf("protocol error from handler %s process %d: a result before hello", p.pool.h.Name, p.pid))
 			return
 		}
 		l.onResult(p, msg)
 	case *protocol.Pong:
 		if p.hello == nil {
-			l.breakProcess(p, fmt.Sprintf("protocol error from handler %s process %d: a pong before hello", p.pool.h.Name, p.pid))
+			l.breakProcess(p, "protocol_error", fmt.Sprintf("protocol error from handler %s process %d: a pong before hello", p.pool.h.Name, p.pid))
 			return
 		}
 		if msg.Seq == p.pingSeq {
@@ -397,7 +397,7 @@ func (l *loop) onHello(p *process, hello *protocol.Hello) {
 		if l.fatal == nil {
 			l.fatal = err
 		}
-		l.breakProcess(p, err.Error())
+		l.breakProcess(p, "hello_mismatch", err.Error())
 		if l.state == StateRunning {
 			l.enterDraining("configuration error")
 		}
@@ -423,12 +423,12 @@ func (l *loop) onHello(p *process, hello *protocol.Hello) {
 // breakProcess gives up on a process that broke the protocol, missed its
 // startup deadline or stopped answering: its live jobs fail with cause when
 // it exits, and it is killed now.
-func (l *loop) breakProcess(p *process, cause string) {
+func (l *loop) breakProcess(p *process, reason, cause string) {
 	if p.state == procDead {
 		return
 	}
 	if p.brokenCause == "" {
-		p.brokenCause = cause
+		p.brokenCause, p.brokenReason = cause, reason
 		l.s.log.Error("handler process is broken; killing it", "handler", p.pool.h.Name, "pid", p.pid, "err", cause)
 	}
 	if p.state != procStopping {
@@ -488,7 +488,14 @@ func (l *loop) onExit(p *process, err error) {
 			l.s.log.Error("handler process exited unexpectedly; its jobs fail through the retry policy", "handler", pl.h.Name, "pid", p.pid, "exit", desc)
 		}
 		if l.state <= StateDraining && l.fatal == nil {
-			l.startFailed(pl, p.slot, cause)
+			reason := "start_failure" // exited before its hello
+			switch {
+			case p.brokenReason != "":
+				reason = p.brokenReason
+			case wasReady:
+				reason = "crashed"
+			}
+			l.startFailed(pl, p.slot, cause, reason)
 		}
 	}
 	l.tryDispatch(pl)
@@ -541,8 +548,7 @@ func (l *loop) onTick() {
 				// a blocked event loop there is expected.
 				p.pingSentAt = time.Time{}
 			} else if !p.pingSentAt.IsZero() && now.Sub(p.pingSentAt) > l.cfg.PingTimeout {
-				l.s.metrics.restart(pl.h.Name, "unresponsive")
-				l.breakProcess(p, fmt.Sprintf("handler %s process %d did not answer a ping for %s", pl.h.Name, p.pid, l.cfg.PingTimeout))
+				l.breakProcess(p, "unresponsive", fmt.Sprintf("handler %s process %d did not answer a ping for %s", pl.h.Name, p.pid, l.cfg.PingTimeout))
 				continue
 			} else if p.pingSentAt.IsZero() {
 				p.pingSeq++
@@ -750,7 +756,7 @@ func (l *loop) start(t *task, p *process) {
 	}
 	l.s.metrics.jobStarted(t.job.Queue, t.job.Name)
 	if !p.send(frame) {
-		l.breakProcess(p, fmt.Sprintf("handler %s process %d stopped reading its stdin", p.pool.h.Name, p.pid))
+		l.breakProcess(p, "unresponsive", fmt.Sprintf("handler %s process %d stopped reading its stdin", p.pool.h.Name, p.pid))
 		return
 	}
 	if p.maxJobs > 0 && p.jobsRun >= p.maxJobs {

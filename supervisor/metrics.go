@@ -49,7 +49,7 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 		return
 	})
 	mk(func() (e error) {
-		x.completed, e = m.Int64Counter("soniq_jobs_completed", metric.WithDescription("Jobs finished, by outcome: done, failed, dead_letter, snoozed, timeout."))
+		x.completed, e = m.Int64Counter("soniq_jobs_completed", metric.WithDescription("Job executions ended, by status: done, failed, timeout, crashed, snoozed, nacked."))
 		return
 	})
 	mk(func() (e error) {

@@ -54,9 +54,10 @@ type process struct {
 	jobsRun  int
 	maxJobs  int // jittered recycle threshold; 0 = never
 
-	pingSeq     int64
-	pingSentAt  time.Time // zero when no ping is outstanding
-	brokenCause string    // set on a protocol error or unresponsiveness: the last_error for its jobs
+	pingSeq      int64
+	pingSentAt   time.Time // zero when no ping is outstanding
+	brokenCause  string    // set on a protocol error or unresponsiveness: the last_error for its jobs
+	brokenReason string    // the restart reason metric label: protocol_error, unresponsive, ...
 
 	startTimer *time.Timer
 	killTimers []*time.Timer

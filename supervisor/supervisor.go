@@ -35,6 +35,8 @@ type Config struct {
 	Logger   *slog.Logger
 	// Version is recorded on the worker row.
 	Version string
+	// WorkerID is this sidecar's soniq_workers id (a UUID); empty = a new one.
+	WorkerID string
 	// DeadLetterUnknown claims jobs of names no handler here serves and
 	// dead-letters them (job_not_found), as Soniq's worker does. Only for a
 	// sidecar that owns its queues exclusively.
@@ -110,13 +112,16 @@ func New(cfg Config) (*Supervisor, error) {
 	s := &Supervisor{
 		cfg:      cfg,
 		log:      cfg.Logger,
-		workerID: backends.NewID(),
+		workerID: cfg.WorkerID,
 		metrics:  cfg.Metrics,
 		tracer:   otel.Tracer("github.com/soniq-dev/soniq-sidecar/supervisor"),
 		events:   make(chan event, 1024),
 		loopDone: make(chan struct{}),
 		shutdown: make(chan struct{}, 8),
 		notReady: map[string]string{},
+	}
+	if s.workerID == "" {
+		s.workerID = backends.NewID()
 	}
 	for _, h := range cfg.Manifest.Handlers {
 		s.notReady[h.Name] = "starting"

@@ -55,11 +55,8 @@ func databaseURL(e env, flagValue string) string {
 // openBackend opens the configured database. Errors never carry the password.
 func openBackend(ctx context.Context, e env, flagValue string) (backends.Backend, error) {
 	url := databaseURL(e, flagValue)
-	b, err := connect.Open(ctx, url)
-	if err != nil {
-		return nil, fmt.Errorf("opening database %s: %w", connect.Redact(url), err)
-	}
-	return b, nil
+	// connect's errors already name the database (password redacted).
+	return connect.Open(ctx, url)
 }
 
 // openMigrated opens the database and makes sure Soniq's tables exist, so a

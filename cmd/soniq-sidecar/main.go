@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -56,10 +54,10 @@ type env struct {
 
 func main() {
 	e := env{stdout: os.Stdout, stderr: os.Stderr, lookupEnv: os.LookupEnv}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := runMain(ctx, e, os.Args[1:])
-	stop()
-	os.Exit(code)
+	// No signal context here: `run` handles SIGTERM/SIGINT itself (a second
+	// signal means something different from the first), and the short data
+	// commands keep the default behaviour of dying on a signal.
+	os.Exit(runMain(context.Background(), e, os.Args[1:]))
 }
 
 // runMain dispatches a command line and returns the exit code.

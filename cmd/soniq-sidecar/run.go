@@ -16,6 +16,7 @@ import (
 
 	"github.com/oklog/run"
 
+	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/backends/connect"
 	"github.com/soniq-dev/soniq-sidecar/supervisor"
 )
@@ -130,14 +131,15 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 	}
 	defer b.Close()
 
-	metrics, shutdownTelemetry, metricsHandler, err := setupTelemetry(ctx, e)
+	workerID := backends.NewID()
+	metrics, shutdownTelemetry, metricsHandler, err := setupTelemetry(ctx, e, withWorkerID(workerID), withLogger(log))
 	if err != nil {
 		return err
 	}
 	defer shutdownTelemetry()
 
 	sup, err := supervisor.New(supervisor.Config{
-		Manifest: m, Settings: settings, Backend: b, Logger: log, Version: version,
+		Manifest: m, Settings: settings, Backend: b, Logger: log, Version: version, WorkerID: workerID,
 		DeadLetterUnknown: *deadLetterUnknown, Metrics: metrics,
 	})
 	if err != nil {
@@ -150,16 +152,22 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 	var g run.Group
 	// Signals: the first SIGTERM/SIGINT starts DRAINING, a second one during
 	// DRAINING forces FORCE_TIMEOUT_PATH. The signal context is not the run
-	// context (seed 001): Run gets one that outlives the signal.
+	// context (seed 001): Run gets one that outlives the signal. Cancelling
+	// cmdRun's own ctx (tests, embedding) counts as one shutdown request.
 	{
 		sigs := make(chan os.Signal, 4)
 		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 		done := make(chan struct{})
+		ctxDone := ctx.Done()
 		g.Add(func() error {
 			for {
 				select {
 				case s := <-sigs:
 					log.Info("signal received", "signal", s.String(), "state", sup.State().String())
+					sup.Shutdown()
+				case <-ctxDone:
+					ctxDone = nil // once
+					log.Info("run context cancelled", "state", sup.State().String())
 					sup.Shutdown()
 				case <-done:
 					return nil
