@@ -82,7 +82,10 @@ type Handler struct {
 	SyncConcurrency int
 	// Env is the child's whole environment apart from the SONIQ_* protocol
 	// variables. Never nil.
-	Env            map[string]string
+	Env map[string]string
+	// EnvFrom names variables of the sidecar's own environment passed
+	// through to the child when set (env wins for a name in both).
+	EnvFrom        []string
 	StartupTimeout time.Duration
 	MaxJobs        int // recycle after about this many jobs; 0 = never
 	MaxMemoryMB    int // soft RSS limit; 0 = none
@@ -737,7 +740,7 @@ func (d *manifestDecoder) handler(n *yaml.Node, field string) Handler {
 		Line:            derefAlias(n).Line,
 	}
 	fields, ok := d.mapping(n, field, "name", "command", "transport", "processes", "concurrency",
-		"sync_concurrency", "env", "startup_timeout", "max_jobs", "max_memory_mb", "workdir", "jobs")
+		"sync_concurrency", "env", "env_from", "startup_timeout", "max_jobs", "max_memory_mb", "workdir", "jobs")
 	if !ok {
 		return h
 	}
@@ -812,6 +815,9 @@ func (d *manifestDecoder) handler(n *yaml.Node, field string) Handler {
 	nonNegative("max_jobs", &h.MaxJobs)
 	nonNegative("max_memory_mb", &h.MaxMemoryMB)
 
+	if e, ok := fields["env_from"]; ok {
+		h.EnvFrom = d.envFrom(e.val, fieldPath(field, "env_from"))
+	}
 	if e, ok := fields["env"]; ok {
 		h.Env = d.env(e.val, fieldPath(field, "env"))
 	}
@@ -867,6 +873,34 @@ func (d *manifestDecoder) command(n *yaml.Node, field string) []string {
 		argv[0] = filepath.Join(d.dir, argv[0])
 	}
 	return argv
+}
+
+// envFrom parses env_from: names of the sidecar's own environment variables
+// passed through to the handler (secrets injected into the pod, PATH). They
+// follow env's naming rules.
+func (d *manifestDecoder) envFrom(n *yaml.Node, field string) []string {
+	n = derefAlias(n)
+	if n.Kind != yaml.SequenceNode {
+		d.fail(n, field, "expected a list of environment variable names, got %s", describeNode(n))
+		return nil
+	}
+	var out []string
+	for i, item := range n.Content {
+		f := fieldIndex(field, i)
+		name, ok := d.str(item, f)
+		switch {
+		case !ok:
+		case !envNameRE.MatchString(name):
+			d.fail(item, f, "invalid environment variable name %q", name)
+		case strings.HasPrefix(name, "SONIQ_"):
+			d.fail(item, f, "SONIQ_* variables are the sidecar's own (the database URL must not reach handlers); pass what the handler needs under another name")
+		case slices.Contains(out, name):
+			d.fail(item, f, "duplicate name %q", name)
+		default:
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 func (d *manifestDecoder) env(n *yaml.Node, field string) map[string]string {

@@ -213,11 +213,19 @@ func (s *spawner) do(fork func() error) error {
 	return <-reply
 }
 
-// childEnv is the child's whole environment: the manifest's env plus the
-// protocol variables. Nothing else of the sidecar's environment (notably
-// the database URL) reaches the handler.
+// childEnv is the child's whole environment: the manifest's env, the
+// variables it names in env_from, and the protocol variables. Nothing else
+// of the sidecar's environment (notably the database URL) reaches the handler.
 func childEnv(h *Handler, maxFrame int) []string {
-	env := make([]string, 0, len(h.Env)+3)
+	env := make([]string, 0, len(h.Env)+len(h.EnvFrom)+4)
+	for _, k := range h.EnvFrom {
+		if _, set := h.Env[k]; set {
+			continue
+		}
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
 	for k, v := range h.Env {
 		env = append(env, k+"="+v)
 	}
