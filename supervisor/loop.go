@@ -469,7 +469,9 @@ func (l *loop) onExit(p *process, err error) {
 		l.fail(t, cause, true, "crashed")
 	}
 	p.tasks = nil
-	if len(pl.ready()) == 0 {
+	if len(pl.ready()) == 0 && !expected {
+		// A recycled process is replaced at once; only a failure makes
+		// the handler not ready.
 		l.s.setReady(pl.h.Name, "no ready process")
 	}
 	switch {
@@ -579,9 +581,6 @@ func (l *loop) retire(p *process) {
 	l.setProcState(p, procRetiring)
 	if len(p.tasks) == 0 {
 		l.stopProcess(p, l.cfg.StopGrace)
-	}
-	if len(p.pool.ready()) == 0 {
-		l.s.setReady(p.pool.h.Name, "recycling its processes")
 	}
 }
 
