@@ -71,9 +71,9 @@ func (s *sidecar) readyPIDs(handler string) []int {
 // waitReady waits until n handler processes of handler said hello.
 func (s *sidecar) waitReady(t *testing.T, handler string, n int) []int {
 	t.Helper()
-	eventually(t, 30*time.Second, fmt.Sprintf("%d ready processes of %s", n, handler), func() bool {
+	whileRunning(t, 30*time.Second, fmt.Sprintf("%d ready processes of %s", n, handler), func() bool {
 		return len(s.readyPIDs(handler)) >= n
-	})
+	}, s)
 	return s.readyPIDs(handler)
 }
 
@@ -100,14 +100,41 @@ func (w *world) deadLetter(id string) (backends.DeadLetterJob, bool) {
 	return backends.DeadLetterJob{}, false
 }
 
-func (w *world) waitDeadLetter(t *testing.T, timeout time.Duration, id string) backends.DeadLetterJob {
+// whileRunning is eventually, failing at once when one of the sidecars
+// that should do the work has exited.
+func whileRunning(t *testing.T, timeout time.Duration, what string, cond func() bool, scs ...*sidecar) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		for _, sc := range scs {
+			if sc.exited() {
+				sc.mu.Lock()
+				code := sc.exit
+				sc.mu.Unlock()
+				t.Fatalf("waiting for %s: the sidecar exited with %d:\n%s", what, code, lastLines(sc.rawLog(), 5))
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for: %s", timeout, what)
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+func (w *world) waitDeadLetter(t *testing.T, sc *sidecar, timeout time.Duration, id string) backends.DeadLetterJob {
 	t.Helper()
 	var dl backends.DeadLetterJob
-	eventually(t, timeout, "job "+id+" dead-lettered", func() bool {
+	whileRunning(t, timeout, "job "+id+" dead-lettered", func() bool {
 		var ok bool
 		dl, ok = w.deadLetter(id)
 		return ok
-	})
+	}, sc)
 	return dl
 }
 
@@ -120,16 +147,16 @@ func (w *world) jobGone(id string) bool {
 	return n == 0
 }
 
-func (w *world) waitDone(t *testing.T, timeout time.Duration, ids ...string) {
+func (w *world) waitDone(t *testing.T, sc *sidecar, timeout time.Duration, ids ...string) {
 	t.Helper()
-	eventually(t, timeout, fmt.Sprintf("%d jobs done", len(ids)), func() bool {
+	whileRunning(t, timeout, fmt.Sprintf("%d jobs done", len(ids)), func() bool {
 		for _, id := range ids {
 			if w.job(id).Status != backends.StatusDone {
 				return false
 			}
 		}
 		return true
-	})
+	}, sc)
 }
 
 func (w *world) enqueueN(name, args string, n int) []string {
@@ -234,7 +261,7 @@ func TestSupervisorThroughputNoop(t *testing.T) {
 		sc := w.startSidecar(nil)
 		sc.waitReady(t, w.handlerName(), 1)
 		ready := time.Now()
-		eventually(t, 90*time.Second, "1000 jobs done", func() bool { return w.stats().Done == n })
+		whileRunning(t, 90*time.Second, "1000 jobs done", func() bool { return w.stats().Done == n }, sc)
 		end := time.Now()
 		st := w.stats()
 		assert.Equal(t, backends.Stats{Total: n, Done: n}, st)
@@ -252,7 +279,7 @@ func TestSupervisorFailRetriedThenDeadLettered(t *testing.T) {
 		w := newWorld(t, s, manifestOpts{})
 		id := w.enqueue("t.fail", `{}`, 3)
 		sc := w.startSidecar(nil)
-		dl := w.waitDeadLetter(t, 30*time.Second, id)
+		dl := w.waitDeadLetter(t, sc, 30*time.Second, id)
 		assert.Equal(t, backends.ReasonMaxRetriesExceeded, dl.Reason)
 		assert.Equal(t, 3, dl.Attempts)
 		assert.Equal(t, 3, dl.MaxAttempts)
@@ -284,7 +311,7 @@ func TestSupervisorSnooze(t *testing.T) {
 		w := newWorld(t, s, manifestOpts{recordFrames: true})
 		id := w.enqueue("t.snooze", `{"seconds":0.5}`, 0)
 		sc := w.startSidecar(nil)
-		w.waitDone(t, 30*time.Second, id)
+		w.waitDone(t, sc, 30*time.Second, id)
 		j := w.job(id)
 		assert.Equal(t, 1, j.Attempts, "the snooze gave its attempt back")
 		assert.JSONEq(t, `{"snoozed_before":true}`, string(j.Result))
@@ -314,7 +341,7 @@ func TestSupervisorHandlerKilledMidJob(t *testing.T) {
 		require.Equal(t, []int{victim}, sc.readyPIDs(w.handlerName()), "the job runs in the one ready process")
 		require.NoError(t, syscall.Kill(victim, syscall.SIGKILL))
 
-		w.waitDone(t, 30*time.Second, id)
+		w.waitDone(t, sc, 30*time.Second, id)
 		j := w.job(id)
 		assert.Equal(t, 2, j.Attempts, "the crash counted one attempt")
 		var starts [][]string
@@ -335,7 +362,7 @@ func TestSupervisorHandlerKilledMidJob(t *testing.T) {
 		sc.waitLog(5*time.Second, "exited unexpectedly", map[string]any{"handler": w.handlerName()})
 
 		// The job on its last attempt is dead-lettered with the exit status.
-		dl := w.waitDeadLetter(t, 10*time.Second, last)
+		dl := w.waitDeadLetter(t, sc, 10*time.Second, last)
 		assert.Equal(t, backends.ReasonMaxRetriesExceeded, dl.Reason)
 		assert.Equal(t, 1, dl.Attempts)
 		require.NotNil(t, dl.LastError)
@@ -363,7 +390,7 @@ func TestSupervisorCrashLoop(t *testing.T) {
 		sc := w.startSidecar(nil)
 		start := time.Now()
 		ids := w.enqueueN("t.record", `{}`, 20)
-		w.waitDone(t, 30*time.Second, ids...)
+		w.waitDone(t, sc, 30*time.Second, ids...)
 		loop := sc.waitLog(10*time.Second, "crash-looping", map[string]any{"handler": "crasher"})
 		t.Logf("%s: crash loop reported after %s (failures=%v)", s.name, time.Since(start).Round(time.Millisecond), loop["failures"])
 		assert.Contains(t, fmt.Sprint(loop["last_error"]), "exited with status 3")
@@ -390,7 +417,7 @@ func TestSupervisorCrashLoop(t *testing.T) {
 
 		// More work for the healthy handler while the crasher loops.
 		more := w.enqueueN("t.record", `{}`, 5)
-		w.waitDone(t, 20*time.Second, more...)
+		w.waitDone(t, sc, 20*time.Second, more...)
 		assert.Len(t, sc.readyPIDs(w.handlerName()), 1, "the healthy handler was never restarted")
 
 		j := w.job(never)
@@ -445,7 +472,7 @@ func TestSupervisorUnknownJobNames(t *testing.T) {
 		unknown := w.enqueueN("t.unknown", `{}`, 3)
 		known := w.enqueueN("t.noop", `{}`, 5)
 		sc := w.startSidecar(nil)
-		w.waitDone(t, 30*time.Second, known...)
+		w.waitDone(t, sc, 30*time.Second, known...)
 		time.Sleep(1 * time.Second) // several poll intervals after the known jobs
 		for _, id := range unknown {
 			j := w.job(id)
@@ -460,12 +487,12 @@ func TestSupervisorUnknownJobNames(t *testing.T) {
 		sc = w.startSidecar(nil, "--dead-letter-unknown")
 		more := w.enqueueN("t.noop", `{}`, 5)
 		for _, id := range unknown {
-			dl := w.waitDeadLetter(t, 20*time.Second, id)
+			dl := w.waitDeadLetter(t, sc, 20*time.Second, id)
 			assert.Equal(t, backends.ReasonJobNotFound, dl.Reason)
 			assert.Equal(t, "t.unknown", dl.Name)
 			assert.True(t, w.jobGone(id))
 		}
-		w.waitDone(t, 20*time.Second, more...)
+		w.waitDone(t, sc, 20*time.Second, more...)
 		sc.stop(t)
 	})
 }
@@ -486,7 +513,7 @@ func TestSupervisorTwoSidecarsExactlyOnce(t *testing.T) {
 		const n = 2000
 		ids := w.enqueueBulk(t, "t.record", n)
 		start := time.Now()
-		eventually(t, 90*time.Second, "2000 jobs done", func() bool { return w.stats().Done == n })
+		whileRunning(t, 90*time.Second, "2000 jobs done", func() bool { return w.stats().Done == n }, a, b)
 		took := time.Since(start)
 		t.Logf("%s: %d t.record jobs by two sidecars (one process each, concurrency 16): %.2fs, %.0f jobs/s",
 			s.name, n, took.Seconds(), n/took.Seconds())
@@ -577,7 +604,7 @@ func TestSupervisorStaleWorkerRecovery(t *testing.T) {
 			return !pidAlive(handlerA)
 		})
 
-		w.waitDone(t, 40*time.Second, ids...)
+		w.waitDone(t, b, 40*time.Second, ids...)
 		t.Logf("%s: a's jobs recovered and done %.2fs after SIGKILL (heartbeat timeout 2s, jobs 3s)", s.name, time.Since(killed).Seconds())
 		for _, id := range ids {
 			j := w.job(id)
@@ -624,12 +651,12 @@ func TestSupervisorDeadLetterAtClaim(t *testing.T) {
 		ok := w.enqueue("t.record", `{}`, 0)
 
 		sc := w.startSidecar(nil)
-		w.waitDone(t, 30*time.Second, ok)
-		dl := w.waitDeadLetter(t, 10*time.Second, badArgs)
+		w.waitDone(t, sc, 30*time.Second, ok)
+		dl := w.waitDeadLetter(t, sc, 10*time.Second, badArgs)
 		assert.Equal(t, backends.ReasonInvalidArguments, dl.Reason)
 		assert.JSONEq(t, `[1,2]`, string(dl.Args))
 		for _, id := range []string{crashed, crashedLast} {
-			dl = w.waitDeadLetter(t, 10*time.Second, id)
+			dl = w.waitDeadLetter(t, sc, 10*time.Second, id)
 			assert.Equal(t, backends.ReasonMaxRetriesExceeded, dl.Reason)
 			assert.Greater(t, dl.Attempts, dl.MaxAttempts)
 		}
