@@ -285,7 +285,10 @@ func (l *loop) spawn(pl *pool, slot int) {
 	// The transport starts the child, sets p.pid, consumes p.out and
 	// reports frames, protocol errors and the exit as events.
 	start := startStdio
-	if h.Transport == TransportUnix {
+	switch {
+	case l.cfg.startTransport != nil:
+		start = l.cfg.startTransport // tests: an in-process fake handler
+	case h.Transport == TransportUnix:
 		start = startUnix
 	}
 	if err := start(transportEnv{sp: l.sp, maxFrame: l.cfg.MaxFrameBytes, log: l.s.log, emit: l.s.emit, wg: l.wg}, p); err != nil {

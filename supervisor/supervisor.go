@@ -51,6 +51,10 @@ type Config struct {
 	PingTimeout  time.Duration // default 30s: a silent process holding no sync job is killed
 	StopGrace    time.Duration // shutdown frame → SIGTERM (default 5s), SIGTERM → SIGKILL likewise
 	WaitWarn     time.Duration // WAIT_FOR_THREAD reminder period (default 30s)
+
+	// startTransport replaces the transports in unit tests, which run the
+	// state machine against in-process fake handlers on a fake clock.
+	startTransport func(transportEnv, *process) error
 }
 
 // Supervisor runs handler pools against a backend. Create it with New,
