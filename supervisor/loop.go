@@ -265,9 +265,11 @@ func (l *loop) setState(s State) {
 	l.s.metrics.state(s)
 }
 
+// servesQueue reports whether a notification for queue q concerns this
+// sidecar; "" (an internal wake-up) concerns every pool.
 func (l *loop) servesQueue(q string) bool {
 	qs := l.cfg.Settings.Queues
-	return len(qs) == 0 || slices.Contains(qs, q)
+	return q == "" || len(qs) == 0 || slices.Contains(qs, q)
 }
 
 // ---- processes ----

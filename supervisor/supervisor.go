@@ -226,7 +226,13 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() { defer wg.Done(); s.heartbeat(hbCtx) }()
 
-	writer := newResultWriter(s.cfg.Backend, s.workerID, s.log)
+	writer := newResultWriter(s.cfg.Backend, s.workerID, s.log, func() {
+		// An empty queue name wakes every pool.
+		select {
+		case s.events <- event{kind: evWake}:
+		default: // the loop is busy; the next poll will do
+		}
+	})
 	go writer.run()
 
 	maintCtx, stopMaintenance := context.WithCancel(bg)

@@ -95,7 +95,7 @@ func TestResultWriterRetriesUntilTheDatabaseAccepts(t *testing.T) {
 
 	fb := &flakyBackend{Backend: mem}
 	fb.failures.Store(3)
-	w := newResultWriter(fb, worker, slog.New(slog.DiscardHandler))
+	w := newResultWriter(fb, worker, slog.New(slog.DiscardHandler), nil)
 	go w.run()
 	w.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDone, ResultTTL: time.Minute})
 	w.close()

@@ -24,6 +24,10 @@ type resultWriter struct {
 	backend  backends.Backend
 	workerID string
 	log      *slog.Logger
+	// requeued is called after a batch put rows back to queued for now
+	// (a retry or snooze without delay), so claiming resumes without
+	// waiting for the next poll.
+	requeued func()
 
 	mu          sync.Mutex
 	completions []backends.Completion
@@ -33,9 +37,12 @@ type resultWriter struct {
 	done        chan struct{} // closed when the goroutine has drained and exited
 }
 
-func newResultWriter(b backends.Backend, workerID string, log *slog.Logger) *resultWriter {
+func newResultWriter(b backends.Backend, workerID string, log *slog.Logger, requeued func()) *resultWriter {
+	if requeued == nil {
+		requeued = func() {}
+	}
 	return &resultWriter{
-		backend: b, workerID: workerID, log: log,
+		backend: b, workerID: workerID, log: log, requeued: requeued,
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 }
@@ -146,6 +153,12 @@ func (w *resultWriter) writeCompletions(cs []backends.Completion) error {
 	applied, err := w.backend.Complete(ctx, w.workerID, cs)
 	if err != nil {
 		return err
+	}
+	for _, c := range cs {
+		if (c.Outcome == backends.OutcomeRetry || c.Outcome == backends.OutcomeSnooze) && c.Delay == 0 {
+			w.requeued()
+			break
+		}
 	}
 	if len(applied) == len(cs) {
 		return nil
