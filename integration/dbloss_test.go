@@ -1,0 +1,130 @@
+package integration
+
+import (
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+)
+
+// cutProxy forwards TCP to Postgres and can drop every connection and
+// refuse new ones for a while: a database that disappears mid-run, for real
+// as far as the sidecar can tell (its connections die, reconnects fail).
+type cutProxy struct {
+	t      *testing.T
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	down   bool
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &cutProxy{t: t, ln: ln, target: target}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *cutProxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.down {
+			p.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			p.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		p.conns = append(p.conns, c, up)
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go func() { defer p.wg.Done(); _, _ = io.Copy(up, c); _ = up.Close() }()
+		go func() { defer p.wg.Done(); _, _ = io.Copy(c, up); _ = c.Close() }()
+	}
+}
+
+// cut drops every connection and refuses new ones until restore.
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *cutProxy) restore() {
+	p.mu.Lock()
+	p.down = false
+	p.mu.Unlock()
+}
+
+// The database disappears while jobs run: the sidecar keeps its processes
+// and its results, logs what fails, and once the database is back every job
+// is done exactly once; nothing is lost, nothing crashes.
+func TestDatabaseDisappearsMidRun(t *testing.T) {
+	s := sdks[0] // the path under test is the sidecar's, not the SDK's
+	w := newWorld(t, s, manifestOpts{})
+	u, err := url.Parse(w.dbURL)
+	require.NoError(t, err)
+	proxy := newCutProxy(t, u.Host)
+	u.Host = proxy.ln.Addr().String()
+
+	var ids []string
+	for range 20 {
+		ids = append(ids, w.enqueue("t.sleep_async", `{"seconds":2}`, 0))
+	}
+	sc := w.startSidecar(map[string]string{"SONIQ_DATABASE_URL": u.String(), "SONIQ_SHUTDOWN_TIMEOUT": "30"})
+	eventually(t, 20*time.Second, "the first jobs started", func() bool { return len(w.recorded()) >= 8 })
+
+	proxy.cut()
+	time.Sleep(4 * time.Second) // the running jobs finish while the database is gone
+	require.False(t, sc.exited(), "the sidecar survives a database outage")
+	proxy.restore()
+
+	eventually(t, 60*time.Second, "all jobs done after the outage", func() bool { return w.stats().Done == 20 })
+	runs := map[string]int{}
+	for _, r := range w.recorded() {
+		if r[0] == "end" {
+			runs[r[1]]++
+		}
+	}
+	for _, id := range ids {
+		j := w.job(id)
+		assert.Equal(t, backends.StatusDone, j.Status)
+		assert.Equal(t, 1, j.Attempts, "no retry was needed: results held through the outage were written after it")
+		assert.Equal(t, 1, runs[id], "job %s ran exactly once", id)
+	}
+	assert.NotEmpty(t, sc.logs("writing results failed; retrying"), "the outage is visible in the log")
+
+	sc.signal(syscall.SIGTERM)
+	code, _ := sc.wait(30 * time.Second)
+	assert.Equal(t, 0, code)
+}
