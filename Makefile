@@ -68,6 +68,11 @@ demo-python: build
 demo-node: build
 	scripts/demo.sh examples/node/manifest.yaml
 
+# The benchmarks (issue 8): bounded to about 15 minutes; writes docs/benchmarks.md and
+# docs/benchmarks.png (its own throw-away Postgres and cached venvs). Not part of `make test`.
+bench:
+	bench/run.sh
+
 clean:
 	rm -rf bin
 

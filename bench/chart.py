@@ -1,0 +1,153 @@
+"""Draw docs/benchmarks.png from the JSON embedded in docs/benchmarks.md.
+
+    python bench/chart.py docs/benchmarks.md docs/benchmarks.png
+
+Needs matplotlib (bench/run.sh installs bench/chart-requirements.txt into a
+cached virtualenv).
+"""
+
+import json
+import re
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+GREY, BLUE, GREEN, ORANGE = "#9e9e9e", "#1f77b4", "#2ca02c", "#ff7f0e"
+
+
+def load(md_path):
+    text = open(md_path, encoding="utf-8").read()
+    m = re.search(r"```json\n(.*?)\n```", text, re.S)
+    if not m:
+        sys.exit(f"{md_path}: no ```json block with the raw results")
+    return json.loads(m.group(1))
+
+
+def colour(v):
+    if v.get("kind") == "soniq":
+        return GREY
+    if v.get("kind") == "ceiling":
+        return GREEN
+    return BLUE if v.get("sdk") == "python" else ORANGE
+
+
+def short(v):
+    if v.get("kind") == "soniq":
+        label = "Soniq 0.1.0\nworker"
+    elif v.get("kind") == "ceiling":
+        label = f"DB ceiling\nbatch {v.get('claim_batch')}"
+    else:
+        label = f"sidecar\n{v['sdk'].capitalize()} {v['transport']}"
+    if v.get("claim_order_index"):
+        label += "\n+index (what-if)"
+    return label
+
+
+def throughput(ax, data):
+    rows = [t for t in data["throughput"] if not t.get("status")]
+    soniq = next((t["median_jobs_per_s"] for t in data["throughput"] if t["key"] == "soniq" and not t.get("status")), None)
+    xs = range(len(rows))
+    vals = [t["median_jobs_per_s"] for t in rows]
+    bars = ax.bar(xs, vals, color=[colour(t) for t in rows],
+                  hatch=["//" if t.get("claim_order_index") else "" for t in rows], edgecolor="white")
+    for bar, t in zip(bars, rows):
+        runs = [r["jobs_per_s"] for r in t["runs"] if not r.get("error")]
+        x = bar.get_x() + bar.get_width() / 2
+        ax.plot([x] * len(runs), runs, "k.", markersize=3)
+        label = f"{t['median_jobs_per_s']:,.0f}"
+        if soniq and t["key"] != "soniq":
+            label += f"\n{t['median_jobs_per_s'] / soniq:.1f}×"
+        ax.annotate(label, (x, bar.get_height()), ha="center", va="bottom", fontsize=7)
+    ax.axhline(10000, color="red", linestyle="--", linewidth=0.8)
+    ax.text(len(rows) - 0.5, 10000, "goal 10,000", color="red", fontsize=7, ha="right", va="bottom")
+    ax.set_xticks(list(xs), [short(t) for t in rows], fontsize=7)
+    ax.set_ylabel("jobs/s (median; dots: runs)")
+    missing = [t["label"] for t in data["throughput"] if t.get("status")]
+    title = f"1–2. Throughput, {data['params']['jobs_per_run']:,} no-op jobs, budget {data['params']['concurrency_budget']} in flight"
+    ax.set_title(title, fontsize=9)
+    if missing:
+        ax.text(0.01, 0.97, "not measured: " + "; ".join(missing), transform=ax.transAxes, fontsize=6, va="top", color="dimgrey", wrap=True)
+    ax.set_ylim(0, max(vals + [10000]) * 1.2)
+
+
+def latency(ax, data):
+    rows = [r for r in data["latency"] if not r.get("status")]
+    width = 0.8 / 3
+    for i, (key, name) in enumerate((("median_p50_ms", "p50"), ("median_p95_ms", "p95"), ("median_p99_ms", "p99"))):
+        xs = [j + (i - 1) * width for j in range(len(rows))]
+        bars = ax.bar(xs, [r[key] for r in rows], width, label=name, color=["#c6dbef", "#6baed6", "#08519c"][i])
+        for bar in bars:
+            ax.annotate(f"{bar.get_height():.1f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=6)
+    ax.axhline(15, color="red", linestyle="--", linewidth=0.8)
+    ax.text(len(rows) - 0.5, 15, "goal p99 15 ms", color="red", fontsize=7, ha="right", va="bottom")
+    ax.set_xticks(range(len(rows)), [short(r) for r in rows], fontsize=7)
+    ax.set_ylabel("enqueue → handler start, ms")
+    ax.set_title(f"3. Pickup latency at {data['params']['latency_rate_per_s']} jobs/s (median over runs)", fontsize=9)
+    ax.legend(fontsize=7)
+
+
+def shutdown(ax, data):
+    rows = [r for r in data["shutdown"] if not r.get("status")]
+    for j, r in enumerate(rows):
+        ys = [run["overshoot_ms"] for run in r["runs"] if not run.get("error")]
+        ax.plot([j] * len(ys), ys, "o", color=colour(r), alpha=0.7)
+        ax.annotate(f"median {r['median_overshoot_ms']:+.0f} ms", (j, max(ys)), ha="center", va="bottom", fontsize=7, xytext=(0, 4), textcoords="offset points")
+    ax.axhline(200, color="red", linestyle="--", linewidth=0.8)
+    ax.axhline(0, color="black", linewidth=0.5)
+    ax.text(len(rows) - 0.5, 200, "goal +200 ms", color="red", fontsize=7, ha="right", va="bottom")
+    ax.set_xticks(range(len(rows)), [short(r) for r in rows], fontsize=7)
+    ax.set_xlim(-0.5, len(rows) - 0.5)
+    ax.set_ylabel("exit − shutdown_timeout, ms")
+    ax.set_title(f"4. SIGTERM → exit, async-forced path, shutdown_timeout {data['params']['shutdown_timeout_s']:g} s", fontsize=9)
+
+
+def cost(ax, data):
+    rows = [t for t in data["throughput"] if not t.get("status") and t["kind"] != "ceiling"]
+    parts = [
+        ("sidecar_cpu_s_per_10k", "sidecar", BLUE),
+        ("handler_cpu_s_per_10k", "handler processes", "#6baed6"),
+        ("worker_cpu_s_per_10k", "Soniq workers", GREY),
+        ("postgres_cpu_s_per_10k", "Postgres", GREEN),
+    ]
+    width = 0.8 / len(parts)
+    top = [0.0] * len(rows)
+    for i, (key, name, col) in enumerate(parts):
+        xs, vals = [], []
+        for j, t in enumerate(rows):
+            v = t.get(key) or 0
+            if v > 0:
+                xs.append(j + (i - 1.5) * width)
+                vals.append(v)
+                top[j] = max(top[j], v)
+        ax.bar(xs, vals, width, label=name, color=col)
+    for j, t in enumerate(rows):
+        if t.get("sidecar_peak_rss_mb"):
+            ax.annotate(f"sidecar RSS {t['sidecar_peak_rss_mb']:.0f} MiB", (j, top[j]), ha="center", va="bottom", fontsize=7,
+                        xytext=(0, 3), textcoords="offset points")
+    ax.set_xticks(range(len(rows)), [short(t) for t in rows], fontsize=7)
+    ax.set_ylabel("CPU seconds per 10,000 jobs (log)")
+    ax.set_yscale("log")
+    ax.set_title("5. Cost: CPU per 10,000 jobs by process (medians)", fontsize=9)
+    ax.legend(fontsize=7)
+
+
+def main():
+    md, png = sys.argv[1], sys.argv[2]
+    data = load(md)
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
+    throughput(axes[0][0], data)
+    latency(axes[0][1], data)
+    shutdown(axes[1][0], data)
+    cost(axes[1][1], data)
+    meta = data["meta"]
+    fig.suptitle(f"soniq-sidecar benchmarks — {meta.get('date')}, commit {meta.get('commit', '').split(' ')[0]}, "
+                 f"{meta.get('cores')} cores ({meta.get('cpu')}), PostgreSQL {meta.get('postgres')}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// database is the driver's own connection to the throw-away server: setup,
+// bulk enqueues and observation. The measured code paths use their own.
+type database struct {
+	pool       *pgxpool.Pool
+	postmaster int
+}
+
+func openDB(ctx context.Context, url string) (*database, error) {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to %s: %w", redactURL(url), err)
+	}
+	d := &database{pool: pool}
+	// The server's processes, for its CPU time: the postmaster is the parent
+	// of the checkpointer (only when the server runs on this machine).
+	var pid int
+	if err := pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'`).Scan(&pid); err == nil {
+		if st, err := readStat(pid); err == nil {
+			d.postmaster = st.ppid
+		}
+	}
+	return d, nil
+}
+
+func (d *database) close() { d.pool.Close() }
+
+func redactURL(u string) string {
+	if i := strings.Index(u, "@"); i > 0 {
+		if j := strings.Index(u, "://"); j > 0 && j < i {
+			user := u[j+3 : i]
+			if k := strings.Index(user, ":"); k >= 0 {
+				return u[:j+3] + user[:k] + ":***" + u[i:]
+			}
+		}
+	}
+	return u
+}
+
+// setupSchema runs Soniq's own setup, then the sidecar's migrate (a no-op
+// on Soniq's schema), as a mixed deployment would.
+func setupSchema(ctx context.Context, c *config, d *database) error {
+	for _, argv := range [][]string{
+		{c.soniq, "setup"},
+		{c.sidecar, "migrate"},
+	} {
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.Env = append(os.Environ(), "SONIQ_DATABASE_URL="+c.dbURL)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+		}
+	}
+	return nil
+}
+
+// reset empties the jobs table between runs (and the worker rows of
+// earlier runs) so every run starts from the same state.
+func (d *database) reset(ctx context.Context) error {
+	_, err := d.pool.Exec(ctx, `DROP INDEX IF EXISTS bench_claim_order`)
+	if err != nil {
+		return err
+	}
+	_, err = d.pool.Exec(ctx, `TRUNCATE soniq_jobs`)
+	if err != nil {
+		return err
+	}
+	_, err = d.pool.Exec(ctx, `DELETE FROM soniq_workers WHERE status <> 'active'`)
+	if err != nil {
+		return err
+	}
+	_, err = d.pool.Exec(ctx, `CHECKPOINT`)
+	return err
+}
+
+// enqueueBulk inserts n queued jobs as Soniq's producer would write them,
+// and notifies, all in one transaction: they become visible at once.
+func (d *database) enqueueBulk(ctx context.Context, name string, args any, n int) error {
+	a, err := json.Marshal(args)
+	if err != nil {
+		return err
+	}
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `INSERT INTO soniq_jobs
+	(id, job_name, args, status, attempts, max_attempts, priority, queue, unique_job, scheduled_at)
+	SELECT gen_random_uuid(), $1, $2::text::jsonb, 'queued', 0, 3, 100, 'default', false, NULL
+	FROM generate_series(1, $3)`, name, string(a), n); err != nil {
+		return fmt.Errorf("bulk enqueue: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_notify('soniq_new_job', 'default')`); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// counts returns how many rows are queued or processing, and done.
+func (d *database) counts(ctx context.Context) (open, processing, done int, err error) {
+	err = d.pool.QueryRow(ctx, `SELECT
+	count(*) FILTER (WHERE status IN ('queued', 'processing')),
+	count(*) FILTER (WHERE status = 'processing'),
+	count(*) FILTER (WHERE status = 'done')
+	FROM soniq_jobs`).Scan(&open, &processing, &done)
+	return
+}
+
+// waitDrained polls until no job is queued or processing.
+func (d *database) waitDrained(ctx context.Context, ws *workers, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		open, _, _, err := d.counts(ctx)
+		if err != nil {
+			return err
+		}
+		if open == 0 {
+			return nil
+		}
+		if ws != nil {
+			for _, w := range ws.procs {
+				if w.exited() {
+					return fmt.Errorf("pid %d exited during the run (%v); log tail:\n%s", w.pid, w.err, tail(w.log, 3000))
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d jobs still open after %s", open, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// lastDone is the time of the last completion (the database's clock, which
+// is this machine's) and how many jobs are done.
+func (d *database) lastDone(ctx context.Context) (time.Time, int, error) {
+	var t *time.Time
+	var n int
+	err := d.pool.QueryRow(ctx, `SELECT max(updated_at), count(*) FROM soniq_jobs WHERE status = 'done'`).Scan(&t, &n)
+	if err != nil || t == nil {
+		return time.Time{}, n, err
+	}
+	return *t, n, nil
+}
+
+// waitSoniqWorkers waits until every Soniq worker registered its row (it
+// does so after its LISTEN is set up, just before its claim loops start).
+func (d *database) waitSoniqWorkers(ctx context.Context, ws []*worker, timeout time.Duration) error {
+	pids := make([]int32, len(ws))
+	for i, w := range ws {
+		pids[i] = int32(w.pid)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		var n int
+		if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM soniq_workers WHERE pid = ANY($1) AND status = 'active'`, pids).Scan(&n); err != nil {
+			return err
+		}
+		if n == len(ws) {
+			return nil
+		}
+		for _, w := range ws {
+			if w.exited() {
+				return fmt.Errorf("soniq worker pid %d exited (%v); log tail:\n%s", w.pid, w.err, tail(w.log, 3000))
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("soniq workers not registered within %s; log tail:\n%s", timeout, tail(ws[0].log, 3000))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// serverCPU is the CPU seconds of the Postgres server's processes so far.
+func (d *database) serverCPU() float64 {
+	if d.postmaster == 0 {
+		return 0
+	}
+	own, ch := treeCPU(d.postmaster)
+	return own + ch
+}
+
+func (d *database) setting(ctx context.Context, name string) string {
+	var v string
+	if err := d.pool.QueryRow(ctx, `SELECT current_setting($1)`, name).Scan(&v); err != nil {
+		return "unknown"
+	}
+	return v
+}

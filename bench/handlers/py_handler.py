@@ -1,0 +1,33 @@
+"""Benchmark handlers for soniq-sidecar, written with the Python example SDK.
+
+The benchmark driver (bench/main.go) runs this file as the command of a
+generated manifest; PYTHONPATH points at examples/python.
+"""
+
+import asyncio
+import os
+import time
+
+import soniq_handler
+
+app = soniq_handler.App(concurrency=int(os.environ["BENCH_CONCURRENCY"]), sync_concurrency=1)
+
+
+@app.job("bench.noop")
+async def noop(args, ctx):
+    return None
+
+
+@app.job("bench.latency")
+async def latency(args, ctx):
+    # Pickup latency: the driver subtracts the producer's args["t_us"].
+    return {"started_us": time.time_ns() // 1000}
+
+
+@app.job("bench.sleep")
+async def sleep(args, ctx):
+    await asyncio.sleep(args["seconds"])
+    return None
+
+
+app.run()

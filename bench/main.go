@@ -1,0 +1,368 @@
+// Command bench measures soniq-sidecar against the released Soniq worker and
+// against the database's own ceiling, and writes docs/benchmarks.md (issue 8).
+// It is run by `make bench` through bench/run.sh, which provides the
+// throw-away Postgres, the Soniq virtualenv and the chart; run it by hand with
+// the flags run.sh passes. Not part of `make test`.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// config is everything a run needs; flags fill it.
+type config struct {
+	dbURL     string
+	root      string // repository root
+	sidecar   string // the binary under test
+	python    string // interpreter for the Python SDK handlers
+	soniq     string // the released Soniq CLI (in its virtualenv)
+	node      string
+	out       string
+	work      string // scratch directory (manifests, logs)
+	n         int
+	runs      int
+	conc      int // total concurrency budget
+	procs     int // handler processes (and Soniq worker processes)
+	latRate   int
+	latSecs   float64
+	latRuns   int
+	shutRuns  int
+	shutTO    time.Duration
+	budget    time.Duration
+	startedAt time.Time
+	deadline  time.Time
+	command   string
+	only      map[string]bool // variant keys to run; empty = all
+	sections  map[string]bool
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.dbURL, "database-url", "", "Postgres URL (default $SONIQ_TEST_DATABASE_URL)")
+	flag.StringVar(&c.sidecar, "sidecar", "bin/soniq-sidecar", "the soniq-sidecar binary")
+	flag.StringVar(&c.python, "python", "python3", "Python for the example SDK handlers")
+	flag.StringVar(&c.soniq, "soniq", "", "the released Soniq CLI (`soniq`, from a virtualenv with integration/soniq-requirements.txt)")
+	flag.StringVar(&c.node, "node", "node", "Node.js for the example SDK handlers")
+	flag.StringVar(&c.out, "out", "docs/benchmarks.md", "report to write")
+	flag.IntVar(&c.n, "n", 20000, "jobs per throughput run")
+	flag.IntVar(&c.runs, "runs", 3, "runs of each throughput variant (alternating)")
+	flag.IntVar(&c.conc, "concurrency", 32, "total concurrency budget (jobs in flight), the same for every variant")
+	flag.IntVar(&c.procs, "processes", 2, "handler processes of the sidecar, and Soniq worker processes")
+	flag.IntVar(&c.latRate, "latency-rate", 50, "jobs per second for the pickup-latency runs")
+	flag.Float64Var(&c.latSecs, "latency-seconds", 6, "duration of one pickup-latency run")
+	flag.IntVar(&c.latRuns, "latency-runs", 3, "runs of each pickup-latency variant")
+	flag.IntVar(&c.shutRuns, "shutdown-runs", 5, "runs of each shutdown variant")
+	flag.DurationVar(&c.shutTO, "shutdown-timeout", 2*time.Second, "shutdown_timeout for the shutdown runs")
+	flag.DurationVar(&c.budget, "budget", 13*time.Minute, "wall-time bound: later rounds are skipped past it")
+	only := flag.String("only", "", "comma-separated variant keys to run (soniq, python-stdio, node-stdio, python-unix, node-unix, ceiling, ceiling-500); default all")
+	sections := flag.String("sections", "shutdown,latency,throughput", "comma-separated sections to run")
+	flag.Parse()
+	c.only, c.sections = set(*only), set(*sections)
+	c.command = strings.Join(os.Args, " ")
+	if c.dbURL == "" {
+		c.dbURL = os.Getenv("SONIQ_TEST_DATABASE_URL")
+	}
+	if c.dbURL == "" || c.soniq == "" {
+		fmt.Fprintln(os.Stderr, "bench: need --database-url (or $SONIQ_TEST_DATABASE_URL) and --soniq; `make bench` provides both")
+		os.Exit(2)
+	}
+	if c.conc%c.procs != 0 {
+		fmt.Fprintln(os.Stderr, "bench: --concurrency must be a multiple of --processes")
+		os.Exit(2)
+	}
+	c.startedAt = time.Now()
+	c.deadline = c.startedAt.Add(c.budget)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	code := 0
+	if err := run(ctx, &c); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		code = 1
+	}
+	killAll()
+	os.Exit(code)
+}
+
+func set(list string) map[string]bool {
+	m := map[string]bool{}
+	for _, s := range strings.Split(list, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			m[s] = true
+		}
+	}
+	return m
+}
+
+// want says whether a variant is selected by --only.
+func (c *config) want(key string) bool { return len(c.only) == 0 || c.only[key] }
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s bench: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func run(ctx context.Context, c *config) error {
+	var err error
+	if c.root, err = os.Getwd(); err != nil {
+		return err
+	}
+	c.sidecar = abs(c.sidecar)
+	c.soniq = abs(c.soniq)
+	// The pyenv-style shim python3 may be a script: use the interpreter itself.
+	if p := output("", c.python, "-c", "import sys; print(sys.executable)"); p != "unknown" {
+		c.python = p
+	}
+	if p, err := exec.LookPath(c.node); err == nil {
+		c.node = abs(p)
+	}
+	if c.work, err = os.MkdirTemp("", "soniq-bench-"); err != nil {
+		return err
+	}
+	defer os.RemoveAll(c.work)
+
+	db, err := openDB(ctx, c.dbURL)
+	if err != nil {
+		return err
+	}
+	defer db.close()
+	if err := setupSchema(ctx, c, db); err != nil {
+		return err
+	}
+	rep := newReport(c, db)
+	rep.Meta["started"] = c.startedAt.UTC().Format(time.RFC3339)
+
+	b := &bench{c: c, db: db, rep: rep}
+	b.probeUnix(ctx)
+
+	// Cheap sections first so the bound never cuts them; the throughput
+	// rounds then use what remains of the budget.
+	for _, s := range []struct {
+		name string
+		run  func(context.Context) error
+	}{{"shutdown", b.shutdownSection}, {"latency", b.latencySection}, {"throughput", b.throughputSection}} {
+		if !c.sections[s.name] {
+			continue
+		}
+		logf("section %s", s.name)
+		if err := s.run(ctx); err != nil {
+			return err
+		}
+	}
+	rep.Meta["finished"] = time.Now().UTC().Format(time.RFC3339)
+	rep.Meta["duration"] = time.Since(c.startedAt).Round(time.Second).String()
+	return rep.write(c.out)
+}
+
+// bench carries the shared state of one invocation.
+type bench struct {
+	c    *config
+	db   *database
+	rep  *report
+	unix map[string]string // sdk → "" (available) or why not
+}
+
+// variant is one way of running the jobs.
+type variant struct {
+	Key       string `json:"key"`
+	Label     string `json:"label"`
+	Kind      string `json:"kind"` // soniq | sidecar | ceiling
+	SDK       string `json:"sdk,omitempty"`
+	Transport string `json:"transport,omitempty"`
+	Batch     int    `json:"claim_batch,omitempty"` // ceiling: claim limit
+	// Index: run with an index matching the claim's ORDER BY, which
+	// Soniq's schema lacks (a what-if: see bench/analysis.md).
+	Index bool `json:"claim_order_index,omitempty"`
+}
+
+func sidecarVariant(sdk, transport string) variant {
+	name := map[string]string{"python": "Python", "node": "Node"}[sdk]
+	return variant{Key: sdk + "-" + transport, Label: "sidecar + " + name + " SDK over " + transport, Kind: "sidecar", SDK: sdk, Transport: transport}
+}
+
+var soniqVariant = variant{Key: "soniq", Label: "Soniq 0.1.0 worker (its CLI)", Kind: "soniq"}
+
+// probeUnix runs a few jobs through a unix-transport sidecar for each SDK:
+// the rows for transport unix are measured as soon as that works.
+func (b *bench) probeUnix(ctx context.Context) {
+	c := b.c
+	b.unix = map[string]string{}
+	for _, sdk := range []string{"python", "node"} {
+		v := sidecarVariant(sdk, "unix")
+		if !c.want(v.Key) {
+			continue
+		}
+		if err := b.smoke(ctx, v); err != nil {
+			b.unix[sdk] = "not yet measured: transport unix unavailable"
+			b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("transport unix with the %s SDK is not measured: a sidecar with `transport: unix` did not run 100 jobs (%s)", sdk, lastLine(err.Error())))
+			logf("transport unix with %s unavailable: %v", sdk, lastLine(err.Error()))
+		} else {
+			b.unix[sdk] = ""
+		}
+	}
+}
+
+// smoke starts a variant and drains 100 jobs with it.
+func (b *bench) smoke(ctx context.Context, v variant) error {
+	if err := b.db.reset(ctx); err != nil {
+		return err
+	}
+	ws, err := b.startVariantWithin(ctx, v, "probe-"+v.Key, nil, 20*time.Second)
+	if err != nil {
+		return err
+	}
+	defer ws.stop()
+	if err := b.db.enqueueBulk(ctx, "bench.noop", map[string]any{}, 100); err != nil {
+		return err
+	}
+	return b.db.waitDrained(ctx, ws, 20*time.Second)
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// writeManifest writes the manifest a sidecar variant runs.
+func (b *bench) writeManifest(v variant, tag string) (string, error) {
+	c := b.c
+	per := c.conc / c.procs
+	var command, env []string
+	switch v.SDK {
+	case "python":
+		command = []string{c.python, filepath.Join(c.root, "bench", "handlers", "py_handler.py")}
+		env = []string{"PYTHONPATH", filepath.Join(c.root, "examples", "python"), "PYTHONUNBUFFERED", "1"}
+	case "node":
+		command = []string{c.node, filepath.Join(c.root, "bench", "handlers", "node_handler.js")}
+		env = []string{"BENCH_NODE_SDK", filepath.Join(c.root, "examples", "node", "index.js")}
+	default:
+		return "", fmt.Errorf("unknown sdk %q", v.SDK)
+	}
+	env = append(env, "BENCH_CONCURRENCY", fmt.Sprint(per), "PATH", os.Getenv("PATH"))
+	q := func(s string) string { return fmt.Sprintf("%q", s) }
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "version: 1\nhandlers:\n  - name: bench-%s\n", v.SDK)
+	cmd := make([]string, len(command))
+	for i, a := range command {
+		cmd[i] = q(a)
+	}
+	fmt.Fprintf(&sb, "    command: [%s]\n", strings.Join(cmd, ", "))
+	fmt.Fprintf(&sb, "    transport: %s\n    processes: %d\n    concurrency: %d\n    sync_concurrency: 1\n    startup_timeout: 30s\n", v.Transport, c.procs, per)
+	sb.WriteString("    env:\n")
+	for i := 0; i < len(env); i += 2 {
+		fmt.Fprintf(&sb, "      %s: %s\n", env[i], q(env[i+1]))
+	}
+	sb.WriteString("    jobs:\n")
+	for _, j := range []string{"bench.noop", "bench.latency", "bench.sleep"} {
+		fmt.Fprintf(&sb, "      - {name: %s, cancellable: true}\n", j)
+	}
+	path := filepath.Join(c.work, "manifest-"+tag+".yaml")
+	return path, os.WriteFile(path, []byte(sb.String()), 0o644)
+}
+
+// sidecarEnv is the driver's environment without SONIQ_* settings, plus the
+// database URL and extra.
+func (b *bench) sidecarEnv(extra []string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SONIQ_") && !strings.HasPrefix(kv, "OTEL_") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "SONIQ_DATABASE_URL="+b.c.dbURL)
+	return append(env, extra...)
+}
+
+// workers is what one variant started: the sidecar, or the Soniq workers.
+type workers struct {
+	v     variant
+	procs []*worker
+}
+
+// startVariant starts a sidecar or the Soniq workers and waits until they
+// are ready to take jobs.
+func (b *bench) startVariant(ctx context.Context, v variant, tag string, extraEnv []string) (*workers, error) {
+	return b.startVariantWithin(ctx, v, tag, extraEnv, 60*time.Second)
+}
+
+func (b *bench) startVariantWithin(ctx context.Context, v variant, tag string, extraEnv []string, readyIn time.Duration) (*workers, error) {
+	c := b.c
+	ws := &workers{v: v}
+	switch v.Kind {
+	case "sidecar":
+		m, err := b.writeManifest(v, tag)
+		if err != nil {
+			return nil, err
+		}
+		argv := []string{c.sidecar, "run", "--manifest", m, "--metrics-addr=", "--log-format", "json"}
+		w, err := start(argv, b.sidecarEnv(extraEnv), c.work, filepath.Join(c.work, tag+".log"))
+		if err != nil {
+			return nil, err
+		}
+		ws.procs = append(ws.procs, w)
+		if err := waitLog(ctx, w, `"handler process ready"`, c.procs, readyIn); err != nil {
+			_ = w.stop(5 * time.Second)
+			return nil, err
+		}
+	case "soniq":
+		per := c.conc / c.procs
+		env := b.sidecarEnv(append([]string{
+			"PYTHONPATH=" + filepath.Join(c.root, "bench", "handlers"),
+			// Soniq checks that its pool covers the concurrency.
+			fmt.Sprintf("SONIQ_POOL_MAX_SIZE=%d", per+5),
+		}, extraEnv...))
+		for i := range c.procs {
+			argv := []string{c.soniq, "worker", "--concurrency", fmt.Sprint(per), "--jobs-modules", "soniq_bench_jobs", "--log-level", "WARNING"}
+			w, err := start(argv, env, filepath.Join(c.root, "bench", "handlers"), filepath.Join(c.work, fmt.Sprintf("%s-%d.log", tag, i)))
+			if err != nil {
+				ws.stop()
+				return nil, err
+			}
+			ws.procs = append(ws.procs, w)
+		}
+		if err := b.db.waitSoniqWorkers(ctx, ws.procs, readyIn); err != nil {
+			ws.stop()
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("cannot start %s", v.Kind)
+	}
+	// Let the LISTEN connections and the claim loops settle.
+	time.Sleep(300 * time.Millisecond)
+	return ws, nil
+}
+
+func (ws *workers) stop() {
+	for _, w := range ws.procs {
+		w.signal(syscall.SIGTERM)
+	}
+	for _, w := range ws.procs {
+		if err := w.stop(20 * time.Second); err != nil {
+			logf("%v", err)
+		}
+	}
+}
+
+// cpu returns the CPU seconds of the started processes and of their children.
+func (ws *workers) cpu() (own, children float64) {
+	for _, w := range ws.procs {
+		o, ch := treeCPU(w.pid)
+		own += o
+		children += ch
+	}
+	return own, children
+}
+
+func numCPU() int { return runtime.NumCPU() }
+
+// remaining is the budget left.
+func (c *config) remaining() time.Duration { return time.Until(c.deadline) }

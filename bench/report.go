@@ -1,0 +1,388 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// report is everything docs/benchmarks.md shows; its JSON is embedded in the
+// document so bench/chart.py (and anyone) can redraw from the file alone.
+type report struct {
+	Meta       map[string]string `json:"meta"`
+	Params     map[string]any    `json:"params"`
+	Throughput []*tpResult       `json:"throughput"`
+	Latency    []*latResult      `json:"latency"`
+	Shutdown   []*shutResult     `json:"shutdown"`
+	Notes      []string          `json:"notes,omitempty"`
+	Goals      []goal            `json:"goals"`
+
+	scrub []string // old, new pairs: machine paths out of the document
+}
+
+type goal struct {
+	Name     string `json:"name"`
+	Target   string `json:"target"`
+	Measured string `json:"measured"`
+	Met      string `json:"met"` // yes | no | not measured
+	Note     string `json:"note,omitempty"`
+}
+
+func newReport(c *config, d *database) *report {
+	ctx := context.Background()
+	m := machine()
+	m["date"] = time.Now().UTC().Format("2006-01-02")
+	m["commit"] = output(c.root, "git", "rev-parse", "--short=12", "HEAD")
+	if output(c.root, "git", "status", "--porcelain", "--untracked-files=no") != "" {
+		m["commit"] += " (the work tree had uncommitted changes)"
+	}
+	m["sidecar_version"] = output(c.root, c.sidecar, "version")
+	m["go"] = output(c.root, "go", "env", "GOVERSION")
+	m["python"] = output(c.root, c.python, "-c", "import platform; print(platform.python_version())")
+	m["node"] = output(c.root, c.node, "--version")
+	m["soniq"] = output(c.root, filepath.Join(filepath.Dir(c.soniq), "python"), "-c", "import importlib.metadata as m; print(m.version('soniq'))")
+	m["postgres"] = d.setting(ctx, "server_version")
+	for _, s := range []string{"fsync", "synchronous_commit", "full_page_writes", "shared_buffers", "max_connections"} {
+		m["pg_"+s] = d.setting(ctx, s)
+	}
+	home, _ := os.UserHomeDir()
+	var scrub []string
+	for _, p := range [][2]string{{c.dbURL, "$SONIQ_TEST_DATABASE_URL"}, {filepath.Dir(c.sidecar), "$work"}, {c.work, "$scratch"}, {c.root, "."}, {home, "~"}} {
+		if len(p[0]) > 1 {
+			scrub = append(scrub, p[0], p[1])
+		}
+	}
+	return &report{
+		scrub: scrub,
+		Meta:  m,
+		Params: map[string]any{
+			"jobs_per_run": c.n, "throughput_rounds": c.runs, "concurrency_budget": c.conc, "processes": c.procs,
+			"latency_rate_per_s": c.latRate, "latency_seconds": c.latSecs, "latency_rounds": c.latRuns,
+			"shutdown_rounds": c.shutRuns, "shutdown_timeout_s": c.shutTO.Seconds(), "budget": c.budget.String(),
+			"command": c.command,
+		},
+	}
+}
+
+func (r *report) tp(key string) *tpResult {
+	for _, t := range r.Throughput {
+		if t.Key == key {
+			return t
+		}
+	}
+	return &tpResult{Status: "not run"}
+}
+
+func (r *report) lat(key string) *latResult {
+	for _, t := range r.Latency {
+		if t.Key == key {
+			return t
+		}
+	}
+	return &latResult{Status: "not run"}
+}
+
+func (r *report) shut(key string) *shutResult {
+	for _, t := range r.Shutdown {
+		if t.Key == key {
+			return t
+		}
+	}
+	return &shutResult{Status: "not run"}
+}
+
+func yes(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "**no**"
+}
+
+func ok(f float64) bool { return !math.IsNaN(f) && f > 0 }
+
+// evaluate fills Goals from the results.
+func (r *report) evaluate(cores int) {
+	soniq, py, ceil := r.tp("soniq"), r.tp("python-stdio"), r.tp("ceiling")
+	add := func(g goal) { r.Goals = append(r.Goals, g) }
+	nm := goal{Met: "not measured"}
+
+	g := goal{Name: "throughput vs the Soniq worker (Python SDK, stdio)", Target: "≥ 10×"}
+	if ok(py.Median) && ok(soniq.Median) {
+		x := py.Median / soniq.Median
+		g.Measured, g.Met = fmt.Sprintf("%.1f× (%.0f vs %.0f jobs/s)", x, py.Median, soniq.Median), yes(x >= 10)
+		if x < 10 {
+			g.Note = r.profile(py, cores)
+		}
+	} else {
+		g.Measured, g.Met = nm.Met, nm.Met
+	}
+	add(g)
+
+	g = goal{Name: "throughput, Python handlers over stdio", Target: "≥ 10,000 jobs/s"}
+	if ok(py.Median) {
+		g.Measured, g.Met = fmt.Sprintf("%.0f jobs/s", py.Median), yes(py.Median >= 10000)
+		if py.Median < 10000 {
+			g.Note = r.profile(py, cores)
+		}
+	} else {
+		g.Measured, g.Met = nm.Met, nm.Met
+	}
+	add(g)
+
+	g = goal{Name: "fraction of the database's ceiling (Python SDK, stdio)", Target: "≥ 60 %"}
+	if ok(py.Median) && ok(ceil.Median) {
+		f := py.Median / ceil.Median
+		g.Measured, g.Met = fmt.Sprintf("%.0f %% (%.0f of %.0f jobs/s)", 100*f, py.Median, ceil.Median), yes(f >= 0.6)
+		if f < 0.6 {
+			g.Note = r.profile(py, cores)
+		}
+	} else {
+		g.Measured, g.Met = nm.Met, nm.Met
+	}
+	add(g)
+
+	for _, key := range []string{"python-stdio", "node-stdio"} {
+		l := r.lat(key)
+		g = goal{Name: "pickup latency p99, " + l.Label, Target: "≤ 15 ms"}
+		if ok(l.P99) {
+			g.Measured, g.Met = fmt.Sprintf("%.2f ms (p50 %.2f, p95 %.2f)", l.P99, l.P50, l.P95), yes(l.P99 <= 15)
+		} else {
+			g.Measured, g.Met = nm.Met, nm.Met
+		}
+		add(g)
+	}
+
+	for _, key := range []string{"python-stdio", "node-stdio"} {
+		s := r.shut(key)
+		g = goal{Name: "async-forced exit after SIGTERM, " + s.Label, Target: "≤ shutdown_timeout + 200 ms"}
+		if s.Status == "" && len(s.Runs) > 0 {
+			g.Measured, g.Met = fmt.Sprintf("+%.0f ms median, +%.0f ms worst", s.OvershootMS, s.MaxOverMS), yes(s.MaxOverMS <= 200)
+		} else {
+			g.Measured, g.Met = nm.Met, nm.Met
+		}
+		add(g)
+	}
+
+	g = goal{Name: "sidecar peak RSS at full load (Python SDK, stdio)", Target: "≤ 40 MB"}
+	if ok(py.PeakRSSMB) {
+		worst := 0.0
+		for _, run := range py.Runs {
+			worst = max(worst, float64(run.PeakRSSKB)/1024)
+		}
+		g.Measured, g.Met = fmt.Sprintf("%.1f MiB median, %.1f MiB worst", py.PeakRSSMB, worst), yes(worst <= 40*1e6/(1<<20))
+	} else {
+		g.Measured, g.Met = nm.Met, nm.Met
+	}
+	add(g)
+}
+
+// profile says where the time of a throughput run went: the CPU seconds of
+// each party per 10,000 jobs and how busy the machine's cores were.
+func (r *report) profile(t *tpResult, cores int) string {
+	if !ok(t.Median) {
+		return ""
+	}
+	wall := 10000 / t.Median
+	total := t.SidecarCPU10k + t.HandlerCPU10k + t.PostgresCPU10k
+	return fmt.Sprintf("per 10,000 jobs: %.2f s wall; CPU: sidecar %.2f s, handlers %.2f s, Postgres %.2f s = %.2f s, i.e. %.0f %% of %d cores busy "+
+		"(the rest: the driver's polling, other load on the machine, or waiting on round trips)",
+		wall, t.SidecarCPU10k, t.HandlerCPU10k, t.PostgresCPU10k, total, 100*total/(wall*float64(cores)), cores)
+}
+
+func f0(x float64) string {
+	if !ok(x) {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f", x)
+}
+
+func f2(x float64) string {
+	if math.IsNaN(x) || x == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f", x)
+}
+
+func (r *report) write(path string) error {
+	cores := numCPU()
+	r.evaluate(cores)
+	m := r.Meta
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+
+	w("# Benchmarks\n\n")
+	w("Generated by `make bench` (`bench/run.sh` → `bench/main.go`; chart by `bench/chart.py`). Do not edit by hand:\n")
+	w("run `make bench` again. Goals are goals, not assertions; where one is missed the note says where the time went.\n\n")
+	w("![throughput, latency, shutdown and cost](benchmarks.png)\n\n")
+
+	w("## Setup\n\n")
+	w("| | |\n| --- | --- |\n")
+	w("| date (UTC) | %s, run took %s |\n", m["date"], m["duration"])
+	w("| commit | `%s` (`soniq-sidecar version`: %s) |\n", m["commit"], m["sidecar_version"])
+	w("| machine | %s, %s cores, %s, %s |\n", m["cpu"], m["cores"], m["memory"], m["kernel"])
+	w("| load average at start | %s (other work shared the machine: figures are noisy; ratios are measured in the same rounds, alternating) |\n", m["loadavg"])
+	w("| database | PostgreSQL %s on loopback TCP, throw-away cluster from `.ci/pg.sh` (the test server's config): fsync=%s, synchronous_commit=%s, full_page_writes=%s, shared_buffers=%s, max_connections=%s |\n",
+		m["postgres"], m["pg_fsync"], m["pg_synchronous_commit"], m["pg_full_page_writes"], m["pg_shared_buffers"], m["pg_max_connections"])
+	w("| toolchain | %s, Python %s, Node %s, Soniq %s (`integration/soniq-requirements.txt`) |\n", m["go"], m["python"], m["node"], m["soniq"])
+	p := r.Params
+	w("| parameters | %v no-op jobs per throughput run, %v rounds; concurrency budget %v jobs in flight for every variant (%v processes × %v); latency: %v jobs/s for %vs, %v rounds; shutdown: %v rounds, shutdown_timeout %vs |\n\n",
+		p["jobs_per_run"], p["throughput_rounds"], p["concurrency_budget"], p["processes"], p["concurrency_budget"].(int)/p["processes"].(int),
+		p["latency_rate_per_s"], p["latency_seconds"], p["latency_rounds"], p["shutdown_rounds"], p["shutdown_timeout_s"])
+
+	w("Commands:\n\n```sh\nmake bench      # = bench/run.sh: builds, provides the venvs and a throw-away Postgres, then:\n")
+	w(".ci/pg.sh run %s\n%s\n```\n\n", p["command"], "python bench/chart.py docs/benchmarks.md docs/benchmarks.png")
+
+	w("How each figure is taken:\n\n")
+	w("- **Throughput**: the workers start and become idle (the sidecar's handlers said hello; the Soniq workers registered), then\n")
+	w("  all jobs are inserted and `pg_notify`'d in one transaction; the clock runs from that commit to the last `updated_at` of a\n")
+	w("  `done` row (the server's clock: the same machine). Every job must end `done`. The Soniq worker runs as %v processes of\n", p["processes"])
+	w("  `soniq worker --concurrency %v --log-level WARNING` (the same Python process count and in-flight budget as the sidecar's pool;\n", p["concurrency_budget"].(int)/p["processes"].(int))
+	w("  WARNING so it does not log every job), with `async def` no-op jobs. The table is emptied (TRUNCATE, CHECKPOINT) before every run.\n")
+	w("- **Ceiling**: `backends/postgres` Claim and Complete driven from Go with no handler: one claim in flight, limit = the\n")
+	w("  budget (the most the supervisor claims for a pool: its free capacity), a concurrent writer completing pending rows in\n")
+	w("  batches of up to 500 as `supervisor/writer.go` does. Claim batch 500 is shown for reference.\n")
+	w("- **Pickup latency**: a Go producer enqueues one job at a time at a steady rate with `backends/postgres` Enqueue (INSERT and\n")
+	w("  `pg_notify` in one implicit transaction, as Soniq's enqueue); the clock starts before the INSERT is sent and stops\n")
+	w("  when the handler starts (its `time.time_ns()` / `performance.now()`, returned as the result). Percentiles per run, then the median over runs.\n")
+	w("- **Shutdown**: every slot holds an `async` job sleeping 60 s (cancellable: the async branch); SIGTERM; the time until the\n")
+	w("  process exits, minus shutdown_timeout, is the overshoot. The jobs must be back in `queued` (NACKed).\n")
+	w("- **Cost**: from the throughput runs: the sidecar's `VmHWM` (peak RSS) and its utime+stime per 10,000 jobs, from /proc;\n")
+	w("  the handler processes' and the Postgres server's CPU are shown beside it.\n\n")
+
+	w("## Goals\n\n| goal | target | measured | met |\n| --- | --- | --- | --- |\n")
+	for _, g := range r.Goals {
+		w("| %s | %s | %s | %s |\n", g.Name, g.Target, g.Measured, g.Met)
+	}
+	w("\n")
+	for _, g := range r.Goals {
+		if g.Note != "" && g.Met != "yes" {
+			w("- *%s*: %s\n", g.Name, g.Note)
+		}
+	}
+	w("\n")
+
+	soniq, ceil := r.tp("soniq"), r.tp("ceiling")
+	w("## 1–2. Throughput and the database's ceiling\n\n")
+	w("| variant | jobs/s (median) | runs (jobs/s) | × Soniq worker | of the ceiling |\n| --- | --- | --- | --- | --- |\n")
+	for _, t := range r.Throughput {
+		if t.Status != "" {
+			w("| %s | %s | | | |\n", t.Label, t.Status)
+			continue
+		}
+		var runs []string
+		for _, run := range t.Runs {
+			if run.Error != "" {
+				runs = append(runs, "failed")
+			} else {
+				runs = append(runs, f0(run.JobsPerS))
+			}
+		}
+		ratio, frac := "—", "—"
+		if ok(soniq.Median) {
+			ratio = fmt.Sprintf("%.1f×", t.Median/soniq.Median)
+		}
+		ref := ceil
+		if t.Index {
+			ref = r.tp("ceiling-index")
+		}
+		if ok(ref.Median) && t.Kind != "ceiling" {
+			frac = fmt.Sprintf("%.0f %%", 100*t.Median/ref.Median)
+		}
+		w("| %s | **%s** | %s | %s | %s |\n", t.Label, f0(t.Median), strings.Join(runs, ", "), ratio, frac)
+	}
+	w("\n")
+
+	w("## 3. Pickup latency at %v jobs/s\n\n", p["latency_rate_per_s"])
+	w("| variant | p50 ms | p95 ms | p99 ms | runs (p99 ms) |\n| --- | --- | --- | --- | --- |\n")
+	for _, l := range r.Latency {
+		if l.Status != "" {
+			w("| %s | %s | | | |\n", l.Label, l.Status)
+			continue
+		}
+		var runs []string
+		for _, run := range l.Runs {
+			if run.Error != "" {
+				runs = append(runs, "failed")
+			} else {
+				runs = append(runs, f2(run.P99))
+			}
+		}
+		w("| %s | %s | %s | **%s** | %s |\n", l.Label, f2(l.P50), f2(l.P95), f2(l.P99), strings.Join(runs, ", "))
+	}
+	w("\n")
+
+	w("## 4. Shutdown precision (async-forced path, shutdown_timeout %vs)\n\n", p["shutdown_timeout_s"])
+	w("| variant | overshoot median | overshoot worst | runs (SIGTERM → exit, s) | jobs NACKed |\n| --- | --- | --- | --- | --- |\n")
+	for _, s := range r.Shutdown {
+		if s.Status != "" {
+			w("| %s | %s | | | |\n", s.Label, s.Status)
+			continue
+		}
+		var runs, nacked []string
+		for _, run := range s.Runs {
+			if run.Error != "" {
+				runs = append(runs, "failed")
+				continue
+			}
+			runs = append(runs, fmt.Sprintf("%.3f", run.ExitS))
+			nacked = append(nacked, fmt.Sprintf("%d/%d", run.Requeued, run.InFlight))
+		}
+		w("| %s | %+.0f ms | %+.0f ms | %s | %s |\n", s.Label, s.OvershootMS, s.MaxOverMS, strings.Join(runs, ", "), strings.Join(uniq(nacked), ", "))
+	}
+	w("\n")
+
+	w("## 5. Cost (medians over the throughput runs, CPU seconds per 10,000 jobs)\n\n")
+	w("| variant | sidecar peak RSS | sidecar CPU | handlers CPU | Soniq workers CPU | Go driver CPU | Postgres CPU |\n| --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, t := range r.Throughput {
+		if t.Status != "" {
+			continue
+		}
+		rss := "—"
+		if ok(t.PeakRSSMB) {
+			rss = fmt.Sprintf("%.1f MiB", t.PeakRSSMB)
+		}
+		w("| %s | %s | %s | %s | %s | %s | %s |\n", t.Label, rss, f2(t.SidecarCPU10k), f2(t.HandlerCPU10k), f2(t.WorkerCPU10k), f2(t.DriverCPU10k), f2(t.PostgresCPU10k))
+	}
+	w("\n")
+
+	if len(r.Notes) > 0 {
+		w("## Notes from this run\n\n")
+		for _, n := range r.Notes {
+			w("- %s\n", n)
+		}
+		w("\n")
+	}
+	if a, err := os.ReadFile(analysisPath()); err == nil {
+		w("%s\n", strings.TrimSpace(string(a)))
+		w("\n")
+	}
+
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	w("## Raw results\n\n<details><summary>JSON (read by bench/chart.py)</summary>\n\n```json\n%s\n```\n\n</details>\n", js)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(strings.NewReplacer(r.scrub...).Replace(b.String())), 0o644)
+}
+
+// analysisPath is bench/analysis.md: the hand-written profile of the
+// bottlenecks, included in the report as it stands.
+func analysisPath() string { return filepath.Join("bench", "analysis.md") }
+
+func uniq(xs []string) []string {
+	var out []string
+	for _, x := range xs {
+		if len(out) == 0 || out[len(out)-1] != x {
+			out = append(out, x)
+		}
+	}
+	return out
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# `make bench`: the benchmarks of issue 8, bounded to about 15 minutes on a
+# 2-core machine. Writes docs/benchmarks.md and docs/benchmarks.png.
+#
+#   bench/run.sh [DRIVER FLAGS...]   # e.g. bench/run.sh -n 2000 -runs 1 (a quick check)
+#
+# Needs Go, python3 with venv and pip (the Soniq release and matplotlib are
+# installed into cached virtualenvs), node, and PostgreSQL 15 for .ci/pg.sh.
+# With BENCH_DATABASE_URL set, that server is used instead of a fresh one;
+# BENCH_OUT and BENCH_PNG move the report and the chart (for trial runs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/soniq-sidecar"
+mkdir -p "$cache"
+
+# venv DIR REQUIREMENTS: a virtualenv holding REQUIREMENTS, reused while the
+# file is unchanged. The Soniq one is named as integration/ names it, so
+# the two share it.
+venv() {
+  local dir="$1" reqs="$2"
+  if [[ -f "$dir/.installed" ]] && cmp -s "$dir/.installed" "$reqs"; then return; fi
+  rm -rf "$dir"
+  python3 -m venv "$dir" >&2
+  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -r "$reqs" >&2
+  cp "$reqs" "$dir/.installed"
+}
+hash12() { sha256sum "$1" | cut -c1-12; }
+
+soniq_reqs=integration/soniq-requirements.txt
+soniq_venv="$cache/soniq-venv-$(hash12 "$soniq_reqs")"
+chart_reqs=bench/chart-requirements.txt
+chart_venv="$cache/bench-chart-venv-$(hash12 "$chart_reqs")"
+venv "$soniq_venv" "$soniq_reqs"
+venv "$chart_venv" "$chart_reqs"
+
+# The binary under test is built here, with `make build`'s flags, so a
+# concurrent `make build` cannot swap it mid-run.
+work="$(mktemp -d "${TMPDIR:-/tmp}/soniq-bench.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+make --no-print-directory build BIN="$work/soniq-sidecar" >&2
+go build -o "$work/bench" ./bench
+
+out="${BENCH_OUT:-docs/benchmarks.md}" png="${BENCH_PNG:-docs/benchmarks.png}"
+args=(-sidecar "$work/soniq-sidecar" -soniq "$soniq_venv/bin/soniq" -python python3 -node node -out "$out" "$@")
+if [[ -n "${BENCH_DATABASE_URL:-}" ]]; then
+  "$work/bench" -database-url "$BENCH_DATABASE_URL" "${args[@]}"
+else
+  .ci/pg.sh run "$work/bench" "${args[@]}"
+fi
+"$chart_venv/bin/python" bench/chart.py "$out" "$png"
+echo "wrote $out and $png" >&2

@@ -1,0 +1,531 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/backends/postgres"
+)
+
+// ---- 1, 2, 5: throughput, the database's ceiling, cost ----
+
+// tpRun is one drain of n no-op jobs.
+type tpRun struct {
+	Round       int     `json:"round"`
+	JobsPerS    float64 `json:"jobs_per_s"`
+	Seconds     float64 `json:"seconds"`
+	SidecarCPU  float64 `json:"sidecar_cpu_s,omitempty"`  // the sidecar process
+	HandlerCPU  float64 `json:"handler_cpu_s,omitempty"`  // its handler processes
+	WorkerCPU   float64 `json:"worker_cpu_s,omitempty"`   // Soniq worker processes
+	DriverCPU   float64 `json:"driver_cpu_s,omitempty"`   // ceiling: the Go driver itself
+	PostgresCPU float64 `json:"postgres_cpu_s,omitempty"` // every server process
+	PeakRSSKB   int     `json:"sidecar_peak_rss_kb,omitempty"`
+	Error       string  `json:"error,omitempty"`
+}
+
+// tpResult is one variant's runs and medians.
+type tpResult struct {
+	variant
+	Status string  `json:"status,omitempty"` // "" = measured, else why not
+	Runs   []tpRun `json:"runs"`
+	Median float64 `json:"median_jobs_per_s,omitempty"`
+	// Medians over runs of the cost figures, per 10,000 jobs.
+	SidecarCPU10k  float64 `json:"sidecar_cpu_s_per_10k,omitempty"`
+	HandlerCPU10k  float64 `json:"handler_cpu_s_per_10k,omitempty"`
+	WorkerCPU10k   float64 `json:"worker_cpu_s_per_10k,omitempty"`
+	DriverCPU10k   float64 `json:"driver_cpu_s_per_10k,omitempty"`
+	PostgresCPU10k float64 `json:"postgres_cpu_s_per_10k,omitempty"`
+	PeakRSSMB      float64 `json:"sidecar_peak_rss_mb,omitempty"`
+}
+
+func (b *bench) throughputVariants() []*tpResult {
+	vs := []variant{
+		soniqVariant,
+		sidecarVariant("python", "stdio"),
+		sidecarVariant("node", "stdio"),
+		sidecarVariant("python", "unix"),
+		sidecarVariant("node", "unix"),
+		{Key: "ceiling", Label: fmt.Sprintf("database ceiling (Go, no handler, claim batch %d)", b.c.conc), Kind: "ceiling", Batch: b.c.conc},
+		{Key: "ceiling-500", Label: "database ceiling (Go, no handler, claim batch 500)", Kind: "ceiling", Batch: 500},
+		withIndex(sidecarVariant("python", "stdio")),
+		withIndex(variant{Key: "ceiling", Label: fmt.Sprintf("database ceiling (Go, no handler, claim batch %d)", b.c.conc), Kind: "ceiling", Batch: b.c.conc}),
+	}
+	var out []*tpResult
+	for _, v := range vs {
+		if !b.c.want(v.Key) {
+			continue
+		}
+		r := &tpResult{variant: v}
+		if v.Transport == "unix" {
+			r.Status = b.unix[v.SDK]
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// withIndex is the what-if variant with the claim-order index.
+func withIndex(v variant) variant {
+	v.Key += "-index"
+	v.Label += ", what-if: claim-order index"
+	v.Index = true
+	return v
+}
+
+// claimIndex matches the ORDER BY of the claim statement (Soniq's and the
+// sidecar's), for the what-if variants only; dropped after the run.
+const claimIndex = `CREATE INDEX bench_claim_order ON soniq_jobs (priority, scheduled_at NULLS FIRST, created_at) WHERE status = 'queued'`
+
+func (b *bench) throughputSection(ctx context.Context) error {
+	c := b.c
+	results := b.throughputVariants()
+	b.rep.Throughput = results
+	var active []*tpResult
+	for _, r := range results {
+		if r.Status == "" {
+			active = append(active, r)
+		}
+	}
+	var roundTime time.Duration
+	for round := range c.runs {
+		if round > 0 && c.remaining() < roundTime+30*time.Second {
+			b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("throughput: %d of %d rounds run; the next would have passed the %s bound", round, c.runs, c.budget))
+			break
+		}
+		t0 := time.Now()
+		// Alternate: each round starts one variant later.
+		for i := range active {
+			r := active[(i+round)%len(active)]
+			run, err := b.throughputRun(ctx, r.variant, round)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err != nil {
+				run.Error = err.Error()
+				logf("throughput %s round %d: %v", r.Key, round+1, err)
+			} else {
+				logf("throughput %s round %d: %.0f jobs/s (%.2fs)", r.Key, round+1, run.JobsPerS, run.Seconds)
+			}
+			run.Round = round + 1
+			r.Runs = append(r.Runs, run)
+		}
+		roundTime = time.Since(t0)
+	}
+	for _, r := range active {
+		r.summarise(c.n)
+	}
+	return nil
+}
+
+func (r *tpResult) summarise(n int) {
+	var tp, sc, hc, wc, dc, pc, rss []float64
+	per10k := 10000 / float64(n)
+	for _, run := range r.Runs {
+		if run.Error != "" {
+			continue
+		}
+		tp = append(tp, run.JobsPerS)
+		sc = append(sc, run.SidecarCPU*per10k)
+		hc = append(hc, run.HandlerCPU*per10k)
+		wc = append(wc, run.WorkerCPU*per10k)
+		dc = append(dc, run.DriverCPU*per10k)
+		pc = append(pc, run.PostgresCPU*per10k)
+		rss = append(rss, float64(run.PeakRSSKB)/1024)
+	}
+	if len(tp) == 0 {
+		r.Status = "failed: see the runs' errors"
+		return
+	}
+	r.Median = median(tp)
+	r.SidecarCPU10k, r.HandlerCPU10k, r.WorkerCPU10k = median(sc), median(hc), median(wc)
+	r.DriverCPU10k, r.PostgresCPU10k, r.PeakRSSMB = median(dc), median(pc), median(rss)
+}
+
+func (b *bench) throughputRun(ctx context.Context, v variant, round int) (tpRun, error) {
+	c := b.c
+	var run tpRun
+	if err := b.db.reset(ctx); err != nil {
+		return run, err
+	}
+	if v.Index {
+		if _, err := b.db.pool.Exec(ctx, claimIndex); err != nil {
+			return run, err
+		}
+		defer func() { _, _ = b.db.pool.Exec(context.WithoutCancel(ctx), `DROP INDEX IF EXISTS bench_claim_order`) }()
+	}
+	tag := fmt.Sprintf("tp-%s-%d", v.Key, round)
+	timeout := min(max(c.remaining(), 2*time.Minute), 5*time.Minute)
+	if v.Kind == "ceiling" {
+		// Jobs first, then the drain; the clock starts when the claimer
+		// is connected and about to issue its first claim.
+		if err := b.db.enqueueBulk(ctx, "bench.noop", map[string]any{}, c.n); err != nil {
+			return run, err
+		}
+		var t0 time.Time
+		var cpu0, pg0 float64
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		err := ceilingRun(cctx, c.dbURL, v.Batch, func() {
+			cpu0, pg0 = cpuOf(syscall.Getpid()), b.db.serverCPU()
+			t0 = time.Now()
+		})
+		if err != nil {
+			return run, err
+		}
+		run.DriverCPU = cpuOf(syscall.Getpid()) - cpu0
+		run.PostgresCPU = b.db.serverCPU() - pg0
+		return b.finishRun(ctx, run, t0)
+	}
+
+	ws, err := b.startVariant(ctx, v, tag, nil)
+	if err != nil {
+		return run, err
+	}
+	defer ws.stop()
+	own0, ch0 := ws.cpu()
+	pg0 := b.db.serverCPU()
+	t0 := time.Now()
+	if err := b.db.enqueueBulk(ctx, "bench.noop", map[string]any{}, c.n); err != nil {
+		return run, err
+	}
+	if err := b.db.waitDrained(ctx, ws, timeout); err != nil {
+		return run, err
+	}
+	own1, ch1 := ws.cpu()
+	run.PostgresCPU = b.db.serverCPU() - pg0
+	if v.Kind == "sidecar" {
+		run.SidecarCPU, run.HandlerCPU = own1-own0, ch1-ch0
+		run.PeakRSSKB = statusKB(ws.procs[0].pid, "VmHWM")
+	} else {
+		run.WorkerCPU = own1 - own0 + ch1 - ch0
+	}
+	return b.finishRun(ctx, run, t0)
+}
+
+// finishRun reads the last completion time and checks every job is done.
+func (b *bench) finishRun(ctx context.Context, run tpRun, t0 time.Time) (tpRun, error) {
+	last, done, err := b.db.lastDone(ctx)
+	if err != nil {
+		return run, err
+	}
+	if done != b.c.n {
+		return run, fmt.Errorf("%d of %d jobs done", done, b.c.n)
+	}
+	run.Seconds = last.Sub(t0).Seconds()
+	run.JobsPerS = float64(b.c.n) / run.Seconds
+	return run, nil
+}
+
+// ---- 3: pickup latency ----
+
+type latRun struct {
+	Round int     `json:"round"`
+	N     int     `json:"n"`
+	P50   float64 `json:"p50_ms"`
+	P95   float64 `json:"p95_ms"`
+	P99   float64 `json:"p99_ms"`
+	Max   float64 `json:"max_ms"`
+	Error string  `json:"error,omitempty"`
+}
+
+type latResult struct {
+	variant
+	Status string   `json:"status,omitempty"`
+	Runs   []latRun `json:"runs"`
+	P50    float64  `json:"median_p50_ms,omitempty"`
+	P95    float64  `json:"median_p95_ms,omitempty"`
+	P99    float64  `json:"median_p99_ms,omitempty"`
+}
+
+func (b *bench) latencySection(ctx context.Context) error {
+	c := b.c
+	vs := []variant{soniqVariant, sidecarVariant("python", "stdio"), sidecarVariant("node", "stdio"),
+		sidecarVariant("python", "unix"), sidecarVariant("node", "unix")}
+	var active []*latResult
+	for _, v := range vs {
+		if !b.c.want(v.Key) {
+			continue
+		}
+		r := &latResult{variant: v}
+		if v.Transport == "unix" {
+			r.Status = b.unix[v.SDK]
+		}
+		b.rep.Latency = append(b.rep.Latency, r)
+		if r.Status == "" {
+			active = append(active, r)
+		}
+	}
+	for round := range c.latRuns {
+		for i := range active {
+			r := active[(i+round)%len(active)]
+			run, err := b.latencyRun(ctx, r.variant, round)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err != nil {
+				run.Error = err.Error()
+				logf("latency %s round %d: %v", r.Key, round+1, err)
+			} else {
+				logf("latency %s round %d: p50 %.2f p95 %.2f p99 %.2f ms (n=%d)", r.Key, round+1, run.P50, run.P95, run.P99, run.N)
+			}
+			run.Round = round + 1
+			r.Runs = append(r.Runs, run)
+		}
+	}
+	for _, r := range active {
+		var p50, p95, p99 []float64
+		for _, run := range r.Runs {
+			if run.Error == "" {
+				p50, p95, p99 = append(p50, run.P50), append(p95, run.P95), append(p99, run.P99)
+			}
+		}
+		if len(p50) == 0 {
+			r.Status = "failed: see the runs' errors"
+			continue
+		}
+		r.P50, r.P95, r.P99 = median(p50), median(p95), median(p99)
+	}
+	return nil
+}
+
+func (b *bench) latencyRun(ctx context.Context, v variant, round int) (latRun, error) {
+	c := b.c
+	var run latRun
+	if err := b.db.reset(ctx); err != nil {
+		return run, err
+	}
+	ws, err := b.startVariant(ctx, v, fmt.Sprintf("lat-%s-%d", v.Key, round), nil)
+	if err != nil {
+		return run, err
+	}
+	defer ws.stop()
+	// The producer is Soniq-style: one INSERT and pg_notify per job, as
+	// Soniq's enqueue does (backends/postgres Enqueue mirrors it).
+	prod, err := postgres.Open(ctx, c.dbURL)
+	if err != nil {
+		return run, err
+	}
+	defer prod.Close()
+	if err := prod.Ping(ctx); err != nil {
+		return run, err
+	}
+	n := int(float64(c.latRate) * c.latSecs)
+	interval := time.Second / time.Duration(c.latRate)
+	begin := time.Now()
+	for i := range n {
+		if d := time.Until(begin.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d)
+		}
+		// The clock starts before the INSERT is sent: enqueue-call to
+		// handler start, the producer's view.
+		args, _ := json.Marshal(map[string]int64{"t_us": time.Now().UnixMicro()})
+		if _, err := prod.Enqueue(ctx, backends.EnqueueParams{Name: "bench.latency", Args: args}); err != nil {
+			return run, err
+		}
+	}
+	if err := b.db.waitDrained(ctx, ws, 30*time.Second); err != nil {
+		return run, err
+	}
+	rows, err := b.db.pool.Query(ctx, `SELECT args::text, COALESCE(result::text, 'null') FROM soniq_jobs WHERE job_name = 'bench.latency' AND status = 'done'`)
+	if err != nil {
+		return run, err
+	}
+	defer rows.Close()
+	var lats []float64
+	for rows.Next() {
+		var a, res string
+		if err := rows.Scan(&a, &res); err != nil {
+			return run, err
+		}
+		var args struct {
+			T int64 `json:"t_us"`
+		}
+		if err := json.Unmarshal([]byte(a), &args); err != nil {
+			return run, err
+		}
+		started, err := startedUS(res)
+		if err != nil {
+			return run, err
+		}
+		lats = append(lats, float64(started-args.T)/1000)
+	}
+	if err := rows.Err(); err != nil {
+		return run, err
+	}
+	if len(lats) != n {
+		return run, fmt.Errorf("%d of %d latency jobs done", len(lats), n)
+	}
+	slices.Sort(lats)
+	run.N = n
+	run.P50, run.P95, run.P99, run.Max = pct(lats, 50), pct(lats, 95), pct(lats, 99), lats[len(lats)-1]
+	return run, nil
+}
+
+// startedUS reads {"started_us": N} from a result, which Soniq may store
+// as a JSON string holding the object.
+func startedUS(res string) (int64, error) {
+	var s string
+	if json.Unmarshal([]byte(res), &s) == nil {
+		res = s
+	}
+	var r struct {
+		S json.Number `json:"started_us"`
+	}
+	if err := json.Unmarshal([]byte(res), &r); err != nil {
+		return 0, fmt.Errorf("result %q: %w", res, err)
+	}
+	f, err := strconv.ParseFloat(string(r.S), 64)
+	if err != nil {
+		return 0, fmt.Errorf("result %q: %w", res, err)
+	}
+	return int64(f), nil
+}
+
+// ---- 4: shutdown precision ----
+
+type shutRun struct {
+	Round       int     `json:"round"`
+	ExitS       float64 `json:"sigterm_to_exit_s"`
+	OvershootMS float64 `json:"overshoot_ms"`
+	InFlight    int     `json:"in_flight"`
+	Requeued    int     `json:"requeued"`
+	Error       string  `json:"error,omitempty"`
+}
+
+type shutResult struct {
+	variant
+	Status      string    `json:"status,omitempty"`
+	Runs        []shutRun `json:"runs"`
+	OvershootMS float64   `json:"median_overshoot_ms,omitempty"`
+	MaxOverMS   float64   `json:"max_overshoot_ms,omitempty"`
+}
+
+func (b *bench) shutdownSection(ctx context.Context) error {
+	c := b.c
+	vs := []variant{sidecarVariant("python", "stdio"), sidecarVariant("node", "stdio"), soniqVariant}
+	var active []*shutResult
+	for _, v := range vs {
+		if !b.c.want(v.Key) {
+			continue
+		}
+		r := &shutResult{variant: v}
+		b.rep.Shutdown = append(b.rep.Shutdown, r)
+		active = append(active, r)
+	}
+	for round := range c.shutRuns {
+		for i := range active {
+			r := active[(i+round)%len(active)]
+			run, err := b.shutdownRun(ctx, r.variant, round)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err != nil {
+				run.Error = err.Error()
+				logf("shutdown %s round %d: %v", r.Key, round+1, err)
+			} else {
+				logf("shutdown %s round %d: exit %.3fs after SIGTERM (overshoot %.0f ms)", r.Key, round+1, run.ExitS, run.OvershootMS)
+			}
+			run.Round = round + 1
+			r.Runs = append(r.Runs, run)
+		}
+	}
+	for _, r := range active {
+		var o []float64
+		for _, run := range r.Runs {
+			if run.Error == "" {
+				o = append(o, run.OvershootMS)
+			}
+		}
+		if len(o) == 0 {
+			r.Status = "failed: see the runs' errors"
+			continue
+		}
+		r.OvershootMS, r.MaxOverMS = median(o), slices.Max(o)
+	}
+	return nil
+}
+
+func (b *bench) shutdownRun(ctx context.Context, v variant, round int) (shutRun, error) {
+	c := b.c
+	var run shutRun
+	if err := b.db.reset(ctx); err != nil {
+		return run, err
+	}
+	to := fmt.Sprint(c.shutTO.Seconds())
+	ws, err := b.startVariant(ctx, v, fmt.Sprintf("shut-%s-%d", v.Key, round), []string{"SONIQ_SHUTDOWN_TIMEOUT=" + to})
+	if err != nil {
+		return run, err
+	}
+	defer ws.stop()
+	// Every slot busy with an async job that outlives shutdown_timeout.
+	if err := b.db.enqueueBulk(ctx, "bench.sleep", map[string]any{"seconds": 60}, c.conc); err != nil {
+		return run, err
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, processing, _, err := b.db.counts(ctx)
+		if err != nil {
+			return run, err
+		}
+		if processing == c.conc {
+			break
+		}
+		if time.Now().After(deadline) {
+			return run, fmt.Errorf("only %d of %d jobs started", processing, c.conc)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // the handlers are inside their sleeps
+	run.InFlight = c.conc
+	t0 := time.Now()
+	for _, w := range ws.procs {
+		w.signal(syscall.SIGTERM)
+	}
+	var last time.Time
+	for _, w := range ws.procs {
+		select {
+		case <-w.done:
+		case <-time.After(c.shutTO + 30*time.Second):
+			return run, fmt.Errorf("pid %d still running %s after SIGTERM", w.pid, c.shutTO+30*time.Second)
+		}
+		if w.exit.After(last) {
+			last = w.exit
+		}
+	}
+	run.ExitS = last.Sub(t0).Seconds()
+	run.OvershootMS = (last.Sub(t0) - c.shutTO).Seconds() * 1000
+	if err := b.db.pool.QueryRow(ctx, `SELECT count(*) FROM soniq_jobs WHERE status = 'queued'`).Scan(&run.Requeued); err != nil {
+		return run, err
+	}
+	return run, nil
+}
+
+// ---- statistics ----
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// pct is the nearest-rank percentile of sorted xs.
+func pct(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	k := int(math.Ceil(p/100*float64(len(sorted)))) - 1
+	return sorted[min(max(k, 0), len(sorted)-1)]
+}
