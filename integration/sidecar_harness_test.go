@@ -61,32 +61,36 @@ func sidecarBinary(t testing.TB) string {
 	return bin
 }
 
-// sdk is one handler SDK the black-box tests run against.
+// sdk is one handler SDK, over one transport, the black-box tests run against.
 type sdk struct {
-	name    string
-	command func(root string) []string
-	env     func(root string) map[string]string
+	name      string // the language: python or node
+	transport string // the manifest's transport: stdio or unix
+	command   func(root string) []string
+	env       func(root string) map[string]string
 }
 
+var (
+	pythonCommand = func(root string) []string {
+		return []string{"python3", "-u", filepath.Join(root, "integration/testdata/handlers/test_handlers.py")}
+	}
+	pythonEnv = func(root string) map[string]string {
+		return map[string]string{"PYTHONPATH": filepath.Join(root, "examples/python")}
+	}
+	nodeCommand = func(root string) []string {
+		return []string{"node", filepath.Join(root, "integration/testdata/handlers/test_handlers.js")}
+	}
+	nodeEnv = func(root string) map[string]string {
+		return map[string]string{"TEST_NODE_SDK": filepath.Join(root, "examples/node")}
+	}
+)
+
+// sdks: every SDK over every transport (the unix one needs the SDKs' gRPC
+// packages: examples/python/requirements-grpc.txt, npm ci in examples/node).
 var sdks = []sdk{
-	{
-		name: "python",
-		command: func(root string) []string {
-			return []string{"python3", "-u", filepath.Join(root, "integration/testdata/handlers/test_handlers.py")}
-		},
-		env: func(root string) map[string]string {
-			return map[string]string{"PYTHONPATH": filepath.Join(root, "examples/python")}
-		},
-	},
-	{
-		name: "node",
-		command: func(root string) []string {
-			return []string{"node", filepath.Join(root, "integration/testdata/handlers/test_handlers.js")}
-		},
-		env: func(root string) map[string]string {
-			return map[string]string{"TEST_NODE_SDK": filepath.Join(root, "examples/node")}
-		},
-	},
+	{name: "python", transport: "stdio", command: pythonCommand, env: pythonEnv},
+	{name: "python", transport: "unix", command: pythonCommand, env: pythonEnv},
+	{name: "node", transport: "stdio", command: nodeCommand, env: nodeEnv},
+	{name: "node", transport: "unix", command: nodeCommand, env: nodeEnv},
 }
 
 // testJobs are the jobs of the test handlers and their branch.
@@ -152,10 +156,16 @@ func (w *world) writeManifest(o manifestOpts) string {
 		o.syncConcurrency = min(4, o.concurrency)
 	}
 	cmd := w.sdk.command(w.root)
-	if o.recordFrames {
-		cmd = append([]string{"python3", "-u", filepath.Join(w.root, "integration/testdata/frame_recorder.py")}, cmd...)
-	}
 	env := w.sdk.env(w.root)
+	if o.recordFrames {
+		if w.sdk.transport == "unix" {
+			// No frame stream to tap: the SDKs write each message they get
+			// as the stdio frame it stands for, in the recorder's format.
+			env["HANDLER_TRACE_FRAMES"] = w.frames
+		} else {
+			cmd = append([]string{"python3", "-u", filepath.Join(w.root, "integration/testdata/frame_recorder.py")}, cmd...)
+		}
+	}
 	env["TEST_RECORD"] = w.record
 	env["TEST_FRAMES"] = w.frames
 	env["TEST_CONCURRENCY"] = fmt.Sprint(o.concurrency)
@@ -163,8 +173,8 @@ func (w *world) writeManifest(o manifestOpts) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "version: 1\nhandlers:\n  - name: %s-tests\n", w.sdk.name)
 	cj, _ := json.Marshal(cmd)
-	fmt.Fprintf(&b, "    command: %s\n    processes: %d\n    concurrency: %d\n    sync_concurrency: %d\n    startup_timeout: 20s\n",
-		cj, o.processes, o.concurrency, o.syncConcurrency)
+	fmt.Fprintf(&b, "    command: %s\n    transport: %s\n    processes: %d\n    concurrency: %d\n    sync_concurrency: %d\n    startup_timeout: 20s\n",
+		cj, w.sdk.transport, o.processes, o.concurrency, o.syncConcurrency)
 	ej, _ := json.Marshal(env)
 	fmt.Fprintf(&b, "    env: %s\n    jobs:\n", ej)
 	for _, j := range testJobs {
@@ -403,10 +413,10 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 	t.Fatalf("timed out after %s waiting for: %s", timeout, what)
 }
 
-// forEachSDK runs a black-box test once per SDK.
+// forEachSDK runs a black-box test once per SDK and transport.
 func forEachSDK(t *testing.T, f func(t *testing.T, s sdk)) {
 	for _, s := range sdks {
-		t.Run(s.name, func(t *testing.T) {
+		t.Run(s.name+"/"+s.transport, func(t *testing.T) {
 			t.Parallel()
 			f(t, s)
 		})

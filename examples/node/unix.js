@@ -74,6 +74,19 @@ function resultMessage(frame) {
   return msg;
 }
 
+// $HANDLER_TRACE_FRAMES: a debugging aid for this transport, which has no frame stream to tap.
+// Each message from the sidecar is appended to that file as the stdio frame it stands for,
+// "> " first (the format of a recorder between sidecar and handler on stdio).
+function tracer(file) {
+  if (!file) return () => {};
+  const fd = fs.openSync(file, 'a');
+  return (frame) => fs.writeSync(fd, `> ${JSON.stringify(frame)}\n`);
+}
+
+function parseOr(text) {
+  try { return JSON.parse(text); } catch { return text; }
+}
+
 function serve(app, protocolVersion, guard) {
   if (process.env[MAGIC_COOKIE_KEY] !== MAGIC_COOKIE_VALUE) {
     log(`SONIQ_TRANSPORT=unix: this process is a go-plugin handler and must be started by soniq-sidecar (${MAGIC_COOKIE_KEY} is not set as expected)`);
@@ -99,6 +112,7 @@ function serve(app, protocolVersion, guard) {
   };
   process.on('exit', cleanup);
 
+  const trace = tracer(process.env.HANDLER_TRACE_FRAMES);
   const held = new Map(); // id -> entry, every job started until it ends
   const reasons = new Map(); // id -> reason of an announced cancel
   const waiting = [];
@@ -135,6 +149,10 @@ function serve(app, protocolVersion, guard) {
     },
     Execute(call, callback) {
       const job = call.request;
+      trace({
+        type: 'job', id: job.id, name: job.name, args: parseOr(job.args_json), attempt: job.attempt,
+        max_attempts: job.max_attempts, queue: job.queue, deadline: job.deadline_ms ?? null, traceparent: job.traceparent ?? null,
+      });
       if (held.has(job.id)) {
         callback({ code: grpc.status.ALREADY_EXISTS, details: `job ${job.id} is already running here` });
         return;
@@ -180,6 +198,7 @@ function serve(app, protocolVersion, guard) {
     },
     Cancel(call, callback) {
       const { id, reason } = call.request;
+      trace({ type: 'cancel', id, reason });
       const entry = held.get(id);
       if (entry) {
         if (entry.cancellable) reasons.set(id, reason);
@@ -204,6 +223,7 @@ function serve(app, protocolVersion, guard) {
     Shutdown: unaryDef('/plugin.GRPCController/Shutdown', (x) => x, (x) => x),
   }, {
     Shutdown(call, callback) {
+      trace({ type: 'shutdown' });
       draining = true;
       callback(null, Buffer.alloc(0));
       setImmediate(maybeExit);

@@ -74,6 +74,13 @@ def _parse_args(text: str) -> dict:
     return value
 
 
+def _loads_or_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def _result_message(frame: Dict[str, Any]) -> "pb.Result":
     """Converts the SDK's result dict (the stdio frame) to a Result message."""
     msg = pb.Result(id=frame["id"], status=_STATUS[frame["status"]])
@@ -95,6 +102,20 @@ def _result_message(frame: Dict[str, Any]) -> "pb.Result":
     return msg
 
 
+class _Trace:
+    """$HANDLER_TRACE_FRAMES: a debugging aid for this transport, which has no
+    frame stream to tap. Each message from the sidecar is appended to that
+    file as the stdio frame it stands for, "> " first (the format of a
+    recorder between sidecar and handler on stdio)."""
+
+    def __init__(self, path: Optional[str]) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if path else None
+
+    def __call__(self, frame: Dict[str, Any]) -> None:
+        if self.fd is not None:
+            os.write(self.fd, b"> " + protocol.encode(frame) + b"\n")
+
+
 class _Server:
     def __init__(self, app: App, version: int) -> None:
         self.app = app
@@ -105,6 +126,7 @@ class _Server:
         self.draining = False
         self.drained = asyncio.Event()
         self.slots = asyncio.Semaphore(app.concurrency)
+        self.trace = _Trace(os.environ.get("HANDLER_TRACE_FRAMES"))
 
     # ---------------------------------------------------------------- Handler
 
@@ -120,6 +142,11 @@ class _Server:
         )
 
     async def execute(self, job: "pb.Job", context: Any) -> "pb.Result":
+        if self.trace.fd is not None:
+            self.trace({"type": "job", "id": job.id, "name": job.name, "args": _loads_or_text(job.args_json),
+                        "attempt": job.attempt, "max_attempts": job.max_attempts, "queue": job.queue,
+                        "deadline": job.deadline_ms if job.HasField("deadline_ms") else None,
+                        "traceparent": job.traceparent if job.HasField("traceparent") else None})
         if job.id in self.held:
             await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"job {job.id} is already running here")
         if self.draining:
@@ -190,6 +217,7 @@ class _Server:
             self.drained.set()
 
     async def cancel(self, request: "pb.CancelRequest", context: Any) -> "pb.CancelResponse":
+        self.trace({"type": "cancel", "id": request.id, "reason": request.reason})
         if request.id in self.held:
             if self.cancellable.get(request.id):
                 self.reasons[request.id] = request.reason
@@ -200,6 +228,7 @@ class _Server:
     # ------------------------------------------------------ plugin.GRPCController
 
     async def shutdown(self, request: bytes, context: Any) -> bytes:
+        self.trace({"type": "shutdown"})
         self.draining = True
         if not self.held:
             self.drained.set()
