@@ -63,7 +63,7 @@ def throughput(ax, data):
         ax.annotate(label, (x, bar.get_height()), ha="center", va="bottom", fontsize=7)
     ax.axhline(10000, color="red", linestyle="--", linewidth=0.8)
     ax.text(len(rows) - 0.5, 10000, "goal 10,000", color="red", fontsize=7, ha="right", va="bottom")
-    ax.set_xticks(list(xs), [short(t) for t in rows], fontsize=7)
+    ax.set_xticks(list(xs), [short(t) for t in rows], fontsize=6.5)
     ax.set_ylabel("jobs/s (median; dots: runs)")
     missing = [t["label"] for t in data["throughput"] if t.get("status")]
     title = f"1–2. Throughput, {data['params']['jobs_per_run']:,} no-op jobs, budget {data['params']['concurrency_budget']} in flight"
@@ -84,7 +84,8 @@ def latency(ax, data):
     ax.axhline(15, color="red", linestyle="--", linewidth=0.8)
     ax.text(len(rows) - 0.5, 15, "goal p99 15 ms", color="red", fontsize=7, ha="right", va="bottom")
     ax.set_xticks(range(len(rows)), [short(r) for r in rows], fontsize=7)
-    ax.set_ylabel("enqueue → handler start, ms")
+    ax.set_ylabel("enqueue → handler start, ms (log)")
+    ax.set_yscale("log")
     ax.set_title(f"3. Pickup latency at {data['params']['latency_rate_per_s']} jobs/s (median over runs)", fontsize=9)
     ax.legend(fontsize=7)
 
@@ -137,7 +138,7 @@ def cost(ax, data):
 def main():
     md, png = sys.argv[1], sys.argv[2]
     data = load(md)
-    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
+    fig, axes = plt.subplots(2, 2, figsize=(15, 9), gridspec_kw={"width_ratios": [1.35, 1]})
     throughput(axes[0][0], data)
     latency(axes[0][1], data)
     shutdown(axes[1][0], data)

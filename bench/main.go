@@ -56,7 +56,7 @@ func main() {
 	flag.StringVar(&c.out, "out", "docs/benchmarks.md", "report to write")
 	flag.IntVar(&c.n, "n", 20000, "jobs per throughput run")
 	flag.IntVar(&c.runs, "runs", 3, "runs of each throughput variant (alternating)")
-	flag.IntVar(&c.conc, "concurrency", 32, "total concurrency budget (jobs in flight), the same for every variant")
+	flag.IntVar(&c.conc, "concurrency", 64, "total concurrency budget (jobs in flight), the same for every variant")
 	flag.IntVar(&c.procs, "processes", 2, "handler processes of the sidecar, and Soniq worker processes")
 	flag.IntVar(&c.latRate, "latency-rate", 50, "jobs per second for the pickup-latency runs")
 	flag.Float64Var(&c.latSecs, "latency-seconds", 6, "duration of one pickup-latency run")

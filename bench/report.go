@@ -246,6 +246,10 @@ func (r *report) write(path string) error {
 	w("- **Ceiling**: `backends/postgres` Claim and Complete driven from Go with no handler: one claim in flight, limit = the\n")
 	w("  budget (the most the supervisor claims for a pool: its free capacity), a concurrent writer completing pending rows in\n")
 	w("  batches of up to 500 as `supervisor/writer.go` does. Claim batch 500 is shown for reference.\n")
+	w("- **What-if rows** (`+index`): the same run with one extra index matching the claim's ORDER BY,\n")
+	w("  `%s`, which Soniq's schema lacks; created after the TRUNCATE and dropped after the run (see the profile below).\n", claimIndex)
+	w("- **Transport unix** rows are measured when a sidecar with `transport: unix` runs 100 jobs with that SDK at the start of `make bench`;\n")
+	w("  otherwise they read \"not yet measured\" and the reason is in the notes.\n")
 	w("- **Pickup latency**: a Go producer enqueues one job at a time at a steady rate with `backends/postgres` Enqueue (INSERT and\n")
 	w("  `pg_notify` in one implicit transaction, as Soniq's enqueue); the clock starts before the INSERT is sent and stops\n")
 	w("  when the handler starts (its `time.time_ns()` / `performance.now()`, returned as the result). Percentiles per run, then the median over runs.\n")
@@ -268,7 +272,7 @@ func (r *report) write(path string) error {
 
 	soniq, ceil := r.tp("soniq"), r.tp("ceiling")
 	w("## 1–2. Throughput and the database's ceiling\n\n")
-	w("| variant | jobs/s (median) | runs (jobs/s) | × Soniq worker | of the ceiling |\n| --- | --- | --- | --- | --- |\n")
+	w("| variant | jobs/s (median) | runs (jobs/s) | × Soniq worker | of the ceiling (with the same index or not) |\n| --- | --- | --- | --- | --- |\n")
 	for _, t := range r.Throughput {
 		if t.Status != "" {
 			w("| %s | %s | | | |\n", t.Label, t.Status)

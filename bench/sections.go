@@ -189,12 +189,13 @@ func (b *bench) throughputRun(ctx context.Context, v variant, round int) (tpRun,
 		return run, err
 	}
 	defer ws.stop()
-	own0, ch0 := ws.cpu()
-	pg0 := b.db.serverCPU()
-	t0 := time.Now()
+	own0, ch0 := ws.cpu() // idle until the commit below
 	if err := b.db.enqueueBulk(ctx, "bench.noop", map[string]any{}, c.n); err != nil {
 		return run, err
 	}
+	// The jobs become visible at the commit: the clock starts there.
+	t0 := time.Now()
+	pg0 := b.db.serverCPU()
 	if err := b.db.waitDrained(ctx, ws, timeout); err != nil {
 		return run, err
 	}
