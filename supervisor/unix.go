@@ -252,7 +252,7 @@ func (u *unixProc) connect() bool {
 		u.brokenRPC(fmt.Errorf("Describe: %w", err))
 		return false
 	}
-	hello, err := helloFromProto(d, u.te.maxFrame)
+	hello, err := d.ToProtocol(u.te.maxFrame)
 	if err != nil {
 		u.protocolError(fmt.Errorf("Describe: %w", err))
 		return false
@@ -308,7 +308,7 @@ func (u *unixProc) waitCalls() {
 
 // execute starts the Execute call of one job.
 func (u *unixProc) execute(job *protocol.Job) {
-	req := jobToProto(job)
+	req := handlerpb.FromJob(job)
 	ctx, cancel := context.WithCancel(u.ctx)
 	c := &unixCall{cancel: cancel}
 	u.calls.mu.Lock()
@@ -325,7 +325,7 @@ func (u *unixProc) execute(job *protocol.Job) {
 		cancel()
 		switch {
 		case err == nil:
-			r, perr := resultFromProto(job.ID, res, u.te.maxFrame)
+			r, perr := res.ToProtocol(job.ID, u.te.maxFrame)
 			if perr != nil {
 				u.protocolError(fmt.Errorf("Execute of job %s: %w", job.ID, perr))
 				return
@@ -518,82 +518,4 @@ func (s *stderrLines) Write(b []byte) (int, error) {
 		s.buf = append(s.buf, c)
 	}
 	return len(b), nil
-}
-
-// ---- messages ----
-
-func jobToProto(j *protocol.Job) *handlerpb.Job {
-	args := string(j.Args)
-	if len(j.Args) == 0 {
-		args = "{}"
-	}
-	return &handlerpb.Job{
-		Id: j.ID, Name: j.Name, ArgsJson: args, Attempt: int32(j.Attempt), MaxAttempts: int32(j.MaxAttempts),
-		Queue: j.Queue, DeadlineMs: j.Deadline, Traceparent: j.Traceparent,
-	}
-}
-
-// viaFrame puts a message from the handler through the stdio codec: it
-// is encoded to its frame and decoded with the frame limit, so the unix
-// transport accepts exactly what stdio accepts.
-func viaFrame(m protocol.Message, maxFrame int) (protocol.Message, error) {
-	frame, err := protocol.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	return protocol.DecodeLimit(frame, maxFrame)
-}
-
-func helloFromProto(d *handlerpb.Hello, maxFrame int) (*protocol.Hello, error) {
-	h := &protocol.Hello{Protocol: int(d.GetProtocol()), SDK: d.GetSdk(), PID: int(d.GetPid()),
-		Concurrency: int(d.GetConcurrency()), SyncConcurrency: int(d.GetSyncConcurrency())}
-	for _, j := range d.GetJobs() {
-		h.Jobs = append(h.Jobs, protocol.HelloJob{Name: j.GetName(), Cancellable: j.GetCancellable()})
-	}
-	if h.SyncConcurrency < 0 {
-		return nil, fmt.Errorf("hello: sync_concurrency %d < 0", h.SyncConcurrency)
-	}
-	m, err := viaFrame(h, maxFrame)
-	if err != nil {
-		return nil, fmt.Errorf("hello: %w", err)
-	}
-	return m.(*protocol.Hello), nil
-}
-
-var statusFromProto = map[handlerpb.Result_Status]protocol.Status{
-	handlerpb.Result_DONE:      protocol.StatusDone,
-	handlerpb.Result_FAILED:    protocol.StatusFailed,
-	handlerpb.Result_SNOOZE:    protocol.StatusSnooze,
-	handlerpb.Result_CANCELLED: protocol.StatusCancelled,
-}
-
-func resultFromProto(id string, res *handlerpb.Result, maxFrame int) (*protocol.Result, error) {
-	if res.GetId() != id {
-		return nil, fmt.Errorf("result: id %q is not the job's id %q", res.GetId(), id)
-	}
-	st, ok := statusFromProto[res.GetStatus()]
-	if !ok {
-		return nil, fmt.Errorf("result: invalid status %s", res.GetStatus())
-	}
-	r := &protocol.Result{ID: id, Status: st}
-	switch st {
-	case protocol.StatusDone:
-		if res.ResultJson != nil {
-			r.Result = []byte(res.GetResultJson())
-		}
-	case protocol.StatusFailed:
-		e := res.GetError()
-		if e == nil {
-			return nil, errors.New("result: a failed result without error")
-		}
-		r.Error = &protocol.ResultError{Type: e.GetType(), Message: e.GetMessage(), Traceback: e.Traceback,
-			Retryable: e.Retryable == nil || *e.Retryable}
-	case protocol.StatusSnooze:
-		r.Seconds, r.Reason = res.GetSeconds(), res.Reason
-	}
-	m, err := viaFrame(r, maxFrame)
-	if err != nil {
-		return nil, fmt.Errorf("result: %w", err)
-	}
-	return m.(*protocol.Result), nil
 }

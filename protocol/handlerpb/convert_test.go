@@ -1,0 +1,86 @@
+package handlerpb
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/soniq-dev/soniq-sidecar/protocol"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+func TestResultToProtocol(t *testing.T) {
+	const limit = protocol.DefaultMaxFrameBytes
+	ok := []struct {
+		in   *Result
+		want protocol.Status
+	}{
+		{&Result{Id: "a", Status: Result_DONE, ResultJson: ptr(`{"x": [1, 2]}`)}, protocol.StatusDone},
+		{&Result{Id: "a", Status: Result_DONE}, protocol.StatusDone},
+		{&Result{Id: "a", Status: Result_FAILED, Error: &ResultError{Type: "E", Message: "m"}}, protocol.StatusFailed},
+		{&Result{Id: "a", Status: Result_SNOOZE, Seconds: 2.5, Reason: ptr("later")}, protocol.StatusSnooze},
+		{&Result{Id: "a", Status: Result_CANCELLED}, protocol.StatusCancelled},
+	}
+	for _, c := range ok {
+		r, err := c.in.ToProtocol("a", limit)
+		if err != nil || r.Status != c.want {
+			t.Errorf("%v: %+v %v", c.in, r, err)
+		}
+	}
+	r, _ := ok[0].in.ToProtocol("a", limit)
+	if string(r.Result) != `{"x":[1,2]}` {
+		t.Errorf("result compacted as on stdio: %s", r.Result)
+	}
+	r, _ = ok[2].in.ToProtocol("a", limit)
+	if !r.Error.Retryable {
+		t.Error("absent retryable means true")
+	}
+	bad := map[string]*Result{
+		"another job's id":     {Id: "b", Status: Result_DONE},
+		"unspecified status":   {Id: "a"},
+		"failed without error": {Id: "a", Status: Result_FAILED},
+		"invalid JSON":         {Id: "a", Status: Result_DONE, ResultJson: ptr(`{"x":`)},
+		"overflowing number":   {Id: "a", Status: Result_DONE, ResultJson: ptr(`1e400`)},
+		"unpaired surrogate":   {Id: "a", Status: Result_DONE, ResultJson: ptr(`"\ud800"`)},
+		"negative snooze":      {Id: "a", Status: Result_SNOOZE, Seconds: -1},
+		"NaN snooze":           {Id: "a", Status: Result_SNOOZE, Seconds: math.NaN()},
+		"over the frame limit": {Id: "a", Status: Result_DONE, ResultJson: ptr(`"` + strings.Repeat("x", 2000) + `"`)},
+	}
+	for name, in := range bad {
+		lim := limit
+		if name == "over the frame limit" {
+			lim = 1000
+		}
+		if r, err := in.ToProtocol("a", lim); err == nil {
+			t.Errorf("%s: accepted %+v", name, r)
+		}
+	}
+}
+
+func TestHelloToProtocol(t *testing.T) {
+	h := &Hello{Protocol: 1, Sdk: "x/1", Pid: 10, Concurrency: 2, Jobs: []*HelloJob{{Name: "a", Cancellable: true}}}
+	got, err := h.ToProtocol(protocol.DefaultMaxFrameBytes)
+	if err != nil || got.PID != 10 || len(got.Jobs) != 1 || !got.Jobs[0].Cancellable || got.SyncConcurrency != 0 {
+		t.Fatalf("%+v %v", got, err)
+	}
+	for name, in := range map[string]*Hello{
+		"no jobs":        {Protocol: 1, Sdk: "x", Pid: 1, Concurrency: 1},
+		"duplicate job":  {Protocol: 1, Sdk: "x", Pid: 1, Concurrency: 1, Jobs: []*HelloJob{{Name: "a"}, {Name: "a"}}},
+		"no concurrency": {Protocol: 1, Sdk: "x", Pid: 1, Jobs: []*HelloJob{{Name: "a"}}},
+		"no pid":         {Protocol: 1, Sdk: "x", Concurrency: 1, Jobs: []*HelloJob{{Name: "a"}}},
+		"negative sync":  {Protocol: 1, Sdk: "x", Pid: 1, Concurrency: 1, SyncConcurrency: -1, Jobs: []*HelloJob{{Name: "a"}}},
+	} {
+		if got, err := in.ToProtocol(protocol.DefaultMaxFrameBytes); err == nil {
+			t.Errorf("%s: accepted %+v", name, got)
+		}
+	}
+}
+
+func TestFromJob(t *testing.T) {
+	dl := int64(1700000000000)
+	j := FromJob(&protocol.Job{ID: "a", Name: "n", Attempt: 2, MaxAttempts: 3, Queue: "q", Deadline: &dl})
+	if j.GetArgsJson() != "{}" || j.GetDeadlineMs() != dl || j.Traceparent != nil || j.GetAttempt() != 2 {
+		t.Fatalf("%+v", j)
+	}
+}
