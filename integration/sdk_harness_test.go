@@ -23,6 +23,9 @@ var sdkCases = []struct {
 }{
 	{name: "python", manifest: "../examples/python/manifest.yaml", strayOutput: "this is not a protocol frame"},
 	{name: "node", manifest: "../examples/node/manifest.yaml", strayOutput: "junk from console.log"},
+	// The same over the unix transport (gRPC; see sdkharness_unix_test.go).
+	{name: "python-unix", manifest: "../examples/python/manifest-unix.yaml", strayOutput: "this is not a protocol frame"},
+	{name: "node-unix", manifest: "../examples/node/manifest-unix.yaml", strayOutput: "junk from console.log"},
 }
 
 // The examples every SDK serves (docs/protocol.md, examples/*/manifest.yaml).

@@ -50,6 +50,9 @@ func startHandler(t *testing.T, manifestPath string) *handlerProc {
 	require.NoError(t, err, "example manifest")
 	require.NotEmpty(t, m.Handlers)
 	h := &m.Handlers[0]
+	if h.Transport == supervisor.TransportUnix {
+		return startUnixHandler(t, h)
+	}
 	require.Equal(t, supervisor.TransportStdio, h.Transport)
 
 	path := h.Command[0]

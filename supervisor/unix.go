@@ -179,6 +179,7 @@ type unixProc struct {
 type unixCall struct {
 	cancel    context.CancelFunc
 	cancelled bool // the sidecar sent a cancel for it
+	sync      bool // a non-cancellable job: a cancel never ends its call
 }
 
 // run connects, then turns p.out into calls until it is closed; then it
@@ -310,7 +311,8 @@ func (u *unixProc) waitCalls() {
 func (u *unixProc) execute(job *protocol.Job) {
 	req := handlerpb.FromJob(job)
 	ctx, cancel := context.WithCancel(u.ctx)
-	c := &unixCall{cancel: cancel}
+	spec := u.p.pool.h.Job(job.Name)
+	c := &unixCall{cancel: cancel, sync: spec != nil && !spec.Cancellable}
 	u.calls.mu.Lock()
 	u.calls.m[job.ID] = c
 	u.calls.mu.Unlock()
@@ -345,13 +347,16 @@ func (u *unixProc) execute(job *protocol.Job) {
 func (u *unixProc) cancel(m *protocol.Cancel) {
 	u.calls.mu.Lock()
 	c := u.calls.m[m.ID]
-	if c != nil {
+	if c != nil && !c.sync {
 		c.cancelled = true
 	}
 	u.calls.mu.Unlock()
 	if c == nil {
 		return // its result is already on its way, as on stdio
 	}
+	// The loop never cancels a sync job; should it, the reason still
+	// reaches the handler (which ignores it, as on stdio) but the call is
+	// not cancelled: the job's real result arrives when it ends.
 	u.track()
 	go func() {
 		defer u.untrack()
@@ -362,7 +367,9 @@ func (u *unixProc) cancel(m *protocol.Cancel) {
 			u.te.log.Warn("Cancel call failed; cancelling the job's call without its reason",
 				"handler", u.p.pool.h.Name, "pid", u.r.pid, "job_id", m.ID, "err", err)
 		}
-		c.cancel()
+		if !c.sync {
+			c.cancel()
+		}
 	}()
 }
 
