@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -229,6 +230,66 @@ func BenchmarkRoundTrip(b *testing.B) {
 			b.StopTimer()
 			tp.p.closeInput()
 			tp.next(10 * time.Second)
+		})
+	}
+}
+
+// A unix handler that does not shake hands is a protocol error naming what
+// it printed; one that exits first is reported by its exit alone.
+func TestUnixHandshakeFailures(t *testing.T) {
+	cases := []struct {
+		name, script string
+		wantErr      string // "" = no protocol error, only the exit
+		wantExit     string
+	}{
+		{"not a handshake", "echo not-a-handshake-line; sleep 30", "not-a-handshake-line", "killed by signal"},
+		{"netrpc instead of grpc", "echo \"1|1|unix|/nonexistent|netrpc\"; sleep 30", "unsupported plugin protocol", "killed by signal"},
+		{"exits first", "echo going away >&2; exit 3", "", "exited with status 3"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			h := &Handler{Name: "bad", Command: []string{"sh", "-c", c.script}, Transport: TransportUnix,
+				StartupTimeout: 10 * time.Second, Concurrency: 1, Processes: 1}
+			sp := newSpawner()
+			stop := make(chan struct{})
+			go sp.run(stop)
+			defer func() { close(stop); <-sp.done }()
+			events := make(chan event, 16)
+			var wg sync.WaitGroup
+			p := &process{pool: &pool{h: h}, out: make(chan protocol.Message, 4), tasks: map[string]*task{}, stderr: &stderrTail{}}
+			te := transportEnv{sp: sp, maxFrame: protocol.DefaultMaxFrameBytes, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+				emit: func(e event) bool { events <- e; return true }, wg: &wg}
+			if err := startUnix(te, p); err != nil {
+				t.Fatal(err)
+			}
+			var gotErr error
+			for {
+				e := <-events
+				if e.kind == evProtocolError {
+					gotErr = e.err
+					p.closeInput() // as the loop's breakProcess does
+					continue
+				}
+				if e.kind != evExit {
+					t.Fatalf("unexpected event %d %+v", e.kind, e.msg)
+				}
+				if d := exitDescription(e.err); !strings.Contains(d, c.wantExit) {
+					t.Errorf("exit %q, want %q", d, c.wantExit)
+				}
+				break
+			}
+			switch {
+			case c.wantErr == "" && gotErr != nil:
+				t.Errorf("protocol error %v, want only the exit", gotErr)
+			case c.wantErr != "" && (gotErr == nil || !strings.Contains(gotErr.Error(), c.wantErr)):
+				t.Errorf("protocol error %v, want one containing %q", gotErr, c.wantErr)
+			}
+			if c.wantErr == "" && !strings.Contains(p.stderr.String(), "going away") {
+				t.Errorf("stderr tail %q", p.stderr.String())
+			}
+			p.closeInput()
+			wg.Wait()
 		})
 	}
 }

@@ -219,8 +219,14 @@ func (u *unixProc) run() {
 func (u *unixProc) connect() bool {
 	if _, err := u.client.Start(); err != nil {
 		u.r.startedOnce(err) // no-op when the child was forked
-		if u.r.forked() {
-			u.protocolError(fmt.Errorf("go-plugin handshake: %w", err))
+		select {
+		case <-u.r.exited:
+			// It exited before the handshake: its exit status and stderr
+			// say more than go-plugin's error.
+		default:
+			if u.r.forked() {
+				u.protocolError(fmt.Errorf("go-plugin handshake: %w", err))
+			}
 		}
 		return false
 	}
