@@ -400,12 +400,13 @@ func TestSupervisorCrashLoop(t *testing.T) {
 			time.Sleep(d)
 		}
 		assert.Len(t, sc.logs("crash-looping"), 1, "one clear log line, not one per restart")
-		// retry_in is a duration: nanoseconds in JSON.
+		// Durations are logged as Go duration strings ("100ms").
 		var delays []time.Duration
 		for _, m := range sc.logs("restarting with backoff") {
 			if m["handler"] == "crasher" {
-				f, _ := m["retry_in"].(float64)
-				delays = append(delays, time.Duration(f))
+				d, err := time.ParseDuration(fmt.Sprint(m["retry_in"]))
+				require.NoError(t, err, "retry_in %v", m["retry_in"])
+				delays = append(delays, d)
 			}
 		}
 		t.Logf("%s: restart delays before the crash loop: %v", s.name, delays)

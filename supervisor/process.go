@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
@@ -375,7 +377,7 @@ func exitDescription(err error) string {
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return "killed by signal " + ws.Signal().String()
+			return "killed by signal " + unix.SignalName(ws.Signal()) // e.g. SIGKILL
 		}
 		return "exited with status " + strconv.Itoa(ee.ExitCode())
 	}

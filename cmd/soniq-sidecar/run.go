@@ -35,7 +35,13 @@ func newLogger(w io.Writer, format string) (*slog.Logger, error) {
 	default:
 		return nil, usageErrorf("--log-format must be auto, text or json, got %q", format)
 	}
-	opts := &slog.HandlerOptions{Level: slog.LevelInfo}
+	opts := &slog.HandlerOptions{Level: slog.LevelInfo, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		// "1.5s", not 1500000000: logs are read by people at 3 a.m.
+		if a.Value.Kind() == slog.KindDuration {
+			return slog.String(a.Key, a.Value.Duration().String())
+		}
+		return a
+	}}
 	if format == "text" {
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	}
@@ -64,7 +70,7 @@ func cmdManifest(ctx context.Context, e env, args []string) error {
 	for _, r := range supervisor.CheckHandlers(ctx, m, log) {
 		if r.Err != nil {
 			failed++
-			fmt.Fprintf(e.stderr, "FAIL handler %s: %v\n", r.Handler, r.Err)
+			fmt.Fprintf(e.stderr, "FAIL %v\n", r.Err) // the error names the handler
 			continue
 		}
 		h := handlerByName(m, r.Handler)
