@@ -97,8 +97,15 @@ function serve(app, protocolVersion, guard) {
     log(`go-plugin offers app protocol versions ${JSON.stringify(offered.join(','))}; this SDK speaks ${protocolVersion}`);
     process.exit(3);
   }
-  const grpc = require('@grpc/grpc-js');
-  const protoLoader = require('@grpc/proto-loader');
+  let grpc;
+  let protoLoader;
+  try {
+    grpc = require('@grpc/grpc-js');
+    protoLoader = require('@grpc/proto-loader');
+  } catch (err) {
+    log(`SONIQ_TRANSPORT=unix needs @grpc/grpc-js and @grpc/proto-loader (npm ci in examples/node): ${err.message.split('\n')[0]}`);
+    process.exit(1);
+  }
   const def = protoLoader.loadSync(PROTO_PATH, { keepCase: true, longs: Number, enums: String, defaults: false, oneofs: false });
   const pkg = grpc.loadPackageDefinition(def);
 

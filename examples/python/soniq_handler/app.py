@@ -221,8 +221,11 @@ class App:
         if os.environ.get("SONIQ_TRANSPORT", "stdio") == "unix":
             # gRPC over a Unix socket (docs/protocol.md); its dependencies
             # (requirements-grpc.txt) are imported only here.
-            from . import _unix
-
+            try:
+                from . import _unix
+            except ImportError as e:
+                _log(f"SONIQ_TRANSPORT=unix needs grpcio, grpcio-health-checking and protobuf (pip install -r requirements-grpc.txt): {e}")
+                _exit(1)
             _unix.serve(self, version)
             return
         self._chan = _protect_stdio()
