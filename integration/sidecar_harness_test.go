@@ -99,7 +99,7 @@ var testJobs = []struct {
 	cancellable bool
 }{
 	{"t.noop", true}, {"t.record", true}, {"t.sleep_async", true}, {"t.sleep_sync", false},
-	{"t.stubborn", true}, {"t.fail", false}, {"t.snooze", true},
+	{"t.stubborn", true}, {"t.fail", false}, {"t.snooze", true}, {"t.trace", true},
 }
 
 // manifestOpts shapes a generated manifest.

@@ -15,10 +15,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
-	collmetric "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
-	colltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
-	"google.golang.org/protobuf/proto"
+
+	"github.com/soniq-dev/soniq-sidecar/internal/otlptest"
 )
 
 // testEnv is an env whose variables are vars only.
@@ -73,63 +71,11 @@ func TestTelemetryPrometheus(t *testing.T) {
 	assert.Contains(t, info, `service_instance_id="w-1234"`)
 }
 
-// fakeCollector is an OTLP/HTTP receiver: it decodes what the exporters
-// push to /v1/metrics and /v1/traces.
-type fakeCollector struct {
-	mu      sync.Mutex
-	metrics []*collmetric.ExportMetricsServiceRequest
-	traces  []*colltrace.ExportTraceServiceRequest
-	paths   []string
-}
-
-func (c *fakeCollector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil || r.Header.Get("Content-Type") != "application/x-protobuf" {
-		http.Error(w, "bad request", http.StatusBadRequest)
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.paths = append(c.paths, r.URL.Path)
-	switch r.URL.Path {
-	case "/v1/metrics":
-		var m collmetric.ExportMetricsServiceRequest
-		if proto.Unmarshal(body, &m) != nil {
-			http.Error(w, "bad metrics", http.StatusBadRequest)
-			return
-		}
-		c.metrics = append(c.metrics, &m)
-		b, _ := proto.Marshal(&collmetric.ExportMetricsServiceResponse{})
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		_, _ = w.Write(b)
-	case "/v1/traces":
-		var m colltrace.ExportTraceServiceRequest
-		if proto.Unmarshal(body, &m) != nil {
-			http.Error(w, "bad traces", http.StatusBadRequest)
-			return
-		}
-		c.traces = append(c.traces, &m)
-		b, _ := proto.Marshal(&colltrace.ExportTraceServiceResponse{})
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		_, _ = w.Write(b)
-	default:
-		http.NotFound(w, r)
-	}
-}
-
-func attrMap(kvs []*commonpb.KeyValue) map[string]string {
-	out := map[string]string{}
-	for _, kv := range kvs {
-		out[kv.Key] = kv.Value.GetStringValue()
-	}
-	return out
-}
-
 // With OTEL_EXPORTER_OTLP_ENDPOINT set, metrics and spans are pushed over
 // OTLP/HTTP with the sidecar's resource, the global tracer provider and the
 // W3C propagator are installed, and the shutdown func flushes both.
 func TestTelemetryOTLP(t *testing.T) {
-	col := &fakeCollector{}
+	col := &otlptest.Collector{}
 	srv := httptest.NewServer(col)
 	defer srv.Close()
 	// The exporters read the process environment themselves.
@@ -159,11 +105,10 @@ func TestTelemetryOTLP(t *testing.T) {
 	shutdown()
 	assert.Empty(t, logs.String(), "no export errors")
 
-	col.mu.Lock()
-	defer col.mu.Unlock()
-	require.NotEmpty(t, col.traces, "spans flushed at shutdown (paths %v)", col.paths)
-	rs := col.traces[0].ResourceSpans[0]
-	res := attrMap(rs.Resource.Attributes)
+	traces, metrics := col.Traces(), col.Metrics()
+	require.NotEmpty(t, traces, "spans flushed at shutdown (paths %v)", col.Paths())
+	rs := traces[0].ResourceSpans[0]
+	res := otlptest.Attrs(rs.Resource.Attributes)
 	assert.Equal(t, "soniq-sidecar", res["service.name"])
 	assert.Equal(t, version, res["service.version"])
 	assert.Equal(t, "w-otlp", res["service.instance.id"])
@@ -172,11 +117,11 @@ func TestTelemetryOTLP(t *testing.T) {
 	assert.Equal(t, tracerName, rs.ScopeSpans[0].Scope.Name)
 	assert.Equal(t, "t.job process", rs.ScopeSpans[0].Spans[0].Name)
 
-	require.NotEmpty(t, col.metrics, "metrics flushed at shutdown (paths %v)", col.paths)
+	require.NotEmpty(t, metrics, "metrics flushed at shutdown (paths %v)", col.Paths())
 	found := false
-	for _, req := range col.metrics {
+	for _, req := range metrics {
 		for _, rm := range req.ResourceMetrics {
-			assert.Equal(t, "w-otlp", attrMap(rm.Resource.Attributes)["service.instance.id"])
+			assert.Equal(t, "w-otlp", otlptest.Attrs(rm.Resource.Attributes)["service.instance.id"])
 			for _, sm := range rm.ScopeMetrics {
 				for _, m := range sm.Metrics {
 					if m.Name == "soniq_test_pushed" {

@@ -19,6 +19,13 @@ app.job('t.record', async (args, ctx) => {
   return { pid: process.pid };
 });
 
+// The W3C traceparent the sidecar put in the job frame, as the SDK hands it over.
+app.job('t.trace', async (args, ctx) => {
+  record('trace', ctx);
+  fs.appendFileSync(`${process.env.TEST_RECORD}.traceparent`, `${ctx.id} ${ctx.traceparent}\n`);
+  return null;
+});
+
 app.job('t.sleep_async', async ({ seconds }, ctx) => {
   record('start', ctx);
   await sleep(seconds * 1000, undefined, { signal: ctx.signal });

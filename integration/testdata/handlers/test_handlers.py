@@ -29,6 +29,16 @@ async def record_job(args, ctx):
     return {"pid": os.getpid()}
 
 
+@app.job("t.trace")
+async def trace(args, ctx):
+    # The W3C traceparent the sidecar put in the job frame, as the SDK hands it over.
+    record("trace", ctx)
+    path = os.environ.get("TEST_RECORD")
+    with open(path + ".traceparent", "a") as f:
+        f.write(f"{ctx.id} {ctx.traceparent}\n")
+    return None
+
+
 @app.job("t.sleep_async")
 async def sleep_async(args, ctx):
     record("start", ctx)
