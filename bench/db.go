@@ -20,7 +20,14 @@ type database struct {
 }
 
 func openDB(ctx context.Context, url string) (*database, error) {
-	pool, err := pgxpool.New(ctx, url)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	// The driver's own queries avoid seq-scanning soniq_jobs, so the table's
+	// seq_scan counter counts the statements of the code measured.
+	cfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -215,4 +222,13 @@ func (d *database) setting(ctx context.Context, name string) string {
 		return "unknown"
 	}
 	return v
+}
+
+// seqScans reads soniq_jobs' seq_scan counter: statements that read the
+// whole table. Backends flush their counters at exit or within about a
+// second of going idle.
+func (d *database) seqScans(ctx context.Context) (int64, error) {
+	var n int64
+	err := d.pool.QueryRow(ctx, `SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'soniq_jobs'`).Scan(&n)
+	return n, err
 }

@@ -66,7 +66,15 @@ func main() {
 	flag.DurationVar(&c.budget, "budget", 13*time.Minute, "wall-time bound: later rounds are skipped past it")
 	only := flag.String("only", "", "comma-separated variant keys to run (soniq, python-stdio, node-stdio, python-unix, node-unix, ceiling, ceiling-500); default all")
 	sections := flag.String("sections", "shutdown,latency,throughput", "comma-separated sections to run")
+	renderOnly := flag.String("render", "", "only rewrite this report from the JSON it embeds (goals, analysis), measuring nothing")
 	flag.Parse()
+	if *renderOnly != "" {
+		if err := render(*renderOnly); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	c.only, c.sections = set(*only), set(*sections)
 	c.command = strings.Join(os.Args, " ")
 	if c.dbURL == "" {

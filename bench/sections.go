@@ -27,6 +27,7 @@ type tpRun struct {
 	DriverCPU   float64 `json:"driver_cpu_s,omitempty"`   // ceiling: the Go driver itself
 	PostgresCPU float64 `json:"postgres_cpu_s,omitempty"` // every server process
 	PeakRSSKB   int     `json:"sidecar_peak_rss_kb,omitempty"`
+	SeqScans    int64   `json:"seq_scans,omitempty"` // of soniq_jobs, during the run
 	Error       string  `json:"error,omitempty"`
 }
 
@@ -43,6 +44,7 @@ type tpResult struct {
 	DriverCPU10k   float64 `json:"driver_cpu_s_per_10k,omitempty"`
 	PostgresCPU10k float64 `json:"postgres_cpu_s_per_10k,omitempty"`
 	PeakRSSMB      float64 `json:"sidecar_peak_rss_mb,omitempty"`
+	SeqScans1k     float64 `json:"seq_scans_per_1k,omitempty"`
 }
 
 func (b *bench) throughputVariants() []*tpResult {
@@ -125,7 +127,7 @@ func (b *bench) throughputSection(ctx context.Context) error {
 }
 
 func (r *tpResult) summarise(n int) {
-	var tp, sc, hc, wc, dc, pc, rss []float64
+	var tp, sc, hc, wc, dc, pc, rss, rpc []float64
 	per10k := 10000 / float64(n)
 	for _, run := range r.Runs {
 		if run.Error != "" {
@@ -138,6 +140,9 @@ func (r *tpResult) summarise(n int) {
 		dc = append(dc, run.DriverCPU*per10k)
 		pc = append(pc, run.PostgresCPU*per10k)
 		rss = append(rss, float64(run.PeakRSSKB)/1024)
+		if run.SeqScans > 0 {
+			rpc = append(rpc, float64(run.SeqScans)*1000/float64(n))
+		}
 	}
 	if len(tp) == 0 {
 		r.Status = "failed: see the runs' errors"
@@ -146,6 +151,9 @@ func (r *tpResult) summarise(n int) {
 	r.Median = median(tp)
 	r.SidecarCPU10k, r.HandlerCPU10k, r.WorkerCPU10k = median(sc), median(hc), median(wc)
 	r.DriverCPU10k, r.PostgresCPU10k, r.PeakRSSMB = median(dc), median(pc), median(rss)
+	if len(rpc) > 0 {
+		r.SeqScans1k = median(rpc)
+	}
 }
 
 func (b *bench) throughputRun(ctx context.Context, v variant, round int) (tpRun, error) {
@@ -170,9 +178,13 @@ func (b *bench) throughputRun(ctx context.Context, v variant, round int) (tpRun,
 		}
 		var t0 time.Time
 		var cpu0, pg0 float64
+		seq0, err := b.db.seqScans(ctx)
+		if err != nil {
+			return run, err
+		}
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		err := ceilingRun(cctx, c.dbURL, v.Batch, func() {
+		err = ceilingRun(cctx, c.dbURL, v.Batch, func() {
 			cpu0, pg0 = cpuOf(syscall.Getpid()), b.db.serverCPU()
 			t0 = time.Now()
 		})
@@ -181,6 +193,9 @@ func (b *bench) throughputRun(ctx context.Context, v variant, round int) (tpRun,
 		}
 		run.DriverCPU = cpuOf(syscall.Getpid()) - cpu0
 		run.PostgresCPU = b.db.serverCPU() - pg0
+		if run.SeqScans, err = b.seqScansSince(ctx, v, seq0); err != nil {
+			return run, err
+		}
 		return b.finishRun(ctx, run, t0)
 	}
 
@@ -189,6 +204,10 @@ func (b *bench) throughputRun(ctx context.Context, v variant, round int) (tpRun,
 		return run, err
 	}
 	defer ws.stop()
+	seq0, err := b.db.seqScans(ctx)
+	if err != nil {
+		return run, err
+	}
 	own0, ch0 := ws.cpu() // idle until the commit below
 	if err := b.db.enqueueBulk(ctx, "bench.noop", map[string]any{}, c.n); err != nil {
 		return run, err
@@ -207,7 +226,22 @@ func (b *bench) throughputRun(ctx context.Context, v variant, round int) (tpRun,
 	} else {
 		run.WorkerCPU = own1 - own0 + ch1 - ch0
 	}
+	ws.stop() // their connections close: the counters are flushed
+	if run.SeqScans, err = b.seqScansSince(ctx, v, seq0); err != nil {
+		return run, err
+	}
 	return b.finishRun(ctx, run, t0)
+}
+
+// seqScansSince is the growth of soniq_jobs' seq_scan counter since seq0
+// (not for the what-if rows, whose claims use the index).
+func (b *bench) seqScansSince(ctx context.Context, v variant, seq0 int64) (int64, error) {
+	if v.Index {
+		return 0, nil
+	}
+	time.Sleep(300 * time.Millisecond)
+	seq1, err := b.db.seqScans(ctx)
+	return seq1 - seq0, err
 }
 
 // finishRun reads the last completion time and checks every job is done.
