@@ -219,14 +219,16 @@ func (u *unixProc) run() {
 func (u *unixProc) connect() bool {
 	if _, err := u.client.Start(); err != nil {
 		u.r.startedOnce(err) // no-op when the child was forked
-		select {
-		case <-u.r.exited:
-			// It exited before the handshake: its exit status and stderr
-			// say more than go-plugin's error.
+		switch {
+		case !u.r.forked():
+		case u.r.said.Load():
+			// It printed something that is not a handshake.
+			u.protocolError(fmt.Errorf("go-plugin handshake: %w", err))
 		default:
-			if u.r.forked() {
-				u.protocolError(fmt.Errorf("go-plugin handshake: %w", err))
-			}
+			// It closed its stdout without a word, i.e. it is exiting (or
+			// was killed by go-plugin's timeout): report by the exit when it
+			// comes, whose status and stderr say more than go-plugin's error.
+			u.brokenRPC(fmt.Errorf("go-plugin handshake: %w", err))
 		}
 		return false
 	}
@@ -429,6 +431,7 @@ type childRunner struct {
 	once    sync.Once
 	started chan struct{} // closed once the fork succeeded or failed
 	isUp    atomic.Bool
+	said    atomic.Bool // the child wrote to its stdout
 	// startErr and waitErr are written before started and exited close.
 	startErr error
 	exited   chan struct{}
@@ -443,11 +446,29 @@ func (r *childRunner) prepare(pluginEnv []string) error {
 	r.cmd.Env = append(r.cmd.Env, pluginEnv...)
 	r.cmd.Stdin = nil
 	var err error
-	if r.stdout, err = r.cmd.StdoutPipe(); err != nil {
+	stdout, err := r.cmd.StdoutPipe()
+	if err != nil {
 		return err
 	}
+	r.stdout = &watchedReader{ReadCloser: stdout, said: &r.said}
 	r.stderr, err = r.cmd.StderrPipe()
 	return err
+}
+
+// watchedReader notes whether the child ever wrote to its stdout, which
+// tells a failed handshake (it printed something else: a protocol error)
+// from a child that died before saying anything (its exit tells more).
+type watchedReader struct {
+	io.ReadCloser
+	said *atomic.Bool
+}
+
+func (w *watchedReader) Read(b []byte) (int, error) {
+	n, err := w.ReadCloser.Read(b)
+	if n > 0 {
+		w.said.Store(true)
+	}
+	return n, err
 }
 
 func (r *childRunner) startedOnce(err error) {
