@@ -667,6 +667,15 @@ func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
 			l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
 				Reason: backends.ReasonInvalidArguments, Error: "args must be a JSON object, got: " + truncate(string(j.Args), 200)})
 			continue
+		case argsUnsendable(j.Args, l.cfg.MaxFrameBytes) != "":
+			// Sending it would break every handler process it reached (an
+			// oversize or too-deep frame is a protocol error there), and
+			// retrying cannot help: dead-letter it with the reason.
+			why := argsUnsendable(j.Args, l.cfg.MaxFrameBytes)
+			l.s.log.Error("job dead-lettered: its args cannot be sent to a handler", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "reason", why)
+			l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
+				Reason: backends.ReasonInvalidArguments, Error: why})
+			continue
 		}
 		if l.state >= StateForceTimeoutPath {
 			// Claimed-not-yet-running at FORCE_TIMEOUT_PATH: the async branch.
@@ -709,6 +718,44 @@ func (l *loop) onUnknownClaimed(jobs []backends.Job, err error) {
 		l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
 			Reason: backends.ReasonJobNotFound, Error: fmt.Sprintf("Job %s not registered.", j.Name)})
 	}
+}
+
+// maxArgsDepth bounds the nesting of args: every SDK's JSON parser must
+// take it (Python's stops near 1,000 levels).
+const maxArgsDepth = 512
+
+// frameOverhead is generous room for a job frame's other fields.
+const frameOverhead = 4096
+
+// argsUnsendable says why args cannot travel in a job frame, or "".
+func argsUnsendable(b json.RawMessage, maxFrame int) string {
+	if len(b)+frameOverhead > maxFrame {
+		return fmt.Sprintf("args of %d bytes do not fit the protocol frame limit of %d bytes", len(b), maxFrame)
+	}
+	depth, inString, escaped := 0, false, false
+	for _, c := range b {
+		switch {
+		case escaped:
+			escaped = false
+		case inString:
+			switch c {
+			case '\\':
+				escaped = true
+			case '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			depth++
+			if depth > maxArgsDepth {
+				return fmt.Sprintf("args are nested deeper than %d levels", maxArgsDepth)
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return ""
 }
 
 func isJSONObject(b json.RawMessage) bool {

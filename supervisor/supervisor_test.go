@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -169,4 +170,30 @@ func TestChildEnvHoldsOnlyWhatTheManifestGrants(t *testing.T) {
 		"SONIQ_HANDLER=py",
 		"SONIQ_MAX_FRAME_BYTES=1024",
 	}, childEnv(h, 1024))
+}
+
+func TestArgsUnsendable(t *testing.T) {
+	deep := strings.Repeat(`{"a":`, maxArgsDepth+1) + "1" + strings.Repeat("}", maxArgsDepth+1)
+	atLimit := strings.Repeat(`[`, maxArgsDepth) + strings.Repeat("]", maxArgsDepth)
+	tests := []struct {
+		name, args string
+		max        int
+		want       string
+	}{
+		{"small", `{"a":[1,{"b":2}]}`, 1 << 20, ""},
+		{"brackets inside strings do not count", `{"s":"` + strings.Repeat("[{", 2000) + `\"]"}`, 1 << 20, ""},
+		{"at the depth limit", atLimit, 1 << 20, ""},
+		{"too deep", deep, 1 << 20, "nested deeper than 512 levels"},
+		{"too large", `{"s":"` + strings.Repeat("x", 5000) + `"}`, 8192, "do not fit the protocol frame limit of 8192 bytes"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := argsUnsendable([]byte(tc.args), tc.max)
+			if tc.want == "" {
+				assert.Empty(t, got)
+			} else {
+				assert.Contains(t, got, tc.want)
+			}
+		})
+	}
 }
