@@ -15,8 +15,10 @@ import (
 // handler at all: one claim in flight at a time, limit = batch (the most the
 // supervisor claims for a pool: its free capacity), and a concurrent writer
 // that completes whatever is pending in batches of up to 500 (as
-// supervisor/writer.go does). It returns when every job is written.
-func ceilingRun(ctx context.Context, url string, batch int, ready func()) error {
+// supervisor/writer.go does). It returns when every job is written; ready
+// runs before the first claim and finished after the last write, while the
+// pool's server processes are still alive to be measured.
+func ceilingRun(ctx context.Context, url string, batch int, ready, finished func()) error {
 	b, err := postgres.Open(ctx, url)
 	if err != nil {
 		return err
@@ -93,5 +95,8 @@ func ceilingRun(ctx context.Context, url string, batch int, ready func()) error 
 		}
 	}
 	<-wdone
+	if werr == nil {
+		finished()
+	}
 	return werr
 }

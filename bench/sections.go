@@ -187,12 +187,13 @@ func (b *bench) throughputRun(ctx context.Context, v variant, round int) (tpRun,
 		err = ceilingRun(cctx, c.dbURL, v.Batch, func() {
 			cpu0, pg0 = cpuOf(syscall.Getpid()), b.db.serverCPU()
 			t0 = time.Now()
+		}, func() {
+			run.DriverCPU = cpuOf(syscall.Getpid()) - cpu0
+			run.PostgresCPU = b.db.serverCPU() - pg0
 		})
 		if err != nil {
 			return run, err
 		}
-		run.DriverCPU = cpuOf(syscall.Getpid()) - cpu0
-		run.PostgresCPU = b.db.serverCPU() - pg0
 		if run.SeqScans, err = b.seqScansSince(ctx, v, seq0); err != nil {
 			return run, err
 		}
