@@ -70,3 +70,11 @@ func TestTruncateError(t *testing.T) {
 	}
 	assert.Equal(t, "a\uFFFDb\uFFFD", TruncateError("a\x00b\xff"), "NUL and invalid UTF-8 are made storable")
 }
+
+func TestStatsCountKeepsTotalTheSum(t *testing.T) {
+	var s Stats
+	for status, n := range map[string]int64{"queued": 3, "processing": 1, "done": 5, "cancelled": 2, "dead_letter": 4, "failed": 9} {
+		s.Count(status, n)
+	}
+	assert.Equal(t, Stats{Total: 15, Queued: 3, Processing: 1, Done: 5, DeadLetter: 4, Cancelled: 2}, s, "an unknown status (the old 'failed') counts nowhere")
+}

@@ -18,16 +18,16 @@ import (
 
 // Backend is the in-memory store. The zero value is not usable; call New.
 type Backend struct {
-	mu          sync.Mutex
-	jobs        map[string]*backends.Job
-	deadLetters map[string]*backends.DeadLetterJob
-	workers     map[string]*backends.Worker
-	tasks       map[taskKey]time.Time
-	leader      bool
-	subscribers map[int]chan string
-	nextSub     int
-	closed      chan struct{} // closed by Close; ends every Subscribe goroutine
-	closeOnce   sync.Once
+	mu                   sync.Mutex
+	jobs                 map[string]*backends.Job
+	deadLetters          map[string]*backends.DeadLetterJob
+	workers              map[string]*backends.Worker
+	tasks                map[taskKey]time.Time
+	backends.LocalLeader // TryLeader
+	subscribers          map[int]chan string
+	nextSub              int
+	closed               chan struct{} // closed by Close; ends every Subscribe goroutine
+	closeOnce            sync.Once
 	// seq breaks created_at ties so rows enqueued within one clock tick
 	// still claim in insertion order, as a SQL sequence of inserts would.
 	seq  int64
@@ -369,19 +369,9 @@ func (b *Backend) Stats(ctx context.Context) (backends.Stats, error) {
 	defer b.mu.Unlock()
 	var s backends.Stats
 	for _, j := range b.jobs {
-		switch j.Status {
-		case backends.StatusQueued:
-			s.Queued++
-		case backends.StatusProcessing:
-			s.Processing++
-		case backends.StatusDone:
-			s.Done++
-		case backends.StatusCancelled:
-			s.Cancelled++
-		}
+		s.Count(j.Status, 1)
 	}
-	s.DeadLetter = int64(len(b.deadLetters))
-	s.Total = s.Queued + s.Processing + s.Done + s.DeadLetter + s.Cancelled
+	s.Count("dead_letter", int64(len(b.deadLetters)))
 	return s, nil
 }
 
@@ -579,28 +569,6 @@ func (b *Backend) DeleteExpired(ctx context.Context) (int, error) {
 		}
 	}
 	return n, nil
-}
-
-// TryLeader takes the single leader flag of this instance.
-func (b *Backend) TryLeader(ctx context.Context) (func(), bool, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, false, err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.leader {
-		return nil, false, nil
-	}
-	b.leader = true
-	var once sync.Once
-	release := func() {
-		once.Do(func() {
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			b.leader = false
-		})
-	}
-	return release, true, nil
 }
 
 // Subscribe delivers the queue of each local enqueue until ctx is done.

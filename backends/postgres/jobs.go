@@ -440,26 +440,14 @@ func (b *Backend) Stats(ctx context.Context) (backends.Stats, error) {
 	var status string
 	var n int64
 	_, err = pgx.ForEachRow(rows, []any{&status, &n}, func() error {
-		switch status {
-		case backends.StatusQueued:
-			s.Queued = n
-		case backends.StatusProcessing:
-			s.Processing = n
-		case backends.StatusDone:
-			s.Done = n
-		case backends.StatusCancelled:
-			s.Cancelled = n
-		case "dead_letter":
-			// soniq_jobs cannot hold this status (CHECK), so this row
-			// is always the dead-letter table's count.
-			s.DeadLetter = n
-		}
+		// soniq_jobs cannot hold 'dead_letter' (CHECK), so that row is
+		// always the dead-letter table's count.
+		s.Count(status, n)
 		return nil
 	})
 	if err != nil {
 		return backends.Stats{}, b.wrap(err, "read queue stats")
 	}
-	s.Total = s.Queued + s.Processing + s.Done + s.DeadLetter + s.Cancelled
 	return s, nil
 }
 

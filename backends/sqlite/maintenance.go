@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
@@ -33,24 +32,16 @@ func (b *Backend) Stats(ctx context.Context) (backends.Stats, error) {
 		if err := rows.Scan(&status, &n); err != nil {
 			return s, fmt.Errorf("reading queue stats: %w", err)
 		}
-		switch status {
-		case backends.StatusQueued:
-			s.Queued = n
-		case backends.StatusProcessing:
-			s.Processing = n
-		case backends.StatusDone:
-			s.Done = n
-		case backends.StatusCancelled:
-			s.Cancelled = n
-		}
+		s.Count(status, n)
 	}
 	if err := rows.Err(); err != nil {
 		return s, fmt.Errorf("reading queue stats: %w", err)
 	}
-	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM soniq_dead_letter_jobs`).Scan(&s.DeadLetter); err != nil {
+	var dead int64
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM soniq_dead_letter_jobs`).Scan(&dead); err != nil {
 		return s, fmt.Errorf("reading queue stats: counting dead-letter jobs: %w", err)
 	}
-	s.Total = s.Queued + s.Processing + s.Done + s.DeadLetter + s.Cancelled
+	s.Count("dead_letter", dead)
 	return s, nil
 }
 
@@ -107,30 +98,6 @@ func (b *Backend) DeleteExpired(ctx context.Context) (int, error) {
 		return err
 	})
 	return int(n), err
-}
-
-// TryLeader grants leadership to one caller per Backend at a time. SQLite
-// is single-host and maintenance is idempotent, so this does not coordinate
-// separate processes sharing a file: each may run maintenance, harmlessly.
-func (b *Backend) TryLeader(ctx context.Context) (func(), bool, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, false, fmt.Errorf("trying leadership: %w", err)
-	}
-	b.leaderMu.Lock()
-	defer b.leaderMu.Unlock()
-	if b.leader {
-		return nil, false, nil
-	}
-	b.leader = true
-	var once sync.Once
-	release := func() {
-		once.Do(func() {
-			b.leaderMu.Lock()
-			b.leader = false
-			b.leaderMu.Unlock()
-		})
-	}
-	return release, true, nil
 }
 
 // subscriber is one Subscribe channel.

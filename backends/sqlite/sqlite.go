@@ -50,8 +50,7 @@ type Backend struct {
 	// since a private in-memory database is not shared between connections.
 	read *sql.DB
 
-	leaderMu sync.Mutex
-	leader   bool
+	backends.LocalLeader // TryLeader: single-host, see LocalLeader
 
 	subsMu sync.Mutex
 	subs   map[*subscriber]struct{}
