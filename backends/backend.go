@@ -123,6 +123,27 @@ type Stats struct {
 	Cancelled  int64 `json:"cancelled"`
 }
 
+// Count adds n rows of a status to its bucket ("dead_letter" for the count
+// of the dead-letter table) and keeps Total the sum of the five buckets, as
+// seed 002 defines it. Unknown statuses are ignored: they cannot exist.
+func (s *Stats) Count(status string, n int64) {
+	switch status {
+	case StatusQueued:
+		s.Queued += n
+	case StatusProcessing:
+		s.Processing += n
+	case StatusDone:
+		s.Done += n
+	case StatusCancelled:
+		s.Cancelled += n
+	case "dead_letter":
+		s.DeadLetter += n
+	default:
+		return
+	}
+	s.Total = s.Queued + s.Processing + s.Done + s.DeadLetter + s.Cancelled
+}
+
 // StatsKeys is the canonical key order of Stats.
 var StatsKeys = [...]string{"total", "queued", "processing", "done", "dead_letter", "cancelled"}
 
