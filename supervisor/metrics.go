@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +32,26 @@ type Metrics struct {
 	// queueStats is the last queue-stats snapshot, observed by the
 	// soniq_queue_jobs gauge at collection time.
 	queueStats atomic.Pointer[backends.Stats]
+
+	// attrSets caches attribute sets by their label values: building one
+	// per job showed up in profiles (make bench).
+	attrSets sync.Map // attrKey → metric.MeasurementOption
+}
+
+type attrKey struct{ queue, name, status string }
+
+// attrs returns the cached attribute set {queue, job_name[, status]}.
+func (m *Metrics) attrs(queue, name, status string) metric.MeasurementOption {
+	k := attrKey{queue, name, status}
+	if o, ok := m.attrSets.Load(k); ok {
+		return o.(metric.MeasurementOption)
+	}
+	kv := []attribute.KeyValue{attribute.String("queue", queue), attribute.String("job_name", name)}
+	if status != "" {
+		kv = append(kv, attribute.String("status", status))
+	}
+	o, _ := m.attrSets.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(kv...)))
+	return o.(metric.MeasurementOption)
 }
 
 // NewMetrics creates the instruments on a meter.
@@ -110,17 +131,14 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 	return &x, nil
 }
 
-func jobAttrs(queue, name string) metric.MeasurementOption {
-	return metric.WithAttributes(attribute.String("queue", queue), attribute.String("job_name", name))
-}
-
 func (m *Metrics) jobStarted(queue, name string) {
 	if m == nil {
 		return
 	}
 	ctx := context.Background()
-	m.started.Add(ctx, 1, jobAttrs(queue, name))
-	m.inProgress.Add(ctx, 1, jobAttrs(queue, name))
+	a := m.attrs(queue, name, "")
+	m.started.Add(ctx, 1, a)
+	m.inProgress.Add(ctx, 1, a)
 }
 
 // jobEnded records the end of an execution as the handler reported it (or
@@ -130,8 +148,8 @@ func (m *Metrics) jobEnded(queue, name, status string, d time.Duration) {
 		return
 	}
 	ctx := context.Background()
-	m.inProgress.Add(ctx, -1, jobAttrs(queue, name))
-	attrs := metric.WithAttributes(attribute.String("queue", queue), attribute.String("job_name", name), attribute.String("status", status))
+	m.inProgress.Add(ctx, -1, m.attrs(queue, name, ""))
+	attrs := m.attrs(queue, name, status)
 	m.completed.Add(ctx, 1, attrs)
 	m.duration.Record(ctx, d.Seconds(), attrs)
 }
