@@ -296,3 +296,12 @@ type Backend interface {
 	// closed once ctx is done.
 	Subscribe(ctx context.Context) (<-chan string, error)
 }
+
+// ClaimIndexer is implemented by backends that can add the index matching
+// the claim order (priority, scheduled_at nulls first, created_at) over
+// queued rows. Soniq's schema has none, so each claim sorts every queued row
+// and its cost grows with the queue's depth. The index is not Soniq's DDL,
+// so Migrate never creates it; `soniq-sidecar migrate --claim-index` does.
+type ClaimIndexer interface {
+	CreateClaimIndex(ctx context.Context) error
+}

@@ -80,7 +80,7 @@ func setupSchema(ctx context.Context, c *config, d *database) error {
 // reset empties the jobs table between runs (and the worker rows of
 // earlier runs) so every run starts from the same state.
 func (d *database) reset(ctx context.Context) error {
-	_, err := d.pool.Exec(ctx, `DROP INDEX IF EXISTS bench_claim_order`)
+	_, err := d.pool.Exec(ctx, `DROP INDEX IF EXISTS soniq_sidecar_claim_order`)
 	if err != nil {
 		return err
 	}

@@ -82,8 +82,9 @@ func withIndex(v variant) variant {
 }
 
 // claimIndex matches the ORDER BY of the claim statement (Soniq's and the
-// sidecar's), for the what-if variants only; dropped after the run.
-const claimIndex = `CREATE INDEX bench_claim_order ON soniq_jobs (priority, scheduled_at NULLS FIRST, created_at) WHERE status = 'queued'`
+// sidecar's): the index `soniq-sidecar migrate --claim-index` creates (there
+// CONCURRENTLY), for the +index variants only; dropped after the run.
+const claimIndex = `CREATE INDEX soniq_sidecar_claim_order ON soniq_jobs (priority, scheduled_at NULLS FIRST, created_at) WHERE status = 'queued'`
 
 func (b *bench) throughputSection(ctx context.Context) error {
 	c := b.c
@@ -166,7 +167,7 @@ func (b *bench) throughputRun(ctx context.Context, v variant, round int) (tpRun,
 		if _, err := b.db.pool.Exec(ctx, claimIndex); err != nil {
 			return run, err
 		}
-		defer func() { _, _ = b.db.pool.Exec(context.WithoutCancel(ctx), `DROP INDEX IF EXISTS bench_claim_order`) }()
+		defer func() { _, _ = b.db.pool.Exec(context.WithoutCancel(ctx), `DROP INDEX IF EXISTS soniq_sidecar_claim_order`) }()
 	}
 	tag := fmt.Sprintf("tp-%s-%d", v.Key, round)
 	timeout := min(max(c.remaining(), 2*time.Minute), 5*time.Minute)

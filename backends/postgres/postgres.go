@@ -104,6 +104,32 @@ func (b *Backend) Close() error {
 // runner then still applies (idempotently) its own files on its next setup,
 // which keeps Soniq the only author of its bookkeeping and correct even if a
 // later release changes a migration's contents.
+// claimIndex matches the claim's ORDER BY over queued rows. CONCURRENTLY
+// keeps enqueues and claims running while it builds on a busy table.
+const claimIndex = `CREATE INDEX CONCURRENTLY IF NOT EXISTS soniq_sidecar_claim_order
+	ON soniq_jobs (priority, scheduled_at NULLS FIRST, created_at) WHERE status = 'queued'`
+
+// CreateClaimIndex adds the claim-order index (see backends.ClaimIndexer).
+// A build that failed earlier leaves an INVALID index that IF NOT EXISTS
+// would keep; it is dropped and built again.
+func (b *Backend) CreateClaimIndex(ctx context.Context) error {
+	var invalid bool
+	err := b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+	WHERE c.relname = 'soniq_sidecar_claim_order' AND NOT i.indisvalid)`).Scan(&invalid)
+	if err != nil {
+		return b.wrap(err, "check the claim-order index")
+	}
+	if invalid {
+		if _, err := b.pool.Exec(ctx, `DROP INDEX CONCURRENTLY IF EXISTS soniq_sidecar_claim_order`); err != nil {
+			return b.wrap(err, "drop the invalid claim-order index")
+		}
+	}
+	if _, err := b.pool.Exec(ctx, claimIndex); err != nil {
+		return b.wrap(err, "create the claim-order index")
+	}
+	return nil
+}
+
 func (b *Backend) Migrate(ctx context.Context) error {
 	conn, err := b.pool.Acquire(ctx)
 	if err != nil {

@@ -307,3 +307,32 @@ func TestRegisterWorkerTakesOverDeadPredecessor(t *testing.T) {
 	require.Nil(t, got.WorkerID)
 	require.NoError(t, b.Heartbeat(ctx, fresh))
 }
+
+// The opt-in claim-order index: created concurrently, idempotent, valid,
+// and claims keep their order with it (the planner may now use it).
+func TestCreateClaimIndex(t *testing.T) {
+	b, _ := openTest(t)
+	ctx := t.Context()
+	require.NoError(t, b.CreateClaimIndex(ctx))
+	require.NoError(t, b.CreateClaimIndex(ctx), "idempotent")
+	var def string
+	var valid bool
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT pg_get_indexdef(i.indexrelid), i.indisvalid FROM pg_index i
+		JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = 'soniq_sidecar_claim_order'`).Scan(&def, &valid))
+	assert.True(t, valid)
+	assert.Contains(t, def, "(priority, scheduled_at NULLS FIRST, created_at) WHERE (status = 'queued'::text)")
+
+	w := registerWorker(t, b, 1)
+	var want []string
+	for _, p := range []int{5, 1, 3} {
+		j, err := b.Enqueue(ctx, backends.EnqueueParams{Name: "x", Priority: &p})
+		require.NoError(t, err)
+		want = append(want, j.ID)
+	}
+	for _, i := range []int{1, 2, 0} {
+		got, err := b.Claim(ctx, backends.ClaimParams{WorkerID: w, Limit: 1})
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		assert.Equal(t, want[i], got[0].ID, "claim order holds with the index")
+	}
+}

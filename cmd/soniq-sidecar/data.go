@@ -76,6 +76,7 @@ func openMigrated(ctx context.Context, e env, flagValue string) (backends.Backen
 func cmdMigrate(ctx context.Context, e env, args []string) error {
 	fs := newFlagSet(e, "migrate")
 	dbURL := fs.String("database-url", "", "database URL (default $SONIQ_DATABASE_URL, else sqlite:soniq.db)")
+	claimIndex := fs.Bool("claim-index", false, "Postgres: also create the claim-order index (not part of Soniq's schema; see docs/operations.md)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -89,6 +90,16 @@ func cmdMigrate(ctx context.Context, e env, args []string) error {
 	}
 	defer b.Close()
 	fmt.Fprintf(e.stdout, "migrated %s\n", connect.Redact(databaseURL(e, *dbURL)))
+	if *claimIndex {
+		ci, ok := b.(backends.ClaimIndexer)
+		if !ok {
+			return usageErrorf("migrate --claim-index: only the Postgres backend has it (SQLite queues stay small enough to sort)")
+		}
+		if err := ci.CreateClaimIndex(ctx); err != nil {
+			return err
+		}
+		fmt.Fprintln(e.stdout, "created index soniq_sidecar_claim_order on soniq_jobs (priority, scheduled_at NULLS FIRST, created_at) WHERE status = 'queued'")
+	}
 	return nil
 }
 

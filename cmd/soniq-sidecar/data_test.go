@@ -155,3 +155,10 @@ func TestVersion(t *testing.T) {
 	require.Equal(t, 0, code)
 	assert.True(t, strings.HasPrefix(out, "soniq-sidecar "), out)
 }
+
+func TestMigrateClaimIndexIsPostgresOnly(t *testing.T) {
+	c := newCLI(t, nil)
+	code, _, errOut := c.run("migrate", "--claim-index")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "only the Postgres backend")
+}
