@@ -53,6 +53,9 @@ const (
 // ErrNotFound is returned (wrapped) when a job or dead-letter row does not exist.
 var ErrNotFound = errors.New("not found")
 
+// ErrNoSchema is returned (wrapped) when Soniq's tables do not exist yet.
+var ErrNoSchema = errors.New("Soniq's tables do not exist in this database: run `soniq-sidecar migrate` (or Soniq's own setup) first")
+
 // Job is one soniq_jobs row.
 type Job struct {
 	ID          string          `json:"id"`

@@ -61,6 +61,15 @@ func Open(ctx context.Context, rawURL string) (backends.Backend, error) {
 	}
 }
 
+// Embedded reports whether rawURL selects a database that lives with the
+// process (SQLite, memory): the commands create Soniq's tables there on
+// first use, so the quickstart needs no setup. A Postgres schema is changed
+// only by an explicit `migrate` (or Soniq's setup), never as a side effect.
+func Embedded(rawURL string) bool {
+	tg, err := parse(rawURL)
+	return err == nil && tg.kind != kindPostgres
+}
+
 // parse maps a URL to its backend without opening anything. The sqlite:///
 // form follows Soniq's own detection (soniq/app.py): "sqlite:///x.db" is
 // the relative x.db and "sqlite:////tmp/x.db" the absolute /tmp/x.db, so one

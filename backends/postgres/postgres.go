@@ -10,7 +10,7 @@ package postgres
 import (
 	"context"
 	"embed"
-
+	"errors"
 	"fmt"
 	"io/fs"
 	"net/url"
@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
@@ -181,6 +182,11 @@ func (b *Backend) Migrate(ctx context.Context) error {
 
 // wrap adds what was being done to err and scrubs the password from it.
 func (b *Backend) wrap(err error, format string, args ...any) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" && strings.Contains(pe.Message, "soniq_") {
+		// undefined_table on one of Soniq's: say how to fix it.
+		return fmt.Errorf(format+": %w (%w)", append(args, backends.ErrNoSchema, redactedError{err: err, password: b.password})...)
+	}
 	return fmt.Errorf(format+": %w", append(args, redactedError{err: err, password: b.password})...)
 }
 

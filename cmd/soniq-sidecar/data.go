@@ -59,16 +59,20 @@ func openBackend(ctx context.Context, e env, flagValue string) (backends.Backend
 	return connect.Open(ctx, url)
 }
 
-// openMigrated opens the database and makes sure Soniq's tables exist, so a
-// first `enqueue` on a fresh SQLite file just works.
-func openMigrated(ctx context.Context, e env, flagValue string) (backends.Backend, error) {
+// openForCommand opens the database for a command. On an embedded database
+// (SQLite) it creates Soniq's tables if needed, so a first `enqueue` on a
+// fresh file just works; a Postgres schema is left alone (see
+// connect.Embedded), and a missing one fails with backends.ErrNoSchema.
+func openForCommand(ctx context.Context, e env, flagValue string) (backends.Backend, error) {
 	b, err := openBackend(ctx, e, flagValue)
 	if err != nil {
 		return nil, err
 	}
-	if err := b.Migrate(ctx); err != nil {
-		b.Close()
-		return nil, fmt.Errorf("creating Soniq's tables: %w", err)
+	if connect.Embedded(databaseURL(e, flagValue)) {
+		if err := b.Migrate(ctx); err != nil {
+			b.Close()
+			return nil, fmt.Errorf("creating Soniq's tables: %w", err)
+		}
 	}
 	return b, nil
 }
@@ -84,11 +88,14 @@ func cmdMigrate(ctx context.Context, e env, args []string) error {
 	if len(pos) > 0 {
 		return usageErrorf("migrate: unexpected argument %q", pos[0])
 	}
-	b, err := openMigrated(ctx, e, *dbURL)
+	b, err := openBackend(ctx, e, *dbURL)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
+	if err := b.Migrate(ctx); err != nil {
+		return fmt.Errorf("creating Soniq's tables: %w", err)
+	}
 	fmt.Fprintf(e.stdout, "migrated %s\n", connect.Redact(databaseURL(e, *dbURL)))
 	if *claimIndex {
 		ci, ok := b.(backends.ClaimIndexer)
@@ -206,7 +213,7 @@ func cmdEnqueue(ctx context.Context, e env, args []string) error {
 	if *queue == "" {
 		return usageErrorf("--queue must not be empty")
 	}
-	b, err := openMigrated(ctx, e, *dbURL)
+	b, err := openForCommand(ctx, e, *dbURL)
 	if err != nil {
 		return err
 	}
@@ -245,7 +252,7 @@ func cmdStatus(ctx context.Context, e env, args []string) error {
 	if len(pos) > 0 {
 		return usageErrorf("status: unexpected argument %q", pos[0])
 	}
-	b, err := openMigrated(ctx, e, *dbURL)
+	b, err := openForCommand(ctx, e, *dbURL)
 	if err != nil {
 		return err
 	}
@@ -296,7 +303,7 @@ func cmdDeadLetter(ctx context.Context, e env, args []string) error {
 	default:
 		return usageErrorf("dead-letter: unknown subcommand %q (want list, replay or purge)", sub)
 	}
-	b, err := openMigrated(ctx, e, *dbURL)
+	b, err := openForCommand(ctx, e, *dbURL)
 	if err != nil {
 		return err
 	}

@@ -7,8 +7,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/soniq-dev/soniq-sidecar/backends/postgres/pgtest"
 )
 
 // cli runs the command line in-process, in a fresh working directory, with
@@ -161,4 +164,29 @@ func TestMigrateClaimIndexIsPostgresOnly(t *testing.T) {
 	code, _, errOut := c.run("migrate", "--claim-index")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errOut, "only the Postgres backend")
+}
+
+// On Postgres only `migrate` changes the schema: the other commands leave a
+// database without Soniq's tables alone and say what to run.
+func TestPostgresSchemaIsChangedOnlyByMigrate(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	c := newCLI(t, map[string]string{"SONIQ_DATABASE_URL": url})
+	for _, args := range [][]string{{"status"}, {"enqueue", "x"}, {"dead-letter", "list"}} {
+		code, _, errOut := c.run(args...)
+		assert.Equal(t, 1, code, "%v: %s", args, errOut)
+		assert.Contains(t, errOut, "run `soniq-sidecar migrate`", "%v", args)
+	}
+	db, err := pgx.Connect(context.Background(), url)
+	require.NoError(t, err)
+	defer db.Close(context.Background())
+	var tables int
+	require.NoError(t, db.QueryRow(context.Background(), `SELECT count(*) FROM pg_tables WHERE tablename LIKE 'soniq_%'`).Scan(&tables))
+	assert.Zero(t, tables, "no command but migrate created a table")
+
+	code, out, errOut := c.run("migrate")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "migrated postgres://")
+	code, out, _ = c.run("status", "--json")
+	require.Equal(t, 0, code)
+	assert.Equal(t, `{"total":0,"queued":0,"processing":0,"done":0,"dead_letter":0,"cancelled":0}`+"\n", out)
 }

@@ -131,7 +131,7 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 		return usageError{err}
 	}
 
-	b, err := openMigrated(ctx, e, *dbURL)
+	b, err := openForCommand(ctx, e, *dbURL)
 	if err != nil {
 		return err
 	}
