@@ -167,7 +167,9 @@ func (b *bench) throughputRun(ctx context.Context, v variant, round int) (tpRun,
 		if _, err := b.db.pool.Exec(ctx, claimIndex); err != nil {
 			return run, err
 		}
-		defer func() { _, _ = b.db.pool.Exec(context.WithoutCancel(ctx), `DROP INDEX IF EXISTS soniq_sidecar_claim_order`) }()
+		defer func() {
+			_, _ = b.db.pool.Exec(context.WithoutCancel(ctx), `DROP INDEX IF EXISTS soniq_sidecar_claim_order`)
+		}()
 	}
 	tag := fmt.Sprintf("tp-%s-%d", v.Key, round)
 	timeout := min(max(c.remaining(), 2*time.Minute), 5*time.Minute)
