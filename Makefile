@@ -70,7 +70,7 @@ demo-node: build
 
 # The benchmarks (issue 8): bounded to about 15 minutes; writes docs/benchmarks.md and
 # docs/benchmarks.png (its own throw-away Postgres and cached venvs). Not part of `make test`.
-bench:
+bench: deps-python deps-node  # the unix rows need the gRPC packages
 	bench/run.sh
 
 clean:
