@@ -24,7 +24,8 @@ const usage = `soniq-sidecar — run Soniq jobs in Python and Node handler proce
 
 Usage:
   soniq-sidecar run        [--manifest FILE] [--database-url URL] [--queues a,b] [--metrics-addr ADDR]
-  soniq-sidecar migrate    [--database-url URL]
+                           [--log-format auto|text|json] [--dead-letter-unknown]
+  soniq-sidecar migrate    [--database-url URL] [--claim-index]
   soniq-sidecar enqueue    NAME [--args JSON] [--queue Q] [--priority N] [--max-attempts N] [--delay DUR] [--dedup-key K] [--json]
   soniq-sidecar status     [--json]
   soniq-sidecar dead-letter list [--limit N] [--json] | replay ID | purge ID
@@ -33,7 +34,7 @@ Usage:
 
 The database is --database-url, else $SONIQ_DATABASE_URL, else sqlite:soniq.db in the
 working directory. postgres:// and postgresql:// select Postgres; sqlite:PATH (or a
-path ending in .db) selects SQLite.
+path ending in .db) selects SQLite. On Postgres only migrate changes the schema.
 `
 
 // usageError marks errors that exit with status 2.
