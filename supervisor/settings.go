@@ -187,17 +187,59 @@ func ResolveSettings(m *Manifest, lookupEnv func(string) (string, bool), flags F
 		}
 	}
 
-	// A heartbeat timeout at or below the interval would have the leader
-	// recover live workers' jobs as stale.
-	if len(errs) == 0 && s.HeartbeatTimeout <= s.HeartbeatInterval {
-		errs = append(errs, &SettingError{Name: "heartbeat_timeout", Value: s.HeartbeatTimeout.String(), Msg: fmt.Sprintf(
-			"(from %s) must exceed heartbeat_interval %s (from %s), or live workers would be recovered as stale",
-			settingSource(from, "heartbeat_timeout"), s.HeartbeatInterval, settingSource(from, "heartbeat_interval"))})
+	if len(errs) == 0 {
+		errs = append(errs, checkHeartbeat(s, from, lookupEnv)...)
 	}
 	if len(errs) > 0 {
 		return Settings{}, errors.Join(errs...)
 	}
 	return s, nil
+}
+
+// Soniq's own bounds on its workers' heartbeat settings (soniq.settings):
+// a Soniq worker beats every heartbeat_interval (0.1 s to 60 s) and
+// recovers workers silent for heartbeat_timeout (60 s to 7200 s). Sidecars
+// and Soniq workers recover each other, so both sides must fit both.
+const (
+	soniqMinHeartbeatTimeout  = 60 * time.Second
+	soniqMaxHeartbeatInterval = 60 * time.Second
+	// heartbeatMargin is how many beats a timeout must span, so that one
+	// slow or lost beat never makes a live worker look dead.
+	heartbeatMargin = 2
+)
+
+// AllowShortHeartbeatEnv lifts Soniq's floor on heartbeat_timeout for
+// databases no Soniq worker uses (tests, sidecar-only fleets).
+const AllowShortHeartbeatEnv = "SONIQ_ALLOW_SHORT_HEARTBEAT_TIMEOUT"
+
+// checkHeartbeat refuses heartbeat settings under which a live worker, a
+// sidecar or a Soniq worker, could be recovered as stale and its jobs run
+// twice.
+func checkHeartbeat(s Settings, from map[string]string, lookupEnv func(string) (string, bool)) []error {
+	var errs []error
+	timeoutErr := func(msg string, args ...any) {
+		errs = append(errs, &SettingError{Name: "heartbeat_timeout", Value: s.HeartbeatTimeout.String(),
+			Msg: fmt.Sprintf("(from %s) ", settingSource(from, "heartbeat_timeout")) + fmt.Sprintf(msg, args...)})
+	}
+	if s.HeartbeatTimeout < heartbeatMargin*s.HeartbeatInterval {
+		timeoutErr("must be at least %d × heartbeat_interval %s (from %s), or a live worker whose beat is late once would be recovered as stale and its jobs run twice",
+			heartbeatMargin, s.HeartbeatInterval, settingSource(from, "heartbeat_interval"))
+		return errs
+	}
+	raw, _ := lookupEnv(AllowShortHeartbeatEnv)
+	if allow, _ := strconv.ParseBool(strings.TrimSpace(raw)); allow {
+		return errs
+	}
+	if s.HeartbeatTimeout < soniqMinHeartbeatTimeout {
+		timeoutErr("must be at least %s: Soniq workers refuse less and may beat only every %s, so a shorter timeout recovers live Soniq workers' jobs "+
+			"(set %s=true only if no Soniq worker ever uses this database)", soniqMinHeartbeatTimeout, soniqMaxHeartbeatInterval, AllowShortHeartbeatEnv)
+	}
+	if s.HeartbeatInterval > soniqMinHeartbeatTimeout/heartbeatMargin {
+		errs = append(errs, &SettingError{Name: "heartbeat_interval", Value: s.HeartbeatInterval.String(), Msg: fmt.Sprintf(
+			"(from %s) must be at most %s: a Soniq worker may recover workers silent for %s, and this sidecar must beat at least %d times in that window",
+			settingSource(from, "heartbeat_interval"), soniqMinHeartbeatTimeout/heartbeatMargin, soniqMinHeartbeatTimeout, heartbeatMargin)})
+	}
+	return errs
 }
 
 func settingSource(from map[string]string, key string) string {

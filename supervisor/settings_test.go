@@ -194,10 +194,23 @@ func TestResolveSettingsErrors(t *testing.T) {
 			},
 		},
 		{
-			name: "heartbeat timeout not above the interval",
-			env:  map[string]string{"SONIQ_HEARTBEAT_INTERVAL": "10", "SONIQ_HEARTBEAT_TIMEOUT": "10"},
-			want: []string{`heartbeat_timeout="10s": (from SONIQ_HEARTBEAT_TIMEOUT) must exceed heartbeat_interval 10s ` +
-				`(from SONIQ_HEARTBEAT_INTERVAL), or live workers would be recovered as stale`},
+			name: "heartbeat timeout under two beats",
+			env:  map[string]string{"SONIQ_HEARTBEAT_INTERVAL": "10", "SONIQ_HEARTBEAT_TIMEOUT": "15", AllowShortHeartbeatEnv: "true"},
+			want: []string{`heartbeat_timeout="15s": (from SONIQ_HEARTBEAT_TIMEOUT) must be at least 2 × heartbeat_interval 10s ` +
+				`(from SONIQ_HEARTBEAT_INTERVAL), or a live worker whose beat is late once would be recovered as stale and its jobs run twice`},
+		},
+		{
+			name: "heartbeat timeout under Soniq's floor",
+			env:  map[string]string{"SONIQ_HEARTBEAT_INTERVAL": "1", "SONIQ_HEARTBEAT_TIMEOUT": "10"},
+			want: []string{`heartbeat_timeout="10s": (from SONIQ_HEARTBEAT_TIMEOUT) must be at least 1m0s: Soniq workers refuse less ` +
+				`and may beat only every 1m0s, so a shorter timeout recovers live Soniq workers' jobs ` +
+				`(set SONIQ_ALLOW_SHORT_HEARTBEAT_TIMEOUT=true only if no Soniq worker ever uses this database)`},
+		},
+		{
+			name: "heartbeat interval a Soniq leader could miss",
+			env:  map[string]string{"SONIQ_HEARTBEAT_INTERVAL": "45", "SONIQ_HEARTBEAT_TIMEOUT": "600"},
+			want: []string{`heartbeat_interval="45s": (from SONIQ_HEARTBEAT_INTERVAL) must be at most 30s: a Soniq worker may recover ` +
+				`workers silent for 1m0s, and this sidecar must beat at least 2 times in that window`},
 		},
 	}
 	for _, tt := range tests {
@@ -221,7 +234,28 @@ func TestResolveSettingsCrossFieldNamesManifest(t *testing.T) {
 	}}
 	_, err := ResolveSettings(m, nil, FlagOverrides{})
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "(from manifest m.yaml:4) must exceed heartbeat_interval 5s (from the default)")
+	assert.Contains(t, err.Error(), "(from manifest m.yaml:4) must be at least 2 × heartbeat_interval 5s (from the default)")
+}
+
+func TestResolveSettingsHeartbeatAccepted(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		want [2]time.Duration // interval, timeout
+	}{
+		{"Soniq's defaults", nil, [2]time.Duration{5 * time.Second, 300 * time.Second}},
+		{"Soniq's floor", map[string]string{"SONIQ_HEARTBEAT_TIMEOUT": "60"}, [2]time.Duration{5 * time.Second, time.Minute}},
+		{"longest interval", map[string]string{"SONIQ_HEARTBEAT_INTERVAL": "30", "SONIQ_HEARTBEAT_TIMEOUT": "60"}, [2]time.Duration{30 * time.Second, time.Minute}},
+		{"short, sidecars only", map[string]string{"SONIQ_HEARTBEAT_INTERVAL": "0.5", "SONIQ_HEARTBEAT_TIMEOUT": "1", AllowShortHeartbeatEnv: "1"},
+			[2]time.Duration{500 * time.Millisecond, time.Second}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := ResolveSettings(nil, lookupFromMap(tt.env), FlagOverrides{})
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, [2]time.Duration{s.HeartbeatInterval, s.HeartbeatTimeout})
+		})
+	}
 }
 
 func TestRetryPolicyDelay(t *testing.T) {

@@ -156,13 +156,15 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 		"sync_grace", settings.SyncHandlerGrace, "job_timeout", settings.JobTimeout, "state", supervisor.StateRunning.String())
 
 	var g run.Group
-	// Signals: the first SIGTERM/SIGINT starts DRAINING, a second one during
-	// DRAINING forces FORCE_TIMEOUT_PATH. The signal context is not the run
+	// Signals: the first SIGTERM/SIGINT/SIGHUP starts DRAINING, a second one
+	// during DRAINING forces FORCE_TIMEOUT_PATH. SIGHUP drains like SIGTERM,
+	// as Soniq's worker does: a closed terminal or a supervisor's reload
+	// must never drop a running job. The signal context is not the run
 	// context (seed 001): Run gets one that outlives the signal. Cancelling
 	// cmdRun's own ctx (tests, embedding) counts as one shutdown request.
 	{
 		sigs := make(chan os.Signal, 4)
-		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 		done := make(chan struct{})
 		ctxDone := ctx.Done()
 		g.Add(func() error {
