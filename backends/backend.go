@@ -53,6 +53,18 @@ const (
 // ErrNotFound is returned (wrapped) when a job or dead-letter row does not exist.
 var ErrNotFound = errors.New("not found")
 
+// ErrWorkerNotActive is returned (wrapped) by Heartbeat when the worker row
+// exists but is no longer active: another worker's stale-worker recovery
+// stopped it (this worker was silent too long: a frozen VM, a partition) and
+// gave its processing rows back to the queue. The worker must register again
+// before it claims, and must not write the rows it held without checking.
+var ErrWorkerNotActive = errors.New("worker row is no longer active")
+
+// ErrIdentityTaken is returned (wrapped) by RegisterWorker when another
+// program's worker row holds the same (hostname, pid): registering would
+// take that row's id and release its jobs. Nothing is changed.
+var ErrIdentityTaken = errors.New("another program's worker row has this hostname and pid")
+
 // ErrNoSchema is returned (wrapped) when Soniq's tables do not exist yet.
 var ErrNoSchema = errors.New("Soniq's tables do not exist in this database: run `soniq-sidecar migrate` (or Soniq's own setup) first")
 
@@ -273,19 +285,30 @@ type Backend interface {
 	// PurgeDeadLetter deletes a dead-letter row; ErrNotFound if absent.
 	PurgeDeadLetter(ctx context.Context, id string) error
 
-	// RegisterWorker upserts the worker row (on a (hostname, pid) conflict
-	// the new id wins), status 'active', heartbeat now.
+	// RegisterWorker upserts the worker row, status 'active', heartbeat
+	// now. Registering an id that exists re-activates it. A row with the
+	// same (hostname, pid) and another id is replaced (the new id wins) only
+	// when it is this program's predecessor (IsPredecessor: a restart in a
+	// container that reuses hostname and pid): its processing rows go back
+	// to the queue (attempts preserved) and its other rows are detached.
+	// Any other holder of (hostname, pid) is left alone: ErrIdentityTaken.
 	RegisterWorker(ctx context.Context, w Worker) error
-	// Heartbeat sets last_heartbeat = now().
+	// Heartbeat sets last_heartbeat = now(). ErrNotFound when the row is
+	// gone (deleted, or re-keyed by another program's registration),
+	// ErrWorkerNotActive when it is no longer active.
 	Heartbeat(ctx context.Context, workerID string) error
 	// SetWorkerStatus sets a worker's status (active, stopping, stopped).
 	SetWorkerStatus(ctx context.Context, workerID, status string) error
 	// RegisterTasks upserts (task_name, worker_id, last_seen_at=now()).
 	RegisterTasks(ctx context.Context, workerID string, names []string) error
 
-	// RecoverStaleWorkers marks active workers silent for longer than
-	// olderThan as stopped and requeues their processing rows (worker_id
-	// NULL, attempts preserved), in one transaction.
+	// RecoverStaleWorkers takes every worker silent for longer than
+	// olderThan, whatever its status says (a worker left 'stopping' by a
+	// crash, or 'stopped' while it still held rows, is as dead as an
+	// 'active' one): it marks it stopped and requeues its processing rows
+	// (worker_id NULL, attempts preserved), in one transaction. It returns
+	// the workers it changed (marked stopped or relieved of rows) and the
+	// rows it requeued.
 	RecoverStaleWorkers(ctx context.Context, olderThan time.Duration) (workers, jobs int, err error)
 	// DeleteExpired deletes done rows whose expires_at has passed.
 	DeleteExpired(ctx context.Context) (int, error)

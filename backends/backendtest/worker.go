@@ -11,7 +11,7 @@ import (
 )
 
 // The Backend interface has no worker read, so worker rows are observed
-// through RecoverStaleWorkers, which acts only on active, silent workers.
+// through RecoverStaleWorkers and Heartbeat's errors.
 func workerCases() []testCase {
 	return []testCase{
 		{"workers/stale recovery requeues only the silent worker's rows", func(s *suite) {
@@ -61,51 +61,99 @@ func workerCases() []testCase {
 			require.NoError(s.t, err)
 			assert.Equal(s.t, 0, workers, "fresh heartbeat is not stale")
 		}},
-		{"workers/only active workers are recovered", func(s *suite) {
-			for _, tc := range []struct {
-				status string
-				want   int
-			}{
-				{backends.WorkerStopped, 0},
-				{backends.WorkerStopping, 0},
-				{backends.WorkerActive, 1},
-			} {
+		{"workers/silent workers are recovered whatever their status", func(s *suite) {
+			// A worker marked stopped by a recovery it survived (a frozen VM)
+			// or left stopping by a crash mid-shutdown can still hold rows.
+			for _, status := range []string{backends.WorkerActive, backends.WorkerStopping, backends.WorkerStopped} {
 				w := s.worker()
-				require.NoError(s.t, s.b.SetWorkerStatus(s.ctx, w, tc.status), "set %s", tc.status)
+				j := s.enqueueNamed("held." + status)
+				s.claimOne(w, "held."+status)
+				require.NoError(s.t, s.b.SetWorkerStatus(s.ctx, w, status), "set %s", status)
 				require.NoError(s.t, s.h.BackdateHeartbeat(s.ctx, w, 10*time.Minute))
-				workers, _, err := s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute)
+				workers, jobs, err := s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute)
 				require.NoError(s.t, err)
-				assert.Equal(s.t, tc.want, workers, "status %s", tc.status)
+				assert.Equal(s.t, [2]int{1, 1}, [2]int{workers, jobs}, "status %s", status)
+				got := s.get(j.ID)
+				assert.Equal(s.t, backends.StatusQueued, got.Status, "status %s", status)
+				assert.Nil(s.t, got.WorkerID)
+				assert.Equal(s.t, 1, got.Attempts, "attempts preserved")
+				assert.ErrorIs(s.t, s.b.Heartbeat(s.ctx, w), backends.ErrWorkerNotActive, "the silent worker is stopped now (status %s)", status)
 			}
-		}},
-		{"workers/register upserts on (hostname, pid) taking the new id", func(s *suite) {
-			first := backends.Worker{ID: newUUID(s.t), Hostname: "h1", PID: 42, Queues: []string{"a"},
-				Concurrency: 1, Version: "1", Metadata: json.RawMessage(`{}`)}
-			require.NoError(s.t, s.b.RegisterWorker(s.ctx, first))
-			second := first
-			second.ID = newUUID(s.t)
-			second.Queues = []string{"a", "b"}
-			require.NoError(s.t, s.b.RegisterWorker(s.ctx, second))
-			// Same id again is an upsert too (a restart that kept its id).
-			require.NoError(s.t, s.b.RegisterWorker(s.ctx, second))
-
-			// The new id is a real worker row: it can claim and heartbeat.
-			j := s.enqueueNamed("upsert")
-			s.claimOne(second.ID, "upsert")
-			require.NoError(s.t, s.b.Heartbeat(s.ctx, second.ID))
-			require.NoError(s.t, s.h.BackdateHeartbeat(s.ctx, second.ID, 10*time.Minute))
+			// Silent, stopping, no rows: stopped. Silent, stopped, no rows:
+			// nothing to do, so nothing is counted.
+			stopping, stopped := s.worker(), s.worker()
+			require.NoError(s.t, s.b.SetWorkerStatus(s.ctx, stopping, backends.WorkerStopping))
+			require.NoError(s.t, s.b.SetWorkerStatus(s.ctx, stopped, backends.WorkerStopped))
+			for _, w := range []string{stopping, stopped} {
+				require.NoError(s.t, s.h.BackdateHeartbeat(s.ctx, w, 10*time.Minute))
+			}
 			workers, jobs, err := s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute)
 			require.NoError(s.t, err)
-			assert.Equal(s.t, 1, workers, "one row for (h1, 42)")
-			assert.Equal(s.t, 1, jobs)
-			assert.Equal(s.t, backends.StatusQueued, s.get(j.ID).Status)
-
-			// Registering again makes a stopped worker active.
-			require.NoError(s.t, s.b.RegisterWorker(s.ctx, second))
-			require.NoError(s.t, s.h.BackdateHeartbeat(s.ctx, second.ID, 10*time.Minute))
-			workers, _, err = s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute)
+			assert.Equal(s.t, [2]int{1, 0}, [2]int{workers, jobs})
+			workers, jobs, err = s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute)
 			require.NoError(s.t, err)
-			assert.Equal(s.t, 1, workers)
+			assert.Equal(s.t, [2]int{0, 0}, [2]int{workers, jobs}, "idempotent")
+		}},
+		{"workers/heartbeat reports a row that is gone or no longer active", func(s *suite) {
+			assert.ErrorIs(s.t, s.b.Heartbeat(s.ctx, newUUID(s.t)), backends.ErrNotFound)
+			id := newUUID(s.t)
+			w := backends.Worker{ID: id, Hostname: "contract-host", PID: 1, Concurrency: 1}
+			require.NoError(s.t, s.b.RegisterWorker(s.ctx, w))
+			require.NoError(s.t, s.b.Heartbeat(s.ctx, id))
+			require.NoError(s.t, s.b.SetWorkerStatus(s.ctx, id, backends.WorkerStopped))
+			assert.ErrorIs(s.t, s.b.Heartbeat(s.ctx, id), backends.ErrWorkerNotActive)
+			// Registering the same id again makes it active: the way back.
+			require.NoError(s.t, s.b.RegisterWorker(s.ctx, w))
+			require.NoError(s.t, s.b.Heartbeat(s.ctx, id))
+		}},
+		{"workers/register takes over only its own predecessor", func(s *suite) {
+			meta := func(kind, instance string) json.RawMessage {
+				b, err := json.Marshal(map[string]string{backends.MetaKind: kind, backends.MetaInstance: instance})
+				require.NoError(s.t, err)
+				return b
+			}
+			register := func(id, host string, m json.RawMessage) error {
+				return s.b.RegisterWorker(s.ctx, backends.Worker{ID: id, Hostname: host, PID: 1, Queues: []string{"a"},
+					Concurrency: 1, Version: "1", Metadata: m})
+			}
+			// Another program (a Soniq worker: no kind) holds (pod, 1) and a job.
+			soniq := newUUID(s.t)
+			require.NoError(s.t, register(soniq, "pod", json.RawMessage(`{"queues":["a"]}`)))
+			foreignJob := s.enqueueNamed("foreign")
+			s.claimOne(soniq, "foreign")
+			before := snapshot(s.get(foreignJob.ID))
+			for _, m := range []json.RawMessage{meta("soniq-sidecar", "a"), nil} {
+				err := register(newUUID(s.t), "pod", m)
+				assert.ErrorIs(s.t, err, backends.ErrIdentityTaken)
+			}
+			assert.Equal(s.t, before, snapshot(s.get(foreignJob.ID)), "another program's job is never released")
+			require.NoError(s.t, s.b.Heartbeat(s.ctx, soniq), "another program's row is never re-keyed")
+
+			// Our own predecessor (same kind and instance) on (sidecar@pod, 1).
+			first := newUUID(s.t)
+			require.NoError(s.t, register(first, "sidecar@pod", meta("soniq-sidecar", "a")))
+			held := s.enqueueNamed("held")
+			s.claimOne(first, "held")
+			// Another instance of the same program is another program.
+			assert.ErrorIs(s.t, register(newUUID(s.t), "sidecar@pod", meta("soniq-sidecar", "b")), backends.ErrIdentityTaken)
+			second := newUUID(s.t)
+			require.NoError(s.t, register(second, "sidecar@pod", meta("soniq-sidecar", "a")))
+			got := s.get(held.ID)
+			assert.Equal(s.t, backends.StatusQueued, got.Status, "the predecessor's job is released")
+			assert.Nil(s.t, got.WorkerID)
+			assert.Equal(s.t, 1, got.Attempts, "attempts preserved")
+			assert.ErrorIs(s.t, s.b.Heartbeat(s.ctx, first), backends.ErrNotFound, "the new id took the row")
+			// Same id again is an upsert (a restart that kept its id).
+			require.NoError(s.t, register(second, "sidecar@pod", meta("soniq-sidecar", "a")))
+
+			// The new id is a real worker row: it can claim and heartbeat.
+			s.claimOne(second, "held")
+			require.NoError(s.t, s.b.Heartbeat(s.ctx, second))
+			require.NoError(s.t, s.h.BackdateHeartbeat(s.ctx, second, 10*time.Minute))
+			workers, jobs, err := s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute)
+			require.NoError(s.t, err)
+			assert.Equal(s.t, [2]int{1, 1}, [2]int{workers, jobs}, "one row for (sidecar@pod, 1)")
+			assert.Equal(s.t, before, snapshot(s.get(foreignJob.ID)))
 		}},
 		{"workers/register tasks is idempotent", func(s *suite) {
 			w := s.worker()

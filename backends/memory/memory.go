@@ -446,7 +446,8 @@ func (b *Backend) PurgeDeadLetter(ctx context.Context, id string) error {
 }
 
 // RegisterWorker upserts the worker row; a (hostname, pid) conflict
-// replaces the old row, new id included.
+// replaces the old row, new id included, when it is a predecessor (its
+// rows are released), and is refused otherwise.
 func (b *Backend) RegisterWorker(ctx context.Context, w backends.Worker) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -456,12 +457,25 @@ func (b *Backend) RegisterWorker(ctx context.Context, w backends.Worker) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for id, old := range b.workers {
-		if id != w.ID && old.Hostname == w.Hostname && old.PID == w.PID {
-			delete(b.workers, id)
-		}
-	}
 	t := now()
+	for id, old := range b.workers {
+		if id == w.ID || old.Hostname != w.Hostname || old.PID != w.PID {
+			continue
+		}
+		if !backends.IsPredecessor(old.Metadata, w.Metadata) {
+			return fmt.Errorf("register worker %s: %s pid %d is held by worker %s: %w", w.ID, w.Hostname, w.PID, id, backends.ErrIdentityTaken)
+		}
+		for _, j := range b.jobs {
+			if j.WorkerID != nil && *j.WorkerID == id {
+				if j.Status == backends.StatusProcessing {
+					j.Status = backends.StatusQueued
+				}
+				j.WorkerID = nil
+				j.UpdatedAt = t
+			}
+		}
+		delete(b.workers, id)
+	}
 	row := w
 	row.Queues = slices.Clone(w.Queues)
 	row.Metadata = slices.Clone(w.Metadata)
@@ -488,6 +502,9 @@ func (b *Backend) Heartbeat(ctx context.Context, workerID string) error {
 		return fmt.Errorf("heartbeat worker %s: %w", workerID, backends.ErrNotFound)
 	}
 	w.LastHeartbeat = now()
+	if w.Status != backends.WorkerActive {
+		return fmt.Errorf("heartbeat worker %s: its status is %q: %w", workerID, w.Status, backends.ErrWorkerNotActive)
+	}
 	return nil
 }
 
@@ -525,7 +542,8 @@ func (b *Backend) RegisterTasks(ctx context.Context, workerID string, names []st
 	return nil
 }
 
-// RecoverStaleWorkers stops silent active workers and requeues their rows.
+// RecoverStaleWorkers stops silent workers, whatever their status, and
+// requeues their rows.
 func (b *Backend) RecoverStaleWorkers(ctx context.Context, olderThan time.Duration) (int, int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, 0, err
@@ -534,23 +552,33 @@ func (b *Backend) RecoverStaleWorkers(ctx context.Context, olderThan time.Durati
 	defer b.mu.Unlock()
 	t := now()
 	threshold := t.Add(-olderThan)
-	stale := map[string]bool{}
+	silent := map[string]bool{}
 	for id, w := range b.workers {
-		if w.Status == backends.WorkerActive && w.LastHeartbeat.Before(threshold) {
-			w.Status = backends.WorkerStopped
-			stale[id] = true
+		if w.LastHeartbeat.Before(threshold) {
+			silent[id] = false
 		}
 	}
 	jobs := 0
 	for _, j := range b.jobs {
-		if j.Status == backends.StatusProcessing && j.WorkerID != nil && stale[*j.WorkerID] {
-			j.Status = backends.StatusQueued
-			j.WorkerID = nil
-			j.UpdatedAt = t
-			jobs++
+		if j.Status == backends.StatusProcessing && j.WorkerID != nil {
+			if _, ok := silent[*j.WorkerID]; ok {
+				silent[*j.WorkerID] = true
+				j.Status = backends.StatusQueued
+				j.WorkerID = nil
+				j.UpdatedAt = t
+				jobs++
+			}
 		}
 	}
-	return len(stale), jobs, nil
+	workers := 0
+	for id, relieved := range silent {
+		w := b.workers[id]
+		if relieved || w.Status != backends.WorkerStopped {
+			w.Status = backends.WorkerStopped
+			workers++
+		}
+	}
+	return workers, jobs, nil
 }
 
 // DeleteExpired deletes done rows whose expires_at has passed.

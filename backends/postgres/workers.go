@@ -2,15 +2,19 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/soniq-dev/soniq-sidecar/backends"
 )
 
-// RegisterWorker upserts the worker row as Soniq's register_worker does: on
-// a (hostname, pid) conflict the new id wins and the row becomes active.
+// RegisterWorker upserts the worker row as Soniq's register_worker does (on
+// a (hostname, pid) conflict the new id wins and the row becomes active),
+// except that it takes over only its own predecessor's row.
 func (b *Backend) RegisterWorker(ctx context.Context, w backends.Worker) error {
 	if !isUUID(w.ID) {
 		return fmt.Errorf("register worker: id %q is not a uuid (soniq_workers.id is uuid)", w.ID)
@@ -28,22 +32,35 @@ func (b *Backend) RegisterWorker(ctx context.Context, w backends.Worker) error {
 		version = &w.Version
 	}
 	concurrency := max(w.Concurrency, 1)
-	// A row with our (hostname, pid) belongs to a dead predecessor (in a
-	// container every start is pid 1 on the same hostname). Its jobs still
-	// reference its id through soniq_jobs' foreign key, so taking the new id
-	// would fail: first give its processing rows back to the queue (attempts
-	// preserved, as stale-worker recovery does) and detach its other rows.
 	tx, err := b.pool.Begin(ctx)
 	if err != nil {
 		return b.wrap(err, "register worker %s (%s pid %d): begin", w.ID, w.Hostname, w.PID)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, `UPDATE soniq_jobs
+	// A row with our (hostname, pid) and another id: in a container every
+	// start is pid 1 on the same hostname, so it may be our dead
+	// predecessor, whose jobs still reference its id through soniq_jobs'
+	// foreign key (taking the new id would fail). Only a predecessor's rows
+	// are released (processing ones back to the queue, attempts preserved,
+	// as stale-worker recovery does; the others detached); any other
+	// program's row is left alone.
+	var holder, holderMeta string
+	err = tx.QueryRow(ctx, `SELECT id::text, COALESCE(metadata::text, '') FROM soniq_workers
+	WHERE hostname = $1 AND pid = $2 AND id <> $3 FOR UPDATE`, w.Hostname, w.PID, w.ID).Scan(&holder, &holderMeta)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return b.wrap(err, "register worker %s: reading the row of %s pid %d", w.ID, w.Hostname, w.PID)
+	case !backends.IsPredecessor([]byte(holderMeta), []byte(metadata)):
+		return fmt.Errorf("register worker %s: %s pid %d is held by worker %s (metadata %s): %w",
+			w.ID, w.Hostname, w.PID, holder, holderMeta, backends.ErrIdentityTaken)
+	default:
+		if _, err := tx.Exec(ctx, `UPDATE soniq_jobs
 	SET status = CASE WHEN status = 'processing' THEN 'queued' ELSE status END,
 	    worker_id = NULL, updated_at = now()
-	WHERE worker_id IN (SELECT id FROM soniq_workers WHERE hostname = $1 AND pid = $2 AND id <> $3)`,
-		w.Hostname, w.PID, w.ID); err != nil {
-		return b.wrap(err, "register worker %s: releasing the jobs of the previous worker on %s pid %d", w.ID, w.Hostname, w.PID)
+	WHERE worker_id = $1`, holder); err != nil {
+			return b.wrap(err, "register worker %s: releasing the jobs of its predecessor %s on %s pid %d", w.ID, holder, w.Hostname, w.PID)
+		}
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO soniq_workers
 	(id, hostname, pid, queues, concurrency, status, last_heartbeat, started_at, version, metadata)
@@ -66,17 +83,22 @@ func (b *Backend) RegisterWorker(ctx context.Context, w backends.Worker) error {
 	return nil
 }
 
-// Heartbeat sets last_heartbeat = now(); ErrNotFound if the row is gone.
+// Heartbeat sets last_heartbeat = now(); ErrNotFound if the row is gone,
+// ErrWorkerNotActive if it is no longer active.
 func (b *Backend) Heartbeat(ctx context.Context, workerID string) error {
 	if !isUUID(workerID) {
 		return notFound("worker", workerID)
 	}
-	tag, err := b.pool.Exec(ctx, `UPDATE soniq_workers SET last_heartbeat = now() WHERE id = $1`, workerID)
+	var status string
+	err := b.pool.QueryRow(ctx, `UPDATE soniq_workers SET last_heartbeat = now() WHERE id = $1 RETURNING status`, workerID).Scan(&status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return notFound("worker", workerID)
+	}
 	if err != nil {
 		return b.wrap(err, "heartbeat worker %s", workerID)
 	}
-	if tag.RowsAffected() == 0 {
-		return notFound("worker", workerID)
+	if status != backends.WorkerActive {
+		return fmt.Errorf("heartbeat worker %s: its status is %q: %w", workerID, status, backends.ErrWorkerNotActive)
 	}
 	return nil
 }
@@ -119,21 +141,29 @@ func (b *Backend) RegisterTasks(ctx context.Context, workerID string, names []st
 	return nil
 }
 
-// RecoverStaleWorkers stops active workers silent for longer than olderThan
-// and requeues their processing rows (attempts preserved) in one statement,
-// hence one transaction.
+// RecoverStaleWorkers stops every worker silent for longer than olderThan,
+// whatever its status, and requeues its processing rows (attempts
+// preserved) in one statement, hence one transaction. Locking the silent
+// rows first means a heartbeat that lands meanwhile takes the worker out of
+// the set (the lock re-reads the row) instead of losing its jobs.
 func (b *Backend) RecoverStaleWorkers(ctx context.Context, olderThan time.Duration) (int, int, error) {
 	var workers, jobs int
-	err := b.pool.QueryRow(ctx, `WITH w AS (
+	err := b.pool.QueryRow(ctx, `WITH silent AS (
+	SELECT w.id, w.status FROM soniq_workers w
+	WHERE w.last_heartbeat < now() - make_interval(secs => $1::float8)
+	  AND (w.status <> 'stopped'
+	       OR EXISTS (SELECT 1 FROM soniq_jobs j WHERE j.worker_id = w.id AND j.status = 'processing'))
+	FOR UPDATE OF w
+), w AS (
 	UPDATE soniq_workers SET status = 'stopped'
-	WHERE status = 'active' AND last_heartbeat < now() - make_interval(secs => $1::float8)
+	WHERE id IN (SELECT id FROM silent WHERE status <> 'stopped')
 	RETURNING id
 ), j AS (
 	UPDATE soniq_jobs SET status = 'queued', worker_id = NULL, updated_at = now()
-	WHERE status = 'processing' AND worker_id IN (SELECT id FROM w)
+	WHERE status = 'processing' AND worker_id IN (SELECT id FROM silent)
 	RETURNING 1
 )
-SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM j)`, olderThan.Seconds()).Scan(&workers, &jobs)
+SELECT (SELECT count(*) FROM silent), (SELECT count(*) FROM j)`, olderThan.Seconds()).Scan(&workers, &jobs)
 	if err != nil {
 		return 0, 0, b.wrap(err, "recover workers silent for %s", olderThan)
 	}

@@ -45,36 +45,43 @@ func (b *Backend) Stats(ctx context.Context) (backends.Stats, error) {
 	return s, nil
 }
 
-// RecoverStaleWorkers stops active workers silent for longer than olderThan
-// and requeues their processing rows, in one transaction. A NULL
-// last_heartbeat is never stale, as in Soniq's cleanup_stale_workers.
+// RecoverStaleWorkers stops every worker silent for longer than olderThan,
+// whatever its status, and requeues its processing rows, in one
+// transaction. A NULL last_heartbeat is never stale, as in Soniq's
+// cleanup_stale_workers.
 func (b *Backend) RecoverStaleWorkers(ctx context.Context, olderThan time.Duration) (int, int, error) {
 	t := now()
 	threshold := formatTime(t.Add(-olderThan))
 	var workers, jobs int
 	err := b.inWriteTx(ctx, "recovering stale workers", func(tx *sql.Tx) error {
-		stale, err := queryIDs(ctx, tx, `UPDATE soniq_workers SET status = 'stopped'
-			WHERE status = 'active' AND last_heartbeat < ? RETURNING id`, threshold)
+		silent, err := queryIDs(ctx, tx, `SELECT w.id FROM soniq_workers w
+			WHERE w.last_heartbeat < ?
+			  AND (w.status <> 'stopped'
+			       OR EXISTS (SELECT 1 FROM soniq_jobs j WHERE j.worker_id = w.id AND j.status = 'processing'))`, threshold)
 		if err != nil {
-			return fmt.Errorf("stopping stale workers: %w", err)
+			return fmt.Errorf("finding silent workers: %w", err)
 		}
-		workers = len(stale)
+		workers = len(silent)
 		if workers == 0 {
 			return nil
 		}
-		staleJSON, err := json.Marshal(stale)
+		silentJSON, err := json.Marshal(silent)
 		if err != nil {
-			return fmt.Errorf("encoding stale worker ids: %w", err)
+			return fmt.Errorf("encoding silent worker ids: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE soniq_workers SET status = 'stopped'
+			WHERE status <> 'stopped' AND id IN (SELECT value FROM json_each(?))`, string(silentJSON)); err != nil {
+			return fmt.Errorf("stopping silent workers: %w", err)
 		}
 		res, err := tx.ExecContext(ctx, `UPDATE soniq_jobs SET status = 'queued', worker_id = NULL, updated_at = ?
 			WHERE status = 'processing' AND worker_id IN (SELECT value FROM json_each(?))`,
-			formatTime(t), string(staleJSON))
+			formatTime(t), string(silentJSON))
 		if err != nil {
-			return fmt.Errorf("requeueing jobs of stale workers: %w", err)
+			return fmt.Errorf("requeueing jobs of silent workers: %w", err)
 		}
 		n, err := res.RowsAffected()
 		if err != nil {
-			return fmt.Errorf("requeueing jobs of stale workers: %w", err)
+			return fmt.Errorf("requeueing jobs of silent workers: %w", err)
 		}
 		jobs = int(n)
 		return nil

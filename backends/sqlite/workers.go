@@ -11,9 +11,10 @@ import (
 )
 
 // RegisterWorker upserts the worker row. Soniq's SQLite soniq_workers has
-// no unique (hostname, pid) index and no version column, so the (hostname,
-// pid) conflict is resolved by deleting the old row in the same transaction
-// (the new id wins), and Worker.Version is not stored.
+// no unique (hostname, pid) index and no version column, so a predecessor's
+// row is deleted in the same transaction (the new id wins), another
+// program's row with the same (hostname, pid) is refused as on Postgres, and
+// Worker.Version is not stored.
 func (b *Backend) RegisterWorker(ctx context.Context, w backends.Worker) error {
 	if w.ID == "" {
 		return errors.New("registering worker: empty worker id")
@@ -43,9 +44,38 @@ func (b *Backend) RegisterWorker(ctx context.Context, w backends.Worker) error {
 		started = w.StartedAt
 	}
 	return b.inWriteTx(ctx, "registering worker "+w.ID, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM soniq_workers
-			WHERE hostname = ? AND pid = ? AND id <> ?`, w.Hostname, w.PID, w.ID); err != nil {
-			return fmt.Errorf("removing the previous row for %s/%d: %w", w.Hostname, w.PID, err)
+		// Only our own predecessor's row is taken over (see the Postgres
+		// backend); its processing rows go back to the queue first.
+		rows, err := tx.QueryContext(ctx, `SELECT id, COALESCE(metadata, '') FROM soniq_workers
+			WHERE hostname = ? AND pid = ? AND id <> ?`, w.Hostname, w.PID, w.ID)
+		if err != nil {
+			return fmt.Errorf("reading the rows of %s pid %d: %w", w.Hostname, w.PID, err)
+		}
+		var predecessors []string
+		for rows.Next() {
+			var id, meta string
+			if err := rows.Scan(&id, &meta); err != nil {
+				_ = rows.Close()
+				return fmt.Errorf("reading the rows of %s pid %d: %w", w.Hostname, w.PID, err)
+			}
+			if !backends.IsPredecessor([]byte(meta), w.Metadata) {
+				_ = rows.Close()
+				return fmt.Errorf("%s pid %d is held by worker %s (metadata %s): %w", w.Hostname, w.PID, id, meta, backends.ErrIdentityTaken)
+			}
+			predecessors = append(predecessors, id)
+		}
+		if err := rows.Close(); err != nil {
+			return fmt.Errorf("reading the rows of %s pid %d: %w", w.Hostname, w.PID, err)
+		}
+		for _, id := range predecessors {
+			if _, err := tx.ExecContext(ctx, `UPDATE soniq_jobs
+				SET status = CASE WHEN status = 'processing' THEN 'queued' ELSE status END, worker_id = NULL, updated_at = ?
+				WHERE worker_id = ?`, formatTime(t), id); err != nil {
+				return fmt.Errorf("releasing the jobs of predecessor %s: %w", id, err)
+			}
+			if _, err := tx.ExecContext(ctx, `DELETE FROM soniq_workers WHERE id = ?`, id); err != nil {
+				return fmt.Errorf("removing predecessor %s: %w", id, err)
+			}
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO soniq_workers
 			(id, hostname, pid, queues, concurrency, status, last_heartbeat, started_at, metadata)
@@ -58,10 +88,26 @@ func (b *Backend) RegisterWorker(ctx context.Context, w backends.Worker) error {
 	})
 }
 
-// Heartbeat sets last_heartbeat to now; ErrNotFound if the row is gone.
+// Heartbeat sets last_heartbeat to now; ErrNotFound if the row is gone,
+// ErrWorkerNotActive if it is no longer active.
 func (b *Backend) Heartbeat(ctx context.Context, workerID string) error {
-	return b.updateWorker(ctx, "recording heartbeat of worker "+workerID,
-		`UPDATE soniq_workers SET last_heartbeat = ? WHERE id = ?`, formatTime(now()), workerID)
+	what := "recording heartbeat of worker " + workerID
+	var status sql.NullString
+	err := b.inWriteTx(ctx, what, func(tx *sql.Tx) error {
+		err := tx.QueryRowContext(ctx, `UPDATE soniq_workers SET last_heartbeat = ? WHERE id = ? RETURNING status`,
+			formatTime(now()), workerID).Scan(&status)
+		if errors.Is(err, sql.ErrNoRows) {
+			return backends.ErrNotFound
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if status.String != backends.WorkerActive {
+		return fmt.Errorf("%s: its status is %q: %w", what, status.String, backends.ErrWorkerNotActive)
+	}
+	return nil
 }
 
 // SetWorkerStatus sets a worker's status. Like Soniq's mark_worker_stopped,

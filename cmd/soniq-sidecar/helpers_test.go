@@ -19,7 +19,8 @@ func deadLetter(t *testing.T, path, id string) {
 	require.NoError(t, err)
 	defer b.Close()
 	worker := backends.NewID()
-	require.NoError(t, b.RegisterWorker(ctx, backends.Worker{ID: worker, Hostname: "test", PID: 1}))
+	require.NoError(t, b.RegisterWorker(ctx, backends.Worker{ID: worker, Hostname: "test", PID: 1,
+		Metadata: []byte(`{"kind":"cmd-test","instance":"dead-letter"}`)}))
 	jobs, err := b.Claim(ctx, backends.ClaimParams{WorkerID: worker, Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, jobs, 1)
