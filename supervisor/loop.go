@@ -35,6 +35,8 @@ const (
 	evJobTimeout                           // a job's timeout fired
 	evShutdownTimeout                      // shutdown_timeout elapsed in DRAINING
 	evGraceExpired                         // sync_handler_grace_seconds elapsed
+	evWorkerLost                           // the heartbeat found our worker row gone or not active
+	evReregistered                         // the worker row is registered again (ids: rows no longer ours)
 )
 
 type event struct {
@@ -49,6 +51,7 @@ type event struct {
 	queue string
 	task  *task
 	sig   syscall.Signal
+	ids   []string
 }
 
 // taskState is where one claimed job is, as far as the sidecar is concerned.
@@ -113,11 +116,13 @@ func (pl *pool) ready() []*process {
 }
 
 // pick returns the least-loaded ready process that can take one more job
-// (and one more sync job for a sync job), or nil.
-func (pl *pool) pick(sync bool) *process {
+// (and one more sync job for a sync job), or nil. A process still running an
+// earlier execution of the same job (its row was recovered and came back)
+// is skipped: job ids are unique within a process.
+func (pl *pool) pick(t *task) *process {
 	var best *process
 	for _, p := range pl.procs {
-		if p == nil || p.state != procReady || p.free() <= 0 || (sync && p.syncFree() <= 0) {
+		if p == nil || p.state != procReady || p.free() <= 0 || (t.sync() && p.syncFree() <= 0) || p.tasks[t.job.ID] != nil {
 			continue
 		}
 		if best == nil || p.free() > best.free() {
@@ -160,6 +165,8 @@ type loop struct {
 	lastWaitWarn    time.Time
 	fatal           error
 	unknownClaiming bool
+	reregistering   bool  // the worker row was lost: no claim until it is registered again
+	lostCause       error // what the heartbeat found
 	servedNames     []string
 }
 
@@ -248,6 +255,10 @@ func (l *loop) handle(e event) {
 		if l.state == StateDraining {
 			l.enterForce("shutdown_timeout elapsed")
 		}
+	case evWorkerLost:
+		l.onWorkerLost(e.err)
+	case evReregistered:
+		l.onReregistered(e.ids, e.err)
 	case evGraceExpired:
 		if l.state == StateForceTimeoutPath {
 			l.setState(StateWaitForThread)
@@ -592,7 +603,7 @@ func (l *loop) retire(p *process) {
 // ---- claiming and dispatch ----
 
 func (l *loop) maybeClaim(pl *pool) {
-	if l.state != StateRunning || pl.claiming || !pl.more || l.fatal != nil {
+	if l.state != StateRunning || pl.claiming || !pl.more || l.fatal != nil || l.reregistering {
 		return
 	}
 	free, syncFree, pendingSync := 0, 0, 0
@@ -682,6 +693,11 @@ func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
 			l.nack(t, "shutdown_timeout")
 			continue
 		}
+		if old := l.live[j.ID]; old != nil {
+			// The row came back to us after another worker recovered it
+			// while we still ran it: only this claim may write it now.
+			l.abandonSuperseded(old)
+		}
 		l.live[j.ID] = t
 		pl.pending = append(pl.pending, t)
 	}
@@ -691,7 +707,7 @@ func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
 }
 
 func (l *loop) maybeClaimUnknown() {
-	if !l.cfg.DeadLetterUnknown || l.unknownClaiming || l.state != StateRunning {
+	if !l.cfg.DeadLetterUnknown || l.unknownClaiming || l.state != StateRunning || l.reregistering {
 		return
 	}
 	l.unknownClaiming = true
@@ -779,7 +795,7 @@ func (l *loop) tryDispatch(pl *pool) {
 	}
 	kept := pl.pending[:0]
 	for _, t := range pl.pending {
-		p := pl.pick(t.sync())
+		p := pl.pick(t)
 		if p == nil {
 			kept = append(kept, t)
 			continue

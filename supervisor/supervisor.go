@@ -11,6 +11,7 @@ package supervisor
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,6 +38,13 @@ type Config struct {
 	Version string
 	// WorkerID is this sidecar's soniq_workers id (a UUID); empty = a new one.
 	WorkerID string
+	// Instance names this sidecar among the programs that share its
+	// hostname and pid (every container of a pod has the pod's hostname and
+	// pid 1). It goes into the worker row's hostname ("INSTANCE@HOST") and
+	// metadata, so the row never collides with a Soniq worker's, and a
+	// restart takes over only its own predecessor's row. Two sidecars in
+	// one pod need two names. Default DefaultInstance.
+	Instance string
 	// DeadLetterUnknown claims jobs of names no handler here serves and
 	// dead-letters them (job_not_found), as Soniq's worker does. Only for a
 	// sidecar that owns its queues exclusively.
@@ -57,6 +65,26 @@ type Config struct {
 	startTransport func(transportEnv, *process) error
 }
 
+// DefaultInstance is the instance name of a sidecar that sets none.
+const DefaultInstance = "soniq-sidecar"
+
+// workerKind is the metadata kind of the sidecar's worker rows.
+const workerKind = "soniq-sidecar"
+
+// CheckInstance reports whether name can be an instance name: 1 to 63
+// letters, digits, '.', '_' or '-', like a container name.
+func CheckInstance(name string) error {
+	if name == "" || len(name) > 63 {
+		return fmt.Errorf("instance name %q must be 1 to 63 characters", name)
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("instance name %q may hold only letters, digits, '.', '_' and '-'", name)
+		}
+	}
+	return nil
+}
+
 // Supervisor runs handler pools against a backend. Create it with New,
 // start it with Run, stop it with Shutdown (or by cancelling Run's context).
 type Supervisor struct {
@@ -69,6 +97,12 @@ type Supervisor struct {
 	events   chan event
 	loopDone chan struct{}
 	shutdown chan struct{} // one value per Shutdown call
+
+	// identity is the worker row this sidecar registers; Run sets it, and
+	// a re-registration may change its hostname (see register).
+	identityMu sync.Mutex
+	identity   backends.Worker
+	taskNames  []string
 
 	state      atomic.Int32 // State, readable from any goroutine
 	readyMu    sync.Mutex
@@ -83,6 +117,12 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Instance == "" {
+		cfg.Instance = DefaultInstance
+	}
+	if err := CheckInstance(cfg.Instance); err != nil {
+		return nil, fmt.Errorf("supervisor: %w", err)
 	}
 	if cfg.MaxFrameBytes <= 0 {
 		cfg.MaxFrameBytes = protocol.DefaultMaxFrameBytes
@@ -197,7 +237,6 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	// Database work at start and end uses contexts detached from ctx: a
 	// cancelled run context must not stop the bookkeeping (seed 001).
 	bg := context.WithoutCancel(ctx)
-	hostname, _ := os.Hostname()
 	m := s.cfg.Manifest
 	total := 0
 	var names []string
@@ -205,20 +244,24 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		total += h.Processes * h.Concurrency
 		names = append(names, h.JobNames()...)
 	}
-	regCtx, cancelReg := context.WithTimeout(bg, writeTimeout)
-	err := s.cfg.Backend.RegisterWorker(regCtx, backends.Worker{
-		ID: s.workerID, Hostname: hostname, PID: os.Getpid(), Queues: s.cfg.Settings.Queues,
-		Concurrency: total, Status: backends.WorkerActive, Version: s.cfg.Version,
-		Metadata: []byte(`{"kind":"soniq-sidecar"}`),
-	})
-	if err == nil {
-		err = s.cfg.Backend.RegisterTasks(regCtx, s.workerID, names)
+	hostname, _ := os.Hostname()
+	meta, err := json.Marshal(map[string]string{backends.MetaKind: workerKind, backends.MetaInstance: s.cfg.Instance, "hostname": hostname})
+	if err != nil {
+		return fmt.Errorf("encoding the worker row's metadata: %w", err)
 	}
+	s.identity = backends.Worker{
+		ID: s.workerID, Hostname: s.cfg.Instance + "@" + hostname, PID: os.Getpid(), Queues: s.cfg.Settings.Queues,
+		Concurrency: total, Status: backends.WorkerActive, Version: s.cfg.Version, Metadata: meta,
+	}
+	s.taskNames = names
+	regCtx, cancelReg := context.WithTimeout(bg, writeTimeout)
+	err = s.register(regCtx)
 	cancelReg()
 	if err != nil {
 		return fmt.Errorf("registering worker %s: %w", s.workerID, err)
 	}
-	s.log.Info("worker registered", "worker_id", s.workerID, "handlers", len(m.Handlers), "jobs", len(names))
+	s.log.Info("worker registered", "worker_id", s.workerID, "hostname", s.workerHostname(), "pid", os.Getpid(),
+		"handlers", len(m.Handlers), "jobs", len(names))
 
 	// Owned goroutines, stopped in reverse order below.
 	var wg sync.WaitGroup
@@ -294,11 +337,50 @@ func (s *Supervisor) heartbeat(ctx context.Context) {
 		case <-t.C:
 		}
 		hctx, cancel := context.WithTimeout(ctx, max(s.cfg.Settings.HeartbeatInterval, time.Second))
-		if err := s.cfg.Backend.Heartbeat(hctx, s.workerID); err != nil && ctx.Err() == nil {
+		err := s.cfg.Backend.Heartbeat(hctx, s.workerID)
+		cancel()
+		switch {
+		case err == nil || ctx.Err() != nil:
+		case errors.Is(err, backends.ErrNotFound), errors.Is(err, backends.ErrWorkerNotActive):
+			// Another worker recovered our jobs (we were silent too long:
+			// a frozen VM, a partition) or another program took our row.
+			// The loop stops claiming and registers again.
+			s.emit(event{kind: evWorkerLost, err: err})
+		default:
 			s.log.Warn("heartbeat failed", "worker_id", s.workerID, "err", err)
 		}
-		cancel()
 	}
+}
+
+// register upserts this sidecar's worker row and its task names. When
+// another program holds the row's (hostname, pid) (a Soniq worker given the
+// same hostname, or a second sidecar in the pod with the same instance
+// name), the row is registered under a hostname made unique by the worker
+// id instead: never taking the other row, never stalling.
+func (s *Supervisor) register(ctx context.Context) error {
+	s.identityMu.Lock()
+	defer s.identityMu.Unlock()
+	w := s.identity
+	err := s.cfg.Backend.RegisterWorker(ctx, w)
+	if errors.Is(err, backends.ErrIdentityTaken) {
+		alt := w
+		alt.Hostname = w.Hostname + "#" + w.ID[:min(8, len(w.ID))]
+		s.log.Warn("another program's worker row has this sidecar's hostname and pid; registering under a hostname made unique by the worker id (give every sidecar that shares a hostname its own --instance)",
+			"worker_id", w.ID, "hostname", w.Hostname, "pid", w.PID, "registered_as", alt.Hostname, "err", err)
+		if err = s.cfg.Backend.RegisterWorker(ctx, alt); err == nil {
+			s.identity = alt
+		}
+	}
+	if err != nil {
+		return err
+	}
+	return s.cfg.Backend.RegisterTasks(ctx, w.ID, s.taskNames)
+}
+
+func (s *Supervisor) workerHostname() string {
+	s.identityMu.Lock()
+	defer s.identityMu.Unlock()
+	return s.identity.Hostname
 }
 
 // maintain runs stale-worker recovery and expired-row cleanup on one

@@ -99,6 +99,7 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 	queues := fs.String("queues", "", "comma-separated queues to claim from (default $SONIQ_QUEUES, else all)")
 	metricsAddr := fs.String("metrics-addr", ":9464", "HTTP address for /metrics, /healthz and /readyz (empty disables)")
 	logFormat := fs.String("log-format", "auto", "auto (text on a terminal, else JSON), text or json")
+	instance := fs.String("instance", "", "this sidecar's name among programs sharing its hostname and pid, e.g. two sidecars in one pod (default $SONIQ_INSTANCE, else "+supervisor.DefaultInstance+")")
 	deadLetterUnknown := fs.Bool("dead-letter-unknown", false, "dead-letter jobs whose name no handler serves (only for a sidecar that owns its queues)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -113,6 +114,17 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 		} else {
 			return usageErrorf("run: --manifest FILE is required (or set SONIQ_MANIFEST)")
 		}
+	}
+	if *instance == "" {
+		if v, ok := e.lookupEnv("SONIQ_INSTANCE"); ok {
+			*instance = strings.TrimSpace(v)
+		}
+	}
+	if *instance == "" {
+		*instance = supervisor.DefaultInstance
+	}
+	if err := supervisor.CheckInstance(*instance); err != nil {
+		return usageErrorf("--instance / SONIQ_INSTANCE: %v", err)
 	}
 	log, err := newLogger(e.stderr, *logFormat)
 	if err != nil {
@@ -145,7 +157,7 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 	defer shutdownTelemetry()
 
 	sup, err := supervisor.New(supervisor.Config{
-		Manifest: m, Settings: settings, Backend: b, Logger: log, Version: version, WorkerID: workerID,
+		Manifest: m, Settings: settings, Backend: b, Logger: log, Version: version, WorkerID: workerID, Instance: *instance,
 		DeadLetterUnknown: *deadLetterUnknown, Metrics: metrics,
 	})
 	if err != nil {
