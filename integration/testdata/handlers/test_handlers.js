@@ -26,11 +26,12 @@ app.job('t.trace', async (args, ctx) => {
   return null;
 });
 
-app.job('t.sleep_async', async ({ seconds }, ctx) => {
+app.job('t.sleep_async', async ({ seconds, pid }, ctx) => {
   record('start', ctx);
   await sleep(seconds * 1000, undefined, { signal: ctx.signal });
   record('end', ctx);
-  return { slept: seconds };
+  // With pid: tells which handler process wrote the row's result.
+  return pid ? { slept: seconds, pid: process.pid } : { slept: seconds };
 });
 
 app.job('t.sleep_sync', async ({ seconds }, ctx) => {

@@ -44,6 +44,9 @@ async def sleep_async(args, ctx):
     record("start", ctx)
     await asyncio.sleep(args["seconds"])
     record("end", ctx)
+    if args.get("pid"):
+        # Tells which handler process wrote the row's result.
+        return {"slept": args["seconds"], "pid": os.getpid()}
     return {"slept": args["seconds"]}
 
 
