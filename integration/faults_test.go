@@ -6,6 +6,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"strconv"
 	"syscall"
@@ -129,4 +130,91 @@ func TestFaultFrozenSidecarRegistersAgain(t *testing.T) {
 	})
 	t.Logf("rows of the killed sidecar recovered %.2fs after SIGKILL (heartbeat timeout 3 s)", time.Since(killed).Seconds())
 	c.stop(t)
+}
+
+// In a pod every container shares the hostname and each main process is
+// pid 1, so a Soniq worker and the sidecar have the same (hostname, pid),
+// on which Soniq's soniq_workers is unique. The sidecar's row is named
+// INSTANCE@HOSTNAME: registering never touches the Soniq worker's row or
+// its job. And when Soniq's own register_worker takes the sidecar's exact
+// (hostname, pid) (re-keying its row), the sidecar registers again within a
+// heartbeat instead of failing every claim on the foreign key forever.
+func TestFaultPodIdentityWithSoniqWorker(t *testing.T) {
+	py := soniqPython(t)
+	w := newWorld(t, sdks[0], manifestOpts{})
+	py.run(t, "setup", w.dbURL, nil, nil)
+	host, err := os.Hostname()
+	require.NoError(t, err)
+
+	gate := make(chan struct{})
+	sc := w.startSidecarGated(nil, gate)
+	pid := sc.cmd.Process.Pid // the shell's, which becomes the sidecar's
+
+	// The Soniq worker "in the next container": same hostname, same pid,
+	// holding a job of its own queue.
+	soniqWorker := backends.NewID()
+	py.run(t, "register_worker", w.dbURL, map[string]any{"worker_id": soniqWorker, "hostname": host, "pid": pid,
+		"queues": []string{"soniq-only"}}, nil)
+	theirs, err := w.backend.Enqueue(context.Background(), backends.EnqueueParams{Name: "soniq.job", Queue: "soniq-only"})
+	require.NoError(t, err)
+	var claimed struct{ ID string }
+	py.run(t, "claim", w.dbURL, map[string]any{"worker_id": soniqWorker, "queues": []string{"soniq-only"}}, &claimed)
+	require.Equal(t, theirs.ID, claimed.ID)
+	before := w.job(theirs.ID)
+
+	close(gate)
+	ours := sc.workerID(t)
+	sc.waitReady(t, w.handlerName(), 1)
+
+	after := w.job(theirs.ID)
+	assert.Equal(t, backends.StatusProcessing, after.Status, "the Soniq worker's job was not released")
+	require.NotNil(t, after.WorkerID)
+	assert.Equal(t, soniqWorker, *after.WorkerID)
+	assert.Equal(t, before.Attempts, after.Attempts)
+	rows := w.workers(t)
+	assert.Equal(t, workerRow{host, pid, backends.WorkerActive}, rows[soniqWorker], "the Soniq worker's row is untouched")
+	assert.Equal(t, workerRow{"soniq-sidecar@" + host, pid, backends.WorkerActive}, rows[ours])
+
+	// Soniq's register_worker upsert on the sidecar's own (hostname, pid)
+	// takes its row (the new id wins). Postgres allows that only while no
+	// job row references the sidecar's id, so it happens before any job.
+	rekeyed := time.Now()
+	thief := backends.NewID()
+	py.run(t, "register_worker", w.dbURL, map[string]any{"worker_id": thief, "hostname": "soniq-sidecar@" + host, "pid": pid}, nil)
+	sc.waitLog(10*time.Second, "worker row was lost", map[string]any{"level": "WARN", "worker_id": ours})
+	t.Logf("the sidecar registered again %.2fs after its row was re-keyed (heartbeat interval 0.5 s)", time.Since(rekeyed).Seconds())
+	first := w.enqueue("t.noop", `{}`, 0)
+	w.waitDone(t, sc, 20*time.Second, first)
+	require.NotNil(t, w.job(first).WorkerID)
+	assert.Equal(t, ours, *w.job(first).WorkerID, "claimed under the sidecar's own id")
+	rows = w.workers(t)
+	assert.Equal(t, workerRow{"soniq-sidecar@" + host, pid, backends.WorkerActive}, rows[thief], "the other program keeps the row it took")
+	assert.Equal(t, workerRow{"soniq-sidecar@" + host + "#" + ours[:8], pid, backends.WorkerActive}, rows[ours],
+		"the sidecar registered under a hostname made unique by its id")
+	assert.Empty(t, sc.logs("claiming jobs failed"), "no claim failed on the foreign key")
+	sc.stop(t)
+	assert.Equal(t, backends.StatusProcessing, w.job(theirs.ID).Status, "the Soniq worker's job is still its own")
+}
+
+type workerRow struct {
+	Hostname string
+	PID      int
+	Status   string
+}
+
+// workers reads soniq_workers by id.
+func (w *world) workers(t *testing.T) map[string]workerRow {
+	t.Helper()
+	rows, err := w.db.Query(context.Background(), `SELECT id::text, hostname, pid, status FROM soniq_workers`)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[string]workerRow{}
+	for rows.Next() {
+		var id string
+		var r workerRow
+		require.NoError(t, rows.Scan(&id, &r.Hostname, &r.PID, &r.Status))
+		out[id] = r
+	}
+	require.NoError(t, rows.Err())
+	return out
 }

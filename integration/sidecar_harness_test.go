@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -266,6 +267,14 @@ type sidecar struct {
 // overrides them (SONIQ_* names, seconds).
 func (w *world) startSidecar(env map[string]string, args ...string) *sidecar {
 	w.t.Helper()
+	return w.startSidecarGated(env, nil, args...)
+}
+
+// startSidecarGated is startSidecar, except that when gate is not nil the
+// binary starts only once gate is closed: its pid is known before it
+// registers (a shell waits for a line, then execs the binary in place).
+func (w *world) startSidecarGated(env map[string]string, gate <-chan struct{}, args ...string) *sidecar {
+	w.t.Helper()
 	full := map[string]string{
 		"SONIQ_DATABASE_URL":       w.dbURL,
 		"SONIQ_POLL_INTERVAL":      "0.2",
@@ -287,6 +296,13 @@ func (w *world) startSidecar(env map[string]string, args ...string) *sidecar {
 	}
 	cmdArgs := append([]string{"run", "--manifest", w.manifest, "--log-format", "json", "--metrics-addr", ""}, args...)
 	cmd := exec.Command(sidecarBinary(w.t), cmdArgs...)
+	var release io.WriteCloser
+	if gate != nil {
+		cmd = exec.Command("/bin/sh", append([]string{"-c", `read _ && exec "$0" "$@"`, sidecarBinary(w.t)}, cmdArgs...)...)
+		var err error
+		release, err = cmd.StdinPipe()
+		require.NoError(w.t, err)
+	}
 	cmd.Dir = w.dir
 	for k, v := range full {
 		cmd.Env = append(cmd.Env, k+"="+v)
@@ -295,6 +311,12 @@ func (w *world) startSidecar(env map[string]string, args ...string) *sidecar {
 	require.NoError(w.t, err)
 	s := &sidecar{t: w.t, cmd: cmd, done: make(chan struct{}), started: time.Now()}
 	require.NoError(w.t, cmd.Start())
+	if gate != nil {
+		go func() {
+			<-gate
+			_, _ = io.WriteString(release, "go\n")
+		}()
+	}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 0, 64<<10), 4<<20)

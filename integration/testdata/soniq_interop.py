@@ -62,6 +62,22 @@ async def run(command, url, args):
                 }
                 for j in jobs
             ]
+        if command == "register_worker":
+            # What a Soniq worker does at start (another container of the pod).
+            await app.ensure_initialized()
+            await app.backend.register_worker(
+                worker_id=args["worker_id"],
+                hostname=args["hostname"],
+                pid=args["pid"],
+                queues=args.get("queues", []),
+                concurrency=args.get("concurrency", 1),
+            )
+            return {"id": args["worker_id"]}
+        if command == "claim":
+            # A Soniq worker taking a job from its queues.
+            await app.ensure_initialized()
+            job = await app.backend.fetch_and_lock_job(queues=args["queues"], worker_id=args["worker_id"])
+            return {"id": str(job["id"]) if job else None}
         if command == "replay":
             return {"id": await app.dead_letter.replay(args["id"])}
         raise SystemExit(f"unknown command {command!r}")
