@@ -65,6 +65,11 @@ var ErrWorkerNotActive = errors.New("worker row is no longer active")
 // take that row's id and release its jobs. Nothing is changed.
 var ErrIdentityTaken = errors.New("another program's worker row has this hostname and pid")
 
+// ErrUnreachable is returned (wrapped) when the database server cannot be
+// reached at all or is not accepting connections yet (starting up): a
+// condition that may pass, unlike a bad URL or a refused login.
+var ErrUnreachable = errors.New("database unreachable")
+
 // ErrNoSchema is returned (wrapped) when Soniq's tables do not exist yet.
 var ErrNoSchema = errors.New("Soniq's tables do not exist in this database: run `soniq-sidecar migrate` (or Soniq's own setup) first")
 

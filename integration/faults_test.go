@@ -6,9 +6,15 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -217,4 +223,107 @@ func (w *world) workers(t *testing.T) map[string]workerRow {
 	}
 	require.NoError(t, rows.Err())
 	return out
+}
+
+// freeAddr returns a loopback address nothing listens on (at the time).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+func httpGet(url string) (int, string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// A database that comes up after the sidecar (a pod whose Postgres starts
+// beside it): run retries with backoff, alive but not ready meanwhile, and
+// serves jobs once it is reachable. One that never comes up fails the run
+// after --database-wait (exit 1), not at once into a crash loop.
+func TestFaultDatabaseLateAtStart(t *testing.T) {
+	t.Run("comes up", func(t *testing.T) {
+		w := newWorld(t, sdks[0], manifestOpts{})
+		id := w.enqueue("t.noop", `{}`, 0)
+		u, err := url.Parse(w.dbURL)
+		require.NoError(t, err)
+		proxy := newCutProxy(t, u.Host)
+		proxy.cut()
+		u.Host = proxy.ln.Addr().String()
+		addr := freeAddr(t)
+		started := time.Now()
+		sc := w.startSidecar(map[string]string{"SONIQ_DATABASE_URL": u.String(), "SONIQ_DATABASE_WAIT": "60"}, "--metrics-addr", addr)
+		sc.waitLog(20*time.Second, "database unreachable; retrying", map[string]any{"level": "WARN"})
+		eventually(t, 10*time.Second, "/healthz alive and /readyz saying why it is not ready", func() bool {
+			hc, hb := httpGet("http://" + addr + "/healthz")
+			rc, rb := httpGet("http://" + addr + "/readyz")
+			return hc == 200 && strings.HasPrefix(hb, "ok") && rc == 503 && strings.Contains(rb, "database unreachable")
+		})
+		assert.False(t, sc.exited(), "still waiting for the database")
+		proxy.restore()
+		w.waitDone(t, sc, 30*time.Second, id)
+		t.Logf("database reachable after %.1fs; job done", time.Since(started).Seconds())
+		eventually(t, 10*time.Second, "/readyz ready", func() bool {
+			c, _ := httpGet("http://" + addr + "/readyz")
+			return c == 200
+		})
+		sc.stop(t)
+	})
+	t.Run("never comes up", func(t *testing.T) {
+		w := newWorld(t, sdks[0], manifestOpts{})
+		u, err := url.Parse(w.dbURL)
+		require.NoError(t, err)
+		proxy := newCutProxy(t, u.Host)
+		proxy.cut()
+		u.Host = proxy.ln.Addr().String()
+		sc := w.startSidecar(map[string]string{"SONIQ_DATABASE_URL": u.String(), "SONIQ_DATABASE_WAIT": "2"})
+		code, at := sc.wait(30 * time.Second)
+		assert.Equal(t, 1, code)
+		elapsed := at.Sub(sc.started)
+		assert.GreaterOrEqual(t, elapsed, 2*time.Second, "retried for the whole wait")
+		sc.waitLog(time.Second, "database unreachable; retrying", nil)
+		assert.Contains(t, sc.raw.String(), "the database stayed unreachable for 2s")
+		t.Logf("gave up after %.2fs (SONIQ_DATABASE_WAIT=2)", elapsed.Seconds())
+	})
+}
+
+// A handler command that can never start is a configuration error at the
+// first start: exit 2 naming the handler and the command, instead of
+// restarting it with backoff forever.
+func TestFaultHandlerCommandCannotStart(t *testing.T) {
+	for _, tc := range []struct{ name, command string }{
+		{"missing path", `["/nonexistent/soniq-handler"]`},
+		{"not on PATH", `["soniq-no-such-handler"]`},
+		{"not executable", `["/etc/hostname"]`},
+	} {
+		for _, transport := range []string{"stdio", "unix"} {
+			t.Run(tc.name+"/"+transport, func(t *testing.T) {
+				w := newWorld(t, sdks[0], manifestOpts{})
+				id := w.enqueue("t.noop", `{}`, 0)
+				manifest := filepath.Join(w.dir, "broken.yaml")
+				require.NoError(t, os.WriteFile(manifest, []byte("version: 1\nhandlers:\n  - name: broken\n    command: "+tc.command+
+					"\n    transport: "+transport+"\n    jobs:\n      - name: t.noop\n        cancellable: true\n"), 0o644))
+				cmd := exec.Command(sidecarBinary(t), "run", "--manifest", manifest, "--metrics-addr", "", "--log-format", "json")
+				cmd.Dir = w.dir
+				cmd.Env = []string{"SONIQ_DATABASE_URL=" + w.dbURL, "PATH=" + os.Getenv("PATH")}
+				start := time.Now()
+				out, err := cmd.CombinedOutput()
+				var ee *exec.ExitError
+				require.ErrorAs(t, err, &ee, "%s", out)
+				assert.Equal(t, 2, ee.ExitCode(), "%s", out)
+				assert.Contains(t, string(out), "handler broken: command")
+				assert.Contains(t, string(out), "cannot be started")
+				assert.Less(t, time.Since(start), 20*time.Second)
+				assert.Equal(t, backends.StatusQueued, w.job(id).Status, "nothing was claimed")
+			})
+		}
+	}
 }

@@ -100,6 +100,7 @@ type pool struct {
 	pending    []*task    // claimed, waiting for a free slot
 	failures   int        // consecutive start failures or crashes
 	crashLoop  bool
+	started    bool // a process of this pool was started once
 	claiming   bool
 	more       bool // there may be runnable rows: claim when capacity allows
 	restarting []bool
@@ -305,9 +306,23 @@ func (l *loop) spawn(pl *pool, slot int) {
 		start = startUnix
 	}
 	if err := start(transportEnv{sp: l.sp, maxFrame: l.cfg.MaxFrameBytes, log: l.s.log, emit: l.s.emit, wg: l.wg}, p); err != nil {
+		if !pl.started && cannotStart(err) {
+			// A command that was never started and cannot be is a
+			// configuration error, not a crash to retry forever.
+			se := &StartError{Handler: h.Name, Command: h.Command, Err: err}
+			l.s.log.Error("handler command cannot be started; refusing to run", "handler", h.Name, "command", h.Command, "err", err)
+			if l.fatal == nil {
+				l.fatal = se
+			}
+			if l.state == StateRunning {
+				l.enterDraining("configuration error")
+			}
+			return
+		}
 		l.startFailed(pl, slot, err.Error(), "start_failure")
 		return
 	}
+	pl.started = true
 	pl.procs[slot] = p
 	l.procs++
 	l.s.metrics.processState(h.Name, procStarting, procStarting, true)

@@ -14,11 +14,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"math/big"
 	"os"
+	"os/exec"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -213,6 +216,28 @@ func (s *Supervisor) Shutdown() {
 	case s.shutdown <- struct{}{}:
 	default:
 	}
+}
+
+// StartError means a handler's command can never be started (not found,
+// not executable, its workdir missing): a configuration error (exit 2),
+// reported at the handler's first start instead of restarting forever.
+type StartError struct {
+	Handler string
+	Command []string
+	Err     error
+}
+
+func (e *StartError) Error() string {
+	return fmt.Sprintf("handler %s: command %q cannot be started: %v", e.Handler, e.Command, e.Err)
+}
+
+func (e *StartError) Unwrap() error { return e.Err }
+
+// cannotStart reports whether a start failure is one that retrying cannot
+// fix: the command or its directory is missing or not executable.
+func cannotStart(err error) bool {
+	return errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) ||
+		errors.Is(err, syscall.ENOEXEC) || errors.Is(err, syscall.ENOTDIR)
 }
 
 // HelloMismatchError means a handler's hello disagrees with the manifest:

@@ -78,9 +78,28 @@ func Open(ctx context.Context, rawURL string) (*Backend, error) {
 	b := &Backend{pool: pool, password: password, target: target, stop: make(chan struct{})}
 	if err := b.Ping(ctx); err != nil {
 		pool.Close()
+		if transient(err) {
+			return nil, fmt.Errorf("%w: %w", backends.ErrUnreachable, err)
+		}
 		return nil, err
 	}
 	return b, nil
+}
+
+// transient reports whether a failed connection may succeed later: the
+// server did not answer (not listening, no route, timeout), or answered
+// that it cannot take connections yet (starting up, shutting down, too many
+// clients). A refused login or a missing database is not transient.
+func transient(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return true
+	}
+	switch pe.Code[:2] {
+	case "08", "57": // connection exception, operator intervention (57P03 cannot_connect_now)
+		return true
+	}
+	return pe.Code == "53300" // too_many_connections
 }
 
 // Ping checks that the database is reachable.

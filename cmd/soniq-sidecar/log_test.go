@@ -103,7 +103,8 @@ func TestNoPasswordWhenUnreachable(t *testing.T) {
 		{"status", "--json"},
 		{"enqueue", "examples.add", "--args", `{"a":1,"b":2}`},
 		{"dead-letter", "list"},
-		{"run", "--manifest", exampleManifest(), "--metrics-addr", "", "--log-format", "json"},
+		// run retries an unreachable database for --database-wait, then fails.
+		{"run", "--manifest", exampleManifest(), "--metrics-addr", "", "--log-format", "json", "--database-wait", "1s"},
 	}
 	for _, cmd := range commands {
 		t.Run(strings.Join(cmd, " ")+" by flag", func(t *testing.T) {

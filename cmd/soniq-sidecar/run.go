@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -100,6 +103,7 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 	metricsAddr := fs.String("metrics-addr", ":9464", "HTTP address for /metrics, /healthz and /readyz (empty disables)")
 	logFormat := fs.String("log-format", "auto", "auto (text on a terminal, else JSON), text or json")
 	instance := fs.String("instance", "", "this sidecar's name among programs sharing its hostname and pid, e.g. two sidecars in one pod (default $SONIQ_INSTANCE, else "+supervisor.DefaultInstance+")")
+	dbWaitFlag := fs.String("database-wait", "", "how long to retry an unreachable database at start, e.g. 60s (default $SONIQ_DATABASE_WAIT seconds, else 60s)")
 	deadLetterUnknown := fs.Bool("dead-letter-unknown", false, "dead-letter jobs whose name no handler serves (only for a sidecar that owns its queues)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -143,11 +147,10 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 		return usageError{err}
 	}
 
-	b, err := openForCommand(ctx, e, *dbURL)
+	dbWait, err := databaseWait(e, *dbWaitFlag)
 	if err != nil {
 		return err
 	}
-	defer b.Close()
 
 	workerID := backends.NewID()
 	metrics, shutdownTelemetry, metricsHandler, err := setupTelemetry(ctx, e, withWorkerID(workerID), withLogger(log))
@@ -156,6 +159,27 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 	}
 	defer shutdownTelemetry()
 
+	// The HTTP server comes up first: while the database is not reachable
+	// yet, /healthz says alive and /readyz says why it is not ready.
+	hs := &health{metrics: metricsHandler}
+	hs.setWaiting("connecting to the database")
+	if *metricsAddr != "" {
+		stop, err := serveHTTP(*metricsAddr, healthHandler(hs), log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+
+	b, err := openWaiting(ctx, e, *dbURL, dbWait, log, hs)
+	if errors.Is(err, errStoppedWaiting) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+
 	sup, err := supervisor.New(supervisor.Config{
 		Manifest: m, Settings: settings, Backend: b, Logger: log, Version: version, WorkerID: workerID, Instance: *instance,
 		DeadLetterUnknown: *deadLetterUnknown, Metrics: metrics,
@@ -163,6 +187,7 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
+	hs.setRunning(sup, b)
 	log.Info("starting", "version", version, "database", connect.Redact(databaseURL(e, *dbURL)),
 		"manifest", m.Path, "worker_id", sup.WorkerID(), "shutdown_timeout", settings.ShutdownTimeout,
 		"sync_grace", settings.SyncHandlerGrace, "job_timeout", settings.JobTimeout, "state", supervisor.StateRunning.String())
@@ -172,11 +197,11 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 	// during DRAINING forces FORCE_TIMEOUT_PATH. SIGHUP drains like SIGTERM,
 	// as Soniq's worker does: a closed terminal or a supervisor's reload
 	// must never drop a running job. The signal context is not the run
-	// context (seed 001): Run gets one that outlives the signal. Cancelling
-	// cmdRun's own ctx (tests, embedding) counts as one shutdown request.
+	// context: Run gets one that outlives the signal. Cancelling cmdRun's
+	// own ctx (tests, embedding) counts as one shutdown request.
 	{
 		sigs := make(chan os.Signal, 4)
-		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+		signal.Notify(sigs, shutdownSignals...)
 		done := make(chan struct{})
 		ctxDone := ctx.Done()
 		g.Add(func() error {
@@ -208,42 +233,167 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 			sup.Shutdown()
 		})
 	}
-	// HTTP: /metrics, /healthz, /readyz.
-	if *metricsAddr != "" {
-		ln, err := net.Listen("tcp", *metricsAddr)
-		if err != nil {
-			return usageErrorf("--metrics-addr %s: %v", *metricsAddr, err)
-		}
-		srv := &http.Server{Handler: httpHandler(sup, b, metricsHandler), ReadHeaderTimeout: 5 * time.Second}
-		g.Add(func() error {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("HTTP server failed; the sidecar keeps running", "addr", *metricsAddr, "err", err)
-				<-make(chan struct{}) // keep the actor alive; interrupt ends it via Shutdown
-			}
-			return nil
-		}, func(error) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(ctx)
-		})
-	}
 	_ = g.Run()
 	var hm *supervisor.HelloMismatchError
-	if errors.As(runErr, &hm) {
+	var se *supervisor.StartError
+	if errors.As(runErr, &hm) || errors.As(runErr, &se) {
 		return usageError{runErr}
 	}
 	return runErr
 }
 
+// shutdownSignals start DRAINING (a second one forces FORCE_TIMEOUT_PATH).
+var shutdownSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+
+// defaultDatabaseWait is how long run waits for an unreachable database at
+// start: long enough for a database that starts beside the sidecar (a pod,
+// a compose file), short enough that a wrong address fails the deploy.
+const defaultDatabaseWait = 60 * time.Second
+
+// databaseWait resolves --database-wait, else $SONIQ_DATABASE_WAIT
+// (seconds), else the default.
+func databaseWait(e env, flagValue string) (time.Duration, error) {
+	if flagValue != "" {
+		d, err := time.ParseDuration(flagValue)
+		if err != nil || d < 0 {
+			return 0, usageErrorf("--database-wait %q: want a duration like 60s or 0s", flagValue)
+		}
+		return d, nil
+	}
+	if v, ok := e.lookupEnv("SONIQ_DATABASE_WAIT"); ok && strings.TrimSpace(v) != "" {
+		secs, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || secs < 0 || math.IsInf(secs, 0) || math.IsNaN(secs) {
+			return 0, usageErrorf("SONIQ_DATABASE_WAIT=%q: want a number of seconds, like 60 or 0", v)
+		}
+		return time.Duration(secs * float64(time.Second)), nil
+	}
+	return defaultDatabaseWait, nil
+}
+
+// errStoppedWaiting: a shutdown signal arrived before the database did.
+var errStoppedWaiting = errors.New("stopped while waiting for the database")
+
+// openWaiting opens the database, retrying with backoff (250 ms doubling
+// to 5 s) while it is unreachable, for at most wait. A signal ends the wait
+// (nothing was claimed, so there is nothing to drain). Other errors (a bad
+// URL, a refused login, missing tables) fail at once.
+func openWaiting(ctx context.Context, e env, flagValue string, wait time.Duration, log *slog.Logger, hs *health) (backends.Backend, error) {
+	sigCtx, stop := signal.NotifyContext(ctx, shutdownSignals...)
+	defer stop()
+	deadline := time.Now().Add(wait)
+	delay := 250 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		b, err := openForCommand(sigCtx, e, flagValue)
+		if err == nil {
+			if attempt > 1 {
+				log.Info("database reachable", "attempts", attempt)
+			}
+			return b, nil
+		}
+		if sigCtx.Err() != nil {
+			log.Info("stopped while waiting for the database", "attempts", attempt)
+			return nil, errStoppedWaiting
+		}
+		if !errors.Is(err, backends.ErrUnreachable) {
+			return nil, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, fmt.Errorf("the database stayed unreachable for %s (--database-wait, SONIQ_DATABASE_WAIT): %w", wait, err)
+		}
+		hs.setWaiting("database unreachable: " + redactLine(connect.Redact(err.Error())))
+		d := min(delay, left)
+		log.Warn("database unreachable; retrying", "attempt", attempt, "retry_in", d, "gives_up_in", left.Round(time.Second), "err", err)
+		select {
+		case <-time.After(d):
+		case <-sigCtx.Done():
+			log.Info("stopped while waiting for the database", "attempts", attempt)
+			return nil, errStoppedWaiting
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+// serveHTTP serves h on addr until the returned stop is called.
+func serveHTTP(addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, usageErrorf("--metrics-addr %s: %v", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("HTTP server failed; the sidecar keeps running", "addr", addr, "err", err)
+		}
+	}()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}, nil
+}
+
 var errSupervisorDone = errors.New("supervisor stopped")
 
-// httpHandler serves the health endpoints (and /metrics when configured).
-func httpHandler(sup *supervisor.Supervisor, b interface{ Ping(context.Context) error }, metrics http.Handler) http.Handler {
+// pinger is the part of a backend /readyz uses.
+type pinger interface{ Ping(context.Context) error }
+
+// health is what /healthz and /readyz report. Until the database is
+// reachable there is no supervisor yet, and readiness says why.
+type health struct {
+	metrics http.Handler
+	mu      sync.Mutex
+	sup     *supervisor.Supervisor
+	db      pinger
+	waiting string
+}
+
+func (h *health) setWaiting(why string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.waiting = why
+}
+
+func (h *health) setRunning(sup *supervisor.Supervisor, db pinger) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sup, h.db, h.waiting = sup, db, ""
+}
+
+func (h *health) get() (*supervisor.Supervisor, pinger, string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sup, h.db, h.waiting
+}
+
+// httpHandler serves the health endpoints of a running supervisor (and
+// /metrics when configured).
+func httpHandler(sup *supervisor.Supervisor, b pinger, metrics http.Handler) http.Handler {
+	h := &health{metrics: metrics}
+	h.setRunning(sup, b)
+	return healthHandler(h)
+}
+
+func healthHandler(h *health) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		sup, _, _ := h.get()
+		if sup == nil {
+			// Alive: restarting the container would not bring the database.
+			fmt.Fprintln(w, "ok STARTING")
+			return
+		}
 		fmt.Fprintf(w, "ok %s\n", sup.State())
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		sup, b, waiting := h.get()
+		if sup == nil {
+			http.Error(w, "not ready: "+waiting, http.StatusServiceUnavailable)
+			return
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := b.Ping(ctx); err != nil {
@@ -256,8 +406,8 @@ func httpHandler(sup *supervisor.Supervisor, b interface{ Ping(context.Context) 
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	if metrics != nil {
-		mux.Handle("/metrics", metrics)
+	if h.metrics != nil {
+		mux.Handle("/metrics", h.metrics)
 	}
 	return mux
 }
