@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -80,7 +81,9 @@ func checkHandler(ctx context.Context, sp *spawner, h *Handler, log *slog.Logger
 		err   error
 	}
 	got := make(chan helloOrErr, 1)
+	stdoutDone := make(chan struct{})
 	go func() {
+		defer close(stdoutDone)
 		dec := protocol.NewDecoder(pp.stdout)
 		m, err := dec.Decode()
 		switch {
@@ -117,7 +120,12 @@ func checkHandler(ctx context.Context, sp *spawner, h *Handler, log *slog.Logger
 	_ = enc.Encode(&protocol.Shutdown{})
 	_ = pp.stdin.Close()
 	exited := make(chan error, 1)
-	go func() { <-stderrDone; exited <- cmd.Wait() }()
+	go func() {
+		// The exit, not EOF on the pipes, which a descendant may hold.
+		err := reapChild(cmd)
+		drainPipes(exitDrain, []*os.File{pp.stdout, pp.stderr}, stdoutDone, stderrDone)
+		exited <- err
+	}()
 	select {
 	case <-exited:
 	case <-time.After(5 * time.Second):

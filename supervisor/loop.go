@@ -37,6 +37,7 @@ const (
 	evGraceExpired                         // sync_handler_grace_seconds elapsed
 	evWorkerLost                           // the heartbeat found our worker row gone or not active
 	evReregistered                         // the worker row is registered again (ids: rows no longer ours)
+	evStdoutClosed                         // a stdio process closed its stdout and did not exit
 )
 
 type event struct {
@@ -228,6 +229,16 @@ func (l *loop) handle(e event) {
 		l.breakProcess(e.proc, "protocol_error", fmt.Sprintf("protocol error from handler %s process %d: %v", e.proc.pool.h.Name, e.proc.pid, e.err))
 	case evExit:
 		l.onExit(e.proc, e.err)
+	case evStdoutClosed:
+		// No result can come back from it: crash handling, as for an exit.
+		// A process already stopping is left to its stop's escalation.
+		if p := e.proc; p.state != procStopping && p.state != procDead {
+			reason := "start_failure"
+			if p.hello != nil {
+				reason = "crashed"
+			}
+			l.breakProcess(p, reason, fmt.Sprintf("handler %s process %d closed its stdout while still running", p.pool.h.Name, p.pid))
+		}
 	case evStartTimeout:
 		if e.proc.state == procStarting {
 			l.breakProcess(e.proc, "startup_timeout", fmt.Sprintf("handler %s process %d sent no hello within startup_timeout %s", e.proc.pool.h.Name, e.proc.pid, e.proc.pool.h.StartupTimeout))

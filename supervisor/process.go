@@ -240,13 +240,6 @@ func childEnv(h *Handler, maxFrame int) []string {
 	)
 }
 
-// procPipes are a started child's stdio.
-type procPipes struct {
-	stdin  io.WriteCloser
-	stdout io.ReadCloser
-	stderr io.ReadCloser
-}
-
 // handlerCommand builds (does not start) the command of a handler: its own
 // process group, the parent-death signal, the restricted environment, the
 // manifest's working directory. Both transports start children from it.
@@ -273,23 +266,22 @@ func handlerCommand(h *Handler, maxFrame int) (*exec.Cmd, error) {
 }
 
 // startChild starts a stdio handler child through the spawner.
-func startChild(sp *spawner, h *Handler, maxFrame int) (*exec.Cmd, procPipes, error) {
+func startChild(sp *spawner, h *Handler, maxFrame int) (*exec.Cmd, childPipes, error) {
 	cmd, err := handlerCommand(h, maxFrame)
 	if err != nil {
-		return nil, procPipes{}, err
+		return nil, childPipes{}, err
 	}
-	var pp procPipes
-	if pp.stdin, err = cmd.StdinPipe(); err != nil {
-		return nil, pp, fmt.Errorf("handler %s: stdin pipe: %w", h.Name, err)
+	pp, child, err := attachPipes(cmd, true)
+	if err != nil {
+		return nil, pp, fmt.Errorf("handler %s: %w", h.Name, err)
 	}
-	if pp.stdout, err = cmd.StdoutPipe(); err != nil {
-		return nil, pp, fmt.Errorf("handler %s: stdout pipe: %w", h.Name, err)
+	err = sp.start(cmd)
+	for _, f := range child {
+		_ = f.Close() // the child has its copies; ours would hide its EOF
 	}
-	if pp.stderr, err = cmd.StderrPipe(); err != nil {
-		return nil, pp, fmt.Errorf("handler %s: stderr pipe: %w", h.Name, err)
-	}
-	if err := sp.start(cmd); err != nil {
-		return nil, pp, fmt.Errorf("handler %s: starting %s: %w", h.Name, strings.Join(h.Command, " "), err)
+	if err != nil {
+		pp.close()
+		return nil, childPipes{}, fmt.Errorf("handler %s: starting %s: %w", h.Name, strings.Join(h.Command, " "), err)
 	}
 	return cmd, pp, nil
 }
@@ -317,24 +309,25 @@ func writeFrames(out <-chan protocol.Message, stdin io.WriteCloser) {
 	_ = stdin.Close()
 }
 
-// readFrames is a process's reader goroutine: it decodes stdout frames into
-// events, and after EOF waits for the child and reports its exit.
-func readFrames(p *process, pp procPipes, maxFrame int, log *slog.Logger, emit func(event) bool) {
-	var stderrDone sync.WaitGroup
-	stderrDone.Add(1)
-	go func() {
-		defer stderrDone.Done()
-		sc := bufio.NewScanner(pp.stderr)
-		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			p.stderr.add(line)
-			log.Info(line, "handler", p.pool.h.Name, "pid", p.pid, "stream", "stderr")
-		}
-		_, _ = io.Copy(io.Discard, pp.stderr)
-	}()
+// readStderr is a process's stderr goroutine: it logs each line and keeps
+// the last ones for last_error, until EOF or the read end is closed.
+func readStderr(p *process, stderr io.Reader, log *slog.Logger) {
+	sc := bufio.NewScanner(stderr)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		p.stderr.add(line)
+		log.Info(line, "handler", p.pool.h.Name, "pid", p.pid, "stream", "stderr")
+	}
+	_, _ = io.Copy(io.Discard, stderr) // a line over the limit: keep draining
+}
 
-	dec := protocol.NewDecoder(pp.stdout)
+// readFrames is a process's stdout goroutine: it decodes frames into events
+// until EOF or the read end is closed (after the exit, by drainPipes).
+// EOF while the process still runs is reported as evStdoutClosed: no result
+// can come back from it.
+func readFrames(p *process, stdout io.Reader, exited <-chan struct{}, maxFrame int, emit func(event) bool) {
+	dec := protocol.NewDecoder(stdout)
 	dec.SetMaxFrameBytes(maxFrame)
 	broken := false
 	for {
@@ -345,7 +338,7 @@ func readFrames(p *process, pp procPipes, maxFrame int, log *slog.Logger, emit f
 		if err != nil {
 			var fe *protocol.FrameError
 			if !errors.As(err, &fe) {
-				break // the pipe itself failed; the exit tells the rest
+				return // the pipe itself failed or was closed; the exit tells the rest
 			}
 			if !broken {
 				broken = true
@@ -363,10 +356,16 @@ func readFrames(p *process, pp procPipes, maxFrame int, log *slog.Logger, emit f
 		}
 		emit(event{kind: evFrame, proc: p, msg: m})
 	}
-	_, _ = io.Copy(io.Discard, pp.stdout)
-	stderrDone.Wait()
-	err := p.cmd.Wait()
-	emit(event{kind: evExit, proc: p, err: err})
+	if broken {
+		return // already being killed
+	}
+	grace := time.NewTimer(stdoutEOFGrace)
+	defer grace.Stop()
+	select {
+	case <-exited:
+	case <-grace.C:
+		emit(event{kind: evStdoutClosed, proc: p})
+	}
 }
 
 // exitDescription says how a process ended, for logs and last_error.

@@ -101,7 +101,7 @@ func startUnix(te transportEnv, p *process) error {
 	u.ctx, u.stop = context.WithCancel(context.Background())
 	u.calls.m = map[string]*unixCall{}
 	u.calls.idle = sync.NewCond(&u.calls.mu)
-	r := &childRunner{sp: te.sp, cmd: cmd, started: make(chan struct{}), exited: make(chan struct{})}
+	r := &childRunner{sp: te.sp, wg: te.wg, cmd: cmd, started: make(chan struct{}), exited: make(chan struct{}), drained: make(chan struct{})}
 	u.r = r
 	u.client = plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  pluginHandshake(),
@@ -401,7 +401,8 @@ func (u *unixProc) ping(seq int64) {
 }
 
 // watchExit reports the exit once the calls still in flight have ended (a
-// result that arrived before the exit is reported before it, as on stdio).
+// result that arrived before the exit is reported before it, as on stdio)
+// and the stderr written before it has been read.
 func (u *unixProc) watchExit() {
 	defer u.te.wg.Done()
 	<-u.r.exited
@@ -414,6 +415,7 @@ func (u *unixProc) watchExit() {
 		<-settled
 	}
 	u.stop()
+	<-u.r.drained
 	u.te.emit(event{kind: evExit, proc: u.p, err: u.r.waitErr})
 }
 
@@ -421,54 +423,47 @@ func (u *unixProc) watchExit() {
 
 // childRunner is go-plugin's runner for a handler: the command of
 // handlerCommand, forked on the spawner's thread (see spawner), killed with
-// its process group.
+// its process group. It reaps the child itself as soon as it exits:
+// go-plugin calls Wait only once both pipes reached EOF, which a descendant
+// holding them (a helper the handler started) would put off for ever.
 type childRunner struct {
-	sp      *spawner
-	cmd     *exec.Cmd
-	stdout  io.ReadCloser
-	stderr  io.ReadCloser
-	pid     int
-	once    sync.Once
-	started chan struct{} // closed once the fork succeeded or failed
-	isUp    atomic.Bool
-	said    atomic.Bool // the child wrote to its stdout
+	sp        *spawner
+	wg        *sync.WaitGroup // the reaper joins it
+	cmd       *exec.Cmd
+	pipes     childPipes // the sidecar's ends
+	childEnds []*os.File // closed once the child is forked
+	stdout    *endReader
+	stderr    *endReader
+	pid       int
+	once      sync.Once
+	started   chan struct{} // closed once the fork succeeded or failed
+	isUp      atomic.Bool
+	said      atomic.Bool // the child wrote to its stdout
 	// startErr and waitErr are written before started and exited close.
 	startErr error
 	exited   chan struct{}
 	waitErr  error
+	drained  chan struct{} // closed after exited, once the pipes are drained and closed
 }
 
 var _ runner.Runner = (*childRunner)(nil)
 
 // prepare adds go-plugin's variables to the restricted environment and
-// opens the pipes. The child's stdin is /dev/null.
+// opens the pipes. The child's stdin is /dev/null. Whether the child ever
+// wrote to its stdout tells a failed handshake (it printed something else:
+// a protocol error) from a child that died before saying anything (its
+// exit tells more).
 func (r *childRunner) prepare(pluginEnv []string) error {
 	r.cmd.Env = append(r.cmd.Env, pluginEnv...)
 	r.cmd.Stdin = nil
-	var err error
-	stdout, err := r.cmd.StdoutPipe()
+	pp, child, err := attachPipes(r.cmd, false)
 	if err != nil {
 		return err
 	}
-	r.stdout = &watchedReader{ReadCloser: stdout, said: &r.said}
-	r.stderr, err = r.cmd.StderrPipe()
-	return err
-}
-
-// watchedReader notes whether the child ever wrote to its stdout, which
-// tells a failed handshake (it printed something else: a protocol error)
-// from a child that died before saying anything (its exit tells more).
-type watchedReader struct {
-	io.ReadCloser
-	said *atomic.Bool
-}
-
-func (w *watchedReader) Read(b []byte) (int, error) {
-	n, err := w.ReadCloser.Read(b)
-	if n > 0 {
-		w.said.Store(true)
-	}
-	return n, err
+	r.pipes, r.childEnds = pp, child
+	r.stdout = newEndReader(pp.stdout, &r.said)
+	r.stderr = newEndReader(pp.stderr, nil)
+	return nil
 }
 
 func (r *childRunner) startedOnce(err error) {
@@ -482,19 +477,35 @@ func (r *childRunner) forked() bool { return r.isUp.Load() }
 
 func (r *childRunner) Start(context.Context) error {
 	err := r.sp.do(r.cmd.Start)
+	for _, f := range r.childEnds {
+		_ = f.Close() // the child has its copies; ours would hide its EOF
+	}
 	if err == nil {
 		r.pid = r.cmd.Process.Pid
 		r.isUp.Store(true)
+		r.wg.Add(1)
+		go r.reap()
+	} else {
+		r.pipes.close()
 	}
 	r.startedOnce(err)
 	return err
 }
 
-func (r *childRunner) Wait(context.Context) error {
-	err := r.cmd.Wait()
-	r.waitErr = err
+// reap observes the exit directly, then bounds go-plugin's pipe readers
+// (see drainPipes), which lets its own Wait call return.
+func (r *childRunner) reap() {
+	defer r.wg.Done()
+	r.waitErr = reapChild(r.cmd)
 	close(r.exited)
-	return err
+	drainPipes(exitDrain, []*os.File{r.pipes.stdout, r.pipes.stderr}, r.stdout.done, r.stderr.done)
+	close(r.drained)
+}
+
+// Wait is go-plugin's, called once it has finished reading the pipes.
+func (r *childRunner) Wait(context.Context) error {
+	<-r.exited
+	return r.waitErr
 }
 
 // Kill is go-plugin's last resort (a failed handshake, or no exit 2 s after

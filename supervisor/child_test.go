@@ -1,0 +1,258 @@
+package supervisor
+
+import (
+	"bufio"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/soniq-dev/soniq-sidecar/protocol"
+)
+
+// exitTolerance is the slack allowed on top of the sidecar's own bounds
+// (exitDrain, stdoutEOFGrace) for scheduling on a loaded machine; the
+// point is to stay far below the 30 s ping timeout that used to be the
+// only way such a process was noticed.
+const exitTolerance = 3 * time.Second
+
+// rawProc is a non-SDK child started by a transport, its events and the
+// file where its shell script writes the pid of the helper it leaves behind.
+type rawProc struct {
+	p       *process
+	events  chan event
+	wg      *sync.WaitGroup
+	pidFile string
+	exited  bool
+}
+
+func startRaw(t *testing.T, transport Transport, script string) *rawProc {
+	t.Helper()
+	dir := t.TempDir()
+	rp := &rawProc{events: make(chan event, 64), wg: &sync.WaitGroup{}, pidFile: filepath.Join(dir, "helper.pid")}
+	h := &Handler{Name: "raw", Command: []string{"sh", "-c", script}, Transport: transport, Workdir: dir,
+		Env: map[string]string{"PIDFILE": rp.pidFile}, StartupTimeout: 20 * time.Second, Concurrency: 1, Processes: 1}
+	sp := newSpawner()
+	stop := make(chan struct{})
+	go sp.run(stop)
+	rp.p = &process{pool: &pool{h: h}, out: make(chan protocol.Message, 4), tasks: map[string]*task{}, stderr: &stderrTail{}}
+	te := transportEnv{sp: sp, maxFrame: protocol.DefaultMaxFrameBytes, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		emit: func(e event) bool { rp.events <- e; return true }, wg: rp.wg}
+	start := startStdio
+	if transport == TransportUnix {
+		start = startUnix
+	}
+	if err := start(te, rp.p); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if pid := rp.helperPID(); pid > 0 {
+			_ = syscall.Kill(pid, syscall.SIGKILL) // the setsid helper is not the sidecar's to kill
+		}
+		if !rp.exited {
+			rp.p.signalGroup(syscall.SIGKILL)
+		}
+		if !rp.p.outClosed {
+			rp.p.closeInput()
+		}
+		go func() {
+			for range rp.events {
+			}
+		}()
+		done := make(chan struct{})
+		go func() { rp.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("transport goroutines did not end")
+		}
+		close(stop)
+		<-sp.done
+	})
+	return rp
+}
+
+// helperPID is the pid the script wrote to $PIDFILE, or 0.
+func (rp *rawProc) helperPID() int {
+	b, err := os.ReadFile(rp.pidFile)
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
+}
+
+func (rp *rawProc) next(t *testing.T, timeout time.Duration) event {
+	t.Helper()
+	select {
+	case e := <-rp.events:
+		if e.kind == evExit {
+			rp.exited = true
+		}
+		return e
+	case <-time.After(timeout):
+		t.Fatalf("no event within %s; stderr:\n%s", timeout, rp.p.stderr)
+		return event{}
+	}
+}
+
+// alive reports whether pid runs (a zombie has exited).
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
+}
+
+// Shell snippets that leave a helper behind holding the script's stdout and
+// stderr, its pid in $PIDFILE. The setsid one has left the process group
+// before the script goes on (it writes its pid after setsid).
+const (
+	setsidHelper = `setsid sh -c 'echo $$ > "$PIDFILE"; exec sleep 300' & while [ ! -s "$PIDFILE" ]; do sleep 0.01; done`
+	groupHelper  = `sleep 300 & echo $! > "$PIDFILE"`
+)
+
+// A handler process's exit is reported when it exits, whoever still holds
+// its stdout and stderr: a helper in its process group (killed with the
+// group) or one that left the group with setsid (not killed; its pipes are
+// cut after a bounded drain). Output written before the exit comes first.
+func TestTransportReportsExitDespiteHeldPipes(t *testing.T) {
+	cases := []struct {
+		name      string
+		transport Transport
+		script    string
+		frame     bool // the script writes a pong frame before it exits (stdio)
+		inGroup   bool // the helper stays in the process group
+	}{
+		{"stdio/setsid helper", TransportStdio, `printf '{"type":"pong","seq":1}\n'; echo bye >&2; ` + setsidHelper + `; exit 3`, true, false},
+		{"stdio/helper in the group", TransportStdio, `printf '{"type":"pong","seq":1}\n'; echo bye >&2; ` + groupHelper + `; exit 3`, true, true},
+		{"unix/setsid helper", TransportUnix, `echo bye >&2; ` + setsidHelper + `; exit 3`, false, false},
+		{"unix/helper in the group", TransportUnix, `echo bye >&2; ` + groupHelper + `; exit 3`, false, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			started := time.Now()
+			rp := startRaw(t, c.transport, c.script)
+			bound := exitDrain + exitTolerance
+			e := rp.next(t, bound)
+			if c.frame {
+				if pong, ok := e.msg.(*protocol.Pong); e.kind != evFrame || !ok || pong.Seq != 1 {
+					t.Fatalf("first event: kind %d %+v %v, want the pong written before the exit", e.kind, e.msg, e.err)
+				}
+				e = rp.next(t, bound)
+			}
+			took := time.Since(started)
+			if e.kind != evExit {
+				t.Fatalf("event kind %d %+v %v, want the exit", e.kind, e.msg, e.err)
+			}
+			if d := exitDescription(e.err); d != "exited with status 3" {
+				t.Errorf("exit %q, want exited with status 3", d)
+			}
+			if !strings.Contains(rp.p.stderr.String(), "bye") {
+				t.Errorf("stderr written before the exit is missing: %q", rp.p.stderr.String())
+			}
+			t.Logf("exit reported %s after the start (bound %s)", took.Round(time.Millisecond), bound)
+			pid := rp.helperPID()
+			if pid == 0 {
+				t.Fatal("the script wrote no helper pid")
+			}
+			if c.inGroup {
+				deadline := time.Now().Add(exitTolerance)
+				for alive(pid) && time.Now().Before(deadline) {
+					time.Sleep(10 * time.Millisecond)
+				}
+				if alive(pid) {
+					t.Errorf("the helper %d left in the process group survived the exit", pid)
+				}
+			} else if !alive(pid) {
+				t.Errorf("the setsid helper %d is gone: the test no longer holds the pipes", pid)
+			}
+		})
+	}
+}
+
+// A stdio process that closes its stdout and keeps running is reported
+// (evStdoutClosed) after stdoutEOFGrace; the loop then kills it.
+func TestStdioStdoutClosedWhileRunning(t *testing.T) {
+	t.Parallel()
+	rp := startRaw(t, TransportStdio, `printf '{"type":"pong","seq":1}\n'; exec 1>&-; echo closed >&2; exec sleep 300`)
+	if e := rp.next(t, 10*time.Second); e.kind != evFrame {
+		t.Fatalf("first event: kind %d %v", e.kind, e.err)
+	}
+	closedAt := time.Now()
+	e := rp.next(t, stdoutEOFGrace+exitTolerance)
+	if e.kind != evStdoutClosed {
+		t.Fatalf("event kind %d %+v %v, want stdout closed", e.kind, e.msg, e.err)
+	}
+	if d := time.Since(closedAt); d < stdoutEOFGrace/2 {
+		t.Errorf("reported after %s: the grace of %s was not given", d, stdoutEOFGrace)
+	}
+	// As the loop's breakProcess does.
+	rp.p.closeInput()
+	rp.p.signalGroup(syscall.SIGKILL)
+	e = rp.next(t, exitDrain+exitTolerance)
+	if e.kind != evExit || exitDescription(e.err) != "killed by signal SIGKILL" {
+		t.Fatalf("event kind %d, exit %q; want killed by signal SIGKILL", e.kind, exitDescription(e.err))
+	}
+}
+
+// drainPipes lets the readers finish what was written, waits at most
+// drain for a write end that stays open, and then unblocks them.
+func TestDrainPipes(t *testing.T) {
+	cases := []struct {
+		name     string
+		holdOpen bool // a descendant keeps the write end
+	}{
+		{"write end closed", false},
+		{"write end held", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = w.Close() })
+			if _, err := w.WriteString("one\ntwo\n"); err != nil {
+				t.Fatal(err)
+			}
+			if !c.holdOpen {
+				_ = w.Close()
+			}
+			var lines []string
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				sc := bufio.NewScanner(r)
+				for sc.Scan() {
+					lines = append(lines, sc.Text())
+				}
+			}()
+			const drain = 300 * time.Millisecond
+			start := time.Now()
+			drainPipes(drain, []*os.File{r}, done)
+			took := time.Since(start)
+			if strings.Join(lines, ",") != "one,two" {
+				t.Errorf("lines %q, want one, two", lines)
+			}
+			switch {
+			case c.holdOpen && (took < drain || took > drain+exitTolerance):
+				t.Errorf("took %s, want the drain of %s", took, drain)
+			case !c.holdOpen && took >= drain:
+				t.Errorf("took %s: waited for the drain although the reader was done", took)
+			}
+			if _, err := w.WriteString("late\n"); c.holdOpen && err == nil {
+				t.Error("the holder can still write after the drain: the read end is not closed")
+			}
+		})
+	}
+}
