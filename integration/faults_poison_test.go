@@ -42,21 +42,27 @@ func (w *world) fate(id string) string {
 
 // ranAlone reports whether the run recorded at line i (a "start") had its
 // process to itself: every other job started in that process before it had
-// already ended there, and none started there after it.
+// already ended there, and none started there until it ended (a run that
+// crashed its process never ends).
 func ranAlone(rec [][]string, i int) bool {
-	pid := rec[i][2]
+	id, pid := rec[i][1], rec[i][2]
 	inFlight := map[string]bool{}
-	for k, r := range rec {
-		if r[2] != pid || k == i {
-			continue
-		}
+	for _, r := range rec[:i] {
 		switch {
-		case k > i && r[0] == "start":
-			return false
-		case k < i && r[0] == "start":
+		case r[2] != pid:
+		case r[0] == "start":
 			inFlight[r[1]] = true
-		case k < i && r[0] == "end":
+		case r[0] == "end":
 			delete(inFlight, r[1])
+		}
+	}
+	for _, r := range rec[i+1:] {
+		switch {
+		case r[2] != pid:
+		case r[0] == "end" && r[1] == id:
+			return len(inFlight) == 0
+		case r[0] == "start":
+			return false
 		}
 	}
 	return len(inFlight) == 0
