@@ -600,12 +600,17 @@ func (l *loop) maybeClaim(pl *pool) {
 		free += p.free()
 		syncFree += p.syncFree()
 	}
+	queued := 0
 	for _, t := range pl.pending {
+		if t.suspect {
+			continue // waits for an empty process, not for a slot of these
+		}
+		queued++
 		if t.sync() {
 			pendingSync++
 		}
 	}
-	free -= len(pl.pending)
+	free -= queued
 	if free <= 0 {
 		return
 	}

@@ -372,3 +372,66 @@ func TestSuspectsAtShutdown(t *testing.T) {
 		})
 	}
 }
+
+// While suspects wait for a process of their own, the other processes keep
+// claiming and running jobs at their capacity: a waiting suspect does not
+// hold a slot of theirs.
+func TestSuspectsLeaveOtherProcessesClaiming(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakePool(t, fakeSettings(30*time.Second, time.Minute), 2, 4, 4, nil)
+		ended := false
+		defer w.stopIfRunning(&ended)
+		w.launch()
+		w.waitFor(time.Minute, "both processes ready", func() bool { return len(w.logsWith("handler process ready")) == 2 })
+		// One job at a time goes to the least-loaded process, the first on
+		// a tie: the innocents and the poison share process 1, the long jobs
+		// fill three slots of process 2.
+		enqueue := func(name string, seconds float64) string {
+			id := w.enqueueMax(name, seconds, 3)
+			w.waitFor(time.Minute, "job "+id+" started", func() bool {
+				runs, _ := w.snapshot()
+				return slices.ContainsFunc(runs, func(r fakeRun) bool { return r.id == id })
+			})
+			time.Sleep(10 * time.Millisecond) // distinct start times: suspects re-run in this order
+			return id
+		}
+		var innocents []string
+		for range 3 {
+			innocents = append(innocents, enqueue("async.sleep", 5))
+			enqueue("async.sleep", 20)
+		}
+		poison := enqueue("crash", 1)
+		runs, _ := w.snapshot()
+		for _, r := range runs {
+			want := 2
+			if r.id == poison || slices.Contains(innocents, r.id) {
+				want = 1
+			}
+			require.Equal(t, want, r.proc, "placement of %s", r.id)
+		}
+		w.waitFor(time.Minute, "the crash made suspects", func() bool { return len(w.logsWith(msgSuspects)) == 1 })
+		var short []string
+		for range 6 {
+			short = append(short, w.enqueueMax("async.sleep", 1, 3))
+		}
+		w.waitFor(time.Minute, "the poison convicted", func() bool { return len(w.logsWith(msgConvicted)) == 1 })
+
+		runs, _ = w.snapshot()
+		var lastSuspect time.Time // when the last suspect started alone
+		for i, r := range runs {
+			if isRerun(runs, i) && r.at.After(lastSuspect) {
+				lastSuspect = r.at
+			}
+		}
+		for _, id := range short {
+			i := slices.IndexFunc(runs, func(r fakeRun) bool { return r.id == id })
+			require.GreaterOrEqual(t, i, 0, "short job %s ran", id)
+			assert.Equal(t, 2, runs[i].proc, "short job %s ran in the other process", id)
+			assert.True(t, !runs[i].end.IsZero() && runs[i].end.Before(lastSuspect),
+				"short job %s ran (%v to %v) while suspects still waited (the last started alone at %v)", id, runs[i].at, runs[i].end, lastSuspect)
+		}
+		w.sup.Shutdown()
+		ended = true
+		require.NoError(t, <-w.runErr)
+	})
+}
