@@ -101,6 +101,7 @@ var testJobs = []struct {
 }{
 	{"t.noop", true}, {"t.record", true}, {"t.sleep_async", true}, {"t.sleep_sync", false},
 	{"t.stubborn", true}, {"t.fail", false}, {"t.snooze", true}, {"t.trace", true},
+	{"t.crash", true},
 }
 
 // manifestOpts shapes a generated manifest.

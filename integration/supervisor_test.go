@@ -322,46 +322,68 @@ func TestSupervisorSnooze(t *testing.T) {
 	})
 }
 
-// kill -9 of a handler process mid-job: the job fails through the retry
-// policy, runs again on the replacement process and completes.
+// kill -9 of a handler process mid-job. Jobs that shared the process are
+// suspects: each re-runs alone in the replacement, attempt unchanged, and
+// completes. A job alone in its process when it is killed is the culprit:
+// the crash counts one attempt, or dead-letters it on its last attempt.
 func TestSupervisorHandlerKilledMidJob(t *testing.T) {
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{})
-		id := w.enqueue("t.sleep_async", `{"seconds":2}`, 3)
-		last := w.enqueue("t.sleep_async", `{"seconds":2}`, 1) // its only attempt
-		sc := w.startSidecar(nil)
-		w.waitStarted(t, id, last)
-		var victim int
-		for _, r := range w.recorded() {
-			if r[0] == "start" && r[1] == id {
-				victim, _ = strconv.Atoi(r[2])
+		startPID := func(id string, attempt string) int {
+			var pid int
+			for _, r := range w.recorded() {
+				if r[0] == "start" && r[1] == id && r[3] == attempt {
+					pid, _ = strconv.Atoi(r[2])
+				}
 			}
+			require.NotZero(t, pid, "job %s attempt %s started", id, attempt)
+			return pid
 		}
-		require.NotZero(t, victim)
-		require.Equal(t, []int{victim}, sc.readyPIDs(w.handlerName()), "the job runs in the one ready process")
+		a := w.enqueue("t.sleep_async", `{"seconds":2}`, 3)
+		b := w.enqueue("t.sleep_async", `{"seconds":2}`, 1) // its only attempt
+		sc := w.startSidecar(nil)
+		w.waitStarted(t, a, b)
+		victim := startPID(a, "1")
+		require.Equal(t, victim, startPID(b, "1"), "both jobs run in the one process")
+		require.Equal(t, []int{victim}, sc.readyPIDs(w.handlerName()), "the jobs run in the one ready process")
 		require.NoError(t, syscall.Kill(victim, syscall.SIGKILL))
 
-		w.waitDone(t, sc, 30*time.Second, id)
-		j := w.job(id)
-		assert.Equal(t, 2, j.Attempts, "the crash counted one attempt")
-		var starts [][]string
-		for _, r := range w.recorded() {
-			if r[0] == "start" && r[1] == id {
-				starts = append(starts, r)
+		w.waitDone(t, sc, 30*time.Second, a, b)
+		warn := sc.waitLog(5*time.Second, "suspects", map[string]any{"pid": victim})
+		assert.Equal(t, 2, intAttr(warn, "suspects"))
+		rec := w.recorded()
+		for _, id := range []string{a, b} {
+			assert.Equal(t, 1, w.job(id).Attempts, "a suspect is not charged for the crash")
+			var reruns []int
+			for i, r := range rec {
+				if r[0] == "start" && r[1] == id && r[2] != strconv.Itoa(victim) {
+					reruns = append(reruns, i)
+					assert.Equal(t, "1", r[3], "the isolated re-run keeps attempt 1")
+					assert.True(t, ranAlone(rec, i), "the suspect re-ran alone in its process")
+				}
 			}
+			assert.Len(t, reruns, 1, "one isolated re-run of %s", id)
 		}
-		require.Len(t, starts, 2)
-		assert.Equal(t, "2", starts[1][3], "the re-run is attempt 2")
-
 		pids := sc.readyPIDs(w.handlerName())
 		require.Len(t, pids, 2, "one replacement process")
-		assert.Equal(t, victim, pids[0])
 		assert.NotEqual(t, victim, pids[1], "the replacement is a new process")
-		assert.Equal(t, strconv.Itoa(pids[1]), starts[1][2], "the re-run ran in the replacement")
 		assert.False(t, pidAlive(victim), "the killed process is gone (reaped)")
 		sc.waitLog(5*time.Second, "exited unexpectedly", map[string]any{"handler": w.handlerName()})
 
-		// The job on its last attempt is dead-lettered with the exit status.
+		// Alone in its process: the crash counts one attempt.
+		lone := w.enqueue("t.sleep_async", `{"seconds":2}`, 3)
+		w.waitStarted(t, lone)
+		victim = startPID(lone, "1")
+		require.NoError(t, syscall.Kill(victim, syscall.SIGKILL))
+		w.waitDone(t, sc, 30*time.Second, lone)
+		assert.Equal(t, 2, w.job(lone).Attempts, "the crash counted one attempt")
+		assert.NotEqual(t, victim, startPID(lone, "2"), "the re-run is attempt 2, in the replacement")
+
+		// Alone on its last attempt: dead-lettered with the exit status.
+		last := w.enqueue("t.sleep_async", `{"seconds":2}`, 1)
+		w.waitStarted(t, last)
+		victim = startPID(last, "1")
+		require.NoError(t, syscall.Kill(victim, syscall.SIGKILL))
 		dl := w.waitDeadLetter(t, sc, 10*time.Second, last)
 		assert.Equal(t, backends.ReasonMaxRetriesExceeded, dl.Reason)
 		assert.Equal(t, 1, dl.Attempts)
@@ -369,6 +391,7 @@ func TestSupervisorHandlerKilledMidJob(t *testing.T) {
 		assert.Contains(t, *dl.LastError, "killed by signal")
 		assert.Contains(t, *dl.LastError, strconv.Itoa(victim))
 		t.Logf("%s: last_error of the job on its last attempt: %q", s.name, *dl.LastError)
+		assert.Len(t, sc.logs("suspects"), 1, "only the crash with two jobs made suspects")
 		sc.stop(t)
 	})
 }

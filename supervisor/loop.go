@@ -75,6 +75,7 @@ type task struct {
 	startedAt time.Time
 	abandoned string     // why: "job_timeout" or "shutdown_timeout"
 	span      trace.Span // one span per execution; nil until started
+	suspect   bool       // its process died holding other jobs too: it runs alone next (suspect.go)
 }
 
 // endSpan closes the execution's span once, with its outcome.
@@ -105,6 +106,7 @@ type pool struct {
 	claiming   bool
 	more       bool // there may be runnable rows: claim when capacity allows
 	restarting []bool
+	isolated   map[*process]*task // processes running a suspect alone (suspect.go)
 }
 
 func (pl *pool) ready() []*process {
@@ -124,7 +126,8 @@ func (pl *pool) ready() []*process {
 func (pl *pool) pick(t *task) *process {
 	var best *process
 	for _, p := range pl.procs {
-		if p == nil || p.state != procReady || p.free() <= 0 || (t.sync() && p.syncFree() <= 0) || p.tasks[t.job.ID] != nil {
+		if p == nil || p.state != procReady || p.free() <= 0 || (t.sync() && p.syncFree() <= 0) || pl.isolated[p] != nil ||
+			p.tasks[t.job.ID] != nil {
 			continue
 		}
 		if best == nil || p.free() > best.free() {
@@ -504,12 +507,7 @@ func (l *loop) onExit(p *process, err error) {
 	if tail := p.stderr.String(); tail != "" && !expected {
 		cause += "\nstderr (last lines):\n" + tail
 	}
-	for _, t := range p.tasks {
-		if t.state != taskRunning {
-			continue // abandoned: its row was written or NACKed already
-		}
-		l.fail(t, cause, true, "crashed")
-	}
+	l.settleCrash(p, cause, desc)
 	p.tasks = nil
 	if len(pl.ready()) == 0 && !expected {
 		// A recycled process is replaced at once; only a failure makes
@@ -529,7 +527,7 @@ func (l *loop) onExit(p *process, err error) {
 			pl.failures = 0
 		}
 		if wasReady {
-			l.s.log.Error("handler process exited unexpectedly; its jobs fail through the retry policy", "handler", pl.h.Name, "pid", p.pid, "exit", desc)
+			l.s.log.Error("handler process exited unexpectedly; a job it held alone fails through the retry policy, jobs it held together re-run alone first", "handler", pl.h.Name, "pid", p.pid, "exit", desc)
 		}
 		if l.state <= StateDraining && l.fatal == nil {
 			reason := "start_failure" // exited before its hello
@@ -634,15 +632,23 @@ func (l *loop) maybeClaim(pl *pool) {
 	}
 	free, syncFree, pendingSync := 0, 0, 0
 	for _, p := range pl.ready() {
+		if pl.isolated[p] != nil {
+			continue // takes no other job while its suspect runs
+		}
 		free += p.free()
 		syncFree += p.syncFree()
 	}
+	queued := 0
 	for _, t := range pl.pending {
+		if t.suspect {
+			continue // waits for an empty process, not for a slot of these
+		}
+		queued++
 		if t.sync() {
 			pendingSync++
 		}
 	}
-	free -= len(pl.pending)
+	free -= queued
 	if free <= 0 {
 		return
 	}
@@ -814,17 +820,27 @@ func isJSONObject(b json.RawMessage) bool {
 	return false
 }
 
-// tryDispatch hands pending jobs to processes with a free slot.
+// tryDispatch hands pending jobs to processes with a free slot; suspects,
+// first in line, each to a process of its own.
 func (l *loop) tryDispatch(pl *pool) {
+	l.releaseIsolated(pl)
 	if len(pl.pending) == 0 || l.state >= StateForceTimeoutPath {
 		return
 	}
 	kept := pl.pending[:0]
 	for _, t := range pl.pending {
-		p := pl.pick(t)
+		var p *process
+		if t.suspect {
+			p = pl.pickEmpty(t.sync())
+		} else {
+			p = pl.pick(t)
+		}
 		if p == nil {
 			kept = append(kept, t)
 			continue
+		}
+		if t.suspect {
+			l.isolate(t, p)
 		}
 		l.start(t, p)
 	}

@@ -70,7 +70,7 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 		return
 	})
 	mk(func() (e error) {
-		x.completed, e = m.Int64Counter("soniq_jobs_completed", metric.WithDescription("Job executions ended, by status: done, failed, timeout, crashed, snoozed, nacked."))
+		x.completed, e = m.Int64Counter("soniq_jobs_completed", metric.WithDescription("Job executions ended, by status: done, failed, timeout, crashed, suspected, snoozed, nacked."))
 		return
 	})
 	mk(func() (e error) {

@@ -10,7 +10,9 @@ package supervisor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -63,18 +65,45 @@ type fakeWorld struct {
 	mu      sync.Mutex
 	logs    []logRecord
 	frames  []protocol.Message // what the fake handlers received
+	procs   int                // fake processes started so far
+	runs    []fakeRun          // every job a fake process received
+	crashes []fakeCrash        // every fake process that crashed
 	runErr  chan error
 	stopped time.Time
 }
 
+// fakeRun is one job frame a fake process received.
+type fakeRun struct {
+	proc      int // the fake process's number, from 1
+	id        string
+	attempt   int
+	alongside []string // the jobs that process held when this one arrived
+	at        time.Time
+	end       time.Time // its result was sent or its process crashed; zero while it runs
+}
+
+// fakeCrash is a fake process dying on a crash job.
+type fakeCrash struct {
+	proc int
+	held []string // every job it held, the crash job included
+	at   time.Time
+}
+
 // fakeJobs are the jobs of the fake handler: *.sleep jobs sleep args.seconds
-// on the fake clock; async.sleep ends on a cancel, sync.sleep ignores it.
+// on the fake clock; async.sleep ends on a cancel, sync.sleep ignores it;
+// crash sleeps args.seconds, then its whole process dies with exit status 7.
 var fakeJobs = []JobSpec{
 	{Name: "async.sleep", Cancellable: true, Retry: DefaultRetryPolicy()},
 	{Name: "sync.sleep", Cancellable: false, Retry: DefaultRetryPolicy()},
+	{Name: "crash", Cancellable: true, Retry: DefaultRetryPolicy()},
 }
 
 func newFakeWorld(t *testing.T, s Settings, concurrency, syncConcurrency int, jobTimeout map[string]time.Duration) *fakeWorld {
+	return newFakePool(t, s, 1, concurrency, syncConcurrency, jobTimeout)
+}
+
+// newFakePool is newFakeWorld with a pool of several processes.
+func newFakePool(t *testing.T, s Settings, processes, concurrency, syncConcurrency int, jobTimeout map[string]time.Duration) *fakeWorld {
 	w := &fakeWorld{t: t, mem: memory.New(), runErr: make(chan error, 1)}
 	jobs := append([]JobSpec{}, fakeJobs...)
 	for i := range jobs {
@@ -83,7 +112,7 @@ func newFakeWorld(t *testing.T, s Settings, concurrency, syncConcurrency int, jo
 		}
 	}
 	m := &Manifest{Version: 1, Handlers: []Handler{{
-		Name: "fake", Command: []string{"fake"}, Transport: TransportStdio, Processes: 1,
+		Name: "fake", Command: []string{"fake"}, Transport: TransportStdio, Processes: processes,
 		Concurrency: concurrency, SyncConcurrency: syncConcurrency, StartupTimeout: 10 * time.Second, Jobs: jobs,
 	}}}
 	log := slog.New(captureHandler{mu: &w.mu, records: &w.logs})
@@ -93,10 +122,15 @@ func newFakeWorld(t *testing.T, s Settings, concurrency, syncConcurrency int, jo
 	return w
 }
 
-// transport starts an in-process fake handler for p.
+// transport starts an in-process fake handler for p. p.pid stays 0, so
+// that nothing is ever signalled.
 func (w *fakeWorld) transport(te transportEnv, p *process) error {
 	out := p.out
 	h := p.pool.h
+	w.mu.Lock()
+	w.procs++
+	fp := w.procs
+	w.mu.Unlock()
 	hello := &protocol.Hello{Protocol: 1, SDK: "fake/1", PID: 1, Concurrency: h.Concurrency, SyncConcurrency: h.SyncConcurrency}
 	for _, j := range h.Jobs {
 		hello.Jobs = append(hello.Jobs, protocol.HelloJob{Name: j.Name, Cancellable: j.Cancellable})
@@ -106,7 +140,12 @@ func (w *fakeWorld) transport(te transportEnv, p *process) error {
 		defer te.wg.Done()
 		te.emit(event{kind: evFrame, proc: p, msg: hello})
 		results := make(chan *protocol.Result)
+		crashed := make(chan struct{})
+		dead := make(chan struct{}) // closed when this fake process ends: its jobs' goroutines give up
+		defer close(dead)
 		cancels := map[string]chan struct{}{}
+		held := map[string]bool{}
+		runOf := map[string]int{} // held job → its index in w.runs
 		inflight, closed := 0, false
 		for !closed || inflight > 0 {
 			select {
@@ -133,25 +172,66 @@ func (w *fakeWorld) transport(te transportEnv, p *process) error {
 					if m.Name == "async.sleep" {
 						cancels[m.ID] = cancel // a sync job is never reachable by a cancel
 					}
+					w.mu.Lock()
+					runOf[m.ID] = len(w.runs)
+					w.runs = append(w.runs, fakeRun{proc: fp, id: m.ID, attempt: m.Attempt, alongside: sortedSet(held), at: time.Now()})
+					w.mu.Unlock()
+					held[m.ID] = true
 					inflight++
-					go func(id string, d time.Duration) {
+					go func(id string, crash bool, d time.Duration) {
+						r := &protocol.Result{ID: id, Status: protocol.StatusDone, Result: json.RawMessage(`{"ok":true}`)}
 						select {
 						case <-time.After(d):
-							results <- &protocol.Result{ID: id, Status: protocol.StatusDone, Result: json.RawMessage(`{"ok":true}`)}
+							if crash {
+								select {
+								case crashed <- struct{}{}:
+								case <-dead:
+								}
+								return
+							}
 						case <-cancel:
-							results <- &protocol.Result{ID: id, Status: protocol.StatusCancelled}
+							r = &protocol.Result{ID: id, Status: protocol.StatusCancelled}
+						case <-dead:
+							return // its process crashed
 						}
-					}(m.ID, time.Duration(args.Seconds*float64(time.Second)))
+						select {
+						case results <- r:
+						case <-dead:
+						}
+					}(m.ID, m.Name == "crash", time.Duration(args.Seconds*float64(time.Second)))
 				}
 			case r := <-results:
 				inflight--
 				delete(cancels, r.ID)
+				delete(held, r.ID)
+				w.mu.Lock()
+				w.runs[runOf[r.ID]].end = time.Now()
+				w.mu.Unlock()
+				delete(runOf, r.ID)
 				te.emit(event{kind: evFrame, proc: p, msg: r})
+			case <-crashed:
+				w.mu.Lock()
+				w.crashes = append(w.crashes, fakeCrash{proc: fp, held: sortedSet(held), at: time.Now()})
+				for _, i := range runOf {
+					w.runs[i].end = time.Now()
+				}
+				w.mu.Unlock()
+				te.emit(event{kind: evExit, proc: p, err: errors.New("exited with status 7")})
+				return
 			}
 		}
 		te.emit(event{kind: evExit, proc: p})
 	}()
 	return nil
+}
+
+func sortedSet(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }
 
 func (w *fakeWorld) enqueue(name string, seconds float64) string {

@@ -68,4 +68,12 @@ app.job('t.snooze', async (args, ctx) => {
   return { snoozed_before: true };
 });
 
+// A poison job: it takes its whole process down, neighbours included.
+app.job('t.crash', async ({ seconds }, ctx) => {
+  record('start', ctx);
+  await sleep((seconds ?? 0) * 1000);
+  fs.writeSync(2, `t.crash: poison job ${ctx.id} exiting with status 7\n`);
+  process.exit(7);
+});
+
 app.run();

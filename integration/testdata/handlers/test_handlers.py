@@ -1,6 +1,7 @@
 """Handlers for the integration tests, on the Python SDK (examples/python)."""
 import asyncio
 import os
+import sys
 import time
 
 import soniq_handler
@@ -81,6 +82,15 @@ async def snooze(args, ctx):
         open(os.environ["TEST_RECORD"] + ".snoozed-" + ctx.id, "w").close()
         return soniq_handler.Snooze(args.get("seconds", 1), "not yet")
     return {"snoozed_before": True}
+
+
+@app.job("t.crash")
+async def crash(args, ctx):
+    # A poison job: it takes its whole process down, neighbours included.
+    record("start", ctx)
+    await asyncio.sleep(args.get("seconds", 0))
+    print("t.crash: poison job %s exiting with status 7" % ctx.id, file=sys.stderr, flush=True)
+    os._exit(7)
 
 
 app.run()
