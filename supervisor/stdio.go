@@ -24,7 +24,7 @@ func startStdio(te transportEnv, p *process) error {
 	}
 	p.cmd, p.pid = cmd, cmd.Process.Pid
 	te.wg.Add(2)
-	go func() { defer te.wg.Done(); writeFrames(p.out, pp.stdin) }()
+	go func() { defer te.wg.Done(); writeFrames(p, pp.stdin, te) }()
 	go func() { defer te.wg.Done(); readFrames(p, pp, te.maxFrame, te.log, te.emit) }()
 	return nil
 }
