@@ -7,6 +7,8 @@ package integration
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -236,4 +238,66 @@ func TestFaultArgsUnreadableSQLite(t *testing.T) {
 			sc.stop(t)
 		})
 	}
+}
+
+// closesStdinHandler speaks the protocol by hand: it answers its first job,
+// then closes its stdin and stays alive without reading another frame.
+const closesStdinHandler = `import json, os, sys, time
+out = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+jobs = json.loads(os.environ["RAW_JOBS"])
+out.write(json.dumps({"type": "hello", "protocol": 1, "sdk": "raw/1", "pid": os.getpid(), "jobs": jobs, "concurrency": 8}) + "\n")
+out.flush()
+for line in sys.stdin:
+    frame = json.loads(line)
+    if frame["type"] == "ping":
+        out.write(json.dumps({"type": "pong", "seq": frame["seq"]}) + "\n")
+        out.flush()
+    elif frame["type"] == "job":
+        os.close(0)
+        print("closed stdin after job", frame["id"], file=sys.stderr, flush=True)
+        out.write(json.dumps({"type": "result", "id": frame["id"], "status": "done"}) + "\n")
+        out.flush()
+        time.sleep(600)
+`
+
+// A handler that closes its stdin while alive gets no more frames: the
+// write error is logged once with the handler and pid, and the process is
+// replaced within seconds, not after the 30 s ping timeout; the job that was
+// sent into the closed pipe runs again on the replacement.
+func TestFaultHandlerClosesItsStdin(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "closes_stdin.py")
+	require.NoError(t, os.WriteFile(script, []byte(closesStdinHandler), 0o644))
+	var jobs []map[string]any
+	for _, j := range testJobs {
+		jobs = append(jobs, map[string]any{"name": j.name, "cancellable": j.cancellable})
+	}
+	jj, err := json.Marshal(jobs)
+	require.NoError(t, err)
+	raw := sdk{name: "raw", transport: "stdio",
+		command: func(string) []string { return []string{"python3", "-u", script} },
+		env:     func(string) map[string]string { return map[string]string{"RAW_JOBS": string(jj)} },
+	}
+	w := newWorld(t, raw, manifestOpts{})
+	first := w.enqueue("t.noop", `{}`, 3)
+	sc := w.startSidecar(nil)
+	pids := sc.waitReady(t, w.handlerName(), 1)
+	w.waitDone(t, sc, 10*time.Second, first)
+
+	second := w.enqueue("t.noop", `{}`, 3)
+	sent := time.Now()
+	// Sent into the closed pipe (or a ping is, first): reported at once,
+	// broken stdinSettle (2 s) later, then the replacement runs the job.
+	// A stalled stream would only be noticed by the 30 s ping timeout.
+	w.waitDone(t, sc, 15*time.Second, second)
+	t.Logf("the job sent into the closed stdin was done %.1fs later, on a replacement process", time.Since(sent).Seconds())
+	failed := sc.logs("writing to the handler's stdin failed")
+	require.Len(t, failed, 1, "logged once")
+	assert.Equal(t, w.handlerName(), failed[0]["handler"])
+	assert.Equal(t, pids[0], intAttr(failed[0], "pid"))
+	broken := sc.waitLog(time.Second, "handler process is broken", map[string]any{"pid": pids[0]})
+	assert.Contains(t, broken["err"], "its stdin is closed")
+	assert.Equal(t, 2, w.job(second).Attempts, "the attempt that went into the closed pipe counts")
+	assert.Len(t, sc.readyPIDs(w.handlerName()), 2, "one replacement")
+	sc.stop(t)
 }

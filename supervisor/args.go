@@ -2,11 +2,14 @@ package supervisor
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/big"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
 // maxArgsDepth bounds the nesting of args: every SDK's JSON parser must
@@ -36,6 +39,23 @@ func argsUnsendable(b json.RawMessage, maxFrame int) string {
 		return ""
 	}
 	return f.message(b)
+}
+
+// jobUnsendable is the claim check again, applied by the transports to each
+// job frame just before it leaves, so that a job that got past the claim
+// check anyway is reported alone (evUnsendable) instead of breaking the
+// process that would receive it.
+func jobUnsendable(j *protocol.Job, maxFrame int) error {
+	if j.Args == nil {
+		return nil // encoded as {}
+	}
+	if !isJSONObject(j.Args) {
+		return errors.New("args are not a JSON object")
+	}
+	if why := argsUnsendable(j.Args, maxFrame); why != "" {
+		return errors.New(why)
+	}
+	return nil
 }
 
 type argsFaultKind uint8
@@ -443,7 +463,7 @@ func (f argsFault) message(b []byte) string {
 	case argsTrailing:
 		return fmt.Sprintf("args are not valid JSON: data after the top-level value %s: %s", at, quoteBytes(b[f.start:f.end], 40))
 	case argsControl:
-		return fmt.Sprintf("args are not valid JSON: raw control character %s in a string %s%s (it must be escaped)", quoteByte(b[f.start]), at, in)
+		return fmt.Sprintf("args are not valid JSON: raw control character %s in a string %s, which must be escaped%s", quoteByte(b[f.start]), at, in)
 	case argsNonFinite:
 		return fmt.Sprintf("%s: NaN and Infinity are not JSON (%s %s)", path, b[f.start:f.end], at)
 	case argsUTF8:

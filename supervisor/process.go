@@ -296,8 +296,8 @@ func startChild(sp *spawner, h *Handler, maxFrame int) (*exec.Cmd, procPipes, er
 
 // writeFrames is a process's writer goroutine: it encodes queued frames to
 // stdin until the queue is closed, then closes stdin. A frame that cannot
-// be encoded is reported to the loop (evUnsendable) and skipped: the stream
-// goes on. A failed write (the child closed its stdin or died) is logged
+// be encoded, or a job the handler could not read, is reported to the loop
+// (evUnsendable) and skipped: the stream goes on. A failed write (the child closed its stdin or died) is logged
 // once and reported (evStdinFailed); the frames after it cannot be
 // delivered and are drained, so senders never block.
 func writeFrames(p *process, stdin io.WriteCloser, te transportEnv) {
@@ -308,7 +308,14 @@ func writeFrames(p *process, stdin io.WriteCloser, te transportEnv) {
 		if failed != nil {
 			continue
 		}
-		frame, err := protocol.Append(buf[:0], m)
+		var err error
+		if j, ok := m.(*protocol.Job); ok {
+			err = jobUnsendable(j, te.maxFrame)
+		}
+		var frame []byte
+		if err == nil {
+			frame, err = protocol.Append(buf[:0], m)
+		}
 		if err != nil {
 			te.emit(event{kind: evUnsendable, proc: p, msg: m, err: err})
 			continue
