@@ -240,8 +240,9 @@ func TestFaultArgsUnreadableSQLite(t *testing.T) {
 	}
 }
 
-// closesStdinHandler speaks the protocol by hand: it answers its first job,
-// then closes its stdin and stays alive without reading another frame.
+// closesStdinHandler speaks the protocol by hand: it answers every job, and
+// after a job with {"close_stdin": true} it closes its stdin and stays
+// alive without reading another frame.
 const closesStdinHandler = `import json, os, sys, time
 out = os.fdopen(os.dup(1), "w")
 os.dup2(2, 1)
@@ -254,17 +255,18 @@ for line in sys.stdin:
         out.write(json.dumps({"type": "pong", "seq": frame["seq"]}) + "\n")
         out.flush()
     elif frame["type"] == "job":
-        os.close(0)
-        print("closed stdin after job", frame["id"], file=sys.stderr, flush=True)
         out.write(json.dumps({"type": "result", "id": frame["id"], "status": "done"}) + "\n")
         out.flush()
-        time.sleep(600)
+        if frame["args"].get("close_stdin"):
+            os.close(0)
+            print("closed stdin after job", frame["id"], file=sys.stderr, flush=True)
+            time.sleep(600)
 `
 
 // A handler that closes its stdin while alive gets no more frames: the
 // write error is logged once with the handler and pid, and the process is
-// replaced within seconds, not after the 30 s ping timeout; the job that was
-// sent into the closed pipe runs again on the replacement.
+// replaced within seconds, not after the 30 s ping timeout; a job sent into
+// the closed pipe runs again on the replacement.
 func TestFaultHandlerClosesItsStdin(t *testing.T) {
 	script := filepath.Join(t.TempDir(), "closes_stdin.py")
 	require.NoError(t, os.WriteFile(script, []byte(closesStdinHandler), 0o644))
@@ -279,25 +281,33 @@ func TestFaultHandlerClosesItsStdin(t *testing.T) {
 		env:     func(string) map[string]string { return map[string]string{"RAW_JOBS": string(jj)} },
 	}
 	w := newWorld(t, raw, manifestOpts{})
-	first := w.enqueue("t.noop", `{}`, 3)
+	first := w.enqueue("t.noop", `{"close_stdin": true}`, 3)
 	sc := w.startSidecar(nil)
 	pids := sc.waitReady(t, w.handlerName(), 1)
 	w.waitDone(t, sc, 10*time.Second, first)
 
 	second := w.enqueue("t.noop", `{}`, 3)
 	sent := time.Now()
-	// Sent into the closed pipe (or a ping is, first): reported at once,
-	// broken stdinSettle (2 s) later, then the replacement runs the job.
-	// A stalled stream would only be noticed by the 30 s ping timeout.
+	// The job (or a ping, whichever comes first) meets the closed pipe: the
+	// failure is reported at once and the process broken 2 s later, then a
+	// replacement runs the job. A stalled stream would be noticed only by
+	// the ping timeout, 30 s after the first unanswered ping; 15 s leaves
+	// room for a slow machine.
 	w.waitDone(t, sc, 15*time.Second, second)
-	t.Logf("the job sent into the closed stdin was done %.1fs later, on a replacement process", time.Since(sent).Seconds())
-	failed := sc.logs("writing to the handler's stdin failed")
+	t.Logf("the job was done %.1fs after it was enqueued, attempt %d", time.Since(sent).Seconds(), w.job(second).Attempts)
+	var failed []map[string]any
+	for _, m := range sc.logs("writing to the handler's stdin failed") {
+		if intAttr(m, "pid") == pids[0] {
+			failed = append(failed, m)
+		}
+	}
 	require.Len(t, failed, 1, "logged once")
 	assert.Equal(t, w.handlerName(), failed[0]["handler"])
-	assert.Equal(t, pids[0], intAttr(failed[0], "pid"))
 	broken := sc.waitLog(time.Second, "handler process is broken", map[string]any{"pid": pids[0]})
 	assert.Contains(t, broken["err"], "its stdin is closed")
-	assert.Equal(t, 2, w.job(second).Attempts, "the attempt that went into the closed pipe counts")
+	// 2 when the job was sent into the closed pipe, 1 when a ping met it
+	// first and the job went to the replacement.
+	assert.LessOrEqual(t, w.job(second).Attempts, 2)
 	assert.Len(t, sc.readyPIDs(w.handlerName()), 2, "one replacement")
 	sc.stop(t)
 }
