@@ -297,9 +297,10 @@ func startChild(sp *spawner, h *Handler, maxFrame int) (*exec.Cmd, procPipes, er
 // writeFrames is a process's writer goroutine: it encodes queued frames to
 // stdin until the queue is closed, then closes stdin. A frame that cannot
 // be encoded, or a job the handler could not read, is reported to the loop
-// (evUnsendable) and skipped: the stream goes on. A failed write (the child closed its stdin or died) is logged
-// once and reported (evStdinFailed); the frames after it cannot be
-// delivered and are drained, so senders never block.
+// (evUnsendable) and skipped: the stream goes on. A failed write (the child
+// closed its stdin or died) is logged once and reported (evStdinFailed);
+// the frames after it cannot be delivered and are drained, so senders never
+// block.
 func writeFrames(p *process, stdin io.WriteCloser, te transportEnv) {
 	w := bufio.NewWriterSize(stdin, 64<<10)
 	var buf []byte

@@ -40,11 +40,11 @@ func (l *loop) onUnsendable(p *process, m protocol.Message, err error) {
 	}
 	if t.state == taskRunning && l.live[job.ID] == t {
 		j := t.job
-		text := "args cannot be encoded into a job frame: " + err.Error()
+		text := "job frame not sent: " + err.Error()
 		delete(l.live, j.ID)
 		l.s.metrics.jobEnded(j.Queue, j.Name, "failed", time.Since(t.startedAt))
 		t.endSpan("failed", text)
-		l.s.log.Error("job dead-lettered: its job frame could not be encoded", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue,
+		l.s.log.Error("job dead-lettered: its job frame could not be sent to the handler", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue,
 			"handler", p.pool.h.Name, "pid", p.pid, "err", err)
 		l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
 			Reason: backends.ReasonInvalidArguments, Error: text})

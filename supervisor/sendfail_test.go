@@ -226,7 +226,7 @@ func TestUnsendableJobIsDeadLetteredAndFreesItsSlot(t *testing.T) {
 		assert.Equal(t, bad.ID, dls[0].ID)
 		assert.Equal(t, backends.ReasonInvalidArguments, dls[0].Reason)
 		require.NotNil(t, dls[0].LastError)
-		assert.Equal(t, "args cannot be encoded into a job frame: protocol: encode args: test", *dls[0].LastError)
+		assert.Equal(t, "job frame not sent: protocol: encode args: test", *dls[0].LastError)
 		assert.Equal(t, 1, dls[0].Attempts)
 		w.mu.Lock()
 		started := 0
