@@ -38,6 +38,8 @@ const (
 	evWorkerLost                           // the heartbeat found our worker row gone or not active
 	evReregistered                         // the worker row is registered again (ids: rows no longer ours)
 	evStdoutClosed                         // a stdio process closed its stdout and did not exit
+	evUnsendable                           // a frame for a handler process could not be encoded
+	evStdinFailed                          // writing to a handler process failed
 )
 
 type event struct {
@@ -274,6 +276,10 @@ func (l *loop) handle(e event) {
 		l.onWorkerLost(e.err)
 	case evReregistered:
 		l.onReregistered(e.ids, e.err)
+	case evUnsendable:
+		l.onUnsendable(e.proc, e.msg, e.err)
+	case evStdinFailed:
+		l.onStdinFailed(e.proc, e.err)
 	case evGraceExpired:
 		if l.state == StateForceTimeoutPath {
 			l.setState(StateWaitForThread)
@@ -766,44 +772,6 @@ func (l *loop) onUnknownClaimed(jobs []backends.Job, err error) {
 		l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
 			Reason: backends.ReasonJobNotFound, Error: fmt.Sprintf("Job %s not registered.", j.Name)})
 	}
-}
-
-// maxArgsDepth bounds the nesting of args: every SDK's JSON parser must
-// take it (Python's stops near 1,000 levels).
-const maxArgsDepth = 512
-
-// frameOverhead is generous room for a job frame's other fields.
-const frameOverhead = 4096
-
-// argsUnsendable says why args cannot travel in a job frame, or "".
-func argsUnsendable(b json.RawMessage, maxFrame int) string {
-	if len(b)+frameOverhead > maxFrame {
-		return fmt.Sprintf("args of %d bytes do not fit the protocol frame limit of %d bytes", len(b), maxFrame)
-	}
-	depth, inString, escaped := 0, false, false
-	for _, c := range b {
-		switch {
-		case escaped:
-			escaped = false
-		case inString:
-			switch c {
-			case '\\':
-				escaped = true
-			case '"':
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == '{' || c == '[':
-			depth++
-			if depth > maxArgsDepth {
-				return fmt.Sprintf("args are nested deeper than %d levels", maxArgsDepth)
-			}
-		case c == '}' || c == ']':
-			depth--
-		}
-	}
-	return ""
 }
 
 func isJSONObject(b json.RawMessage) bool {

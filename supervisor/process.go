@@ -287,24 +287,58 @@ func startChild(sp *spawner, h *Handler, maxFrame int) (*exec.Cmd, childPipes, e
 }
 
 // writeFrames is a process's writer goroutine: it encodes queued frames to
-// stdin until the queue is closed (then closes stdin) or a write fails.
-func writeFrames(out <-chan protocol.Message, stdin io.WriteCloser) {
+// stdin until the queue is closed, then closes stdin. A frame that cannot
+// be encoded, or a job the handler could not read, is reported to the loop
+// (evUnsendable) and skipped: the stream goes on. A failed write (the child
+// closed its stdin or died) is logged once and reported (evStdinFailed);
+// the frames after it cannot be delivered and are drained, so senders never
+// block.
+func writeFrames(p *process, stdin io.WriteCloser, te transportEnv) {
 	w := bufio.NewWriterSize(stdin, 64<<10)
-	enc := protocol.NewEncoder(w)
-	for m := range out {
-		if err := enc.Encode(m); err != nil {
-			break
+	var buf []byte
+	var failed error
+	for m := range p.out {
+		if failed != nil {
+			continue
 		}
-		// Flush when nothing else is queued: batches frames under load,
-		// no latency when idle.
-		if len(out) == 0 {
-			if err := w.Flush(); err != nil {
-				break
-			}
+		var err error
+		if j, ok := m.(*protocol.Job); ok {
+			err = jobUnsendable(j, te.maxFrame)
 		}
-	}
-	// Drain so senders never block, then EOF the child's stdin.
-	for range out {
+		var frame []byte
+		if err == nil {
+			frame, err = protocol.Append(buf[:0], m)
+		}
+		if err != nil {
+			te.emit(event{kind: evUnsendable, proc: p, msg: m, err: err})
+			continue
+		}
+		frame = append(frame, '\n')
+		if cap(frame) <= 1<<20 {
+			buf = frame // reuse, but do not pin a huge frame's memory
+		}
+		// One Write per frame; flush when nothing else is queued: batches
+		// frames under load, no latency when idle.
+		if _, err := w.Write(frame); err != nil {
+			failed = err
+		} else if len(p.out) == 0 {
+			failed = w.Flush()
+		}
+		switch {
+		case failed == nil:
+		case errors.Is(failed, os.ErrClosed):
+			// The reaper closed stdin: the process has exited, and its exit
+			// event tells the rest.
+			te.log.Debug("the handler exited before this frame was written", "handler", p.pool.h.Name, "pid", p.pid, "frame", string(m.Type()))
+		case m.Type() == protocol.TypeShutdown:
+			// The process is being stopped and is already gone or has
+			// closed its stdin: its exit tells the rest.
+			te.log.Debug("the handler's stdin closed before the shutdown frame", "handler", p.pool.h.Name, "pid", p.pid, "err", failed)
+		default:
+			te.log.Error("writing to the handler's stdin failed; frames for it are dropped until it is replaced",
+				"handler", p.pool.h.Name, "pid", p.pid, "frame", string(m.Type()), "err", failed)
+			te.emit(event{kind: evStdinFailed, proc: p, err: failed})
+		}
 	}
 	_ = stdin.Close()
 }

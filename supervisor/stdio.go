@@ -28,7 +28,7 @@ func startStdio(te transportEnv, p *process) error {
 	exited := make(chan struct{})
 	stdoutDone, stderrDone := make(chan struct{}), make(chan struct{})
 	te.wg.Add(4)
-	go func() { defer te.wg.Done(); writeFrames(p.out, pp.stdin) }()
+	go func() { defer te.wg.Done(); writeFrames(p, pp.stdin, te) }()
 	go func() {
 		defer te.wg.Done()
 		defer close(stdoutDone)

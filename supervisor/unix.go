@@ -317,6 +317,13 @@ func (u *unixProc) waitCalls() {
 
 // execute starts the Execute call of one job.
 func (u *unixProc) execute(job *protocol.Job) {
+	// Args the handler's decoder would refuse (or gRPC could not marshal:
+	// not UTF-8) would fail the call, which breaks the whole process: report
+	// the one job instead, as the stdio writer does.
+	if err := jobUnsendable(job, u.te.maxFrame); err != nil {
+		u.te.emit(event{kind: evUnsendable, proc: u.p, msg: job, err: err})
+		return
+	}
 	req := handlerpb.FromJob(job)
 	ctx, cancel := context.WithCancel(u.ctx)
 	spec := u.p.pool.h.Job(job.Name)
