@@ -323,3 +323,82 @@ func (e soniqEnv) stats(t *testing.T, url string) map[string]int64 {
 	e.run(t, "stats", url, nil, &s)
 	return s
 }
+
+// TestSoniqInteropResultTypes: a Python handler's return value reads back
+// through Soniq's get_result with the types it has under a Soniq worker
+// (2.0 stays a float, big ints stay exact), over both transports. Values
+// are compared by their Python repr, which tells 2 from 2.0.
+func TestSoniqInteropResultTypes(t *testing.T) {
+	py := soniqPython(t)
+	// Each literal is returned by the handler; want is what Soniq's own
+	// worker gives back for it. Postgres jsonb writes a number in plain
+	// notation (1e+16 reads back as the int 10000000000000000), the same
+	// for both sides.
+	cases := []struct{ literal, want string }{
+		{`{'ratio': 2.0}`, `{'ratio': 2.0}`},
+		{`2.0`, `2.0`},
+		{`[1, 1.0, -3.5, 0.1, 1e-07, 1e+16, 18446744073709551616, -9223372036854775809]`,
+			`[1, 1.0, -3.5, 0.1, 1e-07, 10000000000000000, 18446744073709551616, -9223372036854775809]`},
+		{`{'n': None, 's': 'é 🎉 "q" \\', 't': True, 'nested': {'a': [{}, [], {'x': 0.5, 'y': 3.0}]}}`,
+			`{'n': None, 's': 'é 🎉 "q" \\', 't': True, 'nested': {'a': [{}, [], {'x': 0.5, 'y': 3.0}]}}`},
+		{`None`, `None`},
+	}
+	type result struct {
+		ResultRepr string `json:"result_repr"`
+	}
+
+	// What Soniq stores: its own worker runs the handler.
+	url := pgtest.NewDatabase(t)
+	py.run(t, "setup", url, nil, nil)
+	ids := make([]string, len(cases))
+	for i, c := range cases {
+		var job struct{ ID string }
+		py.run(t, "enqueue", url, map[string]any{"name": "interop.literal", "args": map[string]any{"literal": c.literal}, "queue": "soniq"}, &job)
+		ids[i] = job.ID
+	}
+	py.run(t, "work_once", url, map[string]any{"queues": []string{"soniq"}}, nil)
+	for i, c := range cases {
+		var r result
+		py.run(t, "get_result", url, map[string]any{"id": ids[i]}, &r)
+		require.Equal(t, c.want, r.ResultRepr, "a Soniq worker's result for %s", c.literal)
+	}
+
+	for _, transport := range []string{"stdio", "unix"} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			w := literalWorld(t, transport)
+			py.run(t, "setup", w.dbURL, nil, nil)
+			ids := make([]string, len(cases))
+			for i, c := range cases {
+				args, err := json.Marshal(map[string]string{"literal": c.literal})
+				require.NoError(t, err)
+				ids[i] = w.enqueue("interop.literal", string(args), 0)
+			}
+			sc := w.startSidecar(nil)
+			w.waitDone(t, sc, 30*time.Second, ids...)
+			for i, c := range cases {
+				var r result
+				py.run(t, "get_result", w.dbURL, map[string]any{"id": ids[i]}, &r)
+				assert.Equal(t, c.want, r.ResultRepr, "the sidecar's result for %s", c.literal)
+			}
+			sc.stop(t)
+		})
+	}
+}
+
+// literalWorld is a world whose manifest has one handler on the Python SDK,
+// testdata/handlers/literal_results.py, over transport.
+func literalWorld(t *testing.T, transport string) *world {
+	t.Helper()
+	w := newWorld(t, sdks[0], manifestOpts{})
+	cmd, err := json.Marshal([]string{"python3", "-u", filepath.Join(w.root, "integration/testdata/handlers/literal_results.py")})
+	require.NoError(t, err)
+	env, err := json.Marshal(pythonEnv(w.root))
+	require.NoError(t, err)
+	manifest := "version: 1\nhandlers:\n  - name: literals\n    command: " + string(cmd) + "\n    transport: " + transport +
+		"\n    processes: 1\n    concurrency: 2\n    sync_concurrency: 1\n    startup_timeout: 20s\n    env: " + string(env) +
+		"\n    jobs:\n      - name: interop.literal\n        cancellable: true\n"
+	w.manifest = filepath.Join(w.dir, "literals.yaml")
+	require.NoError(t, os.WriteFile(w.manifest, []byte(manifest), 0o644))
+	return w
+}

@@ -5,6 +5,7 @@ Prints one JSON document on stdout. Only Soniq's public API is used, so the
 test proves what a Soniq user would see.
 """
 
+import ast
 import asyncio
 import json
 import sys
@@ -20,6 +21,12 @@ def make_app(url):
     @app.job(name="interop.fail")
     async def interop_fail(**kwargs):
         return None
+
+    # The Python value its args spell as a literal: what a Soniq worker
+    # stores for it is what a handler on the sidecar must store too.
+    @app.job(name="interop.literal")
+    async def interop_literal(literal):
+        return ast.literal_eval(literal)
 
     return app
 
@@ -47,7 +54,14 @@ async def run(command, url, args):
         if command == "stats":
             return dict(await app.get_queue_stats())
         if command == "get_result":
-            return {"result": await app.get_result(args["id"]), "job": await app.get_job(args["id"])}
+            # repr tells 2 from 2.0 and keeps big ints exact, which the JSON
+            # printed here (read by Go) would not.
+            result = await app.get_result(args["id"])
+            return {"result": result, "result_repr": repr(result), "job": await app.get_job(args["id"])}
+        if command == "work_once":
+            # A Soniq worker runs the jobs waiting in these queues, then stops.
+            await app.run_worker(concurrency=1, run_once=True, queues=args["queues"])
+            return {}
         if command == "dead_letters":
             jobs = await app.dead_letter.list_dead_letter_jobs()
             return [

@@ -56,10 +56,8 @@ _STATUS = {
 
 
 def _json_text(value: Any) -> str:
-    """A JSON value in the protocol's canonical form (same rules as stdio)."""
-    out: list = []
-    protocol._encode_value(value, out)
-    return "".join(out)
+    """A result value as JSON, written as on stdio (floats stay floats)."""
+    return protocol.encode_value(value)
 
 
 def _parse_args(text: str) -> dict:

@@ -7,8 +7,12 @@ SDK decodes sidecar frames (job, cancel, ping, shutdown) and encodes its own
 (hello, result, pong), but the decoder accepts all eight types so that the
 conformance vectors can be run against it in full.
 
-    decode(line: bytes) -> dict      # raises ProtocolError(code, field)
-    encode(msg: dict) -> bytes       # canonical JSON, without the trailing "\\n"
+    decode(line: bytes) -> Frame     # raises ProtocolError(code, field)
+    encode(msg: Frame) -> bytes      # canonical JSON, without the trailing "\\n"
+
+A ``Frame`` is one of the TypedDicts below (``JobFrame``, ``ResultFrame``...):
+the canonical decoded message, with every field of its type (absent optional
+fields are None).
 """
 
 from __future__ import annotations
@@ -16,15 +20,27 @@ from __future__ import annotations
 import json
 import math
 from decimal import Decimal
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Literal, Mapping, Optional, Tuple, TypedDict, Union, cast
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
     "MAX_SAFE_INT",
     "MESSAGE_TYPES",
+    "CancelFrame",
+    "ErrorInfo",
+    "Frame",
+    "HelloFrame",
+    "HelloJob",
+    "JobFrame",
+    "PingFrame",
+    "PongFrame",
     "ProtocolError",
+    "ResultFrame",
+    "ResultStatus",
+    "ShutdownFrame",
     "decode",
     "encode",
+    "encode_value",
 ]
 
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
@@ -56,6 +72,82 @@ class ProtocolError(Exception):
         self.detail = detail
         text = code if field is None else f"{code} at {field}"
         super().__init__(f"{text}: {detail}" if detail else text)
+
+
+# --------------------------------------------------------------------------
+# The seven frame types as decoded: every field present, None where an
+# optional field was absent (docs/protocol.md has the tables).
+# --------------------------------------------------------------------------
+
+
+class HelloJob(TypedDict):
+    name: str
+    cancellable: bool
+
+
+class HelloFrame(TypedDict):
+    type: Literal["hello"]
+    protocol: int
+    sdk: str
+    pid: int
+    jobs: List[HelloJob]
+    concurrency: int
+    sync_concurrency: Optional[int]
+
+
+class JobFrame(TypedDict):
+    type: Literal["job"]
+    id: str
+    name: str
+    args: Dict[str, Any]
+    attempt: int
+    max_attempts: int
+    queue: str
+    deadline: Optional[int]  # epoch milliseconds
+    traceparent: Optional[str]
+
+
+class ErrorInfo(TypedDict):
+    type: str
+    message: str
+    traceback: Optional[str]
+    retryable: bool
+
+
+ResultStatus = Literal["done", "failed", "snooze", "cancelled"]
+
+
+class ResultFrame(TypedDict):
+    type: Literal["result"]
+    id: str
+    status: ResultStatus
+    result: Any  # done only: any JSON value
+    error: Optional[ErrorInfo]  # failed only
+    seconds: Optional[float]  # snooze only
+    reason: Optional[str]  # snooze only
+
+
+class CancelFrame(TypedDict):
+    type: Literal["cancel"]
+    id: str
+    reason: Literal["job_timeout", "shutdown_timeout"]
+
+
+class PingFrame(TypedDict):
+    type: Literal["ping"]
+    seq: int
+
+
+class PongFrame(TypedDict):
+    type: Literal["pong"]
+    seq: int
+
+
+class ShutdownFrame(TypedDict):
+    type: Literal["shutdown"]
+
+
+Frame = Union[HelloFrame, JobFrame, ResultFrame, CancelFrame, PingFrame, PongFrame, ShutdownFrame]
 
 
 # --------------------------------------------------------------------------
@@ -269,7 +361,7 @@ def _has_lone_surrogate(v: Any) -> bool:
     return False
 
 
-def decode(line: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Dict[str, Any]:
+def decode(line: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Frame:
     """Decodes one frame (the line's bytes, with or without its ``\\n``).
 
     Returns the canonical decoded message: every field of the type in table
@@ -303,7 +395,7 @@ def decode(line: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Dict[
         raise ProtocolError(UNKNOWN_TYPE, None, f"unknown message type {mtype!r}")
     out: Dict[str, Any] = {"type": mtype}
     out.update(_decode_fields(obj, spec))
-    return out
+    return cast(Frame, out)
 
 
 # --------------------------------------------------------------------------
@@ -355,7 +447,16 @@ def _encode_string(s: str) -> str:
     return json.dumps(s, ensure_ascii=False)
 
 
-def _encode_value(v: Any, out: List[str], order: Optional[List[str]] = None) -> None:
+def _json_float(f: float) -> str:
+    """Formats a float inside ``args`` or ``result`` the way Python's json
+    module does (``float.__repr__``): 2.0 stays ``2.0``, so a value a handler
+    returns as a float reads back as a float wherever Python decodes it."""
+    if math.isnan(f) or math.isinf(f):
+        raise ValueError(f"{f!r} is not representable in JSON")
+    return float.__repr__(f)
+
+
+def _encode_value(v: Any, out: List[str], format_float: Callable[[float], str]) -> None:
     if v is None:
         out.append("null")
     elif v is True:
@@ -365,9 +466,15 @@ def _encode_value(v: Any, out: List[str], order: Optional[List[str]] = None) -> 
     elif isinstance(v, str):
         out.append(_encode_string(v))
     elif isinstance(v, int):
+        try:
+            float(v)
+        except OverflowError:
+            # Exact in Python, but every other decoder (and ours) refuses a
+            # number that rounds to infinity as a 64-bit float.
+            raise ValueError(f"integer of {len(str(abs(v)))} digits is out of range for a 64-bit float") from None
         out.append(int.__repr__(v))
     elif isinstance(v, float):
-        out.append(_format_float(v))
+        out.append(format_float(v))
     elif isinstance(v, dict):
         out.append("{")
         first = True
@@ -379,41 +486,63 @@ def _encode_value(v: Any, out: List[str], order: Optional[List[str]] = None) -> 
             first = False
             out.append(_encode_string(key))
             out.append(":")
-            _encode_value(item, out)
+            _encode_value(item, out, format_float)
         out.append("}")
     elif isinstance(v, (list, tuple)):
         out.append("[")
         for i, item in enumerate(v):
             if i:
                 out.append(",")
-            _encode_value(item, out)
+            _encode_value(item, out, format_float)
         out.append("]")
     else:
         raise TypeError(f"Object of type {type(v).__name__} is not JSON serializable")
 
 
-def _ordered(msg: Dict[str, Any], order: List[str]) -> Dict[str, Any]:
+def encode_value(value: Any) -> str:
+    """A free-form value (``args``, ``result``) as compact JSON, the way the
+    encoder writes it inside a frame. Raises TypeError or ValueError for
+    values JSON cannot represent."""
+    out: List[str] = []
+    _encode_value(value, out, _json_float)
+    return "".join(out)
+
+
+# Fields whose value is the user's JSON rather than the protocol's.
+_FREE_FORM = frozenset({"args", "result"})
+
+
+def _ordered(msg: Mapping[str, Any], order: List[str]) -> Dict[str, Any]:
     """Keys of ``order`` first (in that order), null values dropped."""
     return {k: msg[k] for k in order if msg.get(k) is not None}
 
 
-def encode(msg: Dict[str, Any]) -> bytes:
+def encode(msg: Frame) -> bytes:
     """Encodes a message canonically (no trailing newline).
 
     Keys follow the spec's table order, fields whose value is None are omitted,
     output is compact UTF-8 JSON with no HTML escaping.  Free-form values
-    (``args``, ``result``) keep their own key order.  Raises TypeError or
-    ValueError for values JSON cannot represent.
+    (``args``, ``result``) keep their own key order, and their numbers the
+    text Python's json module gives them (2.0 is ``2.0``); the protocol's own
+    numbers (``seconds``) are written as ECMAScript does (2.0 is ``2``).
+    Raises TypeError or ValueError for values JSON cannot represent.
     """
-    mtype = msg.get("type")
-    order = _KEY_ORDER.get(mtype)  # type: ignore[arg-type]
+    fields: Mapping[str, Any] = msg
+    mtype = fields.get("type")
+    order = _KEY_ORDER.get(mtype) if isinstance(mtype, str) else None
     if order is None:
         raise ValueError(f"unknown message type {mtype!r}")
-    top = _ordered(msg, order)
+    top = _ordered(fields, order)
     if "jobs" in top:
         top["jobs"] = [_ordered(j, _NESTED_ORDER["jobs"]) for j in top["jobs"]]
     if "error" in top:
         top["error"] = _ordered(top["error"], _NESTED_ORDER["error"])
-    out: List[str] = []
-    _encode_value(top, out)
+    out: List[str] = ["{"]
+    for i, (key, value) in enumerate(top.items()):
+        if i:
+            out.append(",")
+        out.append(_encode_string(key))
+        out.append(":")
+        _encode_value(value, out, _json_float if key in _FREE_FORM else _format_float)
+    out.append("}")
     return "".join(out).encode("utf-8")

@@ -1,5 +1,6 @@
 """Encoder/decoder cases the shared vectors do not cover."""
 
+import json
 import math
 
 import pytest
@@ -34,10 +35,60 @@ def test_float_formatting_matches_ecmascript(value, text):
 
 def test_encode_result_values():
     msg = {"type": "result", "id": "j", "status": "done", "result": {"b": 1.0, "a": [True, None, "x"]}}
-    assert encode(msg) == b'{"type":"result","id":"j","status":"done","result":{"b":1,"a":[true,null,"x"]}}'
+    assert encode(msg) == b'{"type":"result","id":"j","status":"done","result":{"b":1.0,"a":[true,null,"x"]}}'
 
 
-@pytest.mark.parametrize("bad", [math.nan, math.inf, object(), {1: "int key"}, {"s": {1, 2}}])
+# Values a handler returns, as json.loads gives them back: types must survive.
+ROUND_TRIP = [
+    {"ratio": 2.0},
+    2.0,
+    -0.0,
+    [1, 1.0, -3.5, 0.1, 1e-07, 1e16, 1e21, 1.5e-7, 5e-324, 1.7976931348623157e308],
+    [2**53 + 1, 2**63, 2**64, -(2**63) - 1, 10**300],
+    {"s": "é 🎉 \u2028 \"q\" \\ \n", "n": None, "t": True, "f": False},
+    {"nested": {"a": [{}, [], {"x": 0.5, "y": 3.0}]}, "tuple": (1.0, 2)},
+    "plain",
+    None,
+]
+
+
+def strict(value):
+    """value with every number tagged by its type: 2 != 2.0 != True here."""
+    if isinstance(value, dict):
+        return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(v) for v in value]
+    return (type(value).__name__, value)
+
+
+@pytest.mark.parametrize("value", ROUND_TRIP, ids=repr)
+def test_result_values_keep_their_json_types(value):
+    """A result reads back (json.loads, as Soniq does) with the types Python's
+    json gives it: the SDK writes numbers as json.dumps does."""
+    frame = encode({"type": "result", "id": "j", "status": "done", "result": value})
+    got = json.loads(frame)["result"] if value is not None else None
+    assert strict(got) == strict(json.loads(json.dumps(value)))
+    text = protocol.encode_value(value)
+    assert text == json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    if value is not None:
+        assert frame.endswith(b',"result":' + text.encode() + b"}")
+    decoded = decode(frame)
+    assert decoded["type"] == "result" and strict(decoded["result"]) == strict(got)
+
+
+def test_args_keep_their_json_types_too():
+    frame = encode({"type": "job", "id": "j", "name": "n", "args": {"r": 2.0, "i": 2}, "attempt": 1,
+                    "max_attempts": 1, "queue": "q"})
+    assert b'"args":{"r":2.0,"i":2}' in frame
+
+
+def test_protocol_numbers_stay_canonical():
+    # seconds is the protocol's own number: written as ECMAScript does, as in the vectors.
+    frame = encode({"type": "result", "id": "j", "status": "snooze", "seconds": 1000.0})
+    assert frame == b'{"type":"result","id":"j","status":"snooze","seconds":1000}'
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, object(), {1: "int key"}, {"s": {1, 2}}, 10**400, [-(10**309)]])
 def test_encode_rejects_non_json(bad):
     with pytest.raises((TypeError, ValueError)):
         encode({"type": "result", "id": "j", "status": "done", "result": bad})
