@@ -4,6 +4,12 @@ BIN      ?= bin/soniq-sidecar
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 PYTHON   ?= python3
+# The project's virtualenv, made by deps-python from $(PYTHON): the Python tests, the
+# Go tests' Python handlers and the benchmarks run on its interpreter (its bin/ first
+# on PATH, so their `python3` is the venv's), never pip-installing into the system's.
+VENV     ?= .venv
+VENV_PYTHON := $(VENV)/bin/python
+ON_VENV  := PATH="$(abspath $(VENV))/bin:$$PATH"
 
 .PHONY: all build docker-steps test test-go test-python test-node lint vet fmt-check demo demo-python demo-node bench clean
 
@@ -37,16 +43,23 @@ endif
 # The Go tests run the example handlers over both transports: the unix one
 # needs the SDKs' gRPC packages, installed from the repository's own files.
 test-go: deps-python deps-node
-	$(GO) test -race -count=1 -timeout 15m ./...
+	$(ON_VENV) $(GO) test -race -count=1 -timeout 15m ./...
 
+# Includes the wheel built, installed in fresh virtualenvs and run from outside the
+# repository, and mypy --strict on the SDK (tests/test_packaging.py).
 test-python: deps-python
-	$(PYTHON) -m pytest -q examples/python/tests
+	$(ON_VENV) $(VENV_PYTHON) -m pytest -q examples/python/tests
 
 test-node: deps-node
 	cd examples/node && npm test --silent
 
-deps-python:
-	$(PYTHON) -m pip install -q -r examples/python/requirements-grpc.txt
+$(VENV_PYTHON):
+	$(PYTHON) -m venv $(VENV)
+
+# The SDK installed editable with its unix extra, plus the pinned test tools.
+deps-python: $(VENV_PYTHON)
+	$(VENV_PYTHON) -m pip install -q --disable-pip-version-check \
+		-r examples/python/requirements-dev.txt -e 'examples/python[unix]'
 
 deps-node:
 	cd examples/node && npm ci --no-audit --no-fund --silent
@@ -71,17 +84,17 @@ demo-node: build
 # The benchmarks (issue 8): bounded to about 15 minutes; writes docs/benchmarks.md and
 # docs/benchmarks.png (its own throw-away Postgres and cached venvs). Not part of `make test`.
 bench: deps-python deps-node  # the unix rows need the gRPC packages
-	bench/run.sh
+	$(ON_VENV) bench/run.sh
 
 clean:
-	rm -rf bin
+	rm -rf bin $(VENV)
 
 # Regenerates the unix transport's code from protocol/handler.proto: the Go
-# messages and service (protocol/handlerpb) and the Python messages
-# (examples/python/soniq_handler/handler_pb2.py; the Node SDK loads the .proto
-# at run time). Needs protoc from grpcio-tools (the Python gencode must match
-# the protobuf runtime pinned in examples/python/requirements-grpc.txt) and
-# the two Go plugins on PATH:
+# messages and service (protocol/handlerpb) and the Python messages and their
+# type stub (examples/python/soniq_handler/handler_pb2.py and .pyi; the Node SDK
+# loads the .proto at run time). Needs protoc from grpcio-tools (the Python
+# gencode must match the protobuf runtime pinned in
+# examples/python/requirements-dev.txt) and the two Go plugins on PATH:
 #   $(PYTHON) -m pip install grpcio-tools==$(GRPCIO_TOOLS_VERSION)
 #   $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 #   $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
@@ -93,5 +106,5 @@ proto:
 	PATH="$$PATH:$$($(GO) env GOPATH)/bin" $(PYTHON) -m grpc_tools.protoc -I . \
 		--go_out=. --go_opt=module=github.com/soniq-dev/soniq-sidecar \
 		--go-grpc_out=. --go-grpc_opt=module=github.com/soniq-dev/soniq-sidecar \
-		--python_out="$$tmp" protocol/handler.proto && \
-	cp "$$tmp/protocol/handler_pb2.py" examples/python/soniq_handler/handler_pb2.py
+		--python_out="$$tmp" --pyi_out="$$tmp" protocol/handler.proto && \
+	cp "$$tmp/protocol/handler_pb2.py" "$$tmp/protocol/handler_pb2.pyi" examples/python/soniq_handler/

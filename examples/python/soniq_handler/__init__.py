@@ -10,13 +10,13 @@
         return {"sent": True}
 
     if __name__ == "__main__":
-        app.run()
+        app.run()                           # or: await app.serve() in your own loop
 
 See README.md next to this package for the full story.
 """
 
 from ._version import PROTOCOL_VERSIONS, __version__
-from .app import App, JobContext, PermanentError, Snooze, negotiate_version
+from .app import App, JobContext, PermanentError, ServeError, Snooze, negotiate_version
 from .protocol import ProtocolError
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "PermanentError",
     "PROTOCOL_VERSIONS",
     "ProtocolError",
+    "ServeError",
     "Snooze",
     "__version__",
     "negotiate_version",

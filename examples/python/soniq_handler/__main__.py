@@ -7,11 +7,12 @@ is what the sidecar reports.
 
 import importlib
 import sys
+from typing import List, Optional
 
 from .app import App
 
 
-def main(argv=None) -> None:
+def main(argv: Optional[List[str]] = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1 or argv[0].startswith("-"):
         sys.stderr.write("usage: python3 -m soniq_handler MODULE[:ATTR]  (ATTR defaults to app)\n")

@@ -9,7 +9,8 @@ finish what it holds, exit 0), then prints go-plugin's handshake line
 "The unix transport (gRPC)".
 
 This module is imported only in that mode: grpcio, grpcio-health-checking and
-protobuf (examples/python/requirements-grpc.txt) are not needed for stdio.
+protobuf (the ``unix`` extra: pip install "soniq-handler[unix]") are not
+needed for stdio.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import shutil
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple, cast
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -30,14 +31,13 @@ from grpc_health.v1.health import aio as health_aio
 from . import handler_pb2 as pb
 from . import protocol
 from .app import (
-    EXIT_OK,
+    EXIT_NO_COMMON_PROTOCOL,
     SDK_NAME,
     App,
     JobContext,
     _deadline_datetime,
     _failed,
     _log,
-    _exit,
 )
 
 # go-plugin's handshake: the sidecar sets this variable to this value; a
@@ -60,7 +60,7 @@ def _json_text(value: Any) -> str:
     return protocol.encode_value(value)
 
 
-def _parse_args(text: str) -> dict:
+def _parse_args(text: str) -> Dict[str, Any]:
     value = json.loads(
         text,
         parse_constant=protocol._reject_constant,
@@ -79,7 +79,7 @@ def _loads_or_text(text: str) -> Any:
         return text
 
 
-def _result_message(frame: Dict[str, Any]) -> "pb.Result":
+def _result_message(frame: protocol.ResultFrame) -> pb.Result:
     """Converts the SDK's result dict (the stdio frame) to a Result message."""
     msg = pb.Result(id=frame["id"], status=_STATUS[frame["status"]])
     status = frame["status"]
@@ -88,14 +88,16 @@ def _result_message(frame: Dict[str, Any]) -> "pb.Result":
             msg.result_json = _json_text(frame["result"])
     elif status == "failed":
         err = frame["error"]
+        assert err is not None  # a failed result always carries its error
         msg.error.type = err["type"]
         msg.error.message = err["message"]
-        if err.get("traceback") is not None:
+        if err["traceback"] is not None:
             msg.error.traceback = err["traceback"]
         msg.error.retryable = bool(err.get("retryable", True))
     elif status == "snooze":
+        assert frame["seconds"] is not None  # a snooze always says how long
         msg.seconds = float(frame["seconds"])
-        if frame.get("reason") is not None:
+        if frame["reason"] is not None:
             msg.reason = frame["reason"]
     return msg
 
@@ -111,14 +113,15 @@ class _Trace:
 
     def __call__(self, frame: Dict[str, Any]) -> None:
         if self.fd is not None:
-            os.write(self.fd, b"> " + protocol.encode(frame) + b"\n")
+            # What the sidecar sent, as it came: not checked against the frame types.
+            os.write(self.fd, b"> " + protocol.encode(cast(protocol.Frame, frame)) + b"\n")
 
 
 class _Server:
     def __init__(self, app: App, version: int) -> None:
         self.app = app
         self.version = version
-        self.held: Dict[str, "asyncio.Task[dict]"] = {}  # every job started, until it ends
+        self.held: Dict[str, asyncio.Task[protocol.ResultFrame]] = {}  # every job started, until it ends
         self.reasons: Dict[str, str] = {}  # job id -> the reason of an announced cancel
         self.cancellable: Dict[str, bool] = {}
         self.draining = False
@@ -128,7 +131,7 @@ class _Server:
 
     # ---------------------------------------------------------------- Handler
 
-    async def describe(self, request: "pb.DescribeRequest", context: Any) -> "pb.Hello":
+    async def describe(self, request: pb.DescribeRequest, context: Any) -> pb.Hello:
         app = self.app
         return pb.Hello(
             protocol=self.version,
@@ -139,7 +142,7 @@ class _Server:
             sync_concurrency=app.sync_concurrency,
         )
 
-    async def execute(self, job: "pb.Job", context: Any) -> "pb.Result":
+    async def execute(self, job: pb.Job, context: Any) -> pb.Result:
         if self.trace.fd is not None:
             self.trace({"type": "job", "id": job.id, "name": job.name, "args": _loads_or_text(job.args_json),
                         "attempt": job.attempt, "max_attempts": job.max_attempts, "queue": job.queue,
@@ -186,7 +189,7 @@ class _Server:
             raise
         return self._encode(frame)
 
-    def _encode(self, frame: Dict[str, Any]) -> "pb.Result":
+    def _encode(self, frame: protocol.ResultFrame) -> pb.Result:
         # Same limits as stdio: unserialisable or oversized results fail the job.
         try:
             size = len(protocol.encode(frame))
@@ -214,7 +217,7 @@ class _Server:
         if self.draining and not self.held:
             self.drained.set()
 
-    async def cancel(self, request: "pb.CancelRequest", context: Any) -> "pb.CancelResponse":
+    async def cancel(self, request: pb.CancelRequest, context: Any) -> pb.CancelResponse:
         self.trace({"type": "cancel", "id": request.id, "reason": request.reason})
         if request.id in self.held:
             if self.cancellable.get(request.id):
@@ -233,7 +236,7 @@ class _Server:
         return b""
 
 
-def _generic_handlers(srv: _Server) -> list:
+def _generic_handlers(srv: _Server) -> List[Any]:
     unary = grpc.unary_unary_rpc_method_handler
     handler = grpc.method_handlers_generic_handler(
         "soniq.handler.v1.Handler",
@@ -264,7 +267,7 @@ def _generic_handlers(srv: _Server) -> list:
     return [handler, controller]
 
 
-def _socket_path() -> "tuple[str, Optional[str]]":
+def _socket_path() -> Tuple[str, Optional[str]]:
     """The socket's path, and a directory of our own to remove at exit."""
     base = os.environ.get("PLUGIN_UNIX_SOCKET_DIR")
     own = None
@@ -273,21 +276,23 @@ def _socket_path() -> "tuple[str, Optional[str]]":
     return os.path.join(base, f"handler-{os.getpid()}.sock"), own
 
 
-def serve(app: App, version: int) -> None:
-    """Serves the App over gRPC until the sidecar shuts it down; exits 0."""
+async def serve(app: App, version: int) -> None:
+    """Serves the App over gRPC until the sidecar shuts it down, then returns
+    (App.serve, App.run)."""
     if os.environ.get(MAGIC_COOKIE_KEY) != MAGIC_COOKIE_VALUE:
-        _log(
+        raise app._fail(
+            EXIT_NOT_A_PLUGIN,
             "SONIQ_TRANSPORT=unix: this process is a go-plugin handler and must be started by "
-            f"soniq-sidecar ({MAGIC_COOKIE_KEY} is not set as expected)"
+            f"soniq-sidecar ({MAGIC_COOKIE_KEY} is not set as expected)",
         )
-        _exit(EXIT_NOT_A_PLUGIN)
     offered = os.environ.get("PLUGIN_PROTOCOL_VERSIONS", str(version))
     if str(version) not in [v.strip() for v in offered.split(",")]:
-        _log(f"go-plugin offers app protocol versions {offered!r}; this SDK speaks {version}")
-        _exit(3)
+        raise app._fail(
+            EXIT_NO_COMMON_PROTOCOL, f"go-plugin offers app protocol versions {offered!r}; this SDK speaks {version}"
+        )
     path, own_dir = _socket_path()
     try:
-        asyncio.run(_serve(app, version, path))
+        await _serve(app, version, path)
     finally:
         for p in (path,):
             try:
@@ -296,7 +301,6 @@ def serve(app: App, version: int) -> None:
                 pass
         if own_dir:
             shutil.rmtree(own_dir, ignore_errors=True)
-    sys.exit(EXIT_OK)
 
 
 async def _serve(app: App, version: int, path: str) -> None:
@@ -313,14 +317,16 @@ async def _serve(app: App, version: int, path: str) -> None:
     await health.set("plugin", health_pb2.HealthCheckResponse.SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     server.add_insecure_port(f"unix:{path}")
-    app._executor = ThreadPoolExecutor(max_workers=app.sync_concurrency, thread_name_prefix="soniq-sync")
-    await server.start()
-    _handshake(f"{CORE_PROTOCOL_VERSION}|{version}|unix|{path}|grpc")
-    await srv.drained.wait()
-    # Every job has ended and its response was handed to gRPC; let the last
-    # responses (and the Shutdown reply) go out before closing.
-    await server.stop(grace=2)
-    app._executor.shutdown(wait=False)
+    executor = app._executor = ThreadPoolExecutor(max_workers=app.sync_concurrency, thread_name_prefix="soniq-sync")
+    try:
+        await server.start()
+        _handshake(f"{CORE_PROTOCOL_VERSION}|{version}|unix|{path}|grpc")
+        await srv.drained.wait()
+        # Every job has ended and its response was handed to gRPC; let the last
+        # responses (and the Shutdown reply) go out before closing.
+        await server.stop(grace=2)
+    finally:
+        executor.shutdown(wait=False)
 
 
 def _handshake(line: str) -> None:

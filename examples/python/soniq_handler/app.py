@@ -13,7 +13,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Deque, Dict, List, Optional
+from typing import Any, Callable, Deque, Dict, List, NoReturn, Optional, Tuple, TypeVar
 
 from . import protocol
 from ._version import PROTOCOL_VERSIONS, __version__
@@ -25,6 +25,23 @@ EXIT_OK = 0
 EXIT_NO_COMMON_PROTOCOL = 3
 EXIT_PROTOCOL_ERROR = 4
 EXIT_SIDECAR_GONE = 1
+EXIT_CANNOT_START = 1
+
+# A job handler: f(args) or f(args, ctx), a plain def or an async def. The
+# decorator hands it back unchanged, with its own type.
+HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])
+
+
+class ServeError(Exception):
+    """App.serve() cannot start or go on: no common protocol version, a
+    malformed frame from the sidecar, the sidecar gone... ``exit_code`` is the
+    status App.run() exits with for it (the sidecar tells them apart)."""
+
+    __module__ = "soniq_handler"
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class PermanentError(Exception):
@@ -115,9 +132,9 @@ class _Running:
     """A job this process holds: started (task set) or waiting for a slot."""
 
     handler: Optional[_Handler]
-    args: dict
-    ctx: "JobContext"
-    task: "Optional[asyncio.Task[dict]]" = None
+    args: Dict[str, Any]
+    ctx: JobContext
+    task: Optional[asyncio.Task[protocol.ResultFrame]] = None
     cancel_reason: Optional[str] = None
 
     @property
@@ -132,10 +149,6 @@ class _Channel:
     rfd: int
     wfd: int
     write_lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-class _FatalProtocolError(Exception):
-    pass
 
 
 class App:
@@ -171,11 +184,14 @@ class App:
         self._active = 0  # started jobs (tasks not yet finished)
         self._draining = False
         self._executor: Optional[ThreadPoolExecutor] = None
-        self._inbox: "asyncio.Queue[tuple]"  # created inside the running loop
+        self._inbox: asyncio.Queue[Tuple[str, Any]]  # created inside the running loop
+        self._serving = False
+        self._exit_at_once = False  # set by run(): see _fail
+        self._failure: Optional[ServeError] = None
 
     # ---------------------------------------------------------------- registry
 
-    def job(self, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def job(self, name: str) -> Callable[[HandlerT], HandlerT]:
         """Decorator registering a handler for job ``name``.
 
         ``async def`` handlers are cancellable (they run as asyncio tasks);
@@ -186,7 +202,7 @@ class App:
         if not isinstance(name, str) or not name:
             raise ValueError("job name must be a non-empty string")
 
-        def register(func: Callable[..., Any]) -> Callable[..., Any]:
+        def register(func: HandlerT) -> HandlerT:
             if name in self._handlers:
                 raise ValueError(f"job {name!r} is already registered")
             if not callable(func):
@@ -197,55 +213,90 @@ class App:
         return register
 
     @property
-    def jobs(self) -> List[Dict[str, Any]]:
+    def jobs(self) -> List[protocol.HelloJob]:
         """The ``jobs`` list of hello, in registration order."""
         return [{"name": h.name, "cancellable": h.is_async} for h in self._handlers.values()]
 
     # ------------------------------------------------------------------- run
 
-    def run(self) -> None:
-        """Serves the protocol until shutdown, then exits the process; never
-        returns. The transport is $SONIQ_TRANSPORT: stdio (NDJSON on stdin and
-        stdout, the default) or unix (gRPC on a Unix socket, see _unix)."""
-        version = negotiate_version(os.environ.get("SONIQ_PROTOCOL_VERSIONS"))
-        if version is None:
-            _log(
-                "no common protocol version: the sidecar offers "
-                f"SONIQ_PROTOCOL_VERSIONS={os.environ.get('SONIQ_PROTOCOL_VERSIONS')!r}, "
-                f"this SDK ({SDK_NAME}) speaks {','.join(map(str, PROTOCOL_VERSIONS))}"
-            )
-            _exit(EXIT_NO_COMMON_PROTOCOL)
-        if not self._handlers:
-            _log("no jobs registered: a handler process must serve at least one job")
-            _exit(1)
-        if os.environ.get("SONIQ_TRANSPORT", "stdio") == "unix":
-            # gRPC over a Unix socket (docs/protocol.md); its dependencies
-            # (requirements-grpc.txt) are imported only here.
-            try:
-                from . import _unix
-            except ImportError as e:
-                _log(f"SONIQ_TRANSPORT=unix needs grpcio, grpcio-health-checking and protobuf (pip install -r requirements-grpc.txt): {e}")
-                _exit(1)
-            _unix.serve(self, version)
-            return
-        self._chan = _protect_stdio()
-        asyncio.run(self._serve(version))
+    def run(self) -> NoReturn:
+        """Serves the protocol until the sidecar shuts the process down, then
+        exits the process: ``asyncio.run(app.serve())`` plus the exit status
+        the sidecar expects (0, or that of the ServeError). Never returns."""
+        # Here the process is ours: one that cannot go on exits at once from
+        # inside the loop (_fail), so that neither asyncio.run's task cleanup
+        # nor a sync handler still running in a thread delays the exit.
+        self._exit_at_once = True
+        asyncio.run(self.serve())
         # Clean exit through SystemExit so atexit hooks (logging.shutdown, user
         # cleanup) still run; every job has finished, the pool threads are idle.
         sys.exit(EXIT_OK)
 
-    async def _serve(self, version: int) -> None:
+    async def serve(self) -> None:
+        """Serves the protocol in the running event loop until the sidecar
+        shuts the process down (or closes stdin) and every job held has
+        reported its result; then returns. For programs that own their event
+        loop; ``run()`` is ``asyncio.run(app.serve())`` plus the exit status.
+
+        The transport is $SONIQ_TRANSPORT: stdio (NDJSON on stdin and stdout,
+        the default) or unix (gRPC on a Unix socket, see _unix; it needs the
+        ``unix`` extra: ``pip install "soniq-handler[unix]"``). The stdio
+        transport takes over the process's stdin and stdout, so an App is
+        served once per process. Raises ServeError when serving cannot start
+        or go on (jobs still held are then abandoned).
+        """
+        if self._serving:
+            raise RuntimeError("App.serve() runs once per process")
+        self._serving = True
+        version = negotiate_version(os.environ.get("SONIQ_PROTOCOL_VERSIONS"))
+        if version is None:
+            raise self._fail(
+                EXIT_NO_COMMON_PROTOCOL,
+                "no common protocol version: the sidecar offers "
+                f"SONIQ_PROTOCOL_VERSIONS={os.environ.get('SONIQ_PROTOCOL_VERSIONS')!r}, "
+                f"this SDK ({SDK_NAME}) speaks {','.join(map(str, PROTOCOL_VERSIONS))}",
+            )
+        if not self._handlers:
+            raise self._fail(EXIT_CANNOT_START, "no jobs registered: a handler process must serve at least one job")
+        if os.environ.get("SONIQ_TRANSPORT", "stdio") == "unix":
+            # gRPC over a Unix socket (docs/protocol.md); its dependencies
+            # (the unix extra) are imported only here.
+            try:
+                from . import _unix
+            except ImportError as e:
+                raise self._fail(
+                    EXIT_CANNOT_START,
+                    "SONIQ_TRANSPORT=unix needs grpcio, grpcio-health-checking and protobuf "
+                    f'(pip install "soniq-handler[unix]"): {e}',
+                ) from None
+            await _unix.serve(self, version)
+            return
+        self._chan = _protect_stdio()
+        await self._serve_stdio(version, self._chan)
+
+    def _fail(self, code: int, message: str) -> ServeError:
+        """Serving ends with exit status ``code``. Under run() the process
+        exits here and now; under serve() the ServeError returned is raised
+        by the caller, or by the main loop (woken by whoever got here)."""
+        _log(message)
+        if self._exit_at_once:
+            _exit(code)
+        if self._failure is None:
+            self._failure = ServeError(message, code)
+        return self._failure
+
+    async def _serve_stdio(self, version: int, chan: _Channel) -> None:
         loop = asyncio.get_running_loop()
         self._inbox = asyncio.Queue()
         # The pool's threads do the blocking work of sync handlers so the event
         # loop stays free to answer pings and cancels meanwhile. Its size is the
         # sync_concurrency we announce; extra sync jobs wait in its queue.
-        self._executor = ThreadPoolExecutor(
+        executor = self._executor = ThreadPoolExecutor(
             max_workers=self.sync_concurrency, thread_name_prefix="soniq-sync"
         )
         reader = threading.Thread(
             target=_read_frames,
-            args=(self._chan.rfd, self._max_frame_bytes, loop, self._inbox),
+            args=(chan.rfd, self._max_frame_bytes, loop, self._inbox),
             name="soniq-stdin",
             daemon=True,
         )
@@ -262,52 +313,59 @@ class App:
             }
         )
         try:
-            while not (self._draining and not self._running):
+            while True:
+                if self._failure is not None:
+                    raise self._failure
+                if self._draining and not self._running:
+                    break
                 kind, data = await self._inbox.get()
                 if kind == "eof":
                     # Same as shutdown: nothing more can arrive; the loop ends
                     # once the jobs in flight have written their results.
                     self._draining = True
                 elif kind == "error":
-                    self._fatal(data)
+                    self._fail(EXIT_PROTOCOL_ERROR, f"protocol error: {data}")
                 elif kind == "line":
-                    try:
-                        self._dispatch(data)
-                    except _FatalProtocolError as e:
-                        self._fatal(str(e))
-                # "drained" only wakes the loop to re-check its condition.
+                    self._dispatch(data)
+                # "wake" only makes the loop check its conditions again.
         finally:
-            # On the clean path only idle threads remain; after a protocol
-            # error running ones are abandoned (the process exits at once).
-            self._executor.shutdown(wait=False)
+            if self._failure is not None:
+                # Giving up (serve() only: run() has exited already). Jobs
+                # still held can report nothing: stop the async ones.
+                self._waiting.clear()
+                for running in self._running.values():
+                    if running.task is not None:
+                        running.task.cancel()
+            # On the clean path only idle threads remain; after a failure
+            # running ones are abandoned.
+            executor.shutdown(wait=False)
 
-    def _fatal(self, message: str) -> None:
-        """A malformed frame from the sidecar: log and exit 4 at once, from
-        inside the loop, so neither asyncio.run's task cleanup nor a running
-        sync thread can delay the exit."""
-        _log(f"protocol error: {message}")
-        _exit(EXIT_PROTOCOL_ERROR)
+    def _wake(self) -> None:
+        self._inbox.put_nowait(("wake", None))
 
     def _dispatch(self, line: bytes) -> None:
+        """Acts on one frame from the sidecar; a malformed one ends serving
+        with status 4 (under run() the process exits at once, from inside
+        the loop, so no running sync thread can delay the exit)."""
         try:
             msg = protocol.decode(line, self._max_frame_bytes)
         except protocol.ProtocolError as e:
-            raise _FatalProtocolError(f"{e} in frame {_quote(line)}") from None
-        mtype = msg["type"]
-        if mtype == "job":
+            self._fail(EXIT_PROTOCOL_ERROR, f"protocol error: {e} in frame {_quote(line)}")
+            return
+        if msg["type"] == "job":
             self._start_job(msg)
-        elif mtype == "cancel":
+        elif msg["type"] == "cancel":
             self._cancel(msg["id"], msg["reason"])
-        elif mtype == "ping":
+        elif msg["type"] == "ping":
             self._write({"type": "pong", "seq": msg["seq"]})
-        elif mtype == "shutdown":
+        elif msg["type"] == "shutdown":
             self._draining = True
         else:
-            raise _FatalProtocolError(f"unexpected {mtype!r} frame from the sidecar")
+            self._fail(EXIT_PROTOCOL_ERROR, f"protocol error: unexpected {msg['type']!r} frame from the sidecar")
 
     # ------------------------------------------------------------------ jobs
 
-    def _start_job(self, msg: Dict[str, Any]) -> None:
+    def _start_job(self, msg: protocol.JobFrame) -> None:
         job_id = msg["id"]
         if job_id in self._running:
             _log(f"job {job_id} is already running here; duplicate frame ignored")
@@ -360,10 +418,10 @@ class App:
         # Still waiting for a slot: it never ran.
         self._waiting.remove(job_id)
         del self._running[job_id]
-        self._write({"type": "result", "id": job_id, "status": "cancelled"})
+        self._write(_result(job_id, "cancelled"))
         self._check_drained()
 
-    def _finish(self, job_id: str, task: "asyncio.Task[dict]") -> None:
+    def _finish(self, job_id: str, task: asyncio.Task[protocol.ResultFrame]) -> None:
         """Done callback of a job's task: writes its result frame.
 
         A callback rather than code after an await inside the task because a
@@ -374,9 +432,8 @@ class App:
         if task.cancelled():
             if running is None or running.cancel_reason is None:
                 return  # not our cancel: the event loop itself is going away
-            frame = {"type": "result", "id": job_id, "status": "cancelled"}
-        elif task.exception() is not None:  # _execute catches everything; be safe
-            e = task.exception()
+            frame = _result(job_id, "cancelled")
+        elif (e := task.exception()) is not None:  # _execute catches everything; be safe
             frame = _failed(job_id, type(e).__name__, _safe_str(e), None, True)
         else:
             frame = task.result()
@@ -389,7 +446,9 @@ class App:
         if self._draining and not self._running:
             self._inbox.put_nowait(("drained", None))  # wakes the main loop
 
-    async def _execute(self, handler: Optional[_Handler], args: dict, ctx: JobContext) -> dict:
+    async def _execute(
+        self, handler: Optional[_Handler], args: Dict[str, Any], ctx: JobContext
+    ) -> protocol.ResultFrame:
         if handler is None:
             return _failed(
                 ctx.id, "UnknownJob", f"no handler registered for job {ctx.name!r}", None, False
@@ -400,7 +459,8 @@ class App:
                 value = await handler.func(*call_args)
             else:
                 loop = asyncio.get_running_loop()
-                value = await loop.run_in_executor(self._executor, lambda: handler.func(*call_args))
+                func = handler.func
+                value = await loop.run_in_executor(self._executor, lambda: func(*call_args))
         except asyncio.CancelledError:
             raise  # reported by _finish as "cancelled"
         except Snooze as s:
@@ -416,11 +476,11 @@ class App:
             )
         if isinstance(value, Snooze):
             return _snooze(ctx.id, value)
-        return {"type": "result", "id": ctx.id, "status": "done", "result": value}
+        return _result(ctx.id, "done", result=value)
 
     # --------------------------------------------------------------- writing
 
-    def _write_result(self, frame: dict) -> None:
+    def _write_result(self, frame: protocol.ResultFrame) -> None:
         try:
             data = protocol.encode(frame)
         except (TypeError, ValueError) as e:
@@ -445,23 +505,25 @@ class App:
             )
         self._send(data)
 
-    def _write(self, frame: dict) -> None:
+    def _write(self, frame: protocol.Frame) -> None:
         self._send(protocol.encode(frame))
 
     def _send(self, data: bytes) -> None:
-        assert self._chan is not None
+        chan = self._chan
+        if chan is None or self._failure is not None:
+            return  # serve() is giving up: nothing more goes out
         buf = memoryview(data + b"\n")
         # One frame per locked section: frames never interleave, and os.write
         # on the raw fd has no user-space buffer, so each frame is "flushed".
-        with self._chan.write_lock:
+        with chan.write_lock:
             try:
                 while buf:
-                    n = os.write(self._chan.wfd, buf)
+                    n = os.write(chan.wfd, buf)
                     buf = buf[n:]
             except BrokenPipeError:
                 # Nobody reads our frames any more: the sidecar is gone.
-                _log("stdout closed by the sidecar; exiting")
-                _exit(EXIT_SIDECAR_GONE)
+                self._fail(EXIT_SIDECAR_GONE, "stdout closed by the sidecar; exiting")
+                self._wake()
 
 
 # Error texts are cut to this many characters so that a failed result stays far
@@ -489,18 +551,37 @@ def _truncate_tail(text: str) -> str:
     return f"[truncated {len(text) - MAX_ERROR_TEXT} chars] ...{text[-MAX_ERROR_TEXT:]}"
 
 
-def _failed(job_id: str, etype: str, message: str, tb: Optional[str], retryable: bool) -> dict:
+def _result(
+    job_id: str,
+    status: protocol.ResultStatus,
+    *,
+    result: Any = None,
+    error: Optional[protocol.ErrorInfo] = None,
+    seconds: Optional[float] = None,
+    reason: Optional[str] = None,
+) -> protocol.ResultFrame:
     return {
         "type": "result",
         "id": job_id,
-        "status": "failed",
-        "error": {
+        "status": status,
+        "result": result,
+        "error": error,
+        "seconds": seconds,
+        "reason": reason,
+    }
+
+
+def _failed(job_id: str, etype: str, message: str, tb: Optional[str], retryable: bool) -> protocol.ResultFrame:
+    return _result(
+        job_id,
+        "failed",
+        error={
             "type": _truncate_head(etype),
             "message": _truncate_head(message),
             "traceback": None if tb is None else _truncate_tail(tb),
             "retryable": retryable,
         },
-    }
+    )
 
 
 # Frames of the SDK and of the thread pool that lead into the handler: noise in
@@ -515,8 +596,8 @@ def _format_traceback(e: BaseException) -> str:
     return "".join(traceback.format_exception(type(e), e, tb or e.__traceback__))
 
 
-def _snooze(job_id: str, s: Snooze) -> dict:
-    return {"type": "result", "id": job_id, "status": "snooze", "seconds": s.seconds, "reason": s.reason}
+def _snooze(job_id: str, s: Snooze) -> protocol.ResultFrame:
+    return _result(job_id, "snooze", seconds=s.seconds, reason=s.reason)
 
 
 def negotiate_version(offered: Optional[str]) -> Optional[int]:
@@ -567,7 +648,9 @@ def _protect_stdio() -> _Channel:
     return _Channel(rfd=rfd, wfd=wfd)
 
 
-def _read_frames(fd: int, max_frame_bytes: int, loop: asyncio.AbstractEventLoop, inbox: "asyncio.Queue[tuple]") -> None:
+def _read_frames(
+    fd: int, max_frame_bytes: int, loop: asyncio.AbstractEventLoop, inbox: asyncio.Queue[Tuple[str, Any]]
+) -> None:
     """Reader thread: splits the private stdin into lines for the event loop.
 
     It uses os.read on the raw fd rather than a buffered file: this thread is
@@ -575,7 +658,7 @@ def _read_frames(fd: int, max_frame_bytes: int, loop: asyncio.AbstractEventLoop,
     holding a BufferedReader's lock at interpreter shutdown is a fatal error.
     """
 
-    def put(item: tuple) -> None:
+    def put(item: Tuple[str, Any]) -> None:
         try:
             loop.call_soon_threadsafe(inbox.put_nowait, item)
         except RuntimeError:
@@ -629,7 +712,7 @@ def _log(message: str) -> None:
         pass
 
 
-def _exit(code: int) -> None:
+def _exit(code: int) -> NoReturn:
     """Exits at once, for the error paths. os._exit skips joining threads: a
     sync handler still running after a protocol error must not keep the
     process alive."""

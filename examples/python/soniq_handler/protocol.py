@@ -173,7 +173,7 @@ def _int(minimum: Optional[int] = None) -> Checker:
             raise ProtocolError(INVALID_VALUE, path, "integer outside ±(2^53-1)")
         if minimum is not None and v < minimum:
             raise ProtocolError(INVALID_VALUE, path, f"must be >= {minimum}")
-        return v
+        return int(v)
 
     return check
 
@@ -208,7 +208,7 @@ def _bool(v: Any, path: str) -> bool:
     return v
 
 
-def _object(v: Any, path: str) -> dict:
+def _object(v: Any, path: str) -> Dict[str, Any]:
     if type(v) is not dict:
         raise ProtocolError(WRONG_TYPE, path, "expected an object")
     return v
@@ -225,7 +225,7 @@ def _any(v: Any, path: str) -> Any:
 Field = Tuple[str, Checker, Any, Any]
 
 
-def _decode_fields(obj: dict, fields: List[Field], prefix: str = "") -> Dict[str, Any]:
+def _decode_fields(obj: Dict[str, Any], fields: List[Field], prefix: str = "") -> Dict[str, Any]:
     """Checks ``fields`` in table order: presence, then JSON type, then range.
 
     An absent field, or an optional one that is null, takes its default.
@@ -251,7 +251,7 @@ def _decode_fields(obj: dict, fields: List[Field], prefix: str = "") -> Dict[str
     return out
 
 
-def _job_entries(v: Any, path: str) -> list:
+def _job_entries(v: Any, path: str) -> List[Dict[str, Any]]:
     if type(v) is not list:
         raise ProtocolError(WRONG_TYPE, path, "expected an array")
     if not v:
@@ -272,7 +272,7 @@ def _job_entries(v: Any, path: str) -> list:
     return out
 
 
-def _error_object(v: Any, path: str) -> dict:
+def _error_object(v: Any, path: str) -> Dict[str, Any]:
     return _decode_fields(
         _object(v, path),
         [
@@ -421,6 +421,7 @@ def _format_float(f: float) -> str:
     sign = "-" if f < 0 else ""
     # repr() gives the shortest digit string that round-trips, like the others.
     _, digits_t, exp = Decimal(repr(abs(f))).as_tuple()
+    assert isinstance(exp, int)  # a finite value has an int exponent
     digits = "".join(map(str, digits_t)).lstrip("0")
     stripped = digits.rstrip("0")
     exp += len(digits) - len(stripped)

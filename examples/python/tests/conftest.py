@@ -1,8 +1,12 @@
-import os
-import sys
+"""The tests import soniq_handler as installed: `make deps-python` installs it
+editable, with its unix extra, into the project's virtualenv (.venv)."""
 
-# Make the package importable without installing it (tests run from the repo
-# root as `python3 -m pytest examples/python/tests`).
-PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if PKG_DIR not in sys.path:
-    sys.path.insert(0, PKG_DIR)
+import importlib.util
+
+import pytest
+
+if importlib.util.find_spec("soniq_handler") is None:
+    raise pytest.UsageError(
+        'soniq_handler is not installed: run `make deps-python` (pip install -e "examples/python[unix]" '
+        "into .venv) and the tests with .venv/bin/python -m pytest"
+    )

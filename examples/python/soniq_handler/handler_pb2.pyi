@@ -1,0 +1,108 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class DescribeRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Hello(_message.Message):
+    __slots__ = ("protocol", "sdk", "pid", "jobs", "concurrency", "sync_concurrency")
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    SDK_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    SYNC_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    protocol: int
+    sdk: str
+    pid: int
+    jobs: _containers.RepeatedCompositeFieldContainer[HelloJob]
+    concurrency: int
+    sync_concurrency: int
+    def __init__(self, protocol: _Optional[int] = ..., sdk: _Optional[str] = ..., pid: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[HelloJob, _Mapping]]] = ..., concurrency: _Optional[int] = ..., sync_concurrency: _Optional[int] = ...) -> None: ...
+
+class HelloJob(_message.Message):
+    __slots__ = ("name", "cancellable")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CANCELLABLE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    cancellable: bool
+    def __init__(self, name: _Optional[str] = ..., cancellable: _Optional[bool] = ...) -> None: ...
+
+class Job(_message.Message):
+    __slots__ = ("id", "name", "args_json", "attempt", "max_attempts", "queue", "deadline_ms", "traceparent")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    args_json: str
+    attempt: int
+    max_attempts: int
+    queue: str
+    deadline_ms: int
+    traceparent: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., args_json: _Optional[str] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., queue: _Optional[str] = ..., deadline_ms: _Optional[int] = ..., traceparent: _Optional[str] = ...) -> None: ...
+
+class Result(_message.Message):
+    __slots__ = ("id", "status", "result_json", "error", "seconds", "reason")
+    class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        STATUS_UNSPECIFIED: _ClassVar[Result.Status]
+        DONE: _ClassVar[Result.Status]
+        FAILED: _ClassVar[Result.Status]
+        SNOOZE: _ClassVar[Result.Status]
+        CANCELLED: _ClassVar[Result.Status]
+    STATUS_UNSPECIFIED: Result.Status
+    DONE: Result.Status
+    FAILED: Result.Status
+    SNOOZE: Result.Status
+    CANCELLED: Result.Status
+    ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    status: Result.Status
+    result_json: str
+    error: ResultError
+    seconds: float
+    reason: str
+    def __init__(self, id: _Optional[str] = ..., status: _Optional[_Union[Result.Status, str]] = ..., result_json: _Optional[str] = ..., error: _Optional[_Union[ResultError, _Mapping]] = ..., seconds: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ResultError(_message.Message):
+    __slots__ = ("type", "message", "traceback", "retryable")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TRACEBACK_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    message: str
+    traceback: str
+    retryable: bool
+    def __init__(self, type: _Optional[str] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
+
+class CancelRequest(_message.Message):
+    __slots__ = ("id", "reason")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    reason: str
+    def __init__(self, id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CancelResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

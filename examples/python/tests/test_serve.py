@@ -1,0 +1,127 @@
+"""App.serve(), for programs that own their event loop: it returns when the
+sidecar shuts the process down, and raises ServeError (with the exit status
+App.run() would use) where run() exits."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from soniq_handler import protocol
+
+# Serves in its own loop next to a task of its own; reports on stderr how
+# serve() ended and what the other task saw.
+PROGRAM = textwrap.dedent(
+    """
+    import asyncio
+    import sys
+
+    import soniq_handler
+
+    app = soniq_handler.App(concurrency=2, sync_concurrency=1)
+
+
+    @app.job("s.add")
+    async def add(args):
+        return {"sum": args["a"] + args["b"]}
+
+
+    @app.job("s.hang")
+    async def hang(args):
+        print("hang started", file=sys.stderr, flush=True)
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            print("hang cancelled", file=sys.stderr)
+            raise
+
+
+    async def main():
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        other = asyncio.ensure_future(ticker())
+        try:
+            await app.serve()
+            print("serve returned", file=sys.stderr)
+        except soniq_handler.ServeError as e:
+            print(f"ServeError exit_code={e.exit_code}: {e}", file=sys.stderr)
+        print(f"other task alive={not other.done()} ticked={ticks > 0}", file=sys.stderr)
+        other.cancel()
+
+
+    asyncio.run(main())
+    print("main returned", file=sys.stderr)
+    """
+)
+
+
+def job(job_id, name, args):
+    return protocol.encode(
+        {"type": "job", "id": job_id, "name": name, "args": args, "attempt": 1, "max_attempts": 1,
+         "queue": "default", "deadline": None, "traceparent": None}
+    )
+
+
+def start(tmp_path, **env):
+    (tmp_path / "prog.py").write_text(PROGRAM)
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith("SONIQ_")}
+    child_env.update({"SONIQ_PROTOCOL_VERSIONS": "1", **env})
+    return subprocess.Popen([sys.executable, "prog.py"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=tmp_path, env=child_env)
+
+
+def finish(proc, frames=()):
+    stdout, stderr = proc.communicate(b"".join(f + b"\n" for f in frames), timeout=60)
+    return proc, [protocol.decode(line) for line in stdout.splitlines()], stderr.decode()
+
+
+def serve(tmp_path, frames, **env):
+    return finish(start(tmp_path, **env), frames)
+
+
+def test_serve_returns_after_shutdown(tmp_path):
+    proc, out, err = serve(tmp_path, [job("j1", "s.add", {"a": 1, "b": 2.5}), b'{"type":"shutdown"}'])
+    assert proc.returncode == 0, err
+    assert [f["type"] for f in out] == ["hello", "result"]
+    assert out[1]["type"] == "result" and out[1]["result"] == {"sum": 3.5}
+    assert "serve returned" in err
+    assert "other task alive=True ticked=True" in err
+    assert "main returned" in err
+
+
+def test_serve_raises_on_a_malformed_frame(tmp_path):
+    # A job still held is cancelled, not reported; serve() raises instead of exiting.
+    proc = start(tmp_path)
+    proc.stdin.write(job("j1", "s.hang", {}) + b"\n")
+    proc.stdin.flush()
+    assert proc.stderr.readline() == b"hang started\n"
+    proc, out, err = finish(proc, [b'{"type":"job"}'])
+    assert proc.returncode == 0, err
+    assert [f["type"] for f in out] == ["hello"]
+    assert "protocol error: missing_field at id" in err
+    assert "ServeError exit_code=4: protocol error" in err
+    assert "hang cancelled" in err
+    assert "other task alive=True" in err and "main returned" in err
+
+
+@pytest.mark.parametrize(
+    "env, code, text",
+    [
+        ({"SONIQ_PROTOCOL_VERSIONS": "2"}, 3, "no common protocol version"),
+        ({"SONIQ_TRANSPORT": "unix"}, 1, "must be started by soniq-sidecar"),
+    ],
+)
+def test_serve_raises_when_it_cannot_start(tmp_path, env, code, text):
+    proc, out, err = serve(tmp_path, [], **env)
+    assert proc.returncode == 0, err
+    assert out == []
+    assert f"ServeError exit_code={code}: " in err and text in err
+    assert "main returned" in err
