@@ -86,7 +86,8 @@ var (
 )
 
 // sdks: every SDK over every transport (the unix one needs the SDKs' gRPC
-// packages: examples/python/requirements-grpc.txt, npm ci in examples/node).
+// packages: the Python SDK's unix extra, which make test-go's python3 (.venv)
+// has; npm ci in examples/node).
 var sdks = []sdk{
 	{name: "python", transport: "stdio", command: pythonCommand, env: pythonEnv},
 	{name: "python", transport: "unix", command: pythonCommand, env: pythonEnv},
