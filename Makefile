@@ -95,7 +95,7 @@ clean:
 # loads the .proto at run time). Needs protoc from grpcio-tools (the Python
 # gencode must match the protobuf runtime pinned in
 # examples/python/requirements-dev.txt) and the two Go plugins on PATH:
-#   $(PYTHON) -m pip install grpcio-tools==$(GRPCIO_TOOLS_VERSION)
+#   $(VENV_PYTHON) -m pip install grpcio-tools==$(GRPCIO_TOOLS_VERSION)   (after make deps-python)
 #   $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 #   $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 GRPCIO_TOOLS_VERSION       ?= 1.85.1
@@ -103,7 +103,7 @@ PROTOC_GEN_GO_VERSION      ?= v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION ?= v1.5.1
 proto:
 	@tmp="$$(mktemp -d)" && trap 'rm -rf "$$tmp"' EXIT && \
-	PATH="$$PATH:$$($(GO) env GOPATH)/bin" $(PYTHON) -m grpc_tools.protoc -I . \
+	PATH="$$PATH:$$($(GO) env GOPATH)/bin" $(VENV_PYTHON) -m grpc_tools.protoc -I . \
 		--go_out=. --go_opt=module=github.com/soniq-dev/soniq-sidecar \
 		--go-grpc_out=. --go-grpc_opt=module=github.com/soniq-dev/soniq-sidecar \
 		--python_out="$$tmp" --pyi_out="$$tmp" protocol/handler.proto && \
