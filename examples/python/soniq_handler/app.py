@@ -327,7 +327,7 @@ class App:
                     self._fail(EXIT_PROTOCOL_ERROR, f"protocol error: {data}")
                 elif kind == "line":
                     self._dispatch(data)
-                # "wake" only makes the loop check its conditions again.
+                # "drained" and "wake" only make the loop check its conditions again.
         finally:
             if self._failure is not None:
                 # Giving up (serve() only: run() has exited already). Jobs
