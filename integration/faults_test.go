@@ -6,6 +6,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -326,4 +327,35 @@ func TestFaultHandlerCommandCannotStart(t *testing.T) {
 			})
 		}
 	}
+}
+
+// A handler command given as a bare interpreter name (`python3`) is found on
+// the sidecar's PATH, as from an activated virtualenv, and must run inside
+// that virtualenv: it is started by its resolved path, so Python finds its
+// pyvenv.cfg and the venv's packages, with no PYTHONPATH in the manifest.
+func TestHandlerInterpreterFromAVirtualenv(t *testing.T) {
+	w := newWorld(t, sdks[0], manifestOpts{})
+	venv := filepath.Join(t.TempDir(), "venv")
+	out, err := exec.Command("python3", "-m", "venv", "--without-pip", venv).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	purelib, err := exec.Command(filepath.Join(venv, "bin", "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").Output()
+	require.NoError(t, err)
+	// The SDK is importable inside the venv only (as after `pip install`).
+	require.NoError(t, os.WriteFile(filepath.Join(strings.TrimSpace(string(purelib)), "soniq_handler_sdk.pth"),
+		[]byte(filepath.Join(w.root, "examples/python")+"\n"), 0o644))
+	out, err = exec.Command("python3", "-c", "import soniq_handler").CombinedOutput()
+	require.Error(t, err, "outside the venv the SDK is not importable: %s", out)
+
+	var jobs strings.Builder
+	for _, j := range testJobs {
+		fmt.Fprintf(&jobs, "      - {name: %s, cancellable: %t}\n", j.name, j.cancellable)
+	}
+	manifest := filepath.Join(w.dir, "venv.yaml")
+	require.NoError(t, os.WriteFile(manifest, []byte("version: 1\nhandlers:\n  - name: venv\n"+
+		"    command: [python3, -u, "+filepath.Join(w.root, "integration/testdata/handlers/test_handlers.py")+"]\n"+
+		"    jobs:\n"+jobs.String()), 0o644))
+	id := w.enqueue("t.record", `{}`, 0)
+	sc := w.startSidecar(map[string]string{"PATH": filepath.Join(venv, "bin") + ":" + os.Getenv("PATH")}, "--manifest", manifest)
+	w.waitDone(t, sc, 30*time.Second, id)
+	sc.stop(t)
 }
