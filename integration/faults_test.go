@@ -359,3 +359,31 @@ func TestHandlerInterpreterFromAVirtualenv(t *testing.T) {
 	w.waitDone(t, sc, 30*time.Second, id)
 	sc.stop(t)
 }
+
+// A Soniq worker on a queue the sidecar serves takes the sidecar's jobs and
+// dead-letters them (Soniq's claim has no name filter): the sidecar warns,
+// naming the worker and the queue, and exports a gauge; a Soniq worker on
+// another queue is fine.
+func TestFleetWarnsOfASoniqWorkerOnASharedQueue(t *testing.T) {
+	py := soniqPython(t)
+	w := newWorld(t, sdks[0], manifestOpts{})
+	py.run(t, "setup", w.dbURL, nil, nil)
+	shared, elsewhere := backends.NewID(), backends.NewID()
+	py.run(t, "register_worker", w.dbURL, map[string]any{"worker_id": shared, "hostname": "soniq-host", "pid": 4242, "queues": []string{"default"}}, nil)
+	py.run(t, "register_worker", w.dbURL, map[string]any{"worker_id": elsewhere, "hostname": "soniq-host", "pid": 4243, "queues": []string{"reports"}}, nil)
+	addr := freeAddr(t)
+	sc := w.startSidecar(nil, "--queues", "default,billing", "--metrics-addr", addr)
+	line := sc.waitLog(20*time.Second, "claims from a queue this sidecar serves", map[string]any{"level": "WARN", "worker_id": shared})
+	assert.Equal(t, "default", line["shared_queues"])
+	assert.Equal(t, "soniq-host", line["hostname"])
+	eventually(t, 10*time.Second, "the gauge counts one foreign worker", func() bool {
+		_, body := httpGet("http://" + addr + "/metrics")
+		return strings.Contains(body, "soniq_foreign_workers_sharing_queues 1\n") ||
+			strings.Contains(body, "soniq_foreign_workers_sharing_queues{") && strings.Contains(body, "} 1\n")
+	})
+	assert.Empty(t, sc.logs("claims from a queue this sidecar serves")[1:], "one line for one worker, not one per check")
+	for _, m := range sc.logs("claims from a queue this sidecar serves") {
+		assert.NotEqual(t, elsewhere, m["worker_id"], "a Soniq worker on another queue is fine")
+	}
+	sc.stop(t)
+}

@@ -311,6 +311,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); s.pollStats(maintCtx) }()
 	}
+	wg.Add(1)
+	go func() { defer wg.Done(); s.watchFleet(maintCtx) }()
 
 	subCtx, stopSubscription := context.WithCancel(bg)
 	wg.Add(1)

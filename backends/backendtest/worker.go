@@ -155,6 +155,33 @@ func workerCases() []testCase {
 			assert.Equal(s.t, [2]int{1, 1}, [2]int{workers, jobs}, "one row for (sidecar@pod, 1)")
 			assert.Equal(s.t, before, snapshot(s.get(foreignJob.ID)))
 		}},
+		{"workers/live workers are the active ones heard from recently", func(s *suite) {
+			fresh := backends.Worker{ID: newUUID(s.t), Hostname: "soniq-host", PID: 7, Queues: []string{"a", "b"}, Concurrency: 3,
+				Metadata: json.RawMessage(`{"kind":"soniq-sidecar","instance":"x"}`)}
+			require.NoError(s.t, s.b.RegisterWorker(s.ctx, fresh))
+			all := backends.Worker{ID: newUUID(s.t), Hostname: "soniq-host", PID: 8}
+			require.NoError(s.t, s.b.RegisterWorker(s.ctx, all))
+			silent, stopped := s.worker(), s.worker()
+			require.NoError(s.t, s.h.BackdateHeartbeat(s.ctx, silent, 10*time.Minute))
+			require.NoError(s.t, s.b.SetWorkerStatus(s.ctx, stopped, backends.WorkerStopped))
+
+			live, err := s.b.LiveWorkers(s.ctx, 5*time.Minute)
+			require.NoError(s.t, err)
+			byID := map[string]backends.Worker{}
+			for _, w := range live {
+				byID[w.ID] = w
+			}
+			require.Contains(s.t, byID, fresh.ID)
+			require.Contains(s.t, byID, all.ID)
+			assert.NotContains(s.t, byID, silent, "a silent worker is not live")
+			assert.NotContains(s.t, byID, stopped, "a stopped worker is not live")
+			got := byID[fresh.ID]
+			assert.Equal(s.t, [4]any{"soniq-host", 7, []string{"a", "b"}, 3}, [4]any{got.Hostname, got.PID, got.Queues, got.Concurrency})
+			assert.Equal(s.t, backends.WorkerActive, got.Status)
+			assert.JSONEq(s.t, `{"kind":"soniq-sidecar","instance":"x"}`, string(got.Metadata))
+			assert.WithinDuration(s.t, time.Now(), got.LastHeartbeat, time.Minute)
+			assert.Empty(s.t, byID[all.ID].Queues, "no queues: every queue")
+		}},
 		{"workers/register tasks is idempotent", func(s *suite) {
 			w := s.worker()
 			require.NoError(s.t, s.b.RegisterTasks(s.ctx, w, []string{"a", "b"}))
