@@ -387,3 +387,26 @@ func TestFleetWarnsOfASoniqWorkerOnASharedQueue(t *testing.T) {
 	}
 	sc.stop(t)
 }
+
+// run --once runs what is due, retries included, and exits 0 (for cron and
+// CI); a job scheduled for later stays queued.
+func TestRunOnce(t *testing.T) {
+	w := newWorld(t, sdks[0], manifestOpts{})
+	done := w.enqueueN("t.noop", `{}`, 5)
+	failing := w.enqueue("t.fail", `{}`, 2)
+	later, err := w.backend.Enqueue(context.Background(), backends.EnqueueParams{Name: "t.noop", Args: json.RawMessage(`{}`), Delay: time.Hour})
+	require.NoError(t, err)
+	sc := w.startSidecar(map[string]string{"SONIQ_POLL_INTERVAL": "30"}, "--once")
+	code, at := sc.wait(60 * time.Second)
+	require.Equal(t, 0, code)
+	t.Logf("run --once exited %.2fs after start (poll interval 30 s)", at.Sub(sc.started).Seconds())
+	assert.Less(t, at.Sub(sc.started), 30*time.Second, "it does not wait for a poll to notice it is done")
+	for _, id := range done {
+		assert.Equal(t, backends.StatusDone, w.job(id).Status)
+	}
+	dl, ok := w.deadLetter(failing)
+	require.True(t, ok, "the failing job ran both attempts (the retry was due at once)")
+	assert.Equal(t, 2, dl.Attempts)
+	assert.Equal(t, backends.StatusQueued, w.job(later.ID).Status, "a job scheduled for later is not due")
+	sc.waitLog(time.Second, "run --once: nothing left that is due", nil)
+}
