@@ -203,9 +203,14 @@ func TestObservabilityMetrics(t *testing.T) {
 		var c int
 		var b string
 		var e error
-		eventually(t, 20*time.Second, "the HTTP server", func() bool {
+		// The HTTP server is up before the database is connected: alive
+		// ("ok STARTING") first, then RUNNING.
+		eventually(t, 20*time.Second, "the HTTP server, RUNNING", func() bool {
 			c, b, e = obsGet(addr, "/healthz")
-			return e == nil
+			if e == nil && b != "ok STARTING\n" && b != "ok RUNNING\n" {
+				return true // fails below
+			}
+			return e == nil && b == "ok RUNNING\n"
 		})
 		return c, b, e
 	}()
