@@ -22,8 +22,9 @@ app.job('pkg.ctx', (args, ctx) => ({
   sdkFile: require.resolve('soniq-handler'),
 }));
 
-// Waits for its cancel; says on stderr which reason reached ctx.signal.
+// Waits for its cancel; says on stderr when it runs and which reason reached ctx.signal.
 app.job('pkg.wait', async (args, ctx) => {
+  process.stderr.write(`pkg.wait ${ctx.id} started\n`);
   try {
     await sleep(60_000, undefined, { signal: ctx.signal });
   } catch (err) {
