@@ -5,6 +5,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const { spawnSync } = require('node:child_process');
+const fs = require('node:fs');
 const path = require('node:path');
 const ts = require('typescript');
 const { Handler, ROOT } = require('../testing/harness');
@@ -22,6 +23,14 @@ test('index.d.ts and protocol.d.ts pass tsc --strict without @types/node', () =>
 
 test('tsc --noEmit: the example TypeScript handlers compile and every misuse is an error', () => {
   tsc('--noEmit', '-p', 'testing/consumer/tsconfig.json');
+});
+
+test('the TypeScript example in README.md is testing/consumer/readme.ts, which compiles above', () => {
+  const readme = fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8');
+  const example = fs.readFileSync(path.join(ROOT, 'testing/consumer/readme.ts'), 'utf8');
+  const block = /```ts\n([^]*?)```/.exec(readme);
+  assert.ok(block, 'README.md has a ts block');
+  assert.equal(block[1], example.slice(example.indexOf('\n') + 1));
 });
 
 // One compiler program over both .d.ts files, shared by the tests below.
