@@ -63,7 +63,8 @@ func TestFaultShortHeartbeatTimeoutRefused(t *testing.T) {
 // must be recoverable when it then dies for good.
 func TestFaultFrozenSidecarRegistersAgain(t *testing.T) {
 	w := newWorld(t, sdks[0], manifestOpts{concurrency: 8})
-	fast := map[string]string{"SONIQ_HEARTBEAT_TIMEOUT": "3", "SONIQ_CLEANUP_INTERVAL": "0.5"}
+	// A timeout of 15 beats: a live sidecar never looks stale to a loaded machine.
+	fast := map[string]string{"SONIQ_HEARTBEAT_INTERVAL": "0.2", "SONIQ_HEARTBEAT_TIMEOUT": "3", "SONIQ_CLEANUP_INTERVAL": "0.5"}
 	a := w.startSidecar(fast)
 	wa := a.workerID(t)
 	a.waitReady(t, w.handlerName(), 1)
@@ -125,7 +126,7 @@ func TestFaultFrozenSidecarRegistersAgain(t *testing.T) {
 	a.signal(syscall.SIGKILL)
 	a.wait(10 * time.Second)
 	killed := time.Now()
-	c := w.startSidecar(map[string]string{"SONIQ_HEARTBEAT_TIMEOUT": "3", "SONIQ_CLEANUP_INTERVAL": "0.5", "SONIQ_SHUTDOWN_TIMEOUT": "0.5"})
+	c := w.startSidecar(map[string]string{"SONIQ_HEARTBEAT_INTERVAL": "0.2", "SONIQ_HEARTBEAT_TIMEOUT": "3", "SONIQ_CLEANUP_INTERVAL": "0.5", "SONIQ_SHUTDOWN_TIMEOUT": "0.5"})
 	eventually(t, 20*time.Second, "the dead sidecar's rows recovered", func() bool {
 		for _, id := range held {
 			if j := w.job(id); j.WorkerID != nil && *j.WorkerID == wa {

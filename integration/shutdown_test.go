@@ -187,7 +187,10 @@ func TestShutdownSigkillDuringWaitForThread(t *testing.T) {
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{})
 		id := w.enqueue("t.sleep_sync", `{"seconds":4}`, 0)
-		env := map[string]string{"SONIQ_SHUTDOWN_TIMEOUT": "0.5", "SONIQ_SYNC_HANDLER_GRACE_SECONDS": "0.5", "SONIQ_HEARTBEAT_TIMEOUT": "2"}
+		// A timeout of 15 beats: a live sidecar under -race on a loaded
+		// machine never looks stale.
+		env := map[string]string{"SONIQ_SHUTDOWN_TIMEOUT": "0.5", "SONIQ_SYNC_HANDLER_GRACE_SECONDS": "0.5",
+			"SONIQ_HEARTBEAT_INTERVAL": "0.2", "SONIQ_HEARTBEAT_TIMEOUT": "3"}
 		first := w.startSidecar(env)
 		w.waitStarted(t, id)
 		first.signal(syscall.SIGTERM)

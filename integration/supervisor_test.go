@@ -595,7 +595,8 @@ func TestSupervisorTwoSidecarsExactlyOnce(t *testing.T) {
 func TestSupervisorStaleWorkerRecovery(t *testing.T) {
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{concurrency: 4, syncConcurrency: 4})
-		env := map[string]string{"SONIQ_HEARTBEAT_TIMEOUT": "2", "SONIQ_CLEANUP_INTERVAL": "0.5"}
+		// A timeout of 15 beats: b, alive, never looks stale to a loaded machine.
+		env := map[string]string{"SONIQ_HEARTBEAT_INTERVAL": "0.2", "SONIQ_HEARTBEAT_TIMEOUT": "3", "SONIQ_CLEANUP_INTERVAL": "0.5"}
 		a := w.startSidecar(env)
 		b := w.startSidecar(env)
 		wa, wb := a.workerID(t), b.workerID(t)
@@ -629,7 +630,7 @@ func TestSupervisorStaleWorkerRecovery(t *testing.T) {
 		})
 
 		w.waitDone(t, b, 40*time.Second, ids...)
-		t.Logf("%s: a's jobs recovered and done %.2fs after SIGKILL (heartbeat timeout 2s, jobs 3s)", s.name, time.Since(killed).Seconds())
+		t.Logf("%s: a's jobs recovered and done %.2fs after SIGKILL (heartbeat timeout 3s, jobs 3s)", s.name, time.Since(killed).Seconds())
 		for _, id := range ids {
 			j := w.job(id)
 			require.NotNil(t, j.WorkerID)
