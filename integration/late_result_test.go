@@ -26,7 +26,7 @@ func TestLateResultForRowThatChangedHands(t *testing.T) {
 		ctx := context.Background()
 		w := newWorld(t, s, manifestOpts{})
 		release := filepath.Join(w.dir, "release")
-		id := w.enqueue("t.sleep_async", fmt.Sprintf(`{"seconds":60,"until":%q}`, release), 0)
+		id := w.enqueue("t.sleep_async", fmt.Sprintf(`{"seconds":60,"trigger":%q}`, release), 0)
 		sc := w.startSidecar(nil)
 		mine := sc.workerID(t)
 		w.waitStarted(t, id)

@@ -26,12 +26,12 @@ app.job('t.trace', async (args, ctx) => {
   return null;
 });
 
-app.job('t.sleep_async', async ({ seconds, pid, until }, ctx) => {
+app.job('t.sleep_async', async ({ seconds, pid, trigger }, ctx) => {
   record('start', ctx);
-  if (until) {
+  if (trigger) {
     // Returns as soon as the test creates this file (within seconds).
     const deadline = Date.now() + seconds * 1000;
-    while (!fs.existsSync(until) && Date.now() < deadline) await sleep(20, undefined, { signal: ctx.signal });
+    while (!fs.existsSync(trigger) && Date.now() < deadline) await sleep(20, undefined, { signal: ctx.signal });
   } else {
     await sleep(seconds * 1000, undefined, { signal: ctx.signal });
   }

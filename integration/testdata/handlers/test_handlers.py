@@ -43,10 +43,10 @@ async def trace(args, ctx):
 @app.job("t.sleep_async")
 async def sleep_async(args, ctx):
     record("start", ctx)
-    if args.get("until"):
+    if args.get("trigger"):
         # Returns as soon as the test creates this file (within seconds).
         deadline = time.monotonic() + args["seconds"]
-        while not os.path.exists(args["until"]) and time.monotonic() < deadline:
+        while not os.path.exists(args["trigger"]) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
     else:
         await asyncio.sleep(args["seconds"])
