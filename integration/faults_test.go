@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -226,16 +225,6 @@ func (w *world) workers(t *testing.T) map[string]workerRow {
 	return out
 }
 
-// freeAddr returns a loopback address nothing listens on (at the time).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
-}
-
 func httpGet(url string) (int, string) {
 	resp, err := http.Get(url)
 	if err != nil {
@@ -259,9 +248,9 @@ func TestFaultDatabaseLateAtStart(t *testing.T) {
 		proxy := newCutProxy(t, u.Host)
 		proxy.cut()
 		u.Host = proxy.ln.Addr().String()
-		addr := freeAddr(t)
 		started := time.Now()
-		sc := w.startSidecar(map[string]string{"SONIQ_DATABASE_URL": u.String(), "SONIQ_DATABASE_WAIT": "60"}, "--metrics-addr", addr)
+		sc := w.startSidecar(map[string]string{"SONIQ_DATABASE_URL": u.String(), "SONIQ_DATABASE_WAIT": "60"}, "--metrics-addr", "127.0.0.1:0")
+		addr := sc.httpAddr(t)
 		sc.waitLog(20*time.Second, "database unreachable; retrying", map[string]any{"level": "WARN"})
 		eventually(t, 10*time.Second, "/healthz alive and /readyz saying why it is not ready", func() bool {
 			hc, hb := httpGet("http://" + addr + "/healthz")
