@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -64,7 +63,8 @@ func TestFaultShortHeartbeatTimeoutRefused(t *testing.T) {
 // must be recoverable when it then dies for good.
 func TestFaultFrozenSidecarRegistersAgain(t *testing.T) {
 	w := newWorld(t, sdks[0], manifestOpts{concurrency: 8})
-	fast := map[string]string{"SONIQ_HEARTBEAT_TIMEOUT": "3", "SONIQ_CLEANUP_INTERVAL": "0.5"}
+	// A timeout of 15 beats: a live sidecar never looks stale to a loaded machine.
+	fast := map[string]string{"SONIQ_HEARTBEAT_INTERVAL": "0.2", "SONIQ_HEARTBEAT_TIMEOUT": "3", "SONIQ_CLEANUP_INTERVAL": "0.5"}
 	a := w.startSidecar(fast)
 	wa := a.workerID(t)
 	a.waitReady(t, w.handlerName(), 1)
@@ -126,7 +126,7 @@ func TestFaultFrozenSidecarRegistersAgain(t *testing.T) {
 	a.signal(syscall.SIGKILL)
 	a.wait(10 * time.Second)
 	killed := time.Now()
-	c := w.startSidecar(map[string]string{"SONIQ_HEARTBEAT_TIMEOUT": "3", "SONIQ_CLEANUP_INTERVAL": "0.5", "SONIQ_SHUTDOWN_TIMEOUT": "0.5"})
+	c := w.startSidecar(map[string]string{"SONIQ_HEARTBEAT_INTERVAL": "0.2", "SONIQ_HEARTBEAT_TIMEOUT": "3", "SONIQ_CLEANUP_INTERVAL": "0.5", "SONIQ_SHUTDOWN_TIMEOUT": "0.5"})
 	eventually(t, 20*time.Second, "the dead sidecar's rows recovered", func() bool {
 		for _, id := range held {
 			if j := w.job(id); j.WorkerID != nil && *j.WorkerID == wa {
@@ -226,16 +226,6 @@ func (w *world) workers(t *testing.T) map[string]workerRow {
 	return out
 }
 
-// freeAddr returns a loopback address nothing listens on (at the time).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
-}
-
 func httpGet(url string) (int, string) {
 	resp, err := http.Get(url)
 	if err != nil {
@@ -259,9 +249,9 @@ func TestFaultDatabaseLateAtStart(t *testing.T) {
 		proxy := newCutProxy(t, u.Host)
 		proxy.cut()
 		u.Host = proxy.ln.Addr().String()
-		addr := freeAddr(t)
 		started := time.Now()
-		sc := w.startSidecar(map[string]string{"SONIQ_DATABASE_URL": u.String(), "SONIQ_DATABASE_WAIT": "60"}, "--metrics-addr", addr)
+		sc := w.startSidecar(map[string]string{"SONIQ_DATABASE_URL": u.String(), "SONIQ_DATABASE_WAIT": "60"}, "--metrics-addr", "127.0.0.1:0")
+		addr := sc.httpAddr(t)
 		sc.waitLog(20*time.Second, "database unreachable; retrying", map[string]any{"level": "WARN"})
 		eventually(t, 10*time.Second, "/healthz alive and /readyz saying why it is not ready", func() bool {
 			hc, hb := httpGet("http://" + addr + "/healthz")
@@ -371,8 +361,8 @@ func TestFleetWarnsOfASoniqWorkerOnASharedQueue(t *testing.T) {
 	shared, elsewhere := backends.NewID(), backends.NewID()
 	py.run(t, "register_worker", w.dbURL, map[string]any{"worker_id": shared, "hostname": "soniq-host", "pid": 4242, "queues": []string{"default"}}, nil)
 	py.run(t, "register_worker", w.dbURL, map[string]any{"worker_id": elsewhere, "hostname": "soniq-host", "pid": 4243, "queues": []string{"reports"}}, nil)
-	addr := freeAddr(t)
-	sc := w.startSidecar(nil, "--queues", "default,billing", "--metrics-addr", addr)
+	sc := w.startSidecar(nil, "--queues", "default,billing", "--metrics-addr", "127.0.0.1:0")
+	addr := sc.httpAddr(t)
 	line := sc.waitLog(20*time.Second, "claims from a queue this sidecar serves", map[string]any{"level": "WARN", "worker_id": shared})
 	assert.Equal(t, "default", line["shared_queues"])
 	assert.Equal(t, "soniq-host", line["hostname"])

@@ -2,6 +2,8 @@ package backendtest
 
 import (
 	"encoding/json"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -182,13 +184,27 @@ func workerCases() []testCase {
 			assert.WithinDuration(s.t, time.Now(), got.LastHeartbeat, time.Minute)
 			assert.Empty(s.t, byID[all.ID].Queues, "no queues: every queue")
 		}},
-		{"workers/register tasks is idempotent", func(s *suite) {
-			w := s.worker()
+		{"workers/register tasks upserts one row per (task_name, worker_id)", func(s *suite) {
+			w, other := s.worker(), s.worker()
 			require.NoError(s.t, s.b.RegisterTasks(s.ctx, w, []string{"a", "b"}))
-			require.NoError(s.t, s.b.RegisterTasks(s.ctx, w, []string{"a", "b", "c"}))
+			first := s.tasks()
+			require.Equal(s.t, [][2]string{{"a", w}, {"b", w}}, taskPairs(first))
+
+			// Again, with a new name and a name twice in one call.
+			require.NoError(s.t, s.b.RegisterTasks(s.ctx, w, []string{"b", "c", "c"}))
+			second := s.tasks()
+			require.Equal(s.t, [][2]string{{"a", w}, {"b", w}, {"c", w}}, taskPairs(second))
+			assert.True(s.t, second[1].LastSeenAt.After(first[1].LastSeenAt),
+				"registering b again advances its last_seen_at (%s → %s)", first[1].LastSeenAt, second[1].LastSeenAt)
+			assert.Equal(s.t, first[0].LastSeenAt, second[0].LastSeenAt, "a was not registered again")
+			assert.WithinDuration(s.t, time.Now(), second[2].LastSeenAt, tolerance)
+
 			require.NoError(s.t, s.b.RegisterTasks(s.ctx, w, nil))
-			other := s.worker()
+			assert.Equal(s.t, second, s.tasks(), "no names: no change")
+
 			require.NoError(s.t, s.b.RegisterTasks(s.ctx, other, []string{"a"}))
+			assert.Equal(s.t, sortedPairs([][2]string{{"a", other}, {"a", w}, {"b", w}, {"c", w}}), taskPairs(s.tasks()),
+				"another worker's row for the same name is its own")
 		}},
 		{"maintenance/expired done rows are deleted, others kept", func(s *suite) {
 			w := s.worker()
@@ -215,4 +231,40 @@ func workerCases() []testCase {
 			assert.Equal(s.t, 0, n)
 		}},
 	}
+}
+
+// tasks reads the task registry, ordered by (task_name, worker_id).
+func (s *suite) tasks() []TaskRow {
+	s.t.Helper()
+	require.NotNil(s.t, s.h.TaskRegistry, "the harness has no TaskRegistry hook")
+	rows, err := s.h.TaskRegistry(s.ctx)
+	require.NoError(s.t, err, "read the task registry")
+	slices.SortFunc(rows, func(a, b TaskRow) int {
+		if c := strings.Compare(a.TaskName, b.TaskName); c != 0 {
+			return c
+		}
+		return strings.Compare(a.WorkerID, b.WorkerID)
+	})
+	for i := range rows {
+		rows[i].LastSeenAt = rows[i].LastSeenAt.UTC()
+	}
+	return rows
+}
+
+func taskPairs(rows []TaskRow) [][2]string {
+	out := make([][2]string, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, [2]string{r.TaskName, r.WorkerID})
+	}
+	return out
+}
+
+func sortedPairs(ps [][2]string) [][2]string {
+	slices.SortFunc(ps, func(a, b [2]string) int {
+		if c := strings.Compare(a[0], b[0]); c != 0 {
+			return c
+		}
+		return strings.Compare(a[1], b[1])
+	})
+	return ps
 }

@@ -315,12 +315,14 @@ func openWaiting(ctx context.Context, e env, flagValue string, wait time.Duratio
 	}
 }
 
-// serveHTTP serves h on addr until the returned stop is called.
+// serveHTTP serves h on addr until the returned stop is called. It logs
+// the address it bound, so that port 0 (any free port) can be found.
 func serveHTTP(addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, usageErrorf("--metrics-addr %s: %v", addr, err)
 	}
+	log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
 	go func() {
