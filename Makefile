@@ -91,10 +91,11 @@ clean:
 
 # Regenerates the unix transport's code from protocol/handler.proto: the Go
 # messages and service (protocol/handlerpb) and the Python messages and their
-# type stub (examples/python/soniq_handler/handler_pb2.py and .pyi; the Node SDK
-# loads the .proto at run time). Needs protoc from grpcio-tools (the Python
-# gencode must match the protobuf runtime pinned in
-# examples/python/requirements-dev.txt) and the two Go plugins on PATH:
+# type stub (examples/python/soniq_handler/handler_pb2.py and .pyi), and
+# refreshes the copy the Node package ships and loads at run time
+# (examples/node/proto/). Needs protoc from grpcio-tools (the Python gencode
+# must match the protobuf runtime pinned in examples/python/requirements-dev.txt)
+# and the two Go plugins on PATH:
 #   $(VENV_PYTHON) -m pip install grpcio-tools==$(GRPCIO_TOOLS_VERSION)   (after make deps-python)
 #   $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 #   $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
@@ -107,4 +108,5 @@ proto:
 		--go_out=. --go_opt=module=github.com/soniq-dev/soniq-sidecar \
 		--go-grpc_out=. --go-grpc_opt=module=github.com/soniq-dev/soniq-sidecar \
 		--python_out="$$tmp" --pyi_out="$$tmp" protocol/handler.proto && \
-	cp "$$tmp/protocol/handler_pb2.py" "$$tmp/protocol/handler_pb2.pyi" examples/python/soniq_handler/
+	cp "$$tmp/protocol/handler_pb2.py" "$$tmp/protocol/handler_pb2.pyi" examples/python/soniq_handler/ && \
+	cp protocol/handler.proto examples/node/proto/handler.proto

@@ -304,6 +304,10 @@ type Backend interface {
 	Heartbeat(ctx context.Context, workerID string) error
 	// SetWorkerStatus sets a worker's status (active, stopping, stopped).
 	SetWorkerStatus(ctx context.Context, workerID, status string) error
+	// LiveWorkers returns the active workers whose last heartbeat is
+	// younger than within (any program's: Soniq workers and sidecars), by
+	// id. Queues empty means every queue; Metadata is nil when NULL.
+	LiveWorkers(ctx context.Context, within time.Duration) ([]Worker, error)
 	// RegisterTasks upserts (task_name, worker_id, last_seen_at=now()).
 	RegisterTasks(ctx context.Context, workerID string, names []string) error
 

@@ -33,3 +33,14 @@ func identity(meta json.RawMessage) ([2]string, bool) {
 	inst, _ := m[MetaInstance].(string)
 	return [2]string{kind, inst}, kind != "" && inst != ""
 }
+
+// WorkerKind returns the program kind a worker row's metadata names, or ""
+// (Soniq's own workers name none).
+func WorkerKind(meta json.RawMessage) string {
+	var m map[string]any
+	if len(meta) == 0 || json.Unmarshal(meta, &m) != nil {
+		return ""
+	}
+	kind, _ := m[MetaKind].(string)
+	return kind
+}

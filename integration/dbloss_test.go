@@ -105,7 +105,22 @@ func TestDatabaseDisappearsMidRun(t *testing.T) {
 	eventually(t, 20*time.Second, "the first jobs started", func() bool { return len(w.recorded()) >= 8 })
 
 	proxy.cut()
-	time.Sleep(4 * time.Second) // the running jobs finish while the database is gone
+	var running []string
+	for _, r := range w.recorded() {
+		if r[0] == "start" {
+			running = append(running, r[1])
+		}
+	}
+	// The jobs running at the cut finish while the database is gone, and
+	// the sidecar fails to write their results.
+	eventually(t, 20*time.Second, "the running jobs ended and their result write failed", func() bool {
+		for _, id := range running {
+			if countEvents(w.recorded(), "end", id) == 0 {
+				return false
+			}
+		}
+		return len(sc.logs("writing results failed; retrying")) > 0
+	})
 	require.False(t, sc.exited(), "the sidecar survives a database outage")
 	proxy.restore()
 

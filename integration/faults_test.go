@@ -6,8 +6,8 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -63,7 +63,8 @@ func TestFaultShortHeartbeatTimeoutRefused(t *testing.T) {
 // must be recoverable when it then dies for good.
 func TestFaultFrozenSidecarRegistersAgain(t *testing.T) {
 	w := newWorld(t, sdks[0], manifestOpts{concurrency: 8})
-	fast := map[string]string{"SONIQ_HEARTBEAT_TIMEOUT": "3", "SONIQ_CLEANUP_INTERVAL": "0.5"}
+	// A timeout of 15 beats: a live sidecar never looks stale to a loaded machine.
+	fast := map[string]string{"SONIQ_HEARTBEAT_INTERVAL": "0.2", "SONIQ_HEARTBEAT_TIMEOUT": "3", "SONIQ_CLEANUP_INTERVAL": "0.5"}
 	a := w.startSidecar(fast)
 	wa := a.workerID(t)
 	a.waitReady(t, w.handlerName(), 1)
@@ -125,7 +126,7 @@ func TestFaultFrozenSidecarRegistersAgain(t *testing.T) {
 	a.signal(syscall.SIGKILL)
 	a.wait(10 * time.Second)
 	killed := time.Now()
-	c := w.startSidecar(map[string]string{"SONIQ_HEARTBEAT_TIMEOUT": "3", "SONIQ_CLEANUP_INTERVAL": "0.5", "SONIQ_SHUTDOWN_TIMEOUT": "0.5"})
+	c := w.startSidecar(map[string]string{"SONIQ_HEARTBEAT_INTERVAL": "0.2", "SONIQ_HEARTBEAT_TIMEOUT": "3", "SONIQ_CLEANUP_INTERVAL": "0.5", "SONIQ_SHUTDOWN_TIMEOUT": "0.5"})
 	eventually(t, 20*time.Second, "the dead sidecar's rows recovered", func() bool {
 		for _, id := range held {
 			if j := w.job(id); j.WorkerID != nil && *j.WorkerID == wa {
@@ -225,16 +226,6 @@ func (w *world) workers(t *testing.T) map[string]workerRow {
 	return out
 }
 
-// freeAddr returns a loopback address nothing listens on (at the time).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
-}
-
 func httpGet(url string) (int, string) {
 	resp, err := http.Get(url)
 	if err != nil {
@@ -258,9 +249,9 @@ func TestFaultDatabaseLateAtStart(t *testing.T) {
 		proxy := newCutProxy(t, u.Host)
 		proxy.cut()
 		u.Host = proxy.ln.Addr().String()
-		addr := freeAddr(t)
 		started := time.Now()
-		sc := w.startSidecar(map[string]string{"SONIQ_DATABASE_URL": u.String(), "SONIQ_DATABASE_WAIT": "60"}, "--metrics-addr", addr)
+		sc := w.startSidecar(map[string]string{"SONIQ_DATABASE_URL": u.String(), "SONIQ_DATABASE_WAIT": "60"}, "--metrics-addr", "127.0.0.1:0")
+		addr := sc.httpAddr(t)
 		sc.waitLog(20*time.Second, "database unreachable; retrying", map[string]any{"level": "WARN"})
 		eventually(t, 10*time.Second, "/healthz alive and /readyz saying why it is not ready", func() bool {
 			hc, hb := httpGet("http://" + addr + "/healthz")
@@ -326,4 +317,86 @@ func TestFaultHandlerCommandCannotStart(t *testing.T) {
 			})
 		}
 	}
+}
+
+// A handler command given as a bare interpreter name (`python3`) is found on
+// the sidecar's PATH, as from an activated virtualenv, and must run inside
+// that virtualenv: it is started by its resolved path, so Python finds its
+// pyvenv.cfg and the venv's packages, with no PYTHONPATH in the manifest.
+func TestHandlerInterpreterFromAVirtualenv(t *testing.T) {
+	w := newWorld(t, sdks[0], manifestOpts{})
+	venv := filepath.Join(t.TempDir(), "venv")
+	out, err := exec.Command("python3", "-m", "venv", "--without-pip", venv).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	purelib, err := exec.Command(filepath.Join(venv, "bin", "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").Output()
+	require.NoError(t, err)
+	// The SDK is importable inside the venv only (as after `pip install`).
+	require.NoError(t, os.WriteFile(filepath.Join(strings.TrimSpace(string(purelib)), "soniq_handler_sdk.pth"),
+		[]byte(filepath.Join(w.root, "examples/python")+"\n"), 0o644))
+	out, err = exec.Command("python3", "-c", "import soniq_handler").CombinedOutput()
+	require.Error(t, err, "outside the venv the SDK is not importable: %s", out)
+
+	var jobs strings.Builder
+	for _, j := range testJobs {
+		fmt.Fprintf(&jobs, "      - {name: %s, cancellable: %t}\n", j.name, j.cancellable)
+	}
+	manifest := filepath.Join(w.dir, "venv.yaml")
+	require.NoError(t, os.WriteFile(manifest, []byte("version: 1\nhandlers:\n  - name: venv\n"+
+		"    command: [python3, -u, "+filepath.Join(w.root, "integration/testdata/handlers/test_handlers.py")+"]\n"+
+		"    jobs:\n"+jobs.String()), 0o644))
+	id := w.enqueue("t.record", `{}`, 0)
+	sc := w.startSidecar(map[string]string{"PATH": filepath.Join(venv, "bin") + ":" + os.Getenv("PATH")}, "--manifest", manifest)
+	w.waitDone(t, sc, 30*time.Second, id)
+	sc.stop(t)
+}
+
+// A Soniq worker on a queue the sidecar serves takes the sidecar's jobs and
+// dead-letters them (Soniq's claim has no name filter): the sidecar warns,
+// naming the worker and the queue, and exports a gauge; a Soniq worker on
+// another queue is fine.
+func TestFleetWarnsOfASoniqWorkerOnASharedQueue(t *testing.T) {
+	py := soniqPython(t)
+	w := newWorld(t, sdks[0], manifestOpts{})
+	py.run(t, "setup", w.dbURL, nil, nil)
+	shared, elsewhere := backends.NewID(), backends.NewID()
+	py.run(t, "register_worker", w.dbURL, map[string]any{"worker_id": shared, "hostname": "soniq-host", "pid": 4242, "queues": []string{"default"}}, nil)
+	py.run(t, "register_worker", w.dbURL, map[string]any{"worker_id": elsewhere, "hostname": "soniq-host", "pid": 4243, "queues": []string{"reports"}}, nil)
+	sc := w.startSidecar(nil, "--queues", "default,billing", "--metrics-addr", "127.0.0.1:0")
+	addr := sc.httpAddr(t)
+	line := sc.waitLog(20*time.Second, "claims from a queue this sidecar serves", map[string]any{"level": "WARN", "worker_id": shared})
+	assert.Equal(t, "default", line["shared_queues"])
+	assert.Equal(t, "soniq-host", line["hostname"])
+	eventually(t, 10*time.Second, "the gauge counts one foreign worker", func() bool {
+		_, body := httpGet("http://" + addr + "/metrics")
+		return strings.Contains(body, "soniq_foreign_workers_sharing_queues 1\n") ||
+			strings.Contains(body, "soniq_foreign_workers_sharing_queues{") && strings.Contains(body, "} 1\n")
+	})
+	assert.Empty(t, sc.logs("claims from a queue this sidecar serves")[1:], "one line for one worker, not one per check")
+	for _, m := range sc.logs("claims from a queue this sidecar serves") {
+		assert.NotEqual(t, elsewhere, m["worker_id"], "a Soniq worker on another queue is fine")
+	}
+	sc.stop(t)
+}
+
+// run --once runs what is due, retries included, and exits 0 (for cron and
+// CI); a job scheduled for later stays queued.
+func TestRunOnce(t *testing.T) {
+	w := newWorld(t, sdks[0], manifestOpts{})
+	done := w.enqueueN("t.noop", `{}`, 5)
+	failing := w.enqueue("t.fail", `{}`, 2)
+	later, err := w.backend.Enqueue(context.Background(), backends.EnqueueParams{Name: "t.noop", Args: json.RawMessage(`{}`), Delay: time.Hour})
+	require.NoError(t, err)
+	sc := w.startSidecar(map[string]string{"SONIQ_POLL_INTERVAL": "30"}, "--once")
+	code, at := sc.wait(60 * time.Second)
+	require.Equal(t, 0, code)
+	t.Logf("run --once exited %.2fs after start (poll interval 30 s)", at.Sub(sc.started).Seconds())
+	assert.Less(t, at.Sub(sc.started), 30*time.Second, "it does not wait for a poll to notice it is done")
+	for _, id := range done {
+		assert.Equal(t, backends.StatusDone, w.job(id).Status)
+	}
+	dl, ok := w.deadLetter(failing)
+	require.True(t, ok, "the failing job ran both attempts (the retry was due at once)")
+	assert.Equal(t, 2, dl.Attempts)
+	assert.Equal(t, backends.StatusQueued, w.job(later.ID).Status, "a job scheduled for later is not due")
+	sc.waitLog(time.Second, "run --once: nothing left that is due", nil)
 }

@@ -8,7 +8,6 @@ package integration
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"slices"
 	"sort"
@@ -25,13 +24,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// obsAddr returns a free 127.0.0.1 address for --metrics-addr.
-func obsAddr(t *testing.T) string {
+// httpAddr is the address the sidecar's HTTP server bound, from its log:
+// tests pass --metrics-addr 127.0.0.1:0, so no port is picked, released
+// and then raced for.
+func (s *sidecar) httpAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
+	m := s.waitLog(20*time.Second, "serving /metrics, /healthz and /readyz", nil)
+	addr, _ := m["addr"].(string)
+	require.NotEmpty(t, addr, "log line without addr: %v", m)
 	return addr
 }
 
@@ -193,26 +193,19 @@ func TestObservabilityMetrics(t *testing.T) {
 	s := sdks[0] // Python; the series come from the sidecar, not the SDK
 	handler := s.name + "-tests"
 	w := newWorld(t, s, manifestOpts{})
-	addr := obsAddr(t)
 	sc := w.startSidecar(map[string]string{
 		"SONIQ_SHUTDOWN_TIMEOUT":           "2",
 		"SONIQ_SYNC_HANDLER_GRACE_SECONDS": "1",
-	}, "--metrics-addr", addr)
+	}, "--metrics-addr", "127.0.0.1:0")
+	addr := sc.httpAddr(t)
 
-	code, body, err := func() (int, string, error) {
-		var c int
-		var b string
-		var e error
-		eventually(t, 20*time.Second, "the HTTP server", func() bool {
-			c, b, e = obsGet(addr, "/healthz")
-			return e == nil
-		})
-		return c, b, e
-	}()
+	// The server is up before the database is reached (/healthz says
+	// STARTING then); once ready, the supervisor runs.
+	waitReadyz(t, addr, 30*time.Second)
+	code, body, err := obsGet(addr, "/healthz")
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusOK, code)
 	assert.Equal(t, "ok RUNNING\n", body)
-	waitReadyz(t, addr, 30*time.Second)
 
 	m := obsScrape(t, addr)
 	if m.assertFamily(t, "soniq_handler_processes", dto.MetricType_GAUGE, "handler", "state") {
@@ -353,8 +346,8 @@ func TestObservabilityQueueJobs(t *testing.T) {
 	for range 3 {
 		w.enqueue("t.nobody_serves_this", `{}`, 0)
 	}
-	addr := obsAddr(t)
-	sc := w.startSidecar(nil, "--metrics-addr", addr)
+	sc := w.startSidecar(nil, "--metrics-addr", "127.0.0.1:0")
+	addr := sc.httpAddr(t)
 	waitReadyz(t, addr, 30*time.Second)
 	m := waitScrape(t, addr, 30*time.Second, "soniq_queue_jobs{status=\"queued\"} 3", func(m promScrape) bool {
 		v, _ := m.value("soniq_queue_jobs", map[string]string{"status": "queued"})

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -112,7 +113,7 @@ func testFail(t *testing.T, p *handlerProc, _ string) {
 
 func testCancelAsync(t *testing.T, p *handlerProc, _ string) {
 	id := p.job(jobSleepAsync, `{"seconds":30}`)
-	time.Sleep(300 * time.Millisecond) // let it start
+	p.waitHeld(id)
 	sent := time.Now()
 	p.send(&protocol.Cancel{ID: id, Reason: protocol.ReasonJobTimeout})
 	rs, at := p.results(5*time.Second, id)
@@ -123,8 +124,10 @@ func testCancelAsync(t *testing.T, p *handlerProc, _ string) {
 func testCancelSync(t *testing.T, p *handlerProc, _ string) {
 	started := time.Now()
 	id := p.job(jobSleepSync, `{"seconds":1}`)
-	time.Sleep(200 * time.Millisecond)
+	p.waitHeld(id)
 	p.send(&protocol.Cancel{ID: id, Reason: protocol.ReasonJobTimeout})
+	// The SDK saw the cancel while it held the job, and ignored it.
+	p.waitStderr(regexp.MustCompile(`cancel \(job_timeout\) for .*`+regexp.QuoteMeta(id)+` .*ignored`), "the cancel of a sync job")
 	rs, at := p.results(10*time.Second, id)
 	require.Equal(t, protocol.StatusDone, rs[id].Status, "a sync job ignores cancel: %+v", rs[id].Error)
 	require.JSONEq(t, `{"slept":1}`, string(rs[id].Result))
@@ -149,7 +152,7 @@ func testConcurrency(t *testing.T, p *handlerProc, _ string) {
 
 func testPingDuringSync(t *testing.T, p *handlerProc, _ string) {
 	id := p.job(jobSleepSync, `{"seconds":2}`)
-	time.Sleep(300 * time.Millisecond)
+	p.waitHeld(id)
 	p.send(&protocol.Ping{Seq: 42})
 	msg := p.next(1500*time.Millisecond, "pong while the sync job runs")
 	pong, ok := msg.(*protocol.Pong)
@@ -177,7 +180,7 @@ func testStrayPrint(t *testing.T, p *handlerProc, strayOutput string) {
 func testDrain(t *testing.T, p *handlerProc, stop func()) {
 	async := p.job(jobSleepAsync, `{"seconds":1}`)
 	sync := p.job(jobSleepSync, `{"seconds":1}`)
-	time.Sleep(200 * time.Millisecond)
+	p.waitHeld(async, sync)
 	stop()
 	rs, _ := p.results(10*time.Second, async, sync)
 	for _, id := range []string{async, sync} {

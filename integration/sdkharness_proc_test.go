@@ -2,10 +2,13 @@ package integration
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -33,6 +36,11 @@ type handlerProc struct {
 	exited  chan struct{} // closed when the process has been waited for
 	waitErr error
 	hello   *protocol.Hello
+	// trace is the unix SDK's record of each message it received
+	// (HANDLER_TRACE_FRAMES); empty on stdio.
+	trace   string
+	pending []frameOrErr // frames read while waiting for something else
+	pings   int64
 }
 
 type frameOrErr struct {
@@ -144,6 +152,11 @@ func (p *handlerProc) next(timeout time.Duration, what string) protocol.Message 
 
 func (p *handlerProc) nextFrame(timeout time.Duration, what string) frameOrErr {
 	p.t.Helper()
+	if len(p.pending) > 0 {
+		f := p.pending[0]
+		p.pending = p.pending[1:]
+		return f
+	}
 	select {
 	case f, ok := <-p.frames:
 		require.True(p.t, ok, "handler stdout ended while waiting for %s", what)
@@ -154,6 +167,56 @@ func (p *handlerProc) nextFrame(timeout time.Duration, what string) frameOrErr {
 		require.FailNow(p.t, "timeout", "no frame within %s while waiting for %s", timeout, what)
 		return frameOrErr{}
 	}
+}
+
+// waitHeld waits until the handler holds the jobs with these ids. On stdio
+// a ping written after their job frames is answered only once the SDK has
+// read and dispatched those frames (it reads its input in order); the unix
+// SDKs record each Execute call they receive in the trace file.
+func (p *handlerProc) waitHeld(ids ...string) {
+	p.t.Helper()
+	if p.trace == "" {
+		p.pings++
+		seq := 1_000_000 + p.pings
+		p.send(&protocol.Ping{Seq: seq})
+		var other []frameOrErr
+		for {
+			f := p.nextFrame(10*time.Second, fmt.Sprintf("the pong after the job frames of %v", ids))
+			if pong, ok := f.msg.(*protocol.Pong); ok && pong.Seq == seq {
+				p.pending = append(other, p.pending...)
+				return
+			}
+			other = append(other, f)
+		}
+	}
+	require.Eventually(p.t, func() bool {
+		b, err := os.ReadFile(p.trace)
+		if err != nil {
+			return false
+		}
+		held := map[string]bool{}
+		for _, line := range strings.Split(string(b), "\n") {
+			if frame, ok := strings.CutPrefix(line, "> "); ok {
+				var m struct{ Type, ID string }
+				if json.Unmarshal([]byte(frame), &m) == nil && m.Type == "job" {
+					held[m.ID] = true
+				}
+			}
+		}
+		for _, id := range ids {
+			if !held[id] {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "the handler received the jobs %v (%s)", ids, p.trace)
+}
+
+// waitStderr waits until the handler's stderr matches re.
+func (p *handlerProc) waitStderr(re *regexp.Regexp, what string) {
+	p.t.Helper()
+	require.Eventually(p.t, func() bool { return re.MatchString(p.stderr.String()) },
+		10*time.Second, 10*time.Millisecond, "%s: no stderr line matching %s", what, re)
 }
 
 // results reads frames until it holds a result for every id, and returns them with their

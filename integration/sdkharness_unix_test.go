@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -58,11 +59,12 @@ func startUnixHandler(t *testing.T, h *supervisor.Handler) *handlerProc {
 		"SONIQ_HANDLER="+h.Name,
 		"SONIQ_PLUGIN_MAGIC_COOKIE=soniq-handler-v1",
 		"PLUGIN_PROTOCOL_VERSIONS="+strconv.Itoa(protocol.Version),
-		"PLUGIN_UNIX_SOCKET_DIR="+dir)
+		"PLUGIN_UNIX_SOCKET_DIR="+dir,
+		"HANDLER_TRACE_FRAMES="+filepath.Join(dir, "trace"))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	pr, pw := io.Pipe()
 	p := &handlerProc{t: t, handler: h, cmd: cmd, frames: make(chan frameOrErr, 64),
-		stderr: &syncBuffer{}, exited: make(chan struct{}), stdin: pw, enc: protocol.NewEncoder(pw)}
+		stderr: &syncBuffer{}, exited: make(chan struct{}), stdin: pw, enc: protocol.NewEncoder(pw), trace: filepath.Join(dir, "trace")}
 	cmd.Stderr = p.stderr
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)

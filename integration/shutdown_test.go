@@ -6,6 +6,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -133,27 +134,46 @@ func TestShutdownSyncReturnsInsideGrace(t *testing.T) {
 }
 
 // FORCE_TIMEOUT_PATH, sync branch, grace expires → WAIT_FOR_THREAD: the
-// sidecar and the handler stay alive, heartbeats continue, the row stays
-// processing; when the job returns it is done and the exit is 0.
+// sidecar and the handler stay alive, the row stays processing, and
+// last_heartbeat keeps advancing in every state (DRAINING,
+// FORCE_TIMEOUT_PATH, WAIT_FOR_THREAD: Soniq's own worker stops beating
+// once it drains, the contract says not to); when the job returns it is
+// done and the exit is 0.
 func TestShutdownSyncBeyondGrace(t *testing.T) {
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{recordFrames: true})
-		id := w.enqueue("t.sleep_sync", `{"seconds":6}`, 0)
-		sc := w.startSidecar(map[string]string{"SONIQ_SHUTDOWN_TIMEOUT": "1", "SONIQ_SYNC_HANDLER_GRACE_SECONDS": "1"})
+		id := w.enqueue("t.sleep_sync", `{"seconds":8}`, 0)
+		// Every state lasts 2 s or more: ten beats each.
+		sc := w.startSidecar(map[string]string{"SONIQ_SHUTDOWN_TIMEOUT": "2", "SONIQ_SYNC_HANDLER_GRACE_SECONDS": "2",
+			"SONIQ_HEARTBEAT_INTERVAL": "0.2"})
+		worker := sc.workerID(t)
 		w.waitStarted(t, id)
 		sc.signal(syscall.SIGTERM)
-		sc.waitLog(10*time.Second, "state transition", map[string]any{"state": "WAIT_FOR_THREAD"})
 
-		hb1 := w.heartbeat(t)
-		time.Sleep(1200 * time.Millisecond)
-		require.False(t, sc.exited(), "the sidecar must not exit while a sync job runs")
-		hb2 := w.heartbeat(t)
-		assert.True(t, hb2.After(hb1), "last_heartbeat keeps advancing in WAIT_FOR_THREAD (%s → %s)", hb1, hb2)
-		assert.Equal(t, backends.StatusProcessing, w.job(id).Status)
+		// A beat written inside each state: after the state's transition
+		// line and before the next one, by the timestamps (the database and
+		// the sidecar share this machine's clock).
+		states := []string{"DRAINING", "FORCE_TIMEOUT_PATH", "WAIT_FOR_THREAD"}
+		beats := map[string]time.Time{}
+		for _, st := range states {
+			entered := logTime(t, sc.waitLog(10*time.Second, "state transition", map[string]any{"state": st}))
+			eventually(t, 5*time.Second, "a heartbeat written in "+st, func() bool {
+				beats[st] = w.workerHeartbeat(t, worker)
+				return beats[st].After(entered)
+			})
+			require.False(t, sc.exited(), "the sidecar must not exit while a sync job runs")
+		}
+		assert.Equal(t, backends.StatusProcessing, w.job(id).Status, "no NACK on the sync branch")
 		assert.Equal(t, 0, countEvents(w.recorded(), "end", id), "the handler is still running the job")
 
 		code, _ := sc.wait(20 * time.Second)
 		require.Equal(t, 0, code)
+		states = append(states, "STOPPED")
+		for i, st := range states[:len(states)-1] {
+			left := logTime(t, sc.waitLog(time.Second, "state transition", map[string]any{"state": states[i+1]}))
+			assert.True(t, beats[st].Before(left), "the %s heartbeat (%s) was written before %s (%s)",
+				st, beats[st].Format(time.RFC3339Nano), states[i+1], left.Format(time.RFC3339Nano))
+		}
 		assert.Equal(t, backends.StatusDone, w.job(id).Status)
 		assert.Empty(t, cancelFrames(w.framesSent(), id))
 		assert.Empty(t, sc.logs("shutdown_nack"))
@@ -167,7 +187,10 @@ func TestShutdownSigkillDuringWaitForThread(t *testing.T) {
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{})
 		id := w.enqueue("t.sleep_sync", `{"seconds":4}`, 0)
-		env := map[string]string{"SONIQ_SHUTDOWN_TIMEOUT": "0.5", "SONIQ_SYNC_HANDLER_GRACE_SECONDS": "0.5", "SONIQ_HEARTBEAT_TIMEOUT": "2"}
+		// A timeout of 15 beats: a live sidecar under -race on a loaded
+		// machine never looks stale.
+		env := map[string]string{"SONIQ_SHUTDOWN_TIMEOUT": "0.5", "SONIQ_SYNC_HANDLER_GRACE_SECONDS": "0.5",
+			"SONIQ_HEARTBEAT_INTERVAL": "0.2", "SONIQ_HEARTBEAT_TIMEOUT": "3"}
 		first := w.startSidecar(env)
 		w.waitStarted(t, id)
 		first.signal(syscall.SIGTERM)
@@ -311,12 +334,20 @@ func countEvents(recs [][]string, event, id string) int {
 	return n
 }
 
-// heartbeat reads this test's only worker row's last_heartbeat (the newest).
-func (w *world) heartbeat(t *testing.T) time.Time {
+// workerHeartbeat reads a worker row's last_heartbeat.
+func (w *world) workerHeartbeat(t *testing.T, workerID string) time.Time {
 	t.Helper()
 	var hb time.Time
 	err := w.db.QueryRow(context.Background(),
-		`SELECT last_heartbeat FROM soniq_workers ORDER BY started_at DESC LIMIT 1`).Scan(&hb)
+		`SELECT last_heartbeat FROM soniq_workers WHERE id = $1`, workerID).Scan(&hb)
 	require.NoError(t, err)
 	return hb
+}
+
+// logTime is the time a JSON log line was written.
+func logTime(t *testing.T, m map[string]any) time.Time {
+	t.Helper()
+	at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(m["time"]))
+	require.NoError(t, err, "log line time %v", m["time"])
+	return at
 }

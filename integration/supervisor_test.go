@@ -497,7 +497,8 @@ func TestSupervisorUnknownJobNames(t *testing.T) {
 		known := w.enqueueN("t.noop", `{}`, 5)
 		sc := w.startSidecar(nil)
 		w.waitDone(t, sc, 30*time.Second, known...)
-		time.Sleep(1 * time.Second) // several poll intervals after the known jobs
+		// One more claim after those: it passes over the older unknown rows again.
+		w.waitDone(t, sc, 30*time.Second, w.enqueue("t.noop", `{}`, 0))
 		for _, id := range unknown {
 			j := w.job(id)
 			assert.Equal(t, backends.StatusQueued, j.Status)
@@ -595,7 +596,8 @@ func TestSupervisorTwoSidecarsExactlyOnce(t *testing.T) {
 func TestSupervisorStaleWorkerRecovery(t *testing.T) {
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{concurrency: 4, syncConcurrency: 4})
-		env := map[string]string{"SONIQ_HEARTBEAT_TIMEOUT": "2", "SONIQ_CLEANUP_INTERVAL": "0.5"}
+		// A timeout of 15 beats: b, alive, never looks stale to a loaded machine.
+		env := map[string]string{"SONIQ_HEARTBEAT_INTERVAL": "0.2", "SONIQ_HEARTBEAT_TIMEOUT": "3", "SONIQ_CLEANUP_INTERVAL": "0.5"}
 		a := w.startSidecar(env)
 		b := w.startSidecar(env)
 		wa, wb := a.workerID(t), b.workerID(t)
@@ -629,7 +631,7 @@ func TestSupervisorStaleWorkerRecovery(t *testing.T) {
 		})
 
 		w.waitDone(t, b, 40*time.Second, ids...)
-		t.Logf("%s: a's jobs recovered and done %.2fs after SIGKILL (heartbeat timeout 2s, jobs 3s)", s.name, time.Since(killed).Seconds())
+		t.Logf("%s: a's jobs recovered and done %.2fs after SIGKILL (heartbeat timeout 3s, jobs 3s)", s.name, time.Since(killed).Seconds())
 		for _, id := range ids {
 			j := w.job(id)
 			require.NotNil(t, j.WorkerID)

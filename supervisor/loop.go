@@ -55,6 +55,10 @@ type event struct {
 	task  *task
 	sig   syscall.Signal
 	ids   []string
+	// evClaimed: the claim asked for every job name of its pool, when the
+	// writer had written writtenAt batches (run --once).
+	allNames  bool
+	writtenAt int64
 }
 
 // taskState is where one claimed job is, as far as the sidecar is concerned.
@@ -109,6 +113,10 @@ type pool struct {
 	more       bool // there may be runnable rows: claim when capacity allows
 	restarting []bool
 	isolated   map[*process]*task // processes running a suspect alone (suspect.go)
+	// run --once: the last claim asked for every job name and came back
+	// empty, issued when the writer had written drainedAt batches.
+	drained   bool
+	drainedAt int64
 }
 
 func (pl *pool) ready() []*process {
@@ -256,7 +264,9 @@ func (l *loop) handle(e event) {
 	case evKill:
 		l.onKill(e.proc, e.sig)
 	case evClaimed:
+		e.pool.drained, e.pool.drainedAt = e.err == nil && len(e.jobs) == 0 && e.allNames, e.writtenAt
 		l.onClaimed(e.pool, e.jobs, e.limit, e.err)
+		l.checkOnce()
 	case evUnknownClaimed:
 		l.onUnknownClaimed(e.jobs, e.err)
 	case evWake:
@@ -670,6 +680,7 @@ func (l *loop) maybeClaim(pl *pool) {
 	pl.claiming, pl.more = true, false
 	l.claims++
 	params := backends.ClaimParams{WorkerID: l.s.workerID, Queues: l.cfg.Settings.Queues, Names: names, Limit: free}
+	allNames, writtenAt := len(names) == len(pl.allNames), l.writer.written.Load()
 	b := l.cfg.Backend
 	l.wg.Add(1)
 	go func() {
@@ -679,7 +690,7 @@ func (l *loop) maybeClaim(pl *pool) {
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		jobs, err := b.Claim(ctx, params)
 		cancel()
-		l.s.emit(event{kind: evClaimed, pool: pl, jobs: jobs, limit: params.Limit, err: err})
+		l.s.emit(event{kind: evClaimed, pool: pl, jobs: jobs, limit: params.Limit, err: err, allNames: allNames, writtenAt: writtenAt})
 	}()
 }
 

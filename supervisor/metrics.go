@@ -28,6 +28,7 @@ type Metrics struct {
 	shutdownSt  metric.Int64Gauge
 	claimed     metric.Int64Counter
 	resultDrops metric.Int64Counter
+	sharing     metric.Int64Gauge
 
 	// queueStats is the last queue-stats snapshot, observed by the
 	// soniq_queue_jobs gauge at collection time.
@@ -105,6 +106,11 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 	})
 	mk(func() (e error) {
 		x.resultDrops, e = m.Int64Counter("soniq_late_results_discarded", metric.WithDescription("Results for jobs the sidecar no longer held (after a timeout or NACK)."))
+		return
+	})
+	mk(func() (e error) {
+		x.sharing, e = m.Int64Gauge("soniq_foreign_workers_sharing_queues",
+			metric.WithDescription("Live workers that are not sidecars (Soniq's own) claiming from a queue this sidecar serves: they take its jobs and dead-letter them as job_not_found."))
 		return
 	})
 	mk(func() error {
@@ -201,6 +207,13 @@ func (m *Metrics) setQueueStats(st backends.Stats) {
 		return
 	}
 	m.queueStats.Store(&st)
+}
+
+func (m *Metrics) foreignWorkers(n int) {
+	if m == nil {
+		return
+	}
+	m.sharing.Record(context.Background(), int64(n))
 }
 
 func (m *Metrics) lateResult(name, reason string) {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strconv"
@@ -247,15 +248,20 @@ func handlerCommand(h *Handler, maxFrame int) (*exec.Cmd, error) {
 	path := h.Command[0]
 	if !strings.Contains(path, "/") {
 		// Resolve with the sidecar's PATH: the child's environment is the
-		// manifest's alone and may not have one.
+		// manifest's alone and may not have one. The child is started by
+		// the resolved path, argv[0] included: an interpreter finds its
+		// virtualenv (pyvenv.cfg beside it) or its nvm/pyenv install from
+		// its own path, and with a bare name and no PATH it would run as
+		// the base interpreter without the venv's packages.
 		lp, err := exec.LookPath(path)
 		if err != nil {
 			return nil, fmt.Errorf("handler %s: command %q: %w", h.Name, path, err)
 		}
-		path = lp
+		if path, err = filepath.Abs(lp); err != nil {
+			return nil, fmt.Errorf("handler %s: command %q: %w", h.Name, lp, err)
+		}
 	}
 	cmd := exec.Command(path, h.Command[1:]...)
-	cmd.Args[0] = h.Command[0]
 	cmd.Dir = h.Workdir
 	cmd.Env = childEnv(h, maxFrame)
 	cmd.SysProcAttr = &syscall.SysProcAttr{

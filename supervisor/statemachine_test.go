@@ -68,6 +68,7 @@ type fakeWorld struct {
 	procs   int                // fake processes started so far
 	runs    []fakeRun          // every job a fake process received
 	crashes []fakeCrash        // every fake process that crashed
+	beats   []fakeBeat         // every heartbeat the backend accepted
 	runErr  chan error
 	stopped time.Time
 }
@@ -87,6 +88,29 @@ type fakeCrash struct {
 	proc int
 	held []string // every job it held, the crash job included
 	at   time.Time
+}
+
+// fakeBeat is one heartbeat written, with the state it was written in.
+type fakeBeat struct {
+	at    time.Time
+	state State
+}
+
+// beatRecorder is the memory backend with every accepted heartbeat
+// recorded: the memory backend has no read of last_heartbeat.
+type beatRecorder struct {
+	backends.Backend
+	w *fakeWorld
+}
+
+func (r beatRecorder) Heartbeat(ctx context.Context, workerID string) error {
+	err := r.Backend.Heartbeat(ctx, workerID)
+	if err == nil {
+		r.w.mu.Lock()
+		r.w.beats = append(r.w.beats, fakeBeat{at: time.Now(), state: r.w.sup.State()})
+		r.w.mu.Unlock()
+	}
+	return err
 }
 
 // fakeJobs are the jobs of the fake handler: *.sleep jobs sleep args.seconds
@@ -116,7 +140,7 @@ func newFakePool(t *testing.T, s Settings, processes, concurrency, syncConcurren
 		Concurrency: concurrency, SyncConcurrency: syncConcurrency, StartupTimeout: 10 * time.Second, Jobs: jobs,
 	}}}
 	log := slog.New(captureHandler{mu: &w.mu, records: &w.logs})
-	sup, err := New(Config{Manifest: m, Settings: s, Backend: w.mem, Logger: log, startTransport: w.transport})
+	sup, err := New(Config{Manifest: m, Settings: s, Backend: beatRecorder{Backend: w.mem, w: w}, Logger: log, startTransport: w.transport})
 	require.NoError(t, err)
 	w.sup = sup
 	return w
@@ -386,6 +410,42 @@ func TestStateMachineSyncBeyondGraceWaitsWithoutEnd(t *testing.T) {
 		assert.Equal(t, 90*time.Second, tr["WAIT_FOR_THREAD"], "flat grace from the FORCE_TIMEOUT_PATH instant")
 		assert.Equal(t, backends.StatusDone, w.job(s).Status)
 		assert.Empty(t, w.cancels(s))
+	})
+}
+
+// Heartbeats go on in every state until Run returns: DRAINING,
+// FORCE_TIMEOUT_PATH and WAIT_FOR_THREAD included, each beat on time.
+func TestStateMachineHeartbeatsInEveryState(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := fakeSettings(30*time.Second, time.Minute)
+		w := newFakeWorld(t, s, 8, 4, nil)
+		w.enqueue("sync.sleep", 200)
+		w.run(1)
+		w.sup.Shutdown()
+		require.Equal(t, 200*time.Second, w.wait())
+		tr := w.transitions()
+		require.Equal(t, 30*time.Second, tr["FORCE_TIMEOUT_PATH"])
+		require.Equal(t, 90*time.Second, tr["WAIT_FOR_THREAD"])
+
+		w.mu.Lock()
+		beats := slices.Clone(w.beats)
+		w.mu.Unlock()
+		interval := s.HeartbeatInterval
+		require.NotEmpty(t, beats)
+		for i := 1; i < len(beats); i++ {
+			assert.Equal(t, interval, beats[i].at.Sub(beats[i-1].at), "beat %d (%s) follows beat %d by the interval", i, beats[i].state, i-1)
+		}
+		assert.Less(t, w.stopped.Sub(beats[len(beats)-1].at), interval, "beats go on until Run returns")
+		perState := map[State]int{}
+		for _, b := range beats {
+			perState[b.state]++
+		}
+		// A beat at the very instant of a transition may count in either state.
+		for st, window := range map[State]time.Duration{
+			StateDraining: 30 * time.Second, StateForceTimeoutPath: 60 * time.Second, StateWaitForThread: 110 * time.Second,
+		} {
+			assert.GreaterOrEqual(t, perState[st], int(window/interval)-1, "heartbeats written in %s (%s long, one every %s)", st, window, interval)
+		}
 	})
 }
 

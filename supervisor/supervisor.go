@@ -52,6 +52,10 @@ type Config struct {
 	// dead-letters them (job_not_found), as Soniq's worker does. Only for a
 	// sidecar that owns its queues exclusively.
 	DeadLetterUnknown bool
+	// Once runs what is due and stops: when nothing is running and a claim
+	// finds no due job (after every result was written, so an immediate
+	// retry is due again), the shutdown starts as if asked (`run --once`).
+	Once bool
 	// MaxFrameBytes is the protocol frame limit (default 16 MiB).
 	MaxFrameBytes int
 	// Metrics receives the supervisor's measurements; nil records nothing.
@@ -301,6 +305,16 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		default: // the loop is busy; the next poll will do
 		}
 	})
+	if s.cfg.Once {
+		// Claim again after every write: a retry written back to the
+		// queue is due, and the claim after the last write ends the run.
+		writer.afterWrite = func() {
+			select {
+			case s.events <- event{kind: evWake}:
+			default:
+			}
+		}
+	}
 	go writer.run()
 
 	maintCtx, stopMaintenance := context.WithCancel(bg)
@@ -311,6 +325,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); s.pollStats(maintCtx) }()
 	}
+	wg.Add(1)
+	go func() { defer wg.Done(); s.watchFleet(maintCtx) }()
 
 	subCtx, stopSubscription := context.WithCancel(bg)
 	wg.Add(1)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -47,6 +48,10 @@ type testProc struct {
 	wg     *sync.WaitGroup
 	hello  *protocol.Hello
 	seq    int
+	// trace is the unix SDK's record of each message it received
+	// (HANDLER_TRACE_FRAMES); empty on stdio.
+	trace   string
+	pending []event // events read while waiting for something else
 }
 
 func startTestProc(t testing.TB, manifest string) *testProc {
@@ -63,6 +68,13 @@ func startTestProc(t testing.TB, manifest string) *testProc {
 	stopSp := make(chan struct{})
 	go sp.run(stopSp)
 	tp := &testProc{t: t, events: make(chan event, 1024), wg: &sync.WaitGroup{}}
+	if h.Transport == TransportUnix {
+		tp.trace = filepath.Join(t.TempDir(), "trace")
+		if h.Env == nil {
+			h.Env = map[string]string{}
+		}
+		h.Env["HANDLER_TRACE_FRAMES"] = tp.trace
+	}
 	tp.p = &process{pool: &pool{h: h}, out: make(chan protocol.Message, 2*h.Concurrency+16), tasks: map[string]*task{}, stderr: &stderrTail{}}
 	emit := func(e event) bool { tp.events <- e; return true }
 	start := startStdio
@@ -111,6 +123,11 @@ func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return le
 
 func (tp *testProc) next(timeout time.Duration) event {
 	tp.t.Helper()
+	if len(tp.pending) > 0 {
+		e := tp.pending[0]
+		tp.pending = tp.pending[1:]
+		return e
+	}
 	select {
 	case e := <-tp.events:
 		return e
@@ -132,6 +149,42 @@ func (tp *testProc) job(name, args string) string {
 	id := fmt.Sprintf("job-%d", tp.seq)
 	tp.send(&protocol.Job{ID: id, Name: name, Args: json.RawMessage(args), Attempt: 1, MaxAttempts: 3, Queue: "default"})
 	return id
+}
+
+// waitHeld waits until the handler holds the job id. On stdio a ping
+// written after the job frame is answered only once the SDK has read and
+// dispatched that frame (it reads its input in order); the unix SDKs record
+// each Execute call they receive in the trace file.
+func (tp *testProc) waitHeld(id string) {
+	tp.t.Helper()
+	if tp.trace == "" {
+		tp.seq++
+		seq := int64(1_000_000 + tp.seq)
+		tp.send(&protocol.Ping{Seq: seq})
+		var other []event
+		for {
+			e := tp.next(10 * time.Second)
+			if pong, ok := e.msg.(*protocol.Pong); e.kind == evFrame && ok && pong.Seq == seq {
+				tp.pending = append(other, tp.pending...)
+				return
+			}
+			other = append(other, e)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile(tp.trace)
+		for _, line := range strings.Split(string(b), "\n") {
+			var m struct{ Type, ID string }
+			if frame, ok := strings.CutPrefix(line, "> "); ok && json.Unmarshal([]byte(frame), &m) == nil && m.Type == "job" && m.ID == id {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			tp.t.Fatalf("the handler did not receive job %s within 10s (trace %s); stderr:\n%s", id, tp.trace, tp.p.stderr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // result waits for the next frame, which must be the result of id.
@@ -180,7 +233,7 @@ func TestTransports(t *testing.T) {
 
 			// A cancel of an async job: its result is `cancelled`, promptly.
 			id = tp.job("examples.sleep_async", `{"seconds":30}`)
-			time.Sleep(200 * time.Millisecond)
+			tp.waitHeld(id)
 			sent := time.Now()
 			tp.send(&protocol.Cancel{ID: id, Reason: protocol.ReasonJobTimeout})
 			if r := tp.result(5*time.Second, id); r.Status != protocol.StatusCancelled {
@@ -192,7 +245,7 @@ func TestTransports(t *testing.T) {
 
 			// A ping while a sync job runs is answered; the sync job ends normally.
 			id = tp.job("examples.sleep_sync", `{"seconds":1}`)
-			time.Sleep(200 * time.Millisecond)
+			tp.waitHeld(id)
 			tp.send(&protocol.Ping{Seq: 7})
 			if e := tp.next(2 * time.Second); e.kind != evFrame || e.msg.Type() != protocol.TypePong || e.msg.(*protocol.Pong).Seq != 7 {
 				t.Fatalf("want pong 7, got %d %+v %v", e.kind, e.msg, e.err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
@@ -34,7 +35,12 @@ type resultWriter struct {
 	nacks       []string
 	closed      bool
 	wake        chan struct{} // capacity 1: "there is work"
-	done        chan struct{} // closed when the goroutine has drained and exited
+	// written counts the batches written; a claim issued after the last
+	// one has seen every row the writer put back (run --once).
+	written atomic.Int64
+	// afterWrite, when set before run, is called after every batch.
+	afterWrite func()
+	done       chan struct{} // closed when the goroutine has drained and exited
 }
 
 func newResultWriter(b backends.Backend, workerID string, log *slog.Logger, requeued func()) *resultWriter {
@@ -66,6 +72,20 @@ func (w *resultWriter) signal() {
 	case w.wake <- struct{}{}:
 	default:
 	}
+}
+
+func (w *resultWriter) wrote() {
+	w.written.Add(1)
+	if w.afterWrite != nil {
+		w.afterWrite()
+	}
+}
+
+// pending is how many writes the writer still holds.
+func (w *resultWriter) pending() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.completions) + len(w.nacks)
 }
 
 // close asks the writer to drain what it holds and stop; wait for done.
@@ -104,6 +124,7 @@ func (w *resultWriter) run() {
 				w.mu.Lock()
 				w.completions = w.completions[len(cs):]
 				w.mu.Unlock()
+				w.wrote()
 			}
 		} else {
 			ns = ns[:min(len(ns), maxBatch):min(len(ns), maxBatch)]
@@ -111,6 +132,7 @@ func (w *resultWriter) run() {
 				w.mu.Lock()
 				w.nacks = w.nacks[len(ns):]
 				w.mu.Unlock()
+				w.wrote()
 			}
 		}
 		if err == nil {

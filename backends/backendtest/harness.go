@@ -30,6 +30,15 @@ type Harness struct {
 	BackdateExpiry func(ctx context.Context, jobID string, d time.Duration) error
 	// BackdateCreated moves soniq_jobs.created_at back by d.
 	BackdateCreated func(ctx context.Context, jobID string, d time.Duration) error
+	// TaskRegistry reads every soniq_task_registry row, in any order.
+	TaskRegistry func(ctx context.Context) ([]TaskRow, error)
+}
+
+// TaskRow is one soniq_task_registry row.
+type TaskRow struct {
+	TaskName   string
+	WorkerID   string
+	LastSeenAt time.Time
 }
 
 // Factory returns a fresh, migrated, empty backend for one test. It

@@ -2,6 +2,8 @@ package backendtest
 
 import (
 	"encoding/json"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -155,13 +157,54 @@ func workerCases() []testCase {
 			assert.Equal(s.t, [2]int{1, 1}, [2]int{workers, jobs}, "one row for (sidecar@pod, 1)")
 			assert.Equal(s.t, before, snapshot(s.get(foreignJob.ID)))
 		}},
-		{"workers/register tasks is idempotent", func(s *suite) {
-			w := s.worker()
+		{"workers/live workers are the active ones heard from recently", func(s *suite) {
+			fresh := backends.Worker{ID: newUUID(s.t), Hostname: "soniq-host", PID: 7, Queues: []string{"a", "b"}, Concurrency: 3,
+				Metadata: json.RawMessage(`{"kind":"soniq-sidecar","instance":"x"}`)}
+			require.NoError(s.t, s.b.RegisterWorker(s.ctx, fresh))
+			all := backends.Worker{ID: newUUID(s.t), Hostname: "soniq-host", PID: 8}
+			require.NoError(s.t, s.b.RegisterWorker(s.ctx, all))
+			silent, stopped := s.worker(), s.worker()
+			require.NoError(s.t, s.h.BackdateHeartbeat(s.ctx, silent, 10*time.Minute))
+			require.NoError(s.t, s.b.SetWorkerStatus(s.ctx, stopped, backends.WorkerStopped))
+
+			live, err := s.b.LiveWorkers(s.ctx, 5*time.Minute)
+			require.NoError(s.t, err)
+			byID := map[string]backends.Worker{}
+			for _, w := range live {
+				byID[w.ID] = w
+			}
+			require.Contains(s.t, byID, fresh.ID)
+			require.Contains(s.t, byID, all.ID)
+			assert.NotContains(s.t, byID, silent, "a silent worker is not live")
+			assert.NotContains(s.t, byID, stopped, "a stopped worker is not live")
+			got := byID[fresh.ID]
+			assert.Equal(s.t, [4]any{"soniq-host", 7, []string{"a", "b"}, 3}, [4]any{got.Hostname, got.PID, got.Queues, got.Concurrency})
+			assert.Equal(s.t, backends.WorkerActive, got.Status)
+			assert.JSONEq(s.t, `{"kind":"soniq-sidecar","instance":"x"}`, string(got.Metadata))
+			assert.WithinDuration(s.t, time.Now(), got.LastHeartbeat, time.Minute)
+			assert.Empty(s.t, byID[all.ID].Queues, "no queues: every queue")
+		}},
+		{"workers/register tasks upserts one row per (task_name, worker_id)", func(s *suite) {
+			w, other := s.worker(), s.worker()
 			require.NoError(s.t, s.b.RegisterTasks(s.ctx, w, []string{"a", "b"}))
-			require.NoError(s.t, s.b.RegisterTasks(s.ctx, w, []string{"a", "b", "c"}))
+			first := s.tasks()
+			require.Equal(s.t, [][2]string{{"a", w}, {"b", w}}, taskPairs(first))
+
+			// Again, with a new name and a name twice in one call.
+			require.NoError(s.t, s.b.RegisterTasks(s.ctx, w, []string{"b", "c", "c"}))
+			second := s.tasks()
+			require.Equal(s.t, [][2]string{{"a", w}, {"b", w}, {"c", w}}, taskPairs(second))
+			assert.True(s.t, second[1].LastSeenAt.After(first[1].LastSeenAt),
+				"registering b again advances its last_seen_at (%s → %s)", first[1].LastSeenAt, second[1].LastSeenAt)
+			assert.Equal(s.t, first[0].LastSeenAt, second[0].LastSeenAt, "a was not registered again")
+			assert.WithinDuration(s.t, time.Now(), second[2].LastSeenAt, tolerance)
+
 			require.NoError(s.t, s.b.RegisterTasks(s.ctx, w, nil))
-			other := s.worker()
+			assert.Equal(s.t, second, s.tasks(), "no names: no change")
+
 			require.NoError(s.t, s.b.RegisterTasks(s.ctx, other, []string{"a"}))
+			assert.Equal(s.t, sortedPairs([][2]string{{"a", other}, {"a", w}, {"b", w}, {"c", w}}), taskPairs(s.tasks()),
+				"another worker's row for the same name is its own")
 		}},
 		{"maintenance/expired done rows are deleted, others kept", func(s *suite) {
 			w := s.worker()
@@ -188,4 +231,40 @@ func workerCases() []testCase {
 			assert.Equal(s.t, 0, n)
 		}},
 	}
+}
+
+// tasks reads the task registry, ordered by (task_name, worker_id).
+func (s *suite) tasks() []TaskRow {
+	s.t.Helper()
+	require.NotNil(s.t, s.h.TaskRegistry, "the harness has no TaskRegistry hook")
+	rows, err := s.h.TaskRegistry(s.ctx)
+	require.NoError(s.t, err, "read the task registry")
+	slices.SortFunc(rows, func(a, b TaskRow) int {
+		if c := strings.Compare(a.TaskName, b.TaskName); c != 0 {
+			return c
+		}
+		return strings.Compare(a.WorkerID, b.WorkerID)
+	})
+	for i := range rows {
+		rows[i].LastSeenAt = rows[i].LastSeenAt.UTC()
+	}
+	return rows
+}
+
+func taskPairs(rows []TaskRow) [][2]string {
+	out := make([][2]string, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, [2]string{r.TaskName, r.WorkerID})
+	}
+	return out
+}
+
+func sortedPairs(ps [][2]string) [][2]string {
+	slices.SortFunc(ps, func(a, b [2]string) int {
+		if c := strings.Compare(a[0], b[0]); c != 0 {
+			return c
+		}
+		return strings.Compare(a[1], b[1])
+	})
+	return ps
 }

@@ -5,6 +5,7 @@ package connect
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -14,6 +15,17 @@ import (
 	"github.com/soniq-dev/soniq-sidecar/backends/postgres"
 	"github.com/soniq-dev/soniq-sidecar/backends/sqlite"
 )
+
+// ErrBadURL is returned (wrapped) for a database URL that names no
+// backend or cannot be parsed: a configuration error.
+var ErrBadURL = errors.New("bad database URL")
+
+// badURL marks an error as ErrBadURL without changing its text.
+type badURL struct{ err error }
+
+func (e badURL) Error() string        { return e.err.Error() }
+func (e badURL) Unwrap() error        { return e.err }
+func (e badURL) Is(target error) bool { return target == ErrBadURL }
 
 // DefaultURL is used when no database URL is configured: a SQLite file in
 // the working directory, so the quickstart needs no server.
@@ -41,11 +53,14 @@ type target struct {
 func Open(ctx context.Context, rawURL string) (backends.Backend, error) {
 	tg, err := parse(rawURL)
 	if err != nil {
-		return nil, err
+		return nil, badURL{err}
 	}
 	switch tg.kind {
 	case kindPostgres:
 		b, err := postgres.Open(ctx, tg.arg)
+		if errors.Is(err, postgres.ErrBadURL) {
+			return nil, badURL{err}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("open postgres database %s: %w", Redact(rawURL), err)
 		}
@@ -59,6 +74,12 @@ func Open(ctx context.Context, rawURL string) (backends.Backend, error) {
 	default:
 		return memory.New(), nil
 	}
+}
+
+// SQLitePath returns the file a SQLite URL names, and false for any other URL.
+func SQLitePath(rawURL string) (string, bool) {
+	tg, err := parse(rawURL)
+	return tg.arg, err == nil && tg.kind == kindSQLite
 }
 
 // Embedded reports whether rawURL selects a database that lives with the

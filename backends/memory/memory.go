@@ -528,6 +528,27 @@ func (b *Backend) SetWorkerStatus(ctx context.Context, workerID, status string) 
 	return nil
 }
 
+// LiveWorkers returns the active workers heard from within the last within.
+func (b *Backend) LiveWorkers(ctx context.Context, within time.Duration) ([]backends.Worker, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	since := now().Add(-within)
+	var out []backends.Worker
+	for _, w := range b.workers {
+		if w.Status == backends.WorkerActive && !w.LastHeartbeat.Before(since) {
+			c := *w
+			c.Queues = slices.Clone(w.Queues)
+			c.Metadata = slices.Clone(w.Metadata)
+			out = append(out, c)
+		}
+	}
+	slices.SortFunc(out, func(a, b backends.Worker) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
 // RegisterTasks upserts the task registry rows.
 func (b *Backend) RegisterTasks(ctx context.Context, workerID string, names []string) error {
 	if err := ctx.Err(); err != nil {

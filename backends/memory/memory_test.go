@@ -18,6 +18,7 @@ func TestContract(t *testing.T) {
 			BackdateHeartbeat: b.BackdateHeartbeat,
 			BackdateExpiry:    b.BackdateExpiry,
 			BackdateCreated:   b.BackdateCreated,
+			TaskRegistry:      b.TaskRegistry,
 		}
 	})
 }

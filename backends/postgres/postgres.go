@@ -56,13 +56,16 @@ type Backend struct {
 
 var _ backends.Backend = (*Backend)(nil)
 
+// ErrBadURL is returned (wrapped) when a database URL cannot be parsed.
+var ErrBadURL = errors.New("parse postgres database URL")
+
 // Open connects to the database at rawURL and checks it is reachable. Errors
 // name host:port/database and never the password.
 func Open(ctx context.Context, rawURL string) (*Backend, error) {
 	password := urlPassword(rawURL)
 	cfg, err := pgxpool.ParseConfig(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("parse postgres database URL: %w", redactedError{err: err, password: password})
+		return nil, fmt.Errorf("%w: %w", ErrBadURL, redactedError{err: err, password: password})
 	}
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "soniq-sidecar"

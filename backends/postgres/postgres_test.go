@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -65,6 +66,21 @@ func TestContract(t *testing.T) {
 			BackdateCreated: func(ctx context.Context, id string, d time.Duration) error {
 				return exec(ctx, "backdate created", `UPDATE soniq_jobs
 				SET created_at = created_at - make_interval(secs => $2) WHERE id = $1`, id, d.Seconds())
+			},
+			TaskRegistry: func(ctx context.Context) ([]backendtest.TaskRow, error) {
+				rows, err := b.pool.Query(ctx, `SELECT task_name, worker_id, last_seen_at FROM soniq_task_registry`)
+				if err != nil {
+					return nil, fmt.Errorf("read task registry: %w", err)
+				}
+				out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (backendtest.TaskRow, error) {
+					var tr backendtest.TaskRow
+					err := r.Scan(&tr.TaskName, &tr.WorkerID, &tr.LastSeenAt)
+					return tr, err
+				})
+				if err != nil {
+					return nil, fmt.Errorf("read task registry: %w", err)
+				}
+				return out, nil
 			},
 		}
 	})

@@ -169,3 +169,33 @@ SELECT (SELECT count(*) FROM silent), (SELECT count(*) FROM j)`, olderThan.Secon
 	}
 	return workers, jobs, nil
 }
+
+// LiveWorkers returns the active workers heard from within the last within.
+func (b *Backend) LiveWorkers(ctx context.Context, within time.Duration) ([]backends.Worker, error) {
+	rows, err := b.pool.Query(ctx, `SELECT id::text, hostname, pid, COALESCE(queues, '{}'), COALESCE(concurrency, 1), status,
+	last_heartbeat, COALESCE(started_at, last_heartbeat), COALESCE(version, ''), metadata::text
+	FROM soniq_workers
+	WHERE status = 'active' AND last_heartbeat >= now() - make_interval(secs => $1::float8)
+	ORDER BY id`, within.Seconds())
+	if err != nil {
+		return nil, b.wrap(err, "list workers heard from within %s", within)
+	}
+	defer rows.Close()
+	var out []backends.Worker
+	for rows.Next() {
+		var w backends.Worker
+		var meta *string
+		if err := rows.Scan(&w.ID, &w.Hostname, &w.PID, &w.Queues, &w.Concurrency, &w.Status,
+			&w.LastHeartbeat, &w.StartedAt, &w.Version, &meta); err != nil {
+			return nil, b.wrap(err, "list workers: reading a row")
+		}
+		if meta != nil {
+			w.Metadata = []byte(*meta)
+		}
+		out = append(out, w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, b.wrap(err, "list workers heard from within %s", within)
+	}
+	return out, nil
+}

@@ -57,7 +57,35 @@ func harness(b *Backend) backendtest.Harness {
 		BackdateCreated: func(ctx context.Context, jobID string, d time.Duration) error {
 			return backdate(ctx, b, "soniq_jobs", "created_at", jobID, d)
 		},
+		TaskRegistry: func(ctx context.Context) ([]backendtest.TaskRow, error) {
+			return taskRegistry(ctx, b)
+		},
 	}
+}
+
+// taskRegistry reads every soniq_task_registry row.
+func taskRegistry(ctx context.Context, b *Backend) ([]backendtest.TaskRow, error) {
+	rows, err := b.write.QueryContext(ctx, `SELECT task_name, worker_id, last_seen_at FROM soniq_task_registry`)
+	if err != nil {
+		return nil, fmt.Errorf("read task registry: %w", err)
+	}
+	defer rows.Close()
+	var out []backendtest.TaskRow
+	for rows.Next() {
+		var r backendtest.TaskRow
+		var seen string
+		if err := rows.Scan(&r.TaskName, &r.WorkerID, &seen); err != nil {
+			return nil, fmt.Errorf("read task registry: %w", err)
+		}
+		if r.LastSeenAt, err = parseTime(seen); err != nil {
+			return nil, fmt.Errorf("read task registry: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read task registry: %w", err)
+	}
+	return out, nil
 }
 
 // backdate moves a TEXT timestamp column back by d, keeping Soniq's format.

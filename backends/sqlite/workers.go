@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 )
@@ -159,4 +160,41 @@ func (b *Backend) RegisterTasks(ctx context.Context, workerID string, names []st
 			workerID, formatTime(now()), string(namesJSON))
 		return err
 	})
+}
+
+// LiveWorkers returns the active workers heard from within the last within.
+func (b *Backend) LiveWorkers(ctx context.Context, within time.Duration) ([]backends.Worker, error) {
+	rows, err := b.read.QueryContext(ctx, `SELECT id, hostname, pid, COALESCE(queues, '[]'), COALESCE(concurrency, 1), status,
+		last_heartbeat, COALESCE(started_at, last_heartbeat), metadata
+		FROM soniq_workers WHERE status = 'active' AND last_heartbeat >= ? ORDER BY id`, formatTime(now().Add(-within)))
+	if err != nil {
+		return nil, fmt.Errorf("listing workers heard from within %s: %w", within, err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []backends.Worker
+	for rows.Next() {
+		var w backends.Worker
+		var queues, heartbeat, started string
+		var meta sql.NullString
+		if err := rows.Scan(&w.ID, &w.Hostname, &w.PID, &queues, &w.Concurrency, &w.Status, &heartbeat, &started, &meta); err != nil {
+			return nil, fmt.Errorf("listing workers: reading a row: %w", err)
+		}
+		if err := json.Unmarshal([]byte(queues), &w.Queues); err != nil {
+			return nil, fmt.Errorf("listing workers: worker %s: queues %q are not a JSON list: %w", w.ID, queues, err)
+		}
+		if w.LastHeartbeat, err = parseTime(heartbeat); err != nil {
+			return nil, fmt.Errorf("listing workers: worker %s: last_heartbeat: %w", w.ID, err)
+		}
+		if w.StartedAt, err = parseTime(started); err != nil {
+			return nil, fmt.Errorf("listing workers: worker %s: started_at: %w", w.ID, err)
+		}
+		if meta.Valid {
+			w.Metadata = []byte(meta.String)
+		}
+		out = append(out, w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing workers heard from within %s: %w", within, err)
+	}
+	return out, nil
 }

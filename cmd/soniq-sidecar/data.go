@@ -8,6 +8,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -30,6 +32,10 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				// The flag package printed the flags; asking is not an error.
+				return nil, exitCodeError{code: exitOK}
+			}
 			return nil, usageError{fmt.Errorf("%s: %w", fs.Name(), err)}
 		}
 		args = fs.Args()
@@ -56,7 +62,11 @@ func databaseURL(e env, flagValue string) string {
 func openBackend(ctx context.Context, e env, flagValue string) (backends.Backend, error) {
 	url := databaseURL(e, flagValue)
 	// connect's errors already name the database (password redacted).
-	return connect.Open(ctx, url)
+	b, err := connect.Open(ctx, url)
+	if errors.Is(err, connect.ErrBadURL) {
+		return nil, usageError{err}
+	}
+	return b, err
 }
 
 // openForCommand opens the database for a command. On an embedded database
@@ -64,11 +74,25 @@ func openBackend(ctx context.Context, e env, flagValue string) (backends.Backend
 // fresh file just works; a Postgres schema is left alone (see
 // connect.Embedded), and a missing one fails with backends.ErrNoSchema.
 func openForCommand(ctx context.Context, e env, flagValue string) (backends.Backend, error) {
+	url := databaseURL(e, flagValue)
+	path, isFile := connect.SQLitePath(url)
+	existed := true
+	if isFile {
+		_, err := os.Stat(path)
+		existed = err == nil
+	}
 	b, err := openBackend(ctx, e, flagValue)
 	if err != nil {
 		return nil, err
 	}
-	if connect.Embedded(databaseURL(e, flagValue)) {
+	if isFile && !existed {
+		// A command run in the wrong directory would otherwise read an
+		// empty queue without a word.
+		abs, _ := filepath.Abs(path)
+		fmt.Fprintf(e.stderr, "soniq-sidecar: created %s (%s): no database file was there, so its queue starts empty "+
+			"(run from the directory that holds yours, or set --database-url / SONIQ_DATABASE_URL)\n", url, abs)
+	}
+	if connect.Embedded(url) {
 		if err := b.Migrate(ctx); err != nil {
 			b.Close()
 			return nil, fmt.Errorf("creating Soniq's tables: %w", err)
@@ -223,7 +247,7 @@ func cmdEnqueue(ctx context.Context, e env, args []string) error {
 		MaxAttempts: maxAttempts, Delay: d, DedupKey: *dedup,
 	})
 	if err != nil {
-		return fmt.Errorf("enqueueing %s: %w", name, err)
+		return err // the backend names the job and the database
 	}
 	if *asJSON {
 		return writeJSON(e.stdout, job)
@@ -259,8 +283,9 @@ func cmdStatus(ctx context.Context, e env, args []string) error {
 	defer b.Close()
 	st, err := b.Stats(ctx)
 	if err != nil {
-		return fmt.Errorf("reading queue stats: %w", err)
+		return err // the backend says what it was reading
 	}
+	fmt.Fprintf(e.stderr, "database %s\n", describeDatabase(databaseURL(e, *dbURL)))
 	if *asJSON {
 		// Stats marshals its six keys in the canonical order (seed 002).
 		out, err := json.Marshal(st)
@@ -312,7 +337,7 @@ func cmdDeadLetter(ctx context.Context, e env, args []string) error {
 	case "list":
 		rows, err := b.ListDeadLetter(ctx, *limit)
 		if err != nil {
-			return fmt.Errorf("listing dead-letter jobs: %w", err)
+			return err // the backend says what it was listing
 		}
 		if *asJSON {
 			for _, r := range rows {
@@ -332,26 +357,28 @@ func cmdDeadLetter(ctx context.Context, e env, args []string) error {
 	case "replay":
 		id, err := b.ReplayDeadLetter(ctx, pos[0])
 		if err != nil {
-			return notFoundIsUsage(fmt.Errorf("replaying dead-letter job %s: %w", pos[0], err))
+			return err // names the job; not found is a failure (exit 1), not a usage error
 		}
 		fmt.Fprintln(e.stdout, id)
 		return nil
 	default: // purge
 		if err := b.PurgeDeadLetter(ctx, pos[0]); err != nil {
-			return notFoundIsUsage(fmt.Errorf("purging dead-letter job %s: %w", pos[0], err))
+			return err
 		}
 		fmt.Fprintf(e.stdout, "purged %s\n", pos[0])
 		return nil
 	}
 }
 
-// notFoundIsUsage turns "no such id" into an exit-2 error: the caller named
-// something that does not exist.
-func notFoundIsUsage(err error) error {
-	if errors.Is(err, backends.ErrNotFound) {
-		return usageError{err}
+// describeDatabase names a database for people: the URL without its
+// password, and for a SQLite file its absolute path.
+func describeDatabase(url string) string {
+	if path, ok := connect.SQLitePath(url); ok {
+		if abs, err := filepath.Abs(path); err == nil && abs != path {
+			return url + " (" + abs + ")"
+		}
 	}
-	return err
+	return connect.Redact(url)
 }
 
 func firstLine(s *string, max int) string {

@@ -100,7 +100,8 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{"unknown flag", []string{"status", "--colour"}, "flag provided but not defined: -colour"},
 		{"dead-letter without subcommand", []string{"dead-letter"}, "want a subcommand"},
 		{"replay without id", []string{"dead-letter", "replay"}, "exactly one job ID"},
-		{"replay of a missing id", []string{"dead-letter", "replay", "3f1e1f7e-2a51-4c36-9d1e-8a1b2c3d4e5f"}, "not found"},
+		{"unsupported database URL", []string{"status", "--database-url", "foo"}, `unsupported database URL "foo"`},
+		{"unparsable postgres URL", []string{"status", "--database-url", "postgres://x@127.0.0.1:notaport/db"}, "invalid port"},
 		{"run without manifest", []string{"run"}, "--manifest FILE is required"},
 		{"manifest check of a missing file", []string{"manifest", "check", "nope.yaml"}, "nope.yaml"},
 	}
@@ -148,7 +149,7 @@ func TestDeadLetterListReplayPurge(t *testing.T) {
 	assert.Equal(t, `{"total":1,"queued":1,"processing":0,"done":0,"dead_letter":0,"cancelled":0}`+"\n", out)
 
 	code, _, errOut = c.run("dead-letter", "purge", id)
-	assert.Equal(t, 2, code, "purging a missing id is a usage error")
+	assert.Equal(t, 1, code, "purging a missing id fails (exit 1); the command line itself was right")
 	assert.Contains(t, errOut, id)
 }
 
@@ -189,4 +190,65 @@ func TestPostgresSchemaIsChangedOnlyByMigrate(t *testing.T) {
 	code, out, _ = c.run("status", "--json")
 	require.Equal(t, 0, code)
 	assert.Equal(t, `{"total":0,"queued":0,"processing":0,"done":0,"dead_letter":0,"cancelled":0}`+"\n", out)
+}
+
+// One exit-code table for every command (README "Exit codes"): 0 success
+// (asking for --help included), 2 the command line or configuration is
+// wrong, 1 the operation failed (a missing id, a database that fails).
+func TestExitCodes(t *testing.T) {
+	c := newCLI(t, nil)
+	missing := "3f1e1f7e-2a51-4c36-9d1e-8a1b2c3d4e5f"
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string // in stderr
+	}{
+		{"top-level help", []string{"--help"}, 0, ""},
+		{"run --help", []string{"run", "--help"}, 0, "-manifest"},
+		{"status -h", []string{"status", "-h"}, 0, "-json"},
+		{"enqueue --help", []string{"enqueue", "--help"}, 0, "-args"},
+		{"dead-letter list --help", []string{"dead-letter", "list", "--help"}, 0, "-limit"},
+		{"migrate --help", []string{"migrate", "--help"}, 0, "-claim-index"},
+		{"replay of a missing id", []string{"dead-letter", "replay", missing}, 1, "replaying dead-letter job " + missing + ": not found"},
+		{"purge of a missing id", []string{"dead-letter", "purge", missing}, 1, "purging dead-letter job " + missing + ": not found"},
+		{"bad flag value", []string{"dead-letter", "list", "--limit", "x"}, 2, "invalid value"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, errOut := c.run(tc.args...)
+			assert.Equal(t, tc.code, code, errOut)
+			assert.Contains(t, errOut, tc.want)
+			assert.NotContains(t, errOut, "help requested")
+		})
+	}
+}
+
+// status says which database it read, and a SQLite file it had to create
+// (a command run in the wrong directory) is announced, not silently empty.
+func TestStatusNamesTheDatabase(t *testing.T) {
+	c := newCLI(t, nil)
+	code, out, errOut := c.run("status", "--json")
+	require.Equal(t, 0, code, errOut)
+	assert.Equal(t, `{"total":0,"queued":0,"processing":0,"done":0,"dead_letter":0,"cancelled":0}`+"\n", out, "stdout stays the data")
+	assert.Contains(t, errOut, "created sqlite:soniq.db ("+c.dir+"/soniq.db): no database file was there")
+	assert.Contains(t, errOut, "database sqlite:soniq.db ("+c.dir+"/soniq.db)")
+
+	code, _, errOut = c.run("status")
+	require.Equal(t, 0, code, errOut)
+	assert.NotContains(t, errOut, "created", "the file exists now")
+	assert.Contains(t, errOut, "database sqlite:soniq.db")
+}
+
+// Errors name what failed once, not once per layer.
+func TestErrorsDoNotStutter(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	c := newCLI(t, map[string]string{"SONIQ_DATABASE_URL": url})
+	for _, args := range [][]string{{"status"}, {"enqueue", "x"}, {"dead-letter", "list"}, {"dead-letter", "purge", "3f1e1f7e-2a51-4c36-9d1e-8a1b2c3d4e5f"}} {
+		code, _, errOut := c.run(args...)
+		assert.Equal(t, 1, code, "%v: %s", args, errOut)
+		for _, w := range []string{"stats", "enqueue", "dead-letter", "purg"} {
+			assert.LessOrEqual(t, strings.Count(errOut, w), 1, "%v: %q said twice: %s", args, w, errOut)
+		}
+	}
 }

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -141,4 +144,30 @@ func countLines(s string) int {
 		}
 	}
 	return n
+}
+
+// --metrics-addr with port 0 binds any free port and logs the one it got,
+// which is how a caller (a test) finds the server without a port race.
+func TestServeHTTPLogsTheBoundAddress(t *testing.T) {
+	var logs syncBuffer
+	log, err := newLogger(&logs, "json")
+	require.NoError(t, err)
+	stop, err := serveHTTP("127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("here\n"))
+	}), log)
+	require.NoError(t, err)
+	t.Cleanup(stop)
+	var line struct{ Msg, Addr string }
+	require.NoError(t, json.Unmarshal([]byte(logs.String()), &line), "log %q", logs.String())
+	assert.Equal(t, "serving /metrics, /healthz and /readyz", line.Msg)
+	host, port, err := net.SplitHostPort(line.Addr)
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1", host)
+	assert.NotEqual(t, "0", port, "the bound port, not the one asked for")
+	resp, err := http.Get("http://" + line.Addr + "/")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	assert.Equal(t, "here\n", string(body))
 }

@@ -8,8 +8,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -44,14 +44,19 @@ func withPassword(t *testing.T, rawURL string) string {
 	return u.String()
 }
 
-// freePort returns a local TCP port nothing listens on (at the time).
-func freePort(t *testing.T) int {
+// refusingPort returns a loopback port that refuses connections for the
+// whole test: a socket bound to it that never listens holds it, so nothing
+// else can take it meanwhile (a port found free and released could be).
+func refusingPort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := ln.Addr().(*net.TCPAddr).Port
-	require.NoError(t, ln.Close())
-	return port
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	require.NoError(t, err, "socket")
+	syscall.CloseOnExec(fd)
+	t.Cleanup(func() { _ = syscall.Close(fd) })
+	require.NoError(t, syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}), "bind")
+	sa, err := syscall.Getsockname(fd)
+	require.NoError(t, err, "getsockname")
+	return sa.(*syscall.SockaddrInet4).Port
 }
 
 // invocation is one runMain call and everything it wrote.
@@ -68,13 +73,43 @@ func (i invocation) String() string {
 
 // runCmd runs a command line in-process; vars is its whole environment.
 func runCmd(ctx context.Context, vars map[string]string, args ...string) invocation {
-	var out, errb syncBuffer
-	e := env{stdout: &out, stderr: &errb, lookupEnv: func(k string) (string, bool) {
+	var errb syncBuffer
+	return runCmdTo(ctx, &errb, vars, args...)
+}
+
+// runCmdTo is runCmd writing stderr to errb, which a test may read while
+// the command runs.
+func runCmdTo(ctx context.Context, errb *syncBuffer, vars map[string]string, args ...string) invocation {
+	var out syncBuffer
+	e := env{stdout: &out, stderr: errb, lookupEnv: func(k string) (string, bool) {
 		v, ok := vars[k]
 		return v, ok
 	}}
 	code := runMain(ctx, e, args)
 	return invocation{args: args, code: code, stdout: out.String(), stderr: errb.String()}
+}
+
+// waitHTTPAddr waits for run's log line naming the address its HTTP server
+// bound, failing early if run returned.
+func waitHTTPAddr(t *testing.T, errb *syncBuffer, result chan invocation) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case inv := <-result:
+			t.Fatalf("run returned before serving HTTP: %s", inv)
+		default:
+		}
+		for _, line := range strings.Split(errb.String(), "\n") {
+			var m struct{ Msg, Addr string }
+			if json.Unmarshal([]byte(line), &m) == nil && m.Msg == "serving /metrics, /healthz and /readyz" {
+				return m.Addr
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("run logged no HTTP address within 30s:\n%s", errb.String())
+	return ""
 }
 
 // assertNoSecret checks an invocation's output for the password and for
@@ -95,7 +130,7 @@ func exampleManifest() string {
 // Every data command, and run, against a server that is not there: exit 1,
 // an error naming host:port, never the password.
 func TestNoPasswordWhenUnreachable(t *testing.T) {
-	hostPort := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	hostPort := fmt.Sprintf("127.0.0.1:%d", refusingPort(t))
 	dbURL := withPassword(t, "postgres://soniq@"+hostPort+"/app?sslmode=disable&connect_timeout=5")
 	commands := [][]string{
 		{"migrate"},
@@ -169,7 +204,6 @@ func TestNoPasswordAgainstServer(t *testing.T) {
 	assertNoSecret(t, inv, "")
 
 	// run, by environment, with the HTTP server up so readiness can be seen.
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	vars := map[string]string{
 		"SONIQ_DATABASE_URL":       dbURL,
 		"SONIQ_POLL_INTERVAL":      "0.2",
@@ -177,9 +211,11 @@ func TestNoPasswordAgainstServer(t *testing.T) {
 		"SONIQ_SHUTDOWN_TIMEOUT":   "5",
 	}
 	result := make(chan invocation, 1)
+	var runErr syncBuffer
 	go func() {
-		result <- runCmd(ctx, vars, "run", "--manifest", exampleManifest(), "--metrics-addr", httpAddr, "--log-format", "json")
+		result <- runCmdTo(ctx, &runErr, vars, "run", "--manifest", exampleManifest(), "--metrics-addr", "127.0.0.1:0", "--log-format", "json")
 	}()
+	httpAddr := waitHTTPAddr(t, &runErr, result)
 	waitReady(t, "http://"+httpAddr+"/readyz", result)
 
 	b, err := postgres.Open(ctx, dbURL)

@@ -104,6 +104,7 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 	logFormat := fs.String("log-format", "auto", "auto (text on a terminal, else JSON), text or json")
 	instance := fs.String("instance", "", "this sidecar's name among programs sharing its hostname and pid, e.g. two sidecars in one pod (default $SONIQ_INSTANCE, else "+supervisor.DefaultInstance+")")
 	dbWaitFlag := fs.String("database-wait", "", "how long to retry an unreachable database at start, e.g. 60s (default $SONIQ_DATABASE_WAIT seconds, else 60s)")
+	once := fs.Bool("once", false, "run the jobs that are due, then stop as on SIGTERM and exit 0 (for cron and CI)")
 	deadLetterUnknown := fs.Bool("dead-letter-unknown", false, "dead-letter jobs whose name no handler serves (only for a sidecar that owns its queues)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -182,7 +183,7 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 
 	sup, err := supervisor.New(supervisor.Config{
 		Manifest: m, Settings: settings, Backend: b, Logger: log, Version: version, WorkerID: workerID, Instance: *instance,
-		DeadLetterUnknown: *deadLetterUnknown, Metrics: metrics,
+		DeadLetterUnknown: *deadLetterUnknown, Metrics: metrics, Once: *once,
 	})
 	if err != nil {
 		return err
@@ -314,12 +315,14 @@ func openWaiting(ctx context.Context, e env, flagValue string, wait time.Duratio
 	}
 }
 
-// serveHTTP serves h on addr until the returned stop is called.
+// serveHTTP serves h on addr until the returned stop is called. It logs
+// the address it bound, so that port 0 (any free port) can be found.
 func serveHTTP(addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, usageErrorf("--metrics-addr %s: %v", addr, err)
 	}
+	log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
 	go func() {

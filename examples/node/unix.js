@@ -2,11 +2,12 @@
 // The unix transport: the same App served over gRPC on a Unix socket (docs/protocol.md,
 // "The unix transport (gRPC)"). soniq-sidecar starts the process through hashicorp/go-plugin
 // with SONIQ_TRANSPORT=unix; the process serves the Handler service of protocol/handler.proto
-// (loaded at run time), the standard gRPC health service (service "plugin" SERVING: the
+// (proto/handler.proto in this package, loaded at run time), the standard gRPC health service (service "plugin" SERVING: the
 // sidecar's ping) and go-plugin's plugin.GRPCController (Shutdown: finish what it holds, exit
 // 0), then prints go-plugin's handshake line `1|<protocol>|unix|<socket path>|grpc`.
 //
-// Required only in that mode: @grpc/grpc-js and @grpc/proto-loader are not needed for stdio.
+// Required only in that mode: @grpc/grpc-js and @grpc/proto-loader are optional peer
+// dependencies, not needed for stdio.
 
 const fs = require('node:fs');
 const os = require('node:os');
@@ -15,8 +16,9 @@ const path = require('node:path');
 const MAGIC_COOKIE_KEY = 'SONIQ_PLUGIN_MAGIC_COOKIE';
 const MAGIC_COOKIE_VALUE = 'soniq-handler-v1';
 const CORE_PROTOCOL_VERSION = 1; // go-plugin's own protocol
-const PROTO_PATH = process.env.SONIQ_HANDLER_PROTO
-  || path.join(__dirname, '..', '..', 'protocol', 'handler.proto');
+// The package ships its own copy of protocol/handler.proto (test/package.test.js keeps the
+// two equal), so an installed package needs nothing from the repository.
+const PROTO_PATH = process.env.SONIQ_HANDLER_PROTO || path.join(__dirname, 'proto', 'handler.proto');
 
 const STATUS = { done: 'DONE', failed: 'FAILED', snooze: 'SNOOZE', cancelled: 'CANCELLED' };
 
@@ -87,6 +89,31 @@ function parseOr(text) {
   try { return JSON.parse(text); } catch { return text; }
 }
 
+const PEERS = ['@grpc/grpc-js', '@grpc/proto-loader'];
+
+// Loads one of the optional peer dependencies, or exits 1 with a line saying what to install
+// (the sidecar shows the child's stderr in its log).
+function requirePeer(name) {
+  try {
+    return require(name);
+  } catch (err) {
+    const missing = PEERS.filter((p) => {
+      try {
+        require.resolve(p);
+        return false;
+      } catch {
+        return true;
+      }
+    });
+    if (err.code === 'MODULE_NOT_FOUND' && missing.length > 0) {
+      log(`SONIQ_TRANSPORT=unix needs the packages ${PEERS.join(' and ')} (optional peer dependencies of soniq-handler, not needed for stdio); missing: ${missing.join(', ')}. Install them in the handler's project: npm install ${PEERS.join(' ')}`);
+    } else {
+      log(`SONIQ_TRANSPORT=unix: cannot load ${name}: ${String(err.message).split('\n')[0]}`);
+    }
+    process.exit(1);
+  }
+}
+
 function serve(app, protocolVersion, guard) {
   if (process.env[MAGIC_COOKIE_KEY] !== MAGIC_COOKIE_VALUE) {
     log(`SONIQ_TRANSPORT=unix: this process is a go-plugin handler and must be started by soniq-sidecar (${MAGIC_COOKIE_KEY} is not set as expected)`);
@@ -97,15 +124,8 @@ function serve(app, protocolVersion, guard) {
     log(`go-plugin offers app protocol versions ${JSON.stringify(offered.join(','))}; this SDK speaks ${protocolVersion}`);
     process.exit(3);
   }
-  let grpc;
-  let protoLoader;
-  try {
-    grpc = require('@grpc/grpc-js');
-    protoLoader = require('@grpc/proto-loader');
-  } catch (err) {
-    log(`SONIQ_TRANSPORT=unix needs @grpc/grpc-js and @grpc/proto-loader (npm ci in examples/node): ${err.message.split('\n')[0]}`);
-    process.exit(1);
-  }
+  const grpc = requirePeer('@grpc/grpc-js');
+  const protoLoader = requirePeer('@grpc/proto-loader');
   const def = protoLoader.loadSync(PROTO_PATH, { keepCase: true, longs: Number, enums: String, defaults: false, oneofs: false });
   const pkg = grpc.loadPackageDefinition(def);
 

@@ -97,7 +97,7 @@ test('cancel of a cancellable job answers cancelled within 1 s', async () => {
   const h = start();
   await h.hello();
   h.job('c1', 'examples.sleep_async', { seconds: 30 });
-  await new Promise((r) => setTimeout(r, 200));
+  await h.sync(1);
   const sent = Date.now();
   h.send({ type: 'cancel', id: 'c1', reason: 'job_timeout' });
   const r = await h.next((m) => m.type === 'result' && m.id === 'c1', 1000);
@@ -113,7 +113,7 @@ test('cancel of a non-cancellable (sync) job is ignored and its real result arri
   await h.hello();
   const sent = Date.now();
   h.job('s1', 'examples.sleep_sync', { seconds: 0.6 });
-  await new Promise((r) => setTimeout(r, 100));
+  await h.sync(1);
   h.send({ type: 'cancel', id: 's1', reason: 'shutdown_timeout' });
   const r = await h.next((m) => m.type === 'result' && m.id === 's1', 3000);
   assert.deepEqual(r.msg.result, { slept: 0.6 });
@@ -140,9 +140,9 @@ test('ctx carries the job fields; abort reason; ignored abort keeps the real res
   assert.equal(x2.deadline, null);
   assert.equal(x2.traceparent, null);
 
-  h.job('i1', 'fixture.ignore_abort', { ms: 400 });
+  h.job('i1', 'fixture.ignore_abort', { untilAborted: true });
   h.job('r1', 'fixture.abort_reason');
-  await new Promise((r) => setTimeout(r, 100));
+  await h.sync(1);
   h.send({ type: 'cancel', id: 'i1', reason: 'shutdown_timeout' });
   h.send({ type: 'cancel', id: 'r1', reason: 'job_timeout' });
   h.send({ type: 'cancel', id: 'no-such-job', reason: 'job_timeout' });
@@ -227,7 +227,7 @@ test('pong is answered promptly while a sync job runs', async () => {
   const h = start();
   await h.hello();
   h.job('s1', 'examples.sleep_sync', { seconds: 2 });
-  await new Promise((r) => setTimeout(r, 200));
+  await h.sync(1);
   const sent = Date.now();
   h.send({ type: 'ping', seq: 77 });
   const pong = await h.next((m) => m.type === 'pong', 2000);
@@ -263,7 +263,7 @@ test('shutdown: in-flight jobs finish, results are written, exit 0', async () =>
   await h.hello();
   h.job('s1', 'examples.sleep_async', { seconds: 1.5 });
   h.job('s2', 'examples.sleep_sync', { seconds: 1.7 });
-  await new Promise((r) => setTimeout(r, 100));
+  await h.sync(1); // both in flight
   h.send({ type: 'shutdown' });
   // Still answers pings while draining, and a cancel still reaches a cancellable job.
   h.send({ type: 'ping', seq: 3 });
@@ -283,7 +283,7 @@ test('shutdown then cancel (shutdown_timeout) of an async job: cancelled, exit 0
   await h.hello();
   h.job('s1', 'examples.sleep_async', { seconds: 30 });
   h.send({ type: 'shutdown' });
-  await new Promise((r) => setTimeout(r, 200));
+  await h.sync(1); // draining, the job still held
   assert.equal(h.exitCode, undefined);
   h.send({ type: 'cancel', id: 's1', reason: 'shutdown_timeout' });
   assert.equal((await h.result('s1', 1000)).status, 'cancelled');

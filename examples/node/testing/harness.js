@@ -81,6 +81,14 @@ class Handler {
     }
   }
 
+  // Pings and waits for the pong. The SDK reads its input in order, so every frame sent
+  // before the ping has been read and dispatched by then (a job is held and started);
+  // tests wait on this instead of sleeping. Other frames stay buffered for next().
+  async sync(seq) {
+    this.send({ type: 'ping', seq });
+    await this.next((m) => m.type === 'pong' && m.seq === seq);
+  }
+
   async result(id, timeoutMs) {
     return (await this.next((m) => m.type === 'result' && m.id === id, timeoutMs)).msg;
   }

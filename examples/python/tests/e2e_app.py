@@ -54,7 +54,10 @@ def raise_snooze(args):
 
 
 @app.job("t.swallow_cancel")
-async def swallow_cancel(args):
+async def swallow_cancel(args, ctx):
+    # The test waits for this line before it cancels.
+    sys.stderr.write("t.swallow_cancel %s started\n" % ctx.id)
+    sys.stderr.flush()
     try:
         await asyncio.sleep(30)
     except asyncio.CancelledError:

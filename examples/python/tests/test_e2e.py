@@ -50,6 +50,7 @@ class Handler:
             cwd=cwd or TESTS_DIR,
         )
         self.frames = queue.Queue()
+        self.pending = []  # frames read by sync() while waiting for its pong
         self.raw_lines = []
         self.stderr_chunks = []
         threading.Thread(target=self._read_stdout, daemon=True).start()
@@ -104,6 +105,8 @@ class Handler:
         self.send(msg)
 
     def recv(self, timeout=5.0):
+        if self.pending:
+            return self.pending.pop(0)
         try:
             frame = self.frames.get(timeout=timeout)
         except queue.Empty:
@@ -113,6 +116,20 @@ class Handler:
         if isinstance(frame, AssertionError):
             raise frame
         return frame
+
+    def sync(self, seq):
+        """Pings and waits for the pong. The SDK reads its input in order, so
+        every frame sent before the ping has been read and dispatched by then
+        (a job is held, its task started); a test waits on this instead of
+        sleeping. Frames that arrive first are kept for recv()."""
+        self.send({"type": "ping", "seq": seq})
+        other = []
+        while True:
+            frame = self.recv()
+            if frame == {"type": "pong", "seq": seq}:
+                self.pending = other + self.pending
+                return
+            other.append(frame)
 
     def no_frame_for(self, seconds):
         try:
@@ -410,7 +427,7 @@ def test_exception_whose_str_fails(testapp):
 
 def test_cancel_async_within_1s(examples):
     examples.job("j1", "examples.sleep_async", {"seconds": 30})
-    time.sleep(0.2)
+    examples.sync(1)
     start = time.monotonic()
     examples.send({"type": "cancel", "id": "j1", "reason": "job_timeout"})
     res = examples.recv(timeout=1)
@@ -433,12 +450,13 @@ def test_cancel_right_after_job_frame(examples):
 
 def test_cancel_sync_is_ignored_and_real_result_arrives(examples):
     examples.job("j1", "examples.sleep_sync", {"seconds": 1})
-    time.sleep(0.1)
+    examples.sync(1)
     examples.send({"type": "cancel", "id": "j1", "reason": "job_timeout"})
+    # The SDK saw the cancel while it held the job, and ignored it.
+    examples.wait_stderr("cancel (job_timeout) for sync job j1 ignored")
     examples.no_frame_for(0.5)
     res = examples.recv(timeout=3)
     assert (res["id"], res["status"], res["result"]) == ("j1", "done", {"slept": 1})
-    examples.wait_stderr("sync jobs are not cancellable")
 
 
 def test_cancel_unknown_id_is_ignored(examples):
@@ -449,7 +467,8 @@ def test_cancel_unknown_id_is_ignored(examples):
 
 def test_handler_that_swallows_cancel_reports_its_result(testapp):
     testapp.job("j1", "t.swallow_cancel")
-    time.sleep(0.2)
+    # Cancelled before its body ran, it could not swallow anything.
+    testapp.wait_stderr("t.swallow_cancel j1 started")
     testapp.send({"type": "cancel", "id": "j1", "reason": "job_timeout"})
     res = testapp.recv(timeout=1)
     assert (res["status"], res["result"]) == ("done", {"cleaned_up": True})
@@ -460,7 +479,7 @@ def test_handler_that_swallows_cancel_reports_its_result(testapp):
 
 def test_pong_during_sync_job(examples):
     examples.job("j1", "examples.sleep_sync", {"seconds": 2})
-    time.sleep(0.2)
+    examples.sync(40)  # the job's thread is running
     start = time.monotonic()
     examples.send({"type": "ping", "seq": 41})
     assert examples.recv(timeout=1) == {"type": "pong", "seq": 41}
@@ -486,7 +505,7 @@ def test_jobs_beyond_concurrency_wait_for_a_slot(examples):
     for i in range(10):
         examples.job(f"j{i}", "examples.sleep_async", {"seconds": 0.6})
     examples.job("w", "examples.sleep_async", {"seconds": 0.6})
-    time.sleep(0.1)
+    examples.sync(1)
     # "w" is still waiting: cancelling it answers at once.
     examples.send({"type": "cancel", "id": "w", "reason": "job_timeout"})
     first = examples.recv(timeout=0.4)
@@ -519,7 +538,7 @@ def test_sync_pool_is_bounded_by_sync_concurrency(testapp):
 def test_shutdown_finishes_in_flight_and_exits_0(examples, how):
     examples.job("a", "examples.sleep_async", {"seconds": 0.8})
     examples.job("s", "examples.sleep_sync", {"seconds": 0.8})
-    time.sleep(0.1)
+    examples.sync(1)  # both in flight
     if how == "shutdown":
         examples.send({"type": "shutdown"})
         # Still alive and answering while it drains.
@@ -544,7 +563,7 @@ def test_shutdown_then_cancel_for_async(examples):
     # The sidecar's shutdown_timeout path: shutdown, then cancel what is left.
     examples.job("a", "examples.sleep_async", {"seconds": 30})
     examples.send({"type": "shutdown"})
-    time.sleep(0.2)
+    examples.sync(1)  # draining, the job still held
     examples.send({"type": "cancel", "id": "a", "reason": "shutdown_timeout"})
     assert examples.recv(timeout=1)["status"] == "cancelled"
     assert examples.wait(timeout=5) == 0
@@ -613,6 +632,7 @@ def test_empty_and_crlf_lines_are_fine(examples):
 )
 def test_malformed_frame_exits_4(examples, frame):
     examples.job("busy", "examples.sleep_sync", {"seconds": 30})
+    examples.sync(1)  # its thread is running
     examples.send_raw(frame)
     start = time.monotonic()
     assert examples.wait(timeout=5) == 4

@@ -26,9 +26,15 @@ app.job('t.trace', async (args, ctx) => {
   return null;
 });
 
-app.job('t.sleep_async', async ({ seconds, pid }, ctx) => {
+app.job('t.sleep_async', async ({ seconds, pid, trigger }, ctx) => {
   record('start', ctx);
-  await sleep(seconds * 1000, undefined, { signal: ctx.signal });
+  if (trigger) {
+    // Returns as soon as the test creates this file (within seconds).
+    const deadline = Date.now() + seconds * 1000;
+    while (!fs.existsSync(trigger) && Date.now() < deadline) await sleep(20, undefined, { signal: ctx.signal });
+  } else {
+    await sleep(seconds * 1000, undefined, { signal: ctx.signal });
+  }
   record('end', ctx);
   // With pid: tells which handler process wrote the row's result.
   return pid ? { slept: seconds, pid: process.pid } : { slept: seconds };

@@ -43,7 +43,13 @@ async def trace(args, ctx):
 @app.job("t.sleep_async")
 async def sleep_async(args, ctx):
     record("start", ctx)
-    await asyncio.sleep(args["seconds"])
+    if args.get("trigger"):
+        # Returns as soon as the test creates this file (within seconds).
+        deadline = time.monotonic() + args["seconds"]
+        while not os.path.exists(args["trigger"]) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+    else:
+        await asyncio.sleep(args["seconds"])
     record("end", ctx)
     if args.get("pid"):
         # Tells which handler process wrote the row's result.

@@ -1,0 +1,119 @@
+// Types of soniq-handler (index.js). Written by hand; test/types.test.js checks them against
+// the module and compiles an example handler with them.
+
+import type { JsonObject } from './protocol';
+
+export {
+  ProtocolError,
+  decode,
+  encode,
+} from './protocol';
+export type {
+  CancelReason,
+  EncodableMessage,
+  JsonObject,
+  JsonValue,
+  Message,
+  ProtocolErrorCode,
+  ResultStatus,
+} from './protocol';
+
+export interface AppOptions {
+  /** Jobs this process runs at once (announced in `hello`); more wait in arrival order. Default 8. */
+  concurrency?: number;
+  /** Frame size limit in bytes. Default: $SONIQ_MAX_FRAME_BYTES, else 16 MiB. */
+  maxFrameBytes?: number;
+}
+
+export interface JobOptions {
+  /**
+   * true (default): the async branch, a cancel from the sidecar aborts `ctx.signal`.
+   * false: the sync branch, cancels are ignored and the job's real result is sent.
+   * Must match the job's `cancellable` in the manifest.
+   */
+  cancellable?: boolean;
+}
+
+/** What a handler knows about the job it runs (frozen). */
+export interface JobContext {
+  /** The job's id (its row in Soniq's table). */
+  readonly id: string;
+  /** The job name it was registered under. */
+  readonly name: string;
+  /** 1 for the first run. */
+  readonly attempt: number;
+  readonly maxAttempts: number;
+  readonly queue: string;
+  /** When the job times out, or null if it has no timeout. */
+  readonly deadline: Date | null;
+  /** W3C trace context of the job, or null. */
+  readonly traceparent: string | null;
+  /**
+   * Aborted when the sidecar cancels a cancellable job; `signal.reason` is 'job_timeout' or
+   * 'shutdown_timeout' (over the unix transport 'call cancelled' when the sidecar went away).
+   * Never aborted for a job registered with `cancellable: false`.
+   */
+  readonly signal: AbortSignal;
+}
+
+/**
+ * A job handler, sync or async. Its value is the result (`undefined` is sent as null) and must
+ * be JSON-serialisable; a Snooze puts the job back; a throw fails it (retried unless it is a
+ * PermanentError or has `retryable === false`).
+ */
+export type JobHandler<Args = JsonObject> = (args: Args, ctx: JobContext) => unknown;
+
+export class App {
+  constructor(options?: AppOptions);
+  readonly concurrency: number;
+  readonly maxFrameBytes: number;
+  /**
+   * Registers `fn` for job `name`. Throws if the name is empty or already registered, or if
+   * `cancellable` is not a boolean. `Args` is the shape of the job's args (a JSON object).
+   */
+  job<Args = JsonObject>(name: string, fn: JobHandler<Args>, options?: JobOptions): this;
+  /**
+   * Serves the registered jobs over $SONIQ_TRANSPORT (stdio unless the manifest says unix) and
+   * exits the process when the sidecar shuts it down. Throws if no job is registered or if it
+   * is called twice.
+   */
+  run(): void;
+}
+
+/** Fails the job without retries: it is dead-lettered at once. */
+export class PermanentError extends Error {
+  constructor(message?: string, options?: { cause?: unknown });
+  readonly retryable: false;
+}
+
+/** Return one to put the job back for `seconds` without counting a failure. */
+export class Snooze {
+  /** Throws TypeError unless `seconds` is a finite number >= 0 and `reason` a string or null. */
+  constructor(seconds: number, reason?: string | null);
+  readonly seconds: number;
+  readonly reason: string | null;
+}
+
+/** The real stdout, once console output and process.stdout.write go to stderr. */
+export interface ProtectedStdout {
+  readonly stream: { write(chunk: string | Uint8Array): boolean };
+  write(chunk: string | Uint8Array, callback?: (err?: Error | null) => void): boolean;
+}
+
+/**
+ * Sends console.log/info/debug/... and process.stdout.write to stderr so that nothing but
+ * frames reaches stdout. `App.run()` calls it; call it first thing if your imports print
+ * while they load. Idempotent.
+ */
+export function protectStdout(): ProtectedStdout;
+
+/**
+ * The highest protocol version both sides speak, or null. `offered` is
+ * $SONIQ_PROTOCOL_VERSIONS (a comma list; undefined means "1").
+ */
+export function negotiateVersion(offered: string | undefined, supported?: readonly number[]): number | null;
+
+/** This SDK's name and version as sent in `hello`: `soniq-node/<version>`. */
+export const SDK: string;
+/** The protocol versions this SDK speaks. */
+export const SUPPORTED_PROTOCOLS: readonly number[];

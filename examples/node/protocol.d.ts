@@ -1,0 +1,138 @@
+// Types of soniq-handler/protocol (protocol.js): the strict decoder and canonical encoder of
+// the handler protocol, version 1 (docs/protocol.md). Written by hand; test/types.test.js
+// checks them against the module.
+
+/** Any value JSON can hold. */
+export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
+/** A JSON object: what a job's `args` always is. */
+export type JsonObject = { [key: string]: JsonValue };
+
+/** Why the sidecar cancels a job. */
+export type CancelReason = 'job_timeout' | 'shutdown_timeout';
+/** How a job ended. */
+export type ResultStatus = 'done' | 'failed' | 'snooze' | 'cancelled';
+
+/** The `code` of a ProtocolError: the conformance vectors' error classes. */
+export type ProtocolErrorCode =
+  | 'oversize'
+  | 'invalid_utf8'
+  | 'invalid_json'
+  | 'not_object'
+  | 'missing_field'
+  | 'wrong_type'
+  | 'unknown_type'
+  | 'invalid_value';
+
+/** A frame that breaks the protocol: `code` is its class, `field` the offending field's path, if any. */
+export class ProtocolError extends Error {
+  constructor(code: ProtocolErrorCode, field?: string | null, detail?: string);
+  readonly code: ProtocolErrorCode;
+  readonly field: string | null;
+}
+
+export interface JobEntry {
+  name: string;
+  cancellable: boolean;
+}
+
+export interface ErrorInfo {
+  type: string;
+  message: string;
+  traceback: string | null;
+  retryable: boolean;
+}
+
+// The messages as `decode` returns them: every field the type defines is present, optional
+// ones as null.
+
+export interface HelloMessage {
+  type: 'hello';
+  protocol: number;
+  sdk: string;
+  pid: number;
+  jobs: JobEntry[];
+  concurrency: number;
+  sync_concurrency: number | null;
+}
+
+export interface JobMessage {
+  type: 'job';
+  id: string;
+  name: string;
+  args: JsonObject;
+  attempt: number;
+  max_attempts: number;
+  queue: string;
+  /** Unix milliseconds. */
+  deadline: number | null;
+  traceparent: string | null;
+}
+
+export interface ResultMessage {
+  type: 'result';
+  id: string;
+  status: ResultStatus;
+  /** With `done`: the handler's value (parsed JSON when decoded). */
+  result: unknown;
+  /** With `failed`. */
+  error: ErrorInfo | null;
+  /** With `snooze`. */
+  seconds: number | null;
+  reason: string | null;
+}
+
+export interface CancelMessage {
+  type: 'cancel';
+  id: string;
+  reason: CancelReason;
+}
+
+export interface PingMessage {
+  type: 'ping';
+  seq: number;
+}
+
+export interface PongMessage {
+  type: 'pong';
+  seq: number;
+}
+
+export interface ShutdownMessage {
+  type: 'shutdown';
+}
+
+export type Message =
+  | HelloMessage
+  | JobMessage
+  | ResultMessage
+  | CancelMessage
+  | PingMessage
+  | PongMessage
+  | ShutdownMessage;
+
+/** A message as `encode` takes it: `type` required; null or missing fields are left out. */
+export type EncodableMessage = Message extends infer M
+  ? M extends { type: infer T }
+    ? { type: T } & { [K in Exclude<keyof M, 'type'>]?: M[K] | null }
+    : never
+  : never;
+
+export interface DecodeOptions {
+  /** Frames longer than this (bytes, without the newline) are `oversize`. Default 16 MiB. */
+  maxFrameBytes?: number;
+}
+
+/** 16 MiB: the frame size limit unless the sidecar sets another. */
+export const DEFAULT_MAX_FRAME_BYTES: number;
+
+/**
+ * Decodes one frame (without its '\n'; a trailing '\r' is stripped). A string is UTF-8
+ * encoded first. Throws ProtocolError for anything the protocol does not accept.
+ */
+export function decode(line: Uint8Array | string, options?: DecodeOptions): Message;
+
+/**
+ * The canonical JSON text of a message (no trailing '\n'). Throws TypeError for an unknown
+ * type or a value JSON cannot hold.
+ */
+export function encode(msg: EncodableMessage): string;

@@ -1,0 +1,71 @@
+// Mistakes the types must catch: each line below @ts-expect-error has to be a type error, or
+// tsc fails with "Unused '@ts-expect-error' directive".
+import {
+  App, PermanentError, ProtocolError, Snooze, decode, encode, negotiateVersion, protectStdout,
+  type JobContext, type ProtocolErrorCode,
+} from 'soniq-handler';
+import { DEFAULT_MAX_FRAME_BYTES } from 'soniq-handler/protocol';
+// @ts-expect-error the transport module is internal, not exported
+import { serve } from 'soniq-handler/unix';
+
+void serve;
+
+// @ts-expect-error concurrency is a number
+new App({ concurrency: '8' });
+const app = new App();
+
+// @ts-expect-error cancellable is a boolean
+app.job('m.a', () => 1, { cancellable: 'yes' });
+// @ts-expect-error a misspelt option is not silently ignored
+app.job('m.b', () => 1, { cancelable: false });
+// @ts-expect-error the handler comes second
+app.job(() => 1);
+// @ts-expect-error args are typed by the type argument
+app.job<{ a: number }>('m.c', ({ b }) => b);
+
+app.job('m.d', (args, ctx: JobContext) => {
+  // @ts-expect-error ctx is read-only
+  ctx.attempt = 2;
+  // @ts-expect-error ctx has no such field
+  void ctx.retries;
+  // @ts-expect-error untyped args are JSON values, not numbers
+  const n: number = args.n;
+  const reason: unknown = ctx.signal.reason;
+  return { n, reason };
+});
+
+// @ts-expect-error seconds is a number
+new Snooze('30');
+// @ts-expect-error the reason is a string or null
+new Snooze(1, 42);
+const perm = new PermanentError('no', { cause: new Error('inner') });
+const notRetryable: false = perm.retryable;
+
+const msg = decode('{"type":"ping","seq":1}', { maxFrameBytes: DEFAULT_MAX_FRAME_BYTES });
+if (msg.type === 'job') {
+  const deadline: number | null = msg.deadline;
+  void deadline;
+  // @ts-expect-error a decoded job has no `seq`
+  void msg.seq;
+}
+encode({ type: 'result', id: 'j1', status: 'done', result: { ok: true } });
+// @ts-expect-error not a status
+encode({ type: 'result', id: 'j1', status: 'ok' });
+// @ts-expect-error not a message type
+encode({ type: 'hola' });
+
+try {
+  decode(Buffer.from('{}'));
+} catch (err) {
+  if (err instanceof ProtocolError) {
+    const code: ProtocolErrorCode = err.code;
+    const field: string | null = err.field;
+    void code;
+    void field;
+  }
+}
+
+const version: number | null = negotiateVersion(process.env.SONIQ_PROTOCOL_VERSIONS);
+protectStdout().write('frame\n');
+void version;
+void notRetryable;

@@ -1,0 +1,33 @@
+package supervisor
+
+// checkOnce ends a `run --once`: nothing claimed is pending or running, no
+// result is waiting to be written, and every pool's last claim asked for
+// all its job names after the writer's last batch and found none due. A
+// pool stuck in a crash loop cannot run anything: its jobs stay queued.
+func (l *loop) checkOnce() {
+	if !l.cfg.Once || l.state != StateRunning || l.fatal != nil || l.reregistering || l.claims > 0 || l.unknownClaiming {
+		return
+	}
+	if len(l.live) > 0 || l.writer.pending() > 0 {
+		return
+	}
+	written := l.writer.written.Load()
+	for _, pl := range l.pools {
+		if len(pl.pending) > 0 {
+			return
+		}
+		for _, p := range pl.procs {
+			if p != nil && len(p.tasks) > 0 {
+				return
+			}
+		}
+		if pl.crashLoop {
+			continue
+		}
+		if !pl.drained || pl.drainedAt != written {
+			return
+		}
+	}
+	l.s.log.Info("run --once: nothing left that is due; stopping")
+	l.enterDraining("run --once: nothing left that is due")
+}
