@@ -97,7 +97,7 @@ func startUnix(te transportEnv, p *process) error {
 	if err != nil {
 		return fmt.Errorf("handler %s: socket directory: %w", h.Name, err)
 	}
-	u := &unixProc{te: te, p: p, dir: dir, deadline: time.Now().Add(h.StartupTimeout)}
+	u := &unixProc{te: te, p: p, dir: dir, deadline: time.Now().Add(h.StartupTimeout), started: make(chan struct{})}
 	u.ctx, u.stop = context.WithCancel(context.Background())
 	u.calls.m = map[string]*unixCall{}
 	u.calls.idle = sync.NewCond(&u.calls.mu)
@@ -167,7 +167,12 @@ type unixProc struct {
 	health healthpb.HealthClient
 
 	broken atomic.Bool
-	calls  struct {
+	// started is closed once go-plugin's Start has returned and its failure,
+	// if any, was reported: the exit is reported after it, so a handler that
+	// printed a wrong handshake line is reported by that, not by the kill
+	// that followed.
+	started chan struct{}
+	calls   struct {
 		mu   sync.Mutex
 		idle *sync.Cond
 		m    map[string]*unixCall
@@ -217,7 +222,8 @@ func (u *unixProc) run() {
 // emits the hello. It reports false when the process is unusable (a
 // protocol error was emitted, or it exited).
 func (u *unixProc) connect() bool {
-	if _, err := u.client.Start(); err != nil {
+	_, err := u.client.Start()
+	if err != nil {
 		u.r.startedOnce(err) // no-op when the child was forked
 		switch {
 		case !u.r.forked():
@@ -230,8 +236,10 @@ func (u *unixProc) connect() bool {
 			// comes, whose status and stderr say more than go-plugin's error.
 			u.brokenRPC(fmt.Errorf("go-plugin handshake: %w", err))
 		}
+		close(u.started)
 		return false
 	}
+	close(u.started)
 	rpc, err := u.client.Client()
 	if err != nil {
 		u.protocolError(fmt.Errorf("connecting to the handler's socket: %w", err))
@@ -413,6 +421,7 @@ func (u *unixProc) ping(seq int64) {
 func (u *unixProc) watchExit() {
 	defer u.te.wg.Done()
 	<-u.r.exited
+	<-u.started // Start returns once the process has exited, at the latest
 	settled := make(chan struct{})
 	go func() { u.waitCalls(); close(settled) }()
 	select {
