@@ -330,11 +330,17 @@ func TestHandlerInterpreterFromAVirtualenv(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	purelib, err := exec.Command(filepath.Join(venv, "bin", "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").Output()
 	require.NoError(t, err)
-	// The SDK is importable inside the venv only (as after `pip install`).
-	require.NoError(t, os.WriteFile(filepath.Join(strings.TrimSpace(string(purelib)), "soniq_handler_sdk.pth"),
-		[]byte(filepath.Join(w.root, "examples/python")+"\n"), 0o644))
-	out, err = exec.Command("python3", "-c", "import soniq_handler").CombinedOutput()
-	require.Error(t, err, "outside the venv the SDK is not importable: %s", out)
+	// A module importable inside the venv only (as after `pip install`):
+	// the handler imports it first, then runs the test handlers.
+	pkgs := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(pkgs, "soniq_venv_marker.py"), []byte("IN_VENV = True\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(strings.TrimSpace(string(purelib)), "soniq_test_paths.pth"),
+		[]byte(pkgs+"\n"+filepath.Join(w.root, "examples/python")+"\n"), 0o644))
+	out, err = exec.Command("/bin/sh", "-c", `PATH=/usr/bin:/bin python3 -c "import soniq_venv_marker"`).CombinedOutput()
+	require.Error(t, err, "outside the venv the marker is not importable: %s", out)
+	wrapper := filepath.Join(pkgs, "handler.py")
+	require.NoError(t, os.WriteFile(wrapper, []byte("import runpy, soniq_venv_marker\nrunpy.run_path("+
+		strconv.Quote(filepath.Join(w.root, "integration/testdata/handlers/test_handlers.py"))+", run_name='__main__')\n"), 0o644))
 
 	var jobs strings.Builder
 	for _, j := range testJobs {
@@ -342,7 +348,7 @@ func TestHandlerInterpreterFromAVirtualenv(t *testing.T) {
 	}
 	manifest := filepath.Join(w.dir, "venv.yaml")
 	require.NoError(t, os.WriteFile(manifest, []byte("version: 1\nhandlers:\n  - name: venv\n"+
-		"    command: [python3, -u, "+filepath.Join(w.root, "integration/testdata/handlers/test_handlers.py")+"]\n"+
+		"    command: [python3, -u, "+wrapper+"]\n"+
 		"    jobs:\n"+jobs.String()), 0o644))
 	id := w.enqueue("t.record", `{}`, 0)
 	sc := w.startSidecar(map[string]string{"PATH": filepath.Join(venv, "bin") + ":" + os.Getenv("PATH")}, "--manifest", manifest)
