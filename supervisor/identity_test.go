@@ -27,8 +27,11 @@ func TestWorkerLostRegistersAgain(t *testing.T) {
 		ctx := context.Background()
 		me := w.sup.WorkerID()
 
-		// Another worker's recovery: it saw our heartbeat stale.
-		time.Sleep(time.Second)
+		// Another worker's recovery: it saw our heartbeat stale. Between two
+		// polls, with every goroutine of the bubble blocked, so the recovery
+		// and the other worker's claim happen before the sidecar looks.
+		time.Sleep(time.Second + 50*time.Millisecond)
+		synctest.Wait()
 		workers, jobs, err := w.mem.RecoverStaleWorkers(ctx, 0)
 		require.NoError(t, err)
 		require.Equal(t, [2]int{1, 2}, [2]int{workers, jobs})

@@ -435,7 +435,9 @@ func TestStateMachineHeartbeatsInEveryState(t *testing.T) {
 		for i := 1; i < len(beats); i++ {
 			assert.Equal(t, interval, beats[i].at.Sub(beats[i-1].at), "beat %d (%s) follows beat %d by the interval", i, beats[i].state, i-1)
 		}
-		assert.Less(t, w.stopped.Sub(beats[len(beats)-1].at), interval, "beats go on until Run returns")
+		// ≤: when Run returns at the very instant of a tick, that beat may
+		// or may not be written (the heartbeat is stopping then).
+		assert.LessOrEqual(t, w.stopped.Sub(beats[len(beats)-1].at), interval, "beats go on until Run returns")
 		perState := map[State]int{}
 		for _, b := range beats {
 			perState[b.state]++
