@@ -834,8 +834,7 @@ func (l *loop) start(t *task, p *process) {
 		p.syncHeld++
 	}
 	p.jobsRun++
-	frame := &protocol.Job{ID: t.job.ID, Name: t.job.Name, Args: t.job.Args, Attempt: t.job.Attempts,
-		MaxAttempts: t.job.MaxAttempts, Queue: t.job.Queue}
+	frame := newJobFrame(t.job, l.s.workerID)
 	frame.Traceparent = l.startSpan(t)
 	if timeout := t.spec.EffectiveTimeout(l.cfg.Settings); timeout > 0 {
 		dl := t.startedAt.Add(timeout).UnixMilli()

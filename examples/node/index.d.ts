@@ -48,6 +48,12 @@ export interface JobContext {
   readonly deadline: Date | null;
   /** W3C trace context of the job, or null. */
   readonly traceparent: string | null;
+  /** The soniq_workers id of the sidecar that claimed the job (the row's worker_id), or null. */
+  readonly workerId: string | null;
+  /** The row's scheduled_at (millisecond precision), or null when it was queued to run at once. */
+  readonly scheduledAt: Date | null;
+  /** The row's created_at (millisecond precision), or null when the row has none. */
+  readonly createdAt: Date | null;
   /**
    * Aborted when the sidecar cancels a cancellable job; `signal.reason` is 'job_timeout' or
    * 'shutdown_timeout' (over the unix transport 'call cancelled' when the sidecar went away).

@@ -171,6 +171,11 @@ function errorPayload(err, retryable) {
   return { type: err === null ? 'null' : typeof err, message: truncate(message, MAX_ERROR_TEXT), traceback: null, retryable };
 }
 
+// Epoch milliseconds from a job frame as a Date; null when absent.
+function dateOrNull(ms) {
+  return ms === null || ms === undefined ? null : new Date(ms);
+}
+
 function truncate(s, max) {
   if (typeof s !== 'string' || s.length <= max) return s;
   return `${s.slice(0, max)}... [truncated ${s.length - max} chars]`;
@@ -388,6 +393,9 @@ class App {
       queue: msg.queue,
       deadline: msg.deadline === null ? null : new Date(msg.deadline),
       traceparent: msg.traceparent,
+      workerId: msg.worker_id ?? null,
+      scheduledAt: dateOrNull(msg.scheduled_at),
+      createdAt: dateOrNull(msg.created_at),
       signal: controller.signal,
     });
     let value;

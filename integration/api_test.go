@@ -1,0 +1,103 @@
+package integration
+
+// The Node SDK's worker API under the real sidecar, over both transports:
+// the job context a handler gets from the row it runs.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+)
+
+// apiWorld is a world whose manifest runs integration/testdata/handlers/
+// api_handlers.js as handler node-api, serving jobs (YAML flow mappings).
+func apiWorld(t *testing.T, transport string, jobs ...string) *world {
+	t.Helper()
+	w := newWorld(t, sdk{name: "node", transport: transport, command: nodeCommand, env: nodeEnv}, manifestOpts{})
+	cmd, _ := json.Marshal([]string{"node", filepath.Join(w.root, "integration/testdata/handlers/api_handlers.js")})
+	env, _ := json.Marshal(map[string]string{"TEST_NODE_SDK": filepath.Join(w.root, "examples/node")})
+	manifest := fmt.Sprintf("version: 1\nhandlers:\n  - name: node-api\n    command: %s\n    transport: %s\n    processes: 1\n    concurrency: 4\n    startup_timeout: 20s\n    env: %s\n    jobs:\n",
+		cmd, transport, env)
+	for _, j := range jobs {
+		manifest += "      - " + j + "\n"
+	}
+	require.NoError(t, os.WriteFile(w.manifest, []byte(manifest), 0o644))
+	return w
+}
+
+// A handler's ctx.workerId, ctx.createdAt and ctx.scheduledAt are the row's
+// worker_id, created_at and scheduled_at (to the millisecond), null where
+// the row has NULL: for a job queued to run at once, a delayed one, and one
+// another producer inserted with times of its own.
+func TestNodeJobContextFromRow(t *testing.T) {
+	for _, transport := range []string{"stdio", "unix"} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			w := apiWorld(t, transport, "{name: api.context, cancellable: true}")
+			sc := w.startSidecar(nil)
+			sc.waitReady(t, "node-api", 1)
+
+			now := w.enqueue("api.context", `{}`, 0)
+			delayed, err := w.backend.Enqueue(context.Background(), backends.EnqueueParams{Name: "api.context", Delay: 300 * time.Millisecond})
+			require.NoError(t, err)
+			var foreign string
+			require.NoError(t, w.db.QueryRow(context.Background(),
+				`INSERT INTO soniq_jobs (id, job_name, args, created_at, scheduled_at)
+				 VALUES (gen_random_uuid(), 'api.context', '{}', '1969-07-20 20:17:40.123456+00', '2001-02-03 04:05:06.789999+00')
+				 RETURNING id::text`).Scan(&foreign))
+			ids := []string{now, delayed.ID, foreign}
+			w.waitDone(t, sc, 30*time.Second, ids...)
+
+			var workerIDs []string
+			rows, err := w.db.Query(context.Background(), `SELECT id::text FROM soniq_workers`)
+			require.NoError(t, err)
+			for rows.Next() {
+				var id string
+				require.NoError(t, rows.Scan(&id))
+				workerIDs = append(workerIDs, id)
+			}
+			require.NoError(t, rows.Err())
+			require.Len(t, workerIDs, 1, "one sidecar")
+
+			for _, id := range ids {
+				j := w.job(id)
+				var got struct {
+					WorkerID      *string `json:"workerId"`
+					ScheduledAt   *int64  `json:"scheduledAt"`
+					CreatedAt     *int64  `json:"createdAt"`
+					DatesAreDates bool    `json:"datesAreDates"`
+				}
+				require.NoError(t, json.Unmarshal(j.Result, &got), "%s", j.Result)
+				require.NotNil(t, j.WorkerID)
+				require.NotNil(t, got.WorkerID, "ctx.workerId of %s", id)
+				assert.Equal(t, *j.WorkerID, *got.WorkerID, "ctx.workerId is the row's worker_id")
+				assert.Equal(t, workerIDs[0], *got.WorkerID, "the sidecar's soniq_workers id")
+				require.NotNil(t, got.CreatedAt, "ctx.createdAt of %s", id)
+				assert.Equal(t, j.CreatedAt.UnixMilli(), *got.CreatedAt, "ctx.createdAt is the row's created_at")
+				if j.ScheduledAt == nil {
+					assert.Nil(t, got.ScheduledAt, "scheduled_at NULL: ctx.scheduledAt null")
+				} else if assert.NotNil(t, got.ScheduledAt, "ctx.scheduledAt of %s", id) {
+					assert.Equal(t, j.ScheduledAt.UnixMilli(), *got.ScheduledAt, "ctx.scheduledAt is the row's scheduled_at")
+				}
+				assert.True(t, got.DatesAreDates, "Date objects")
+			}
+			assert.Nil(t, w.job(now).ScheduledAt, "enqueued to run at once")
+			assert.NotNil(t, w.job(delayed.ID).ScheduledAt, "enqueued with a delay")
+			f := w.job(foreign)
+			assert.Equal(t, int64(-14182939877), f.CreatedAt.UnixMilli(), "1969: before the epoch, rounded down")
+			assert.Equal(t, int64(981173106789), f.ScheduledAt.UnixMilli())
+
+			sc.stop(t)
+			assert.Empty(t, sc.logs("protocol error"))
+		})
+	}
+}
