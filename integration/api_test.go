@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,16 +19,24 @@ import (
 	"github.com/soniq-dev/soniq-sidecar/backends"
 )
 
+// apiJobs are the jobs of integration/testdata/handlers/api_handlers.js,
+// as the manifest declares them.
+var apiJobs = []string{
+	"{name: api.context, cancellable: true}",
+	"{name: api.permanent, cancellable: true}",
+	"{name: api.slow, cancellable: true, timeout: 1s, retry: {delay: 1h}}",
+}
+
 // apiWorld is a world whose manifest runs integration/testdata/handlers/
-// api_handlers.js as handler node-api, serving jobs (YAML flow mappings).
-func apiWorld(t *testing.T, transport string, jobs ...string) *world {
+// api_handlers.js as handler node-api.
+func apiWorld(t *testing.T, transport string) *world {
 	t.Helper()
 	w := newWorld(t, sdk{name: "node", transport: transport, command: nodeCommand, env: nodeEnv}, manifestOpts{})
 	cmd, _ := json.Marshal([]string{"node", filepath.Join(w.root, "integration/testdata/handlers/api_handlers.js")})
 	env, _ := json.Marshal(map[string]string{"TEST_NODE_SDK": filepath.Join(w.root, "examples/node")})
 	manifest := fmt.Sprintf("version: 1\nhandlers:\n  - name: node-api\n    command: %s\n    transport: %s\n    processes: 1\n    concurrency: 4\n    startup_timeout: 20s\n    env: %s\n    jobs:\n",
 		cmd, transport, env)
-	for _, j := range jobs {
+	for _, j := range apiJobs {
 		manifest += "      - " + j + "\n"
 	}
 	require.NoError(t, os.WriteFile(w.manifest, []byte(manifest), 0o644))
@@ -42,7 +51,7 @@ func TestNodeJobContextFromRow(t *testing.T) {
 	for _, transport := range []string{"stdio", "unix"} {
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()
-			w := apiWorld(t, transport, "{name: api.context, cancellable: true}")
+			w := apiWorld(t, transport)
 			sc := w.startSidecar(nil)
 			sc.waitReady(t, "node-api", 1)
 
@@ -98,6 +107,46 @@ func TestNodeJobContextFromRow(t *testing.T) {
 
 			sc.stop(t)
 			assert.Empty(t, sc.logs("protocol error"))
+		})
+	}
+}
+
+// The last_error texts are Soniq's: a timeout is "Job timed out after
+// 1.0s" (the timeout as Python prints the float), "Max retries exceeded: "
+// before it on the last attempt; a permanent failure is "Retry policy
+// declined: " before the error, as Soniq writes for reason permanent_failure.
+func TestSoniqLastErrorTexts(t *testing.T) {
+	for _, transport := range []string{"stdio", "unix"} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			w := apiWorld(t, transport)
+			sc := w.startSidecar(nil)
+			sc.waitReady(t, "node-api", 1)
+			perm := w.enqueue("api.permanent", `{"invoice": 42}`, 3)
+			retried := w.enqueue("api.slow", `{}`, 3)
+			last := w.enqueue("api.slow", `{}`, 1)
+
+			dl := w.waitDeadLetter(t, sc, 30*time.Second, perm)
+			assert.Equal(t, backends.ReasonPermanentFailure, dl.Reason)
+			assert.Equal(t, 1, dl.Attempts)
+			require.NotNil(t, dl.LastError)
+			assert.True(t, strings.HasPrefix(*dl.LastError, "Retry policy declined: PermanentError: no invoice 42\n"), "%q", *dl.LastError)
+			assert.Contains(t, *dl.LastError, "api_handlers.js", "the stack follows")
+
+			dl = w.waitDeadLetter(t, sc, 30*time.Second, last)
+			assert.Equal(t, backends.ReasonMaxRetriesExceeded, dl.Reason)
+			require.NotNil(t, dl.LastError)
+			assert.Equal(t, "Max retries exceeded: Job timed out after 1.0s", *dl.LastError)
+
+			// Retried in an hour: the row waits with the attempt's error.
+			whileRunning(t, 30*time.Second, "the timed-out job back in the queue", func() bool {
+				j := w.job(retried)
+				return j.Status == backends.StatusQueued && j.Attempts == 1
+			}, sc)
+			j := w.job(retried)
+			require.NotNil(t, j.LastError)
+			assert.Equal(t, "Job timed out after 1.0s", *j.LastError)
+			sc.stop(t)
 		})
 	}
 }

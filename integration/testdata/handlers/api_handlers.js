@@ -1,8 +1,9 @@
 'use strict';
 // Handlers for the Node SDK's worker API under the real sidecar (integration/api_test.go):
-// the job context taken from the row.
+// the job context taken from the row, the last_error texts of failures.
 const path = require('node:path');
-const { App } = require(path.join(process.env.TEST_NODE_SDK, 'index.js'));
+const { setTimeout: sleep } = require('node:timers/promises');
+const { App, PermanentError } = require(path.join(process.env.TEST_NODE_SDK, 'index.js'));
 
 const app = new App({ concurrency: 4 });
 
@@ -15,5 +16,14 @@ app.job('api.context', async (args, ctx) => ({
   createdAt: ms(ctx.createdAt),
   datesAreDates: (ctx.scheduledAt === null || ctx.scheduledAt instanceof Date) && ctx.createdAt instanceof Date,
 }));
+
+app.job('api.permanent', async ({ invoice }) => {
+  throw new PermanentError(`no invoice ${invoice}`);
+});
+
+// Runs until its timeout cancels it.
+app.job('api.slow', async (args, ctx) => {
+  await sleep(60_000, undefined, { signal: ctx.signal });
+});
 
 app.run();
