@@ -25,6 +25,8 @@ var apiJobs = []string{
 	"{name: api.context, cancellable: true}",
 	"{name: api.permanent, cancellable: true}",
 	"{name: api.slow, cancellable: true, timeout: 1s, retry: {delay: 1h}}",
+	"{name: api.hooked, cancellable: true}",
+	"{name: api.validated, cancellable: true}",
 }
 
 // apiWorld is a world whose manifest runs integration/testdata/handlers/
@@ -147,6 +149,48 @@ func TestSoniqLastErrorTexts(t *testing.T) {
 			require.NotNil(t, j.LastError)
 			assert.Equal(t, "Job timed out after 1.0s", *j.LastError)
 			sc.stop(t)
+		})
+	}
+}
+
+// Hooks, middleware and validation of the Node SDK under the sidecar: a
+// failed validation dead-letters the job at once (permanent_failure, "Corrupted
+// argument data: ..." in Soniq's words), a passing one hands the handler the
+// normalised args; hooks that throw change nothing; a middleware's value is
+// the row's result; onError sees a permanent failure and a job timeout.
+func TestNodeHooksAndValidationUnderSidecar(t *testing.T) {
+	for _, transport := range []string{"stdio", "unix"} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			w := apiWorld(t, transport)
+			sc := w.startSidecar(nil)
+			sc.waitReady(t, "node-api", 1)
+			bad := w.enqueue("api.validated", `{"n": "seven"}`, 3)
+			good := w.enqueue("api.validated", `{"n": 6.6}`, 3)
+			hooked := w.enqueue("api.hooked", `{"x": 1}`, 3)
+			perm := w.enqueue("api.permanent", `{"invoice": 7}`, 3)
+			slow := w.enqueue("api.slow", `{}`, 1)
+
+			dl := w.waitDeadLetter(t, sc, 30*time.Second, bad)
+			assert.Equal(t, backends.ReasonPermanentFailure, dl.Reason)
+			assert.Equal(t, 1, dl.Attempts, "not retried")
+			require.NotNil(t, dl.LastError)
+			assert.Equal(t, `Retry policy declined: TypeError: Corrupted argument data: n must be a number, got "seven"`, *dl.LastError)
+
+			w.waitDone(t, sc, 30*time.Second, good, hooked)
+			assert.JSONEq(t, `{"n": 7}`, string(w.job(good).Result), "the validator's args")
+			assert.JSONEq(t, `{"wrapped": {"got": {"x": 1}}, "attempt": 1}`, string(w.job(hooked).Result), "the middleware's value")
+			assert.Equal(t, 1, w.job(hooked).Attempts)
+			sc.waitLog(10*time.Second, "beforeJob hook failed for job "+hooked+" (api.hooked): Error: beforeJob broke; ignored", nil)
+			sc.waitLog(10*time.Second, "afterJob hook failed for job "+hooked+" (api.hooked): Error: afterJob broke; ignored", nil)
+
+			w.waitDeadLetter(t, sc, 30*time.Second, perm)
+			sc.waitLog(10*time.Second, "onError "+perm+" -: no invoice 7", map[string]any{"handler": "node-api"})
+			w.waitDeadLetter(t, sc, 30*time.Second, slow)
+			sc.waitLog(10*time.Second, "onError "+slow+" job_timeout:", map[string]any{"handler": "node-api"})
+			assert.Empty(t, sc.logs("onError "+bad), "no onError for a failed validation")
+			sc.stop(t)
+			assert.Empty(t, sc.logs("protocol error"))
 		})
 	}
 }
