@@ -230,7 +230,7 @@ func TestShutdownAsyncJobTimeoutDuringDraining(t *testing.T) {
 		assert.Equal(t, backends.StatusQueued, j.Status, "retried per policy")
 		assert.Equal(t, 1, j.Attempts, "the attempt is counted")
 		require.NotNil(t, j.LastError)
-		assert.Contains(t, *j.LastError, "timeout")
+		assert.Equal(t, "Job timed out after 2.0s", *j.LastError, "Soniq's text for a timeout")
 		assert.Equal(t, []string{"job_timeout"}, cancelFrames(w.framesSent(), id))
 		assert.Empty(t, sc.logs("shutdown_nack"))
 	})

@@ -834,8 +834,7 @@ func (l *loop) start(t *task, p *process) {
 		p.syncHeld++
 	}
 	p.jobsRun++
-	frame := &protocol.Job{ID: t.job.ID, Name: t.job.Name, Args: t.job.Args, Attempt: t.job.Attempts,
-		MaxAttempts: t.job.MaxAttempts, Queue: t.job.Queue}
+	frame := newJobFrame(t.job, l.s.workerID)
 	frame.Traceparent = l.startSpan(t)
 	if timeout := t.spec.EffectiveTimeout(l.cfg.Settings); timeout > 0 {
 		dl := t.startedAt.Add(timeout).UnixMilli()
@@ -960,6 +959,7 @@ func (l *loop) fail(t *task, text string, retryable bool, status string) {
 	switch {
 	case !retryable:
 		c.Outcome, c.Reason = backends.OutcomeDeadLetter, backends.ReasonPermanentFailure
+		c.Error = permanentText(text)
 		l.s.log.Error("job failed permanently: dead-lettered", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "error", firstLine(text))
 	case j.Attempts >= j.MaxAttempts:
 		c.Outcome, c.Reason = backends.OutcomeDeadLetter, backends.ReasonMaxRetriesExceeded
@@ -990,7 +990,7 @@ func (l *loop) onJobTimeout(t *task) {
 		l.s.log.Warn("async job exceeded its timeout: cancelled, failed per policy",
 			"job_id", t.job.ID, "job_name", t.job.Name, "queue", t.job.Queue, "timeout", timeout, "pid", t.proc.pid)
 	}
-	l.fail(t, fmt.Sprintf("TimeoutError: job exceeded its timeout of %s", timeout), true, "timeout")
+	l.fail(t, timeoutText(timeout), true, "timeout")
 	l.checkDone()
 }
 

@@ -480,7 +480,7 @@ func TestStateMachineAsyncJobTimeoutDuringDraining(t *testing.T) {
 		assert.Equal(t, backends.StatusQueued, j.Status, "retried per policy")
 		assert.Equal(t, 1, j.Attempts, "the attempt counts")
 		require.NotNil(t, j.LastError)
-		assert.Contains(t, *j.LastError, "timeout")
+		assert.Equal(t, "Job timed out after 20.0s", *j.LastError, "Soniq's text for a timeout")
 		assert.Equal(t, []protocol.CancelReason{protocol.ReasonJobTimeout}, w.cancels(a))
 	})
 }

@@ -25,14 +25,49 @@ export interface AppOptions {
   maxFrameBytes?: number;
 }
 
-export interface JobOptions {
+export interface JobOptions<Args = JsonObject> {
   /**
    * true (default): the async branch, a cancel from the sidecar aborts `ctx.signal`.
    * false: the sync branch, cancels are ignored and the job's real result is sent.
    * Must match the job's `cancellable` in the manifest.
    */
   cancellable?: boolean;
+  /**
+   * Checks and normalises the job's args before the middleware and the handler run (after the
+   * beforeJob hooks). Its value is what they get (`undefined`: the args as they came). If it
+   * throws, the job fails without retries (dead-lettered at once) with the message
+   * `Corrupted argument data: <the error's message>`; onError hooks are not called.
+   */
+  validate?: (args: JsonObject) => Args | undefined | Promise<Args | undefined>;
 }
+
+/** Runs before each job, before validation. */
+export type BeforeJobHook = (ctx: JobContext) => unknown;
+
+/** What an afterJob hook learns about the job that succeeded. */
+export interface AfterJobInfo {
+  /** The handler's value as it is sent (`undefined` became null). */
+  readonly result: unknown;
+  /** Milliseconds from the job's start (before the beforeJob hooks) to its value. */
+  readonly durationMs: number;
+}
+
+/** Runs after each job that succeeded (not after a snooze), before its result is sent. */
+export type AfterJobHook = (ctx: JobContext, info: AfterJobInfo) => unknown;
+
+/**
+ * Runs after the handler or a middleware threw (also when a job timeout cancelled the job; not
+ * at a shutdown's cancel, not for a failed validation), before the result is sent.
+ */
+export type OnErrorHook = (ctx: JobContext, error: unknown) => unknown;
+
+/**
+ * Wraps every job's handler. `next(args?)` runs the rest of the chain (the next middleware,
+ * then the handler) with the args given, or the same args, and resolves with the handler's
+ * value. What the middleware returns or throws is the job's outcome. `args` are the validated
+ * args, of whichever job runs.
+ */
+export type Middleware = (ctx: JobContext, args: unknown, next: (args?: unknown) => Promise<unknown>) => unknown;
 
 /** What a handler knows about the job it runs (frozen). */
 export interface JobContext {
@@ -48,6 +83,12 @@ export interface JobContext {
   readonly deadline: Date | null;
   /** W3C trace context of the job, or null. */
   readonly traceparent: string | null;
+  /** The soniq_workers id of the sidecar that claimed the job (the row's worker_id), or null. */
+  readonly workerId: string | null;
+  /** The row's scheduled_at (millisecond precision), or null when it was queued to run at once. */
+  readonly scheduledAt: Date | null;
+  /** The row's created_at (millisecond precision), or null when the row has none. */
+  readonly createdAt: Date | null;
   /**
    * Aborted when the sidecar cancels a cancellable job; `signal.reason` is 'job_timeout' or
    * 'shutdown_timeout' (over the unix transport 'call cancelled' when the sidecar went away).
@@ -71,7 +112,17 @@ export class App {
    * Registers `fn` for job `name`. Throws if the name is empty or already registered, or if
    * `cancellable` is not a boolean. `Args` is the shape of the job's args (a JSON object).
    */
-  job<Args = JsonObject>(name: string, fn: JobHandler<Args>, options?: JobOptions): this;
+  job<Args = JsonObject>(name: string, fn: JobHandler<Args>, options?: JobOptions<Args>): this;
+  /**
+   * Hooks (Soniq's before_job / after_job / on_error): called in registration order and awaited,
+   * inside the job (its slot and its timeout). One that throws is logged on stderr and ignored:
+   * it never changes the job's outcome.
+   */
+  beforeJob(fn: BeforeJobHook): this;
+  afterJob(fn: AfterJobHook): this;
+  onError(fn: OnErrorHook): this;
+  /** Adds a middleware (Soniq's app.middleware); the first added is the outermost. */
+  use(fn: Middleware): this;
   /**
    * Serves the registered jobs over $SONIQ_TRANSPORT (stdio unless the manifest says unix) and
    * exits the process when the sidecar shuts it down. Throws if no job is registered or if it

@@ -171,6 +171,24 @@ function errorPayload(err, retryable) {
   return { type: err === null ? 'null' : typeof err, message: truncate(message, MAX_ERROR_TEXT), traceback: null, retryable };
 }
 
+// A failed validation: permanent, in Soniq's words ("Corrupted argument data: ..."), without
+// the validator's stack.
+function validationError(err) {
+  const e = errorPayload(err, false);
+  return { ...e, message: truncate(`Corrupted argument data: ${e.message}`, MAX_ERROR_TEXT), traceback: null, retryable: false };
+}
+
+// One line about something thrown, for the log.
+function describeThrown(err) {
+  const e = errorPayload(err, true);
+  return `${e.type}: ${String(e.message).split('\n')[0]}`;
+}
+
+// Epoch milliseconds from a job frame as a Date; null when absent.
+function dateOrNull(ms) {
+  return ms === null || ms === undefined ? null : new Date(ms);
+}
+
 function truncate(s, max) {
   if (typeof s !== 'string' || s.length <= max) return s;
   return `${s.slice(0, max)}... [truncated ${s.length - max} chars]`;
@@ -195,18 +213,77 @@ class App {
     this.draining = false;
     this.exiting = false;
     this.writer = null;
+    this._hooks = { beforeJob: [], afterJob: [], onError: [] };
+    this._middleware = [];
   }
 
   // Registers a handler. `fn(args, ctx)` may be async. `cancellable` (default true) puts the
   // job on the async branch: a `cancel` aborts ctx.signal. A job registered with
   // `cancellable: false` is the sync branch: cancels are ignored and its real result is sent.
-  job(name, fn, { cancellable = true } = {}) {
+  // `validate(args)` (optional) runs before the middleware and the handler: what it returns
+  // (undefined: the args as they came) is what they get; if it throws, the job fails at once,
+  // without retries, with "Corrupted argument data: <its message>" as Soniq words it.
+  job(name, fn, { cancellable = true, validate } = {}) {
     if (typeof name !== 'string' || name.length === 0) throw new TypeError('job name must be a non-empty string');
     if (typeof fn !== 'function') throw new TypeError(`handler for ${name} must be a function`);
     if (typeof cancellable !== 'boolean') throw new TypeError(`cancellable for ${name} must be a boolean`);
+    if (validate !== undefined && typeof validate !== 'function') throw new TypeError(`validate for ${name} must be a function`);
     if (this.handlers.has(name)) throw new Error(`job ${name} registered twice`);
-    this.handlers.set(name, { fn, cancellable });
+    this.handlers.set(name, { fn, cancellable, validate });
     return this;
+  }
+
+  // Hooks, as Soniq's before_job / after_job / on_error: one-shot side effects, run in
+  // registration order and awaited; one that throws is logged on stderr and changes nothing.
+  // beforeJob(ctx): before validation, for every job this process serves.
+  beforeJob(fn) {
+    return this._addHook('beforeJob', fn);
+  }
+
+  // afterJob(ctx, {result, durationMs}): after the job succeeded (not after a snooze).
+  afterJob(fn) {
+    return this._addHook('afterJob', fn);
+  }
+
+  // onError(ctx, error): after the handler or a middleware threw (a cancel for job_timeout
+  // included, not a shutdown's), before the result is sent. Not for a failed validation.
+  onError(fn) {
+    return this._addHook('onError', fn);
+  }
+
+  // Middleware, as Soniq's app.middleware: `fn(ctx, args, next)` wraps every job's handler,
+  // the first registered outermost. `next(args?)` runs the rest of the chain (with other args
+  // if given) and resolves with the handler's value; what fn returns or throws is the job's.
+  use(fn) {
+    if (typeof fn !== 'function') throw new TypeError('middleware must be a function');
+    this._middleware.push(fn);
+    return this;
+  }
+
+  _addHook(kind, fn) {
+    if (typeof fn !== 'function') throw new TypeError(`${kind} hook must be a function`);
+    this._hooks[kind].push(fn);
+    return this;
+  }
+
+  async _runHooks(kind, ctx, args) {
+    for (const fn of this._hooks[kind]) {
+      try {
+        await fn(...args);
+      } catch (err) {
+        log(`${kind} hook failed for job ${ctx.id} (${ctx.name}): ${describeThrown(err)}; ignored`);
+      }
+    }
+  }
+
+  // The middleware chain around the handler, as it is when the job starts.
+  _chain(fn, ctx, args) {
+    const mws = this._middleware.slice();
+    const dispatch = async (i, a) => {
+      if (i === mws.length) return fn(a, ctx);
+      return mws[i](ctx, a, (next) => dispatch(i + 1, next === undefined ? a : next));
+    };
+    return dispatch(0, args);
   }
 
   hello(protocol) {
@@ -388,19 +465,40 @@ class App {
       queue: msg.queue,
       deadline: msg.deadline === null ? null : new Date(msg.deadline),
       traceparent: msg.traceparent,
+      workerId: msg.worker_id ?? null,
+      scheduledAt: dateOrNull(msg.scheduled_at),
+      createdAt: dateOrNull(msg.created_at),
       signal: controller.signal,
     });
+    const started = performance.now();
+    await this._runHooks('beforeJob', ctx, [ctx]);
+    let args = msg.args;
+    if (handler.validate) {
+      try {
+        const validated = await handler.validate(msg.args);
+        if (validated !== undefined) args = validated;
+      } catch (err) {
+        return { ...base, status: 'failed', error: validationError(err) };
+      }
+    }
+    if (entry.cancellable && controller.signal.aborted) return { ...base, status: 'cancelled' };
     let value;
     try {
-      value = await handler.fn(msg.args, ctx);
+      value = await this._chain(handler.fn, ctx, args);
     } catch (err) {
-      if (entry.cancellable && controller.signal.aborted) return { ...base, status: 'cancelled' };
+      const cancelled = entry.cancellable && controller.signal.aborted;
+      // A job timeout is a failure of the job (Soniq calls on_error for it); a cancel at
+      // shutdown gives the job back to the queue, which is not.
+      if (!cancelled || controller.signal.reason === 'job_timeout') await this._runHooks('onError', ctx, [ctx, err]);
+      if (cancelled) return { ...base, status: 'cancelled' };
       return { ...base, status: 'failed', error: errorPayload(err, !(err instanceof PermanentError)) };
     }
     if (value instanceof Snooze || (value !== null && typeof value === 'object' && value[SNOOZE] === true)) {
       return { ...base, status: 'snooze', seconds: value.seconds, reason: value.reason ?? null };
     }
-    return { ...base, status: 'done', result: value === undefined ? null : value };
+    const result = value === undefined ? null : value;
+    await this._runHooks('afterJob', ctx, [ctx, { result, durationMs: performance.now() - started }]);
+    return { ...base, status: 'done', result };
   }
 
   // Encodes the result, replacing it with a failure if it cannot be sent as is.

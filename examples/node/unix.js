@@ -179,6 +179,7 @@ function serve(app, protocolVersion, guard) {
       trace({
         type: 'job', id: job.id, name: job.name, args: parseOr(job.args_json), attempt: job.attempt,
         max_attempts: job.max_attempts, queue: job.queue, deadline: job.deadline_ms ?? null, traceparent: job.traceparent ?? null,
+        worker_id: job.worker_id ?? null, scheduled_at: job.scheduled_at_ms ?? null, created_at: job.created_at_ms ?? null,
       });
       if (held.has(job.id)) {
         callback({ code: grpc.status.ALREADY_EXISTS, details: `job ${job.id} is already running here` });
@@ -206,6 +207,9 @@ function serve(app, protocolVersion, guard) {
         queue: job.queue,
         deadline: job.deadline_ms ?? null,
         traceparent: job.traceparent ?? null,
+        worker_id: job.worker_id ?? null,
+        scheduled_at: job.scheduled_at_ms ?? null,
+        created_at: job.created_at_ms ?? null,
       };
       const entry = { controller: new AbortController(), cancellable: fn ? fn.cancellable : true, msg, handler: fn, callback, gone: false };
       held.set(job.id, entry);

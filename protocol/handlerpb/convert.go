@@ -19,6 +19,7 @@ func FromJob(j *protocol.Job) *Job {
 	return &Job{
 		Id: j.ID, Name: j.Name, ArgsJson: args, Attempt: int32(j.Attempt), MaxAttempts: int32(j.MaxAttempts),
 		Queue: j.Queue, DeadlineMs: j.Deadline, Traceparent: j.Traceparent,
+		WorkerId: j.WorkerID, ScheduledAtMs: j.ScheduledAt, CreatedAtMs: j.CreatedAt,
 	}
 }
 

@@ -83,4 +83,12 @@ func TestFromJob(t *testing.T) {
 	if j.GetArgsJson() != "{}" || j.GetDeadlineMs() != dl || j.Traceparent != nil || j.GetAttempt() != 2 {
 		t.Fatalf("%+v", j)
 	}
+	if j.WorkerId != nil || j.ScheduledAtMs != nil || j.CreatedAtMs != nil {
+		t.Fatalf("absent context fields must stay absent: %+v", j)
+	}
+	wid, sched, created := "w-1", int64(0), int64(-1)
+	j = FromJob(&protocol.Job{ID: "a", Name: "n", Attempt: 1, MaxAttempts: 1, WorkerID: &wid, ScheduledAt: &sched, CreatedAt: &created})
+	if j.WorkerId == nil || *j.WorkerId != wid || j.ScheduledAtMs == nil || *j.ScheduledAtMs != 0 || j.CreatedAtMs == nil || *j.CreatedAtMs != -1 {
+		t.Fatalf("context fields: %+v", j)
+	}
 }

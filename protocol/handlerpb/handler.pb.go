@@ -278,7 +278,13 @@ type Job struct {
 	// Epoch milliseconds; absent = no deadline.
 	DeadlineMs *int64 `protobuf:"varint,7,opt,name=deadline_ms,json=deadlineMs,proto3,oneof" json:"deadline_ms,omitempty"`
 	// W3C traceparent; absent = none.
-	Traceparent   *string `protobuf:"bytes,8,opt,name=traceparent,proto3,oneof" json:"traceparent,omitempty"`
+	Traceparent *string `protobuf:"bytes,8,opt,name=traceparent,proto3,oneof" json:"traceparent,omitempty"`
+	// The soniq_workers id of the sidecar that claimed the job.
+	WorkerId *string `protobuf:"bytes,9,opt,name=worker_id,json=workerId,proto3,oneof" json:"worker_id,omitempty"`
+	// The row's scheduled_at, epoch milliseconds; absent = NULL (run at once).
+	ScheduledAtMs *int64 `protobuf:"varint,10,opt,name=scheduled_at_ms,json=scheduledAtMs,proto3,oneof" json:"scheduled_at_ms,omitempty"`
+	// The row's created_at, epoch milliseconds; absent = NULL.
+	CreatedAtMs   *int64 `protobuf:"varint,11,opt,name=created_at_ms,json=createdAtMs,proto3,oneof" json:"created_at_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -367,6 +373,27 @@ func (x *Job) GetTraceparent() string {
 		return *x.Traceparent
 	}
 	return ""
+}
+
+func (x *Job) GetWorkerId() string {
+	if x != nil && x.WorkerId != nil {
+		return *x.WorkerId
+	}
+	return ""
+}
+
+func (x *Job) GetScheduledAtMs() int64 {
+	if x != nil && x.ScheduledAtMs != nil {
+		return *x.ScheduledAtMs
+	}
+	return 0
+}
+
+func (x *Job) GetCreatedAtMs() int64 {
+	if x != nil && x.CreatedAtMs != nil {
+		return *x.CreatedAtMs
+	}
+	return 0
 }
 
 // Result: the stdio `result` frame. Fields that do not belong to the status
@@ -637,7 +664,7 @@ const file_protocol_handler_proto_rawDesc = "" +
 	"\x10sync_concurrency\x18\x06 \x01(\x05R\x0fsyncConcurrency\"@\n" +
 	"\bHelloJob\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
-	"\vcancellable\x18\x02 \x01(\bR\vcancellable\"\x86\x02\n" +
+	"\vcancellable\x18\x02 \x01(\bR\vcancellable\"\xb2\x03\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
@@ -647,9 +674,17 @@ const file_protocol_handler_proto_rawDesc = "" +
 	"\x05queue\x18\x06 \x01(\tR\x05queue\x12$\n" +
 	"\vdeadline_ms\x18\a \x01(\x03H\x00R\n" +
 	"deadlineMs\x88\x01\x01\x12%\n" +
-	"\vtraceparent\x18\b \x01(\tH\x01R\vtraceparent\x88\x01\x01B\x0e\n" +
+	"\vtraceparent\x18\b \x01(\tH\x01R\vtraceparent\x88\x01\x01\x12 \n" +
+	"\tworker_id\x18\t \x01(\tH\x02R\bworkerId\x88\x01\x01\x12+\n" +
+	"\x0fscheduled_at_ms\x18\n" +
+	" \x01(\x03H\x03R\rscheduledAtMs\x88\x01\x01\x12'\n" +
+	"\rcreated_at_ms\x18\v \x01(\x03H\x04R\vcreatedAtMs\x88\x01\x01B\x0e\n" +
 	"\f_deadline_msB\x0e\n" +
-	"\f_traceparent\"\xd1\x02\n" +
+	"\f_traceparentB\f\n" +
+	"\n" +
+	"_worker_idB\x12\n" +
+	"\x10_scheduled_at_msB\x10\n" +
+	"\x0e_created_at_ms\"\xd1\x02\n" +
 	"\x06Result\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1f.soniq.handler.v1.Result.StatusR\x06status\x12$\n" +

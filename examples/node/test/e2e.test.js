@@ -129,16 +129,24 @@ test('ctx carries the job fields; abort reason; ignored abort keeps the real res
   h.job('x1', 'fixture.ctx', { k: [1, 'two'] }, {
     attempt: 2, max_attempts: 5, queue: 'emails', deadline: 1700000000123,
     traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+    worker_id: '5f0c2a9e-3b1d-4c6e-8f7a-9d2b1c0e4a6f', scheduled_at: 1699999999000, created_at: -1,
   });
   assert.deepEqual((await h.result('x1')).result, {
     args: { k: [1, 'two'] }, id: 'x1', name: 'fixture.ctx', attempt: 2, maxAttempts: 5, queue: 'emails',
     deadline: '2023-11-14T22:13:20.123Z', deadlineIsDate: true,
-    traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', aborted: false,
+    traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+    workerId: '5f0c2a9e-3b1d-4c6e-8f7a-9d2b1c0e4a6f', scheduledAt: '2023-11-14T22:13:19.000Z',
+    createdAt: '1969-12-31T23:59:59.999Z', datesAreDates: true, aborted: false,
   });
+  // A sidecar that sends no context: nulls.
   h.job('x2', 'fixture.ctx');
   const x2 = (await h.result('x2')).result;
   assert.equal(x2.deadline, null);
   assert.equal(x2.traceparent, null);
+  assert.equal(x2.workerId, null);
+  assert.equal(x2.scheduledAt, null);
+  assert.equal(x2.createdAt, null);
+  assert.equal(x2.datesAreDates, true);
 
   h.job('i1', 'fixture.ignore_abort', { untilAborted: true });
   h.job('r1', 'fixture.abort_reason');

@@ -112,13 +112,17 @@ test('stdio: a JS handler in the project serves jobs from the installed package,
   h.job('a1', 'pkg.add', { a: 2, b: 40 });
   assert.deepEqual((await h.result('a1')).result, { sum: 42 });
 
-  h.job('c1', 'pkg.ctx', {}, { attempt: 2, max_attempts: 5, queue: 'q', deadline: Date.UTC(2030, 0, 1), traceparent: 'tp' });
+  h.job('c1', 'pkg.ctx', {}, {
+    attempt: 2, max_attempts: 5, queue: 'q', deadline: Date.UTC(2030, 0, 1), traceparent: 'tp',
+    worker_id: 'w-1', scheduled_at: Date.UTC(2029, 11, 31, 23, 59, 59, 999), created_at: Date.UTC(2029, 0, 1),
+  });
   const { sdkFile, keys, ...ctx } = (await h.result('c1')).result;
   assert.equal(sdkFile, path.join(installed, 'index.js'));
-  assert.equal(keys.length, 8);
+  assert.equal(keys.length, 11);
   assert.deepEqual(ctx, {
     id: 'c1', name: 'pkg.ctx', attempt: 2, maxAttempts: 5, queue: 'q',
-    deadline: '2030-01-01T00:00:00.000Z', traceparent: 'tp', aborted: false,
+    deadline: '2030-01-01T00:00:00.000Z', traceparent: 'tp', workerId: 'w-1',
+    scheduledAt: '2029-12-31T23:59:59.999Z', createdAt: '2029-01-01T00:00:00.000Z', aborted: false,
   });
 
   h.job('s1', 'pkg.snooze');

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16protocol/handler.proto\x12\x10soniq.handler.v1\"\x11\n\x0f\x44\x65scribeRequest\"\x8c\x01\n\x05Hello\x12\x10\n\x08protocol\x18\x01 \x01(\x05\x12\x0b\n\x03sdk\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\x05\x12(\n\x04jobs\x18\x04 \x03(\x0b\x32\x1a.soniq.handler.v1.HelloJob\x12\x13\n\x0b\x63oncurrency\x18\x05 \x01(\x05\x12\x18\n\x10sync_concurrency\x18\x06 \x01(\x05\"-\n\x08HelloJob\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x63\x61ncellable\x18\x02 \x01(\x08\"\xbc\x01\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targs_json\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x14\n\x0cmax_attempts\x18\x05 \x01(\x05\x12\r\n\x05queue\x18\x06 \x01(\t\x12\x18\n\x0b\x64\x65\x61\x64line_ms\x18\x07 \x01(\x03H\x00\x88\x01\x01\x12\x18\n\x0btraceparent\x18\x08 \x01(\tH\x01\x88\x01\x01\x42\x0e\n\x0c_deadline_msB\x0e\n\x0c_traceparent\"\xa1\x02\n\x06Result\x12\n\n\x02id\x18\x01 \x01(\t\x12/\n\x06status\x18\x02 \x01(\x0e\x32\x1f.soniq.handler.v1.Result.Status\x12\x18\n\x0bresult_json\x18\x03 \x01(\tH\x00\x88\x01\x01\x12,\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x1d.soniq.handler.v1.ResultError\x12\x0f\n\x07seconds\x18\x05 \x01(\x01\x12\x13\n\x06reason\x18\x06 \x01(\tH\x01\x88\x01\x01\"Q\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x08\n\x04\x44ONE\x10\x01\x12\n\n\x06\x46\x41ILED\x10\x02\x12\n\n\x06SNOOZE\x10\x03\x12\r\n\tCANCELLED\x10\x04\x42\x0e\n\x0c_result_jsonB\t\n\x07_reason\"x\n\x0bResultError\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x16\n\ttraceback\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x16\n\tretryable\x18\x04 \x01(\x08H\x01\x88\x01\x01\x42\x0c\n\n_tracebackB\x0c\n\n_retryable\"+\n\rCancelRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x10\n\x0e\x43\x61ncelResponse2\xda\x01\n\x07Handler\x12\x46\n\x08\x44\x65scribe\x12!.soniq.handler.v1.DescribeRequest\x1a\x17.soniq.handler.v1.Hello\x12:\n\x07\x45xecute\x12\x15.soniq.handler.v1.Job\x1a\x18.soniq.handler.v1.Result\x12K\n\x06\x43\x61ncel\x12\x1f.soniq.handler.v1.CancelRequest\x1a .soniq.handler.v1.CancelResponseB7Z5github.com/soniq-dev/soniq-sidecar/protocol/handlerpbb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16protocol/handler.proto\x12\x10soniq.handler.v1\"\x11\n\x0f\x44\x65scribeRequest\"\x8c\x01\n\x05Hello\x12\x10\n\x08protocol\x18\x01 \x01(\x05\x12\x0b\n\x03sdk\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\x05\x12(\n\x04jobs\x18\x04 \x03(\x0b\x32\x1a.soniq.handler.v1.HelloJob\x12\x13\n\x0b\x63oncurrency\x18\x05 \x01(\x05\x12\x18\n\x10sync_concurrency\x18\x06 \x01(\x05\"-\n\x08HelloJob\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x63\x61ncellable\x18\x02 \x01(\x08\"\xc2\x02\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targs_json\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x14\n\x0cmax_attempts\x18\x05 \x01(\x05\x12\r\n\x05queue\x18\x06 \x01(\t\x12\x18\n\x0b\x64\x65\x61\x64line_ms\x18\x07 \x01(\x03H\x00\x88\x01\x01\x12\x18\n\x0btraceparent\x18\x08 \x01(\tH\x01\x88\x01\x01\x12\x16\n\tworker_id\x18\t \x01(\tH\x02\x88\x01\x01\x12\x1c\n\x0fscheduled_at_ms\x18\n \x01(\x03H\x03\x88\x01\x01\x12\x1a\n\rcreated_at_ms\x18\x0b \x01(\x03H\x04\x88\x01\x01\x42\x0e\n\x0c_deadline_msB\x0e\n\x0c_traceparentB\x0c\n\n_worker_idB\x12\n\x10_scheduled_at_msB\x10\n\x0e_created_at_ms\"\xa1\x02\n\x06Result\x12\n\n\x02id\x18\x01 \x01(\t\x12/\n\x06status\x18\x02 \x01(\x0e\x32\x1f.soniq.handler.v1.Result.Status\x12\x18\n\x0bresult_json\x18\x03 \x01(\tH\x00\x88\x01\x01\x12,\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x1d.soniq.handler.v1.ResultError\x12\x0f\n\x07seconds\x18\x05 \x01(\x01\x12\x13\n\x06reason\x18\x06 \x01(\tH\x01\x88\x01\x01\"Q\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x08\n\x04\x44ONE\x10\x01\x12\n\n\x06\x46\x41ILED\x10\x02\x12\n\n\x06SNOOZE\x10\x03\x12\r\n\tCANCELLED\x10\x04\x42\x0e\n\x0c_result_jsonB\t\n\x07_reason\"x\n\x0bResultError\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x16\n\ttraceback\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x16\n\tretryable\x18\x04 \x01(\x08H\x01\x88\x01\x01\x42\x0c\n\n_tracebackB\x0c\n\n_retryable\"+\n\rCancelRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x10\n\x0e\x43\x61ncelResponse2\xda\x01\n\x07Handler\x12\x46\n\x08\x44\x65scribe\x12!.soniq.handler.v1.DescribeRequest\x1a\x17.soniq.handler.v1.Hello\x12:\n\x07\x45xecute\x12\x15.soniq.handler.v1.Job\x1a\x18.soniq.handler.v1.Result\x12K\n\x06\x43\x61ncel\x12\x1f.soniq.handler.v1.CancelRequest\x1a .soniq.handler.v1.CancelResponseB7Z5github.com/soniq-dev/soniq-sidecar/protocol/handlerpbb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,17 +39,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HELLOJOB']._serialized_start=206
   _globals['_HELLOJOB']._serialized_end=251
   _globals['_JOB']._serialized_start=254
-  _globals['_JOB']._serialized_end=442
-  _globals['_RESULT']._serialized_start=445
-  _globals['_RESULT']._serialized_end=734
-  _globals['_RESULT_STATUS']._serialized_start=626
-  _globals['_RESULT_STATUS']._serialized_end=707
-  _globals['_RESULTERROR']._serialized_start=736
-  _globals['_RESULTERROR']._serialized_end=856
-  _globals['_CANCELREQUEST']._serialized_start=858
-  _globals['_CANCELREQUEST']._serialized_end=901
-  _globals['_CANCELRESPONSE']._serialized_start=903
-  _globals['_CANCELRESPONSE']._serialized_end=919
-  _globals['_HANDLER']._serialized_start=922
-  _globals['_HANDLER']._serialized_end=1140
+  _globals['_JOB']._serialized_end=576
+  _globals['_RESULT']._serialized_start=579
+  _globals['_RESULT']._serialized_end=868
+  _globals['_RESULT_STATUS']._serialized_start=760
+  _globals['_RESULT_STATUS']._serialized_end=841
+  _globals['_RESULTERROR']._serialized_start=870
+  _globals['_RESULTERROR']._serialized_end=990
+  _globals['_CANCELREQUEST']._serialized_start=992
+  _globals['_CANCELREQUEST']._serialized_end=1035
+  _globals['_CANCELRESPONSE']._serialized_start=1037
+  _globals['_CANCELRESPONSE']._serialized_end=1053
+  _globals['_HANDLER']._serialized_start=1056
+  _globals['_HANDLER']._serialized_end=1274
 # @@protoc_insertion_point(module_scope)

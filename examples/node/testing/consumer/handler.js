@@ -18,6 +18,9 @@ app.job('pkg.ctx', (args, ctx) => ({
   queue: ctx.queue,
   deadline: ctx.deadline === null ? null : ctx.deadline.toISOString(),
   traceparent: ctx.traceparent,
+  workerId: ctx.workerId,
+  scheduledAt: ctx.scheduledAt === null ? null : ctx.scheduledAt.toISOString(),
+  createdAt: ctx.createdAt === null ? null : ctx.createdAt.toISOString(),
   aborted: ctx.signal.aborted,
   sdkFile: require.resolve('soniq-handler'),
 }));

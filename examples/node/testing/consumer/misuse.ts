@@ -69,3 +69,20 @@ const version: number | null = negotiateVersion(process.env.SONIQ_PROTOCOL_VERSI
 protectStdout().write('frame\n');
 void version;
 void notRetryable;
+
+// @ts-expect-error a hook is a function
+app.beforeJob('log');
+// @ts-expect-error afterJob's second argument is the info object, not a number
+app.afterJob((ctx, ms: number) => ms);
+// @ts-expect-error middleware is a function
+app.use({ wrap: true });
+// @ts-expect-error validate is a function
+app.job('m.v', () => 1, { validate: true });
+// @ts-expect-error the validator's value must fit the handler's args
+app.job<{ n: number }>('m.w', ({ n }) => n, { validate: () => ({ n: 'one' }) });
+app.onError((ctx, err) => {
+  // @ts-expect-error the error is unknown until narrowed
+  void err.message;
+  // @ts-expect-error ctx.createdAt may be null
+  void ctx.createdAt.getTime();
+});
