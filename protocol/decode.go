@@ -165,7 +165,6 @@ func decodeJob(f fields) (Message, *FrameError) {
 	var j Job
 	var ferr *FrameError
 	var n int64
-	var ok bool
 	if j.ID, ferr = f.nonEmpty("id"); ferr != nil {
 		return nil, ferr
 	}
@@ -186,12 +185,19 @@ func decodeJob(f fields) (Message, *FrameError) {
 	if j.Queue, _, ferr = f.str("queue", true); ferr != nil {
 		return nil, ferr
 	}
-	if n, ok, ferr = f.integer("deadline", false, -maxSafeInt); ferr != nil {
+	if j.Deadline, ferr = f.optTime("deadline"); ferr != nil {
 		return nil, ferr
-	} else if ok {
-		j.Deadline = &n
 	}
 	if j.Traceparent, ferr = f.optString("traceparent"); ferr != nil {
+		return nil, ferr
+	}
+	if j.WorkerID, ferr = f.optString("worker_id"); ferr != nil {
+		return nil, ferr
+	}
+	if j.ScheduledAt, ferr = f.optTime("scheduled_at"); ferr != nil {
+		return nil, ferr
+	}
+	if j.CreatedAt, ferr = f.optTime("created_at"); ferr != nil {
 		return nil, ferr
 	}
 	return &j, nil
@@ -323,6 +329,15 @@ func (f fields) optString(name string) (*string, *FrameError) {
 		return nil, ferr
 	}
 	return &s, nil
+}
+
+// optTime reads an optional epoch-milliseconds int (any sign).
+func (f fields) optTime(name string) (*int64, *FrameError) {
+	n, ok, ferr := f.integer(name, false, -maxSafeInt)
+	if !ok {
+		return nil, ferr
+	}
+	return &n, nil
 }
 
 func (f fields) boolean(name string, required bool) (bool, bool, *FrameError) {

@@ -85,6 +85,18 @@ func appendMessage(b []byte, m Message) ([]byte, error) {
 			b = append(b, `,"traceparent":`...)
 			b = appendString(b, *m.Traceparent)
 		}
+		if m.WorkerID != nil {
+			b = append(b, `,"worker_id":`...)
+			b = appendString(b, *m.WorkerID)
+		}
+		if m.ScheduledAt != nil {
+			b = append(b, `,"scheduled_at":`...)
+			b = strconv.AppendInt(b, *m.ScheduledAt, 10)
+		}
+		if m.CreatedAt != nil {
+			b = append(b, `,"created_at":`...)
+			b = strconv.AppendInt(b, *m.CreatedAt, 10)
+		}
 	case *Result:
 		b = append(b, `{"type":"result","id":`...)
 		b = appendString(b, m.ID)

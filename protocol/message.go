@@ -72,6 +72,13 @@ type Job struct {
 	// Deadline is in epoch milliseconds; nil means no deadline.
 	Deadline    *int64
 	Traceparent *string
+	// WorkerID is the soniq_workers id of the sidecar that claimed the job;
+	// nil when not sent.
+	WorkerID *string
+	// ScheduledAt and CreatedAt are the row's scheduled_at and created_at in
+	// epoch milliseconds; nil when the column is NULL (or not sent).
+	ScheduledAt *int64
+	CreatedAt   *int64
 }
 
 // Status is a result's outcome.

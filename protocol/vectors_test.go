@@ -170,6 +170,9 @@ func fromDecoded(t *testing.T, decoded json.RawMessage) Message {
 		MaxAttempts     int `json:"max_attempts"`
 		Deadline        *int64
 		Traceparent     *string
+		WorkerID        *string `json:"worker_id"`
+		ScheduledAt     *int64  `json:"scheduled_at"`
+		CreatedAt       *int64  `json:"created_at"`
 		Status          Status
 		Result          json.RawMessage
 		Error           *struct {
@@ -194,7 +197,8 @@ func fromDecoded(t *testing.T, decoded json.RawMessage) Message {
 		return h
 	case TypeJob:
 		return &Job{ID: d.ID, Name: d.Name, Args: d.Args, Attempt: d.Attempt, MaxAttempts: d.MaxAttempts,
-			Queue: d.Queue, Deadline: d.Deadline, Traceparent: d.Traceparent}
+			Queue: d.Queue, Deadline: d.Deadline, Traceparent: d.Traceparent,
+			WorkerID: d.WorkerID, ScheduledAt: d.ScheduledAt, CreatedAt: d.CreatedAt}
 	case TypeResult:
 		r := &Result{ID: d.ID, Status: d.Status, Result: d.Result, Reason: d.Reason}
 		if d.Error != nil {
@@ -244,7 +248,8 @@ func canonical(t testing.TB, m Message) []byte {
 			"concurrency": m.Concurrency, "sync_concurrency": sc}
 	case *Job:
 		v = map[string]any{"type": "job", "id": m.ID, "name": m.Name, "args": raw(m.Args), "attempt": m.Attempt,
-			"max_attempts": m.MaxAttempts, "queue": m.Queue, "deadline": m.Deadline, "traceparent": m.Traceparent}
+			"max_attempts": m.MaxAttempts, "queue": m.Queue, "deadline": m.Deadline, "traceparent": m.Traceparent,
+			"worker_id": m.WorkerID, "scheduled_at": m.ScheduledAt, "created_at": m.CreatedAt}
 	case *Result:
 		r := map[string]any{"type": "result", "id": m.ID, "status": m.Status, "result": raw(m.Result),
 			"error": nil, "seconds": nil, "reason": m.Reason}

@@ -66,6 +66,12 @@ export interface JobMessage {
   /** Unix milliseconds. */
   deadline: number | null;
   traceparent: string | null;
+  /** The soniq_workers id of the sidecar that claimed the job. */
+  worker_id: string | null;
+  /** The row's scheduled_at in Unix milliseconds; null when the job was queued to run at once. */
+  scheduled_at: number | null;
+  /** The row's created_at in Unix milliseconds. */
+  created_at: number | null;
 }
 
 export interface ResultMessage {

@@ -371,6 +371,9 @@ const DECODERS = {
       queue: r.string('queue'),
       deadline: r.int('deadline', { required: false, nullable: true }),
       traceparent: r.string('traceparent', { required: false, nullable: true }),
+      worker_id: r.string('worker_id', { required: false, nullable: true }),
+      scheduled_at: r.int('scheduled_at', { required: false, nullable: true }),
+      created_at: r.int('created_at', { required: false, nullable: true }),
     };
   },
   result(r) {
@@ -450,7 +453,8 @@ function decode(line, { maxFrameBytes = DEFAULT_MAX_FRAME_BYTES } = {}) {
 
 const FIELDS = {
   hello: ['type', 'protocol', 'sdk', 'pid', 'jobs', 'concurrency', 'sync_concurrency'],
-  job: ['type', 'id', 'name', 'args', 'attempt', 'max_attempts', 'queue', 'deadline', 'traceparent'],
+  job: ['type', 'id', 'name', 'args', 'attempt', 'max_attempts', 'queue', 'deadline', 'traceparent',
+    'worker_id', 'scheduled_at', 'created_at'],
   result: ['type', 'id', 'status', 'result', 'error', 'seconds', 'reason'],
   cancel: ['type', 'id', 'reason'],
   ping: ['type', 'seq'],

@@ -26,10 +26,11 @@ def hello(protocol=1, sdk="soniq-python/0.1.0", pid=4242, jobs=None, concurrency
 
 
 def job(id="j1", name="examples.add", args=None, attempt=1, max_attempts=3, queue="default",
-        deadline=None, traceparent=None):
+        deadline=None, traceparent=None, worker_id=None, scheduled_at=None, created_at=None):
     return {"type": "job", "id": id, "name": name, "args": {} if args is None else args,
             "attempt": attempt, "max_attempts": max_attempts, "queue": queue,
-            "deadline": deadline, "traceparent": traceparent}
+            "deadline": deadline, "traceparent": traceparent,
+            "worker_id": worker_id, "scheduled_at": scheduled_at, "created_at": created_at}
 
 
 def err(type="ValueError", message="boom", traceback=None, retryable=True):
@@ -129,7 +130,8 @@ valid("hello job names with non-ASCII and emoji",
 
 # ---------------------------------------------------------------- valid: job
 J = '{"type":"job","id":"j1","name":"examples.add","args":{"a":1,"b":2},"attempt":1,"max_attempts":3,"queue":"default"'
-valid("job minimal (deadline and traceparent absent are null)", J + "}", job(args={"a": 1, "b": 2}))
+valid("job minimal (deadline, traceparent, worker_id, scheduled_at, created_at absent are null)", J + "}",
+      job(args={"a": 1, "b": 2}))
 valid("job full",
       '{"type":"job","id":"0193a6f2-7c1e-7d3a-9a4b-2f1e8c3d5b6a","name":"billing.invoices.send.v2","args":{"invoice":"INV-1"},'
       '"attempt":2,"max_attempts":5,"queue":"billing","deadline":1767225600000,'
@@ -138,6 +140,16 @@ valid("job full",
           attempt=2, max_attempts=5, queue="billing", deadline=1767225600000,
           traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"))
 valid("job deadline and traceparent explicit null", J + ',"deadline":null,"traceparent":null}', job(args={"a": 1, "b": 2}))
+valid("job with the row's context: worker_id, scheduled_at and created_at (epoch ms)",
+      J + ',"deadline":1767225900000,"worker_id":"5f0c2a9e-3b1d-4c6e-8f7a-9d2b1c0e4a6f",'
+          '"scheduled_at":1767225600000,"created_at":1767225599123}',
+      job(args={"a": 1, "b": 2}, deadline=1767225900000, worker_id="5f0c2a9e-3b1d-4c6e-8f7a-9d2b1c0e4a6f",
+          scheduled_at=1767225600000, created_at=1767225599123))
+valid("job context fields explicit null (scheduled_at NULL: queued to run at once)",
+      J + ',"worker_id":null,"scheduled_at":null,"created_at":null}', job(args={"a": 1, "b": 2}))
+valid("job created_at before 1970 and at -(2^53-1), scheduled_at 0, worker_id empty",
+      J + ',"worker_id":"","scheduled_at":0,"created_at":-9007199254740991}',
+      job(args={"a": 1, "b": 2}, worker_id="", scheduled_at=0, created_at=-MAX_SAFE))
 valid("job empty args", J.replace('{"a":1,"b":2}', "{}") + "}", job(args={}))
 nested = {"user": {"id": 7, "tags": ["a", "b"], "flags": {"beta": True, "gdpr": False}, "manager": None},
           "items": [{"sku": "X-1", "qty": 2, "price": 9.5}, {"sku": "Y-2", "qty": 1, "price": -0.25}],
@@ -161,7 +173,7 @@ valid("job attempt and max_attempts at 2^53-1",
       job(attempt=MAX_SAFE, max_attempts=MAX_SAFE))
 valid("job empty queue is allowed", J.replace('"queue":"default"', '"queue":""') + "}", job(args={"a": 1, "b": 2}, queue=""))
 valid("job unknown fields are dropped",
-      J + ',"priority":5,"meta":{"x":[1,2]},"scheduled_at":null}', job(args={"a": 1, "b": 2}))
+      J + ',"priority":5,"meta":{"x":[1,2]},"run_at":null}', job(args={"a": 1, "b": 2}))
 valid("job fields in any order",
       '{"queue":"default","max_attempts":3,"attempt":1,"args":{"a":1,"b":2},"name":"examples.add","id":"j1","type":"job"}',
       job(args={"a": 1, "b": 2}))
@@ -355,6 +367,19 @@ invalid("job deadline with exponent", job_frame(deadline="1.7e12"), "wrong_type"
 invalid("job deadline -2^53 is out of range", job_frame(deadline="-9007199254740992"), "invalid_value", "deadline")
 invalid("job traceparent is a number", job_frame(traceparent="5"), "wrong_type", "traceparent")
 invalid("job traceparent is an object", job_frame(traceparent='{"v":"00"}'), "wrong_type", "traceparent")
+invalid("job worker_id is a number", job_frame(worker_id="42"), "wrong_type", "worker_id")
+invalid("job worker_id is an object", job_frame(worker_id='{"id":"w"}'), "wrong_type", "worker_id")
+invalid("job scheduled_at is an RFC 3339 string, not epoch ms", job_frame(scheduled_at='"2026-01-01T00:00:00Z"'),
+        "wrong_type", "scheduled_at")
+invalid("job scheduled_at with a fraction", job_frame(scheduled_at="1767225600000.5"), "wrong_type", "scheduled_at")
+invalid("job scheduled_at is a bool", job_frame(scheduled_at="true"), "wrong_type", "scheduled_at")
+invalid("job created_at is a string", job_frame(created_at='"1767225600000"'), "wrong_type", "created_at")
+invalid("job created_at with exponent", job_frame(created_at="1.7e12"), "wrong_type", "created_at")
+invalid("job created_at 2^53 is out of range", job_frame(created_at="9007199254740992"), "invalid_value", "created_at")
+invalid("job context fields are checked in table order (worker_id before created_at)",
+        job_frame(created_at='"x"', worker_id="1"), "wrong_type", "worker_id")
+invalid("job deadline is checked before the context fields",
+        job_frame(scheduled_at='"x"', deadline='"y"'), "wrong_type", "deadline")
 
 # ---------------------------------------------------------------- invalid: result
 invalid("result missing id", '{"type":"result","status":"done"}', "missing_field", "id")

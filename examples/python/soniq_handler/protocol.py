@@ -307,6 +307,9 @@ _SPECS: Dict[str, List[Field]] = {
         ("queue", _string(), True, None),
         ("deadline", _int(), False, None),
         ("traceparent", _string(), False, None),
+        ("worker_id", _string(), False, None),
+        ("scheduled_at", _int(), False, None),
+        ("created_at", _int(), False, None),
     ],
     "result": [
         ("id", _string(non_empty=True), True, None),
