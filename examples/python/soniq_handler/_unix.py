@@ -36,6 +36,7 @@ from .app import (
     App,
     JobContext,
     _deadline_datetime,
+    _Running,
     _failed,
     _log,
 )
@@ -172,7 +173,8 @@ class _Server:
         # The slot is held until the job really ends, even when the call is
         # gone (a cancelled task still unwinding, a sync thread still running).
         await self.slots.acquire()
-        task = asyncio.ensure_future(self.app._execute(handler, args, ctx))
+        running = _Running(handler, args, ctx)
+        task = asyncio.ensure_future(self.app._execute(running))
         self.held[job.id] = task
         self.cancellable[job.id] = handler is not None and handler.is_async
         task.add_done_callback(lambda _t: self._ended(job.id))
@@ -186,27 +188,12 @@ class _Server:
                 task.cancel(reason)
             elif not task.done():
                 _log(f"call of sync job {job.id} cancelled ({reason}); it runs to completion, its result goes nowhere")
+            running.cancel_reason = self.reasons.get(job.id)
+            self.app._settle(running, None)
             raise
-        return self._encode(frame)
-
-    def _encode(self, frame: protocol.ResultFrame) -> pb.Result:
         # Same limits as stdio: unserialisable or oversized results fail the job.
-        try:
-            size = len(protocol.encode(frame))
-        except (TypeError, ValueError) as e:
-            return _result_message(
-                _failed(frame["id"], "TypeError", f"job result is not JSON-serialisable: {e}", None, False)
-            )
-        if size > self.app._max_frame_bytes:
-            return _result_message(
-                _failed(
-                    frame["id"],
-                    "ResultTooLarge",
-                    f"encoded result is {size} bytes, over the {self.app._max_frame_bytes}-byte frame limit",
-                    None,
-                    False,
-                )
-            )
+        frame = self.app._checked_result(frame)[0]
+        self.app._settle(running, frame)
         return _result_message(frame)
 
     def _ended(self, job_id: str) -> None:
@@ -322,6 +309,7 @@ async def _serve(app: App, version: int, path: str) -> None:
         await server.start()
         _handshake(f"{CORE_PROTOCOL_VERSION}|{version}|unix|{path}|grpc")
         await srv.drained.wait()
+        await app._hooks_idle()
         # Every job has ended and its response was handed to gRPC; let the last
         # responses (and the Shutdown reply) go out before closing.
         await server.stop(grace=2)
