@@ -309,7 +309,7 @@ async def _serve(app: App, version: int, path: str) -> None:
         await server.start()
         _handshake(f"{CORE_PROTOCOL_VERSION}|{version}|unix|{path}|grpc")
         await srv.drained.wait()
-        await app._hooks_idle()
+        await app._hooks_idle()  # after_job / on_error hooks still running
         # Every job has ended and its response was handed to gRPC; let the last
         # responses (and the Shutdown reply) go out before closing.
         await server.stop(grace=2)
