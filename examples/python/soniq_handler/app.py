@@ -277,7 +277,8 @@ class App:
         ``validate`` checks the args before the handler (and its middleware)
         runs: a pydantic model class (the handler gets ``model(**args)
         .model_dump()``, as under a Soniq worker) or a callable taking the
-        args and returning those the handler gets (an awaitable is awaited).
+        args and returning those the handler gets, or None to keep them as
+        they came (an awaitable is awaited).
         When it raises, the job fails permanently (``ValueError``, message
         ``"Corrupted argument data: <what it raised>"``, not retried).
         """
@@ -590,21 +591,14 @@ class App:
         args: Any = job.args
         if handler.validate is not None:
             try:
-                args = handler.validate(args)
-                if inspect.isawaitable(args):
-                    args = await args
+                checked = handler.validate(args)
+                if inspect.isawaitable(checked):
+                    checked = await checked
             except Exception as e:  # CancelledError is no Exception: a cancel stays a cancel
                 # Bad data stays bad: a permanent failure, with Soniq's text.
                 return _failed(ctx.id, "ValueError", f"Corrupted argument data: {_safe_str(e)}", None, False)
-            if args is None:
-                # A bug in the validator rather than bad data: retryable.
-                return _failed(
-                    ctx.id,
-                    "TypeError",
-                    f"validate= of job {ctx.name!r} returned None: it must return the args for the handler",
-                    None,
-                    True,
-                )
+            if checked is not None:  # None: a check only, the args stay as they came
+                args = checked
         job.ran = True
         try:
             value = await self._chain(handler, args)(ctx)
@@ -668,7 +662,9 @@ class App:
         if job.cancel_reason is not None:
             if job.cancel_reason != "job_timeout":
                 return
-            event, args = "on_error", (ctx.name, ctx.id, "TimeoutError: job exceeded its timeout", ctx.attempt)
+            # Soniq's words; the row's last_error adds the timeout, which
+            # the sidecar knows and the handler does not.
+            event, args = "on_error", (ctx.name, ctx.id, "Job timed out", ctx.attempt)
         elif frame is None:
             return
         elif frame["status"] == "done":

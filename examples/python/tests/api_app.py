@@ -208,10 +208,15 @@ async def valid_model_async(args, ctx):
     return {"got": args}
 
 
-@app.job("api.valid_none", validate=lambda args: None)
-async def valid_none(args, ctx):
+def check_only(args):
+    if "forbidden" in args:
+        raise KeyError("forbidden")
+
+
+@app.job("api.valid_check_only", validate=check_only)
+async def valid_check_only(args, ctx):
     ev(ctx.id, "handler")
-    return {}
+    return {"got": args}
 
 
 @app.job("api.ctx")
