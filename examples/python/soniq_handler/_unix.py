@@ -80,6 +80,15 @@ def _loads_or_text(text: str) -> Any:
         return text
 
 
+def _optional(job: pb.Job, name: str) -> Any:
+    """An optional field of the Job message; None when absent, and when the
+    generated handler_pb2 has no such field yet (a handler.proto older than
+    the row context fields)."""
+    if name not in job.DESCRIPTOR.fields_by_name or not job.HasField(name):
+        return None
+    return getattr(job, name)
+
+
 def _result_message(frame: protocol.ResultFrame) -> pb.Result:
     """Converts the SDK's result dict (the stdio frame) to a Result message."""
     msg = pb.Result(id=frame["id"], status=_STATUS[frame["status"]])
@@ -148,7 +157,10 @@ class _Server:
             self.trace({"type": "job", "id": job.id, "name": job.name, "args": _loads_or_text(job.args_json),
                         "attempt": job.attempt, "max_attempts": job.max_attempts, "queue": job.queue,
                         "deadline": job.deadline_ms if job.HasField("deadline_ms") else None,
-                        "traceparent": job.traceparent if job.HasField("traceparent") else None})
+                        "traceparent": job.traceparent if job.HasField("traceparent") else None,
+                        "worker_id": _optional(job, "worker_id"),
+                        "scheduled_at": _optional(job, "scheduled_at_ms"),
+                        "created_at": _optional(job, "created_at_ms")})
         if job.id in self.held:
             await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"job {job.id} is already running here")
         if self.draining:
@@ -169,6 +181,9 @@ class _Server:
             deadline=_deadline_datetime(deadline),
             traceparent=job.traceparent if job.HasField("traceparent") else None,
             deadline_ms=deadline,
+            worker_id=_optional(job, "worker_id") or "",
+            scheduled_at=_deadline_datetime(_optional(job, "scheduled_at_ms")),
+            created_at=_deadline_datetime(_optional(job, "created_at_ms")),
         )
         # The slot is held until the job really ends, even when the call is
         # gone (a cancelled task still unwinding, a sync thread still running).

@@ -3,6 +3,7 @@ hooks, middleware, validate= per job, and the job context's worker_id,
 scheduled_at, created_at; driven frame by frame over stdio (and once over the
 unix transport), handlers in tests/api_app.py."""
 
+import json
 import os
 import re
 import subprocess
@@ -378,8 +379,20 @@ def test_hooks_middleware_and_validation_over_the_unix_transport(tmp_path):
             execute = rpc("Execute", pb.Job, pb.Result)
             cancel = rpc("Cancel", pb.CancelRequest, pb.CancelResponse)
 
-            def job(job_id, name, args):
-                return pb.Job(id=job_id, name=name, args_json=args, attempt=1, max_attempts=3, queue="default")
+            def job(job_id, name, args, **extra):
+                return pb.Job(id=job_id, name=name, args_json=args, attempt=1, max_attempts=3, queue="default",
+                              **extra)
+
+            ctx = execute(job("u0", "api.ctx", "{}"), timeout=30)
+            assert json.loads(ctx.result_json) == {"job_id": "u0", "job_name": "api.ctx", "worker_id": "",
+                                                   "scheduled_at": None, "created_at": None}
+            if "worker_id" in pb.Job.DESCRIPTOR.fields_by_name:
+                # handler.proto with the row context fields (their gRPC names end in _ms).
+                ctx = execute(job("u00", "api.ctx", "{}", worker_id="sidecar-7f3a", scheduled_at_ms=1767225600123,
+                                  created_at_ms=0), timeout=30)
+                assert json.loads(ctx.result_json) == {
+                    "job_id": "u00", "job_name": "api.ctx", "worker_id": "sidecar-7f3a",
+                    "scheduled_at": "2026-01-01T00:00:00.123000+00:00", "created_at": "1970-01-01T00:00:00+00:00"}
 
             done = execute(job("u1", "api.sync", '{"x":1}'), timeout=30)
             assert done.status == pb.Result.DONE, done
