@@ -16,17 +16,20 @@ See README.md next to this package for the full story.
 """
 
 from ._version import PROTOCOL_VERSIONS, __version__
-from .app import App, JobContext, PermanentError, ServeError, Snooze, negotiate_version
+from .app import App, CallNext, JobContext, Middleware, PermanentError, ServeError, Snooze, Validator, negotiate_version
 from .protocol import ProtocolError
 
 __all__ = [
     "App",
+    "CallNext",
     "JobContext",
+    "Middleware",
     "PermanentError",
     "PROTOCOL_VERSIONS",
     "ProtocolError",
     "ServeError",
     "Snooze",
+    "Validator",
     "__version__",
     "negotiate_version",
 ]

@@ -36,6 +36,7 @@ from .app import (
     App,
     JobContext,
     _deadline_datetime,
+    _Running,
     _failed,
     _log,
 )
@@ -77,6 +78,15 @@ def _loads_or_text(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return text
+
+
+def _optional(job: pb.Job, name: str) -> Any:
+    """An optional field of the Job message; None when absent, and when the
+    generated handler_pb2 has no such field yet (a handler.proto older than
+    the row context fields)."""
+    if name not in job.DESCRIPTOR.fields_by_name or not job.HasField(name):
+        return None
+    return getattr(job, name)
 
 
 def _result_message(frame: protocol.ResultFrame) -> pb.Result:
@@ -147,7 +157,10 @@ class _Server:
             self.trace({"type": "job", "id": job.id, "name": job.name, "args": _loads_or_text(job.args_json),
                         "attempt": job.attempt, "max_attempts": job.max_attempts, "queue": job.queue,
                         "deadline": job.deadline_ms if job.HasField("deadline_ms") else None,
-                        "traceparent": job.traceparent if job.HasField("traceparent") else None})
+                        "traceparent": job.traceparent if job.HasField("traceparent") else None,
+                        "worker_id": _optional(job, "worker_id"),
+                        "scheduled_at": _optional(job, "scheduled_at_ms"),
+                        "created_at": _optional(job, "created_at_ms")})
         if job.id in self.held:
             await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"job {job.id} is already running here")
         if self.draining:
@@ -168,11 +181,15 @@ class _Server:
             deadline=_deadline_datetime(deadline),
             traceparent=job.traceparent if job.HasField("traceparent") else None,
             deadline_ms=deadline,
+            worker_id=_optional(job, "worker_id") or "",
+            scheduled_at=_deadline_datetime(_optional(job, "scheduled_at_ms")),
+            created_at=_deadline_datetime(_optional(job, "created_at_ms")),
         )
         # The slot is held until the job really ends, even when the call is
         # gone (a cancelled task still unwinding, a sync thread still running).
         await self.slots.acquire()
-        task = asyncio.ensure_future(self.app._execute(handler, args, ctx))
+        running = _Running(handler, args, ctx)
+        task = asyncio.ensure_future(self.app._execute(running))
         self.held[job.id] = task
         self.cancellable[job.id] = handler is not None and handler.is_async
         task.add_done_callback(lambda _t: self._ended(job.id))
@@ -186,27 +203,12 @@ class _Server:
                 task.cancel(reason)
             elif not task.done():
                 _log(f"call of sync job {job.id} cancelled ({reason}); it runs to completion, its result goes nowhere")
+            running.cancel_reason = self.reasons.get(job.id)
+            self.app._settle(running, None)
             raise
-        return self._encode(frame)
-
-    def _encode(self, frame: protocol.ResultFrame) -> pb.Result:
         # Same limits as stdio: unserialisable or oversized results fail the job.
-        try:
-            size = len(protocol.encode(frame))
-        except (TypeError, ValueError) as e:
-            return _result_message(
-                _failed(frame["id"], "TypeError", f"job result is not JSON-serialisable: {e}", None, False)
-            )
-        if size > self.app._max_frame_bytes:
-            return _result_message(
-                _failed(
-                    frame["id"],
-                    "ResultTooLarge",
-                    f"encoded result is {size} bytes, over the {self.app._max_frame_bytes}-byte frame limit",
-                    None,
-                    False,
-                )
-            )
+        frame = self.app._checked_result(frame)[0]
+        self.app._settle(running, frame)
         return _result_message(frame)
 
     def _ended(self, job_id: str) -> None:
@@ -322,6 +324,7 @@ async def _serve(app: App, version: int, path: str) -> None:
         await server.start()
         _handshake(f"{CORE_PROTOCOL_VERSION}|{version}|unix|{path}|grpc")
         await srv.drained.wait()
+        await app._hooks_idle()  # after_job / on_error hooks still running
         # Every job has ended and its response was handed to gRPC; let the last
         # responses (and the Shutdown reply) go out before closing.
         await server.stop(grace=2)

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import inspect
 import os
 import sys
 import re
 import threading
+import time
 import traceback
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Deque, Dict, List, NoReturn, Optional, Tuple, TypeVar
+from typing import Any, Awaitable, Callable, Deque, Dict, List, NoReturn, Optional, Set, Tuple, Type, TypeVar, Union
 
 from . import protocol
 from ._version import PROTOCOL_VERSIONS, __version__
@@ -72,7 +75,14 @@ class Snooze(Exception):
 
 @dataclass(frozen=True)
 class JobContext:
-    """What a handler knows about the job it runs, besides its args."""
+    """What a handler knows about the job it runs, besides its args.
+
+    ``worker_id``, ``scheduled_at`` and ``created_at`` are those of the job's
+    row, as a Soniq worker's JobContext has them: the id of the sidecar that
+    claimed it ("" when the sidecar does not say), and timezone-aware UTC
+    datetimes (None for a row without one: ``scheduled_at`` is None for a job
+    queued to run at once).
+    """
 
     id: str
     name: str
@@ -82,6 +92,39 @@ class JobContext:
     deadline: Optional[datetime]  # timezone-aware UTC, None = no deadline
     traceparent: Optional[str]
     deadline_ms: Optional[int] = None  # the raw epoch milliseconds
+    worker_id: str = ""
+    scheduled_at: Optional[datetime] = None
+    created_at: Optional[datetime] = None
+
+    # Soniq's JobContext calls the first two job_id and job_name: code written
+    # for a Soniq worker (a middleware, say) reads them unchanged.
+    @property
+    def job_id(self) -> str:
+        return self.id
+
+    @property
+    def job_name(self) -> str:
+        return self.name
+
+
+# call_next of a middleware: runs the rest of the chain (in the end the
+# handler) for that context and returns what the handler returned.
+CallNext = Callable[[JobContext], Awaitable[Any]]
+# A middleware: ``async def mw(ctx, call_next)`` wraps every job's handler.
+Middleware = Callable[[JobContext, CallNext], Awaitable[Any]]
+# validate= of @app.job: a callable taking the job's args and returning the
+# args the handler gets (raising when they are invalid), or a pydantic model
+# class (any class with pydantic v2's model_validate/model_dump).
+Validator = Union[Callable[[Dict[str, Any]], Any], Type[Any]]
+
+MiddlewareT = TypeVar("MiddlewareT", bound=Middleware)
+# Hooks, called as Soniq calls them: before_job(job_name, job_id, attempt),
+# after_job(job_name, job_id, duration_ms), on_error(job_name, job_id, error,
+# attempt); a plain def or an async def, handed back unchanged.
+HookT = TypeVar("HookT", bound=Callable[..., Any])
+BeforeJobT = TypeVar("BeforeJobT", bound=Callable[[str, str, int], Any])
+AfterJobT = TypeVar("AfterJobT", bound=Callable[[str, str, float], Any])
+OnErrorT = TypeVar("OnErrorT", bound=Callable[[str, str, str, int], Any])
 
 
 def _deadline_datetime(ms: Optional[int]) -> Optional[datetime]:
@@ -103,6 +146,31 @@ class _Handler:
     func: Callable[..., Any]
     is_async: bool
     wants_ctx: bool
+    validate: Optional[Callable[[Dict[str, Any]], Any]] = None
+
+
+def _validator(name: str, validate: Optional[Validator]) -> Optional[Callable[[Dict[str, Any]], Any]]:
+    """validate= of @app.job as a function of the args. A pydantic model is
+    recognised by its methods, so pydantic is never imported here (the SDK
+    works without it)."""
+    if validate is None:
+        return None
+    if isinstance(validate, type):
+        if not (callable(getattr(validate, "model_validate", None)) and callable(getattr(validate, "model_dump", None))):
+            raise TypeError(
+                f"validate= of job {name!r}: {validate.__name__} is a class but not a pydantic (v2) model; "
+                "pass a pydantic model class or a callable that returns the args"
+            )
+        model: Type[Any] = validate
+
+        def check(args: Dict[str, Any]) -> Any:
+            # As a Soniq worker does: the handler gets the model's dump.
+            return model(**args).model_dump()
+
+        return check
+    if not callable(validate):
+        raise TypeError(f"validate= of job {name!r} must be a callable or a pydantic model class, got {validate!r}")
+    return validate
 
 
 def _wants_ctx(func: Callable[..., Any]) -> bool:
@@ -136,6 +204,10 @@ class _Running:
     ctx: JobContext
     task: Optional[asyncio.Task[protocol.ResultFrame]] = None
     cancel_reason: Optional[str] = None
+    started: float = field(default_factory=time.monotonic)
+    # Its args were valid and the handler (with its middleware) was called:
+    # from then on after_job / on_error apply, as under a Soniq worker.
+    ran: bool = False
 
     @property
     def cancellable(self) -> bool:
@@ -177,6 +249,9 @@ class App:
         self.concurrency = concurrency
         self.sync_concurrency = sync_concurrency
         self._handlers: Dict[str, _Handler] = {}
+        self._middleware: List[Callable[..., Any]] = []
+        self._hooks: Dict[str, List[Callable[..., Any]]] = {"before_job": [], "after_job": [], "on_error": []}
+        self._hook_tasks: Set[asyncio.Task[None]] = set()  # after_job / on_error still running
         self._max_frame_bytes = max_frame_bytes
         self._chan: Optional[_Channel] = None
         self._running: Dict[str, _Running] = {}  # every job held, started or waiting
@@ -191,26 +266,75 @@ class App:
 
     # ---------------------------------------------------------------- registry
 
-    def job(self, name: str) -> Callable[[HandlerT], HandlerT]:
+    def job(self, name: str, *, validate: Optional[Validator] = None) -> Callable[[HandlerT], HandlerT]:
         """Decorator registering a handler for job ``name``.
 
         ``async def`` handlers are cancellable (they run as asyncio tasks);
         plain ``def`` handlers run in the thread pool and are never cancellable.
         The handler is called as ``f(args, ctx)`` or, if it takes a single
         positional parameter, ``f(args)``.
+
+        ``validate`` checks the args before the handler (and its middleware)
+        runs: a pydantic model class (the handler gets ``model(**args)
+        .model_dump()``, as under a Soniq worker) or a callable taking the
+        args and returning those the handler gets, or None to keep them as
+        they came (an awaitable is awaited).
+        When it raises, the job fails permanently (``ValueError``, message
+        ``"Corrupted argument data: <what it raised>"``, not retried).
         """
         if not isinstance(name, str) or not name:
             raise ValueError("job name must be a non-empty string")
+        check = _validator(name, validate)
 
         def register(func: HandlerT) -> HandlerT:
             if name in self._handlers:
                 raise ValueError(f"job {name!r} is already registered")
             if not callable(func):
                 raise TypeError(f"handler for {name!r} is not callable")
-            self._handlers[name] = _Handler(name, func, _is_async(func), _wants_ctx(func))
+            self._handlers[name] = _Handler(name, func, _is_async(func), _wants_ctx(func), check)
             return func
 
         return register
+
+    def middleware(self, fn: MiddlewareT) -> MiddlewareT:
+        """Registers a middleware wrapping every job: ``async def mw(ctx,
+        call_next)``. ``await call_next(ctx)`` runs the rest of the chain and
+        returns the handler's value; the middleware returns it (or another
+        value: that becomes the result), may skip call_next altogether, and
+        what it raises fails the job as if the handler had raised it. The first
+        registered is the outermost. Usable as a decorator."""
+        if not callable(fn):
+            raise TypeError(f"middleware must be callable, got {fn!r}")
+        self._middleware.append(fn)
+        return fn
+
+    def use(self, fn: MiddlewareT) -> MiddlewareT:
+        """``app.use(mw)``: registers a middleware, as ``@app.middleware``."""
+        return self.middleware(fn)
+
+    def before_job(self, fn: BeforeJobT) -> BeforeJobT:
+        """Registers ``fn(job_name, job_id, attempt)``, called before each job
+        runs (before its args are validated). A hook that raises is logged and
+        ignored."""
+        return self._add_hook("before_job", fn)
+
+    def after_job(self, fn: AfterJobT) -> AfterJobT:
+        """Registers ``fn(job_name, job_id, duration_ms)``, called after a job
+        succeeded, once its result is reported. A hook that raises is logged
+        and ignored."""
+        return self._add_hook("after_job", fn)
+
+    def on_error(self, fn: OnErrorT) -> OnErrorT:
+        """Registers ``fn(job_name, job_id, error, attempt)``, called after a
+        job failed (``error`` is the text the row's last_error gets), once
+        its result is reported. A hook that raises is logged and ignored."""
+        return self._add_hook("on_error", fn)
+
+    def _add_hook(self, event: str, fn: HookT) -> HookT:
+        if not callable(fn):
+            raise TypeError(f"{event} hook must be callable, got {fn!r}")
+        self._hooks[event].append(fn)
+        return fn
 
     @property
     def jobs(self) -> List[protocol.HelloJob]:
@@ -316,7 +440,7 @@ class App:
             while True:
                 if self._failure is not None:
                     raise self._failure
-                if self._draining and not self._running:
+                if self._draining and not self._running and not self._hook_tasks:
                     break
                 kind, data = await self._inbox.get()
                 if kind == "eof":
@@ -336,6 +460,8 @@ class App:
                 for running in self._running.values():
                     if running.task is not None:
                         running.task.cancel()
+                for hooks in self._hook_tasks:
+                    hooks.cancel()
             # On the clean path only idle threads remain; after a failure
             # running ones are abandoned.
             executor.shutdown(wait=False)
@@ -387,6 +513,9 @@ class App:
             deadline=_deadline_datetime(msg["deadline"]),
             traceparent=msg["traceparent"],
             deadline_ms=msg["deadline"],
+            worker_id=msg["worker_id"] or "",
+            scheduled_at=_deadline_datetime(msg["scheduled_at"]),
+            created_at=_deadline_datetime(msg["created_at"]),
         )
         self._running[job_id] = _Running(handler, msg["args"], ctx)
         if self._active < self.concurrency:
@@ -398,7 +527,7 @@ class App:
 
     def _launch(self, job_id: str) -> None:
         running = self._running[job_id]
-        running.task = asyncio.ensure_future(self._execute(running.handler, running.args, running.ctx))
+        running.task = asyncio.ensure_future(self._execute(running))
         self._active += 1
         running.task.add_done_callback(lambda t: self._finish(job_id, t))
 
@@ -437,30 +566,42 @@ class App:
             frame = _failed(job_id, type(e).__name__, _safe_str(e), None, True)
         else:
             frame = task.result()
-        self._write_result(frame)
+        frame = self._write_result(frame)
+        if running is not None:
+            self._settle(running, frame)
         while self._waiting and self._active < self.concurrency:
             self._launch(self._waiting.popleft())
         self._check_drained()
 
     def _check_drained(self) -> None:
-        if self._draining and not self._running:
+        if self._draining and not self._running and not self._hook_tasks:
             self._inbox.put_nowait(("drained", None))  # wakes the main loop
 
-    async def _execute(
-        self, handler: Optional[_Handler], args: Dict[str, Any], ctx: JobContext
-    ) -> protocol.ResultFrame:
+    async def _execute(self, job: _Running) -> protocol.ResultFrame:
+        """Runs one job as a Soniq worker does: before_job hooks, the args
+        validated, then the middleware chain around the handler. Returns its
+        result frame; a cancel (async jobs) raises CancelledError."""
+        handler, ctx = job.handler, job.ctx
         if handler is None:
+            # As under a Soniq worker, an unregistered job runs no hook.
             return _failed(
                 ctx.id, "UnknownJob", f"no handler registered for job {ctx.name!r}", None, False
             )
-        call_args = (args, ctx) if handler.wants_ctx else (args,)
+        await self._call_hooks("before_job", ctx.name, ctx.id, ctx.attempt)
+        args: Any = job.args
+        if handler.validate is not None:
+            try:
+                checked = handler.validate(args)
+                if inspect.isawaitable(checked):
+                    checked = await checked
+            except Exception as e:  # CancelledError is no Exception: a cancel stays a cancel
+                # Bad data stays bad: a permanent failure, with Soniq's text.
+                return _failed(ctx.id, "ValueError", f"Corrupted argument data: {_safe_str(e)}", None, False)
+            if checked is not None:  # None: a check only, the args stay as they came
+                args = checked
+        job.ran = True
         try:
-            if handler.is_async:
-                value = await handler.func(*call_args)
-            else:
-                loop = asyncio.get_running_loop()
-                func = handler.func
-                value = await loop.run_in_executor(self._executor, lambda: func(*call_args))
+            value = await self._chain(handler, args)(ctx)
         except asyncio.CancelledError:
             raise  # reported by _finish as "cancelled"
         except Snooze as s:
@@ -478,9 +619,82 @@ class App:
             return _snooze(ctx.id, value)
         return _result(ctx.id, "done", result=value)
 
+    def _chain(self, handler: _Handler, args: Any) -> CallNext:
+        """The handler wrapped in the middleware, first registered outermost."""
+
+        async def call_handler(ctx: JobContext) -> Any:
+            call_args = (args, ctx) if handler.wants_ctx else (args,)
+            if handler.is_async:
+                return await handler.func(*call_args)
+            # In a pool thread, in a copy of this context: ContextVars a
+            # middleware set are seen by the sync handler too.
+            run = functools.partial(contextvars.copy_context().run, handler.func, *call_args)
+            return await asyncio.get_running_loop().run_in_executor(self._executor, run)
+
+        chain: CallNext = call_handler
+        for mw in reversed(self._middleware):
+            chain = _wrap(mw, chain)
+        return chain
+
+    async def _call_hooks(self, event: str, *args: Any) -> None:
+        """Calls the hooks of ``event`` in registration order; one that raises
+        is logged and the others still run (as under a Soniq worker)."""
+        for fn in list(self._hooks[event]):
+            try:
+                value = fn(*args)
+                if inspect.isawaitable(value):
+                    await value
+            except Exception as e:
+                tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
+                _log(f"{event} hook {_callable_name(fn)} failed (ignored): {type(e).__name__}: {_safe_str(e)}\n{tb}")
+
+    def _settle(self, job: _Running, frame: Optional[protocol.ResultFrame]) -> None:
+        """Once a job's result is reported (``frame``; None when the result
+        went nowhere): its after_job or on_error hooks, in a task of their
+        own, so that they neither delay the result nor count against the
+        job's timeout. A job the sidecar cancelled for its timeout had its row
+        failed by the sidecar: on_error; one cancelled at shutdown goes back
+        to the queue: no hook."""
+        if not job.ran:
+            return  # never ran: unknown job, invalid args, cancelled before
+        ctx = job.ctx
+        args: Tuple[Any, ...]
+        if job.cancel_reason is not None:
+            if job.cancel_reason != "job_timeout":
+                return
+            # Soniq's words; the row's last_error adds the timeout, which
+            # the sidecar knows and the handler does not.
+            event, args = "on_error", (ctx.name, ctx.id, "Job timed out", ctx.attempt)
+        elif frame is None:
+            return
+        elif frame["status"] == "done":
+            duration_ms = round((time.monotonic() - job.started) * 1000, 2)
+            event, args = "after_job", (ctx.name, ctx.id, duration_ms)
+        elif frame["status"] == "failed" and frame["error"] is not None:
+            event, args = "on_error", (ctx.name, ctx.id, _error_text(frame["error"]), ctx.attempt)
+        else:
+            return  # snooze: neither
+        if not self._hooks[event]:
+            return
+        task = asyncio.ensure_future(self._call_hooks(event, *args))
+        self._hook_tasks.add(task)
+        task.add_done_callback(self._hooks_ended)
+
+    def _hooks_ended(self, task: asyncio.Task[None]) -> None:
+        self._hook_tasks.discard(task)
+        if self._chan is not None:
+            self._check_drained()
+
+    async def _hooks_idle(self) -> None:
+        """Returns once every after_job / on_error hook has returned."""
+        while self._hook_tasks:
+            await asyncio.wait(set(self._hook_tasks))
+
     # --------------------------------------------------------------- writing
 
-    def _write_result(self, frame: protocol.ResultFrame) -> None:
+    def _checked_result(self, frame: protocol.ResultFrame) -> Tuple[protocol.ResultFrame, bytes]:
+        """The result as it is reported, encoded: a value JSON cannot carry or
+        one over the frame limit fails the job instead (either transport)."""
         try:
             data = protocol.encode(frame)
         except (TypeError, ValueError) as e:
@@ -494,16 +708,21 @@ class App:
             )
             data = protocol.encode(frame)
         if len(data) > self._max_frame_bytes:
-            data = protocol.encode(
-                _failed(
-                    frame["id"],
-                    "ResultTooLarge",
-                    f"encoded result is {len(data)} bytes, over the {self._max_frame_bytes}-byte frame limit",
-                    None,
-                    False,
-                )
+            frame = _failed(
+                frame["id"],
+                "ResultTooLarge",
+                f"encoded result is {len(data)} bytes, over the {self._max_frame_bytes}-byte frame limit",
+                None,
+                False,
             )
+            data = protocol.encode(frame)
+        return frame, data
+
+    def _write_result(self, frame: protocol.ResultFrame) -> protocol.ResultFrame:
+        """Writes a job's result frame; returns it as written."""
+        frame, data = self._checked_result(frame)
         self._send(data)
+        return frame
 
     def _write(self, frame: protocol.Frame) -> None:
         self._send(protocol.encode(frame))
@@ -598,6 +817,28 @@ def _format_traceback(e: BaseException) -> str:
 
 def _snooze(job_id: str, s: Snooze) -> protocol.ResultFrame:
     return _result(job_id, "snooze", seconds=s.seconds, reason=s.reason)
+
+
+def _error_text(error: protocol.ErrorInfo) -> str:
+    """A failure as the sidecar writes it to the row's last_error."""
+    text = f"{error['type']}: {error['message']}"
+    if error["traceback"]:
+        text += "\n" + error["traceback"]
+    return text
+
+
+def _wrap(mw: Callable[..., Any], call_next: CallNext) -> CallNext:
+    async def call(ctx: JobContext) -> Any:
+        value = mw(ctx, call_next)
+        if inspect.isawaitable(value):
+            value = await value
+        return value
+
+    return call
+
+
+def _callable_name(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
 
 
 def negotiate_version(offered: Optional[str]) -> Optional[int]:

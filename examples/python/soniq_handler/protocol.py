@@ -105,6 +105,9 @@ class JobFrame(TypedDict):
     queue: str
     deadline: Optional[int]  # epoch milliseconds
     traceparent: Optional[str]
+    worker_id: Optional[str]
+    scheduled_at: Optional[int]  # epoch milliseconds
+    created_at: Optional[int]  # epoch milliseconds
 
 
 class ErrorInfo(TypedDict):
