@@ -81,10 +81,8 @@ def _loads_or_text(text: str) -> Any:
 
 
 def _optional(job: pb.Job, name: str) -> Any:
-    """An optional field of the Job message; None when absent, and when the
-    generated handler_pb2 has no such field yet (a handler.proto older than
-    the row context fields)."""
-    if name not in job.DESCRIPTOR.fields_by_name or not job.HasField(name):
+    """An optional field of the Job message; None when absent."""
+    if not job.HasField(name):
         return None
     return getattr(job, name)
 

@@ -36,7 +36,7 @@ class HelloJob(_message.Message):
     def __init__(self, name: _Optional[str] = ..., cancellable: _Optional[bool] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "name", "args_json", "attempt", "max_attempts", "queue", "deadline_ms", "traceparent")
+    __slots__ = ("id", "name", "args_json", "attempt", "max_attempts", "queue", "deadline_ms", "traceparent", "worker_id", "scheduled_at_ms", "created_at_ms")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +45,9 @@ class Job(_message.Message):
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     args_json: str
@@ -53,7 +56,10 @@ class Job(_message.Message):
     queue: str
     deadline_ms: int
     traceparent: str
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., args_json: _Optional[str] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., queue: _Optional[str] = ..., deadline_ms: _Optional[int] = ..., traceparent: _Optional[str] = ...) -> None: ...
+    worker_id: str
+    scheduled_at_ms: int
+    created_at_ms: int
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., args_json: _Optional[str] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., queue: _Optional[str] = ..., deadline_ms: _Optional[int] = ..., traceparent: _Optional[str] = ..., worker_id: _Optional[str] = ..., scheduled_at_ms: _Optional[int] = ..., created_at_ms: _Optional[int] = ...) -> None: ...
 
 class Result(_message.Message):
     __slots__ = ("id", "status", "result_json", "error", "seconds", "reason")
