@@ -278,6 +278,13 @@ type Backend interface {
 	// Returns the ids that were processing.
 	Nack(ctx context.Context, ids []string) (nacked []string, err error)
 
+	// AdoptOrphans sets worker_id = workerID on the rows among ids that are
+	// processing with no worker: rows whose worker row was deleted while
+	// the worker still ran them (the foreign key's ON DELETE SET NULL). No
+	// recovery would ever requeue them; the worker that holds them in
+	// memory takes them back. Returns the adopted ids.
+	AdoptOrphans(ctx context.Context, workerID string, ids []string) (adopted []string, err error)
+
 	// Stats is the queue-stats contract (seed 002).
 	Stats(ctx context.Context) (Stats, error)
 

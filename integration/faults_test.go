@@ -406,3 +406,25 @@ func TestRunOnce(t *testing.T) {
 	assert.Equal(t, backends.StatusQueued, w.job(later.ID).Status, "a job scheduled for later is not due")
 	sc.waitLog(time.Second, "run --once: nothing left that is due", nil)
 }
+
+// An operator deletes the sidecar's worker row while it runs a job: the
+// foreign key leaves the job processing with no worker, which no recovery
+// would ever requeue. The sidecar registers again, takes the job back, and
+// writes its result.
+func TestFaultWorkerRowDeleted(t *testing.T) {
+	w := newWorld(t, sdks[0], manifestOpts{})
+	id := w.enqueue("t.sleep_async", `{"seconds":3}`, 0)
+	sc := w.startSidecar(nil)
+	ours := sc.workerID(t)
+	w.waitStarted(t, id)
+	_, err := w.db.Exec(context.Background(), `DELETE FROM soniq_workers WHERE id = $1::uuid`, ours)
+	require.NoError(t, err)
+	require.Nil(t, w.job(id).WorkerID, "the foreign key detached the job")
+	sc.waitLog(10*time.Second, "took back jobs left with no worker", map[string]any{"worker_id": ours})
+	w.waitDone(t, sc, 20*time.Second, id)
+	j := w.job(id)
+	require.NotNil(t, j.WorkerID)
+	assert.Equal(t, ours, *j.WorkerID)
+	assert.Equal(t, 1, j.Attempts)
+	sc.stop(t)
+}

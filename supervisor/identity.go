@@ -45,6 +45,14 @@ func (s *Supervisor) reregister(ctx context.Context, held []string) ([]string, e
 	if err := s.register(ctx); err != nil {
 		return nil, err
 	}
+	// A row whose worker row was deleted (not recovered) is processing with
+	// no worker; nobody else can claim it and no recovery would requeue it,
+	// and this sidecar still runs it: take it back.
+	if adopted, err := s.cfg.Backend.AdoptOrphans(ctx, s.workerID, held); err != nil {
+		return nil, fmt.Errorf("taking back the jobs it holds: %w", err)
+	} else if len(adopted) > 0 {
+		s.log.Info("took back jobs left with no worker when this sidecar's worker row was deleted", "worker_id", s.workerID, "job_ids", adopted)
+	}
 	var lost []string
 	for _, id := range held {
 		j, err := s.cfg.Backend.Get(ctx, id)

@@ -157,6 +157,41 @@ func workerCases() []testCase {
 			assert.Equal(s.t, [2]int{1, 1}, [2]int{workers, jobs}, "one row for (sidecar@pod, 1)")
 			assert.Equal(s.t, before, snapshot(s.get(foreignJob.ID)))
 		}},
+		{"workers/adopt orphans takes back only processing rows with no worker", func(s *suite) {
+			w, other := s.worker(), s.worker()
+			orphan1 := s.enqueueNamed("orphan")
+			orphan2 := s.enqueueNamed("orphan")
+			s.claimOne(w, "orphan")
+			s.claimOne(w, "orphan")
+			mine := s.enqueueNamed("mine")
+			s.claimOne(w, "mine")
+			theirs := s.enqueueNamed("theirs")
+			s.claimOne(other, "theirs")
+			queued := s.enqueueNamed("queued")
+			for _, id := range []string{orphan1.ID, orphan2.ID} {
+				require.NoError(s.t, s.h.OrphanJob(s.ctx, id))
+			}
+			before := map[string]string{}
+			for _, id := range []string{mine.ID, theirs.ID, queued.ID} {
+				before[id] = snapshot(s.get(id))
+			}
+			adopted, err := s.b.AdoptOrphans(s.ctx, w, []string{orphan1.ID, mine.ID, theirs.ID, queued.ID, orphan2.ID, newUUID(s.t)})
+			require.NoError(s.t, err)
+			assert.ElementsMatch(s.t, []string{orphan1.ID, orphan2.ID}, adopted)
+			for _, id := range []string{orphan1.ID, orphan2.ID} {
+				got := s.get(id)
+				require.NotNil(s.t, got.WorkerID)
+				assert.Equal(s.t, w, *got.WorkerID)
+				assert.Equal(s.t, backends.StatusProcessing, got.Status)
+				assert.Equal(s.t, 1, got.Attempts)
+			}
+			for id, b := range before {
+				assert.Equal(s.t, b, snapshot(s.get(id)), "job %s untouched", id)
+			}
+			// The adopted row is the worker's again: its guarded write lands.
+			s.complete(w, backends.Completion{JobID: orphan1.ID, Outcome: backends.OutcomeDone, ResultTTL: time.Hour})
+			assert.Equal(s.t, backends.StatusDone, s.get(orphan1.ID).Status)
+		}},
 		{"workers/live workers are the active ones heard from recently", func(s *suite) {
 			fresh := backends.Worker{ID: newUUID(s.t), Hostname: "soniq-host", PID: 7, Queues: []string{"a", "b"}, Concurrency: 3,
 				Metadata: json.RawMessage(`{"kind":"soniq-sidecar","instance":"x"}`)}

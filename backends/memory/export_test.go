@@ -20,3 +20,16 @@ func (b *Backend) TaskRegistry(ctx context.Context) ([]backendtest.TaskRow, erro
 	}
 	return out, nil
 }
+
+// OrphanJob sets a job's worker_id to nil, for the contract suite's harness.
+func (b *Backend) OrphanJob(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if j, ok := b.jobs[id]; ok {
+		j.WorkerID = nil
+	}
+	return nil
+}

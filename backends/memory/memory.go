@@ -528,6 +528,24 @@ func (b *Backend) SetWorkerStatus(ctx context.Context, workerID, status string) 
 	return nil
 }
 
+// AdoptOrphans gives processing rows with no worker back to workerID.
+func (b *Backend) AdoptOrphans(ctx context.Context, workerID string, ids []string) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var adopted []string
+	for _, id := range ids {
+		if j, ok := b.jobs[id]; ok && j.Status == backends.StatusProcessing && j.WorkerID == nil {
+			j.WorkerID = ptr(workerID)
+			j.UpdatedAt = now()
+			adopted = append(adopted, id)
+		}
+	}
+	return adopted, nil
+}
+
 // LiveWorkers returns the active workers heard from within the last within.
 func (b *Backend) LiveWorkers(ctx context.Context, within time.Duration) ([]backends.Worker, error) {
 	if err := ctx.Err(); err != nil {

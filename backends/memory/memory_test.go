@@ -19,6 +19,7 @@ func TestContract(t *testing.T) {
 			BackdateExpiry:    b.BackdateExpiry,
 			BackdateCreated:   b.BackdateCreated,
 			TaskRegistry:      b.TaskRegistry,
+			OrphanJob:         b.OrphanJob,
 		}
 	})
 }

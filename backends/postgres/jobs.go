@@ -427,6 +427,25 @@ func (b *Backend) Nack(ctx context.Context, ids []string) ([]string, error) {
 	return nacked, nil
 }
 
+// AdoptOrphans gives processing rows with no worker back to workerID.
+func (b *Backend) AdoptOrphans(ctx context.Context, workerID string, ids []string) ([]string, error) {
+	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !isUUID(id) })
+	if len(ids) == 0 || !isUUID(workerID) {
+		return nil, nil
+	}
+	rows, err := b.pool.Query(ctx, `UPDATE soniq_jobs SET worker_id = $1, updated_at = now()
+	WHERE id = ANY($2::uuid[]) AND status = 'processing' AND worker_id IS NULL
+	RETURNING id::text`, workerID, ids)
+	if err != nil {
+		return nil, b.wrap(err, "adopt %d orphaned jobs for worker %s", len(ids), workerID)
+	}
+	adopted, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, b.wrap(err, "adopt %d orphaned jobs for worker %s", len(ids), workerID)
+	}
+	return adopted, nil
+}
+
 // Stats is seed 002: one grouped count over soniq_jobs and the dead-letter
 // count, read in one statement so they share a snapshot.
 func (b *Backend) Stats(ctx context.Context) (backends.Stats, error) {

@@ -67,6 +67,9 @@ func TestContract(t *testing.T) {
 				return exec(ctx, "backdate created", `UPDATE soniq_jobs
 				SET created_at = created_at - make_interval(secs => $2) WHERE id = $1`, id, d.Seconds())
 			},
+			OrphanJob: func(ctx context.Context, id string) error {
+				return exec(ctx, "orphan job", `UPDATE soniq_jobs SET worker_id = NULL WHERE id = $1`, id)
+			},
 			TaskRegistry: func(ctx context.Context) ([]backendtest.TaskRow, error) {
 				rows, err := b.pool.Query(ctx, `SELECT task_name, worker_id, last_seen_at FROM soniq_task_registry`)
 				if err != nil {

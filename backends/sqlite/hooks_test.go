@@ -57,6 +57,10 @@ func harness(b *Backend) backendtest.Harness {
 		BackdateCreated: func(ctx context.Context, jobID string, d time.Duration) error {
 			return backdate(ctx, b, "soniq_jobs", "created_at", jobID, d)
 		},
+		OrphanJob: func(ctx context.Context, jobID string) error {
+			_, err := b.write.ExecContext(ctx, `UPDATE soniq_jobs SET worker_id = NULL WHERE id = ?`, jobID)
+			return err
+		},
 		TaskRegistry: func(ctx context.Context) ([]backendtest.TaskRow, error) {
 			return taskRegistry(ctx, b)
 		},

@@ -364,6 +364,29 @@ func (b *Backend) Nack(ctx context.Context, ids []string) ([]string, error) {
 	return inInputOrder(ids, nacked), nil
 }
 
+// AdoptOrphans gives processing rows with no worker back to workerID.
+func (b *Backend) AdoptOrphans(ctx context.Context, workerID string, ids []string) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	idsJSON, err := json.Marshal(ids)
+	if err != nil {
+		return nil, fmt.Errorf("adopting orphaned jobs: encoding ids: %w", err)
+	}
+	var adopted []string
+	err = b.inWriteTx(ctx, "adopting orphaned jobs for worker "+workerID, func(tx *sql.Tx) error {
+		var err error
+		adopted, err = queryIDs(ctx, tx, `UPDATE soniq_jobs SET worker_id = ?, updated_at = ?
+			WHERE id IN (SELECT value FROM json_each(?)) AND status = 'processing' AND worker_id IS NULL
+			RETURNING id`, workerID, formatTime(now()), string(idsJSON))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return inInputOrder(ids, adopted), nil
+}
+
 // queryIDs runs a statement returning one id column and collects it.
 func queryIDs(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]string, error) {
 	rows, err := tx.QueryContext(ctx, query, args...)
