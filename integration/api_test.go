@@ -154,7 +154,7 @@ func TestSoniqLastErrorTexts(t *testing.T) {
 }
 
 // Hooks, middleware and validation of the Node SDK under the sidecar: a
-// failed validation dead-letters the job at once (permanent_failure, "Corrupted
+// failed validation dead-letters the job at once (invalid_arguments, "Corrupted
 // argument data: ..." in Soniq's words), a passing one hands the handler the
 // normalised args; hooks that throw change nothing; a middleware's value is
 // the row's result; onError sees a permanent failure and a job timeout.
@@ -172,10 +172,11 @@ func TestNodeHooksAndValidationUnderSidecar(t *testing.T) {
 			slow := w.enqueue("api.slow", `{}`, 1)
 
 			dl := w.waitDeadLetter(t, sc, 30*time.Second, bad)
-			assert.Equal(t, backends.ReasonPermanentFailure, dl.Reason)
+			// As Soniq's worker writes args that fail validation.
+			assert.Equal(t, backends.ReasonInvalidArguments, dl.Reason)
 			assert.Equal(t, 1, dl.Attempts, "not retried")
 			require.NotNil(t, dl.LastError)
-			assert.Equal(t, `Retry policy declined: TypeError: Corrupted argument data: n must be a number, got "seven"`, *dl.LastError)
+			assert.Equal(t, `Corrupted argument data: n must be a number, got "seven"`, *dl.LastError)
 
 			w.waitDone(t, sc, 30*time.Second, good, hooked)
 			assert.JSONEq(t, `{"n": 7}`, string(w.job(good).Result), "the validator's args")
@@ -184,7 +185,7 @@ func TestNodeHooksAndValidationUnderSidecar(t *testing.T) {
 			sc.waitLog(10*time.Second, "beforeJob hook failed for job "+hooked+" (api.hooked): Error: beforeJob broke; ignored", nil)
 			sc.waitLog(10*time.Second, "afterJob hook failed for job "+hooked+" (api.hooked): Error: afterJob broke; ignored", nil)
 
-			w.waitDeadLetter(t, sc, 30*time.Second, perm)
+			assert.Equal(t, backends.ReasonPermanentFailure, w.waitDeadLetter(t, sc, 30*time.Second, perm).Reason)
 			sc.waitLog(10*time.Second, "onError "+perm+" -: no invoice 7", map[string]any{"handler": "node-api"})
 			w.waitDeadLetter(t, sc, 30*time.Second, slow)
 			sc.waitLog(10*time.Second, "onError "+slow+" job_timeout:", map[string]any{"handler": "node-api"})

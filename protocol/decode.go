@@ -244,6 +244,15 @@ func decodeResult(f fields) (Message, *FrameError) {
 		} else if ok {
 			re.Retryable = b
 		}
+		if reason, ferr := e.optString("reason"); ferr != nil {
+			return nil, ferr
+		} else if reason != nil {
+			if ErrorReason(*reason) != ErrorReasonInvalidArguments {
+				return nil, &FrameError{Code: CodeInvalidValue, Field: "error.reason",
+					Detail: strconv.Quote(*reason) + " is not invalid_arguments"}
+			}
+			re.Reason = ErrorReasonInvalidArguments
+		}
 		r.Error = &re
 	case StatusSnooze:
 		if r.Seconds, ferr = f.seconds(); ferr != nil {

@@ -124,6 +124,10 @@ func appendMessage(b []byte, m Message) ([]byte, error) {
 			}
 			b = append(b, `,"retryable":`...)
 			b = strconv.AppendBool(b, m.Error.Retryable)
+			if m.Error.Reason != "" {
+				b = append(b, `,"reason":`...)
+				b = appendString(b, string(m.Error.Reason))
+			}
 			b = append(b, '}')
 		case StatusSnooze:
 			b = append(b, `,"seconds":`...)

@@ -113,7 +113,18 @@ type ResultError struct {
 	// Retryable false dead-letters the job at once. On the wire the field defaults to
 	// true; the decoder fills that in, so false here always means the handler said false.
 	Retryable bool
+	// Reason classifies the failure beyond retryable; "" when absent. The only value is
+	// ErrorReasonInvalidArguments.
+	Reason ErrorReason
 }
+
+// ErrorReason classifies a failed result.
+type ErrorReason string
+
+// ErrorReasonInvalidArguments: the job's args failed the handler's validation. The
+// sidecar dead-letters the job at once with reason invalid_arguments and the message as
+// its last_error, as Soniq's worker does for args that fail its model.
+const ErrorReasonInvalidArguments ErrorReason = "invalid_arguments"
 
 // CancelReason says why the sidecar cancels a job.
 type CancelReason string

@@ -179,6 +179,7 @@ func fromDecoded(t *testing.T, decoded json.RawMessage) Message {
 			Type, Message string
 			Traceback     *string
 			Retryable     bool
+			Reason        *string
 		}
 		Seconds *float64
 		Reason  *string
@@ -204,6 +205,9 @@ func fromDecoded(t *testing.T, decoded json.RawMessage) Message {
 		if d.Error != nil {
 			r.Error = &ResultError{Type: d.Error.Type, Message: d.Error.Message, Traceback: d.Error.Traceback,
 				Retryable: d.Error.Retryable}
+			if d.Error.Reason != nil {
+				r.Error.Reason = ErrorReason(*d.Error.Reason)
+			}
 		}
 		if d.Seconds != nil {
 			r.Seconds = *d.Seconds
@@ -255,7 +259,10 @@ func canonical(t testing.TB, m Message) []byte {
 			"error": nil, "seconds": nil, "reason": m.Reason}
 		if m.Error != nil {
 			r["error"] = map[string]any{"type": m.Error.Type, "message": m.Error.Message,
-				"traceback": m.Error.Traceback, "retryable": m.Error.Retryable}
+				"traceback": m.Error.Traceback, "retryable": m.Error.Retryable, "reason": nil}
+			if m.Error.Reason != "" {
+				r["error"].(map[string]any)["reason"] = m.Error.Reason
+			}
 		}
 		if m.Status == StatusSnooze {
 			r["seconds"] = m.Seconds

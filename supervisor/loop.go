@@ -936,6 +936,10 @@ func (l *loop) record(t *task, r *protocol.Result) {
 			Delay: time.Duration(r.Seconds * float64(time.Second))})
 	case protocol.StatusFailed:
 		e := r.Error
+		if e.Reason == protocol.ErrorReasonInvalidArguments {
+			l.invalidArgs(t, e.Message)
+			return
+		}
 		text := e.Type + ": " + e.Message
 		if e.Traceback != nil && *e.Traceback != "" {
 			text += "\n" + *e.Traceback
@@ -971,6 +975,22 @@ func (l *loop) fail(t *task, text string, retryable bool, status string) {
 		l.s.log.Warn("job failed; will retry", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "max_attempts", j.MaxAttempts, "retry_in", c.Delay, "error", firstLine(text))
 	}
 	l.writer.complete(c)
+}
+
+// invalidArgs dead-letters a job whose args the handler's validation
+// refused: retrying cannot fix the data, whatever the attempts left. The
+// message is the last_error as is ("Corrupted argument data: ..."), as
+// Soniq's worker writes it for reason invalid_arguments.
+func (l *loop) invalidArgs(t *task, message string) {
+	j := t.job
+	delete(l.live, j.ID)
+	if !t.startedAt.IsZero() {
+		l.s.metrics.jobEnded(j.Queue, j.Name, "failed", time.Since(t.startedAt))
+	}
+	t.endSpan("failed", message)
+	l.s.log.Error("job args failed the handler's validation: dead-lettered", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "error", firstLine(message))
+	l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
+		Reason: backends.ReasonInvalidArguments, Error: message})
 }
 
 func (l *loop) onJobTimeout(t *task) {

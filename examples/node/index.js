@@ -172,10 +172,13 @@ function errorPayload(err, retryable) {
 }
 
 // A failed validation: permanent, in Soniq's words ("Corrupted argument data: ..."), without
-// the validator's stack.
+// the validator's stack; the reason lets the sidecar dead-letter it as invalid_arguments.
 function validationError(err) {
   const e = errorPayload(err, false);
-  return { ...e, message: truncate(`Corrupted argument data: ${e.message}`, MAX_ERROR_TEXT), traceback: null, retryable: false };
+  return {
+    ...e, message: truncate(`Corrupted argument data: ${e.message}`, MAX_ERROR_TEXT), traceback: null, retryable: false,
+    reason: 'invalid_arguments',
+  };
 }
 
 // One line about something thrown, for the log.

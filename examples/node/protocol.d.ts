@@ -40,6 +40,8 @@ export interface ErrorInfo {
   message: string;
   traceback: string | null;
   retryable: boolean;
+  /** 'invalid_arguments': the job's args failed validation; `decode` gives null when absent. */
+  reason?: 'invalid_arguments' | null;
 }
 
 // The messages as `decode` returns them: every field the type defines is present, optional

@@ -336,6 +336,7 @@ class Reader {
 
 const STATUSES = ['done', 'failed', 'snooze', 'cancelled'];
 const CANCEL_REASONS = ['job_timeout', 'shutdown_timeout'];
+const ERROR_REASONS = ['invalid_arguments'];
 
 const DECODERS = {
   hello(r) {
@@ -389,7 +390,8 @@ const DECODERS = {
       const message = er.string('message');
       const traceback = er.string('traceback', { required: false, nullable: true });
       const retryable = er.bool('retryable', { required: false });
-      msg.error = { type, message, traceback, retryable: retryable === null ? true : retryable };
+      const reason = er.string('reason', { required: false, nullable: true, oneOf: ERROR_REASONS });
+      msg.error = { type, message, traceback, retryable: retryable === null ? true : retryable, reason };
     } else if (status === 'snooze') {
       msg.seconds = r.number('seconds', { min: 0 });
       msg.reason = r.string('reason', { required: false, nullable: true });
@@ -462,7 +464,7 @@ const FIELDS = {
   shutdown: ['type'],
 };
 const RESULT_STATUS_FIELDS = { done: ['result'], failed: ['error'], snooze: ['seconds', 'reason'], cancelled: [] };
-const ERROR_FIELDS = ['type', 'message', 'traceback', 'retryable'];
+const ERROR_FIELDS = ['type', 'message', 'traceback', 'retryable', 'reason'];
 const JOB_ENTRY_FIELDS = ['name', 'cancellable'];
 
 // JSON.stringify writes an unpaired UTF-16 surrogate as a `\udXXX` escape, which decoders

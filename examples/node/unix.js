@@ -69,6 +69,7 @@ function resultMessage(frame) {
     const e = frame.error;
     msg.error = { type: e.type, message: e.message, retryable: e.retryable !== false };
     if (e.traceback !== null && e.traceback !== undefined) msg.error.traceback = e.traceback;
+    if (e.reason !== null && e.reason !== undefined) msg.error.reason = e.reason;
   } else if (frame.status === 'snooze') {
     msg.seconds = frame.seconds;
     if (frame.reason !== null && frame.reason !== undefined) msg.reason = frame.reason;

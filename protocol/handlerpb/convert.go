@@ -81,6 +81,13 @@ func (r *Result) ToProtocol(id string, maxFrame int) (*protocol.Result, error) {
 		}
 		out.Error = &protocol.ResultError{Type: e.GetType(), Message: e.GetMessage(), Traceback: e.Traceback,
 			Retryable: e.Retryable == nil || *e.Retryable}
+		if e.Reason != nil {
+			// The frame encoder omits an empty reason: refuse it here, as the stdio decoder does.
+			if *e.Reason != string(protocol.ErrorReasonInvalidArguments) {
+				return nil, fmt.Errorf("result: error.reason %q is not invalid_arguments", *e.Reason)
+			}
+			out.Error.Reason = protocol.ErrorReasonInvalidArguments
+		}
 	case protocol.StatusSnooze:
 		out.Seconds, out.Reason = r.GetSeconds(), r.Reason
 	}

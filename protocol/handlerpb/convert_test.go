@@ -36,6 +36,13 @@ func TestResultToProtocol(t *testing.T) {
 	if !r.Error.Retryable {
 		t.Error("absent retryable means true")
 	}
+	if r.Error.Reason != "" {
+		t.Errorf("absent reason means none: %q", r.Error.Reason)
+	}
+	inv := &Result{Id: "a", Status: Result_FAILED, Error: &ResultError{Type: "E", Message: "m", Reason: ptr("invalid_arguments")}}
+	if r, err := inv.ToProtocol("a", limit); err != nil || r.Error.Reason != protocol.ErrorReasonInvalidArguments {
+		t.Errorf("reason invalid_arguments: %+v %v", r, err)
+	}
 	bad := map[string]*Result{
 		"another job's id":     {Id: "b", Status: Result_DONE},
 		"unspecified status":   {Id: "a"},
@@ -45,6 +52,8 @@ func TestResultToProtocol(t *testing.T) {
 		"unpaired surrogate":   {Id: "a", Status: Result_DONE, ResultJson: ptr(`"\ud800"`)},
 		"negative snooze":      {Id: "a", Status: Result_SNOOZE, Seconds: -1},
 		"NaN snooze":           {Id: "a", Status: Result_SNOOZE, Seconds: math.NaN()},
+		"unknown error reason": {Id: "a", Status: Result_FAILED, Error: &ResultError{Type: "E", Message: "m", Reason: ptr("bad_args")}},
+		"empty error reason":   {Id: "a", Status: Result_FAILED, Error: &ResultError{Type: "E", Message: "m", Reason: ptr("")}},
 		"over the frame limit": {Id: "a", Status: Result_DONE, ResultJson: ptr(`"` + strings.Repeat("x", 2000) + `"`)},
 	}
 	for name, in := range bad {

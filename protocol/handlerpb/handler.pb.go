@@ -496,7 +496,10 @@ type ResultError struct {
 	// The formatted stack; absent = null.
 	Traceback *string `protobuf:"bytes,3,opt,name=traceback,proto3,oneof" json:"traceback,omitempty"`
 	// false dead-letters the job at once; absent = true.
-	Retryable     *bool `protobuf:"varint,4,opt,name=retryable,proto3,oneof" json:"retryable,omitempty"`
+	Retryable *bool `protobuf:"varint,4,opt,name=retryable,proto3,oneof" json:"retryable,omitempty"`
+	// "invalid_arguments": the args failed validation (dead-lettered at once
+	// with that reason); absent = null. No other value is allowed.
+	Reason        *string `protobuf:"bytes,5,opt,name=reason,proto3,oneof" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -557,6 +560,13 @@ func (x *ResultError) GetRetryable() bool {
 		return *x.Retryable
 	}
 	return false
+}
+
+func (x *ResultError) GetReason() string {
+	if x != nil && x.Reason != nil {
+		return *x.Reason
+	}
+	return ""
 }
 
 // CancelRequest: the stdio `cancel` frame.
@@ -702,16 +712,18 @@ const file_protocol_handler_proto_rawDesc = "" +
 	"\x06SNOOZE\x10\x03\x12\r\n" +
 	"\tCANCELLED\x10\x04B\x0e\n" +
 	"\f_result_jsonB\t\n" +
-	"\a_reason\"\x9d\x01\n" +
+	"\a_reason\"\xc5\x01\n" +
 	"\vResultError\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12!\n" +
 	"\ttraceback\x18\x03 \x01(\tH\x00R\ttraceback\x88\x01\x01\x12!\n" +
-	"\tretryable\x18\x04 \x01(\bH\x01R\tretryable\x88\x01\x01B\f\n" +
+	"\tretryable\x18\x04 \x01(\bH\x01R\tretryable\x88\x01\x01\x12\x1b\n" +
+	"\x06reason\x18\x05 \x01(\tH\x02R\x06reason\x88\x01\x01B\f\n" +
 	"\n" +
 	"_tracebackB\f\n" +
 	"\n" +
-	"_retryable\"7\n" +
+	"_retryableB\t\n" +
+	"\a_reason\"7\n" +
 	"\rCancelRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x10\n" +

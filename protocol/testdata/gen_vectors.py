@@ -33,8 +33,8 @@ def job(id="j1", name="examples.add", args=None, attempt=1, max_attempts=3, queu
             "worker_id": worker_id, "scheduled_at": scheduled_at, "created_at": created_at}
 
 
-def err(type="ValueError", message="boom", traceback=None, retryable=True):
-    return {"type": type, "message": message, "traceback": traceback, "retryable": retryable}
+def err(type="ValueError", message="boom", traceback=None, retryable=True, reason=None):
+    return {"type": type, "message": message, "traceback": traceback, "retryable": retryable, "reason": reason}
 
 
 def result(status, id="j1", result=None, error=None, seconds=None, reason=None):
@@ -202,6 +202,13 @@ valid("result failed traceback and retryable null take their defaults",
       result("failed", error=err(type="E", message="m")))
 valid("result failed retryable true explicit",
       R + '"failed","error":{"type":"E","message":"","retryable":true}}', result("failed", error=err(type="E", message="")))
+valid("result failed with reason invalid_arguments",
+      R + '"failed","error":{"type":"ValidationError","message":"Corrupted argument data: qty: not an int",'
+          '"retryable":false,"reason":"invalid_arguments"}}',
+      result("failed", error=err(type="ValidationError", message="Corrupted argument data: qty: not an int",
+                                 retryable=False, reason="invalid_arguments")))
+valid("result failed reason null takes its default",
+      R + '"failed","error":{"type":"E","message":"m","reason":null}}', result("failed", error=err(type="E", message="m")))
 valid("result failed unknown fields in error are dropped",
       R + '"failed","error":{"type":"E","message":"m","code":42,"cause":{"type":"F"}}}',
       result("failed", error=err(type="E", message="m")))
@@ -398,6 +405,10 @@ invalid("result failed error.message null", '{"type":"result","id":"j1","status"
 invalid("result failed error.traceback is a list", '{"type":"result","id":"j1","status":"failed","error":{"type":"E","message":"m","traceback":["a","b"]}}', "wrong_type", "error.traceback")
 invalid("result failed error.retryable is a string", '{"type":"result","id":"j1","status":"failed","error":{"type":"E","message":"m","retryable":"no"}}', "wrong_type", "error.retryable")
 invalid("result failed error.retryable is 0", '{"type":"result","id":"j1","status":"failed","error":{"type":"E","message":"m","retryable":0}}', "wrong_type", "error.retryable")
+invalid("result failed error.reason unknown", '{"type":"result","id":"j1","status":"failed","error":{"type":"E","message":"m","reason":"bad_args"}}', "invalid_value", "error.reason")
+invalid("result failed error.reason is case-sensitive", '{"type":"result","id":"j1","status":"failed","error":{"type":"E","message":"m","reason":"INVALID_ARGUMENTS"}}', "invalid_value", "error.reason")
+invalid("result failed error.reason empty", '{"type":"result","id":"j1","status":"failed","error":{"type":"E","message":"m","reason":""}}', "invalid_value", "error.reason")
+invalid("result failed error.reason is a number", '{"type":"result","id":"j1","status":"failed","error":{"type":"E","message":"m","reason":1}}', "wrong_type", "error.reason")
 invalid("result snooze without seconds", '{"type":"result","id":"j1","status":"snooze","reason":"later"}', "missing_field", "seconds")
 invalid("result snooze seconds null", '{"type":"result","id":"j1","status":"snooze","seconds":null}', "wrong_type", "seconds")
 invalid("result snooze negative seconds", '{"type":"result","id":"j1","status":"snooze","seconds":-1}', "invalid_value", "seconds")

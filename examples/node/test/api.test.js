@@ -70,11 +70,14 @@ test('a failed validation: permanent, "Corrupted argument data: ...", no traceba
   const { result, events } = await run(h, 'v1', 'api.order', { quantity: 'two' });
   assert.deepEqual(result.error, {
     type: 'TypeError', message: 'Corrupted argument data: quantity must be a number, got string', traceback: null, retryable: false,
+    reason: 'invalid_arguments',
   });
   assert.deepEqual(events, ['before1 api.order attempt 1', 'before2', 'validate']);
   // An async validator that throws something that is not an Error.
   const c = await run(h, 'v2', 'api.check', { bad: true });
-  assert.deepEqual(c.result.error, { type: 'string', message: 'Corrupted argument data: bad args', traceback: null, retryable: false });
+  assert.deepEqual(c.result.error, {
+    type: 'string', message: 'Corrupted argument data: bad args', traceback: null, retryable: false, reason: 'invalid_arguments',
+  });
 });
 
 test('a validator that returns undefined leaves the args as they came', async () => {

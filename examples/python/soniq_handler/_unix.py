@@ -102,6 +102,9 @@ def _result_message(frame: protocol.ResultFrame) -> pb.Result:
         if err["traceback"] is not None:
             msg.error.traceback = err["traceback"]
         msg.error.retryable = bool(err.get("retryable", True))
+        reason = err.get("reason")
+        if reason is not None:
+            msg.error.reason = reason
     elif status == "snooze":
         assert frame["seconds"] is not None  # a snooze always says how long
         msg.seconds = float(frame["seconds"])

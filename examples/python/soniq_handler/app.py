@@ -596,7 +596,8 @@ class App:
                     checked = await checked
             except Exception as e:  # CancelledError is no Exception: a cancel stays a cancel
                 # Bad data stays bad: a permanent failure, with Soniq's text.
-                return _failed(ctx.id, "ValueError", f"Corrupted argument data: {_safe_str(e)}", None, False)
+                return _failed(ctx.id, "ValueError", f"Corrupted argument data: {_safe_str(e)}", None, False,
+                               reason="invalid_arguments")
             if checked is not None:  # None: a check only, the args stay as they came
                 args = checked
         job.ran = True
@@ -790,7 +791,9 @@ def _result(
     }
 
 
-def _failed(job_id: str, etype: str, message: str, tb: Optional[str], retryable: bool) -> protocol.ResultFrame:
+def _failed(
+    job_id: str, etype: str, message: str, tb: Optional[str], retryable: bool, reason: Optional[str] = None
+) -> protocol.ResultFrame:
     return _result(
         job_id,
         "failed",
@@ -799,6 +802,7 @@ def _failed(job_id: str, etype: str, message: str, tb: Optional[str], retryable:
             "message": _truncate_head(message),
             "traceback": None if tb is None else _truncate_tail(tb),
             "retryable": retryable,
+            "reason": reason,
         },
     )
 

@@ -90,16 +90,18 @@ class Result(_message.Message):
     def __init__(self, id: _Optional[str] = ..., status: _Optional[_Union[Result.Status, str]] = ..., result_json: _Optional[str] = ..., error: _Optional[_Union[ResultError, _Mapping]] = ..., seconds: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ResultError(_message.Message):
-    __slots__ = ("type", "message", "traceback", "retryable")
+    __slots__ = ("type", "message", "traceback", "retryable", "reason")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     TRACEBACK_FIELD_NUMBER: _ClassVar[int]
     RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     type: str
     message: str
     traceback: str
     retryable: bool
-    def __init__(self, type: _Optional[str] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
+    reason: str
+    def __init__(self, type: _Optional[str] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ..., retryable: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class CancelRequest(_message.Message):
     __slots__ = ("id", "reason")

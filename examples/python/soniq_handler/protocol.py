@@ -115,6 +115,8 @@ class ErrorInfo(TypedDict):
     message: str
     traceback: Optional[str]
     retryable: bool
+    # "invalid_arguments" when the job's args failed validation, else None.
+    reason: Optional[str]
 
 
 ResultStatus = Literal["done", "failed", "snooze", "cancelled"]
@@ -283,6 +285,7 @@ def _error_object(v: Any, path: str) -> Dict[str, Any]:
             ("message", _string(), True, None),
             ("traceback", _string(), False, None),
             ("retryable", _bool, False, True),
+            ("reason", _string(choices=ERROR_REASONS), False, None),
         ],
         prefix=path + ".",
     )
@@ -290,6 +293,7 @@ def _error_object(v: Any, path: str) -> Dict[str, Any]:
 
 RESULT_STATUSES = ("done", "failed", "snooze", "cancelled")
 CANCEL_REASONS = ("job_timeout", "shutdown_timeout")
+ERROR_REASONS = ("invalid_arguments",)
 
 # Table order of docs/protocol.md; "type" is handled separately.
 _SPECS: Dict[str, List[Field]] = {
@@ -411,7 +415,7 @@ def decode(line: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Frame
 _KEY_ORDER: Dict[str, List[str]] = {t: ["type"] + [f[0] for f in spec] for t, spec in _SPECS.items()}
 _NESTED_ORDER = {
     "jobs": ["name", "cancellable"],
-    "error": ["type", "message", "traceback", "retryable"],
+    "error": ["type", "message", "traceback", "retryable", "reason"],
 }
 
 

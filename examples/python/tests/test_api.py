@@ -215,6 +215,7 @@ def test_validate_callable_failure_is_permanent_with_the_validation_message(api)
         "message": "Corrupted argument data: n must be a whole number, got 'lots'",
         "traceback": None,
         "retryable": False,
+        "reason": "invalid_arguments",
     }
     drain(api)
     # As under a Soniq worker: before_job ran; neither the middleware, the
@@ -234,7 +235,7 @@ def test_validate_pydantic_model(api, kind):
         OrderArgs(**bad)
     # Soniq's text: "Corrupted argument data: " and pydantic's message.
     assert res["error"] == {"type": "ValueError", "message": f"Corrupted argument data: {raised.value}",
-                            "traceback": None, "retryable": False}
+                            "traceback": None, "retryable": False, "reason": "invalid_arguments"}
     assert res["error"]["message"].startswith("Corrupted argument data: 2 validation errors for OrderArgs\norder_id")
 
 
@@ -245,7 +246,8 @@ def test_validate_callable_that_only_checks(api):
     assert api.recv()["result"] == {"got": {"n": "as is"}}
     api.job("bad", "api.valid_check_only", {"forbidden": 1})
     err = api.recv()["error"]
-    assert (err["type"], err["message"], err["retryable"]) == ("ValueError", "Corrupted argument data: 'forbidden'", False)
+    assert (err["type"], err["message"], err["retryable"], err["reason"]) == (
+        "ValueError", "Corrupted argument data: 'forbidden'", False, "invalid_arguments")
 
 
 # The SDK without pydantic: an import of it fails in this process.
@@ -399,7 +401,7 @@ def test_hooks_middleware_and_validation_over_the_unix_transport(tmp_path):
             assert '"tag":"tag-u1"' in done.result_json
             bad = execute(job("u2", "api.valid_model_async", '{"order_id":"x"}'), timeout=30)
             assert bad.status == pb.Result.FAILED
-            assert (bad.error.type, bad.error.retryable) == ("ValueError", False)
+            assert (bad.error.type, bad.error.retryable, bad.error.reason) == ("ValueError", False, "invalid_arguments")
             assert bad.error.message.startswith("Corrupted argument data: 1 validation error for OrderArgs")
             # A job cancelled for its timeout: the cancel's reason, then the
             # call cancelled (as the sidecar does it).
