@@ -3,8 +3,8 @@
 //
 // Every implementation (postgres, sqlite, memory) must pass the shared
 // contract suite in backends/backendtest. The row-level semantics of each
-// operation are those of SONIQ-COMPAT.md; see docs/compatibility.md for where
-// the released Soniq package differs from that page.
+// operation, and where they differ from the released Soniq package, are in
+// docs/compatibility.md.
 //
 // This package knows nothing of protocols or processes.
 package backends
@@ -130,7 +130,7 @@ type Worker struct {
 	Metadata      json.RawMessage `json:"metadata"`
 }
 
-// Stats is the queue-stats contract (seed 002): exactly six keys, in this
+// Stats is the queue-stats contract: exactly six keys, in this
 // canonical order, Total computed as the sum of the five buckets, DeadLetter
 // counted from the dead-letter table. encoding/json emits fields in
 // declaration order, so marshalling a Stats yields the canonical order.
@@ -144,8 +144,8 @@ type Stats struct {
 }
 
 // Count adds n rows of a status to its bucket ("dead_letter" for the count
-// of the dead-letter table) and keeps Total the sum of the five buckets, as
-// seed 002 defines it. Unknown statuses are ignored: they cannot exist.
+// of the dead-letter table) and keeps Total the sum of the five buckets.
+// Unknown statuses are ignored: they cannot exist.
 func (s *Stats) Count(status string, n int64) {
 	switch status {
 	case StatusQueued:
@@ -285,7 +285,7 @@ type Backend interface {
 	// memory takes them back. Returns the adopted ids.
 	AdoptOrphans(ctx context.Context, workerID string, ids []string) (adopted []string, err error)
 
-	// Stats is the queue-stats contract (seed 002).
+	// Stats is the queue-stats contract (see Stats).
 	Stats(ctx context.Context) (Stats, error)
 
 	// ListDeadLetter returns dead-letter rows, newest move first, at most limit (0 = all).

@@ -360,7 +360,7 @@ func (b *Backend) Nack(ctx context.Context, ids []string) ([]string, error) {
 	return nacked, nil
 }
 
-// Stats counts soniq_jobs by status and the dead-letter rows (seed 002).
+// Stats counts soniq_jobs by status and the dead-letter rows.
 func (b *Backend) Stats(ctx context.Context) (backends.Stats, error) {
 	if err := ctx.Err(); err != nil {
 		return backends.Stats{}, err
