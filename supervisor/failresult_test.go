@@ -14,34 +14,18 @@ import (
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
-// failingTransport is the fake handler of fakeWorld, except that a job
-// whose args hold "fail" is answered at once with a failed result carrying
-// that error (as an SDK reports a handler's or a validation's failure).
+// failingTransport answers a job whose args hold "fail" at once with a
+// failed result carrying that error (as an SDK reports a handler's or a
+// validation's failure).
 func (w *fakeWorld) failingTransport(te transportEnv, p *process) error {
-	queue := p.out // what the loop sends to
-	inner := make(chan protocol.Message, cap(queue))
-	p.out = inner
-	err := w.transport(te, p) // the fake handler reads inner
-	p.out = queue
-	if err != nil {
-		return err
-	}
-	te.wg.Add(1)
-	go func() {
-		defer te.wg.Done()
-		defer close(inner)
-		for m := range queue {
-			if j, ok := m.(*protocol.Job); ok {
-				var args struct{ Fail *protocol.ResultError }
-				if json.Unmarshal(j.Args, &args) == nil && args.Fail != nil {
-					te.emit(event{kind: evFrame, proc: p, msg: &protocol.Result{ID: j.ID, Status: protocol.StatusFailed, Error: args.Fail}})
-					continue
-				}
-			}
-			inner <- m
+	return w.interceptTransport(te, p, func(j *protocol.Job) bool {
+		var args struct{ Fail *protocol.ResultError }
+		if json.Unmarshal(j.Args, &args) != nil || args.Fail == nil {
+			return false
 		}
-	}()
-	return nil
+		te.emit(event{kind: evFrame, proc: p, msg: &protocol.Result{ID: j.ID, Status: protocol.StatusFailed, Error: args.Fail}})
+		return true
+	})
 }
 
 // A failed result's row: invalid_arguments dead-letters at once with the

@@ -175,10 +175,10 @@ func TestTransportsReportAnUnsendableJobAndKeepTheProcess(t *testing.T) {
 	}
 }
 
-// unsendableTransport is the fake handler of fakeWorld, except that its
-// writer reports every job with "unsendable" in its args as the stdio
-// writer reports a frame it cannot encode.
-func (w *fakeWorld) unsendableTransport(te transportEnv, p *process) error {
+// interceptTransport is the fake handler of fakeWorld, except that every
+// job frame first goes to handle, which may answer it itself (true) in the
+// fake handler's place.
+func (w *fakeWorld) interceptTransport(te transportEnv, p *process, handle func(*protocol.Job) bool) error {
 	queue := p.out // what the loop sends to
 	inner := make(chan protocol.Message, cap(queue))
 	p.out = inner
@@ -192,14 +192,25 @@ func (w *fakeWorld) unsendableTransport(te transportEnv, p *process) error {
 		defer te.wg.Done()
 		defer close(inner)
 		for m := range queue {
-			if j, ok := m.(*protocol.Job); ok && bytes.Contains(j.Args, []byte("unsendable")) {
-				te.emit(event{kind: evUnsendable, proc: p, msg: m, err: errors.New("protocol: encode args: test")})
+			if j, ok := m.(*protocol.Job); ok && handle(j) {
 				continue
 			}
 			inner <- m
 		}
 	}()
 	return nil
+}
+
+// unsendableTransport reports every job with "unsendable" in its args as
+// the stdio writer reports a frame it cannot encode.
+func (w *fakeWorld) unsendableTransport(te transportEnv, p *process) error {
+	return w.interceptTransport(te, p, func(j *protocol.Job) bool {
+		if !bytes.Contains(j.Args, []byte("unsendable")) {
+			return false
+		}
+		te.emit(event{kind: evUnsendable, proc: p, msg: j, err: errors.New("protocol: encode args: test")})
+		return true
+	})
 }
 
 // The loop's side of evUnsendable: the job is dead-lettered with the
