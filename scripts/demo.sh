@@ -31,7 +31,7 @@ echo "\$ soniq-sidecar run --manifest $1   (until every job is finished)"
 SONIQ_POLL_INTERVAL=0.2 "$bin" run --manifest "$manifest" --metrics-addr "" --log-format text 2>run.log &
 pid=$!
 for _ in $(seq 1 300); do
-  left="$("$bin" status --json | python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["queued"]+s["processing"])')"
+  left="$("$bin" status --json 2>/dev/null | python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["queued"]+s["processing"])')"
   [[ "$left" == 0 ]] && break
   sleep 0.1
 done
