@@ -82,7 +82,467 @@ func (x Result_Status) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Result_Status.Descriptor instead.
 func (Result_Status) EnumDescriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{4, 0}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{11, 0}
+}
+
+// SidecarMessage: one sidecar → handler frame of a Session.
+type SidecarMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Message:
+	//
+	//	*SidecarMessage_Job
+	//	*SidecarMessage_Cancel
+	//	*SidecarMessage_Ping
+	//	*SidecarMessage_Shutdown
+	Message       isSidecarMessage_Message `protobuf_oneof:"message"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SidecarMessage) Reset() {
+	*x = SidecarMessage{}
+	mi := &file_protocol_handler_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SidecarMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SidecarMessage) ProtoMessage() {}
+
+func (x *SidecarMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_handler_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SidecarMessage.ProtoReflect.Descriptor instead.
+func (*SidecarMessage) Descriptor() ([]byte, []int) {
+	return file_protocol_handler_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SidecarMessage) GetMessage() isSidecarMessage_Message {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+func (x *SidecarMessage) GetJob() *Job {
+	if x != nil {
+		if x, ok := x.Message.(*SidecarMessage_Job); ok {
+			return x.Job
+		}
+	}
+	return nil
+}
+
+func (x *SidecarMessage) GetCancel() *CancelRequest {
+	if x != nil {
+		if x, ok := x.Message.(*SidecarMessage_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return nil
+}
+
+func (x *SidecarMessage) GetPing() *Ping {
+	if x != nil {
+		if x, ok := x.Message.(*SidecarMessage_Ping); ok {
+			return x.Ping
+		}
+	}
+	return nil
+}
+
+func (x *SidecarMessage) GetShutdown() *Shutdown {
+	if x != nil {
+		if x, ok := x.Message.(*SidecarMessage_Shutdown); ok {
+			return x.Shutdown
+		}
+	}
+	return nil
+}
+
+type isSidecarMessage_Message interface {
+	isSidecarMessage_Message()
+}
+
+type SidecarMessage_Job struct {
+	// The stdio `job` frame.
+	Job *Job `protobuf:"bytes,1,opt,name=job,proto3,oneof"`
+}
+
+type SidecarMessage_Cancel struct {
+	// The stdio `cancel` frame: the handler cancels job `id` and answers
+	// with its result (`cancelled` when it stopped).
+	Cancel *CancelRequest `protobuf:"bytes,2,opt,name=cancel,proto3,oneof"`
+}
+
+type SidecarMessage_Ping struct {
+	// The stdio `ping` frame; answered with a Pong of the same seq.
+	Ping *Ping `protobuf:"bytes,3,opt,name=ping,proto3,oneof"`
+}
+
+type SidecarMessage_Shutdown struct {
+	// The stdio `shutdown` frame: the session ends once the handler holds
+	// no job of it; a spawned handler then exits 0, one serving its own
+	// socket waits for the next session.
+	Shutdown *Shutdown `protobuf:"bytes,4,opt,name=shutdown,proto3,oneof"`
+}
+
+func (*SidecarMessage_Job) isSidecarMessage_Message() {}
+
+func (*SidecarMessage_Cancel) isSidecarMessage_Message() {}
+
+func (*SidecarMessage_Ping) isSidecarMessage_Message() {}
+
+func (*SidecarMessage_Shutdown) isSidecarMessage_Message() {}
+
+// HandlerMessage: one handler → sidecar frame of a Session.
+type HandlerMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Message:
+	//
+	//	*HandlerMessage_Hello
+	//	*HandlerMessage_Result
+	//	*HandlerMessage_Pong
+	//	*HandlerMessage_Draining
+	Message       isHandlerMessage_Message `protobuf_oneof:"message"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HandlerMessage) Reset() {
+	*x = HandlerMessage{}
+	mi := &file_protocol_handler_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HandlerMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HandlerMessage) ProtoMessage() {}
+
+func (x *HandlerMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_handler_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HandlerMessage.ProtoReflect.Descriptor instead.
+func (*HandlerMessage) Descriptor() ([]byte, []int) {
+	return file_protocol_handler_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *HandlerMessage) GetMessage() isHandlerMessage_Message {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+func (x *HandlerMessage) GetHello() *Hello {
+	if x != nil {
+		if x, ok := x.Message.(*HandlerMessage_Hello); ok {
+			return x.Hello
+		}
+	}
+	return nil
+}
+
+func (x *HandlerMessage) GetResult() *Result {
+	if x != nil {
+		if x, ok := x.Message.(*HandlerMessage_Result); ok {
+			return x.Result
+		}
+	}
+	return nil
+}
+
+func (x *HandlerMessage) GetPong() *Pong {
+	if x != nil {
+		if x, ok := x.Message.(*HandlerMessage_Pong); ok {
+			return x.Pong
+		}
+	}
+	return nil
+}
+
+func (x *HandlerMessage) GetDraining() *Draining {
+	if x != nil {
+		if x, ok := x.Message.(*HandlerMessage_Draining); ok {
+			return x.Draining
+		}
+	}
+	return nil
+}
+
+type isHandlerMessage_Message interface {
+	isHandlerMessage_Message()
+}
+
+type HandlerMessage_Hello struct {
+	// First message of every session: the stdio `hello` frame.
+	Hello *Hello `protobuf:"bytes,1,opt,name=hello,proto3,oneof"`
+}
+
+type HandlerMessage_Result struct {
+	// The stdio `result` frame.
+	Result *Result `protobuf:"bytes,2,opt,name=result,proto3,oneof"`
+}
+
+type HandlerMessage_Pong struct {
+	// The stdio `pong` frame.
+	Pong *Pong `protobuf:"bytes,3,opt,name=pong,proto3,oneof"`
+}
+
+type HandlerMessage_Draining struct {
+	// The handler was told to stop (SIGTERM) and takes no new job: a job
+	// that still reaches it is answered `snooze` with 0 seconds (the
+	// attempt is given back). Jobs it already holds keep running and their
+	// results still arrive; it exits when it holds none.
+	Draining *Draining `protobuf:"bytes,4,opt,name=draining,proto3,oneof"`
+}
+
+func (*HandlerMessage_Hello) isHandlerMessage_Message() {}
+
+func (*HandlerMessage_Result) isHandlerMessage_Message() {}
+
+func (*HandlerMessage_Pong) isHandlerMessage_Message() {}
+
+func (*HandlerMessage_Draining) isHandlerMessage_Message() {}
+
+type Ping struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Echoed in the Pong; >= 0.
+	Seq           int64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Ping) Reset() {
+	*x = Ping{}
+	mi := &file_protocol_handler_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Ping) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Ping) ProtoMessage() {}
+
+func (x *Ping) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_handler_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Ping.ProtoReflect.Descriptor instead.
+func (*Ping) Descriptor() ([]byte, []int) {
+	return file_protocol_handler_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Ping) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+type Pong struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           int64                  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Pong) Reset() {
+	*x = Pong{}
+	mi := &file_protocol_handler_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Pong) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Pong) ProtoMessage() {}
+
+func (x *Pong) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_handler_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Pong.ProtoReflect.Descriptor instead.
+func (*Pong) Descriptor() ([]byte, []int) {
+	return file_protocol_handler_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Pong) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+type Shutdown struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Shutdown) Reset() {
+	*x = Shutdown{}
+	mi := &file_protocol_handler_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Shutdown) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Shutdown) ProtoMessage() {}
+
+func (x *Shutdown) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_handler_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Shutdown.ProtoReflect.Descriptor instead.
+func (*Shutdown) Descriptor() ([]byte, []int) {
+	return file_protocol_handler_proto_rawDescGZIP(), []int{4}
+}
+
+type Draining struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Draining) Reset() {
+	*x = Draining{}
+	mi := &file_protocol_handler_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Draining) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Draining) ProtoMessage() {}
+
+func (x *Draining) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_handler_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Draining.ProtoReflect.Descriptor instead.
+func (*Draining) Descriptor() ([]byte, []int) {
+	return file_protocol_handler_proto_rawDescGZIP(), []int{5}
+}
+
+// RunningJob: a job a handler serving its own socket still runs from an
+// earlier session. It occupies capacity (and a sync slot unless it is
+// cancellable); its result arrives on the session that is open when it ends.
+type RunningJob struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunningJob) Reset() {
+	*x = RunningJob{}
+	mi := &file_protocol_handler_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunningJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunningJob) ProtoMessage() {}
+
+func (x *RunningJob) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_handler_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunningJob.ProtoReflect.Descriptor instead.
+func (*RunningJob) Descriptor() ([]byte, []int) {
+	return file_protocol_handler_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RunningJob) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RunningJob) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
 }
 
 type DescribeRequest struct {
@@ -93,7 +553,7 @@ type DescribeRequest struct {
 
 func (x *DescribeRequest) Reset() {
 	*x = DescribeRequest{}
-	mi := &file_protocol_handler_proto_msgTypes[0]
+	mi := &file_protocol_handler_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -105,7 +565,7 @@ func (x *DescribeRequest) String() string {
 func (*DescribeRequest) ProtoMessage() {}
 
 func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[0]
+	mi := &file_protocol_handler_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -118,7 +578,7 @@ func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{0}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{7}
 }
 
 // Hello: the stdio `hello` frame.
@@ -136,13 +596,16 @@ type Hello struct {
 	Concurrency int32 `protobuf:"varint,5,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
 	// Sync jobs at once (its thread pool), >= 1; 0 means not stated.
 	SyncConcurrency int32 `protobuf:"varint,6,opt,name=sync_concurrency,json=syncConcurrency,proto3" json:"sync_concurrency,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Session only: jobs still running from an earlier session (a handler
+	// serving its own socket); empty for a fresh process.
+	Running       []*RunningJob `protobuf:"bytes,7,rep,name=running,proto3" json:"running,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_protocol_handler_proto_msgTypes[1]
+	mi := &file_protocol_handler_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -154,7 +617,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[1]
+	mi := &file_protocol_handler_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -167,7 +630,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{1}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Hello) GetProtocol() int32 {
@@ -212,6 +675,13 @@ func (x *Hello) GetSyncConcurrency() int32 {
 	return 0
 }
 
+func (x *Hello) GetRunning() []*RunningJob {
+	if x != nil {
+		return x.Running
+	}
+	return nil
+}
+
 type HelloJob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -222,7 +692,7 @@ type HelloJob struct {
 
 func (x *HelloJob) Reset() {
 	*x = HelloJob{}
-	mi := &file_protocol_handler_proto_msgTypes[2]
+	mi := &file_protocol_handler_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -234,7 +704,7 @@ func (x *HelloJob) String() string {
 func (*HelloJob) ProtoMessage() {}
 
 func (x *HelloJob) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[2]
+	mi := &file_protocol_handler_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -247,7 +717,7 @@ func (x *HelloJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloJob.ProtoReflect.Descriptor instead.
 func (*HelloJob) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{2}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HelloJob) GetName() string {
@@ -291,7 +761,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_protocol_handler_proto_msgTypes[3]
+	mi := &file_protocol_handler_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -303,7 +773,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[3]
+	mi := &file_protocol_handler_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -316,7 +786,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{3}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Job) GetId() string {
@@ -417,7 +887,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_protocol_handler_proto_msgTypes[4]
+	mi := &file_protocol_handler_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -429,7 +899,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[4]
+	mi := &file_protocol_handler_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -442,7 +912,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{4}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Result) GetId() string {
@@ -506,7 +976,7 @@ type ResultError struct {
 
 func (x *ResultError) Reset() {
 	*x = ResultError{}
-	mi := &file_protocol_handler_proto_msgTypes[5]
+	mi := &file_protocol_handler_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -518,7 +988,7 @@ func (x *ResultError) String() string {
 func (*ResultError) ProtoMessage() {}
 
 func (x *ResultError) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[5]
+	mi := &file_protocol_handler_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -531,7 +1001,7 @@ func (x *ResultError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultError.ProtoReflect.Descriptor instead.
 func (*ResultError) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{5}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResultError) GetType() string {
@@ -581,7 +1051,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_protocol_handler_proto_msgTypes[6]
+	mi := &file_protocol_handler_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -593,7 +1063,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[6]
+	mi := &file_protocol_handler_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -606,7 +1076,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{6}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CancelRequest) GetId() string {
@@ -631,7 +1101,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_protocol_handler_proto_msgTypes[7]
+	mi := &file_protocol_handler_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +1113,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[7]
+	mi := &file_protocol_handler_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,22 +1126,47 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{7}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{14}
 }
 
 var File_protocol_handler_proto protoreflect.FileDescriptor
 
 const file_protocol_handler_proto_rawDesc = "" +
 	"\n" +
-	"\x16protocol/handler.proto\x12\x10soniq.handler.v1\"\x11\n" +
-	"\x0fDescribeRequest\"\xc4\x01\n" +
+	"\x16protocol/handler.proto\x12\x10soniq.handler.v1\"\xe9\x01\n" +
+	"\x0eSidecarMessage\x12)\n" +
+	"\x03job\x18\x01 \x01(\v2\x15.soniq.handler.v1.JobH\x00R\x03job\x129\n" +
+	"\x06cancel\x18\x02 \x01(\v2\x1f.soniq.handler.v1.CancelRequestH\x00R\x06cancel\x12,\n" +
+	"\x04ping\x18\x03 \x01(\v2\x16.soniq.handler.v1.PingH\x00R\x04ping\x128\n" +
+	"\bshutdown\x18\x04 \x01(\v2\x1a.soniq.handler.v1.ShutdownH\x00R\bshutdownB\t\n" +
+	"\amessage\"\xe8\x01\n" +
+	"\x0eHandlerMessage\x12/\n" +
+	"\x05hello\x18\x01 \x01(\v2\x17.soniq.handler.v1.HelloH\x00R\x05hello\x122\n" +
+	"\x06result\x18\x02 \x01(\v2\x18.soniq.handler.v1.ResultH\x00R\x06result\x12,\n" +
+	"\x04pong\x18\x03 \x01(\v2\x16.soniq.handler.v1.PongH\x00R\x04pong\x128\n" +
+	"\bdraining\x18\x04 \x01(\v2\x1a.soniq.handler.v1.DrainingH\x00R\bdrainingB\t\n" +
+	"\amessage\"\x18\n" +
+	"\x04Ping\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\"\x18\n" +
+	"\x04Pong\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\"\n" +
+	"\n" +
+	"\bShutdown\"\n" +
+	"\n" +
+	"\bDraining\"0\n" +
+	"\n" +
+	"RunningJob\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\x11\n" +
+	"\x0fDescribeRequest\"\xfc\x01\n" +
 	"\x05Hello\x12\x1a\n" +
 	"\bprotocol\x18\x01 \x01(\x05R\bprotocol\x12\x10\n" +
 	"\x03sdk\x18\x02 \x01(\tR\x03sdk\x12\x10\n" +
 	"\x03pid\x18\x03 \x01(\x05R\x03pid\x12.\n" +
 	"\x04jobs\x18\x04 \x03(\v2\x1a.soniq.handler.v1.HelloJobR\x04jobs\x12 \n" +
 	"\vconcurrency\x18\x05 \x01(\x05R\vconcurrency\x12)\n" +
-	"\x10sync_concurrency\x18\x06 \x01(\x05R\x0fsyncConcurrency\"@\n" +
+	"\x10sync_concurrency\x18\x06 \x01(\x05R\x0fsyncConcurrency\x126\n" +
+	"\arunning\x18\a \x03(\v2\x1c.soniq.handler.v1.RunningJobR\arunning\"@\n" +
 	"\bHelloJob\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vcancellable\x18\x02 \x01(\bR\vcancellable\"\xb2\x03\n" +
@@ -727,11 +1222,12 @@ const file_protocol_handler_proto_rawDesc = "" +
 	"\rCancelRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x10\n" +
-	"\x0eCancelResponse2\xda\x01\n" +
+	"\x0eCancelResponse2\xad\x02\n" +
 	"\aHandler\x12F\n" +
 	"\bDescribe\x12!.soniq.handler.v1.DescribeRequest\x1a\x17.soniq.handler.v1.Hello\x12:\n" +
 	"\aExecute\x12\x15.soniq.handler.v1.Job\x1a\x18.soniq.handler.v1.Result\x12K\n" +
-	"\x06Cancel\x12\x1f.soniq.handler.v1.CancelRequest\x1a .soniq.handler.v1.CancelResponseB7Z5github.com/soniq-dev/soniq-sidecar/protocol/handlerpbb\x06proto3"
+	"\x06Cancel\x12\x1f.soniq.handler.v1.CancelRequest\x1a .soniq.handler.v1.CancelResponse\x12Q\n" +
+	"\aSession\x12 .soniq.handler.v1.SidecarMessage\x1a .soniq.handler.v1.HandlerMessage(\x010\x01B7Z5github.com/soniq-dev/soniq-sidecar/protocol/handlerpbb\x06proto3"
 
 var (
 	file_protocol_handler_proto_rawDescOnce sync.Once
@@ -746,33 +1242,51 @@ func file_protocol_handler_proto_rawDescGZIP() []byte {
 }
 
 var file_protocol_handler_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_protocol_handler_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_protocol_handler_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_protocol_handler_proto_goTypes = []any{
 	(Result_Status)(0),      // 0: soniq.handler.v1.Result.Status
-	(*DescribeRequest)(nil), // 1: soniq.handler.v1.DescribeRequest
-	(*Hello)(nil),           // 2: soniq.handler.v1.Hello
-	(*HelloJob)(nil),        // 3: soniq.handler.v1.HelloJob
-	(*Job)(nil),             // 4: soniq.handler.v1.Job
-	(*Result)(nil),          // 5: soniq.handler.v1.Result
-	(*ResultError)(nil),     // 6: soniq.handler.v1.ResultError
-	(*CancelRequest)(nil),   // 7: soniq.handler.v1.CancelRequest
-	(*CancelResponse)(nil),  // 8: soniq.handler.v1.CancelResponse
+	(*SidecarMessage)(nil),  // 1: soniq.handler.v1.SidecarMessage
+	(*HandlerMessage)(nil),  // 2: soniq.handler.v1.HandlerMessage
+	(*Ping)(nil),            // 3: soniq.handler.v1.Ping
+	(*Pong)(nil),            // 4: soniq.handler.v1.Pong
+	(*Shutdown)(nil),        // 5: soniq.handler.v1.Shutdown
+	(*Draining)(nil),        // 6: soniq.handler.v1.Draining
+	(*RunningJob)(nil),      // 7: soniq.handler.v1.RunningJob
+	(*DescribeRequest)(nil), // 8: soniq.handler.v1.DescribeRequest
+	(*Hello)(nil),           // 9: soniq.handler.v1.Hello
+	(*HelloJob)(nil),        // 10: soniq.handler.v1.HelloJob
+	(*Job)(nil),             // 11: soniq.handler.v1.Job
+	(*Result)(nil),          // 12: soniq.handler.v1.Result
+	(*ResultError)(nil),     // 13: soniq.handler.v1.ResultError
+	(*CancelRequest)(nil),   // 14: soniq.handler.v1.CancelRequest
+	(*CancelResponse)(nil),  // 15: soniq.handler.v1.CancelResponse
 }
 var file_protocol_handler_proto_depIdxs = []int32{
-	3, // 0: soniq.handler.v1.Hello.jobs:type_name -> soniq.handler.v1.HelloJob
-	0, // 1: soniq.handler.v1.Result.status:type_name -> soniq.handler.v1.Result.Status
-	6, // 2: soniq.handler.v1.Result.error:type_name -> soniq.handler.v1.ResultError
-	1, // 3: soniq.handler.v1.Handler.Describe:input_type -> soniq.handler.v1.DescribeRequest
-	4, // 4: soniq.handler.v1.Handler.Execute:input_type -> soniq.handler.v1.Job
-	7, // 5: soniq.handler.v1.Handler.Cancel:input_type -> soniq.handler.v1.CancelRequest
-	2, // 6: soniq.handler.v1.Handler.Describe:output_type -> soniq.handler.v1.Hello
-	5, // 7: soniq.handler.v1.Handler.Execute:output_type -> soniq.handler.v1.Result
-	8, // 8: soniq.handler.v1.Handler.Cancel:output_type -> soniq.handler.v1.CancelResponse
-	6, // [6:9] is the sub-list for method output_type
-	3, // [3:6] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	11, // 0: soniq.handler.v1.SidecarMessage.job:type_name -> soniq.handler.v1.Job
+	14, // 1: soniq.handler.v1.SidecarMessage.cancel:type_name -> soniq.handler.v1.CancelRequest
+	3,  // 2: soniq.handler.v1.SidecarMessage.ping:type_name -> soniq.handler.v1.Ping
+	5,  // 3: soniq.handler.v1.SidecarMessage.shutdown:type_name -> soniq.handler.v1.Shutdown
+	9,  // 4: soniq.handler.v1.HandlerMessage.hello:type_name -> soniq.handler.v1.Hello
+	12, // 5: soniq.handler.v1.HandlerMessage.result:type_name -> soniq.handler.v1.Result
+	4,  // 6: soniq.handler.v1.HandlerMessage.pong:type_name -> soniq.handler.v1.Pong
+	6,  // 7: soniq.handler.v1.HandlerMessage.draining:type_name -> soniq.handler.v1.Draining
+	10, // 8: soniq.handler.v1.Hello.jobs:type_name -> soniq.handler.v1.HelloJob
+	7,  // 9: soniq.handler.v1.Hello.running:type_name -> soniq.handler.v1.RunningJob
+	0,  // 10: soniq.handler.v1.Result.status:type_name -> soniq.handler.v1.Result.Status
+	13, // 11: soniq.handler.v1.Result.error:type_name -> soniq.handler.v1.ResultError
+	8,  // 12: soniq.handler.v1.Handler.Describe:input_type -> soniq.handler.v1.DescribeRequest
+	11, // 13: soniq.handler.v1.Handler.Execute:input_type -> soniq.handler.v1.Job
+	14, // 14: soniq.handler.v1.Handler.Cancel:input_type -> soniq.handler.v1.CancelRequest
+	1,  // 15: soniq.handler.v1.Handler.Session:input_type -> soniq.handler.v1.SidecarMessage
+	9,  // 16: soniq.handler.v1.Handler.Describe:output_type -> soniq.handler.v1.Hello
+	12, // 17: soniq.handler.v1.Handler.Execute:output_type -> soniq.handler.v1.Result
+	15, // 18: soniq.handler.v1.Handler.Cancel:output_type -> soniq.handler.v1.CancelResponse
+	2,  // 19: soniq.handler.v1.Handler.Session:output_type -> soniq.handler.v1.HandlerMessage
+	16, // [16:20] is the sub-list for method output_type
+	12, // [12:16] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_protocol_handler_proto_init() }
@@ -780,16 +1294,28 @@ func file_protocol_handler_proto_init() {
 	if File_protocol_handler_proto != nil {
 		return
 	}
-	file_protocol_handler_proto_msgTypes[3].OneofWrappers = []any{}
-	file_protocol_handler_proto_msgTypes[4].OneofWrappers = []any{}
-	file_protocol_handler_proto_msgTypes[5].OneofWrappers = []any{}
+	file_protocol_handler_proto_msgTypes[0].OneofWrappers = []any{
+		(*SidecarMessage_Job)(nil),
+		(*SidecarMessage_Cancel)(nil),
+		(*SidecarMessage_Ping)(nil),
+		(*SidecarMessage_Shutdown)(nil),
+	}
+	file_protocol_handler_proto_msgTypes[1].OneofWrappers = []any{
+		(*HandlerMessage_Hello)(nil),
+		(*HandlerMessage_Result)(nil),
+		(*HandlerMessage_Pong)(nil),
+		(*HandlerMessage_Draining)(nil),
+	}
+	file_protocol_handler_proto_msgTypes[10].OneofWrappers = []any{}
+	file_protocol_handler_proto_msgTypes[11].OneofWrappers = []any{}
+	file_protocol_handler_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_protocol_handler_proto_rawDesc), len(file_protocol_handler_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

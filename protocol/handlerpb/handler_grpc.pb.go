@@ -31,6 +31,7 @@ const (
 	Handler_Describe_FullMethodName = "/soniq.handler.v1.Handler/Describe"
 	Handler_Execute_FullMethodName  = "/soniq.handler.v1.Handler/Execute"
 	Handler_Cancel_FullMethodName   = "/soniq.handler.v1.Handler/Cancel"
+	Handler_Session_FullMethodName  = "/soniq.handler.v1.Handler/Session"
 )
 
 // HandlerClient is the client API for Handler service.
@@ -58,6 +59,22 @@ type HandlerClient interface {
 	// the reason for that job until the call's cancellation arrives. A Cancel
 	// for an id the handler does not hold is ignored.
 	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
+	// Session carries one sidecar session: every v1 message on one
+	// long-lived bidirectional stream, instead of a call per job. The handler
+	// sends `hello` first (within startup_timeout); then the sidecar sends
+	// jobs, cancels, pings and finally `shutdown`, and the handler sends
+	// results, pongs and, when it has been told to stop, `draining`. Every
+	// message is put through the same checks as its stdio frame.
+	//
+	// One session at a time per handler process: a second Session call while
+	// one is open is refused with FAILED_PRECONDITION and a message naming
+	// the open session. Ending a session (the sidecar's `shutdown`, or the
+	// stream breaking) does not end a handler that serves a socket of its
+	// own (--listen): jobs it still runs keep running, their results go to
+	// the next session, and that session's hello lists them in `running`.
+	// (Describe/Execute/Cancel above are the per-call form this replaces;
+	// they go away once the sidecar speaks Session.)
+	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SidecarMessage, HandlerMessage], error)
 }
 
 type handlerClient struct {
@@ -98,6 +115,19 @@ func (c *handlerClient) Cancel(ctx context.Context, in *CancelRequest, opts ...g
 	return out, nil
 }
 
+func (c *handlerClient) Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SidecarMessage, HandlerMessage], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Handler_ServiceDesc.Streams[0], Handler_Session_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SidecarMessage, HandlerMessage]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Handler_SessionClient = grpc.BidiStreamingClient[SidecarMessage, HandlerMessage]
+
 // HandlerServer is the server API for Handler service.
 // All implementations must embed UnimplementedHandlerServer
 // for forward compatibility.
@@ -123,6 +153,22 @@ type HandlerServer interface {
 	// the reason for that job until the call's cancellation arrives. A Cancel
 	// for an id the handler does not hold is ignored.
 	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)
+	// Session carries one sidecar session: every v1 message on one
+	// long-lived bidirectional stream, instead of a call per job. The handler
+	// sends `hello` first (within startup_timeout); then the sidecar sends
+	// jobs, cancels, pings and finally `shutdown`, and the handler sends
+	// results, pongs and, when it has been told to stop, `draining`. Every
+	// message is put through the same checks as its stdio frame.
+	//
+	// One session at a time per handler process: a second Session call while
+	// one is open is refused with FAILED_PRECONDITION and a message naming
+	// the open session. Ending a session (the sidecar's `shutdown`, or the
+	// stream breaking) does not end a handler that serves a socket of its
+	// own (--listen): jobs it still runs keep running, their results go to
+	// the next session, and that session's hello lists them in `running`.
+	// (Describe/Execute/Cancel above are the per-call form this replaces;
+	// they go away once the sidecar speaks Session.)
+	Session(grpc.BidiStreamingServer[SidecarMessage, HandlerMessage]) error
 	mustEmbedUnimplementedHandlerServer()
 }
 
@@ -141,6 +187,9 @@ func (UnimplementedHandlerServer) Execute(context.Context, *Job) (*Result, error
 }
 func (UnimplementedHandlerServer) Cancel(context.Context, *CancelRequest) (*CancelResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Cancel not implemented")
+}
+func (UnimplementedHandlerServer) Session(grpc.BidiStreamingServer[SidecarMessage, HandlerMessage]) error {
+	return status.Errorf(codes.Unimplemented, "method Session not implemented")
 }
 func (UnimplementedHandlerServer) mustEmbedUnimplementedHandlerServer() {}
 func (UnimplementedHandlerServer) testEmbeddedByValue()                 {}
@@ -217,6 +266,13 @@ func _Handler_Cancel_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Handler_Session_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(HandlerServer).Session(&grpc.GenericServerStream[SidecarMessage, HandlerMessage]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Handler_SessionServer = grpc.BidiStreamingServer[SidecarMessage, HandlerMessage]
+
 // Handler_ServiceDesc is the grpc.ServiceDesc for Handler service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -237,6 +293,13 @@ var Handler_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Handler_Cancel_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Session",
+			Handler:       _Handler_Session_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "protocol/handler.proto",
 }

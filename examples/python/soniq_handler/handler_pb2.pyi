@@ -7,25 +7,79 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class SidecarMessage(_message.Message):
+    __slots__ = ("job", "cancel", "ping", "shutdown")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    PING_FIELD_NUMBER: _ClassVar[int]
+    SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    cancel: CancelRequest
+    ping: Ping
+    shutdown: Shutdown
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., cancel: _Optional[_Union[CancelRequest, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., shutdown: _Optional[_Union[Shutdown, _Mapping]] = ...) -> None: ...
+
+class HandlerMessage(_message.Message):
+    __slots__ = ("hello", "result", "pong", "draining")
+    HELLO_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    PONG_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
+    hello: Hello
+    result: Result
+    pong: Pong
+    draining: Draining
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., draining: _Optional[_Union[Draining, _Mapping]] = ...) -> None: ...
+
+class Ping(_message.Message):
+    __slots__ = ("seq",)
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    def __init__(self, seq: _Optional[int] = ...) -> None: ...
+
+class Pong(_message.Message):
+    __slots__ = ("seq",)
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    def __init__(self, seq: _Optional[int] = ...) -> None: ...
+
+class Shutdown(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Draining(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RunningJob(_message.Message):
+    __slots__ = ("id", "name")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
 class DescribeRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("protocol", "sdk", "pid", "jobs", "concurrency", "sync_concurrency")
+    __slots__ = ("protocol", "sdk", "pid", "jobs", "concurrency", "sync_concurrency", "running")
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     SDK_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     JOBS_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
     SYNC_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
     protocol: int
     sdk: str
     pid: int
     jobs: _containers.RepeatedCompositeFieldContainer[HelloJob]
     concurrency: int
     sync_concurrency: int
-    def __init__(self, protocol: _Optional[int] = ..., sdk: _Optional[str] = ..., pid: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[HelloJob, _Mapping]]] = ..., concurrency: _Optional[int] = ..., sync_concurrency: _Optional[int] = ...) -> None: ...
+    running: _containers.RepeatedCompositeFieldContainer[RunningJob]
+    def __init__(self, protocol: _Optional[int] = ..., sdk: _Optional[str] = ..., pid: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[HelloJob, _Mapping]]] = ..., concurrency: _Optional[int] = ..., sync_concurrency: _Optional[int] = ..., running: _Optional[_Iterable[_Union[RunningJob, _Mapping]]] = ...) -> None: ...
 
 class HelloJob(_message.Message):
     __slots__ = ("name", "cancellable")
