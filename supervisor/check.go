@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
@@ -27,7 +28,7 @@ type CheckReport struct {
 // for its hello within startup_timeout, compares it with the declaration
 // (same job names, same cancellable), and stops it. It returns one report
 // per handler; any report with an Err means the manifest must not be run.
-func CheckHandlers(ctx context.Context, m *Manifest, log *slog.Logger) []CheckReport {
+func CheckHandlers(ctx context.Context, m *config.Manifest, log *slog.Logger) []CheckReport {
 	sp := newSpawner()
 	stop := make(chan struct{})
 	go sp.run(stop)
@@ -39,8 +40,8 @@ func CheckHandlers(ctx context.Context, m *Manifest, log *slog.Logger) []CheckRe
 	return out
 }
 
-func checkHandler(ctx context.Context, sp *spawner, h *Handler, log *slog.Logger) CheckReport {
-	if h.Transport == TransportUnix {
+func checkHandler(ctx context.Context, sp *spawner, h *config.Handler, log *slog.Logger) CheckReport {
+	if h.Transport == config.TransportUnix {
 		return checkUnixHandler(ctx, sp, h, log)
 	}
 	rep := CheckReport{Handler: h.Name}
@@ -144,7 +145,7 @@ func checkHandler(ctx context.Context, sp *spawner, h *Handler, log *slog.Logger
 // itself starts the process (handshake, health check, Describe) and reports
 // the hello as an event; the process is then stopped the way the supervisor
 // stops an idle one.
-func checkUnixHandler(ctx context.Context, sp *spawner, h *Handler, log *slog.Logger) CheckReport {
+func checkUnixHandler(ctx context.Context, sp *spawner, h *config.Handler, log *slog.Logger) CheckReport {
 	rep := CheckReport{Handler: h.Name}
 	events := make(chan event, 64)
 	emit := func(e event) bool {

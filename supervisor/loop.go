@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
@@ -74,7 +75,7 @@ const (
 type task struct {
 	job       backends.Job
 	pool      *pool
-	spec      *JobSpec
+	spec      *config.JobSpec
 	proc      *process
 	state     taskState
 	timer     *time.Timer
@@ -101,7 +102,7 @@ func (t *task) sync() bool { return !t.spec.Cancellable }
 
 // pool is one manifest handler's processes and its claim state.
 type pool struct {
-	h          *Handler
+	h          *config.Handler
 	allNames   []string
 	asyncNames []string
 	procs      []*process // by slot; nil while the slot waits for a (re)start
@@ -332,7 +333,7 @@ func (l *loop) spawn(pl *pool, slot int) {
 	switch {
 	case l.cfg.startTransport != nil:
 		start = l.cfg.startTransport // tests: an in-process fake handler
-	case h.Transport == TransportUnix:
+	case h.Transport == config.TransportUnix:
 		start = startUnix
 	}
 	if err := start(transportEnv{sp: l.sp, maxFrame: l.cfg.MaxFrameBytes, log: l.s.log, emit: l.s.emit, wg: l.wg}, p); err != nil {
@@ -419,7 +420,7 @@ func (l *loop) onFrame(p *process, m protocol.Message) {
 }
 
 // checkHello compares a hello with the manifest's declaration.
-func checkHello(h *Handler, hello *protocol.Hello) error {
+func checkHello(h *config.Handler, hello *protocol.Hello) error {
 	if hello.Protocol != protocol.Version {
 		return &HelloMismatchError{Handler: h.Name, Detail: fmt.Sprintf("protocol version %d was not offered (SONIQ_PROTOCOL_VERSIONS=%d)", hello.Protocol, protocol.Version)}
 	}

@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
@@ -219,7 +220,7 @@ func (s *spawner) do(fork func() error) error {
 // childEnv is the child's whole environment: the manifest's env, the
 // variables it names in env_from, and the protocol variables. Nothing else
 // of the sidecar's environment (notably the database URL) reaches the handler.
-func childEnv(h *Handler, maxFrame int) []string {
+func childEnv(h *config.Handler, maxFrame int) []string {
 	env := make([]string, 0, len(h.Env)+len(h.EnvFrom)+4)
 	for _, k := range h.EnvFrom {
 		if _, set := h.Env[k]; set {
@@ -244,7 +245,7 @@ func childEnv(h *Handler, maxFrame int) []string {
 // handlerCommand builds (does not start) the command of a handler: its own
 // process group, the parent-death signal, the restricted environment, the
 // manifest's working directory. Both transports start children from it.
-func handlerCommand(h *Handler, maxFrame int) (*exec.Cmd, error) {
+func handlerCommand(h *config.Handler, maxFrame int) (*exec.Cmd, error) {
 	path := h.Command[0]
 	if !strings.Contains(path, "/") {
 		// Resolve with the sidecar's PATH: the child's environment is the
@@ -269,7 +270,7 @@ func handlerCommand(h *Handler, maxFrame int) (*exec.Cmd, error) {
 }
 
 // startChild starts a stdio handler child through the spawner.
-func startChild(sp *spawner, h *Handler, maxFrame int) (*exec.Cmd, childPipes, error) {
+func startChild(sp *spawner, h *config.Handler, maxFrame int) (*exec.Cmd, childPipes, error) {
 	cmd, err := handlerCommand(h, maxFrame)
 	if err != nil {
 		return nil, childPipes{}, err
