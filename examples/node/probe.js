@@ -37,44 +37,54 @@ function servingStatus(msg) {
 // Resolves with the service's status name; rejects with an Error saying what went wrong.
 function check(socketPath, timeoutMs) {
   return new Promise((resolve, reject) => {
-    const client = http2.connect('http://localhost', { createConnection: () => net.connect({ path: socketPath }) });
+    let client = null;
+    const socket = net.connect({ path: socketPath });
     const done = (err, value) => {
       clearTimeout(timer);
-      client.close();
-      client.destroy();
+      client?.destroy();
+      socket.destroy();
       if (err) reject(err);
       else resolve(value);
     };
     const timer = setTimeout(() => done(new Error(`no answer within ${timeoutMs / 1000} s`)), timeoutMs);
-    client.on('error', (err) => done(new Error(`cannot connect: ${err.code || err.message}`)));
-    const req = client.request({
-      ':method': 'POST', ':path': '/grpc.health.v1.Health/Check', 'content-type': 'application/grpc', te: 'trailers',
+    socket.on('error', (err) => done(new Error(`cannot connect: ${err.code || err.message}`)));
+    socket.on('connect', () => {
+      client = http2.connect('http://localhost', { createConnection: () => socket });
+      client.on('error', (err) => done(new Error(`health check failed: ${err.code || err.message}`)));
+      request(client, done);
     });
-    const chunks = [];
-    let grpcStatus = null;
-    let grpcMessage = '';
-    const noteStatus = (headers) => {
-      if (headers['grpc-status'] !== undefined) {
-        grpcStatus = Number(headers['grpc-status']);
-        grpcMessage = decodeURIComponent(String(headers['grpc-message'] ?? ''));
-      }
-    };
-    req.on('response', noteStatus); // a trailers-only answer carries the status here
-    req.on('trailers', noteStatus);
-    req.on('data', (c) => chunks.push(c));
-    req.on('error', (err) => done(new Error(`health check failed: ${err.code || err.message}`)));
-    req.on('end', () => {
-      if (grpcStatus === null) return done(new Error('health check failed: no gRPC status'));
-      if (grpcStatus !== 0) return done(new Error(`health check failed: gRPC status ${grpcStatus}: ${grpcMessage}`));
-      const body = Buffer.concat(chunks);
-      if (body.length < 5) return done(new Error('health check failed: empty answer'));
-      done(null, servingStatus(body.subarray(5, 5 + body.readUInt32BE(1))));
-    });
-    const msg = Buffer.concat([Buffer.from([0x0a, SERVICE.length]), Buffer.from(SERVICE)]);
-    const head = Buffer.alloc(5);
-    head.writeUInt32BE(msg.length, 1);
-    req.end(Buffer.concat([head, msg]));
   });
+}
+
+// One Health/Check call on the connection; done(err, statusName).
+function request(client, done) {
+  const req = client.request({
+    ':method': 'POST', ':path': '/grpc.health.v1.Health/Check', 'content-type': 'application/grpc', te: 'trailers',
+  });
+  const chunks = [];
+  let grpcStatus = null;
+  let grpcMessage = '';
+  const noteStatus = (headers) => {
+    if (headers['grpc-status'] !== undefined) {
+      grpcStatus = Number(headers['grpc-status']);
+      grpcMessage = decodeURIComponent(String(headers['grpc-message'] ?? ''));
+    }
+  };
+  req.on('response', noteStatus); // a trailers-only answer carries the status here
+  req.on('trailers', noteStatus);
+  req.on('data', (c) => chunks.push(c));
+  req.on('error', (err) => done(new Error(`health check failed: ${err.code || err.message}`)));
+  req.on('end', () => {
+    if (grpcStatus === null) return done(new Error('health check failed: no gRPC status'));
+    if (grpcStatus !== 0) return done(new Error(`health check failed: gRPC status ${grpcStatus}: ${grpcMessage}`));
+    const body = Buffer.concat(chunks);
+    if (body.length < 5) return done(new Error('health check failed: empty answer'));
+    done(null, servingStatus(body.subarray(5, 5 + body.readUInt32BE(1))));
+  });
+  const msg = Buffer.concat([Buffer.from([0x0a, SERVICE.length]), Buffer.from(SERVICE)]);
+  const head = Buffer.alloc(5);
+  head.writeUInt32BE(msg.length, 1);
+  req.end(Buffer.concat([head, msg]));
 }
 
 async function main(argv) {

@@ -279,6 +279,7 @@ class SessionCore {
       log(`WARN: more than ${MAX_KEPT_RESULTS} results wait for a session; the result of job ${lost.result.id} is dropped`);
     }
     this.kept.push(msg);
+    log(`job ${msg.result.id} ended with no session open; its result waits for the next session`);
   }
 
   _shutdown(s) {
