@@ -87,6 +87,14 @@ function frameOf(m) {
   }
 }
 
+// A protocol error on a Session, worded as both SDKs word it (docs/protocol.md):
+// `protocol error: <code> at <field>: <detail>`.
+function sessionErrorText(err) {
+  const head = `${err.code}${err.field ? ` (${err.field})` : ''}`;
+  const detail = err.message.startsWith(head) ? err.message.slice(head.length) : `: ${err.message}`;
+  return `protocol error: ${err.code}${err.field ? ` at ${err.field}` : ''}${detail}`;
+}
+
 // One session: its stream and what the handler knows of it.
 class Session {
   constructor(call) {
@@ -196,16 +204,16 @@ class SessionCore {
   }
 
   _protocolError(s, err) {
-    const text = `protocol error: ${err.message}`;
+    const text = sessionErrorText(err);
     s.end(this.grpc.status.INVALID_ARGUMENT, text);
     if (!this.attach) {
       // As on stdio: the process cannot go on.
-      log(`protocol error from sidecar: ${err.message}; exiting with status ${EXIT_PROTOCOL_ERROR}`);
+      log(`${text}; exiting with status ${EXIT_PROTOCOL_ERROR}`);
       setImmediate(() => process.exit(EXIT_PROTOCOL_ERROR)); // the status first, if it can go out
       return;
     }
     // The process outlives its sidecars: this session ends, its jobs run on.
-    log(`protocol error from sidecar: ${err.message}; session ended`);
+    log(`${text}; session ended`);
   }
 
   _onJob(s, msg) {

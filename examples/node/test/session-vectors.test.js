@@ -168,7 +168,7 @@ for (const [v, msg] of CASES) {
       c.send(msg);
       if (!v.valid) {
         const end = await c.ended();
-        const want = `protocol error: ${v.error.code}${v.error.field ? ` (${v.error.field})` : ''}`;
+        const want = `protocol error: ${v.error.code}${v.error.field ? ` at ${v.error.field}` : ''}`;
         assert.equal(end.code, grpc.status.INVALID_ARGUMENT, JSON.stringify(end));
         assert.ok(end.details.startsWith(want), `${end.details} does not start with ${want}`);
         assert.ok(h.running, 'the process outlives the session');

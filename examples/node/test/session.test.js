@@ -308,8 +308,8 @@ test('attach: a bad message ends the session with INVALID_ARGUMENT, not the proc
   c.send({ ping: { seq: '-1' } });
   const end = await c.ended();
   assert.equal(end.code, grpc.status.INVALID_ARGUMENT);
-  assert.equal(end.details, 'protocol error: invalid_value (seq): -1 < 0');
-  assert.match(h.stderr, /protocol error from sidecar: invalid_value \(seq\): -1 < 0; session ended/);
+  assert.equal(end.details, 'protocol error: invalid_value at seq: -1 < 0');
+  assert.match(h.stderr, /: protocol error: invalid_value at seq: -1 < 0; session ended\n/);
   assert.ok(h.running);
   // Its job ran on; the next session gets the result (or lists it while it still runs).
   const { c: d } = await session(h.sock);
@@ -365,7 +365,7 @@ test('spawned: a protocol error on the Session exits 4, as on stdio', async () =
   const { c } = await session(sock);
   c.job('', 'examples.add');
   assert.equal((await p.exit()).code, 4);
-  assert.match(p.stderr, /protocol error from sidecar: invalid_value \(id\): empty string; exiting with status 4/);
+  assert.match(p.stderr, /: protocol error: invalid_value at id: empty string; exiting with status 4\n/);
 });
 
 test('spawned: SIGTERM behaves as before (the default: the process ends)', async () => {
