@@ -158,8 +158,8 @@ async function serve(app, protocolVersion, socketPath) {
   } catch (err) {
     fail(`--listen ${socketPath}: cannot set the socket's mode: ${err.message}`);
   }
-  log(`listening on unix socket ${socketPath} (attach mode: one session at a time; SIGTERM drains and exits)`);
-
+  // Before the line that tells the world it listens: from then on a SIGTERM must drain, not
+  // kill (the default until a handler is installed).
   const stop = (signal) => {
     if (core.draining) return;
     log(`${signal}: draining (no new job; exiting once the ${core.held.size} job(s) held have ended)`);
@@ -169,6 +169,7 @@ async function serve(app, protocolVersion, socketPath) {
   };
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
+  log(`listening on unix socket ${socketPath} (attach mode: one session at a time; SIGTERM drains and exits)`);
 }
 
 module.exports = { serve, listenPath, HEALTH_SERVICES, SOCKET_MODE, EXIT_USAGE };
