@@ -11,7 +11,7 @@ VENV     ?= .venv
 VENV_PYTHON := $(VENV)/bin/python
 ON_VENV  := PATH="$(abspath $(VENV))/bin:$$PATH"
 
-.PHONY: all build docker-steps cross-build test test-go test-python test-node lint vet fmt-check tidy-check staticcheck demo demo-python demo-node bench clean
+.PHONY: all build docker-steps docker-steps-examples cross-build test test-go test-python test-node lint vet fmt-check tidy-check staticcheck demo demo-python demo-node bench clean
 
 all: build
 
@@ -41,9 +41,16 @@ cross-build:
 		CGO_ENABLED=0 GOOS=$${t%/*} GOARCH=$${t#*/} $(GO) build ./... || exit 1; \
 	done
 
+# The examples' handler images (examples/node/Dockerfile, examples/python/Dockerfile: the
+# SDK in attach mode, no sidecar in them), without a Docker engine: pinned bases, non-root
+# USER, COPY sources present, and their CMD run here on a temporary socket path must listen
+# (0660), pass its HEALTHCHECK probe and exit 0 on SIGTERM (scripts/docker-steps-examples.sh).
+docker-steps-examples: deps-python deps-node
+	$(ON_VENV) scripts/docker-steps-examples.sh
+
 # Everything, with -race, against a throw-away Postgres. When SONIQ_TEST_DATABASE_URL is
 # already set (as .ci/run does) that server is used; otherwise one is started and removed.
-test: build docker-steps cross-build
+test: build docker-steps docker-steps-examples cross-build
 ifeq ($(SONIQ_TEST_DATABASE_URL),)
 	.ci/pg.sh run $(MAKE) --no-print-directory lint test-go test-python test-node
 else
