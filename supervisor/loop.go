@@ -327,16 +327,13 @@ func (l *loop) spawn(pl *pool, slot int) {
 		tasks:     map[string]*task{},
 		stderr:    &stderrTail{},
 	}
-	// The transport starts the child, sets p.pid, consumes p.out and
+	// The transport starts the child, sets p.conn, consumes p.out and
 	// reports frames, protocol errors and the exit as events.
-	start := startStdio
-	switch {
-	case l.cfg.startTransport != nil:
-		start = l.cfg.startTransport // tests: an in-process fake handler
-	case h.Transport == config.TransportUnix:
-		start = startUnix
+	tr := transportFor(h)
+	if l.cfg.startTransport != nil {
+		tr = transportFunc(l.cfg.startTransport) // tests: an in-process fake handler
 	}
-	if err := start(transportEnv{sp: l.sp, maxFrame: l.cfg.MaxFrameBytes, log: l.s.log, emit: l.s.emit, wg: l.wg}, p); err != nil {
+	if err := tr.start(transportEnv{sp: l.sp, maxFrame: l.cfg.MaxFrameBytes, log: l.s.log, emit: l.s.emit, wg: l.wg}, p); err != nil {
 		if !pl.started && cannotStart(err) {
 			// A command that was never started and cannot be is a
 			// configuration error, not a crash to retry forever.

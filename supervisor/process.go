@@ -44,8 +44,8 @@ func (s procState) String() string {
 type process struct {
 	pool      *pool
 	slot      int
-	pid       int
-	cmd       *exec.Cmd
+	pid       int  // conn's pid, kept for logs; 0 for an in-process fake
+	conn      conn // nil until the transport has started it
 	out       chan protocol.Message // frames for the writer goroutine; closed to close stdin
 	outClosed bool
 	state     procState
@@ -119,8 +119,8 @@ func (p *process) closeInput() {
 // signalGroup signals the process's whole process group (it is a group
 // leader), so helpers it started go with it.
 func (p *process) signalGroup(sig syscall.Signal) {
-	if p.pid > 0 {
-		_ = syscall.Kill(-p.pid, sig)
+	if p.conn != nil {
+		p.conn.signal(sig)
 	}
 }
 
@@ -350,14 +350,9 @@ func writeFrames(p *process, stdin io.WriteCloser, te transportEnv) {
 // readStderr is a process's stderr goroutine: it logs each line and keeps
 // the last ones for last_error, until EOF or the read end is closed.
 func readStderr(p *process, stderr io.Reader, log *slog.Logger) {
-	sc := bufio.NewScanner(stderr)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		p.stderr.add(line)
-		log.Info(line, "handler", p.pool.h.Name, "pid", p.pid, "stream", "stderr")
-	}
-	_, _ = io.Copy(io.Discard, stderr) // a line over the limit: keep draining
+	lines := &stderrLines{log: log, handler: p.pool.h.Name, pid: func() int { return p.pid }, tail: p.stderr}
+	_, _ = io.Copy(lines, stderr)
+	lines.flush()
 }
 
 // readFrames is a process's stdout goroutine: it decodes frames into events
