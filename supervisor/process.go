@@ -44,8 +44,8 @@ func (s procState) String() string {
 type process struct {
 	pool      *pool
 	slot      int
-	pid       int  // conn's pid, kept for logs; 0 for an in-process fake
-	conn      conn // nil until the transport has started it
+	pid       int                   // conn's pid, kept for logs; 0 for an in-process fake
+	conn      conn                  // nil until the transport has started it
 	out       chan protocol.Message // frames for the writer goroutine; closed to close stdin
 	outClosed bool
 	state     procState
