@@ -45,79 +45,35 @@ func (l *loop) onResult(p *process, r *protocol.Result) {
 
 // record turns a handler's result into the row's terminal write.
 func (l *loop) record(t *task, r *protocol.Result) {
-	j := t.job
-	dur := time.Since(t.startedAt)
-	switch r.Status {
-	case protocol.StatusDone:
-		t.endSpan("done", "")
-		l.metrics.jobEnded(j.Queue, j.Name, "done", dur)
-		l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDone, Result: r.Result, ResultTTL: l.cfg.Settings.ResultTTL})
-	case protocol.StatusSnooze:
-		reason := ""
-		if r.Reason != nil {
-			reason = *r.Reason
-		}
-		t.endSpan("snoozed", "")
-		l.metrics.jobEnded(j.Queue, j.Name, "snoozed", dur)
-		l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeSnooze, Reason: reason,
-			Delay: time.Duration(r.Seconds * float64(time.Second))})
-	case protocol.StatusFailed:
-		e := r.Error
-		if e.Reason == protocol.ErrorReasonInvalidArguments {
-			l.invalidArgs(t, e.Message)
-			return
-		}
-		text := e.Type + ": " + e.Message
-		if e.Traceback != nil && *e.Traceback != "" {
-			text += "\n" + *e.Traceback
-		}
-		l.fail(t, text, e.Retryable, "failed")
-	default: // cancelled without a cancel: the handler gave up on its own
-		l.fail(t, "cancelled by the handler without a cancel request", true, "failed")
-	}
+	l.apply(t, resultOutcome(t.job, t.spec, r, l.cfg.Settings.ResultTTL, randFloat))
 }
 
-// fail applies the retry policy: retry with the job's delay, or
-// dead-letter when attempts are exhausted or the error is permanent.
+// fail applies the retry policy to a failure the sidecar saw (a timeout, a
+// crash) or the handler reported.
 func (l *loop) fail(t *task, text string, retryable bool, status string) {
+	l.apply(t, failureOutcome(t.job, t.spec.Retry, text, retryable, status, randFloat))
+}
+
+// apply reports an outcome (metrics, span, log) and queues its write.
+func (l *loop) apply(t *task, o outcome) {
 	j := t.job
 	delete(l.live, j.ID)
 	if !t.startedAt.IsZero() {
-		l.metrics.jobEnded(j.Queue, j.Name, status, time.Since(t.startedAt))
+		l.metrics.jobEnded(j.Queue, j.Name, o.status, time.Since(t.startedAt))
 	}
-	c := backends.Completion{JobID: j.ID, Error: text}
-	t.endSpan(status, text)
+	t.endSpan(o.status, o.err)
+	c := o.write
 	switch {
-	case !retryable:
-		c.Outcome, c.Reason = backends.OutcomeDeadLetter, backends.ReasonPermanentFailure
-		c.Error = permanentText(text)
-		l.log.Error("job failed permanently: dead-lettered", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "error", firstLine(text))
-	case j.Attempts >= j.MaxAttempts:
-		c.Outcome, c.Reason = backends.OutcomeDeadLetter, backends.ReasonMaxRetriesExceeded
-		c.Error = "Max retries exceeded: " + text
-		l.log.Error("job failed and has no attempts left: dead-lettered", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "error", firstLine(text))
-	default:
-		c.Outcome = backends.OutcomeRetry
-		c.Delay = t.spec.Retry.Delay(j.Attempts, randFloat)
-		l.log.Warn("job failed; will retry", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "max_attempts", j.MaxAttempts, "retry_in", c.Delay, "error", firstLine(text))
+	case c.Outcome == backends.OutcomeDeadLetter && c.Reason == backends.ReasonInvalidArguments:
+		l.log.Error("job args failed the handler's validation: dead-lettered", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "error", firstLine(o.err))
+	case c.Outcome == backends.OutcomeDeadLetter && c.Reason == backends.ReasonPermanentFailure:
+		l.log.Error("job failed permanently: dead-lettered", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "error", firstLine(o.err))
+	case c.Outcome == backends.OutcomeDeadLetter:
+		l.log.Error("job failed and has no attempts left: dead-lettered", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "error", firstLine(o.err))
+	case c.Outcome == backends.OutcomeRetry:
+		l.log.Warn("job failed; will retry", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "max_attempts", j.MaxAttempts, "retry_in", c.Delay, "error", firstLine(o.err))
 	}
 	l.writer.complete(c)
-}
-
-// invalidArgs dead-letters a job whose args the handler's validation
-// refused: retrying cannot fix the data, whatever the attempts left. The
-// message is the last_error as is ("Corrupted argument data: ..."), as
-// Soniq's worker writes it for reason invalid_arguments.
-func (l *loop) invalidArgs(t *task, message string) {
-	j := t.job
-	delete(l.live, j.ID)
-	if !t.startedAt.IsZero() {
-		l.metrics.jobEnded(j.Queue, j.Name, "failed", time.Since(t.startedAt))
-	}
-	t.endSpan("failed", message)
-	l.log.Error("job args failed the handler's validation: dead-lettered", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "error", firstLine(message))
-	l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
-		Reason: backends.ReasonInvalidArguments, Error: message})
 }
 
 func (l *loop) onJobTimeout(t *task) {
