@@ -41,7 +41,7 @@ docker-steps: build
 CROSS_TARGETS ?= linux/arm64 darwin/arm64
 cross-build:
 	@pkgs="./..."; if [ -z "$(CROSS_ALL)" ]; then \
-		pkgs="$$($(GO) list -f '{{.ImportPath}} {{join .Deps " "}}' ./... | grep -v ' modernc.org/sqlite' | cut -d' ' -f1)"; fi; \
+		pkgs="$$($(GO) list -f '{{if .GoFiles}}{{.ImportPath}} {{join .Deps " "}}{{end}}' ./... | grep . | grep -v ' modernc.org/sqlite' | cut -d' ' -f1)"; fi; \
 	for t in $(CROSS_TARGETS); do \
 		echo "GOOS=$${t%/*} GOARCH=$${t#*/} go build ($$(echo $$pkgs | wc -w) packages)"; \
 		CGO_ENABLED=0 GOOS=$${t%/*} GOARCH=$${t#*/} $(GO) build $$pkgs || exit 1; \
