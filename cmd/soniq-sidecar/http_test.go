@@ -17,7 +17,7 @@ import (
 
 	"github.com/soniq-dev/soniq-sidecar/backends/memory"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
-	"github.com/soniq-dev/soniq-sidecar/supervisor"
+	"github.com/soniq-dev/soniq-sidecar/internal/supervisor"
 )
 
 // exampleSupervisor is a supervisor for the example Python handlers on the

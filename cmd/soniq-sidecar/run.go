@@ -22,7 +22,7 @@ import (
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/backends/connect"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
-	"github.com/soniq-dev/soniq-sidecar/supervisor"
+	"github.com/soniq-dev/soniq-sidecar/internal/supervisor"
 )
 
 // newLogger builds the process logger: text on a terminal, JSON otherwise.

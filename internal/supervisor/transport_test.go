@@ -38,7 +38,7 @@ func repoPath(t testing.TB, rel string) string {
 	if !ok {
 		t.Fatal("no caller")
 	}
-	return filepath.Join(filepath.Dir(filepath.Dir(file)), rel)
+	return filepath.Join(filepath.Dir(filepath.Dir(filepath.Dir(file))), rel)
 }
 
 // testProc is one handler process started by a transport.

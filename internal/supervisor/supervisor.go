@@ -166,7 +166,7 @@ func New(cfg Config) (*Supervisor, error) {
 		log:      cfg.Logger,
 		workerID: cfg.WorkerID,
 		metrics:  cfg.Metrics,
-		tracer:   otel.Tracer("github.com/soniq-dev/soniq-sidecar/supervisor"),
+		tracer:   otel.Tracer("github.com/soniq-dev/soniq-sidecar/supervisor"), // the scope name from before the move under internal/
 		events:   make(chan event, 1024),
 		loopDone: make(chan struct{}),
 		shutdown: make(chan struct{}, 8),

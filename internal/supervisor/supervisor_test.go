@@ -111,7 +111,7 @@ func TestResultWriterRetriesUntilTheDatabaseAccepts(t *testing.T) {
 func examplesManifest(t *testing.T) *config.Manifest {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	m, err := config.LoadManifest(filepath.Join(filepath.Dir(file), "..", "examples", "python", "manifest.yaml"))
+	m, err := config.LoadManifest(filepath.Join(filepath.Dir(file), "..", "..", "examples", "python", "manifest.yaml"))
 	require.NoError(t, err)
 	return m
 }
