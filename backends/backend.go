@@ -70,6 +70,10 @@ var ErrIdentityTaken = errors.New("another program's worker row has this hostnam
 // condition that may pass, unlike a bad URL or a refused login.
 var ErrUnreachable = errors.New("database unreachable")
 
+// ErrNoWakeups is returned by Subscribe when the backend is configured to
+// poll only (Postgres behind a transaction-mode pooler with no listen URL).
+var ErrNoWakeups = errors.New("new-job notifications are off; polling only")
+
 // ErrNoSchema is returned (wrapped) when Soniq's tables do not exist yet.
 var ErrNoSchema = errors.New("Soniq's tables do not exist in this database: run `soniq-sidecar migrate` (or Soniq's own setup) first")
 
@@ -335,7 +339,8 @@ type Backend interface {
 	// Subscribe delivers the queue name of every newly enqueued job
 	// (Postgres: LISTEN soniq_new_job; others: local enqueues). Delivery
 	// is best effort and may coalesce; callers also poll. The channel is
-	// closed once ctx is done.
+	// closed once ctx is done. ErrNoWakeups means the backend is
+	// configured to poll only.
 	Subscribe(ctx context.Context) (<-chan string, error)
 }
 

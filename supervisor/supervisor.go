@@ -494,6 +494,10 @@ func (s *Supervisor) pollStats(ctx context.Context) {
 // subscribe forwards new-job notifications to the loop as wake-ups.
 func (s *Supervisor) subscribe(ctx context.Context) {
 	ch, err := s.cfg.Backend.Subscribe(ctx)
+	if errors.Is(err, backends.ErrNoWakeups) {
+		s.log.Info("polling only: no new-job notifications", "poll_interval", s.cfg.Settings.PollInterval, "reason", err)
+		return
+	}
 	if err != nil {
 		s.log.Warn("new-job notifications unavailable; polling only", "poll_interval", s.cfg.Settings.PollInterval, "err", err)
 		return
@@ -518,6 +522,13 @@ func jitter(n int) int {
 	r, _ := rand.Int(rand.Reader, big.NewInt(2001))
 	f := 0.9 + float64(r.Int64())/10000
 	return max(1, int(float64(n)*f))
+}
+
+// jitterPoll scales a poll interval by a random factor in [0.8, 1.2), so
+// the sidecars of a fleet, polling without notifications, drift apart
+// instead of querying the database in step; the mean stays d.
+func jitterPoll(d time.Duration) time.Duration {
+	return max(time.Millisecond, time.Duration(float64(d)*(0.8+0.4*randFloat())))
 }
 
 // randFloat is a uniform float in [0, 1) for the retry policy's jitter.
