@@ -457,6 +457,13 @@ func (s *Supervisor) maintainOnce(ctx context.Context) {
 		return
 	}
 	defer release()
+	// Logged inside the tenure (after taking, before giving up), so the
+	// logged spans of a fleet never overlap unless two leaders did.
+	start := time.Now()
+	s.log.Info("maintenance: leader", "worker_id", s.workerID)
+	defer func() {
+		s.log.Info("maintenance: leadership released", "worker_id", s.workerID, "held", time.Since(start))
+	}()
 	workers, jobs, err := s.cfg.Backend.RecoverStaleWorkers(mctx, s.cfg.Settings.HeartbeatTimeout)
 	if err != nil {
 		s.log.Warn("maintenance: stale-worker recovery failed", "err", err)
