@@ -64,7 +64,12 @@ type leaderSpan struct {
 
 func TestFleetThroughPgBouncerTransactionMode(t *testing.T) {
 	began := time.Now()
-	base := t.TempDir()
+	// Not t.TempDir (0700): the servers run as an unprivileged user when
+	// the tests run as root.
+	base, err := os.MkdirTemp("", "soniq-fleet-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(base, 0o755))
+	t.Cleanup(func() { _ = os.RemoveAll(base) })
 	// The fleet's own Postgres (low max_connections) and PgBouncer; the
 	// shared test server is left alone.
 	pgURL := startScript(t, []string{fmt.Sprintf("PG_MAX_CONNECTIONS=%d", fleetMaxConns)}, "pg.sh", filepath.Join(base, "pg"))
