@@ -408,3 +408,58 @@ func TestCreateClaimIndex(t *testing.T) {
 		assert.Equal(t, want[i], got[0].ID, "claim order holds with the index")
 	}
 }
+
+// Through a transaction-mode pooler the maintenance leader is one across
+// separate clients and against a Soniq worker's session lock on a direct
+// connection, and a leader whose client dies mid-tenure frees the lock.
+func TestLeaderThroughTransactionPoolerIsExclusiveAndDiesWithItsClient(t *testing.T) {
+	direct, url := openTest(t)
+	open := func() *Backend {
+		b, err := OpenWith(t.Context(), pgtest.ThroughPooler(t, url), Options{TransactionPooling: true})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = b.Close() })
+		return b
+	}
+	a, b := open(), open()
+	ctx := t.Context()
+
+	release, ok, err := a.TryLeader(ctx)
+	require.NoError(t, err)
+	require.True(t, ok, "first leader")
+	for range 20 { // many tries, landing on different server sessions
+		_, ok, err := b.TryLeader(ctx)
+		require.NoError(t, err)
+		require.False(t, ok, "a second leader through the pooler")
+	}
+	var soniq bool
+	require.NoError(t, direct.pool.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", maintenanceLockKey).Scan(&soniq))
+	require.False(t, soniq, "a session-lock holder (a Soniq worker) while a pooled sidecar leads")
+	release()
+
+	// A leader's client dies mid-tenure (its socket closes without a word,
+	// as on SIGKILL): the pooler drops the server session it pinned.
+	c, err := pgx.Connect(ctx, pgtest.ThroughPooler(t, url))
+	require.NoError(t, err)
+	tx, err := c.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", maintenanceLockKey).Scan(&ok))
+	require.True(t, ok, "leader after release")
+	_, ok, err = b.TryLeader(ctx)
+	require.NoError(t, err)
+	require.False(t, ok, "a second leader while the dying one holds it")
+	require.NoError(t, c.PgConn().Conn().Close())
+	start := time.Now()
+	var got bool
+	for time.Since(start) < 10*time.Second {
+		rel, ok, err := a.TryLeader(ctx)
+		require.NoError(t, err)
+		if ok {
+			rel()
+			got = true
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.True(t, got, "leadership never freed after the leader's client died")
+	t.Logf("leadership free %s after the leader's client died", time.Since(start).Round(time.Millisecond))
+}
