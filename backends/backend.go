@@ -346,6 +346,21 @@ type Backend interface {
 	Subscribe(ctx context.Context) (<-chan string, error)
 }
 
+// PoolStats is a snapshot of a backend's connection pool.
+type PoolStats struct {
+	Max, InUse int32
+	// Waited counts, since the pool opened, acquires that started with
+	// every connection the pool may have in use: they waited for one to be
+	// released (or gave up).
+	Waited int64
+}
+
+// PoolStater is implemented by backends with a connection pool (Postgres),
+// for the pool metric and /readyz.
+type PoolStater interface {
+	PoolStats() PoolStats
+}
+
 // ClaimIndexer is implemented by backends that can add the index matching
 // the claim order (priority, scheduled_at nulls first, created_at) over
 // queued rows. Soniq's schema has none, so each claim sorts every queued row

@@ -171,6 +171,7 @@ func New(cfg Config) (*Supervisor, error) {
 		shutdown: make(chan struct{}, 8),
 		notReady: map[string]string{},
 	}
+	s.metrics.observePool(cfg.Backend)
 	if s.workerID == "" {
 		s.workerID = backends.NewID()
 	}

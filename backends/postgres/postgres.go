@@ -68,6 +68,7 @@ type Backend struct {
 	// listenCfg is the LISTEN connection's config; nil when wake-ups are
 	// off (transaction pooling without a ListenURL).
 	listenCfg *pgx.ConnConfig
+	waits     *poolWaits // for PoolStats
 
 	// Subscribe goroutines are stopped and awaited by Close.
 	stop     chan struct{}
@@ -126,11 +127,13 @@ func OpenWith(ctx context.Context, rawURL string, opts Options) (*Backend, error
 		}
 		listenCfg = lc
 	}
+	waits := &poolWaits{}
+	cfg.ConnConfig.Tracer = waits
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres pool for %s: %w", target, redactedError{err: err, password: password})
 	}
-	b := &Backend{pool: pool, password: password, target: target, opts: opts, listenCfg: listenCfg, stop: make(chan struct{})}
+	b := &Backend{pool: pool, password: password, target: target, opts: opts, listenCfg: listenCfg, waits: waits, stop: make(chan struct{})}
 	if err := b.Ping(ctx); err != nil {
 		pool.Close()
 		if transient(err) {

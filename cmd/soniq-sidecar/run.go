@@ -372,6 +372,29 @@ type health struct {
 	sup     *supervisor.Supervisor
 	db      pinger
 	waiting string
+	// lastWaited is the pool's wait count at the previous /readyz.
+	lastWaited int64
+}
+
+// poolWarning says, for /readyz, whether the database pool was exhausted
+// since the previous probe: acquires that waited for a free connection.
+// It is a warning, not unreadiness: the sidecar still works, only slower,
+// and flipping readiness under load would stall a rolling deploy.
+func (h *health) poolWarning(db pinger) string {
+	ps, ok := db.(backends.PoolStater)
+	if !ok {
+		return ""
+	}
+	st := ps.PoolStats()
+	h.mu.Lock()
+	waited := st.Waited - h.lastWaited
+	h.lastWaited = st.Waited
+	h.mu.Unlock()
+	if waited <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("database pool exhausted since the last probe: %d acquires waited for a free connection (pool of %d, %d in use now; "+
+		"raise pool_max_conns in the database URL, or the pooler's pool size)", waited, st.Max, st.InUse)
 }
 
 func (h *health) setWaiting(why string) {
@@ -425,6 +448,10 @@ func healthHandler(h *health) http.Handler {
 		}
 		if ok, why := sup.Ready(); !ok {
 			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
+			return
+		}
+		if warn := h.poolWarning(b); warn != "" {
+			fmt.Fprintln(w, "ready; "+warn)
 			return
 		}
 		fmt.Fprintln(w, "ready")
