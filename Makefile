@@ -47,13 +47,24 @@ cross-build:
 		CGO_ENABLED=0 GOOS=$${t%/*} GOARCH=$${t#*/} $(GO) build $$pkgs || exit 1; \
 	done
 
-# Everything, with -race, against a throw-away Postgres. When SONIQ_TEST_DATABASE_URL is
-# already set (as .ci/run does) that server is used; otherwise one is started and removed.
+# The examples' handler images (examples/node/Dockerfile, examples/python/Dockerfile: the
+# SDK in attach mode, no sidecar in them), without a Docker engine: pinned bases, non-root
+# USER, COPY sources present, and their CMD run here on a temporary socket path must listen
+# (0660), pass its HEALTHCHECK probe and exit 0 on SIGTERM (scripts/docker-steps-examples.sh).
+docker-steps-examples: deps-python deps-node
+	$(ON_VENV) scripts/docker-steps-examples.sh
+
+# Everything, with -race, against a throw-away Postgres and a PgBouncer in transaction
+# mode in front of it. When SONIQ_TEST_DATABASE_URL / SONIQ_TEST_PGBOUNCER_URL are already
+# set (as .ci/run does) they are used; otherwise they are started and removed.
+ifeq ($(SONIQ_TEST_PGBOUNCER_URL),)
+WITH_PGBOUNCER := .ci/pgbouncer.sh run
+endif
 test: build docker-steps docker-steps-examples cross-build
 ifeq ($(SONIQ_TEST_DATABASE_URL),)
-	.ci/pg.sh run $(MAKE) --no-print-directory lint test-go test-python test-node
+	.ci/pg.sh run .ci/pgbouncer.sh run $(MAKE) --no-print-directory lint test-go test-python test-node
 else
-	$(MAKE) --no-print-directory lint test-go test-python test-node
+	$(WITH_PGBOUNCER) $(MAKE) --no-print-directory lint test-go test-python test-node
 endif
 
 # The Go tests run the example handlers over both transports: the unix one

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -106,6 +107,8 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 	instance := fs.String("instance", "", "this sidecar's name among programs sharing its hostname and pid, e.g. two sidecars in one pod (default $SONIQ_INSTANCE, else "+supervisor.DefaultInstance+")")
 	dbWaitFlag := fs.String("database-wait", "", "how long to retry an unreachable database at start, e.g. 60s (default $SONIQ_DATABASE_WAIT seconds, else 60s)")
 	once := fs.Bool("once", false, "run the jobs that are due, then stop as on SIGTERM and exit 0 (for cron and CI)")
+	pooler := fs.String("database-pooler", "", "session (default) or transaction: transaction when --database-url goes through a transaction-mode pooler such as PgBouncer (default $SONIQ_DATABASE_POOLER; see docs/operations.md)")
+	listenURL := fs.String("listen-url", "", "optional postgres:// URL for the one LISTEN connection, straight to Postgres or a session-mode pool (default $SONIQ_DATABASE_LISTEN_URL)")
 	deadLetterUnknown := fs.Bool("dead-letter-unknown", false, "dead-letter jobs whose name no handler serves (only for a sidecar that owns its queues)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -113,6 +116,9 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 	}
 	if len(pos) > 0 {
 		return usageErrorf("run: unexpected argument %q", pos[0])
+	}
+	if over := dbFlagEnv(*pooler, *listenURL); len(over) > 0 {
+		e = withEnv(e, over)
 	}
 	if *manifestPath == "" {
 		if v, ok := e.lookupEnv("SONIQ_MANIFEST"); ok && v != "" {
@@ -186,7 +192,9 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	hs.setRunning(sup, b)
+	dbOpts := databaseOptions(e)
 	log.Info("starting", "version", version, "database", connect.Redact(databaseURL(e, *dbURL)),
+		"database_pooler", cmp.Or(dbOpts.Pooler, "session"), "listen_url", connect.Redact(dbOpts.ListenURL),
 		"manifest", m.Path, "worker_id", sup.WorkerID(), "shutdown_timeout", settings.ShutdownTimeout,
 		"sync_grace", settings.SyncHandlerGrace, "job_timeout", settings.JobTimeout, "state", supervisor.StateRunning.String())
 
@@ -238,6 +246,18 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 		return usageError{runErr}
 	}
 	return runErr
+}
+
+// dbFlagEnv maps run's connection flags onto the variables they outrank.
+func dbFlagEnv(pooler, listenURL string) map[string]string {
+	over := map[string]string{}
+	if pooler != "" {
+		over["SONIQ_DATABASE_POOLER"] = pooler
+	}
+	if listenURL != "" {
+		over["SONIQ_DATABASE_LISTEN_URL"] = listenURL
+	}
+	return over
 }
 
 // shutdownSignals start DRAINING (a second one forces FORCE_TIMEOUT_PATH).
@@ -349,6 +369,29 @@ type health struct {
 	sup     *supervisor.Supervisor
 	db      pinger
 	waiting string
+	// lastWaited is the pool's wait count at the previous /readyz.
+	lastWaited int64
+}
+
+// poolWarning says, for /readyz, whether the database pool was exhausted
+// since the previous probe: acquires that waited for a free connection.
+// It is a warning, not unreadiness: the sidecar still works, only slower,
+// and flipping readiness under load would stall a rolling deploy.
+func (h *health) poolWarning(db pinger) string {
+	ps, ok := db.(backends.PoolStater)
+	if !ok {
+		return ""
+	}
+	st := ps.PoolStats()
+	h.mu.Lock()
+	waited := st.Waited - h.lastWaited
+	h.lastWaited = st.Waited
+	h.mu.Unlock()
+	if waited <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("database pool exhausted since the last probe: %d acquires waited for a free connection (pool of %d, %d in use now; "+
+		"raise pool_max_conns in the database URL, or the pooler's pool size)", waited, st.Max, st.InUse)
 }
 
 func (h *health) setWaiting(why string) {
@@ -402,6 +445,10 @@ func healthHandler(h *health) http.Handler {
 		}
 		if ok, why := sup.Ready(); !ok {
 			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
+			return
+		}
+		if warn := h.poolWarning(b); warn != "" {
+			fmt.Fprintln(w, "ready; "+warn)
 			return
 		}
 		fmt.Fprintln(w, "ready")

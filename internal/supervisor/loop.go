@@ -213,7 +213,7 @@ func (l *loop) run() error {
 			l.spawn(pl, slot)
 		}
 	}
-	poll := time.NewTicker(l.cfg.Settings.PollInterval)
+	poll := time.NewTimer(jitterPoll(l.cfg.Settings.PollInterval))
 	defer poll.Stop()
 	tick := time.NewTicker(l.cfg.PingInterval)
 	defer tick.Stop()
@@ -227,6 +227,7 @@ func (l *loop) run() error {
 		case <-l.s.shutdown:
 			l.onShutdownRequest()
 		case <-poll.C:
+			poll.Reset(jitterPoll(l.cfg.Settings.PollInterval))
 			for _, pl := range l.pools {
 				pl.more = true
 				l.maybeClaim(pl)
