@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/soniq-dev/soniq-sidecar/backends"
-	"github.com/soniq-dev/soniq-sidecar/backends/postgres"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends/postgres"
 )
 
 // ceilingRun drains the queue with the sidecar's own statements and no

@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/soniq-dev/soniq-sidecar/backends"
-	"github.com/soniq-dev/soniq-sidecar/backends/postgres"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends/postgres"
 )
 
 // ---- 1, 2, 5: throughput, the database's ceiling, cost ----

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends"
 )
 
 // Soniq's own worker claims every job of its queues whatever its name, and

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends"
 )
 
 // When the heartbeat finds this sidecar's worker row gone or no longer

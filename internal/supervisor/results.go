@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 

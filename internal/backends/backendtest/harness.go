@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends"
 )
 
 // Harness is one fresh backend under test and its raw hooks.

@@ -10,10 +10,10 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/soniq-dev/soniq-sidecar/backends"
-	"github.com/soniq-dev/soniq-sidecar/backends/memory"
-	"github.com/soniq-dev/soniq-sidecar/backends/postgres"
-	"github.com/soniq-dev/soniq-sidecar/backends/sqlite"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends/memory"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends/postgres"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends/sqlite"
 )
 
 // ErrBadURL is returned (wrapped) for a database URL that names no

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/soniq-dev/soniq-sidecar/backends/memory"
-	"github.com/soniq-dev/soniq-sidecar/backends/sqlite"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends/memory"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends/sqlite"
 )
 
 func TestRedact(t *testing.T) {

@@ -3,7 +3,7 @@ package memory
 import (
 	"context"
 
-	"github.com/soniq-dev/soniq-sidecar/backends/backendtest"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends/backendtest"
 )
 
 // TaskRegistry reads every task registry row, for the contract suite's

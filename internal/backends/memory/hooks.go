@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends"
 )
 
 // The methods below reach past the Backend interface for the contract

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends"
 )
 
 // Backend is the in-memory store. The zero value is not usable; call New.

@@ -3,8 +3,8 @@ package memory_test
 import (
 	"testing"
 
-	"github.com/soniq-dev/soniq-sidecar/backends/backendtest"
-	"github.com/soniq-dev/soniq-sidecar/backends/memory"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends/backendtest"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends/memory"
 )
 
 func TestContract(t *testing.T) {

@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/soniq-dev/soniq-sidecar/backends"
-	"github.com/soniq-dev/soniq-sidecar/backends/backendtest"
-	"github.com/soniq-dev/soniq-sidecar/backends/postgres/pgtest"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends/backendtest"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends/postgres/pgtest"
 )
 
 // openTest returns a migrated backend on a fresh database, and its URL.

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends"
 )
 
 const deadLetterColumns = `id, job_name, args, queue, priority, max_attempts, attempts, last_error,

@@ -10,7 +10,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends"
 )
 
 // Soniq's defaults for a job nobody configured.

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends"
 )
 
 // Stats reads one GROUP BY over soniq_jobs and the dead-letter count in a

@@ -24,7 +24,7 @@ import (
 	// Also registers the "sqlite" database/sql driver.
 	msqlite "modernc.org/sqlite"
 
-	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends"
 )
 
 const (

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends"
 )
 
 // RegisterWorker upserts the worker row. Soniq's SQLite soniq_workers has
