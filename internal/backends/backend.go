@@ -2,7 +2,7 @@
 // database holding Soniq's tables, and the types that cross it.
 //
 // Every implementation (postgres, sqlite, memory) must pass the shared
-// contract suite in backends/backendtest. The row-level semantics of each
+// contract suite in internal/backends/backendtest. The row-level semantics of each
 // operation, and where they differ from the released Soniq package, are in
 // docs/compatibility.md.
 //
