@@ -203,6 +203,20 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 	if !isUUID(p.WorkerID) {
 		return nil, fmt.Errorf("claim: worker id %q is not a uuid (soniq_jobs.worker_id is uuid)", p.WorkerID)
 	}
+	sql, args := claimStatement(p)
+	rows, err := b.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, b.wrap(err, "claim jobs for worker %s", p.WorkerID)
+	}
+	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (backends.Job, error) { return scanJob(r) })
+	if err != nil {
+		return nil, b.wrap(err, "claim jobs for worker %s", p.WorkerID)
+	}
+	return jobs, nil
+}
+
+// claimStatement builds the claim for p: the statement and its arguments.
+func claimStatement(p backends.ClaimParams) (string, []any) {
 	// Filters are added only when set so the planner sees plain predicates
 	// it can match to idx_soniq_jobs_queue_status_priority.
 	args := []any{p.WorkerID, p.Limit}
@@ -234,15 +248,7 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 )
 SELECT ` + jobColumns("") + ` FROM claimed
 ORDER BY priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC`
-	rows, err := b.pool.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, b.wrap(err, "claim jobs for worker %s", p.WorkerID)
-	}
-	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (backends.Job, error) { return scanJob(r) })
-	if err != nil {
-		return nil, b.wrap(err, "claim jobs for worker %s", p.WorkerID)
-	}
-	return jobs, nil
+	return sql, args
 }
 
 // Complete applies guarded terminal writes: one statement per outcome kind,

@@ -407,7 +407,12 @@ func healthHandler(h *health) http.Handler {
 			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
 			return
 		}
+		// Advisories (a missing claim-order index) stay 200: the pod
+		// works, and restarting or unrouting it would fix nothing.
 		fmt.Fprintln(w, "ready")
+		for _, a := range sup.Advisories() {
+			fmt.Fprintln(w, a)
+		}
 	})
 	if h.metrics != nil {
 		mux.Handle("/metrics", h.metrics)
