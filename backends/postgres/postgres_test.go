@@ -429,3 +429,37 @@ func TestClaimIndexServesSoniqAndSidecarClaims(t *testing.T) {
 	plan = strings.Join(lines, "\n")
 	assert.Contains(t, plan, "soniq_sidecar_claim_order", "the sidecar's claim uses the index:\n%s", plan)
 }
+
+// A queue table whose statistics are stale (never analysed since it was
+// filled, as after a TRUNCATE and a burst of enqueues) must still be
+// claimed through the claim-order index, not by sorting every queued row
+// and hashing the table, and the update must find its rows by primary key.
+func TestClaimPlanIgnoresStaleStatistics(t *testing.T) {
+	b, _ := openTest(t)
+	ctx := t.Context()
+	require.NoError(t, b.CreateClaimIndex(ctx))
+	_, err := b.pool.Exec(ctx, `INSERT INTO soniq_jobs (id, job_name, args, status, priority, queue)
+		SELECT gen_random_uuid(), 'x', '{}', 'queued', 100, 'default' FROM generate_series(1, 20000)`)
+	require.NoError(t, err)
+	var tuples float64
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'soniq_jobs'::regclass`).Scan(&tuples))
+	require.Less(t, tuples, 1000.0, "the statistics do not know the rows yet")
+
+	sql, args := claimStatement(backends.ClaimParams{WorkerID: registerWorker(t, b, 1), Limit: 64, Names: []string{"x"}})
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	_, err = tx.Exec(ctx, claimPlannerHints)
+	require.NoError(t, err)
+	rows, err := tx.Query(ctx, `EXPLAIN `+sql, args...)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	plan := strings.Join(lines, "\n")
+	assert.Contains(t, plan, "Index Scan using soniq_sidecar_claim_order", plan)
+	assert.Contains(t, plan, "Index Scan using soniq_jobs_pkey", plan)
+	assert.NotContains(t, plan, "Hash", plan)
+	assert.NotContains(t, plan, "Bitmap", plan)
+	assert.NotContains(t, plan, "Seq Scan", plan)
+	assert.Equal(t, 1, strings.Count(plan, "Sort Key"), "only the 64 claimed rows are sorted:\n%s", plan)
+}
