@@ -11,7 +11,7 @@ VENV     ?= .venv
 VENV_PYTHON := $(VENV)/bin/python
 ON_VENV  := PATH="$(abspath $(VENV))/bin:$$PATH"
 
-.PHONY: all build docker-steps test test-go test-python test-node lint vet fmt-check demo demo-python demo-node bench clean
+.PHONY: all build docker-steps test test-go test-python test-node lint vet fmt-check demo demo-python demo-node bench bench-smoke clean
 
 all: build
 
@@ -35,9 +35,9 @@ docker-steps: build
 # already set (as .ci/run does) that server is used; otherwise one is started and removed.
 test: build docker-steps
 ifeq ($(SONIQ_TEST_DATABASE_URL),)
-	.ci/pg.sh run $(MAKE) --no-print-directory lint test-go test-python test-node
+	.ci/pg.sh run $(MAKE) --no-print-directory lint test-go test-python test-node bench-smoke
 else
-	$(MAKE) --no-print-directory lint test-go test-python test-node
+	$(MAKE) --no-print-directory lint test-go test-python test-node bench-smoke
 endif
 
 # The Go tests run the example handlers over both transports: the unix one
@@ -85,6 +85,11 @@ demo-node: build
 # docs/benchmarks.png (its own throw-away Postgres and cached venvs). Not part of `make test`.
 bench: deps-python deps-node  # the unix rows need the gRPC packages
 	$(ON_VENV) bench/run.sh
+
+# `make bench` with tiny sizes (about a minute, its own throw-away Postgres and
+# scratch output): proves the bench still runs; asserts nothing about speed.
+bench-smoke: deps-python deps-node
+	$(ON_VENV) BENCH_QUICK=1 bench/run.sh
 
 clean:
 	rm -rf bin $(VENV)
