@@ -266,12 +266,12 @@ func (u *unixProc) connect() bool {
 	}
 	d, err := u.hc.Describe(ctx, &handlerpb.DescribeRequest{})
 	if err != nil {
-		u.brokenRPC(fmt.Errorf("Describe: %w", err))
+		u.brokenRPC(fmt.Errorf("calling Describe: %w", err))
 		return false
 	}
 	hello, err := d.ToProtocol(u.te.maxFrame)
 	if err != nil {
-		u.protocolError(fmt.Errorf("Describe: %w", err))
+		u.protocolError(fmt.Errorf("the Describe answer: %w", err))
 		return false
 	}
 	u.emit(hello)
@@ -352,7 +352,7 @@ func (u *unixProc) execute(job *protocol.Job) {
 		case err == nil:
 			r, perr := res.ToProtocol(job.ID, u.te.maxFrame)
 			if perr != nil {
-				u.protocolError(fmt.Errorf("Execute of job %s: %w", job.ID, perr))
+				u.protocolError(fmt.Errorf("the Execute answer for job %s: %w", job.ID, perr))
 				return
 			}
 			u.emit(r)
@@ -361,7 +361,7 @@ func (u *unixProc) execute(job *protocol.Job) {
 			// handler's `cancelled` answer.
 			u.emit(&protocol.Result{ID: job.ID, Status: protocol.StatusCancelled})
 		default:
-			u.brokenRPC(fmt.Errorf("Execute of job %s: %w", job.ID, err))
+			u.brokenRPC(fmt.Errorf("calling Execute for job %s: %w", job.ID, err))
 		}
 	}()
 }

@@ -30,6 +30,7 @@ from grpc_health.v1.health import aio as health_aio
 
 from . import handler_pb2 as pb
 from . import protocol
+from ._session import SessionCore, session_method
 from .app import (
     EXIT_NO_COMMON_PROTOCOL,
     SDK_NAME,
@@ -139,6 +140,19 @@ class _Server:
         self.drained = asyncio.Event()
         self.slots = asyncio.Semaphore(app.concurrency)
         self.trace = _Trace(os.environ.get("HANDLER_TRACE_FRAMES"))
+        # The Session stream (the sidecar's newer form of these calls): its
+        # end ends the process, as EOF on stdin does on stdio.
+        self.core = SessionCore(app, version, attach=False, on_change=self._session_changed)
+
+    def _session_changed(self) -> None:
+        if self.core.session_ended or self.app._failure is not None:
+            self.draining = True
+        self._check_drained()
+
+    def _check_drained(self) -> None:
+        failed = self.app._failure is not None
+        if failed or (self.draining and not self.held and not self.core.held):
+            self.drained.set()
 
     # ---------------------------------------------------------------- Handler
 
@@ -217,8 +231,7 @@ class _Server:
         self.reasons.pop(job_id, None)
         self.cancellable.pop(job_id, None)
         self.slots.release()
-        if self.draining and not self.held:
-            self.drained.set()
+        self._check_drained()
 
     async def cancel(self, request: pb.CancelRequest, context: Any) -> pb.CancelResponse:
         self.trace({"type": "cancel", "id": request.id, "reason": request.reason})
@@ -234,8 +247,7 @@ class _Server:
     async def shutdown(self, request: bytes, context: Any) -> bytes:
         self.trace({"type": "shutdown"})
         self.draining = True
-        if not self.held:
-            self.drained.set()
+        self._check_drained()
         return b""
 
 
@@ -259,6 +271,7 @@ def _generic_handlers(srv: _Server) -> List[Any]:
                 request_deserializer=pb.CancelRequest.FromString,
                 response_serializer=pb.CancelResponse.SerializeToString,
             ),
+            "Session": session_method(srv.core),
         },
     )
     # go-plugin's controller: Shutdown(Empty) returns (Empty); an Empty is
@@ -325,6 +338,8 @@ async def _serve(app: App, version: int, path: str) -> None:
         await server.start()
         _handshake(f"{CORE_PROTOCOL_VERSION}|{version}|unix|{path}|grpc")
         await srv.drained.wait()
+        if app._failure is not None:
+            raise app._failure  # serve() only: run() has exited already
         await app._hooks_idle()  # after_job / on_error hooks still running
         # Every job has ended and its response was handed to gRPC; let the last
         # responses (and the Shutdown reply) go out before closing.

@@ -16,7 +16,22 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Awaitable, Callable, Deque, Dict, List, NoReturn, Optional, Set, Tuple, Type, TypeVar, Union
+from typing import (
+    Any,
+    Awaitable,
+    Callable,
+    Deque,
+    Dict,
+    List,
+    Mapping,
+    NoReturn,
+    Optional,
+    Set,
+    Tuple,
+    Type,
+    TypeVar,
+    Union,
+)
 
 from . import protocol
 from ._version import PROTOCOL_VERSIONS, __version__
@@ -29,6 +44,7 @@ EXIT_NO_COMMON_PROTOCOL = 3
 EXIT_PROTOCOL_ERROR = 4
 EXIT_SIDECAR_GONE = 1
 EXIT_CANNOT_START = 1
+EXIT_USAGE = 2  # attach mode: a bad --listen, or its socket path in use or not a socket
 
 # A job handler: f(args) or f(args, ctx), a plain def or an async def. The
 # decorator hands it back unchanged, with its own type.
@@ -125,6 +141,23 @@ HookT = TypeVar("HookT", bound=Callable[..., Any])
 BeforeJobT = TypeVar("BeforeJobT", bound=Callable[[str, str, int], Any])
 AfterJobT = TypeVar("AfterJobT", bound=Callable[[str, str, float], Any])
 OnErrorT = TypeVar("OnErrorT", bound=Callable[[str, str, str, int], Any])
+
+
+def _job_context(msg: protocol.JobFrame) -> JobContext:
+    """The JobContext of a decoded job frame (either transport's)."""
+    return JobContext(
+        id=msg["id"],
+        name=msg["name"],
+        attempt=msg["attempt"],
+        max_attempts=msg["max_attempts"],
+        queue=msg["queue"],
+        deadline=_deadline_datetime(msg["deadline"]),
+        traceparent=msg["traceparent"],
+        deadline_ms=msg["deadline"],
+        worker_id=msg["worker_id"] or "",
+        scheduled_at=_deadline_datetime(msg["scheduled_at"]),
+        created_at=_deadline_datetime(msg["created_at"]),
+    )
 
 
 def _deadline_datetime(ms: Optional[int]) -> Optional[datetime]:
@@ -382,17 +415,28 @@ class App:
             )
         if not self._handlers:
             raise self._fail(EXIT_CANNOT_START, "no jobs registered: a handler process must serve at least one job")
-        if os.environ.get("SONIQ_TRANSPORT", "stdio") == "unix":
+        try:
+            listen = _listen_path(sys.argv[1:], os.environ)
+        except ServeError as e:
+            raise self._fail(e.exit_code, str(e)) from None
+        if listen is not None or os.environ.get("SONIQ_TRANSPORT", "stdio") == "unix":
             # gRPC over a Unix socket (docs/protocol.md); its dependencies
             # (the unix extra) are imported only here.
             try:
                 from . import _unix
             except ImportError as e:
+                what = "--listen/SONIQ_LISTEN" if listen is not None else "SONIQ_TRANSPORT=unix"
                 raise self._fail(
                     EXIT_CANNOT_START,
-                    "SONIQ_TRANSPORT=unix needs grpcio, grpcio-health-checking and protobuf "
+                    f"{what} needs grpcio, grpcio-health-checking and protobuf "
                     f'(pip install "soniq-handler[unix]"): {e}',
                 ) from None
+            if listen is not None:
+                # Attach mode: a socket of our own that sidecars connect to.
+                from . import _listen
+
+                await _listen.serve(self, version, listen)
+                return
             await _unix.serve(self, version)
             return
         self._chan = _protect_stdio()
@@ -504,20 +548,7 @@ class App:
             )
             return
         handler = self._handlers.get(msg["name"])
-        ctx = JobContext(
-            id=job_id,
-            name=msg["name"],
-            attempt=msg["attempt"],
-            max_attempts=msg["max_attempts"],
-            queue=msg["queue"],
-            deadline=_deadline_datetime(msg["deadline"]),
-            traceparent=msg["traceparent"],
-            deadline_ms=msg["deadline"],
-            worker_id=msg["worker_id"] or "",
-            scheduled_at=_deadline_datetime(msg["scheduled_at"]),
-            created_at=_deadline_datetime(msg["created_at"]),
-        )
-        self._running[job_id] = _Running(handler, msg["args"], ctx)
+        self._running[job_id] = _Running(handler, msg["args"], _job_context(msg))
         if self._active < self.concurrency:
             self._launch(job_id)
         else:
@@ -843,6 +874,22 @@ def _wrap(mw: Callable[..., Any], call_next: CallNext) -> CallNext:
 
 def _callable_name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
+
+
+def _listen_path(argv: List[str], env: Mapping[str, str]) -> Optional[str]:
+    """The socket path of attach mode: ``--listen PATH`` (or ``--listen=PATH``)
+    on the command line, else $SONIQ_LISTEN; None for a handler the sidecar
+    spawns."""
+    for i, arg in enumerate(argv):
+        if arg == "--listen":
+            if i + 1 >= len(argv) or not argv[i + 1]:
+                raise ServeError("--listen needs a socket path", EXIT_USAGE)
+            return argv[i + 1]
+        if arg.startswith("--listen="):
+            if arg == "--listen=":
+                raise ServeError("--listen needs a socket path", EXIT_USAGE)
+            return arg[len("--listen="):]
+    return env.get("SONIQ_LISTEN") or None
 
 
 def negotiate_version(offered: Optional[str]) -> Optional[int]:

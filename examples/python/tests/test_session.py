@@ -1,0 +1,358 @@
+"""The Session stream over a real socket: the example handler as its own
+process (attach mode with --listen, and spawned with go-plugin's handshake),
+a real gRPC client in the test. Includes the conformance vectors run over a
+Session."""
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+
+import grpc
+import pytest
+
+from soniq_handler import handler_pb2 as pb
+from soniq_handler._session import frame_of
+from soniq_handler import protocol
+
+from test_e2e import PKG_DIR, child_env
+from test_vectors import VECTORS, _frame
+
+SESSION = "/soniq.handler.v1.Handler/Session"
+
+
+class Client:
+    """One Session: messages go in through a queue, come out of an iterator."""
+
+    def __init__(self, sock):
+        self.channel = grpc.insecure_channel(f"unix:{sock}")
+        self.out = queue.Queue()
+        call = self.channel.stream_stream(
+            SESSION,
+            request_serializer=pb.SidecarMessage.SerializeToString,
+            response_deserializer=pb.HandlerMessage.FromString,
+        )
+        self.call = call(iter(self.out.get, None))
+        self.msgs = iter(self.call)
+
+    def send(self, **kw):
+        self.out.put(pb.SidecarMessage(**kw))
+
+    def recv(self):
+        return next(self.msgs)
+
+    def hello(self):
+        m = self.recv()
+        assert m.WhichOneof("message") == "hello", m
+        return m.hello
+
+    def close(self):
+        self.out.put(None)
+        self.call.cancel()
+        self.channel.close()
+
+
+def job(job_id, name="examples.add", args='{"a": 1, "b": 2}'):
+    return pb.Job(id=job_id, name=name, args_json=args, attempt=1, max_attempts=3, queue="default")
+
+
+class Listening:
+    """The example handler serving a socket of its own."""
+
+    def __init__(self, tmp_path, **env):
+        self.sock = str(tmp_path / "h.sock")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-u", "-m", "soniq_handler_examples", "--listen", self.sock],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=child_env(**env), cwd=PKG_DIR,
+        )
+        self.lines = []
+        self.listening = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+        assert self.listening.wait(20), self.stderr()
+
+    def _read(self):
+        for raw in self.proc.stderr:
+            line = raw.decode(errors="replace")
+            self.lines.append(line)
+            if "listening on" in line:
+                self.listening.set()
+
+    def stderr(self):
+        return "".join(self.lines)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def listening(tmp_path):
+    h = Listening(tmp_path)
+    yield h
+    h.stop()
+
+
+def test_listen_prints_no_handshake_and_serves(listening):
+    c = Client(listening.sock)
+    hello = c.hello()
+    assert hello.protocol == 1 and hello.pid == listening.proc.pid and len(hello.running) == 0
+    c.send(job=job("a1"))
+    m = c.recv()
+    assert m.result.id == "a1" and m.result.status == pb.Result.DONE and json.loads(m.result.result_json) == {"sum": 3}
+    c.close()
+    assert oct(os.stat(listening.sock).st_mode & 0o777) == oct(0o660)
+    listening.proc.terminate()
+    assert listening.proc.wait(10) == 0
+    assert listening.proc.stdout.read() == b""  # no go-plugin handshake line
+    assert not os.path.exists(listening.sock)
+
+
+def test_listen_from_the_environment(tmp_path):
+    sock = str(tmp_path / "env.sock")
+    proc = subprocess.Popen([sys.executable, "-m", "soniq_handler_examples"], stderr=subprocess.PIPE,
+                            env=child_env(SONIQ_LISTEN=sock), cwd=PKG_DIR)
+    try:
+        assert b"listening on unix socket " + sock.encode() in proc.stderr.readline()
+        assert subprocess.run([sys.executable, "-m", "soniq_handler", "probe", sock], env=child_env()).returncode == 0
+    finally:
+        proc.terminate()
+        assert proc.wait(10) == 0
+
+
+def test_probe_without_a_socket_fails_with_a_reason(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "soniq_handler", "probe", str(tmp_path / "none.sock")],
+                       capture_output=True, env=child_env())
+    assert r.returncode == 1 and b"does not exist" in r.stderr and r.stderr.count(b"\n") == 1
+
+
+def test_bad_message_ends_the_session_not_the_process(listening):
+    c = Client(listening.sock)
+    c.hello()
+    c.send(ping=pb.Ping(seq=-1))
+    with pytest.raises(grpc.RpcError) as info:
+        c.recv()
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details().startswith("protocol error: invalid_value at seq")
+    c.close()
+    assert listening.proc.poll() is None
+    d = Client(listening.sock)  # the next session is served
+    d.hello()
+    d.close()
+
+
+def test_results_of_a_broken_session_go_to_the_next(listening):
+    c = Client(listening.sock)
+    c.hello()
+    c.send(job=job("s1", "examples.sleep_async", '{"seconds": 1}'))
+    c.send(ping=pb.Ping(seq=1))
+    assert c.recv().pong.seq == 1
+    c.close()
+    deadline = time.monotonic() + 10
+    while True:  # the handler may not have seen the break yet
+        d = Client(listening.sock)
+        try:
+            hello = d.hello()
+            break
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.FAILED_PRECONDITION and time.monotonic() < deadline
+            d.close()
+    assert [(r.id, r.name) for r in hello.running] == [("s1", "examples.sleep_async")]
+    m = d.recv()
+    assert m.result.id == "s1" and m.result.status == pb.Result.DONE
+    d.close()
+
+
+def test_spawned_session_ends_the_process(tmp_path):
+    env = child_env(SONIQ_TRANSPORT="unix", SONIQ_PLUGIN_MAGIC_COOKIE="soniq-handler-v1",
+                    PLUGIN_PROTOCOL_VERSIONS="1", PLUGIN_UNIX_SOCKET_DIR=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-m", "soniq_handler_examples"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, cwd=PKG_DIR)
+    try:
+        sock = proc.stdout.readline().decode().strip().split("|")[3]
+        c = Client(sock)
+        c.hello()
+        c.send(job=job("p1", "examples.sleep_sync", '{"seconds": 0.3}'))
+        c.send(shutdown=pb.Shutdown())
+        m = c.recv()
+        assert m.result.id == "p1" and m.result.status == pb.Result.DONE
+        with pytest.raises(StopIteration):
+            c.recv()  # closed cleanly once the job reported
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_spawned_protocol_error_exits_4(tmp_path):
+    env = child_env(SONIQ_TRANSPORT="unix", SONIQ_PLUGIN_MAGIC_COOKIE="soniq-handler-v1",
+                    PLUGIN_PROTOCOL_VERSIONS="1", PLUGIN_UNIX_SOCKET_DIR=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-m", "soniq_handler_examples"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, cwd=PKG_DIR)
+    try:
+        sock = proc.stdout.readline().decode().strip().split("|")[3]
+        c = Client(sock)
+        c.hello()
+        c.send(job=job("", "examples.add"))
+        assert proc.wait(10) == 4
+        assert b"protocol error: invalid_value at id" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+# ---------------------------------------------------------------- vectors
+
+KNOWN = {
+    "job": {"type", "id", "name", "args", "attempt", "max_attempts", "queue", "deadline", "traceparent",
+            "worker_id", "scheduled_at", "created_at"},
+    "cancel": {"type", "id", "reason"},
+    "ping": {"type", "seq"},
+    "shutdown": {"type"},
+}
+SIDECAR_TYPES = set(KNOWN)
+INT32 = (-(2**31), 2**31 - 1)
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def _is_int(v, bounds):
+    return type(v) is int and bounds[0] <= v <= bounds[1]
+
+
+def as_message(vector):
+    try:
+        return _as_message(vector)
+    except (UnicodeError, ValueError):
+        return None  # a string protobuf cannot carry (not UTF-8: a lone surrogate)
+
+
+def _as_message(vector):
+    """The SidecarMessage that carries the vector's frame, or None when
+    protobuf cannot express it (bytes that are no JSON object, a field of a
+    type or range the message cannot hold, a missing field proto3 cannot
+    tell from its default). A job's args travel as the JSON text they are."""
+    try:
+        frame = json.loads(_frame(vector).decode("utf-8"))
+    except ValueError:
+        return None
+    if not isinstance(frame, dict) or frame.get("type") not in SIDECAR_TYPES:
+        return None
+    t = frame["type"]
+    if set(frame) - KNOWN[t]:
+        return None  # protobuf drops unknown fields: their faults cannot travel
+    if t == "shutdown":
+        return pb.SidecarMessage(shutdown=pb.Shutdown())
+    if t == "ping":
+        return pb.SidecarMessage(ping=pb.Ping(seq=frame["seq"])) if _is_int(frame.get("seq"), INT64) else None
+    if t == "cancel":
+        if not all(isinstance(frame.get(k), str) for k in ("id", "reason")):
+            return None
+        return pb.SidecarMessage(cancel=pb.CancelRequest(id=frame["id"], reason=frame["reason"]))
+    if not all(isinstance(frame.get(k), str) for k in ("id", "name", "queue")):
+        return None
+    if not all(_is_int(frame.get(k), INT32) for k in ("attempt", "max_attempts")):
+        return None
+    j = pb.Job(id=frame["id"], name=frame["name"], attempt=frame["attempt"], max_attempts=frame["max_attempts"],
+               queue=frame["queue"])
+    if "args" in frame:
+        # As the sidecar writes it: 1e400 comes out as Infinity, a lone
+        # surrogate as its escape; the frame checks refuse both.
+        j.args_json = json.dumps(frame["args"], allow_nan=True)
+    for key, field in (("deadline", "deadline_ms"), ("scheduled_at", "scheduled_at_ms"),
+                       ("created_at", "created_at_ms")):
+        v = frame.get(key)
+        if v is None:
+            continue
+        if not _is_int(v, INT64):
+            return None
+        setattr(j, field, v)
+    for key in ("traceparent", "worker_id"):
+        v = frame.get(key)
+        if v is None:
+            continue
+        if not isinstance(v, str):
+            return None
+        setattr(j, key, v)
+    return pb.SidecarMessage(job=j)
+
+
+CASES = [(v, m) for v in VECTORS if (m := as_message(v)) is not None]
+
+
+def test_enough_vectors_travel_over_a_session():
+    valid = sum(1 for v, _ in CASES if v["valid"])
+    invalid = len(CASES) - valid
+    assert valid >= 25 and invalid >= 15, (valid, invalid)
+
+
+@pytest.fixture(scope="module")
+def handlers(tmp_path_factory):
+    """One listening handler per frame limit the vectors use."""
+    started = {}
+
+    def get(limit):
+        if limit not in started:
+            env = {} if limit is None else {"SONIQ_MAX_FRAME_BYTES": str(limit)}
+            started[limit] = Listening(tmp_path_factory.mktemp("vec"), **env)
+        return started[limit]
+
+    yield get
+    for h in started.values():
+        h.stop()
+
+
+@pytest.mark.parametrize("vector,message", CASES, ids=[v["name"] for v, _ in CASES])
+def test_vector_over_session(handlers, vector, message):
+    h = handlers(vector.get("max_frame_bytes"))
+    c = Client(h.sock)
+    try:
+        c.hello()
+        c.send(**{message.WhichOneof("message"): getattr(message, message.WhichOneof("message"))})
+        kind = message.WhichOneof("message")
+        if not vector["valid"]:
+            with pytest.raises(grpc.RpcError) as info:
+                while True:
+                    c.recv()
+            want = vector["error"]
+            text = want["code"] + (f" at {want['field']}" if "field" in want else "")
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value
+            assert info.value.details().startswith(f"protocol error: {text}"), info.value.details()
+            return
+        if kind == "shutdown":
+            with pytest.raises(StopIteration):
+                c.recv()  # the session ends: it holds no job
+            return
+        if kind == "job":
+            m = c.recv()
+            assert m.result.id == message.job.id, m
+            return
+        c.send(ping=pb.Ping(seq=9))  # a cancel has no answer: the pong shows it was taken
+        m = c.recv()
+        if kind == "ping":
+            assert m.pong.seq == message.ping.seq
+            m = c.recv()
+        assert m.pong.seq == 9
+    finally:
+        c.close()
+
+
+def test_frame_of_puts_args_in_as_they_came():
+    m = pb.SidecarMessage(job=pb.Job(id="i", name="n", args_json='{"b": 1, "a": [1.5]}', attempt=1,
+                                     max_attempts=2, queue="q", deadline_ms=5))
+    assert frame_of(m) == b'{"type":"job","id":"i","name":"n","args":{"b": 1, "a": [1.5]},' \
+                          b'"attempt":1,"max_attempts":2,"queue":"q","deadline":5}'
+    assert protocol.decode(frame_of(m))["args"] == {"b": 1, "a": [1.5]}
+    spliced = pb.SidecarMessage(job=pb.Job(id="i", name="n", args_json='{}, "attempt": 9', attempt=1,
+                                           max_attempts=2, queue="q"))
+    with pytest.raises(protocol.ProtocolError) as info:
+        frame_of(spliced)
+    assert info.value.code == "invalid_json"
+    with pytest.raises(protocol.ProtocolError) as info:
+        frame_of(pb.SidecarMessage())
+    assert info.value.code == "unknown_type"

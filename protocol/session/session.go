@@ -1,0 +1,292 @@
+// Package session is the sidecar's side of the Session stream
+// (rpc Session of protocol/handler.proto): one long-lived bidirectional gRPC
+// stream per sidecar session with a handler process that serves a Unix
+// socket. It dials the socket, opens the stream, receives the handler's
+// hello and every later message converted to the protocol package's types
+// and put through exactly the checks the stdio decoder applies, and sends
+// jobs, cancels, pings and shutdown. docs/protocol.md ("The Session stream
+// and attach mode") is the specification.
+//
+// The package starts no goroutine: Recv blocks in the caller's goroutine,
+// and the stream lives until the context given to Open is done or Close is
+// called. It knows nothing of processes or databases.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/soniq-dev/soniq-sidecar/protocol"
+	"github.com/soniq-dev/soniq-sidecar/protocol/handlerpb"
+)
+
+// The errors a session reports, for errors.Is.
+var (
+	// ErrRefused: the handler refused the session because another one is
+	// open (gRPC FAILED_PRECONDITION). A *RefusedError carries its message.
+	ErrRefused = errors.New("session refused by the handler")
+	// ErrBroken: the stream ended without the handler closing it cleanly
+	// (the connection broke, the handler exited or aborted the session).
+	ErrBroken = errors.New("session stream broken")
+	// ErrProtocol: the handler sent a message that is not valid protocol v1
+	// (a *protocol.FrameError is wrapped when the frame checks failed).
+	ErrProtocol = errors.New("protocol error")
+	// ErrUnsendable: a job the handler's decoder would refuse; the session
+	// is unaffected, the job was not sent.
+	ErrUnsendable = errors.New("job cannot be sent")
+	// ErrClosed: Send or Recv after Close.
+	ErrClosed = errors.New("session closed")
+)
+
+// RefusedError is the handler's refusal of a second session: Message names
+// the session that is open.
+type RefusedError struct{ Message string }
+
+func (e *RefusedError) Error() string { return "session refused by the handler: " + e.Message }
+
+// Is makes errors.Is(err, ErrRefused) true.
+func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
+
+// TypeDraining is the type of the Draining message, which has no stdio frame.
+const TypeDraining protocol.Type = "draining"
+
+// Draining: the handler was told to stop and takes no new job; jobs it
+// holds still report their results, and it exits when it holds none.
+type Draining struct{}
+
+// Type implements protocol.Message.
+func (*Draining) Type() protocol.Type { return TypeDraining }
+
+// RunningJob is a job the handler still runs from an earlier session.
+type RunningJob struct {
+	ID   string
+	Name string
+}
+
+// Hello is the handler's first message: the stdio hello, plus the jobs it
+// still runs from an earlier session.
+type Hello struct {
+	protocol.Hello
+	Running []RunningJob
+}
+
+// Options tune Open. The zero value is usable.
+type Options struct {
+	// HelloTimeout bounds the wait for the hello, dialing included
+	// (the manifest's startup_timeout); 0 means 30 s.
+	HelloTimeout time.Duration
+	// MaxFrameBytes is the frame limit every message is checked against;
+	// 0 means protocol.DefaultMaxFrameBytes.
+	MaxFrameBytes int
+}
+
+const (
+	defaultHelloTimeout = 30 * time.Second
+	// envelope is what a gRPC message may carry beyond a frame's payload.
+	envelope = 64 << 10
+)
+
+// Session is one open Session stream. Send may be called from any
+// goroutine; Recv from one goroutine at a time.
+type Session struct {
+	conn     *grpc.ClientConn
+	stream   grpc.BidiStreamingClient[handlerpb.SidecarMessage, handlerpb.HandlerMessage]
+	cancel   context.CancelFunc
+	hello    *Hello
+	maxFrame int
+
+	sendMu sync.Mutex
+	mu     sync.Mutex
+	closed bool
+}
+
+// Open dials the Unix socket at path, opens a Session and receives the
+// hello. ctx governs the whole session: when it is done the stream ends.
+// A refused session is a *RefusedError (ErrRefused); a hello that fails
+// the checks is ErrProtocol.
+func Open(ctx context.Context, path string, opt Options) (*Session, error) {
+	if opt.HelloTimeout <= 0 {
+		opt.HelloTimeout = defaultHelloTimeout
+	}
+	if opt.MaxFrameBytes <= 0 {
+		opt.MaxFrameBytes = protocol.DefaultMaxFrameBytes
+	}
+	conn, err := grpc.NewClient("passthrough:///soniq-handler",
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}),
+		grpc.WithDefaultCallOptions(
+			grpc.MaxCallRecvMsgSize(opt.MaxFrameBytes+envelope),
+			grpc.MaxCallSendMsgSize(opt.MaxFrameBytes+envelope),
+		),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("session with %s: creating the client: %w", path, err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	s := &Session{conn: conn, cancel: cancel, maxFrame: opt.MaxFrameBytes}
+	// The hello must come within HelloTimeout: past it the stream is cancelled.
+	timer := time.AfterFunc(opt.HelloTimeout, cancel)
+	hello, err := s.open(sctx, path)
+	timer.Stop()
+	if err != nil {
+		if sctx.Err() != nil && ctx.Err() == nil {
+			// Only the timer cancels sctx before Open returns.
+			err = fmt.Errorf("session with %s: no hello within %s: %w", path, opt.HelloTimeout, err)
+		}
+		_ = s.Close()
+		return nil, err
+	}
+	s.hello = hello
+	return s, nil
+}
+
+func (s *Session) open(ctx context.Context, path string) (*Hello, error) {
+	stream, err := handlerpb.NewHandlerClient(s.conn).Session(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("session with %s: opening the stream: %w", path, classify(err))
+	}
+	s.stream = stream
+	m, err := stream.Recv()
+	if err != nil {
+		if err == io.EOF {
+			return nil, fmt.Errorf("session with %s: stream closed before the hello: %w", path, ErrProtocol)
+		}
+		return nil, fmt.Errorf("session with %s: waiting for the hello: %w", path, classify(err))
+	}
+	h := m.GetHello()
+	if h == nil {
+		return nil, fmt.Errorf("session with %s: first message is %s, not hello: %w", path, kind(m), ErrProtocol)
+	}
+	hello, err := convertHello(h, s.maxFrame)
+	if err != nil {
+		return nil, fmt.Errorf("session with %s: %w: %w", path, ErrProtocol, err)
+	}
+	return hello, nil
+}
+
+// Hello is the hello the session opened with.
+func (s *Session) Hello() *Hello { return s.hello }
+
+// Recv returns the handler's next message: *protocol.Result,
+// *protocol.Pong or *Draining. It returns io.EOF once the handler has
+// closed the session cleanly (after shutdown), an error wrapping ErrBroken
+// when the stream broke, and one wrapping ErrProtocol for a message that
+// fails the checks (the caller should then Close the session).
+func (s *Session) Recv() (protocol.Message, error) {
+	if s.isClosed() {
+		return nil, ErrClosed
+	}
+	m, err := s.stream.Recv()
+	if err == io.EOF {
+		return nil, io.EOF
+	}
+	if err != nil {
+		if s.isClosed() {
+			return nil, ErrClosed
+		}
+		return nil, fmt.Errorf("receiving: %w", classify(err))
+	}
+	msg, err := convert(m, s.maxFrame)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrProtocol, err)
+	}
+	return msg, nil
+}
+
+// Send sends a *protocol.Job, *protocol.Cancel, *protocol.Ping or
+// *protocol.Shutdown. A job the handler's decoder would refuse is not sent
+// (ErrUnsendable); a failed send means the stream is broken (ErrBroken:
+// Recv tells why).
+func (s *Session) Send(m protocol.Message) error {
+	var out *handlerpb.SidecarMessage
+	switch m := m.(type) {
+	case *protocol.Job:
+		if err := checkJob(m, s.maxFrame); err != nil {
+			return fmt.Errorf("job %s: %w: %w", m.ID, ErrUnsendable, err)
+		}
+		out = &handlerpb.SidecarMessage{Message: &handlerpb.SidecarMessage_Job{Job: handlerpb.FromJob(m)}}
+	case *protocol.Cancel:
+		out = &handlerpb.SidecarMessage{Message: &handlerpb.SidecarMessage_Cancel{
+			Cancel: &handlerpb.CancelRequest{Id: m.ID, Reason: string(m.Reason)}}}
+	case *protocol.Ping:
+		out = &handlerpb.SidecarMessage{Message: &handlerpb.SidecarMessage_Ping{Ping: &handlerpb.Ping{Seq: m.Seq}}}
+	case *protocol.Shutdown:
+		out = &handlerpb.SidecarMessage{Message: &handlerpb.SidecarMessage_Shutdown{Shutdown: &handlerpb.Shutdown{}}}
+	default:
+		return fmt.Errorf("sending %T: not a sidecar message", m)
+	}
+	if s.isClosed() {
+		return ErrClosed
+	}
+	s.sendMu.Lock()
+	err := s.stream.Send(out)
+	s.sendMu.Unlock()
+	if err != nil {
+		// io.EOF: the stream ended; its status comes from Recv.
+		return fmt.Errorf("sending %s: %w: %v", m.Type(), ErrBroken, err)
+	}
+	return nil
+}
+
+// Close ends the session: the stream is cancelled (the handler sees it
+// break unless it already closed it) and the connection closed. Jobs a
+// handler serving its own socket still runs keep running there.
+func (s *Session) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	if err := s.conn.Close(); err != nil {
+		return fmt.Errorf("closing the session's connection: %w", err)
+	}
+	return nil
+}
+
+func (s *Session) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// classify maps a gRPC error to the package's errors.
+func classify(err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return fmt.Errorf("%w: %w", ErrBroken, err)
+	}
+	if st.Code() == codes.FailedPrecondition {
+		return &RefusedError{Message: st.Message()}
+	}
+	return fmt.Errorf("%w: %s: %s", ErrBroken, st.Code(), st.Message())
+}
+
+func kind(m *handlerpb.HandlerMessage) string {
+	switch m.GetMessage().(type) {
+	case *handlerpb.HandlerMessage_Hello:
+		return "hello"
+	case *handlerpb.HandlerMessage_Result:
+		return "result"
+	case *handlerpb.HandlerMessage_Pong:
+		return "pong"
+	case *handlerpb.HandlerMessage_Draining:
+		return "draining"
+	}
+	return "an empty message"
+}
