@@ -109,7 +109,8 @@ demo-node: build
 	scripts/demo.sh examples/node/manifest.yaml
 
 # The benchmarks (issue 8): bounded to about 15 minutes; writes docs/benchmarks.md and
-# docs/benchmarks.png (its own throw-away Postgres and cached venvs). Not part of `make test`.
+# docs/benchmarks.png (its own throw-away Postgres and cached venvs). Not part of `make test`,
+# which runs only bench-smoke below.
 bench: deps-python deps-node  # the unix rows need the gRPC packages
 	$(ON_VENV) bench/run.sh
 
