@@ -184,7 +184,7 @@ func (b *bench) depthRun(ctx context.Context, v variant, depth int) (depthPoint,
 	p.FillSeconds = time.Since(t).Seconds()
 
 	// Claim cost: the sidecar's own statement, limit = the budget, on the
-	// full queue (the claimed rows are put back as they were).
+	// full queue (the claimed rows are deleted).
 	be, err := postgres.Open(ctx, c.dbURL)
 	if err != nil {
 		return p, err
@@ -219,9 +219,6 @@ func (b *bench) depthRun(ctx context.Context, v variant, depth int) (depthPoint,
 		return p, err
 	}
 	defer ws.stop()
-	if _, err := b.db.pool.Exec(ctx, `SELECT pg_notify('soniq_new_job', 'default')`); err != nil {
-		return p, err
-	}
 	t0, pg0 := time.Now(), b.db.serverCPU()
 	deadline := t0.Add(3 * time.Minute)
 	for {
@@ -238,9 +235,21 @@ func (b *bench) depthRun(ctx context.Context, v variant, depth int) (depthPoint,
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	secs := time.Since(t0).Seconds()
 	p.PostgresCPU10k = (b.db.serverCPU() - pg0) * 10000 / float64(p.Drained)
-	p.JobsPerS = float64(p.Drained) / secs
+	// The sidecar starts claiming as soon as its handlers are ready, with
+	// the queue already full: the rate runs from the first completion to
+	// the Drained-th (the server's clock).
+	var first, nth time.Time
+	if err := b.db.pool.QueryRow(ctx, `SELECT min(updated_at) FROM soniq_jobs WHERE expires_at IS NOT NULL`).Scan(&first); err != nil {
+		return p, err
+	}
+	if err := b.db.pool.QueryRow(ctx, `SELECT updated_at FROM soniq_jobs WHERE expires_at IS NOT NULL ORDER BY expires_at OFFSET $1 LIMIT 1`, p.Drained-1).Scan(&nth); err != nil {
+		return p, err
+	}
+	if !nth.After(first) {
+		return p, fmt.Errorf("first and %d-th completion at the same instant", p.Drained)
+	}
+	p.JobsPerS = float64(p.Drained-1) / nth.Sub(first).Seconds()
 	return p, nil
 }
 
