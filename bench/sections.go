@@ -256,7 +256,7 @@ func (b *bench) throughputRun(ctx context.Context, v variant, round int) (tpRun,
 }
 
 // seqScansSince is the growth of soniq_jobs' seq_scan counter since seq0
-// (not for the what-if rows, whose claims use the index).
+// (only for the rows without the claim-order index; the others scan it).
 func (b *bench) seqScansSince(ctx context.Context, v variant, seq0 int64) (int64, error) {
 	if !v.NoIndex {
 		return 0, nil
