@@ -25,16 +25,16 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 	"github.com/soniq-dev/soniq-sidecar/protocol/handlerpb"
-	"github.com/soniq-dev/soniq-sidecar/supervisor"
 )
 
 // startUnixHandler is startHandler for a `transport: unix` manifest: it starts the process
 // as go-plugin does (docs/protocol.md, "The unix transport (gRPC)"), reads the handshake
 // line, connects, and bridges the frames the scenarios write to gRPC calls and the answers
 // back to frames, so every SDK harness scenario runs unchanged over both transports.
-func startUnixHandler(t *testing.T, h *supervisor.Handler) *handlerProc {
+func startUnixHandler(t *testing.T, h *config.Handler) *handlerProc {
 	t.Helper()
 	path := h.Command[0]
 	if !strings.Contains(path, "/") {

@@ -28,13 +28,14 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
 // Config is what Run needs. Manifest, Settings and Backend are required.
 type Config struct {
-	Manifest *Manifest
-	Settings Settings
+	Manifest *config.Manifest
+	Settings config.Settings
 	Backend  backends.Backend
 	Logger   *slog.Logger
 	// Version is recorded on the worker row.
@@ -150,7 +151,7 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	// A library caller may pass a partial Settings: intervals of 0 would
 	// spin or panic, so they take Soniq's defaults.
-	def := DefaultSettings()
+	def := config.DefaultSettings()
 	for _, d := range []struct{ v, def *time.Duration }{
 		{&cfg.Settings.HeartbeatInterval, &def.HeartbeatInterval},
 		{&cfg.Settings.HeartbeatTimeout, &def.HeartbeatTimeout},

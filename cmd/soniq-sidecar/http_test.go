@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/soniq-dev/soniq-sidecar/backends/memory"
+	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/supervisor"
 )
 
@@ -23,9 +24,9 @@ import (
 // memory backend; it is not running until the test calls Run.
 func exampleSupervisor(t *testing.T, b *memory.Backend) *supervisor.Supervisor {
 	t.Helper()
-	m, err := supervisor.LoadManifest(filepath.Join("..", "..", "examples", "python", "manifest.yaml"))
+	m, err := config.LoadManifest(filepath.Join("..", "..", "examples", "python", "manifest.yaml"))
 	require.NoError(t, err)
-	settings, err := supervisor.ResolveSettings(m, func(k string) (string, bool) {
+	settings, err := config.ResolveSettings(m, func(k string) (string, bool) {
 		switch k {
 		case "SONIQ_POLL_INTERVAL", "SONIQ_HEARTBEAT_INTERVAL":
 			return "0.2", true
@@ -33,7 +34,7 @@ func exampleSupervisor(t *testing.T, b *memory.Backend) *supervisor.Supervisor {
 			return "5", true
 		}
 		return "", false
-	}, supervisor.FlagOverrides{})
+	}, config.FlagOverrides{})
 	require.NoError(t, err)
 	sup, err := supervisor.New(supervisor.Config{Manifest: m, Settings: settings, Backend: b, Version: "test"})
 	require.NoError(t, err)

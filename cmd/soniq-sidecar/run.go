@@ -21,6 +21,7 @@ import (
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/backends/connect"
+	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/supervisor"
 )
 
@@ -52,8 +53,8 @@ func newLogger(w io.Writer, format string) (*slog.Logger, error) {
 }
 
 // loadManifest loads a manifest; its errors are configuration errors (exit 2).
-func loadManifest(path string) (*supervisor.Manifest, error) {
-	m, err := supervisor.LoadManifest(path)
+func loadManifest(path string) (*config.Manifest, error) {
+	m, err := config.LoadManifest(path)
 	if err != nil {
 		return nil, usageError{err}
 	}
@@ -86,20 +87,20 @@ func cmdManifest(ctx context.Context, e env, args []string) error {
 	return nil
 }
 
-func handlerByName(m *supervisor.Manifest, name string) *supervisor.Handler {
+func handlerByName(m *config.Manifest, name string) *config.Handler {
 	for i := range m.Handlers {
 		if m.Handlers[i].Name == name {
 			return &m.Handlers[i]
 		}
 	}
-	return &supervisor.Handler{}
+	return &config.Handler{}
 }
 
 func cmdRun(ctx context.Context, e env, args []string) error {
 	fs := newFlagSet(e, "run")
 	manifestPath := fs.String("manifest", "", "manifest file (default $SONIQ_MANIFEST)")
 	dbURL := fs.String("database-url", "", "database URL (default $SONIQ_DATABASE_URL, else sqlite:soniq.db)")
-	queues := fs.String("queues", "", "comma-separated queues to claim from (default $SONIQ_QUEUES, else all)")
+	overrides := config.RegisterFlags(fs) // every setting, flag > environment > manifest
 	metricsAddr := fs.String("metrics-addr", ":9464", "HTTP address for /metrics, /healthz and /readyz (empty disables)")
 	logFormat := fs.String("log-format", "auto", "auto (text on a terminal, else JSON), text or json")
 	instance := fs.String("instance", "", "this sidecar's name among programs sharing its hostname and pid, e.g. two sidecars in one pod (default $SONIQ_INSTANCE, else "+supervisor.DefaultInstance+")")
@@ -139,11 +140,7 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var overrides supervisor.FlagOverrides
-	if *queues != "" {
-		overrides.Queues = queues
-	}
-	settings, err := supervisor.ResolveSettings(m, e.lookupEnv, overrides)
+	settings, err := config.ResolveSettings(m, e.lookupEnv, *overrides)
 	if err != nil {
 		return usageError{err}
 	}
