@@ -116,6 +116,8 @@ type Supervisor struct {
 	readyMu    sync.Mutex
 	notReady   map[string]string // handler → why it has no ready process
 	startedRun atomic.Bool
+
+	claimIndexMissing atomic.Bool // see watchClaimIndex
 }
 
 // New checks the configuration and prepares a Supervisor.
@@ -166,7 +168,7 @@ func New(cfg Config) (*Supervisor, error) {
 		log:      cfg.Logger,
 		workerID: cfg.WorkerID,
 		metrics:  cfg.Metrics,
-		tracer:   otel.Tracer("github.com/soniq-dev/soniq-sidecar/supervisor"), // the scope name from before the move under internal/
+		tracer:   otel.Tracer("github.com/soniq-dev/soniq-sidecar/internal/supervisor"), // the scope name from before the move under internal/
 		events:   make(chan event, 1024),
 		loopDone: make(chan struct{}),
 		shutdown: make(chan struct{}, 8),
@@ -329,6 +331,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); s.watchFleet(maintCtx) }()
+	if ci, ok := s.cfg.Backend.(backends.ClaimIndexer); ok {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.watchClaimIndex(maintCtx, ci) }()
+	}
 
 	subCtx, stopSubscription := context.WithCancel(bg)
 	wg.Add(1)
