@@ -21,6 +21,7 @@ type report struct {
 	Throughput []*tpResult       `json:"throughput"`
 	Latency    []*latResult      `json:"latency"`
 	Shutdown   []*shutResult     `json:"shutdown"`
+	Pooler     []*latResult      `json:"pooler,omitempty"`
 	Depth      []depthPoint      `json:"depth,omitempty"`
 	Sharing    []*shareResult    `json:"sharing,omitempty"`
 	Loads      []sectionLoad     `json:"loads,omitempty"`
@@ -458,6 +459,30 @@ func (r *report) write(path string) error {
 		w("| %s | %s | %s | **%s** | %s |\n", l.Label, f2(l.P50), f2(l.P95), f2(l.P99), strings.Join(runs, ", "))
 	}
 	w("\n")
+
+	if len(r.Pooler) > 0 {
+		w("### Pickup latency by database connection (Python SDK over stdio, %v jobs/s)\n\n", p.LatencyRate)
+		if v := r.Meta["pgbouncer"]; v != "" {
+			w("Through %s in transaction mode (`.ci/pgbouncer.sh`), `SONIQ_DATABASE_POOLER=transaction`; the producer enqueues straight to Postgres.\n\n", v)
+		}
+		w("| connection | p50 ms | p95 ms | p99 ms | runs (p99 ms) |\n| --- | --- | --- | --- | --- |\n")
+		for _, l := range r.Pooler {
+			if l.Status != "" {
+				w("| %s | %s | | | |\n", l.Label, l.Status)
+				continue
+			}
+			var runs []string
+			for _, run := range l.Runs {
+				if run.Error != "" {
+					runs = append(runs, "failed")
+				} else {
+					runs = append(runs, f2(run.P99))
+				}
+			}
+			w("| %s | %s | %s | **%s** | %s |\n", l.Label, f2(l.P50), f2(l.P95), f2(l.P99), strings.Join(runs, ", "))
+		}
+		w("\n")
+	}
 
 	w("## 4. Shutdown precision (async-forced path, shutdown_timeout %vs)\n\n", p.ShutdownTimeoutS)
 	w("| variant | overshoot median | overshoot worst | runs (SIGTERM → exit, s) | jobs NACKed |\n| --- | --- | --- | --- | --- |\n")
