@@ -69,7 +69,7 @@ func main() {
 	flag.DurationVar(&c.shutTO, "shutdown-timeout", 2*time.Second, "shutdown_timeout for the shutdown runs")
 	flag.DurationVar(&c.budget, "budget", 13*time.Minute+30*time.Second, "wall-time bound: later rounds are skipped past it")
 	only := flag.String("only", "", "comma-separated variant keys to run (soniq, python-stdio, node-stdio, python-unix, node-unix, ceiling, ceiling-500); default all")
-	sections := flag.String("sections", "shutdown,latency,throughput,depth,sharing", "comma-separated sections to run")
+	sections := flag.String("sections", "shutdown,latency,pooler,throughput,depth,sharing", "comma-separated sections to run (pooler: pickup latency direct and through PgBouncer, needs pgbouncer)")
 	flag.IntVar(&c.soniqN, "soniq-n", 5000, "jobs per throughput run of the Soniq worker (fewer than -n: it is 20-50 times slower, and a shallower queue only flatters it)")
 	depths := flag.String("depths", "10000,100000,1000000", "queue depths of the depth curve")
 	sidecarCounts := flag.String("sidecars", "1,2,4", "sidecar counts of the sharing curve (same total budget)")
@@ -187,7 +187,7 @@ func run(ctx context.Context, c *config) error {
 	for _, s := range []struct {
 		name string
 		run  func(context.Context) error
-	}{{"shutdown", b.shutdownSection}, {"latency", b.latencySection}, {"throughput", b.throughputSection},
+	}{{"shutdown", b.shutdownSection}, {"latency", b.latencySection}, {"pooler", b.poolerSection}, {"throughput", b.throughputSection},
 		{"depth", b.depthSection}, {"sharing", b.shareSection}} {
 		if !c.sections[s.name] {
 			continue

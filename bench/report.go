@@ -21,6 +21,7 @@ type report struct {
 	Throughput []*tpResult       `json:"throughput"`
 	Latency    []*latResult      `json:"latency"`
 	Shutdown   []*shutResult     `json:"shutdown"`
+	Pooler     []*latResult      `json:"pooler,omitempty"`
 	Depth      []depthPoint      `json:"depth,omitempty"`
 	Sharing    []*shareResult    `json:"sharing,omitempty"`
 	Loads      []sectionLoad     `json:"loads,omitempty"`
@@ -351,6 +352,9 @@ func (r *report) write(path string) error {
 	w("- **Pickup latency**: a Go producer enqueues one job at a time at a steady rate with `internal/backends/postgres` Enqueue (INSERT and\n")
 	w("  `pg_notify` in one implicit transaction, as Soniq's enqueue); the clock starts before the INSERT is sent and stops\n")
 	w("  when the handler starts (its `time.time_ns()` / `performance.now()`, returned as the result). Percentiles per run, then the median over runs.\n")
+	w("- **Pickup latency by database connection**: as above, one sidecar (Python SDK over stdio) straight on Postgres, then through a\n")
+	w("  PgBouncer in transaction mode that the bench starts with `.ci/pgbouncer.sh` (`SONIQ_DATABASE_POOLER=transaction`), with a\n")
+	w("  `SONIQ_DATABASE_LISTEN_URL` straight to Postgres, and polling only (no notifications; a 1 s poll interval). Needs `pgbouncer`.\n")
 	w("- **Shutdown**: every slot holds an `async` job sleeping 60 s (cancellable: the async branch); SIGTERM; the time until the\n")
 	w("  process exits, minus shutdown_timeout, is the overshoot. The jobs must be back in `queued` (NACKed).\n")
 	w("- **Cost**: from the throughput runs: the sidecar's `VmHWM` (peak RSS) and its utime+stime per 10,000 jobs, from /proc;\n")
@@ -458,6 +462,30 @@ func (r *report) write(path string) error {
 		w("| %s | %s | %s | **%s** | %s |\n", l.Label, f2(l.P50), f2(l.P95), f2(l.P99), strings.Join(runs, ", "))
 	}
 	w("\n")
+
+	if len(r.Pooler) > 0 {
+		w("### Pickup latency by database connection (Python SDK over stdio, %v jobs/s)\n\n", p.LatencyRate)
+		if v := r.Meta["pgbouncer"]; v != "" {
+			w("Through %s in transaction mode (`.ci/pgbouncer.sh`), `SONIQ_DATABASE_POOLER=transaction`; the producer enqueues straight to Postgres.\n\n", v)
+		}
+		w("| connection | p50 ms | p95 ms | p99 ms | runs (p99 ms) |\n| --- | --- | --- | --- | --- |\n")
+		for _, l := range r.Pooler {
+			if l.Status != "" {
+				w("| %s | %s | | | |\n", l.Label, l.Status)
+				continue
+			}
+			var runs []string
+			for _, run := range l.Runs {
+				if run.Error != "" {
+					runs = append(runs, "failed")
+				} else {
+					runs = append(runs, f2(run.P99))
+				}
+			}
+			w("| %s | %s | %s | **%s** | %s |\n", l.Label, f2(l.P50), f2(l.P95), f2(l.P99), strings.Join(runs, ", "))
+		}
+		w("\n")
+	}
 
 	w("## 4. Shutdown precision (async-forced path, shutdown_timeout %vs)\n\n", p.ShutdownTimeoutS)
 	w("| variant | overshoot median | overshoot worst | runs (SIGTERM → exit, s) | jobs NACKed |\n| --- | --- | --- | --- | --- |\n")

@@ -5,7 +5,8 @@
 #   bench/run.sh [DRIVER FLAGS...]   # e.g. bench/run.sh -n 2000 -runs 1 (a quick check)
 #
 # Needs Go, python3 with venv and pip (the Soniq release and matplotlib are
-# installed into cached virtualenvs), node, and PostgreSQL 15 for .ci/pg.sh.
+# installed into cached virtualenvs), node, PostgreSQL 15 for .ci/pg.sh, and
+# pgbouncer for the pooler section (.ci/pgbouncer.sh; -sections leaves it out).
 # With BENCH_DATABASE_URL set, that server is used instead of a fresh one;
 # BENCH_OUT and BENCH_PNG move the report and the chart (for trial runs).
 # BENCH_QUICK=1 is a smoke run (about a minute): every section with tiny

@@ -322,7 +322,7 @@ func (b *bench) latencySection(ctx context.Context) error {
 	for round := range c.latRuns {
 		for i := range active {
 			r := active[(i+round)%len(active)]
-			run, err := b.latencyRun(ctx, r.variant, round)
+			run, err := b.latencyRun(ctx, r.variant, round, nil)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -352,13 +352,14 @@ func (b *bench) latencySection(ctx context.Context) error {
 	return nil
 }
 
-func (b *bench) latencyRun(ctx context.Context, v variant, round int) (latRun, error) {
+// extraEnv adds to (and overrides) the sidecar's environment.
+func (b *bench) latencyRun(ctx context.Context, v variant, round int, extraEnv []string) (latRun, error) {
 	c := b.c
 	var run latRun
 	if err := b.db.reset(ctx, true); err != nil {
 		return run, err
 	}
-	ws, err := b.startVariant(ctx, v, fmt.Sprintf("lat-%s-%d", v.Key, round), nil)
+	ws, err := b.startVariant(ctx, v, fmt.Sprintf("lat-%s-%d", v.Key, round), extraEnv)
 	if err != nil {
 		return run, err
 	}
