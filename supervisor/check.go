@@ -141,7 +141,7 @@ func checkHandler(ctx context.Context, sp *spawner, h *Handler, log *slog.Logger
 }
 
 // checkUnixHandler is checkHandler for the unix transport: the transport
-// itself starts the process (handshake, health check, Describe) and reports
+// itself starts the process (handshake, health check, Session hello) and reports
 // the hello as an event; the process is then stopped the way the supervisor
 // stops an idle one.
 func checkUnixHandler(ctx context.Context, sp *spawner, h *Handler, log *slog.Logger) CheckReport {
