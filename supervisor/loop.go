@@ -17,6 +17,7 @@ import (
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
+	"github.com/soniq-dev/soniq-sidecar/protocol/session"
 )
 
 // eventKind says what happened; the loop is the only reader of events.
@@ -40,6 +41,7 @@ const (
 	evStdoutClosed                         // a stdio process closed its stdout and did not exit
 	evUnsendable                           // a frame for a handler process could not be encoded
 	evStdinFailed                          // writing to a handler process failed
+	evAttachRefused                        // an attach endpoint refused the session (attach.go)
 )
 
 type event struct {
@@ -113,6 +115,8 @@ type pool struct {
 	more       bool // there may be runnable rows: claim when capacity allows
 	restarting []bool
 	isolated   map[*process]*task // processes running a suspect alone (suspect.go)
+	endpoints  []string           // attach handlers: each slot's socket (attach.go)
+	lastLoss   map[string]string  // attach handlers: why each endpoint's last session ended
 	// run --once: the last claim asked for every job name and came back
 	// empty, issued when the writer had written drainedAt batches.
 	drained   bool
@@ -198,6 +202,7 @@ func newLoop(s *Supervisor, w *resultWriter, sp *spawner, wg *sync.WaitGroup) *l
 		}
 		l.servedNames = append(l.servedNames, pl.allNames...)
 		l.pools = append(l.pools, pl)
+		l.initAttach(pl)
 	}
 	return l
 }
@@ -290,6 +295,8 @@ func (l *loop) handle(e event) {
 		l.onUnsendable(e.proc, e.msg, e.err)
 	case evStdinFailed:
 		l.onStdinFailed(e.proc, e.err)
+	case evAttachRefused:
+		l.onAttachRefused(e.proc, e.err)
 	case evGraceExpired:
 		if l.state == StateForceTimeoutPath {
 			l.setState(StateWaitForThread)
@@ -332,6 +339,8 @@ func (l *loop) spawn(pl *pool, slot int) {
 	switch {
 	case l.cfg.startTransport != nil:
 		start = l.cfg.startTransport // tests: an in-process fake handler
+	case h.Attached():
+		p.endpoint, start = pl.endpoints[slot], startAttach
 	case h.Transport == TransportUnix:
 		start = startUnix
 	}
@@ -356,6 +365,11 @@ func (l *loop) spawn(pl *pool, slot int) {
 	pl.procs[slot] = p
 	l.procs++
 	l.s.metrics.processState(h.Name, procStarting, procStarting, true)
+	if p.endpoint != "" {
+		// Its transport waits for the endpoint with backoff, as long as it takes.
+		l.s.log.Info("attaching to handler endpoint", "handler", h.Name, "endpoint", p.endpoint, "slot", slot)
+		return
+	}
 	p.startTimer = time.AfterFunc(h.StartupTimeout, func() { l.s.emit(event{kind: evStartTimeout, proc: p}) })
 	l.s.log.Info("handler process started", "handler", h.Name, "pid", p.pid, "slot", slot)
 }
@@ -401,6 +415,14 @@ func (l *loop) onFrame(p *process, m protocol.Message) {
 			return
 		}
 		l.onHello(p, msg)
+	case *session.Hello:
+		if p.state != procStarting {
+			l.breakProcess(p, "protocol_error", fmt.Sprintf("protocol error from handler %s %s: a second hello", p.pool.h.Name, p.label()))
+			return
+		}
+		l.onAttachHello(p, msg)
+	case *session.Draining:
+		l.onDraining(p)
 	case *protocol.Result:
 		if p.hello == nil {
 			l.breakProcess(p, "protocol_error", fmt.Sprintf("protocol error from handler %s process %d: a result before hello", p.pool.h.Name, p.pid))
@@ -515,11 +537,12 @@ func (l *loop) onExit(p *process, err error) {
 	if pl.procs[p.slot] == p {
 		pl.procs[p.slot] = nil
 	}
-	desc := exitDescription(err)
+	desc := p.endDescription(err)
 	cause := p.brokenCause
 	if cause == "" {
-		cause = fmt.Sprintf("handler %s process %d %s", pl.h.Name, p.pid, desc)
+		cause = fmt.Sprintf("handler %s %s %s", pl.h.Name, p.label(), desc)
 	}
+	l.attachEnded(p, wasReady, err)
 	if tail := p.stderr.String(); tail != "" && !expected {
 		cause += "\nstderr (last lines):\n" + tail
 	}
@@ -528,7 +551,7 @@ func (l *loop) onExit(p *process, err error) {
 	if len(pl.ready()) == 0 && !expected {
 		// A recycled process is replaced at once; only a failure makes
 		// the handler not ready.
-		l.s.setReady(pl.h.Name, "no ready process")
+		l.s.setReady(pl.h.Name, l.notReadyReason(pl))
 	}
 	switch {
 	case expected:
@@ -536,7 +559,7 @@ func (l *loop) onExit(p *process, err error) {
 		if l.state <= StateDraining && l.fatal == nil {
 			// A recycled process: replace it at once.
 			l.s.metrics.restart(pl.h.Name, "recycle")
-			l.spawn(pl, p.slot)
+			l.respawn(pl, p)
 		}
 	default:
 		if wasReady && time.Since(p.readyAt) >= healthyAfter {
@@ -597,6 +620,7 @@ func (l *loop) onKill(p *process, sig syscall.Signal) {
 func (l *loop) onTick() {
 	now := time.Now()
 	for _, pl := range l.pools {
+		l.rescanAttach(pl)
 		for _, p := range pl.procs {
 			if p == nil || (p.state != procReady && p.state != procRetiring) {
 				continue
@@ -808,6 +832,9 @@ func (l *loop) tryDispatch(pl *pool) {
 	}
 	kept := pl.pending[:0]
 	for _, t := range pl.pending {
+		if l.adoptForeign(pl, t) {
+			continue
+		}
 		var p *process
 		if t.suspect {
 			p = pl.pickEmpty(t.sync())
@@ -886,6 +913,9 @@ func (l *loop) startSpan(t *task) *string {
 
 func (l *loop) onResult(p *process, r *protocol.Result) {
 	t := p.tasks[r.ID]
+	if t == nil && p.foreign != nil {
+		t = l.orphanResult(p, r)
+	}
 	if t == nil {
 		l.s.log.Warn("result for a job this process does not hold; discarded", "handler", p.pool.h.Name, "pid", p.pid, "job_id", r.ID, "status", string(r.Status))
 		l.s.metrics.lateResult("", "unknown_id")

@@ -29,6 +29,7 @@ type Metrics struct {
 	claimed     metric.Int64Counter
 	resultDrops metric.Int64Counter
 	sharing     metric.Int64Gauge
+	attach      attachMetrics
 
 	// queueStats is the last queue-stats snapshot, observed by the
 	// soniq_queue_jobs gauge at collection time.
@@ -131,6 +132,7 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 		}, g)
 		return e
 	})
+	mk(func() error { return x.initAttach(m) })
 	if err != nil {
 		return nil, fmt.Errorf("creating supervisor metrics: %w", err)
 	}

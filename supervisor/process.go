@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -66,6 +67,15 @@ type process struct {
 	killTimers []*time.Timer
 
 	stderr *stderrTail
+
+	// Attach mode (attach.go): the endpoint, the function that ends the
+	// connection (the only "kill" of an attached process), the jobs it
+	// still ran from an earlier session (id → sync) and whether the
+	// sidecar sent `shutdown` on the stream.
+	endpoint     string
+	detach       func()
+	foreign      map[string]bool
+	shutdownSent atomic.Bool
 }
 
 // capacity is how many jobs the process takes at once: the manifest's
@@ -86,8 +96,8 @@ func (p *process) syncCapacity() int {
 	return min(c, p.capacity())
 }
 
-func (p *process) free() int     { return p.capacity() - len(p.tasks) }
-func (p *process) syncFree() int { return p.syncCapacity() - p.syncHeld }
+func (p *process) free() int     { return p.capacity() - len(p.tasks) - len(p.foreign) }
+func (p *process) syncFree() int { return p.syncCapacity() - p.syncHeld - p.foreignSync() }
 
 // send queues a frame for the process. The queue is sized so that it never
 // fills for a well-behaved process (jobs and cancels are bounded by its
@@ -118,6 +128,13 @@ func (p *process) closeInput() {
 // signalGroup signals the process's whole process group (it is a group
 // leader), so helpers it started go with it.
 func (p *process) signalGroup(sig syscall.Signal) {
+	if p.detach != nil {
+		// Never signalled: the sidecar ends its connection instead.
+		if sig == syscall.SIGKILL {
+			p.detach()
+		}
+		return
+	}
 	if p.pid > 0 {
 		_ = syscall.Kill(-p.pid, sig)
 	}

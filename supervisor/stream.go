@@ -54,7 +54,11 @@ func (c *streamConn) run() {
 				continue
 			}
 		}
-		if err := c.s.Send(m); err != nil {
+		err := c.s.Send(m)
+		if _, ok := m.(*protocol.Shutdown); ok && err == nil {
+			c.p.shutdownSent.Store(true)
+		}
+		if err != nil {
 			if errors.Is(err, session.ErrUnsendable) {
 				c.te.emit(event{kind: evUnsendable, proc: c.p, msg: m, err: err})
 			}
