@@ -73,6 +73,9 @@ func (a *attachProc) run() {
 		}
 		return
 	}
+	// The hello with its running jobs: the loop checks it as a spawned
+	// process's.
+	a.te.emit(event{kind: evFrame, proc: a.p, msg: s.Hello()})
 	recvDone := make(chan struct{})
 	var endErr error
 	sc := &streamConn{te: a.te, p: a.p, s: s, recvDone: recvDone,
