@@ -83,16 +83,19 @@ func (a *attachProc) run() {
 		protocolError: func(err error) {
 			a.te.emit(event{kind: evProtocolError, proc: a.p, err: err})
 		}}
-	a.te.wg.Add(1)
+	exitDone := make(chan struct{})
 	go func() {
 		// The end of the stream is the process's exit for the loop; it
-		// closes p.out when it handles it, which ends the sender.
-		defer a.te.wg.Done()
+		// closes p.out when it handles it, which ends the sender. run
+		// waits for this goroutine.
+		defer close(exitDone)
 		<-recvDone
+		err := a.endError(endErr)
 		_ = s.Close()
-		a.te.emit(event{kind: evExit, proc: a.p, err: a.endError(endErr)})
+		a.te.emit(event{kind: evExit, proc: a.p, err: err})
 	}()
 	sc.run()
+	<-exitDone
 }
 
 // endError says how a session ended: nil for a clean end after the
@@ -240,7 +243,7 @@ func (l *loop) onDraining(p *process) {
 		l.stopProcess(p, l.cfg.StopGrace)
 	}
 	if len(p.pool.ready()) == 0 {
-		l.s.setReady(p.pool.h.Name, "every attached endpoint is draining")
+		l.s.setReady(p.pool.h.Name, "every attached endpoint is draining; "+l.attachNotReady(p.pool))
 	}
 }
 
