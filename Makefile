@@ -11,7 +11,7 @@ VENV     ?= .venv
 VENV_PYTHON := $(VENV)/bin/python
 ON_VENV  := PATH="$(abspath $(VENV))/bin:$$PATH"
 
-.PHONY: all build docker-steps test test-go test-python test-node lint vet fmt-check demo demo-python demo-node bench clean
+.PHONY: all build docker-steps docker-steps-examples cross-build test test-go test-python test-node lint vet fmt-check tidy-check staticcheck demo demo-python demo-node bench clean
 
 all: build
 
@@ -31,9 +31,26 @@ docker-steps: build
 	@$(GO) version -m $(BIN) | grep -q 'CGO_ENABLED=0' || { echo "docker-steps: $(BIN) was built with cgo"; exit 1; }
 	@echo "docker-steps: $(BIN) is static, cgo-free; Dockerfile builds it with make build as non-root"
 
+# The module must build for every platform the binary ships on (arm64 images)
+# and for macOS, where developers build it (the sidecar itself supervises
+# handlers on Linux only: see spawn_other.go). Build only, no tests.
+CROSS_TARGETS ?= linux/arm64 darwin/arm64
+cross-build:
+	@for t in $(CROSS_TARGETS); do \
+		echo "GOOS=$${t%/*} GOARCH=$${t#*/} go build ./..."; \
+		CGO_ENABLED=0 GOOS=$${t%/*} GOARCH=$${t#*/} $(GO) build ./... || exit 1; \
+	done
+
+# The examples' handler images (examples/node/Dockerfile, examples/python/Dockerfile: the
+# SDK in attach mode, no sidecar in them), without a Docker engine: pinned bases, non-root
+# USER, COPY sources present, and their CMD run here on a temporary socket path must listen
+# (0660), pass its HEALTHCHECK probe and exit 0 on SIGTERM (scripts/docker-steps-examples.sh).
+docker-steps-examples: deps-python deps-node
+	$(ON_VENV) scripts/docker-steps-examples.sh
+
 # Everything, with -race, against a throw-away Postgres. When SONIQ_TEST_DATABASE_URL is
 # already set (as .ci/run does) that server is used; otherwise one is started and removed.
-test: build docker-steps
+test: build docker-steps docker-steps-examples cross-build
 ifeq ($(SONIQ_TEST_DATABASE_URL),)
 	.ci/pg.sh run $(MAKE) --no-print-directory lint test-go test-python test-node
 else
@@ -64,7 +81,17 @@ deps-python: $(VENV_PYTHON)
 deps-node:
 	cd examples/node && npm ci --no-audit --no-fund --silent
 
-lint: vet fmt-check
+lint: vet fmt-check tidy-check staticcheck
+
+# Fails (and prints the diff) when go.mod or go.sum is not tidy.
+tidy-check:
+	$(GO) mod tidy -diff
+
+# staticcheck at a pinned version, fetched and built by the go command
+# (cached in the module and build caches after the first run).
+STATICCHECK_VERSION ?= v0.8.2
+staticcheck:
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 vet:
 	$(GO) vet ./...

@@ -71,6 +71,8 @@ var ErrIdentityTaken = errors.New("another program's worker row has this hostnam
 var ErrUnreachable = errors.New("database unreachable")
 
 // ErrNoSchema is returned (wrapped) when Soniq's tables do not exist yet.
+//
+//lint:ignore ST1005 the message starts with a product name and is shown to operators as is
 var ErrNoSchema = errors.New("Soniq's tables do not exist in this database: run `soniq-sidecar migrate` (or Soniq's own setup) first")
 
 // Job is one soniq_jobs row.

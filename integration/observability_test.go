@@ -1,8 +1,8 @@
 package integration
 
-// Black-box checks of DESIGN §9: the real binary serves /metrics, /healthz
+// Black-box checks of docs/operations.md: the real binary serves /metrics, /healthz
 // and /readyz on --metrics-addr; the series carry the Prometheus-visible
-// names and label sets the design lists, through real jobs, a handler
+// names and label sets docs/operations.md lists, through real jobs, a handler
 // crash and a forced shutdown (NACK + WAIT_FOR_THREAD).
 
 import (
@@ -111,7 +111,7 @@ func (s promScrape) value(name string, want map[string]string) (float64, bool) {
 }
 
 // assertFamily checks a family's Prometheus type and that every one of its
-// series has exactly the label names of DESIGN §9.
+// series has exactly the label names of docs/operations.md.
 func (s promScrape) assertFamily(t *testing.T, name string, typ dto.MetricType, labels ...string) bool {
 	t.Helper()
 	f := s[name]
@@ -186,7 +186,7 @@ func waitReadyz(t *testing.T, addr string, timeout time.Duration) {
 	assert.Equal(t, "ready\n", body)
 }
 
-// The §9 series through a whole life: jobs done and failed, a handler
+// The documented series through a whole life: jobs done and failed, a handler
 // killed and restarted, SIGTERM with an async job NACKed at
 // shutdown_timeout while a sync job keeps the process in WAIT_FOR_THREAD.
 func TestObservabilityMetrics(t *testing.T) {
@@ -339,7 +339,7 @@ func TestObservabilityMetrics(t *testing.T) {
 	assert.Error(t, err, "the HTTP server is gone after STOPPED")
 }
 
-// soniq_queue_jobs{status} reports the stats function's counts (DESIGN §9).
+// soniq_queue_jobs{status} reports the stats function's counts (docs/operations.md).
 func TestObservabilityQueueJobs(t *testing.T) {
 	w := newWorld(t, sdks[0], manifestOpts{})
 	// Jobs of a name no handler serves stay queued.

@@ -36,6 +36,8 @@ type attachSDK struct {
 	// probe runs the SDK's health probe against sock.
 	probe func(root, sock string) []string
 	env   func(root string) map[string]string
+	// failType is the error type examples.fail reports.
+	failType string
 }
 
 var pythonAttach = attachSDK{
@@ -49,6 +51,7 @@ var pythonAttach = attachSDK{
 	env: func(root string) map[string]string {
 		return map[string]string{"PYTHONPATH": filepath.Join(root, "examples/python")}
 	},
+	failType: "ValueError",
 }
 
 // attached is one handler process serving a socket of its own.

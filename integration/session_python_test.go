@@ -46,7 +46,7 @@ func testSessionJobs(t *testing.T, sdk attachSDK) {
 	r = p.result(10 * time.Second)
 	require.Equal(t, "fail-1", r.ID)
 	require.Equal(t, protocol.StatusFailed, r.Status)
-	require.Equal(t, "ValueError", r.Error.Type)
+	require.Equal(t, sdk.failType, r.Error.Type)
 	require.Equal(t, "boom", r.Error.Message)
 	require.True(t, r.Error.Retryable)
 

@@ -1,6 +1,6 @@
 package integration
 
-// One black-box test per path of seed 000's canonical shutdown diagram, for
+// One black-box test per path of the shutdown diagram in docs/shutdown.md, for
 // the Python and the Node SDK: the real binary, real Postgres, real handler
 // processes, real signals; assertions on rows, frames and logs.
 

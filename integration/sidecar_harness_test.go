@@ -111,7 +111,6 @@ type manifestOpts struct {
 	recordFrames                            bool
 	jobTimeout                              map[string]string // job name → timeout
 	extraHandlers                           string            // raw YAML appended under handlers:
-	jobs                                    []string          // restrict to these job names
 }
 
 // env is a test's world: a database, a work directory, files the handlers write.

@@ -1,6 +1,6 @@
 package integration
 
-// Black-box tests of the supervisor (DESIGN §4, §6, §7): throughput, the
+// Black-box tests of the supervisor: throughput, the
 // retry policy, snooze, handler crashes and crash loops, manifest/hello
 // agreement, unknown job names, several sidecars on one database, stale
 // worker recovery and the rows dead-lettered at claim. The real binary,

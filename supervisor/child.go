@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,8 +9,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // A child's exit is observed by waiting for the process itself, never by
@@ -92,12 +89,7 @@ func attachPipes(cmd *exec.Cmd, withStdin bool) (childPipes, []*os.File, error) 
 // and is not reached; its ends of the pipes are cut by drainPipes.
 func reapChild(cmd *exec.Cmd) error {
 	pid := cmd.Process.Pid
-	for {
-		err := unix.Waitid(unix.P_PID, pid, nil, unix.WEXITED|unix.WNOWAIT, nil)
-		if !errors.Is(err, unix.EINTR) {
-			break // exited, or cannot wait at all: cmd.Wait reports that
-		}
-	}
+	waitExited(pid)
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	return cmd.Wait()
 }

@@ -604,7 +604,7 @@ func (l *loop) onKill(p *process, sig syscall.Signal) {
 		return
 	}
 	if p.syncHeld > 0 {
-		return // never kill a sync job (seed 000)
+		return // never kill a sync job (docs/shutdown.md)
 	}
 	for _, t := range p.tasks {
 		if t.state == taskRunning {
@@ -1044,7 +1044,7 @@ func (l *loop) onJobTimeout(t *task) {
 	l.checkDone()
 }
 
-// ---- shutdown state machine (seed 000) ----
+// ---- shutdown state machine (docs/shutdown.md) ----
 
 func (l *loop) onShutdownRequest() {
 	switch l.state {

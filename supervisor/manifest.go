@@ -19,7 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Transport names how the sidecar talks to a handler's processes (design §5).
+// Transport names how the sidecar talks to a handler's processes (docs/protocol.md).
 type Transport string
 
 // The two transports of protocol version 1.
@@ -28,7 +28,7 @@ const (
 	TransportUnix  Transport = "unix"
 )
 
-// Handler defaults (design §4).
+// Handler defaults (docs/manifest.md).
 const (
 	defaultProcesses       = 1
 	defaultConcurrency     = 8
@@ -456,7 +456,7 @@ func (d *manifestDecoder) boolean(n *yaml.Node, field string) (bool, bool) {
 }
 
 // duration accepts a Go duration string or a plain (possibly fractional)
-// number of seconds, as design §3 says for the manifest.
+// number of seconds, as docs/manifest.md ("Durations") says.
 func (d *manifestDecoder) duration(n *yaml.Node, field string) (time.Duration, bool) {
 	n = derefAlias(n)
 	if n.Kind != yaml.ScalarNode {
@@ -666,7 +666,7 @@ func settingsQueuesLine(top map[string]yamlEntry) (int, bool) {
 	return 0, false
 }
 
-// settingDurations lists the manifest's duration settings, in §3 order,
+// settingDurations lists the manifest's duration settings, in the order of docs/manifest.md,
 // with whether zero is a meaningful value for each.
 func settingDurations(s *ManifestSettings) []struct {
 	key       string

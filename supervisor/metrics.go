@@ -115,7 +115,7 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 		return
 	})
 	mk(func() error {
-		g, e := m.Int64ObservableGauge("soniq_queue_jobs", metric.WithDescription("Jobs by status from the queue-stats contract (seed 002), refreshed every 15 s."))
+		g, e := m.Int64ObservableGauge("soniq_queue_jobs", metric.WithDescription("Jobs by status from the queue-stats contract, refreshed every 15 s."))
 		if e != nil {
 			return e
 		}

@@ -281,10 +281,7 @@ func handlerCommand(h *Handler, maxFrame int) (*exec.Cmd, error) {
 	cmd := exec.Command(path, h.Command[1:]...)
 	cmd.Dir = h.Workdir
 	cmd.Env = childEnv(h, maxFrame)
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setpgid:   true,            // terminal signals reach only the sidecar
-		Pdeathsig: syscall.SIGKILL, // die with the sidecar (see spawner)
-	}
+	cmd.SysProcAttr = childSysProcAttr()
 	return cmd, nil
 }
 

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Settings are the sidecar's resolved runtime settings (design §3).
+// Settings are the sidecar's resolved runtime settings (docs/manifest.md, "Settings").
 type Settings struct {
 	ShutdownTimeout time.Duration
 	// SyncHandlerGrace is the flat extra wait for sync jobs once
@@ -124,7 +124,7 @@ func settingSpecs() []settingSpec {
 }
 
 // ResolveSettings layers flag > environment > manifest `settings:` > default
-// (design §3). m may be nil (no manifest) and lookupEnv nil (no environment,
+// (docs/manifest.md). m may be nil (no manifest) and lookupEnv nil (no environment,
 // e.g. os.LookupEnv in main, a map in tests). Every bad value is reported,
 // joined, each naming its variable or flag and the value.
 func ResolveSettings(m *Manifest, lookupEnv func(string) (string, bool), flags FlagOverrides) (Settings, error) {

@@ -1,6 +1,6 @@
 package supervisor
 
-// State is a state of seed 000's canonical shutdown diagram:
+// State is a state of the shutdown diagram in docs/shutdown.md:
 //
 //	RUNNING --SIGTERM--> DRAINING --all jobs done--> STOPPED
 //	                        |

@@ -1,6 +1,6 @@
 package supervisor
 
-// The shutdown state machine of seed 000 on a fake clock: testing/synctest
+// The shutdown state machine of docs/shutdown.md on a fake clock: testing/synctest
 // runs the real supervisor (loop, writer, heartbeats, memory backend) with
 // in-process fake handlers instead of child processes, so every transition
 // can be checked at its exact instant — the contract's bounds with zero

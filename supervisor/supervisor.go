@@ -1,6 +1,6 @@
 // Package supervisor is the sidecar's engine: the manifest, the handler
 // process pools, the claim-and-dispatch loop, retries, heartbeats,
-// maintenance and the shutdown state machine of seed 000.
+// maintenance and the shutdown state machine of docs/shutdown.md.
 //
 // All mutable state lives in one event loop goroutine (Run); process pipes,
 // timers, claims and database writes run in goroutines Run owns and report
@@ -264,7 +264,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		return errors.New("supervisor: Run called twice")
 	}
 	// Database work at start and end uses contexts detached from ctx: a
-	// cancelled run context must not stop the bookkeeping (seed 001).
+	// cancelled run context must not stop the bookkeeping.
 	bg := context.WithoutCancel(ctx)
 	m := s.cfg.Manifest
 	total := 0

@@ -270,7 +270,7 @@ func (u *unixProc) protocolError(err error) {
 // reported unless the process is exiting.
 func (u *unixProc) streamEnded(err error) {
 	if err != nil && u.ctx.Err() == nil {
-		u.brokenRPC(fmt.Errorf("Session stream: %w", err))
+		u.brokenRPC(fmt.Errorf("the Session stream: %w", err))
 	}
 }
 

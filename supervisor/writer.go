@@ -11,7 +11,7 @@ import (
 )
 
 // writeTimeout bounds one batch write. It exists only so a wedged database
-// cannot hold shutdown open forever (seed 001); it is not a time budget.
+// cannot hold shutdown open forever; it is not a time budget.
 const writeTimeout = 30 * time.Second
 
 // maxBatch bounds how many rows one statement writes.

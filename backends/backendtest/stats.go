@@ -49,7 +49,7 @@ func statsCases() []testCase {
 	}
 }
 
-// assertStatsShape checks the seed-002 wire shape: exactly the six keys, in
+// assertStatsShape checks the queue-stats wire shape: exactly the six keys, in
 // the canonical order, read back from the JSON token stream because a map
 // would lose the order.
 func assertStatsShape(s *suite, st backends.Stats) {

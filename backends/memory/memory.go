@@ -337,7 +337,7 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 	return applied, nil
 }
 
-// Nack returns processing rows to the queue (the seed-000 field contract).
+// Nack returns processing rows to the queue (the field contract of docs/compatibility.md, "nack").
 func (b *Backend) Nack(ctx context.Context, ids []string) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -446,7 +446,7 @@ func (b *Backend) AdoptOrphans(ctx context.Context, workerID string, ids []strin
 	return adopted, nil
 }
 
-// Stats is seed 002: one grouped count over soniq_jobs and the dead-letter
+// Stats is the queue-stats contract: one grouped count over soniq_jobs and the dead-letter
 // count, read in one statement so they share a snapshot.
 func (b *Backend) Stats(ctx context.Context) (backends.Stats, error) {
 	rows, err := b.pool.Query(ctx, `SELECT status, count(*) FROM soniq_jobs GROUP BY status

@@ -61,11 +61,3 @@ func parseNullTime(s sql.NullString, column string) (*time.Time, error) {
 	}
 	return &t, nil
 }
-
-// nullTimeText is the stored form of an optional time.
-func nullTimeText(t *time.Time) any {
-	if t == nil {
-		return nil
-	}
-	return formatTime(*t)
-}

@@ -287,7 +287,7 @@ func cmdStatus(ctx context.Context, e env, args []string) error {
 	}
 	fmt.Fprintf(e.stderr, "database %s\n", describeDatabase(databaseURL(e, *dbURL)))
 	if *asJSON {
-		// Stats marshals its six keys in the canonical order (seed 002).
+		// Stats marshals its six keys in the canonical order (docs/compatibility.md).
 		out, err := json.Marshal(st)
 		if err != nil {
 			return fmt.Errorf("encoding stats: %w", err)

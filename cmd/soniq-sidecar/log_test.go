@@ -1,6 +1,6 @@
 package main
 
-// DESIGN §3: the password in a database URL never appears in a log line or
+// The password in a database URL never appears in a log line or
 // an error. These tests run the commands in-process through runMain, with
 // the URL given by flag and by SONIQ_DATABASE_URL, against a port nothing
 // listens on and against the real test server (its trust authentication

@@ -13,7 +13,7 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-// Exit codes (DESIGN §3).
+// Exit codes (README.md, "Exit codes").
 const (
 	exitOK    = 0
 	exitError = 1

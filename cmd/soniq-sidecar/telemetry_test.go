@@ -36,7 +36,7 @@ func scrape(t *testing.T, h http.Handler) string {
 }
 
 // The Prometheus endpoint carries the resource (target_info) and names the
-// series the way DESIGN §9 lists them: "_total" on counters, "_seconds" on a
+// series the way docs/operations.md lists them: "_total" on counters, "_seconds" on a
 // histogram whose unit is "s". The instruments are recorded through the
 // global meter provider setupTelemetry installs, which is also what any
 // library using the OTel API gets.

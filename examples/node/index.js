@@ -302,7 +302,9 @@ class App {
 
   // Serves jobs until shutdown, then exits the process (0). The transport is $SONIQ_TRANSPORT:
   // stdio (NDJSON on stdin/stdout, the default; runs until `shutdown` or EOF) or unix (gRPC
-  // on a Unix socket, see unix.js).
+  // on a Unix socket, see unix.js). With `--listen PATH` among the process's arguments (or
+  // $SONIQ_LISTEN) it serves a socket of its own instead, across sessions, until SIGTERM
+  // (attach mode, see listen.js).
   run() {
     if (this.writer) throw new Error('App.run() called twice');
     if (this.handlers.size === 0) throw new Error('no jobs registered: call app.job(name, fn) before app.run()');
@@ -317,6 +319,21 @@ class App {
     if (protocol === null) {
       log(`no shared protocol version: sidecar offers SONIQ_PROTOCOL_VERSIONS=${JSON.stringify(process.env.SONIQ_PROTOCOL_VERSIONS)}, ${SDK} speaks ${SUPPORTED_PROTOCOLS.join(',')}`);
       process.exit(EXIT_NO_SHARED_VERSION);
+    }
+    let listen;
+    try {
+      listen = require('./listen').listenPath(process.argv.slice(2), process.env);
+    } catch (err) {
+      log(err.message);
+      process.exit(2);
+    }
+    if (listen !== null) {
+      // Attach mode: a socket of its own that sidecars connect to (listen.js).
+      require('./listen').serve(this, protocol, listen).catch((err) => {
+        log(`cannot serve --listen ${listen}: ${err.stack || err}`);
+        process.exit(1);
+      });
+      return;
     }
     if ((process.env.SONIQ_TRANSPORT || 'stdio') === 'unix') {
       // gRPC over a Unix socket (unix.js); its packages are required only here.

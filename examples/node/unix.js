@@ -12,6 +12,7 @@
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
+const { SessionCore, sessionService, resultMessage } = require('./session');
 
 const MAGIC_COOKIE_KEY = 'SONIQ_PLUGIN_MAGIC_COOKIE';
 const MAGIC_COOKIE_VALUE = 'soniq-handler-v1';
@@ -19,8 +20,6 @@ const CORE_PROTOCOL_VERSION = 1; // go-plugin's own protocol
 // The package ships its own copy of protocol/handler.proto (test/package.test.js keeps the
 // two equal), so an installed package needs nothing from the repository.
 const PROTO_PATH = process.env.SONIQ_HANDLER_PROTO || path.join(__dirname, 'proto', 'handler.proto');
-
-const STATUS = { done: 'DONE', failed: 'FAILED', snooze: 'SNOOZE', cancelled: 'CANCELLED' };
 
 function log(...parts) {
   process.stderr.write(`soniq-handler[${process.pid}]: ${parts.join(' ')}\n`);
@@ -61,22 +60,6 @@ function unaryDef(pathName, deserialize, serialize) {
   };
 }
 
-function resultMessage(frame) {
-  const msg = { id: frame.id, status: STATUS[frame.status] };
-  if (frame.status === 'done') {
-    if (frame.result !== null && frame.result !== undefined) msg.result_json = JSON.stringify(frame.result);
-  } else if (frame.status === 'failed') {
-    const e = frame.error;
-    msg.error = { type: e.type, message: e.message, retryable: e.retryable !== false };
-    if (e.traceback !== null && e.traceback !== undefined) msg.error.traceback = e.traceback;
-    if (e.reason !== null && e.reason !== undefined) msg.error.reason = e.reason;
-  } else if (frame.status === 'snooze') {
-    msg.seconds = frame.seconds;
-    if (frame.reason !== null && frame.reason !== undefined) msg.reason = frame.reason;
-  }
-  return msg;
-}
-
 // $HANDLER_TRACE_FRAMES: a debugging aid for this transport, which has no frame stream to tap.
 // Each message from the sidecar is appended to that file as the stdio frame it stands for,
 // "> " first (the format of a recorder between sidecar and handler on stdio).
@@ -94,7 +77,7 @@ const PEERS = ['@grpc/grpc-js', '@grpc/proto-loader'];
 
 // Loads one of the optional peer dependencies, or exits 1 with a line saying what to install
 // (the sidecar shows the child's stderr in its log).
-function requirePeer(name) {
+function requirePeer(name, what = 'SONIQ_TRANSPORT=unix') {
   try {
     return require(name);
   } catch (err) {
@@ -107,9 +90,9 @@ function requirePeer(name) {
       }
     });
     if (err.code === 'MODULE_NOT_FOUND' && missing.length > 0) {
-      log(`SONIQ_TRANSPORT=unix needs the packages ${PEERS.join(' and ')} (optional peer dependencies of soniq-handler, not needed for stdio); missing: ${missing.join(', ')}. Install them in the handler's project: npm install ${PEERS.join(' ')}`);
+      log(`${what} needs the packages ${PEERS.join(' and ')} (optional peer dependencies of soniq-handler, not needed for stdio); missing: ${missing.join(', ')}. Install them in the handler's project: npm install ${PEERS.join(' ')}`);
     } else {
-      log(`SONIQ_TRANSPORT=unix: cannot load ${name}: ${String(err.message).split('\n')[0]}`);
+      log(`${what}: cannot load ${name}: ${String(err.message).split('\n')[0]}`);
     }
     process.exit(1);
   }
@@ -148,8 +131,19 @@ function serve(app, protocolVersion, guard) {
   let draining = false;
   let server = null;
 
+  // The Session stream, the newer form of these calls: its end ends the process, as EOF on
+  // stdin does on stdio.
+  const core = new SessionCore(app, protocolVersion, grpc, {
+    attach: false,
+    trace,
+    onChange: () => {
+      if (core.sessionEnded) draining = true;
+      maybeExit();
+    },
+  });
+
   const maybeExit = () => {
-    if (!draining || held.size > 0) return;
+    if (!draining || held.size > 0 || core.held.size > 0) return;
     // Let the last responses (and the Shutdown reply) go out, then exit 0.
     server.tryShutdown(() => process.exit(0));
   };
@@ -228,6 +222,9 @@ function serve(app, protocolVersion, guard) {
       if (running < app.concurrency) start(entry);
       else waiting.push(entry);
     },
+    Session(call) {
+      core.handle(call);
+    },
     Cancel(call, callback) {
       const { id, reason } = call.request;
       trace({ type: 'cancel', id, reason });
@@ -242,7 +239,9 @@ function serve(app, protocolVersion, guard) {
 
   const limit = app.maxFrameBytes + 64 * 1024; // a frame's worth of payload plus the envelope
   server = new grpc.Server({ 'grpc.max_receive_message_length': limit, 'grpc.max_send_message_length': limit });
-  server.addService(pkg.soniq.handler.v1.Handler.service, handler);
+  // Session's own definition (64-bit integers as strings), beside the per-call methods.
+  const service = { ...pkg.soniq.handler.v1.Handler.service, ...sessionService(grpc, protoLoader, PROTO_PATH) };
+  server.addService(service, handler);
   server.addService({
     Check: unaryDef('/grpc.health.v1.Health/Check', decodeHealthRequest, (x) => x),
   }, {
@@ -270,4 +269,4 @@ function serve(app, protocolVersion, guard) {
   });
 }
 
-module.exports = { serve };
+module.exports = { serve, requirePeer, decodeHealthRequest, unaryDef, tracer, PROTO_PATH };

@@ -12,6 +12,7 @@ const path = require('node:path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 const { Handler, ROOT } = require('../testing/harness');
+const { openSession } = require('../testing/attach');
 
 const REPO_PROTO = path.join(ROOT, '..', '..', 'protocol', 'handler.proto');
 const FIXTURE = path.join(ROOT, 'testing', 'consumer');
@@ -84,7 +85,8 @@ test('the tarball holds the SDK, its types and the proto, and no tests', () => {
   const { packed, installed, dir } = project();
   const files = packed.files.map((f) => f.path).sort();
   assert.deepEqual(files, [
-    'README.md', 'index.d.ts', 'index.js', 'package.json', 'proto/handler.proto', 'protocol.d.ts', 'protocol.js', 'unix.js',
+    'README.md', 'index.d.ts', 'index.js', 'listen.js', 'package.json', 'probe.js', 'proto/handler.proto', 'protocol.d.ts', 'protocol.js',
+    'session.js', 'unix.js',
   ]);
   assert.equal(fs.readFileSync(path.join(installed, 'proto', 'handler.proto'), 'utf8'), fs.readFileSync(REPO_PROTO, 'utf8'));
   // The gRPC packages are optional peers: a plain install does not bring them.
@@ -259,6 +261,19 @@ test('unix without @grpc/grpc-js and @grpc/proto-loader: one line says what to i
   assert.equal(h.stderr.split('\n').length, 2, h.stderr);
 });
 
+test('--listen without the gRPC packages: one line says what to install, exit 1; the probe needs none', async () => {
+  const { dir } = project();
+  const sock = path.join(tmp, 'nogrpc.sock');
+  const h = start(path.join(dir, 'handler.js'), { cwd: dir, env: sidecarEnv('stdio', { SONIQ_LISTEN: sock }) });
+  assert.deepEqual(await h.exit(), { code: 1, signal: null });
+  assert.match(h.stderr, /^soniq-handler\[\d+\]: --listen\/SONIQ_LISTEN needs the packages @grpc\/grpc-js and @grpc\/proto-loader .*npm install @grpc\/grpc-js @grpc\/proto-loader\n$/);
+  assert.equal(fs.existsSync(sock), false);
+  // The package's probe command, as a project runs it (node_modules/.bin), without gRPC.
+  const probe = spawnSync(path.join(dir, 'node_modules', '.bin', 'soniq-handler-probe'), [sock], { encoding: 'utf8' });
+  assert.equal(probe.status, 1);
+  assert.equal(probe.stderr, `soniq-handler probe: ${sock} does not exist\n`);
+});
+
 test('unix: with the gRPC packages installed, the same handler serves the sidecar\'s calls', async () => {
   const { dir, installed } = project();
   // The versions this package is tested with (its lock file), from npm's cache when it can.
@@ -304,6 +319,32 @@ test('unix: with the gRPC packages installed, the same handler serves the sideca
   assert.deepEqual(await h.exited, { code: 0, signal: null });
   assert.equal(fs.existsSync(h.socket), false, 'socket removed');
   assert.equal(h.stdout.split('\n').length, 2, `nothing on stdout after the handshake: ${JSON.stringify(h.stdout)}`);
+});
+
+test('--listen with the gRPC packages installed: the project handler serves a Session; the bin probes it', async () => {
+  const { dir } = project(); // the gRPC packages were installed by the test above
+  assert.ok(fs.existsSync(path.join(dir, 'node_modules', '@grpc', 'grpc-js')), 'runs after the unix test installed the peers');
+  const sock = path.join(tmp, 'pkg.sock');
+  const child = spawn(process.execPath, [path.join(dir, 'handler.js'), '--listen', sock], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
+  live.push({ kill: () => child.kill('SIGKILL') });
+  let stderr = '';
+  child.stderr.setEncoding('utf8').on('data', (s) => { stderr += s; });
+  await waitFor(() => stderr.includes('listening on'), () => stderr);
+  assert.equal((fs.statSync(sock).mode & 0o777), 0o660);
+  const probe = spawnSync(path.join(dir, 'node_modules', '.bin', 'soniq-handler-probe'), [sock], { encoding: 'utf8' });
+  assert.deepEqual([probe.status, probe.stderr], [0, '']);
+  const { c, hello } = await openSession(sock);
+  try {
+    assert.deepEqual(hello.jobs.map((j) => j.name), ['pkg.add', 'pkg.ctx', 'pkg.wait', 'pkg.sync', 'pkg.snooze', 'pkg.permanent']);
+    c.job('a1', 'pkg.add', { a: 2, b: 40 });
+    assert.deepEqual(JSON.parse((await c.result()).result_json), { sum: 42 });
+  } finally {
+    c.close();
+  }
+  const exited = new Promise((resolve) => child.on('close', (code) => resolve(code)));
+  child.kill('SIGTERM');
+  assert.equal(await exited, 0);
+  assert.equal(fs.existsSync(sock), false);
 });
 
 // Polls `cond` (cheap, in-memory) until it holds; fails after 10 s with `detail()`.

@@ -102,11 +102,8 @@ async def serve(app: App, version: int, path: str) -> None:
     executor = app._executor = ThreadPoolExecutor(max_workers=app.sync_concurrency, thread_name_prefix="soniq-sync")
     signals: List[signal.Signals] = []
     try:
-        _bind(server, path)
-        bound = True
-        await server.start()
-        _log(f"listening on unix socket {path} (attach mode: one session at a time; SIGTERM drains and exits)")
-
+        # Handlers first: a SIGTERM that lands right after the "listening on"
+        # line (or during the bind) must drain, not kill the process.
         def stop(signame: str) -> None:
             if core.draining:
                 return
@@ -119,6 +116,11 @@ async def serve(app: App, version: int, path: str) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop, sig.name)
             signals.append(sig)
+        _bind(server, path)
+        bound = True
+        await server.start()
+        _log(f"listening on unix socket {path} (attach mode: one session at a time; SIGTERM drains and exits)")
+
         while not (core.draining and not core.held):
             changed.clear()
             await changed.wait()
