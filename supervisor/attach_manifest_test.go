@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 )
 
 func writeManifest(t *testing.T, body string) string {
@@ -86,4 +88,22 @@ func TestLoadManifestAttachBad(t *testing.T) {
 			assert.True(t, found, "no error on %s in %v", tc.field, err)
 		})
 	}
+}
+
+// The manifest deploy/kubernetes/attach.yaml ships in its ConfigMap loads.
+func TestDeployAttachManifest(t *testing.T) {
+	b, err := os.ReadFile("../deploy/kubernetes/attach.yaml")
+	require.NoError(t, err)
+	var cm struct {
+		Kind string            `yaml:"kind"`
+		Data map[string]string `yaml:"data"`
+	}
+	// The ConfigMap is the first document.
+	require.NoError(t, yaml.NewDecoder(bytes.NewReader(b)).Decode(&cm))
+	require.Equal(t, "ConfigMap", cm.Kind)
+	m, err := LoadManifest(writeManifest(t, cm.Data["soniq-handlers.yaml"]))
+	require.NoError(t, err)
+	require.Len(t, m.Handlers, 1)
+	assert.Equal(t, []string{"/run/soniq/billing.sock"}, m.Handlers[0].Attach)
+	assert.Contains(t, string(b), `"--listen", "/run/soniq/billing.sock"`, "the worker listens where the manifest attaches")
 }
