@@ -328,6 +328,7 @@ func (r *report) write(path string) error {
 		w("| %s | **%s** | %s | %s | %s |\n", t.Label, f0(t.Median), strings.Join(runs, ", "), ratio, frac)
 	}
 	w("\n")
+	r.writeTransportRatios(w)
 
 	w("## 3. Pickup latency at %v jobs/s\n\n", p.LatencyRate)
 	w("| variant | p50 ms | p95 ms | p99 ms | runs (p99 ms) |\n| --- | --- | --- | --- | --- |\n")

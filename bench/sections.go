@@ -54,6 +54,8 @@ func (b *bench) throughputVariants() []*tpResult {
 		sidecarVariant("node", "stdio"),
 		sidecarVariant("python", "unix"),
 		sidecarVariant("node", "unix"),
+		attachVariant("python"),
+		attachVariant("node"),
 		{Key: "ceiling", Label: fmt.Sprintf("database ceiling (Go, no handler, claim batch %d)", b.c.conc), Kind: "ceiling", Batch: b.c.conc},
 		{Key: "ceiling-500", Label: "database ceiling (Go, no handler, claim batch 500)", Kind: "ceiling", Batch: 500},
 		withIndex(sidecarVariant("python", "stdio")),
@@ -286,7 +288,7 @@ type latResult struct {
 func (b *bench) latencySection(ctx context.Context) error {
 	c := b.c
 	vs := []variant{soniqVariant, sidecarVariant("python", "stdio"), sidecarVariant("node", "stdio"),
-		sidecarVariant("python", "unix"), sidecarVariant("node", "unix")}
+		sidecarVariant("python", "unix"), sidecarVariant("node", "unix"), attachVariant("python"), attachVariant("node")}
 	var active []*latResult
 	for _, v := range vs {
 		if !b.c.want(v.Key) {
@@ -448,7 +450,7 @@ type shutResult struct {
 
 func (b *bench) shutdownSection(ctx context.Context) error {
 	c := b.c
-	vs := []variant{sidecarVariant("python", "stdio"), sidecarVariant("node", "stdio"), soniqVariant}
+	vs := []variant{sidecarVariant("python", "stdio"), sidecarVariant("node", "stdio"), soniqVariant, attachVariant("python"), attachVariant("node")}
 	var active []*shutResult
 	for _, v := range vs {
 		if !b.c.want(v.Key) {
