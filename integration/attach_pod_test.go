@@ -480,3 +480,31 @@ func TestAttachPodSecondSidecarRefused(t *testing.T) {
 		second.stop(t)
 	})
 }
+
+// `manifest check` attaches to each endpoint once, compares the hello and
+// lets go: the handler keeps running and takes the next sidecar.
+func TestAttachPodManifestCheck(t *testing.T) {
+	forEachPodSDK(t, func(t *testing.T, s sdk) {
+		p := newPod(t, s, manifestOpts{})
+		check := func() (int, string) {
+			out, err := exec.Command(sidecarBinary(t), "manifest", "check", p.manifest).CombinedOutput()
+			if ee, ok := err.(*exec.ExitError); ok {
+				return ee.ExitCode(), string(out)
+			}
+			require.NoError(t, err)
+			return 0, string(out)
+		}
+		code, out := check()
+		assert.Equal(t, 2, code, out)
+		assert.Contains(t, out, "attaching to "+p.sock)
+		h := p.startHandler(t)
+		code, out = check()
+		require.Equal(t, 0, code, out)
+		assert.Contains(t, out, "ok   handler "+s.name+"-tests")
+		sc := p.startSidecar(nil)
+		id := p.enqueue("t.record", `{}`, 0)
+		p.waitDone(t, sc, 30*time.Second, id)
+		require.True(t, h.running())
+		sc.stop(t)
+	})
+}

@@ -40,6 +40,9 @@ func CheckHandlers(ctx context.Context, m *Manifest, log *slog.Logger) []CheckRe
 }
 
 func checkHandler(ctx context.Context, sp *spawner, h *Handler, log *slog.Logger) CheckReport {
+	if h.Attached() {
+		return checkAttachHandler(ctx, h)
+	}
 	if h.Transport == TransportUnix {
 		return checkUnixHandler(ctx, sp, h, log)
 	}
