@@ -48,13 +48,17 @@ cross-build:
 docker-steps-examples: deps-python deps-node
 	$(ON_VENV) scripts/docker-steps-examples.sh
 
-# Everything, with -race, against a throw-away Postgres. When SONIQ_TEST_DATABASE_URL is
-# already set (as .ci/run does) that server is used; otherwise one is started and removed.
+# Everything, with -race, against a throw-away Postgres and a PgBouncer in transaction
+# mode in front of it. When SONIQ_TEST_DATABASE_URL / SONIQ_TEST_PGBOUNCER_URL are already
+# set (as .ci/run does) they are used; otherwise they are started and removed.
+ifeq ($(SONIQ_TEST_PGBOUNCER_URL),)
+WITH_PGBOUNCER := .ci/pgbouncer.sh run
+endif
 test: build docker-steps docker-steps-examples cross-build
 ifeq ($(SONIQ_TEST_DATABASE_URL),)
-	.ci/pg.sh run $(MAKE) --no-print-directory lint test-go test-python test-node
+	.ci/pg.sh run .ci/pgbouncer.sh run $(MAKE) --no-print-directory lint test-go test-python test-node
 else
-	$(MAKE) --no-print-directory lint test-go test-python test-node
+	$(WITH_PGBOUNCER) $(MAKE) --no-print-directory lint test-go test-python test-node
 endif
 
 # The Go tests run the example handlers over both transports: the unix one

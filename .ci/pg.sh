@@ -5,6 +5,8 @@
 #   .ci/pg.sh stop DIR
 #   .ci/pg.sh run CMD ARGS...       # run CMD with a fresh server, then remove it
 #
+# PG_MAX_CONNECTIONS sets max_connections (default 300).
+#
 # Postgres refuses to run as root, so when we are root the cluster is owned by
 # and started as the unprivileged `postgres` user (created if missing).
 set -euo pipefail
@@ -40,7 +42,7 @@ start)
 listen_addresses = '127.0.0.1'
 port = $port
 unix_socket_directories = ''
-max_connections = 300
+max_connections = ${PG_MAX_CONNECTIONS:-300}
 fsync = off
 synchronous_commit = off
 full_page_writes = off

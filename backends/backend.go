@@ -70,6 +70,10 @@ var ErrIdentityTaken = errors.New("another program's worker row has this hostnam
 // condition that may pass, unlike a bad URL or a refused login.
 var ErrUnreachable = errors.New("database unreachable")
 
+// ErrNoWakeups is returned by Subscribe when the backend is configured to
+// poll only (Postgres behind a transaction-mode pooler with no listen URL).
+var ErrNoWakeups = errors.New("new-job notifications are off; polling only")
+
 // ErrNoSchema is returned (wrapped) when Soniq's tables do not exist yet.
 //
 //lint:ignore ST1005 the message starts with a product name and is shown to operators as is
@@ -337,8 +341,24 @@ type Backend interface {
 	// Subscribe delivers the queue name of every newly enqueued job
 	// (Postgres: LISTEN soniq_new_job; others: local enqueues). Delivery
 	// is best effort and may coalesce; callers also poll. The channel is
-	// closed once ctx is done.
+	// closed once ctx is done. ErrNoWakeups means the backend is
+	// configured to poll only.
 	Subscribe(ctx context.Context) (<-chan string, error)
+}
+
+// PoolStats is a snapshot of a backend's connection pool.
+type PoolStats struct {
+	Max, InUse int32
+	// Waited counts, since the pool opened, acquires that started with
+	// every connection the pool may have in use: they waited for one to be
+	// released (or gave up).
+	Waited int64
+}
+
+// PoolStater is implemented by backends with a connection pool (Postgres),
+// for the pool metric and /readyz.
+type PoolStater interface {
+	PoolStats() PoolStats
 }
 
 // ClaimIndexer is implemented by backends that can add the index matching

@@ -354,6 +354,13 @@ func TestObservabilityQueueJobs(t *testing.T) {
 		return v == 3
 	})
 	m.assertFamily(t, "soniq_queue_jobs", dto.MetricType_GAUGE, "status")
+	// The database pool: its maximum (pool_max_conns, here pgx's default
+	// of at least 4), connections in use, and acquires that waited.
+	maxConns, ok := m.value("soniq_db_pool_connections", map[string]string{"state": "max"})
+	assert.True(t, ok && maxConns >= 4, "soniq_db_pool_connections{state=max} = %v", maxConns)
+	m.assertFamily(t, "soniq_db_pool_connections", dto.MetricType_GAUGE, "state")
+	_, ok = m.value("soniq_db_pool_waits_total", nil)
+	assert.True(t, ok, "soniq_db_pool_waits_total exported")
 	sc.signal(syscall.SIGTERM)
 	exit, _ := sc.wait(20 * time.Second)
 	assert.Equal(t, 0, exit)

@@ -19,15 +19,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
-	"github.com/soniq-dev/soniq-sidecar/supervisor"
 )
 
 // handlerProc is one handler process of an SDK's example manifest, driven frame by frame
 // over stdio the way the sidecar drives it.
 type handlerProc struct {
 	t       *testing.T
-	handler *supervisor.Handler
+	handler *config.Handler
 	cmd     *exec.Cmd
 	stdin   io.WriteCloser
 	enc     *protocol.Encoder
@@ -54,14 +54,14 @@ type frameOrErr struct {
 // for its hello within the handler's startup_timeout.
 func startHandler(t *testing.T, manifestPath string) *handlerProc {
 	t.Helper()
-	m, err := supervisor.LoadManifest(manifestPath)
+	m, err := config.LoadManifest(manifestPath)
 	require.NoError(t, err, "example manifest")
 	require.NotEmpty(t, m.Handlers)
 	h := &m.Handlers[0]
-	if h.Transport == supervisor.TransportUnix {
+	if h.Transport == config.TransportUnix {
 		return startUnixHandler(t, h)
 	}
-	require.Equal(t, supervisor.TransportStdio, h.Transport)
+	require.Equal(t, config.TransportStdio, h.Transport)
 
 	path := h.Command[0]
 	if !strings.Contains(path, "/") {

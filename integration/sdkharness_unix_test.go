@@ -21,9 +21,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 	"github.com/soniq-dev/soniq-sidecar/protocol/session"
-	"github.com/soniq-dev/soniq-sidecar/supervisor"
 )
 
 // startUnixHandler is startHandler for a `transport: unix` manifest: it starts the process
@@ -31,7 +31,7 @@ import (
 // line, connects, and bridges the frames the scenarios write to the Session stream and the
 // handler's messages back to frames, so every SDK harness scenario runs unchanged over both
 // transports.
-func startUnixHandler(t *testing.T, h *supervisor.Handler) *handlerProc {
+func startUnixHandler(t *testing.T, h *config.Handler) *handlerProc {
 	t.Helper()
 	path := h.Command[0]
 	if !strings.Contains(path, "/") {

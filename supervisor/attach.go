@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 	"github.com/soniq-dev/soniq-sidecar/protocol/session"
 )
@@ -38,6 +40,22 @@ const (
 // was not the sidecar's doing.
 var errEndpointGone = errors.New("connection lost")
 
+// attachedConn is the loop's handle on an attached process: the sidecar
+// owns no process there, so it signals nothing; a SIGKILL (the loop giving
+// up on a broken process) ends the connection instead.
+type attachedConn struct {
+	path   string
+	detach func()
+}
+
+func (c attachedConn) pid() int     { return 0 }
+func (c attachedConn) peer() string { return "endpoint " + c.path }
+func (c attachedConn) signal(sig syscall.Signal) {
+	if sig == syscall.SIGKILL {
+		c.detach()
+	}
+}
+
 // attachProc is the transport of one attach endpoint.
 type attachProc struct {
 	te     transportEnv
@@ -52,7 +70,7 @@ type attachProc struct {
 func startAttach(te transportEnv, p *process) error {
 	a := &attachProc{te: te, p: p, path: p.endpoint}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
-	p.detach = a.cancel
+	p.conn = attachedConn{path: a.path, detach: a.cancel}
 	te.wg.Add(1)
 	go a.run()
 	return nil
@@ -171,7 +189,7 @@ func (l *loop) initAttach(pl *pool) {
 		return
 	}
 	for _, p := range pl.h.Attach {
-		if !isGlob(p) {
+		if !config.IsGlob(p) {
 			pl.endpoints = append(pl.endpoints, p)
 		}
 	}
@@ -190,7 +208,7 @@ func (l *loop) rescanAttach(pl *pool) {
 		return
 	}
 	for _, pat := range pl.h.Attach {
-		if !isGlob(pat) {
+		if !config.IsGlob(pat) {
 			continue
 		}
 		matches, _ := filepath.Glob(pat) // the pattern was checked at load
@@ -201,7 +219,7 @@ func (l *loop) rescanAttach(pl *pool) {
 			pl.endpoints = append(pl.endpoints, m)
 			pl.procs = append(pl.procs, nil)
 			pl.restarting = append(pl.restarting, false)
-			l.s.log.Info("attach endpoint found", "handler", pl.h.Name, "endpoint", m, "pattern", pat)
+			l.log.Info("attach endpoint found", "handler", pl.h.Name, "endpoint", m, "pattern", pat)
 			l.spawn(pl, len(pl.procs)-1)
 		}
 	}
@@ -216,15 +234,15 @@ func (l *loop) onAttachHello(p *process, h *session.Hello) {
 		p.foreign[r.ID] = spec == nil || !spec.Cancellable
 	}
 	if len(h.Running) > 0 {
-		l.s.log.Info("attached handler still runs jobs from an earlier session; they occupy its capacity until their results arrive",
+		l.log.Info("attached handler still runs jobs from an earlier session; they occupy its capacity until their results arrive",
 			"handler", p.pool.h.Name, "endpoint", p.endpoint, "running", len(h.Running))
 	}
 	l.onHello(p, &h.Hello)
 	if p.state == procReady {
 		pl := p.pool
-		l.s.metrics.attachEvent(pl.h.Name, "attached", "")
+		l.metrics.attachEvent(pl.h.Name, "attached", "")
 		if why, ok := pl.lastLoss[p.endpoint]; ok {
-			l.s.metrics.attachEvent(pl.h.Name, "reconnected", why)
+			l.metrics.attachEvent(pl.h.Name, "reconnected", why)
 			delete(pl.lastLoss, p.endpoint)
 		}
 	}
@@ -237,7 +255,7 @@ func (l *loop) onDraining(p *process) {
 	if p.state != procReady && p.state != procStarting {
 		return
 	}
-	l.s.log.Info("attached handler is draining: no more jobs go to it", "handler", p.pool.h.Name, "endpoint", p.endpoint, "jobs", len(p.tasks))
+	l.log.Info("attached handler is draining: no more jobs go to it", "handler", p.pool.h.Name, "endpoint", p.endpoint, "jobs", len(p.tasks))
 	l.setProcState(p, procRetiring)
 	if len(p.tasks) == 0 {
 		l.stopProcess(p, l.cfg.StopGrace)
@@ -251,7 +269,7 @@ func (l *loop) onDraining(p *process) {
 // sidecar. Two sidecars for one handler process is a deployment error; this
 // one keeps trying (the other may be a predecessor that is going away).
 func (l *loop) onAttachRefused(p *process, err error) {
-	l.s.log.Error("attach endpoint refused this sidecar's session: another session is open on it (two sidecars for one handler container?); retrying",
+	l.log.Error("attach endpoint refused this sidecar's session: another session is open on it (two sidecars for one handler container?); retrying",
 		"handler", p.pool.h.Name, "endpoint", p.endpoint, "err", err)
 	p.brokenCause, p.brokenReason = fmt.Sprintf("handler %s: %v", p.pool.h.Name, err), "refused"
 	l.setProcState(p, procStopping)
@@ -285,10 +303,10 @@ func (l *loop) adopt(t *task, p *process) {
 		p.syncHeld++
 	}
 	if timeout := t.spec.EffectiveTimeout(l.cfg.Settings); timeout > 0 {
-		t.timer = time.AfterFunc(timeout, func() { l.s.emit(event{kind: evJobTimeout, task: t}) })
+		t.timer = time.AfterFunc(timeout, func() { l.emit(event{kind: evJobTimeout, task: t}) })
 	}
-	l.s.metrics.jobStarted(t.job.Queue, t.job.Name)
-	l.s.log.Info("claimed job is still running in the attached handler from an earlier session; adopted, not run again",
+	l.metrics.jobStarted(t.job.Queue, t.job.Name)
+	l.log.Info("claimed job is still running in the attached handler from an earlier session; adopted, not run again",
 		"job_id", t.job.ID, "job_name", t.job.Name, "handler", p.pool.h.Name, "endpoint", p.endpoint)
 }
 
@@ -381,7 +399,7 @@ func (l *loop) attachEnded(p *process, wasReady bool, err error) {
 	}
 	h := p.pool.h.Name
 	if wasReady {
-		l.s.metrics.attachEvent(h, "detached", "")
+		l.metrics.attachEvent(h, "detached", "")
 	}
 	reason := p.brokenReason
 	switch {
@@ -394,7 +412,7 @@ func (l *loop) attachEnded(p *process, wasReady bool, err error) {
 		reason = "not_attached"
 	}
 	if wasReady || reason == "refused" {
-		l.s.metrics.attachEvent(h, "lost", reason)
+		l.metrics.attachEvent(h, "lost", reason)
 		if p.pool.lastLoss == nil {
 			p.pool.lastLoss = map[string]string{}
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 	"github.com/soniq-dev/soniq-sidecar/protocol/session"
 )
@@ -14,11 +15,11 @@ import (
 // session with each endpoint (the literal paths and what the globs match
 // now), compares the hello with the declaration and ends the session,
 // which leaves the handler running and waiting for the sidecar.
-func checkAttachHandler(ctx context.Context, h *Handler) CheckReport {
+func checkAttachHandler(ctx context.Context, h *config.Handler) CheckReport {
 	rep := CheckReport{Handler: h.Name}
 	var endpoints []string
 	for _, p := range h.Attach {
-		if !isGlob(p) {
+		if !config.IsGlob(p) {
 			endpoints = append(endpoints, p)
 			continue
 		}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
@@ -32,11 +33,11 @@ type rawProc struct {
 	exited  bool
 }
 
-func startRaw(t *testing.T, transport Transport, script string) *rawProc {
+func startRaw(t *testing.T, transport config.Transport, script string) *rawProc {
 	t.Helper()
 	dir := t.TempDir()
 	rp := &rawProc{events: make(chan event, 64), wg: &sync.WaitGroup{}, pidFile: filepath.Join(dir, "helper.pid")}
-	h := &Handler{Name: "raw", Command: []string{"sh", "-c", script}, Transport: transport, Workdir: dir,
+	h := &config.Handler{Name: "raw", Command: []string{"sh", "-c", script}, Transport: transport, Workdir: dir,
 		Env: map[string]string{"PIDFILE": rp.pidFile}, StartupTimeout: 20 * time.Second, Concurrency: 1, Processes: 1}
 	sp := newSpawner()
 	stop := make(chan struct{})
@@ -45,7 +46,7 @@ func startRaw(t *testing.T, transport Transport, script string) *rawProc {
 	te := transportEnv{sp: sp, maxFrame: protocol.DefaultMaxFrameBytes, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		emit: func(e event) bool { rp.events <- e; return true }, wg: rp.wg}
 	start := startStdio
-	if transport == TransportUnix {
+	if transport == config.TransportUnix {
 		start = startUnix
 	}
 	if err := start(te, rp.p); err != nil {
@@ -127,15 +128,15 @@ const (
 func TestTransportReportsExitDespiteHeldPipes(t *testing.T) {
 	cases := []struct {
 		name      string
-		transport Transport
+		transport config.Transport
 		script    string
 		frame     bool // the script writes a pong frame before it exits (stdio)
 		inGroup   bool // the helper stays in the process group
 	}{
-		{"stdio/setsid helper", TransportStdio, `printf '{"type":"pong","seq":1}\n'; echo bye >&2; ` + setsidHelper + `; exit 3`, true, false},
-		{"stdio/helper in the group", TransportStdio, `printf '{"type":"pong","seq":1}\n'; echo bye >&2; ` + groupHelper + `; exit 3`, true, true},
-		{"unix/setsid helper", TransportUnix, `echo bye >&2; ` + setsidHelper + `; exit 3`, false, false},
-		{"unix/helper in the group", TransportUnix, `echo bye >&2; ` + groupHelper + `; exit 3`, false, true},
+		{"stdio/setsid helper", config.TransportStdio, `printf '{"type":"pong","seq":1}\n'; echo bye >&2; ` + setsidHelper + `; exit 3`, true, false},
+		{"stdio/helper in the group", config.TransportStdio, `printf '{"type":"pong","seq":1}\n'; echo bye >&2; ` + groupHelper + `; exit 3`, true, true},
+		{"unix/setsid helper", config.TransportUnix, `echo bye >&2; ` + setsidHelper + `; exit 3`, false, false},
+		{"unix/helper in the group", config.TransportUnix, `echo bye >&2; ` + groupHelper + `; exit 3`, false, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -184,7 +185,7 @@ func TestTransportReportsExitDespiteHeldPipes(t *testing.T) {
 // (evStdoutClosed) after stdoutEOFGrace; the loop then kills it.
 func TestStdioStdoutClosedWhileRunning(t *testing.T) {
 	t.Parallel()
-	rp := startRaw(t, TransportStdio, `printf '{"type":"pong","seq":1}\n'; exec 1>&-; echo closed >&2; exec sleep 300`)
+	rp := startRaw(t, config.TransportStdio, `printf '{"type":"pong","seq":1}\n'; exec 1>&-; echo closed >&2; exec sleep 300`)
 	if e := rp.next(t, 10*time.Second); e.kind != evFrame {
 		t.Fatalf("first event: kind %d %v", e.kind, e.err)
 	}

@@ -71,7 +71,7 @@ func (s *Supervisor) reregister(ctx context.Context, held []string) ([]string, e
 func (l *loop) onReregistered(ids []string, err error) {
 	l.reregistering = false
 	if err != nil {
-		l.s.log.Warn("registering the worker row again failed; claiming stays paused, retrying at the next heartbeat",
+		l.log.Warn("registering the worker row again failed; claiming stays paused, retrying at the next heartbeat",
 			"worker_id", l.s.workerID, "cause", l.lostCause.Error(), "err", err)
 		return
 	}
@@ -80,7 +80,7 @@ func (l *loop) onReregistered(ids []string, err error) {
 			l.abandonLost(t, "worker_lost")
 		}
 	}
-	l.s.log.Warn("this sidecar's worker row was lost (another worker recovered its jobs after missing its heartbeats: a frozen VM or a network partition?); registered it again before claiming",
+	l.log.Warn("this sidecar's worker row was lost (another worker recovered its jobs after missing its heartbeats: a frozen VM or a network partition?); registered it again before claiming",
 		"worker_id", l.s.workerID, "hostname", l.s.workerHostname(), "cause", l.lostCause.Error(),
 		"jobs_taken_elsewhere", ids, "jobs_kept", len(l.live))
 	for _, pl := range l.pools {
@@ -93,7 +93,7 @@ func (l *loop) onReregistered(ids []string, err error) {
 
 // abandonSuperseded gives up an execution whose row was claimed again.
 func (l *loop) abandonSuperseded(t *task) {
-	l.s.log.Warn("job claimed again while an earlier execution here still runs (its row was recovered meanwhile); the earlier result will be discarded",
+	l.log.Warn("job claimed again while an earlier execution here still runs (its row was recovered meanwhile); the earlier result will be discarded",
 		"job_id", t.job.ID, "job_name", t.job.Name, "queue", t.job.Queue)
 	l.abandonLost(t, "reclaimed")
 }
@@ -112,7 +112,7 @@ func (l *loop) abandonLost(t *task, why string) {
 		pl.pending = slices.DeleteFunc(pl.pending, func(p *task) bool { return p == t })
 	case taskRunning:
 		t.state, t.abandoned = taskAbandoned, why
-		l.s.metrics.jobEnded(t.job.Queue, t.job.Name, "lost", time.Since(t.startedAt))
+		l.metrics.jobEnded(t.job.Queue, t.job.Name, "lost", time.Since(t.startedAt))
 		t.endSpan("lost", "")
 	}
 }

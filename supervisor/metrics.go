@@ -34,6 +34,9 @@ type Metrics struct {
 	// queueStats is the last queue-stats snapshot, observed by the
 	// soniq_queue_jobs gauge at collection time.
 	queueStats atomic.Pointer[backends.Stats]
+	// pool reads the backend's connection pool at collection time; nil
+	// for a backend without one.
+	pool atomic.Pointer[backends.PoolStater]
 
 	// attrSets caches attribute sets by their label values: building one
 	// per job showed up in profiles (make bench).
@@ -132,11 +135,47 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 		}, g)
 		return e
 	})
+	mk(func() error {
+		conns, e := m.Int64ObservableGauge("soniq_db_pool_connections",
+			metric.WithDescription("The sidecar's database connection pool: connections in use and its maximum (pool_max_conns)."))
+		if e != nil {
+			return e
+		}
+		waits, e := m.Int64ObservableCounter("soniq_db_pool_waits",
+			metric.WithDescription("Database connection acquires that found the pool exhausted and had to wait."))
+		if e != nil {
+			return e
+		}
+		inUse := metric.WithAttributes(attribute.String("state", "in_use"))
+		maxConns := metric.WithAttributes(attribute.String("state", "max"))
+		_, e = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+			p := x.pool.Load()
+			if p == nil {
+				return nil
+			}
+			st := (*p).PoolStats()
+			o.ObserveInt64(conns, int64(st.InUse), inUse)
+			o.ObserveInt64(conns, int64(st.Max), maxConns)
+			o.ObserveInt64(waits, st.Waited)
+			return nil
+		}, conns, waits)
+		return e
+	})
 	mk(func() error { return x.initAttach(m) })
 	if err != nil {
 		return nil, fmt.Errorf("creating supervisor metrics: %w", err)
 	}
 	return &x, nil
+}
+
+// observePool makes the pool metrics read b's pool, when it has one.
+func (m *Metrics) observePool(b backends.Backend) {
+	if m == nil {
+		return
+	}
+	if p, ok := b.(backends.PoolStater); ok {
+		m.pool.Store(&p)
+	}
 }
 
 func (m *Metrics) jobStarted(queue, name string) {

@@ -28,6 +28,6 @@ func (l *loop) checkOnce() {
 			return
 		}
 	}
-	l.s.log.Info("run --once: nothing left that is due; stopping")
+	l.log.Info("run --once: nothing left that is due; stopping")
 	l.enterDraining("run --once: nothing left that is due")
 }

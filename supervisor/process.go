@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
@@ -44,8 +45,8 @@ func (s procState) String() string {
 type process struct {
 	pool      *pool
 	slot      int
-	pid       int
-	cmd       *exec.Cmd
+	pid       int                   // conn's pid, kept for logs; 0 for an in-process fake
+	conn      conn                  // nil until the transport has started it
 	out       chan protocol.Message // frames for the writer goroutine; closed to close stdin
 	outClosed bool
 	state     procState
@@ -68,12 +69,10 @@ type process struct {
 
 	stderr *stderrTail
 
-	// Attach mode (attach.go): the endpoint, the function that ends the
-	// connection (the only "kill" of an attached process), the jobs it
-	// still ran from an earlier session (id → sync) and whether the
-	// sidecar sent `shutdown` on the stream.
+	// Attach mode (attach.go): the endpoint, the jobs it still ran from an
+	// earlier session (id → sync), and whether the sidecar sent `shutdown`
+	// on the stream.
 	endpoint     string
-	detach       func()
 	foreign      map[string]bool
 	shutdownSent atomic.Bool
 }
@@ -128,15 +127,8 @@ func (p *process) closeInput() {
 // signalGroup signals the process's whole process group (it is a group
 // leader), so helpers it started go with it.
 func (p *process) signalGroup(sig syscall.Signal) {
-	if p.detach != nil {
-		// Never signalled: the sidecar ends its connection instead.
-		if sig == syscall.SIGKILL {
-			p.detach()
-		}
-		return
-	}
-	if p.pid > 0 {
-		_ = syscall.Kill(-p.pid, sig)
+	if p.conn != nil {
+		p.conn.signal(sig)
 	}
 }
 
@@ -236,7 +228,7 @@ func (s *spawner) do(fork func() error) error {
 // childEnv is the child's whole environment: the manifest's env, the
 // variables it names in env_from, and the protocol variables. Nothing else
 // of the sidecar's environment (notably the database URL) reaches the handler.
-func childEnv(h *Handler, maxFrame int) []string {
+func childEnv(h *config.Handler, maxFrame int) []string {
 	env := make([]string, 0, len(h.Env)+len(h.EnvFrom)+4)
 	for _, k := range h.EnvFrom {
 		if _, set := h.Env[k]; set {
@@ -261,7 +253,7 @@ func childEnv(h *Handler, maxFrame int) []string {
 // handlerCommand builds (does not start) the command of a handler: its own
 // process group, the parent-death signal, the restricted environment, the
 // manifest's working directory. Both transports start children from it.
-func handlerCommand(h *Handler, maxFrame int) (*exec.Cmd, error) {
+func handlerCommand(h *config.Handler, maxFrame int) (*exec.Cmd, error) {
 	path := h.Command[0]
 	if !strings.Contains(path, "/") {
 		// Resolve with the sidecar's PATH: the child's environment is the
@@ -286,7 +278,7 @@ func handlerCommand(h *Handler, maxFrame int) (*exec.Cmd, error) {
 }
 
 // startChild starts a stdio handler child through the spawner.
-func startChild(sp *spawner, h *Handler, maxFrame int) (*exec.Cmd, childPipes, error) {
+func startChild(sp *spawner, h *config.Handler, maxFrame int) (*exec.Cmd, childPipes, error) {
 	cmd, err := handlerCommand(h, maxFrame)
 	if err != nil {
 		return nil, childPipes{}, err
@@ -366,14 +358,9 @@ func writeFrames(p *process, stdin io.WriteCloser, te transportEnv) {
 // readStderr is a process's stderr goroutine: it logs each line and keeps
 // the last ones for last_error, until EOF or the read end is closed.
 func readStderr(p *process, stderr io.Reader, log *slog.Logger) {
-	sc := bufio.NewScanner(stderr)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		p.stderr.add(line)
-		log.Info(line, "handler", p.pool.h.Name, "pid", p.pid, "stream", "stderr")
-	}
-	_, _ = io.Copy(io.Discard, stderr) // a line over the limit: keep draining
+	lines := &stderrLines{log: log, handler: p.pool.h.Name, pid: func() int { return p.pid }, tail: p.stderr}
+	_, _ = io.Copy(lines, stderr)
+	lines.flush()
 }
 
 // readFrames is a process's stdout goroutine: it decodes frames into events

@@ -23,7 +23,7 @@ func (l *loop) onUnsendable(p *process, m protocol.Message, err error) {
 	if !ok {
 		// Pings, cancels and shutdowns always encode; should one not, the
 		// process simply never sees it.
-		l.s.log.Error("a frame for the handler could not be encoded; not sent", "handler", p.pool.h.Name, "pid", p.pid,
+		l.log.Error("a frame for the handler could not be encoded; not sent", "handler", p.pool.h.Name, "pid", p.pid,
 			"frame", string(m.Type()), "err", err)
 		return
 	}
@@ -42,9 +42,9 @@ func (l *loop) onUnsendable(p *process, m protocol.Message, err error) {
 		j := t.job
 		text := "job frame not sent: " + err.Error()
 		delete(l.live, j.ID)
-		l.s.metrics.jobEnded(j.Queue, j.Name, "failed", time.Since(t.startedAt))
+		l.metrics.jobEnded(j.Queue, j.Name, "failed", time.Since(t.startedAt))
 		t.endSpan("failed", text)
-		l.s.log.Error("job dead-lettered: its job frame could not be sent to the handler", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue,
+		l.log.Error("job dead-lettered: its job frame could not be sent to the handler", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue,
 			"handler", p.pool.h.Name, "pid", p.pid, "err", err)
 		l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
 			Reason: backends.ReasonInvalidArguments, Error: text})
@@ -68,6 +68,6 @@ func (l *loop) onStdinFailed(p *process, err error) {
 	}
 	cause := fmt.Errorf("its stdin is closed (writing a frame failed: %w)", err)
 	p.killTimers = append(p.killTimers, time.AfterFunc(stdinSettle, func() {
-		l.s.emit(event{kind: evProtocolError, proc: p, err: cause})
+		l.emit(event{kind: evProtocolError, proc: p, err: cause})
 	}))
 }

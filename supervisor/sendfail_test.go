@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
@@ -32,7 +33,7 @@ type writerRig struct {
 func startWriter(t *testing.T, stdin *os.File) *writerRig {
 	t.Helper()
 	r := &writerRig{
-		p:      &process{pool: &pool{h: &Handler{Name: "h"}}, pid: 4242, out: make(chan protocol.Message, 64)},
+		p:      &process{pool: &pool{h: &config.Handler{Name: "h"}}, pid: 4242, out: make(chan protocol.Message, 64)},
 		events: make(chan event, 64),
 		done:   make(chan struct{}),
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/backends/memory"
+	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
@@ -116,27 +117,27 @@ func (r beatRecorder) Heartbeat(ctx context.Context, workerID string) error {
 // fakeJobs are the jobs of the fake handler: *.sleep jobs sleep args.seconds
 // on the fake clock; async.sleep ends on a cancel, sync.sleep ignores it;
 // crash sleeps args.seconds, then its whole process dies with exit status 7.
-var fakeJobs = []JobSpec{
-	{Name: "async.sleep", Cancellable: true, Retry: DefaultRetryPolicy()},
-	{Name: "sync.sleep", Cancellable: false, Retry: DefaultRetryPolicy()},
-	{Name: "crash", Cancellable: true, Retry: DefaultRetryPolicy()},
+var fakeJobs = []config.JobSpec{
+	{Name: "async.sleep", Cancellable: true, Retry: config.DefaultRetryPolicy()},
+	{Name: "sync.sleep", Cancellable: false, Retry: config.DefaultRetryPolicy()},
+	{Name: "crash", Cancellable: true, Retry: config.DefaultRetryPolicy()},
 }
 
-func newFakeWorld(t *testing.T, s Settings, concurrency, syncConcurrency int, jobTimeout map[string]time.Duration) *fakeWorld {
+func newFakeWorld(t *testing.T, s config.Settings, concurrency, syncConcurrency int, jobTimeout map[string]time.Duration) *fakeWorld {
 	return newFakePool(t, s, 1, concurrency, syncConcurrency, jobTimeout)
 }
 
 // newFakePool is newFakeWorld with a pool of several processes.
-func newFakePool(t *testing.T, s Settings, processes, concurrency, syncConcurrency int, jobTimeout map[string]time.Duration) *fakeWorld {
+func newFakePool(t *testing.T, s config.Settings, processes, concurrency, syncConcurrency int, jobTimeout map[string]time.Duration) *fakeWorld {
 	w := &fakeWorld{t: t, mem: memory.New(), runErr: make(chan error, 1)}
-	jobs := append([]JobSpec{}, fakeJobs...)
+	jobs := append([]config.JobSpec{}, fakeJobs...)
 	for i := range jobs {
 		if d, ok := jobTimeout[jobs[i].Name]; ok {
 			jobs[i].Timeout, jobs[i].TimeoutSet = d, true
 		}
 	}
-	m := &Manifest{Version: 1, Handlers: []Handler{{
-		Name: "fake", Command: []string{"fake"}, Transport: TransportStdio, Processes: processes,
+	m := &config.Manifest{Version: 1, Handlers: []config.Handler{{
+		Name: "fake", Command: []string{"fake"}, Transport: config.TransportStdio, Processes: processes,
 		Concurrency: concurrency, SyncConcurrency: syncConcurrency, StartupTimeout: 10 * time.Second, Jobs: jobs,
 	}}}
 	log := slog.New(captureHandler{mu: &w.mu, records: &w.logs})
@@ -334,8 +335,8 @@ func (w *fakeWorld) job(id string) backends.Job {
 	return j
 }
 
-func fakeSettings(shutdown, grace time.Duration) Settings {
-	s := DefaultSettings()
+func fakeSettings(shutdown, grace time.Duration) config.Settings {
+	s := config.DefaultSettings()
 	s.ShutdownTimeout, s.SyncHandlerGrace, s.SyncGraceSet = shutdown, grace, true
 	s.PollInterval = 100 * time.Millisecond
 	return s

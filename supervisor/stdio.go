@@ -1,19 +1,8 @@
 package supervisor
 
 import (
-	"log/slog"
 	"os"
-	"sync"
 )
-
-// transportEnv is what a transport needs from the loop to run one process.
-type transportEnv struct {
-	sp       *spawner
-	maxFrame int
-	log      *slog.Logger
-	emit     func(event) bool
-	wg       *sync.WaitGroup // the transport's goroutines join it
-}
 
 // startStdio starts a handler process speaking NDJSON over its stdin and
 // stdout: a writer goroutine encodes p.out to stdin, a reader goroutine
@@ -24,7 +13,8 @@ func startStdio(te transportEnv, p *process) error {
 	if err != nil {
 		return err
 	}
-	p.cmd, p.pid = cmd, cmd.Process.Pid
+	p.pid = cmd.Process.Pid
+	p.conn = spawnedConn{groupPID: p.pid}
 	exited := make(chan struct{})
 	stdoutDone, stderrDone := make(chan struct{}), make(chan struct{})
 	te.wg.Add(4)

@@ -28,13 +28,14 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
 // Config is what Run needs. Manifest, Settings and Backend are required.
 type Config struct {
-	Manifest *Manifest
-	Settings Settings
+	Manifest *config.Manifest
+	Settings config.Settings
 	Backend  backends.Backend
 	Logger   *slog.Logger
 	// Version is recorded on the worker row.
@@ -148,7 +149,7 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	// A library caller may pass a partial Settings: intervals of 0 would
 	// spin or panic, so they take Soniq's defaults.
-	def := DefaultSettings()
+	def := config.DefaultSettings()
 	for _, d := range []struct{ v, def *time.Duration }{
 		{&cfg.Settings.HeartbeatInterval, &def.HeartbeatInterval},
 		{&cfg.Settings.HeartbeatTimeout, &def.HeartbeatTimeout},
@@ -171,6 +172,7 @@ func New(cfg Config) (*Supervisor, error) {
 		shutdown: make(chan struct{}, 8),
 		notReady: map[string]string{},
 	}
+	s.metrics.observePool(cfg.Backend)
 	if s.workerID == "" {
 		s.workerID = backends.NewID()
 	}
@@ -457,6 +459,13 @@ func (s *Supervisor) maintainOnce(ctx context.Context) {
 		return
 	}
 	defer release()
+	// Logged inside the tenure (after taking, before giving up), so the
+	// logged spans of a fleet never overlap unless two leaders did.
+	start := time.Now()
+	s.log.Info("maintenance: leader", "worker_id", s.workerID)
+	defer func() {
+		s.log.Info("maintenance: leadership released", "worker_id", s.workerID, "held", time.Since(start))
+	}()
 	workers, jobs, err := s.cfg.Backend.RecoverStaleWorkers(mctx, s.cfg.Settings.HeartbeatTimeout)
 	if err != nil {
 		s.log.Warn("maintenance: stale-worker recovery failed", "err", err)
@@ -494,6 +503,10 @@ func (s *Supervisor) pollStats(ctx context.Context) {
 // subscribe forwards new-job notifications to the loop as wake-ups.
 func (s *Supervisor) subscribe(ctx context.Context) {
 	ch, err := s.cfg.Backend.Subscribe(ctx)
+	if errors.Is(err, backends.ErrNoWakeups) {
+		s.log.Info("polling only: no new-job notifications", "poll_interval", s.cfg.Settings.PollInterval, "reason", err)
+		return
+	}
 	if err != nil {
 		s.log.Warn("new-job notifications unavailable; polling only", "poll_interval", s.cfg.Settings.PollInterval, "err", err)
 		return
@@ -518,6 +531,13 @@ func jitter(n int) int {
 	r, _ := rand.Int(rand.Reader, big.NewInt(2001))
 	f := 0.9 + float64(r.Int64())/10000
 	return max(1, int(float64(n)*f))
+}
+
+// jitterPoll scales a poll interval by a random factor in [0.8, 1.2), so
+// the sidecars of a fleet, polling without notifications, drift apart
+// instead of querying the database in step; the mean stays d.
+func jitterPoll(d time.Duration) time.Duration {
+	return max(time.Millisecond, time.Duration(float64(d)*(0.8+0.4*randFloat())))
 }
 
 // randFloat is a uniform float in [0, 1) for the retry policy's jitter.

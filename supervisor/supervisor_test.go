@@ -17,11 +17,12 @@ import (
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/backends/memory"
+	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
 func TestCheckHello(t *testing.T) {
-	h := &Handler{Name: "h", Jobs: []JobSpec{{Name: "a", Cancellable: true, Line: 5}, {Name: "s", Cancellable: false, Line: 7}}}
+	h := &config.Handler{Name: "h", Jobs: []config.JobSpec{{Name: "a", Cancellable: true, Line: 5}, {Name: "s", Cancellable: false, Line: 7}}}
 	tests := []struct {
 		name  string
 		hello protocol.Hello
@@ -107,10 +108,10 @@ func TestResultWriterRetriesUntilTheDatabaseAccepts(t *testing.T) {
 	assert.Equal(t, backends.StatusDone, got.Status, "no result is lost to a passing outage")
 }
 
-func examplesManifest(t *testing.T) *Manifest {
+func examplesManifest(t *testing.T) *config.Manifest {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	m, err := LoadManifest(filepath.Join(filepath.Dir(file), "..", "examples", "python", "manifest.yaml"))
+	m, err := config.LoadManifest(filepath.Join(filepath.Dir(file), "..", "examples", "python", "manifest.yaml"))
 	require.NoError(t, err)
 	return m
 }
@@ -126,7 +127,7 @@ func TestRunServesJobsAndStopsCleanly(t *testing.T) {
 		require.NoError(t, err)
 		want[j.ID] = fmt.Sprintf(`{"sum":%d}`, i+2)
 	}
-	settings := DefaultSettings()
+	settings := config.DefaultSettings()
 	settings.PollInterval = 50 * time.Millisecond
 	sup, err := New(Config{Manifest: examplesManifest(t), Settings: settings, Backend: mem})
 	require.NoError(t, err)
@@ -161,7 +162,7 @@ func TestChildEnvHoldsOnlyWhatTheManifestGrants(t *testing.T) {
 	t.Setenv("API_TOKEN", "from-the-pod")
 	t.Setenv("LOG_LEVEL", "debug")
 	t.Setenv("SONIQ_DATABASE_URL", "postgres://user:secret@db/x")
-	h := &Handler{Name: "py", Transport: TransportStdio, Env: map[string]string{"LOG_LEVEL": "info"}, EnvFrom: []string{"API_TOKEN", "LOG_LEVEL", "UNSET_VAR"}}
+	h := &config.Handler{Name: "py", Transport: config.TransportStdio, Env: map[string]string{"LOG_LEVEL": "info"}, EnvFrom: []string{"API_TOKEN", "LOG_LEVEL", "UNSET_VAR"}}
 	assert.Equal(t, []string{
 		"API_TOKEN=from-the-pod", // env_from passes it through
 		"LOG_LEVEL=info",         // env wins over env_from

@@ -42,7 +42,7 @@ func (l *loop) settleCrash(p *process, cause, desc string) {
 	// the one that crashed the process.
 	if len(p.tasks) <= 1 {
 		if isolated != nil && p.tasks[isolated.job.ID] == isolated {
-			l.s.log.Warn("suspect convicted: it crashed its process running alone; the crash counts against it",
+			l.log.Warn("suspect convicted: it crashed its process running alone; the crash counts against it",
 				"job_id", isolated.job.ID, "job_name", isolated.job.Name, "queue", isolated.job.Queue,
 				"handler", pl.h.Name, "pid", p.pid, "exit", desc, "attempt", isolated.job.Attempts)
 		}
@@ -58,7 +58,7 @@ func (l *loop) settleCrash(p *process, cause, desc string) {
 	for i, t := range running {
 		ids[i] = t.job.ID
 	}
-	l.s.log.Warn("handler process died holding several jobs: they are suspects, each re-runs alone before a crash counts against it",
+	l.log.Warn("handler process died holding several jobs: they are suspects, each re-runs alone before a crash counts against it",
 		"handler", pl.h.Name, "pid", p.pid, "exit", desc, "suspects", len(running), "job_ids", ids)
 	for _, t := range running {
 		l.suspect(t)
@@ -72,7 +72,7 @@ func (l *loop) suspect(t *task) {
 	if t.timer != nil {
 		t.timer.Stop()
 	}
-	l.s.metrics.jobEnded(j.Queue, j.Name, "suspected", time.Since(t.startedAt))
+	l.metrics.jobEnded(j.Queue, j.Name, "suspected", time.Since(t.startedAt))
 	t.endSpan("suspected", "")
 	// A new task, so that a timer event of the ended execution still in
 	// flight cannot touch the isolated run (onJobTimeout checks live).
@@ -110,7 +110,7 @@ func (l *loop) isolate(t *task, p *process) {
 		t.pool.isolated = map[*process]*task{}
 	}
 	t.pool.isolated[p] = t
-	l.s.log.Info("suspect re-running alone in a process", "job_id", t.job.ID, "job_name", t.job.Name, "queue", t.job.Queue,
+	l.log.Info("suspect re-running alone in a process", "job_id", t.job.ID, "job_name", t.job.Name, "queue", t.job.Queue,
 		"handler", p.pool.h.Name, "pid", p.pid, "attempt", t.job.Attempts)
 }
 
@@ -122,7 +122,7 @@ func (l *loop) releaseIsolated(pl *pool) {
 			continue
 		}
 		delete(pl.isolated, p)
-		l.s.log.Info("suspect cleared: it ran alone without crashing its process", "job_id", t.job.ID, "job_name", t.job.Name,
+		l.log.Info("suspect cleared: it ran alone without crashing its process", "job_id", t.job.ID, "job_name", t.job.Name,
 			"queue", t.job.Queue, "handler", pl.h.Name, "pid", p.pid, "attempt", t.job.Attempts)
 	}
 }

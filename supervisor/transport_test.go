@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
@@ -56,7 +57,7 @@ type testProc struct {
 
 func startTestProc(t testing.TB, manifest string) *testProc {
 	t.Helper()
-	m, err := LoadManifest(repoPath(t, manifest))
+	m, err := config.LoadManifest(repoPath(t, manifest))
 	if err != nil {
 		t.Fatalf("manifest: %v", err)
 	}
@@ -68,7 +69,7 @@ func startTestProc(t testing.TB, manifest string) *testProc {
 	stopSp := make(chan struct{})
 	go sp.run(stopSp)
 	tp := &testProc{t: t, events: make(chan event, 1024), wg: &sync.WaitGroup{}}
-	if h.Transport == TransportUnix {
+	if h.Transport == config.TransportUnix {
 		tp.trace = filepath.Join(t.TempDir(), "trace")
 		if h.Env == nil {
 			h.Env = map[string]string{}
@@ -78,7 +79,7 @@ func startTestProc(t testing.TB, manifest string) *testProc {
 	tp.p = &process{pool: &pool{h: h}, out: make(chan protocol.Message, 2*h.Concurrency+16), tasks: map[string]*task{}, stderr: &stderrTail{}}
 	emit := func(e event) bool { tp.events <- e; return true }
 	start := startStdio
-	if h.Transport == TransportUnix {
+	if h.Transport == config.TransportUnix {
 		start = startUnix
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -302,7 +303,7 @@ func TestUnixHandshakeFailures(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			h := &Handler{Name: "bad", Command: []string{"sh", "-c", c.script}, Transport: TransportUnix,
+			h := &config.Handler{Name: "bad", Command: []string{"sh", "-c", c.script}, Transport: config.TransportUnix,
 				StartupTimeout: 10 * time.Second, Concurrency: 1, Processes: 1}
 			sp := newSpawner()
 			stop := make(chan struct{})

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
@@ -103,7 +102,7 @@ func startUnix(te transportEnv, p *process) error {
 		SkipHostEnv:      true,
 		StartTimeout:     h.StartupTimeout,
 		UnixSocketConfig: &plugin.UnixSocketConfig{TempDir: dir},
-		Stderr:           &stderrLines{log: te.log, handler: h.Name, r: r, tail: p.stderr},
+		Stderr:           &stderrLines{log: te.log, handler: h.Name, pid: func() int { return r.pid }, tail: p.stderr},
 		// go-plugin's own logger would repeat every stderr line; the
 		// transport reports what matters itself.
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "go-plugin", Level: hclog.Off, Output: io.Discard}),
@@ -117,7 +116,8 @@ func startUnix(te transportEnv, p *process) error {
 	if r.startErr != nil {
 		return fmt.Errorf("handler %s: starting %s: %w", h.Name, strings.Join(h.Command, " "), r.startErr)
 	}
-	p.cmd, p.pid = r.cmd, r.pid
+	p.pid = r.pid
+	p.conn = spawnedConn{groupPID: p.pid}
 	te.wg.Add(1)
 	go u.watchExit()
 	return nil
@@ -419,32 +419,4 @@ func (r *childRunner) PluginToHost(network, addr string) (string, string, error)
 }
 func (r *childRunner) HostToPlugin(network, addr string) (string, string, error) {
 	return network, addr, nil
-}
-
-// stderrLines receives the child's stderr from go-plugin (each line, then
-// "\n", in separate writes) and logs it line by line with handler and pid.
-type stderrLines struct {
-	log     *slog.Logger
-	handler string
-	r       *childRunner
-	tail    *stderrTail
-	buf     []byte
-}
-
-const maxStderrLine = 64 << 10
-
-func (s *stderrLines) Write(b []byte) (int, error) {
-	for _, c := range b {
-		if c == '\n' || len(s.buf) >= maxStderrLine {
-			line := string(s.buf)
-			s.buf = s.buf[:0]
-			s.tail.add(line)
-			s.log.Info(line, "handler", s.handler, "pid", s.r.pid, "stream", "stderr")
-			if c == '\n' {
-				continue
-			}
-		}
-		s.buf = append(s.buf, c)
-	}
-	return len(b), nil
 }

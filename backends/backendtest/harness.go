@@ -33,6 +33,11 @@ type Harness struct {
 	// OrphanJob sets a job's worker_id to NULL, as Postgres's foreign key
 	// does when the worker row is deleted.
 	OrphanJob func(ctx context.Context, jobID string) error
+	// Migrate, when set, migrates the store the way its operators are told
+	// to (Postgres behind a transaction-mode pooler: over a direct
+	// connection, since migrations refuse to run through the pooler); nil
+	// means Backend.Migrate.
+	Migrate func(ctx context.Context) error
 	// TaskRegistry reads every soniq_task_registry row, in any order.
 	TaskRegistry func(ctx context.Context) ([]TaskRow, error)
 }

@@ -49,15 +49,48 @@ type target struct {
 	arg  string
 }
 
+// Options describe how a Postgres database is reached; the other backends
+// ignore them.
+type Options struct {
+	// Pooler is "" or "session" for a direct connection or a session-mode
+	// pool, "transaction" for a transaction-mode pooler (PgBouncer
+	// pool_mode=transaction). See docs/operations.md.
+	Pooler string
+	// ListenURL is an optional separate URL for the one LISTEN connection.
+	ListenURL string
+}
+
+// Poolers lists the accepted Options.Pooler values.
+var Poolers = []string{"session", "transaction"}
+
 // Open connects to the backend rawURL selects. It does not migrate.
 func Open(ctx context.Context, rawURL string) (backends.Backend, error) {
+	return OpenWith(ctx, rawURL, Options{})
+}
+
+// OpenWith is Open with connection options.
+func OpenWith(ctx context.Context, rawURL string, opts Options) (backends.Backend, error) {
+	var popts postgres.Options
+	switch strings.ToLower(strings.TrimSpace(opts.Pooler)) {
+	case "", "session":
+	case "transaction":
+		popts.TransactionPooling = true
+	default:
+		return nil, badURL{fmt.Errorf("unknown pooler mode %q: want session (or empty) or transaction", opts.Pooler)}
+	}
+	if opts.ListenURL != "" {
+		if lt, err := parse(opts.ListenURL); err != nil || lt.kind != kindPostgres {
+			return nil, badURL{fmt.Errorf("listen URL %q: want a postgres:// URL", Redact(opts.ListenURL))}
+		}
+		popts.ListenURL = opts.ListenURL
+	}
 	tg, err := parse(rawURL)
 	if err != nil {
 		return nil, badURL{err}
 	}
 	switch tg.kind {
 	case kindPostgres:
-		b, err := postgres.Open(ctx, tg.arg)
+		b, err := postgres.OpenWith(ctx, tg.arg, popts)
 		if errors.Is(err, postgres.ErrBadURL) {
 			return nil, badURL{err}
 		}

@@ -1,6 +1,8 @@
 package connect
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -106,4 +108,30 @@ func TestOpen(t *testing.T) {
 	_, err = Open(ctx, "ftp://u:hunter2@h")
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "hunter2")
+}
+
+func TestOpenWithRejectsBadPoolerOptions(t *testing.T) {
+	tests := []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"unknown pooler", Options{Pooler: "statement"}, `unknown pooler mode "statement"`},
+		{"listen url not postgres", Options{Pooler: "transaction", ListenURL: "sqlite:x.db"}, "listen URL"},
+		{"listen url password redacted", Options{ListenURL: "mysql://u:s3cret@h/db"}, "xxxxx"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := OpenWith(t.Context(), "postgres://u@127.0.0.1:1/db", tc.opts)
+			if b != nil {
+				_ = b.Close()
+			}
+			if !errors.Is(err, ErrBadURL) {
+				t.Fatalf("OpenWith(%+v) = %v, want ErrBadURL", tc.opts, err)
+			}
+			if !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("error %q: want it to contain %q and no password", err, tc.want)
+			}
+		})
+	}
 }

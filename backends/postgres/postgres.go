@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -42,11 +43,32 @@ const notifyChannel = "soniq_new_job"
 //go:embed schema/*.sql
 var schemaFS embed.FS
 
+// Options are how the sidecar reaches Postgres. The zero value is a direct
+// connection (or a session-mode pool): every feature of a session is used.
+type Options struct {
+	// TransactionPooling says the URL goes through a pooler in transaction
+	// mode (PgBouncer pool_mode=transaction), where consecutive statements
+	// of one client may run on different server sessions. Then no state may
+	// outlive a transaction: statements run in pgx's exec mode (an unnamed
+	// statement per query, no server-side prepared statements), the
+	// maintenance leader holds a transaction-scoped advisory lock inside an
+	// open transaction, LISTEN uses ListenURL or is off, and Migrate refuses.
+	TransactionPooling bool
+	// ListenURL, when set, is where the one LISTEN connection goes instead
+	// of the main URL: straight to Postgres or through a session-mode pool.
+	ListenURL string
+}
+
 // Backend implements backends.Backend on Postgres.
 type Backend struct {
 	pool     *pgxpool.Pool
 	password string // only to scrub it from error messages
 	target   string // host:port/dbname, safe to show
+	opts     Options
+	// listenCfg is the LISTEN connection's config; nil when wake-ups are
+	// off (transaction pooling without a ListenURL).
+	listenCfg *pgx.ConnConfig
+	waits     *poolWaits // for PoolStats
 
 	// Subscribe goroutines are stopped and awaited by Close.
 	stop     chan struct{}
@@ -56,12 +78,22 @@ type Backend struct {
 
 var _ backends.Backend = (*Backend)(nil)
 
+// ErrMigrateThroughPooler is returned by Migrate in transaction-pooling mode.
+var ErrMigrateThroughPooler = errors.New("migrations need a direct connection to Postgres (or a session-mode pool), " +
+	"not one through a transaction-mode pooler: run migrate with --database-url pointing at Postgres itself " +
+	"and without SONIQ_DATABASE_POOLER=transaction")
+
 // ErrBadURL is returned (wrapped) when a database URL cannot be parsed.
 var ErrBadURL = errors.New("parse postgres database URL")
 
 // Open connects to the database at rawURL and checks it is reachable. Errors
 // name host:port/database and never the password.
 func Open(ctx context.Context, rawURL string) (*Backend, error) {
+	return OpenWith(ctx, rawURL, Options{})
+}
+
+// OpenWith is Open with explicit connection options.
+func OpenWith(ctx context.Context, rawURL string, opts Options) (*Backend, error) {
 	password := urlPassword(rawURL)
 	cfg, err := pgxpool.ParseConfig(rawURL)
 	if err != nil {
@@ -74,11 +106,34 @@ func Open(ctx context.Context, rawURL string) (*Backend, error) {
 	if cfg.ConnConfig.Password != "" {
 		password = cfg.ConnConfig.Password
 	}
+	listenCfg := cfg.ConnConfig.Copy()
+	if opts.TransactionPooling {
+		// Exec mode sends each query as an unnamed statement in one round
+		// trip (parse, bind, execute, sync), so nothing is left on a server
+		// session the pooler may hand to another client, and arguments keep
+		// their binary encoding (unlike the simple protocol, which quotes
+		// them into the text).
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+		listenCfg = nil
+	}
+	if opts.ListenURL != "" {
+		lc, err := pgx.ParseConfig(opts.ListenURL)
+		if err != nil {
+			lp := urlPassword(opts.ListenURL)
+			return nil, fmt.Errorf("%w (listen URL): %w", ErrBadURL, redactedError{err: err, password: lp})
+		}
+		if _, ok := lc.RuntimeParams["application_name"]; !ok {
+			lc.RuntimeParams["application_name"] = "soniq-sidecar"
+		}
+		listenCfg = lc
+	}
+	waits := &poolWaits{}
+	cfg.ConnConfig.Tracer = waits
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres pool for %s: %w", target, redactedError{err: err, password: password})
 	}
-	b := &Backend{pool: pool, password: password, target: target, stop: make(chan struct{})}
+	b := &Backend{pool: pool, password: password, target: target, opts: opts, listenCfg: listenCfg, waits: waits, stop: make(chan struct{})}
 	if err := b.Ping(ctx); err != nil {
 		pool.Close()
 		if transient(err) {
@@ -154,6 +209,12 @@ func (b *Backend) CreateClaimIndex(ctx context.Context) error {
 }
 
 func (b *Backend) Migrate(ctx context.Context) error {
+	if b.opts.TransactionPooling {
+		// Soniq's migration lock is a session lock held across every file,
+		// and the claim index is built outside any transaction: neither
+		// survives a pooler that moves statements between sessions.
+		return fmt.Errorf("migrate %s: %w", b.target, ErrMigrateThroughPooler)
+	}
 	conn, err := b.pool.Acquire(ctx)
 	if err != nil {
 		return b.wrap(err, "acquire connection to migrate %s", b.target)

@@ -39,54 +39,106 @@ func openURL(t *testing.T, url string) *Backend {
 func TestContract(t *testing.T) {
 	backendtest.Run(t, func(t *testing.T) backendtest.Harness {
 		b, _ := openTest(t)
-		exec := func(ctx context.Context, what, sql string, args ...any) error {
-			if _, err := b.pool.Exec(ctx, sql, args...); err != nil {
-				return fmt.Errorf("%s: %w", what, err)
-			}
-			return nil
-		}
-		return backendtest.Harness{
-			Backend: b,
-			SetRawStatus: func(ctx context.Context, id, status string) error {
-				return exec(ctx, "set raw status", `UPDATE soniq_jobs SET status = $2 WHERE id = $1`, id, status)
-			},
-			InsertRawStatus: func(ctx context.Context, status string) error {
-				id := backends.NewID()
-				return exec(ctx, "insert raw status",
-					`INSERT INTO soniq_jobs (id, job_name, args, status) VALUES ($1, 'raw.status', '{}', $2)`, id, status)
-			},
-			BackdateHeartbeat: func(ctx context.Context, id string, d time.Duration) error {
-				return exec(ctx, "backdate heartbeat", `UPDATE soniq_workers
-				SET last_heartbeat = last_heartbeat - make_interval(secs => $2) WHERE id = $1`, id, d.Seconds())
-			},
-			BackdateExpiry: func(ctx context.Context, id string, d time.Duration) error {
-				return exec(ctx, "backdate expiry", `UPDATE soniq_jobs
-				SET expires_at = expires_at - make_interval(secs => $2) WHERE id = $1`, id, d.Seconds())
-			},
-			BackdateCreated: func(ctx context.Context, id string, d time.Duration) error {
-				return exec(ctx, "backdate created", `UPDATE soniq_jobs
-				SET created_at = created_at - make_interval(secs => $2) WHERE id = $1`, id, d.Seconds())
-			},
-			OrphanJob: func(ctx context.Context, id string) error {
-				return exec(ctx, "orphan job", `UPDATE soniq_jobs SET worker_id = NULL WHERE id = $1`, id)
-			},
-			TaskRegistry: func(ctx context.Context) ([]backendtest.TaskRow, error) {
-				rows, err := b.pool.Query(ctx, `SELECT task_name, worker_id, last_seen_at FROM soniq_task_registry`)
-				if err != nil {
-					return nil, fmt.Errorf("read task registry: %w", err)
-				}
-				out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (backendtest.TaskRow, error) {
-					var tr backendtest.TaskRow
-					err := r.Scan(&tr.TaskName, &tr.WorkerID, &tr.LastSeenAt)
-					return tr, err
-				})
-				if err != nil {
-					return nil, fmt.Errorf("read task registry: %w", err)
-				}
-				return out, nil
-			},
-		}
+		return harness(b, b)
 	})
+}
+
+// TestContractThroughTransactionPooler runs the whole contract through
+// PgBouncer in transaction mode (pool_mode=transaction): the schema is made
+// over a direct connection (migrate needs one), the backend under test goes
+// through the pooler, and its LISTEN connection goes straight to Postgres.
+func TestContractThroughTransactionPooler(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T) backendtest.Harness {
+		direct, url := openTest(t)
+		pooled, err := OpenWith(t.Context(), pgtest.ThroughPooler(t, url), Options{TransactionPooling: true, ListenURL: url})
+		require.NoError(t, err, "open through the pooler")
+		t.Cleanup(func() { _ = pooled.Close() })
+		h := harness(pooled, direct)
+		h.Migrate = direct.Migrate
+		return h
+	})
+}
+
+// harness is the contract harness for b, whose raw hooks run on raw (b
+// itself, or a direct connection to the same database).
+func harness(b, raw *Backend) backendtest.Harness {
+	exec := func(ctx context.Context, what, sql string, args ...any) error {
+		if _, err := raw.pool.Exec(ctx, sql, args...); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	}
+	return backendtest.Harness{
+		Backend: b,
+		SetRawStatus: func(ctx context.Context, id, status string) error {
+			return exec(ctx, "set raw status", `UPDATE soniq_jobs SET status = $2 WHERE id = $1`, id, status)
+		},
+		InsertRawStatus: func(ctx context.Context, status string) error {
+			id := backends.NewID()
+			return exec(ctx, "insert raw status",
+				`INSERT INTO soniq_jobs (id, job_name, args, status) VALUES ($1, 'raw.status', '{}', $2)`, id, status)
+		},
+		BackdateHeartbeat: func(ctx context.Context, id string, d time.Duration) error {
+			return exec(ctx, "backdate heartbeat", `UPDATE soniq_workers
+			SET last_heartbeat = last_heartbeat - make_interval(secs => $2) WHERE id = $1`, id, d.Seconds())
+		},
+		BackdateExpiry: func(ctx context.Context, id string, d time.Duration) error {
+			return exec(ctx, "backdate expiry", `UPDATE soniq_jobs
+			SET expires_at = expires_at - make_interval(secs => $2) WHERE id = $1`, id, d.Seconds())
+		},
+		BackdateCreated: func(ctx context.Context, id string, d time.Duration) error {
+			return exec(ctx, "backdate created", `UPDATE soniq_jobs
+			SET created_at = created_at - make_interval(secs => $2) WHERE id = $1`, id, d.Seconds())
+		},
+		OrphanJob: func(ctx context.Context, id string) error {
+			return exec(ctx, "orphan job", `UPDATE soniq_jobs SET worker_id = NULL WHERE id = $1`, id)
+		},
+		TaskRegistry: func(ctx context.Context) ([]backendtest.TaskRow, error) {
+			rows, err := raw.pool.Query(ctx, `SELECT task_name, worker_id, last_seen_at FROM soniq_task_registry`)
+			if err != nil {
+				return nil, fmt.Errorf("read task registry: %w", err)
+			}
+			out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (backendtest.TaskRow, error) {
+				var tr backendtest.TaskRow
+				err := r.Scan(&tr.TaskName, &tr.WorkerID, &tr.LastSeenAt)
+				return tr, err
+			})
+			if err != nil {
+				return nil, fmt.Errorf("read task registry: %w", err)
+			}
+			return out, nil
+		},
+	}
+}
+
+// Migrations through a transaction-mode pooler would lose Soniq's session
+// migration lock between statements: Migrate refuses at once and says what
+// to do, and the database is left untouched.
+func TestMigrateThroughTransactionPoolerRefuses(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	pooled, err := OpenWith(t.Context(), pgtest.ThroughPooler(t, url), Options{TransactionPooling: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pooled.Close() })
+	err = pooled.Migrate(t.Context())
+	require.ErrorIs(t, err, ErrMigrateThroughPooler)
+	assert.Contains(t, err.Error(), "direct connection")
+	assert.Contains(t, err.Error(), "SONIQ_DATABASE_POOLER=transaction")
+	var n int
+	require.NoError(t, openURL(t, url).pool.QueryRow(t.Context(),
+		`SELECT count(*) FROM pg_tables WHERE tablename LIKE 'soniq_%'`).Scan(&n))
+	assert.Zero(t, n, "tables created through the pooler")
+}
+
+// Without a listen URL, Subscribe in transaction-pooling mode says the
+// sidecar polls only, instead of a LISTEN the pooler would silently lose.
+func TestSubscribeThroughTransactionPoolerWithoutListenURLIsPollOnly(t *testing.T) {
+	_, url := openTest(t)
+	pooled, err := OpenWith(t.Context(), pgtest.ThroughPooler(t, url), Options{TransactionPooling: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pooled.Close() })
+	ch, err := pooled.Subscribe(t.Context())
+	require.ErrorIs(t, err, backends.ErrNoWakeups)
+	assert.Nil(t, ch)
 }
 
 func TestOpenErrorsNameTargetNotPassword(t *testing.T) {
@@ -355,4 +407,59 @@ func TestCreateClaimIndex(t *testing.T) {
 		require.Len(t, got, 1)
 		assert.Equal(t, want[i], got[0].ID, "claim order holds with the index")
 	}
+}
+
+// Through a transaction-mode pooler the maintenance leader is one across
+// separate clients and against a Soniq worker's session lock on a direct
+// connection, and a leader whose client dies mid-tenure frees the lock.
+func TestLeaderThroughTransactionPoolerIsExclusiveAndDiesWithItsClient(t *testing.T) {
+	direct, url := openTest(t)
+	open := func() *Backend {
+		b, err := OpenWith(t.Context(), pgtest.ThroughPooler(t, url), Options{TransactionPooling: true})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = b.Close() })
+		return b
+	}
+	a, b := open(), open()
+	ctx := t.Context()
+
+	release, ok, err := a.TryLeader(ctx)
+	require.NoError(t, err)
+	require.True(t, ok, "first leader")
+	for range 20 { // many tries, landing on different server sessions
+		_, ok, err := b.TryLeader(ctx)
+		require.NoError(t, err)
+		require.False(t, ok, "a second leader through the pooler")
+	}
+	var soniq bool
+	require.NoError(t, direct.pool.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", maintenanceLockKey).Scan(&soniq))
+	require.False(t, soniq, "a session-lock holder (a Soniq worker) while a pooled sidecar leads")
+	release()
+
+	// A leader's client dies mid-tenure (its socket closes without a word,
+	// as on SIGKILL): the pooler drops the server session it pinned.
+	c, err := pgx.Connect(ctx, pgtest.ThroughPooler(t, url))
+	require.NoError(t, err)
+	tx, err := c.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", maintenanceLockKey).Scan(&ok))
+	require.True(t, ok, "leader after release")
+	_, ok, err = b.TryLeader(ctx)
+	require.NoError(t, err)
+	require.False(t, ok, "a second leader while the dying one holds it")
+	require.NoError(t, c.PgConn().Conn().Close())
+	start := time.Now()
+	var got bool
+	for time.Since(start) < 10*time.Second {
+		rel, ok, err := a.TryLeader(ctx)
+		require.NoError(t, err)
+		if ok {
+			rel()
+			got = true
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.True(t, got, "leadership never freed after the leader's client died")
+	t.Logf("leadership free %s after the leader's client died", time.Since(start).Round(time.Millisecond))
 }

@@ -58,11 +58,38 @@ func databaseURL(e env, flagValue string) string {
 	return connect.DefaultURL
 }
 
+// databaseOptions reads how Postgres is reached: SONIQ_DATABASE_POOLER
+// (session, the default, or transaction) and SONIQ_DATABASE_LISTEN_URL.
+// `run`'s flags of the same names are laid over the environment first.
+func databaseOptions(e env) connect.Options {
+	var o connect.Options
+	if v, ok := e.lookupEnv("SONIQ_DATABASE_POOLER"); ok {
+		o.Pooler = strings.TrimSpace(v)
+	}
+	if v, ok := e.lookupEnv("SONIQ_DATABASE_LISTEN_URL"); ok {
+		o.ListenURL = strings.TrimSpace(v)
+	}
+	return o
+}
+
+// withEnv returns e with the given variables set over its environment
+// (flags that outrank a variable of the same meaning).
+func withEnv(e env, set map[string]string) env {
+	base := e.lookupEnv
+	e.lookupEnv = func(k string) (string, bool) {
+		if v, ok := set[k]; ok {
+			return v, true
+		}
+		return base(k)
+	}
+	return e
+}
+
 // openBackend opens the configured database. Errors never carry the password.
 func openBackend(ctx context.Context, e env, flagValue string) (backends.Backend, error) {
 	url := databaseURL(e, flagValue)
 	// connect's errors already name the database (password redacted).
-	b, err := connect.Open(ctx, url)
+	b, err := connect.OpenWith(ctx, url, databaseOptions(e))
 	if errors.Is(err, connect.ErrBadURL) {
 		return nil, usageError{err}
 	}

@@ -16,6 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/soniq-dev/soniq-sidecar/backends/memory"
+	"github.com/soniq-dev/soniq-sidecar/backends/postgres"
+	"github.com/soniq-dev/soniq-sidecar/backends/postgres/pgtest"
+	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/supervisor"
 )
 
@@ -23,9 +26,9 @@ import (
 // memory backend; it is not running until the test calls Run.
 func exampleSupervisor(t *testing.T, b *memory.Backend) *supervisor.Supervisor {
 	t.Helper()
-	m, err := supervisor.LoadManifest(filepath.Join("..", "..", "examples", "python", "manifest.yaml"))
+	m, err := config.LoadManifest(filepath.Join("..", "..", "examples", "python", "manifest.yaml"))
 	require.NoError(t, err)
-	settings, err := supervisor.ResolveSettings(m, func(k string) (string, bool) {
+	settings, err := config.ResolveSettings(m, func(k string) (string, bool) {
 		switch k {
 		case "SONIQ_POLL_INTERVAL", "SONIQ_HEARTBEAT_INTERVAL":
 			return "0.2", true
@@ -33,7 +36,7 @@ func exampleSupervisor(t *testing.T, b *memory.Backend) *supervisor.Supervisor {
 			return "5", true
 		}
 		return "", false
-	}, supervisor.FlagOverrides{})
+	}, config.FlagOverrides{})
 	require.NoError(t, err)
 	sup, err := supervisor.New(supervisor.Config{Manifest: m, Settings: settings, Backend: b, Version: "test"})
 	require.NoError(t, err)
@@ -170,4 +173,29 @@ func TestServeHTTPLogsTheBoundAddress(t *testing.T) {
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	assert.Equal(t, "here\n", string(body))
+}
+
+// /readyz names an exhausted database pool (every connection in use and
+// acquires waiting since the previous probe), on a real Postgres pool of
+// one connection held by the maintenance leader lock.
+func TestReadyzNamesAnExhaustedPool(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	b, err := postgres.Open(t.Context(), url+"&pool_max_conns=1") // the URL has ?sslmode=
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	h := &health{}
+	assert.Empty(t, h.poolWarning(b), "idle pool")
+
+	release, ok, err := b.TryLeader(t.Context()) // holds the only connection
+	require.NoError(t, err)
+	require.True(t, ok)
+	// A statement that finds no free connection waits, and here gives up.
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	require.Error(t, b.Ping(ctx), "ping with the only connection held")
+	warn := h.poolWarning(b)
+	assert.Contains(t, warn, "database pool exhausted since the last probe: 1 acquires waited for a free connection (pool of 1, 1 in use now")
+	release()
+	require.NoError(t, b.Ping(t.Context()))
+	assert.Empty(t, h.poolWarning(b), "no new waits since the last probe")
 }

@@ -25,6 +25,7 @@ const usage = `soniq-sidecar — run Soniq jobs in Python and Node handler proce
 Usage:
   soniq-sidecar run        [--manifest FILE] [--database-url URL] [--queues a,b] [--metrics-addr ADDR]
                            [--log-format auto|text|json] [--instance NAME] [--database-wait DUR] [--once] [--dead-letter-unknown]
+                           [--database-pooler session|transaction] [--listen-url URL]
   soniq-sidecar migrate    [--database-url URL] [--claim-index]
   soniq-sidecar enqueue    NAME [--args JSON] [--queue Q] [--priority N] [--max-attempts N] [--delay DUR] [--dedup-key K] [--json]
   soniq-sidecar status     [--json]
@@ -35,6 +36,8 @@ Usage:
 The database is --database-url, else $SONIQ_DATABASE_URL, else sqlite:soniq.db in the
 working directory. postgres:// and postgresql:// select Postgres; sqlite:PATH (or a
 path ending in .db) selects SQLite. On Postgres only migrate changes the schema.
+Behind PgBouncer in transaction mode set SONIQ_DATABASE_POOLER=transaction (and
+optionally SONIQ_DATABASE_LISTEN_URL); migrate needs a direct URL.
 `
 
 // usageError marks errors that exit with status 2.

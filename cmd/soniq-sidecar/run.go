@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/backends/connect"
+	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/supervisor"
 )
 
@@ -52,8 +54,8 @@ func newLogger(w io.Writer, format string) (*slog.Logger, error) {
 }
 
 // loadManifest loads a manifest; its errors are configuration errors (exit 2).
-func loadManifest(path string) (*supervisor.Manifest, error) {
-	m, err := supervisor.LoadManifest(path)
+func loadManifest(path string) (*config.Manifest, error) {
+	m, err := config.LoadManifest(path)
 	if err != nil {
 		return nil, usageError{err}
 	}
@@ -86,25 +88,27 @@ func cmdManifest(ctx context.Context, e env, args []string) error {
 	return nil
 }
 
-func handlerByName(m *supervisor.Manifest, name string) *supervisor.Handler {
+func handlerByName(m *config.Manifest, name string) *config.Handler {
 	for i := range m.Handlers {
 		if m.Handlers[i].Name == name {
 			return &m.Handlers[i]
 		}
 	}
-	return &supervisor.Handler{}
+	return &config.Handler{}
 }
 
 func cmdRun(ctx context.Context, e env, args []string) error {
 	fs := newFlagSet(e, "run")
 	manifestPath := fs.String("manifest", "", "manifest file (default $SONIQ_MANIFEST)")
 	dbURL := fs.String("database-url", "", "database URL (default $SONIQ_DATABASE_URL, else sqlite:soniq.db)")
-	queues := fs.String("queues", "", "comma-separated queues to claim from (default $SONIQ_QUEUES, else all)")
+	overrides := config.RegisterFlags(fs) // every setting, flag > environment > manifest
 	metricsAddr := fs.String("metrics-addr", ":9464", "HTTP address for /metrics, /healthz and /readyz (empty disables)")
 	logFormat := fs.String("log-format", "auto", "auto (text on a terminal, else JSON), text or json")
 	instance := fs.String("instance", "", "this sidecar's name among programs sharing its hostname and pid, e.g. two sidecars in one pod (default $SONIQ_INSTANCE, else "+supervisor.DefaultInstance+")")
 	dbWaitFlag := fs.String("database-wait", "", "how long to retry an unreachable database at start, e.g. 60s (default $SONIQ_DATABASE_WAIT seconds, else 60s)")
 	once := fs.Bool("once", false, "run the jobs that are due, then stop as on SIGTERM and exit 0 (for cron and CI)")
+	pooler := fs.String("database-pooler", "", "session (default) or transaction: transaction when --database-url goes through a transaction-mode pooler such as PgBouncer (default $SONIQ_DATABASE_POOLER; see docs/operations.md)")
+	listenURL := fs.String("listen-url", "", "optional postgres:// URL for the one LISTEN connection, straight to Postgres or a session-mode pool (default $SONIQ_DATABASE_LISTEN_URL)")
 	deadLetterUnknown := fs.Bool("dead-letter-unknown", false, "dead-letter jobs whose name no handler serves (only for a sidecar that owns its queues)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -112,6 +116,9 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 	}
 	if len(pos) > 0 {
 		return usageErrorf("run: unexpected argument %q", pos[0])
+	}
+	if over := dbFlagEnv(*pooler, *listenURL); len(over) > 0 {
+		e = withEnv(e, over)
 	}
 	if *manifestPath == "" {
 		if v, ok := e.lookupEnv("SONIQ_MANIFEST"); ok && v != "" {
@@ -139,11 +146,7 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var overrides supervisor.FlagOverrides
-	if *queues != "" {
-		overrides.Queues = queues
-	}
-	settings, err := supervisor.ResolveSettings(m, e.lookupEnv, overrides)
+	settings, err := config.ResolveSettings(m, e.lookupEnv, *overrides)
 	if err != nil {
 		return usageError{err}
 	}
@@ -189,7 +192,9 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	hs.setRunning(sup, b)
+	dbOpts := databaseOptions(e)
 	log.Info("starting", "version", version, "database", connect.Redact(databaseURL(e, *dbURL)),
+		"database_pooler", cmp.Or(dbOpts.Pooler, "session"), "listen_url", connect.Redact(dbOpts.ListenURL),
 		"manifest", m.Path, "worker_id", sup.WorkerID(), "shutdown_timeout", settings.ShutdownTimeout,
 		"sync_grace", settings.SyncHandlerGrace, "job_timeout", settings.JobTimeout, "state", supervisor.StateRunning.String())
 
@@ -241,6 +246,18 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 		return usageError{runErr}
 	}
 	return runErr
+}
+
+// dbFlagEnv maps run's connection flags onto the variables they outrank.
+func dbFlagEnv(pooler, listenURL string) map[string]string {
+	over := map[string]string{}
+	if pooler != "" {
+		over["SONIQ_DATABASE_POOLER"] = pooler
+	}
+	if listenURL != "" {
+		over["SONIQ_DATABASE_LISTEN_URL"] = listenURL
+	}
+	return over
 }
 
 // shutdownSignals start DRAINING (a second one forces FORCE_TIMEOUT_PATH).
@@ -352,6 +369,29 @@ type health struct {
 	sup     *supervisor.Supervisor
 	db      pinger
 	waiting string
+	// lastWaited is the pool's wait count at the previous /readyz.
+	lastWaited int64
+}
+
+// poolWarning says, for /readyz, whether the database pool was exhausted
+// since the previous probe: acquires that waited for a free connection.
+// It is a warning, not unreadiness: the sidecar still works, only slower,
+// and flipping readiness under load would stall a rolling deploy.
+func (h *health) poolWarning(db pinger) string {
+	ps, ok := db.(backends.PoolStater)
+	if !ok {
+		return ""
+	}
+	st := ps.PoolStats()
+	h.mu.Lock()
+	waited := st.Waited - h.lastWaited
+	h.lastWaited = st.Waited
+	h.mu.Unlock()
+	if waited <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("database pool exhausted since the last probe: %d acquires waited for a free connection (pool of %d, %d in use now; "+
+		"raise pool_max_conns in the database URL, or the pooler's pool size)", waited, st.Max, st.InUse)
 }
 
 func (h *health) setWaiting(why string) {
@@ -405,6 +445,10 @@ func healthHandler(h *health) http.Handler {
 		}
 		if ok, why := sup.Ready(); !ok {
 			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
+			return
+		}
+		if warn := h.poolWarning(b); warn != "" {
+			fmt.Fprintln(w, "ready; "+warn)
 			return
 		}
 		fmt.Fprintln(w, "ready")

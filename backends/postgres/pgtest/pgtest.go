@@ -54,6 +54,34 @@ func NewDatabase(t testing.TB) string {
 	return u.String()
 }
 
+// PoolerEnvVar names a PgBouncer in transaction mode in front of EnvVar's
+// server (.ci/pgbouncer.sh starts one); its `*` database entry reaches every
+// database there.
+const PoolerEnvVar = "SONIQ_TEST_PGBOUNCER_URL"
+
+// ThroughPooler returns dbURL (a NewDatabase URL) with its host and port
+// replaced by PoolerEnvVar's, so the same database is reached through the
+// pooler. A missing PoolerEnvVar fails the test, as a missing EnvVar does.
+func ThroughPooler(t testing.TB, dbURL string) string {
+	t.Helper()
+	raw := os.Getenv(PoolerEnvVar)
+	if raw == "" {
+		t.Fatalf("%s is not set: start PgBouncer in transaction mode in front of %s's server with "+
+			"`eval \"$(.ci/pgbouncer.sh start DIR \"$%s\")\"` (make test and .ci/run do); these tests are never skipped",
+			PoolerEnvVar, EnvVar, EnvVar)
+	}
+	pooler, err := url.Parse(raw)
+	if err != nil || (pooler.Scheme != "postgres" && pooler.Scheme != "postgresql") {
+		t.Fatalf("%s must be a postgres:// URL", PoolerEnvVar)
+	}
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatalf("pgtest: parse database URL: %v", err)
+	}
+	u.Host = pooler.Host
+	return u.String()
+}
+
 func exec(ctx context.Context, t testing.TB, adminURL, sql string) {
 	t.Helper()
 	conn, err := pgx.Connect(ctx, adminURL)

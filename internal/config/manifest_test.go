@@ -1,4 +1,4 @@
-package supervisor
+package config
 
 import (
 	"errors"
@@ -432,7 +432,7 @@ func TestJobSpecEffectiveTimeout(t *testing.T) {
 
 // TestManifestDocExample keeps the full example in docs/manifest.md valid.
 func TestManifestDocExample(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "docs", "manifest.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "manifest.md"))
 	require.NoError(t, err)
 	blocks := strings.Split(string(doc), "```yaml\n")
 	require.Greater(t, len(blocks), 1, "no yaml block in docs/manifest.md")

@@ -1,4 +1,4 @@
-package supervisor
+package config
 
 import (
 	"path/filepath"
@@ -61,7 +61,7 @@ func (d *manifestDecoder) attachHandler(h *Handler, e yamlEntry, fields map[stri
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(d.dir, p)
 		}
-		if !isGlob(p) && len(p) >= 108 {
+		if !IsGlob(p) && len(p) >= 108 {
 			d.fail(derefAlias(item), f, "socket path %q is %d bytes; a Unix socket path must be shorter than 108", p, len(p))
 			continue
 		}
@@ -80,14 +80,14 @@ func (d *manifestDecoder) attachHandler(h *Handler, e yamlEntry, fields map[stri
 	h.Transport = TransportUnix
 	h.Processes = 0
 	for _, p := range h.Attach {
-		if !isGlob(p) {
+		if !IsGlob(p) {
 			h.Processes++
 		}
 	}
 }
 
-// isGlob reports whether an attach entry is a pattern rather than a path.
-func isGlob(p string) bool { return strings.ContainsAny(p, "*?[") }
+// IsGlob reports whether an attach entry is a pattern rather than a path.
+func IsGlob(p string) bool { return strings.ContainsAny(p, "*?[") }
 
 // Attached reports whether the sidecar attaches to this handler's
 // processes instead of spawning them.

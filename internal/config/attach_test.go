@@ -1,4 +1,4 @@
-package supervisor
+package config
 
 import (
 	"bytes"
@@ -92,7 +92,7 @@ func TestLoadManifestAttachBad(t *testing.T) {
 
 // The manifest deploy/kubernetes/attach.yaml ships in its ConfigMap loads.
 func TestDeployAttachManifest(t *testing.T) {
-	b, err := os.ReadFile("../deploy/kubernetes/attach.yaml")
+	b, err := os.ReadFile("../../deploy/kubernetes/attach.yaml")
 	require.NoError(t, err)
 	var cm struct {
 		Kind string            `yaml:"kind"`

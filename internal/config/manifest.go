@@ -1,4 +1,4 @@
-package supervisor
+package config
 
 import (
 	"bytes"
@@ -78,7 +78,8 @@ type Handler struct {
 	Command []string
 	// Attach lists the Unix socket endpoints (paths or globs, absolute) of
 	// handler processes the sidecar attaches to instead of spawning them
-	// (attach.go); each endpoint is one process. Empty for a spawned handler.
+	// (supervisor/attach.go); each endpoint is one process. Empty for a
+	// spawned handler.
 	Attach          []string
 	Transport       Transport
 	Processes       int
@@ -666,34 +667,10 @@ func settingsQueuesLine(top map[string]yamlEntry) (int, bool) {
 	return 0, false
 }
 
-// settingDurations lists the manifest's duration settings, in the order of docs/manifest.md,
-// with whether zero is a meaningful value for each.
-func settingDurations(s *ManifestSettings) []struct {
-	key       string
-	dst       **time.Duration
-	zeroValid bool
-} {
-	return []struct {
-		key       string
-		dst       **time.Duration
-		zeroValid bool
-	}{
-		{"shutdown_timeout", &s.ShutdownTimeout, false},
-		{"sync_handler_grace_seconds", &s.SyncHandlerGrace, true},
-		{"job_timeout", &s.JobTimeout, true},
-		{"heartbeat_interval", &s.HeartbeatInterval, false},
-		{"heartbeat_timeout", &s.HeartbeatTimeout, false},
-		{"cleanup_interval", &s.CleanupInterval, false},
-		{"poll_interval", &s.PollInterval, false},
-		{"result_ttl", &s.ResultTTL, true},
-	}
-}
-
 func (d *manifestDecoder) settings(n *yaml.Node, field string) ManifestSettings {
 	var s ManifestSettings
-	durations := settingDurations(&s)
-	keys := []string{"queues"}
-	for _, sd := range durations {
+	keys := []string{queuesKey}
+	for _, sd := range settingTable {
 		keys = append(keys, sd.key)
 	}
 	fields, ok := d.mapping(n, field, keys...)
@@ -701,7 +678,7 @@ func (d *manifestDecoder) settings(n *yaml.Node, field string) ManifestSettings 
 		return s
 	}
 	s.where = map[string]string{}
-	for _, sd := range durations {
+	for _, sd := range settingTable {
 		e, ok := fields[sd.key]
 		if !ok {
 			continue
@@ -715,7 +692,7 @@ func (d *manifestDecoder) settings(n *yaml.Node, field string) ManifestSettings 
 			d.fail(derefAlias(e.val), f, "must be greater than zero")
 			continue
 		}
-		*sd.dst = &v
+		*sd.manifest(&s) = &v
 		s.where[sd.key] = fmt.Sprintf("%s:%d", d.file, derefAlias(e.val).Line)
 	}
 	if e, ok := fields["queues"]; ok {
