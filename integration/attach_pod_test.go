@@ -508,3 +508,23 @@ func TestAttachPodManifestCheck(t *testing.T) {
 		sc.stop(t)
 	})
 }
+
+// A hello that disagrees with the manifest stops the sidecar with exit 2 at
+// first contact, as for a spawned process; the handler is left running.
+func TestAttachPodHelloMismatch(t *testing.T) {
+	forEachPodSDK(t, func(t *testing.T, s sdk) {
+		p := newPod(t, s, manifestOpts{})
+		f, err := os.OpenFile(p.manifest, os.O_APPEND|os.O_WRONLY, 0)
+		require.NoError(t, err)
+		_, err = f.WriteString("      - name: t.not_registered\n        cancellable: true\n")
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+		h := p.startHandler(t)
+		sc := p.startSidecar(nil)
+		code, _ := sc.wait(30 * time.Second)
+		assert.Equal(t, 2, code)
+		m := sc.waitLog(time.Second, "handler hello disagrees with the manifest", nil)
+		assert.Contains(t, m["err"], "t.not_registered")
+		require.True(t, h.running(), "the sidecar never stops an attached handler")
+	})
+}
