@@ -528,3 +528,41 @@ func TestAttachPodHelloMismatch(t *testing.T) {
 		require.True(t, h.running(), "the sidecar never stops an attached handler")
 	})
 }
+
+// A glob names every endpoint it matches, found while the sidecar runs: two
+// handler processes started after the sidecar, each attached.
+func TestAttachPodGlob(t *testing.T) {
+	forEachPodSDK(t, func(t *testing.T, s sdk) {
+		p := newPod(t, s, manifestOpts{})
+		dir := filepath.Dir(p.sock)
+		b, err := os.ReadFile(p.manifest)
+		require.NoError(t, err)
+		glob := strings.Replace(string(b), "attach: "+p.sock, "attach: "+filepath.Join(dir, "worker-*.sock"), 1)
+		require.NotEqual(t, string(b), glob)
+		require.NoError(t, os.WriteFile(p.manifest, []byte(glob), 0o644))
+		sc := p.startSidecar(nil)
+		sc.waitLog(20*time.Second, "worker registered", nil)
+		var hs []*podHandler
+		for _, name := range []string{"worker-1.sock", "worker-2.sock"} {
+			p.sock = filepath.Join(dir, name)
+			hs = append(hs, p.startHandler(t))
+		}
+		eventually(t, 20*time.Second, "both endpoints attached", func() bool {
+			return len(sc.logs("handler process ready")) == 2
+		})
+		var ids []string
+		for range 8 {
+			ids = append(ids, p.enqueue("t.sleep_async", `{"seconds":0.5}`, 0))
+		}
+		p.waitDone(t, sc, 30*time.Second, ids...)
+		pids := map[string]bool{}
+		for _, r := range p.recorded() {
+			pids[r[2]] = true
+		}
+		assert.Len(t, pids, 2, "both handler processes ran jobs")
+		sc.stop(t)
+		for _, h := range hs {
+			require.True(t, h.running())
+		}
+	})
+}
