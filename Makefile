@@ -11,7 +11,7 @@ VENV     ?= .venv
 VENV_PYTHON := $(VENV)/bin/python
 ON_VENV  := PATH="$(abspath $(VENV))/bin:$$PATH"
 
-.PHONY: all build docker-steps docker-steps-examples cross-build test test-go test-python test-node lint vet fmt-check tidy-check staticcheck demo demo-python demo-node bench clean
+.PHONY: all build docker-steps docker-steps-examples cross-build test test-go test-python test-node lint vet fmt-check tidy-check staticcheck demo demo-python demo-node bench bench-smoke clean
 
 all: build
 
@@ -56,9 +56,9 @@ WITH_PGBOUNCER := .ci/pgbouncer.sh run
 endif
 test: build docker-steps docker-steps-examples cross-build
 ifeq ($(SONIQ_TEST_DATABASE_URL),)
-	.ci/pg.sh run .ci/pgbouncer.sh run $(MAKE) --no-print-directory lint test-go test-python test-node
+	.ci/pg.sh run .ci/pgbouncer.sh run $(MAKE) --no-print-directory lint test-go test-python test-node bench-smoke
 else
-	$(WITH_PGBOUNCER) $(MAKE) --no-print-directory lint test-go test-python test-node
+	$(WITH_PGBOUNCER) $(MAKE) --no-print-directory lint test-go test-python test-node bench-smoke
 endif
 
 # The Go tests run the example handlers over both transports: the unix one
@@ -113,9 +113,15 @@ demo-node: build
 	scripts/demo.sh examples/node/manifest.yaml
 
 # The benchmarks (issue 8): bounded to about 15 minutes; writes docs/benchmarks.md and
-# docs/benchmarks.png (its own throw-away Postgres and cached venvs). Not part of `make test`.
+# docs/benchmarks.png (its own throw-away Postgres and cached venvs). Not part of `make test`,
+# which runs only bench-smoke below.
 bench: deps-python deps-node  # the unix rows need the gRPC packages
 	$(ON_VENV) bench/run.sh
+
+# `make bench` with tiny sizes (about a minute, its own throw-away Postgres and
+# scratch output): proves the bench still runs; asserts nothing about speed.
+bench-smoke: deps-python deps-node
+	$(ON_VENV) BENCH_QUICK=1 bench/run.sh
 
 clean:
 	rm -rf bin $(VENV)

@@ -363,9 +363,14 @@ type PoolStater interface {
 
 // ClaimIndexer is implemented by backends that can add the index matching
 // the claim order (priority, scheduled_at nulls first, created_at) over
-// queued rows. Soniq's schema has none, so each claim sorts every queued row
-// and its cost grows with the queue's depth. The index is not Soniq's DDL,
-// so Migrate never creates it; `soniq-sidecar migrate --claim-index` does.
+// queued rows. Soniq's schema has none, so without it each claim sorts every
+// queued row and its cost grows with the queue's depth. The index is
+// additive to Soniq's DDL: `soniq-sidecar migrate` creates it unless told
+// not to, and `run` warns when it is missing.
 type ClaimIndexer interface {
+	// CreateClaimIndex builds the index if it is not there (rebuilding one
+	// that an interrupted build left invalid).
 	CreateClaimIndex(ctx context.Context) error
+	// HasClaimIndex reports whether a valid claim-order index exists.
+	HasClaimIndex(ctx context.Context) (bool, error)
 }

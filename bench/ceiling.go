@@ -26,7 +26,7 @@ func ceilingRun(ctx context.Context, url string, batch int, ready, finished func
 	defer b.Close()
 	workerID := backends.NewID()
 	host, _ := os.Hostname()
-	if err := b.RegisterWorker(ctx, backends.Worker{ID: workerID, Hostname: host + "-bench-ceiling", PID: os.Getpid(),
+	if err := b.RegisterWorker(ctx, backends.Worker{ID: workerID, Hostname: host + "-bench-ceiling-" + workerID[:8], PID: os.Getpid(),
 		Concurrency: batch, Version: "bench"}); err != nil {
 		return err
 	}

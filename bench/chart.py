@@ -31,6 +31,8 @@ def colour(v):
         return GREY
     if v.get("kind") == "ceiling":
         return GREEN
+    if v.get("kind") == "alone":
+        return "#9467bd"
     return BLUE if v.get("sdk") == "python" else ORANGE
 
 
@@ -39,10 +41,12 @@ def short(v):
         label = "Soniq 0.1.0\nworker"
     elif v.get("kind") == "ceiling":
         label = f"DB ceiling\nbatch {v.get('claim_batch')}"
+    elif v.get("kind") == "alone":
+        label = f"{v['sdk'].capitalize()} SDK\nalone"
     else:
         label = f"sidecar\n{v['sdk'].capitalize()} {v['transport']}"
-    if v.get("claim_order_index"):
-        label += "\n+index (what-if)"
+    if v.get("without_claim_index"):
+        label += "\nno index"
     return label
 
 
@@ -52,7 +56,7 @@ def throughput(ax, data):
     xs = range(len(rows))
     vals = [t["median_jobs_per_s"] for t in rows]
     bars = ax.bar(xs, vals, color=[colour(t) for t in rows],
-                  hatch=["//" if t.get("claim_order_index") else "" for t in rows], edgecolor="white")
+                  hatch=["//" if t.get("without_claim_index") else "" for t in rows], edgecolor="white")
     for bar, t in zip(bars, rows):
         runs = [r["jobs_per_s"] for r in t["runs"] if not r.get("error")]
         x = bar.get_x() + bar.get_width() / 2
@@ -61,8 +65,6 @@ def throughput(ax, data):
         if soniq and t["key"] != "soniq":
             label += f"\n{t['median_jobs_per_s'] / soniq:.1f}×"
         ax.annotate(label, (x, bar.get_height()), ha="center", va="bottom", fontsize=7)
-    ax.axhline(10000, color="red", linestyle="--", linewidth=0.8)
-    ax.text(-0.45, 10000, "goal 10,000", color="red", fontsize=7, ha="left", va="bottom")
     ax.set_xticks(list(xs), [short(t) for t in rows], fontsize=6.5)
     ax.set_ylabel("jobs/s (median; dots: runs)")
     missing = [t["label"] for t in data["throughput"] if t.get("status")]
@@ -70,7 +72,7 @@ def throughput(ax, data):
     ax.set_title(title, fontsize=9)
     if missing:
         ax.text(0.01, 0.97, "not measured: " + "; ".join(missing), transform=ax.transAxes, fontsize=6, va="top", color="dimgrey", wrap=True)
-    ax.set_ylim(0, max(vals + [10000]) * 1.2)
+    ax.set_ylim(0, max(vals + [1]) * 1.25)
 
 
 def latency(ax, data):
@@ -81,8 +83,10 @@ def latency(ax, data):
         bars = ax.bar(xs, [r[key] for r in rows], width, label=name, color=["#c6dbef", "#6baed6", "#08519c"][i])
         for bar in bars:
             ax.annotate(f"{bar.get_height():.1f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=6)
-    ax.axhline(15, color="red", linestyle="--", linewidth=0.8)
-    ax.text(len(rows) - 0.5, 15, "goal p99 15 ms", color="red", fontsize=7, ha="right", va="bottom")
+    soniq = next((r["median_p99_ms"] for r in rows if r["key"] == "soniq"), None)
+    if soniq:
+        ax.axhline(soniq / 5, color="red", linestyle="--", linewidth=0.8)
+        ax.text(len(rows) - 0.5, soniq / 5, "goal p99 ≤ Soniq's / 5", color="red", fontsize=7, ha="right", va="bottom")
     ax.set_xticks(range(len(rows)), [short(r) for r in rows], fontsize=7)
     ax.set_ylabel("enqueue → handler start, ms (log)")
     ax.set_yscale("log")
@@ -135,14 +139,57 @@ def cost(ax, data):
     ax.legend(fontsize=7)
 
 
+def depth(ax, data):
+    pts = [p for p in data.get("depth") or [] if not p.get("error")]
+    ax.set_title("6a. Queue depth (Python stdio, index from migrate)", fontsize=9)
+    if not pts:
+        ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center")
+        return
+    xs = [p["queued"] for p in pts]
+    ax.plot(xs, [p["jobs_per_s"] for p in pts], "o-", color=BLUE, label="drain jobs/s")
+    ax.set_xscale("log")
+    ax.set_xlabel("jobs queued")
+    ax.set_ylabel("jobs/s", color=BLUE)
+    ax.set_ylim(0, max(p["jobs_per_s"] for p in pts) * 1.3)
+    ax2 = ax.twinx()
+    ax2.plot(xs, [p["claim_ms"] for p in pts], "s--", color=ORANGE, label="one claim, ms")
+    ax2.set_ylabel(f"one claim of {data['params']['concurrency_budget']}, ms", color=ORANGE)
+    ax2.set_ylim(0, max(p["claim_ms"] for p in pts) * 1.5)
+    for p in pts:
+        ax.annotate(f"{p['jobs_per_s']:,.0f}", (p["queued"], p["jobs_per_s"]), fontsize=7, xytext=(0, 4), textcoords="offset points", ha="center")
+        ax2.annotate(f"{p['claim_ms']:.2f} ms", (p["queued"], p["claim_ms"]), fontsize=7, xytext=(0, -11), textcoords="offset points", ha="center", color=ORANGE)
+
+
+def sharing(ax, data):
+    rows = [r for r in data.get("sharing") or [] if r.get("median_jobs_per_s")]
+    ax.set_title(f"6b. Sidecars sharing one database, total budget {data['params']['concurrency_budget']}", fontsize=9)
+    if not rows:
+        ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center")
+        return
+    xs = [r["sidecars"] for r in rows]
+    ax.plot(xs, [r["median_jobs_per_s"] for r in rows], "o-", color=BLUE)
+    for r in rows:
+        ax.plot([r["sidecars"]] * len(r["runs_jobs_per_s"]), r["runs_jobs_per_s"], "k.", markersize=3)
+        ax.annotate(f"{r['median_jobs_per_s']:,.0f}", (r["sidecars"], r["median_jobs_per_s"]), fontsize=7, xytext=(0, 4), textcoords="offset points", ha="center")
+    one = rows[0]["median_jobs_per_s"]
+    ax.axhline(0.9 * one, color="red", linestyle="--", linewidth=0.8)
+    ax.text(xs[-1], 0.9 * one, "goal 90 % of one", color="red", fontsize=7, ha="right", va="top")
+    ax.set_xticks(xs)
+    ax.set_xlabel("sidecars")
+    ax.set_ylabel("jobs/s (median; dots: runs)")
+    ax.set_ylim(0, max(r["median_jobs_per_s"] for r in rows) * 1.3)
+
+
 def main():
     md, png = sys.argv[1], sys.argv[2]
     data = load(md)
-    fig, axes = plt.subplots(2, 2, figsize=(15, 9), gridspec_kw={"width_ratios": [1.35, 1]})
+    fig, axes = plt.subplots(3, 2, figsize=(15, 13), gridspec_kw={"width_ratios": [1.35, 1]})
     throughput(axes[0][0], data)
     latency(axes[0][1], data)
     shutdown(axes[1][0], data)
     cost(axes[1][1], data)
+    depth(axes[2][0], data)
+    sharing(axes[2][1], data)
     meta = data["meta"]
     fig.suptitle(f"soniq-sidecar benchmarks — {meta.get('date')}, commit {meta.get('commit', '').split(' ')[0]}, "
                  f"{meta.get('cores')} cores ({meta.get('cpu')}), PostgreSQL {meta.get('postgres')}", fontsize=10)

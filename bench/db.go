@@ -61,8 +61,8 @@ func redactURL(u string) string {
 	return u
 }
 
-// setupSchema runs Soniq's own setup, then the sidecar's migrate (a no-op
-// on Soniq's schema), as a mixed deployment would.
+// setupSchema runs Soniq's own setup, then the sidecar's migrate (which
+// adds the claim-order index), as a mixed deployment would.
 func setupSchema(ctx context.Context, c *config, d *database) error {
 	for _, argv := range [][]string{
 		{c.soniq, "setup"},
@@ -78,22 +78,22 @@ func setupSchema(ctx context.Context, c *config, d *database) error {
 }
 
 // reset empties the jobs table between runs (and the worker rows of
-// earlier runs) so every run starts from the same state.
-func (d *database) reset(ctx context.Context) error {
-	_, err := d.pool.Exec(ctx, `DROP INDEX IF EXISTS soniq_sidecar_claim_order`)
-	if err != nil {
-		return err
+// earlier runs) so every run starts from the same state. index says whether
+// the claim-order index is there, as `soniq-sidecar migrate` leaves it (it
+// is created again on the empty table, which is instant), or absent, as on
+// a database set up by Soniq's own tools only.
+func (d *database) reset(ctx context.Context, index bool) error {
+	stmts := []string{`DROP INDEX IF EXISTS soniq_sidecar_claim_order`, `TRUNCATE soniq_jobs`,
+		`DELETE FROM soniq_workers WHERE status <> 'active'`}
+	if index {
+		stmts = append(stmts, claimIndex)
 	}
-	_, err = d.pool.Exec(ctx, `TRUNCATE soniq_jobs`)
-	if err != nil {
-		return err
+	for _, q := range append(stmts, `CHECKPOINT`) {
+		if _, err := d.pool.Exec(ctx, q); err != nil {
+			return fmt.Errorf("reset: %s: %w", q, err)
+		}
 	}
-	_, err = d.pool.Exec(ctx, `DELETE FROM soniq_workers WHERE status <> 'active'`)
-	if err != nil {
-		return err
-	}
-	_, err = d.pool.Exec(ctx, `CHECKPOINT`)
-	return err
+	return nil
 }
 
 // enqueueBulk inserts n queued jobs as Soniq's producer would write them,

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -44,6 +45,9 @@ type config struct {
 	command   string
 	only      map[string]bool // variant keys to run; empty = all
 	sections  map[string]bool
+	soniqN    int   // jobs per throughput run of the Soniq worker
+	depths    []int // queue depths of the depth curve
+	sidecars  []int // sidecar counts of the sharing curve
 }
 
 func main() {
@@ -63,9 +67,12 @@ func main() {
 	flag.IntVar(&c.latRuns, "latency-runs", 3, "runs of each pickup-latency variant")
 	flag.IntVar(&c.shutRuns, "shutdown-runs", 5, "runs of each shutdown variant")
 	flag.DurationVar(&c.shutTO, "shutdown-timeout", 2*time.Second, "shutdown_timeout for the shutdown runs")
-	flag.DurationVar(&c.budget, "budget", 13*time.Minute, "wall-time bound: later rounds are skipped past it")
+	flag.DurationVar(&c.budget, "budget", 13*time.Minute+30*time.Second, "wall-time bound: later rounds are skipped past it")
 	only := flag.String("only", "", "comma-separated variant keys to run (soniq, python-stdio, node-stdio, python-unix, node-unix, python-attach, node-attach, ceiling, ceiling-500); default all")
-	sections := flag.String("sections", "shutdown,latency,throughput", "comma-separated sections to run")
+	sections := flag.String("sections", "shutdown,latency,throughput,depth,sharing", "comma-separated sections to run")
+	flag.IntVar(&c.soniqN, "soniq-n", 5000, "jobs per throughput run of the Soniq worker (fewer than -n: it is 20-50 times slower, and a shallower queue only flatters it)")
+	depths := flag.String("depths", "10000,100000,1000000", "queue depths of the depth curve")
+	sidecarCounts := flag.String("sidecars", "1,2,4", "sidecar counts of the sharing curve (same total budget)")
 	renderOnly := flag.String("render", "", "only rewrite this report from the JSON it embeds (goals, analysis), measuring nothing")
 	flag.Parse()
 	if *renderOnly != "" {
@@ -76,6 +83,14 @@ func main() {
 		return
 	}
 	c.only, c.sections = set(*only), set(*sections)
+	var err error
+	if c.depths, err = ints(*depths); err == nil {
+		c.sidecars, err = ints(*sidecarCounts)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
 	c.command = strings.Join(os.Args, " ")
 	if c.dbURL == "" {
 		c.dbURL = os.Getenv("SONIQ_TEST_DATABASE_URL")
@@ -100,6 +115,21 @@ func main() {
 	}
 	killAll()
 	os.Exit(code)
+}
+
+func ints(list string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q: want positive integers separated by commas", list)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func set(list string) map[string]bool {
@@ -157,11 +187,14 @@ func run(ctx context.Context, c *config) error {
 	for _, s := range []struct {
 		name string
 		run  func(context.Context) error
-	}{{"shutdown", b.shutdownSection}, {"latency", b.latencySection}, {"throughput", b.throughputSection}} {
+	}{{"shutdown", b.shutdownSection}, {"latency", b.latencySection}, {"throughput", b.throughputSection},
+		{"depth", b.depthSection}, {"sharing", b.shareSection}} {
 		if !c.sections[s.name] {
 			continue
 		}
-		logf("section %s", s.name)
+		l := loadNow(s.name)
+		rep.Loads = append(rep.Loads, l)
+		logf("section %s (load average %s)", s.name, l.Load)
 		if err := s.run(ctx); err != nil {
 			return err
 		}
@@ -187,9 +220,9 @@ type variant struct {
 	SDK       string `json:"sdk,omitempty"`
 	Transport string `json:"transport,omitempty"`
 	Batch     int    `json:"claim_batch,omitempty"` // ceiling: claim limit
-	// Index: run with an index matching the claim's ORDER BY, which
-	// Soniq's schema lacks (a what-if: see bench/analysis.md).
-	Index bool `json:"claim_order_index,omitempty"`
+	// NoIndex: run without the claim-order index that `migrate` creates
+	// (a database set up by Soniq's own tools only).
+	NoIndex bool `json:"without_claim_index,omitempty"`
 }
 
 func sidecarVariant(sdk, transport string) variant {
@@ -221,7 +254,7 @@ func (b *bench) probeUnix(ctx context.Context) {
 
 // smoke starts a variant and drains 100 jobs with it.
 func (b *bench) smoke(ctx context.Context, v variant) error {
-	if err := b.db.reset(ctx); err != nil {
+	if err := b.db.reset(ctx, true); err != nil {
 		return err
 	}
 	ws, err := b.startVariantWithin(ctx, v, "probe-"+v.Key, nil, 20*time.Second)
@@ -242,11 +275,15 @@ func lastLine(s string) string {
 
 // writeManifest writes the manifest a sidecar variant runs.
 func (b *bench) writeManifest(v variant, tag string) (string, error) {
+	return b.writeManifestSized(v, tag, b.c.procs, b.c.conc/b.c.procs)
+}
+
+// writeManifestSized writes a manifest with procs processes of per jobs.
+func (b *bench) writeManifestSized(v variant, tag string, procs, per int) (string, error) {
 	if v.Transport == "attach" {
 		return b.writeAttachManifest(v, tag)
 	}
 	c := b.c
-	per := c.conc / c.procs
 	var command, env []string
 	switch v.SDK {
 	case "python":
@@ -267,7 +304,7 @@ func (b *bench) writeManifest(v variant, tag string) (string, error) {
 		cmd[i] = q(a)
 	}
 	fmt.Fprintf(&sb, "    command: [%s]\n", strings.Join(cmd, ", "))
-	fmt.Fprintf(&sb, "    transport: %s\n    processes: %d\n    concurrency: %d\n    sync_concurrency: 1\n    startup_timeout: 30s\n", v.Transport, c.procs, per)
+	fmt.Fprintf(&sb, "    transport: %s\n    processes: %d\n    concurrency: %d\n    sync_concurrency: 1\n    startup_timeout: 30s\n", v.Transport, procs, per)
 	sb.WriteString("    env:\n")
 	for i := 0; i < len(env); i += 2 {
 		fmt.Fprintf(&sb, "      %s: %s\n", env[i], q(env[i+1]))
@@ -395,5 +432,39 @@ func (ws *workers) cpu() (own, children float64) {
 
 func numCPU() int { return runtime.NumCPU() }
 
+// reserve is the part of the budget the throughput rounds leave to the
+// queue-depth and sharing sections that follow them.
+func (c *config) reserve() time.Duration {
+	if !c.sections["depth"] && !c.sections["sharing"] {
+		return 0
+	}
+	return c.budget * 22 / 100
+}
+
 // remaining is the budget left.
 func (c *config) remaining() time.Duration { return time.Until(c.deadline) }
+
+// sectionLoad is the load average just before a section started.
+type sectionLoad struct {
+	Section string `json:"section"`
+	Load    string `json:"loadavg"`
+	Busy    bool   `json:"busy"`
+}
+
+// loadNow reads /proc/loadavg. Busy means the 1-minute average reached the
+// core count: other work than this bench's own previous section (which
+// counts too) was competing for the cores.
+func loadNow(section string) sectionLoad {
+	l := sectionLoad{Section: section, Load: "unknown"}
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return l
+	}
+	f := strings.Fields(string(b))
+	if len(f) >= 3 {
+		l.Load = strings.Join(f[:3], " ")
+		one, _ := strconv.ParseFloat(f[0], 64)
+		l.Busy = one >= float64(numCPU())
+	}
+	return l
+}

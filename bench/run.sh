@@ -8,6 +8,10 @@
 # installed into cached virtualenvs), node, and PostgreSQL 15 for .ci/pg.sh.
 # With BENCH_DATABASE_URL set, that server is used instead of a fresh one;
 # BENCH_OUT and BENCH_PNG move the report and the chart (for trial runs).
+# BENCH_QUICK=1 is a smoke run (about a minute): every section with tiny
+# sizes, written to a scratch directory unless BENCH_OUT/BENCH_PNG say
+# otherwise; it proves the bench still works and measures nothing worth
+# reading (`make test` runs it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,7 +46,12 @@ make --no-print-directory build BIN="$work/soniq-sidecar" >&2
 go build -o "$work/bench" ./bench
 
 out="${BENCH_OUT:-docs/benchmarks.md}" png="${BENCH_PNG:-docs/benchmarks.png}"
-args=(-sidecar "$work/soniq-sidecar" -soniq "$soniq_venv/bin/soniq" -python python3 -node node -out "$out" "$@")
+quick=()
+if [[ -n "${BENCH_QUICK:-}" ]]; then
+  out="${BENCH_OUT:-$work/benchmarks.md}" png="${BENCH_PNG:-$work/benchmarks.png}"
+  quick=(-n 400 -soniq-n 100 -runs 1 -latency-seconds 0.5 -latency-runs 1 -shutdown-runs 1 -shutdown-timeout 1s -depths 1000,3000 -sidecars 1,2 -budget 2m)
+fi
+args=(-sidecar "$work/soniq-sidecar" -soniq "$soniq_venv/bin/soniq" -python python3 -node node -out "$out" "${quick[@]}" "$@")
 if [[ -n "${BENCH_DATABASE_URL:-}" ]]; then
   "$work/bench" -database-url "$BENCH_DATABASE_URL" "${args[@]}"
 else

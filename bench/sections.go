@@ -34,6 +34,7 @@ type tpRun struct {
 // tpResult is one variant's runs and medians.
 type tpResult struct {
 	variant
+	N      int     `json:"jobs_per_run"`
 	Status string  `json:"status,omitempty"` // "" = measured, else why not
 	Runs   []tpRun `json:"runs"`
 	Median float64 `json:"median_jobs_per_s,omitempty"`
@@ -50,23 +51,24 @@ type tpResult struct {
 func (b *bench) throughputVariants() []*tpResult {
 	vs := []variant{
 		soniqVariant,
+		withoutIndex(soniqVariant),
 		sidecarVariant("python", "stdio"),
 		sidecarVariant("node", "stdio"),
 		sidecarVariant("python", "unix"),
 		sidecarVariant("node", "unix"),
 		attachVariant("python"),
 		attachVariant("node"),
-		{Key: "ceiling", Label: fmt.Sprintf("database ceiling (Go, no handler, claim batch %d)", b.c.conc), Kind: "ceiling", Batch: b.c.conc},
-		{Key: "ceiling-500", Label: "database ceiling (Go, no handler, claim batch 500)", Kind: "ceiling", Batch: 500},
-		withIndex(sidecarVariant("python", "stdio")),
-		withIndex(variant{Key: "ceiling", Label: fmt.Sprintf("database ceiling (Go, no handler, claim batch %d)", b.c.conc), Kind: "ceiling", Batch: b.c.conc}),
+		withoutIndex(sidecarVariant("python", "stdio")),
+		ceilingVariant(b.c.conc),
+		aloneVariant("python"),
+		aloneVariant("node"),
 	}
 	var out []*tpResult
 	for _, v := range vs {
 		if !b.c.want(v.Key) {
 			continue
 		}
-		r := &tpResult{variant: v}
+		r := &tpResult{variant: v, N: b.c.jobsFor(v)}
 		if v.Transport == "unix" {
 			r.Status = b.unix[v.SDK]
 		}
@@ -75,17 +77,37 @@ func (b *bench) throughputVariants() []*tpResult {
 	return out
 }
 
-// withIndex is the what-if variant with the claim-order index.
-func withIndex(v variant) variant {
-	v.Key += "-index"
-	v.Label += ", what-if: claim-order index"
-	v.Index = true
+func ceilingVariant(batch int) variant {
+	return variant{Key: "ceiling", Label: fmt.Sprintf("database ceiling (Go, no handler, claim batch %d)", batch), Kind: "ceiling", Batch: batch}
+}
+
+// aloneVariant is the handler SDK alone: the bench handler fed no-op jobs
+// from a pipe by the driver, no sidecar and no database (the physical limit).
+func aloneVariant(sdk string) variant {
+	name := map[string]string{"python": "Python", "node": "Node"}[sdk]
+	return variant{Key: "alone-" + sdk, Label: name + " SDK alone (jobs from a pipe, no sidecar, no database)", Kind: "alone", SDK: sdk, Transport: "stdio"}
+}
+
+// withoutIndex is the variant on a database without the claim-order index
+// (set up by Soniq's tools only, or `migrate --no-claim-index`).
+func withoutIndex(v variant) variant {
+	v.Key += "-noindex"
+	v.Label += ", without the claim-order index"
+	v.NoIndex = true
 	return v
 }
 
+// jobsFor is the number of jobs one throughput run of v drains.
+func (c *config) jobsFor(v variant) int {
+	if v.Kind == "soniq" && c.soniqN > 0 {
+		return c.soniqN
+	}
+	return c.n
+}
+
 // claimIndex matches the ORDER BY of the claim statement (Soniq's and the
-// sidecar's): the index `soniq-sidecar migrate --claim-index` creates (there
-// CONCURRENTLY), for the +index variants only; dropped after the run.
+// sidecar's): the index `soniq-sidecar migrate` creates (there CONCURRENTLY).
+// Every run has it except the "without the claim-order index" variants.
 const claimIndex = `CREATE INDEX soniq_sidecar_claim_order ON soniq_jobs (priority, scheduled_at NULLS FIRST, created_at) WHERE status = 'queued'`
 
 func (b *bench) throughputSection(ctx context.Context) error {
@@ -100,7 +122,7 @@ func (b *bench) throughputSection(ctx context.Context) error {
 	}
 	var roundTime time.Duration
 	for round := range c.runs {
-		if round > 0 && c.remaining() < roundTime+30*time.Second {
+		if round > 0 && c.remaining()-c.reserve() < roundTime+30*time.Second {
 			b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("throughput: %d of %d rounds run; the next would have passed the %s bound", round, c.runs, c.budget))
 			break
 		}
@@ -124,7 +146,7 @@ func (b *bench) throughputSection(ctx context.Context) error {
 		roundTime = time.Since(t0)
 	}
 	for _, r := range active {
-		r.summarise(c.n)
+		r.summarise(r.N)
 	}
 	return nil
 }
@@ -162,23 +184,19 @@ func (r *tpResult) summarise(n int) {
 func (b *bench) throughputRun(ctx context.Context, v variant, round int) (tpRun, error) {
 	c := b.c
 	var run tpRun
-	if err := b.db.reset(ctx); err != nil {
-		return run, err
+	n := c.jobsFor(v)
+	if v.Kind == "alone" {
+		return b.aloneRun(ctx, v, n)
 	}
-	if v.Index {
-		if _, err := b.db.pool.Exec(ctx, claimIndex); err != nil {
-			return run, err
-		}
-		defer func() {
-			_, _ = b.db.pool.Exec(context.WithoutCancel(ctx), `DROP INDEX IF EXISTS soniq_sidecar_claim_order`)
-		}()
+	if err := b.db.reset(ctx, !v.NoIndex); err != nil {
+		return run, err
 	}
 	tag := fmt.Sprintf("tp-%s-%d", v.Key, round)
 	timeout := min(max(c.remaining(), 2*time.Minute), 5*time.Minute)
 	if v.Kind == "ceiling" {
 		// Jobs first, then the drain; the clock starts when the claimer
 		// is connected and about to issue its first claim.
-		if err := b.db.enqueueBulk(ctx, "bench.noop", map[string]any{}, c.n); err != nil {
+		if err := b.db.enqueueBulk(ctx, "bench.noop", map[string]any{}, n); err != nil {
 			return run, err
 		}
 		var t0 time.Time
@@ -202,7 +220,7 @@ func (b *bench) throughputRun(ctx context.Context, v variant, round int) (tpRun,
 		if run.SeqScans, err = b.seqScansSince(ctx, v, seq0); err != nil {
 			return run, err
 		}
-		return b.finishRun(ctx, run, t0)
+		return b.finishRun(ctx, run, t0, n)
 	}
 
 	ws, err := b.startVariant(ctx, v, tag, nil)
@@ -215,7 +233,7 @@ func (b *bench) throughputRun(ctx context.Context, v variant, round int) (tpRun,
 		return run, err
 	}
 	own0, ch0 := ws.cpu() // idle until the commit below
-	if err := b.db.enqueueBulk(ctx, "bench.noop", map[string]any{}, c.n); err != nil {
+	if err := b.db.enqueueBulk(ctx, "bench.noop", map[string]any{}, n); err != nil {
 		return run, err
 	}
 	// The jobs become visible at the commit: the clock starts there.
@@ -236,13 +254,13 @@ func (b *bench) throughputRun(ctx context.Context, v variant, round int) (tpRun,
 	if run.SeqScans, err = b.seqScansSince(ctx, v, seq0); err != nil {
 		return run, err
 	}
-	return b.finishRun(ctx, run, t0)
+	return b.finishRun(ctx, run, t0, n)
 }
 
 // seqScansSince is the growth of soniq_jobs' seq_scan counter since seq0
-// (not for the what-if rows, whose claims use the index).
+// (only for the rows without the claim-order index; the others scan it).
 func (b *bench) seqScansSince(ctx context.Context, v variant, seq0 int64) (int64, error) {
-	if v.Index {
+	if !v.NoIndex {
 		return 0, nil
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -251,16 +269,16 @@ func (b *bench) seqScansSince(ctx context.Context, v variant, seq0 int64) (int64
 }
 
 // finishRun reads the last completion time and checks every job is done.
-func (b *bench) finishRun(ctx context.Context, run tpRun, t0 time.Time) (tpRun, error) {
+func (b *bench) finishRun(ctx context.Context, run tpRun, t0 time.Time, n int) (tpRun, error) {
 	last, done, err := b.db.lastDone(ctx)
 	if err != nil {
 		return run, err
 	}
-	if done != b.c.n {
-		return run, fmt.Errorf("%d of %d jobs done", done, b.c.n)
+	if done != n {
+		return run, fmt.Errorf("%d of %d jobs done", done, n)
 	}
 	run.Seconds = last.Sub(t0).Seconds()
-	run.JobsPerS = float64(b.c.n) / run.Seconds
+	run.JobsPerS = float64(n) / run.Seconds
 	return run, nil
 }
 
@@ -339,7 +357,7 @@ func (b *bench) latencySection(ctx context.Context) error {
 func (b *bench) latencyRun(ctx context.Context, v variant, round int) (latRun, error) {
 	c := b.c
 	var run latRun
-	if err := b.db.reset(ctx); err != nil {
+	if err := b.db.reset(ctx, true); err != nil {
 		return run, err
 	}
 	ws, err := b.startVariant(ctx, v, fmt.Sprintf("lat-%s-%d", v.Key, round), nil)
@@ -496,7 +514,7 @@ func (b *bench) shutdownSection(ctx context.Context) error {
 func (b *bench) shutdownRun(ctx context.Context, v variant, round int) (shutRun, error) {
 	c := b.c
 	var run shutRun
-	if err := b.db.reset(ctx); err != nil {
+	if err := b.db.reset(ctx, true); err != nil {
 		return run, err
 	}
 	to := fmt.Sprint(c.shutTO.Seconds())

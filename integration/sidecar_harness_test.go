@@ -139,6 +139,8 @@ func newWorld(t *testing.T, s sdk, o manifestOpts) *world {
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })
 	require.NoError(t, b.Migrate(ctx))
+	// As `soniq-sidecar migrate` sets a database up by default.
+	require.NoError(t, b.CreateClaimIndex(ctx))
 	w.backend = b
 	w.db, err = pgxpool.New(ctx, w.dbURL)
 	require.NoError(t, err)

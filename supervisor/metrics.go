@@ -29,6 +29,7 @@ type Metrics struct {
 	claimed     metric.Int64Counter
 	resultDrops metric.Int64Counter
 	sharing     metric.Int64Gauge
+	claimIdx    metric.Int64Gauge
 	attach      attachMetrics
 
 	// queueStats is the last queue-stats snapshot, observed by the
@@ -115,6 +116,11 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 	mk(func() (e error) {
 		x.sharing, e = m.Int64Gauge("soniq_foreign_workers_sharing_queues",
 			metric.WithDescription("Live workers that are not sidecars (Soniq's own) claiming from a queue this sidecar serves: they take its jobs and dead-letter them as job_not_found."))
+		return
+	})
+	mk(func() (e error) {
+		x.claimIdx, e = m.Int64Gauge("soniq_claim_index_missing",
+			metric.WithDescription("1 while the Postgres claim-order index is missing (every claim then sorts every queued row; `soniq-sidecar migrate` creates it), else 0."))
 		return
 	})
 	mk(func() error {
@@ -255,6 +261,17 @@ func (m *Metrics) foreignWorkers(n int) {
 		return
 	}
 	m.sharing.Record(context.Background(), int64(n))
+}
+
+func (m *Metrics) claimIndex(missing bool) {
+	if m == nil {
+		return
+	}
+	v := int64(0)
+	if missing {
+		v = 1
+	}
+	m.claimIdx.Record(context.Background(), v)
 }
 
 func (m *Metrics) lateResult(name, reason string) {

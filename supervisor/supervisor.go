@@ -116,6 +116,8 @@ type Supervisor struct {
 	readyMu    sync.Mutex
 	notReady   map[string]string // handler → why it has no ready process
 	startedRun atomic.Bool
+
+	claimIndexMissing atomic.Bool // see watchClaimIndex
 }
 
 // New checks the configuration and prepares a Supervisor.
@@ -329,6 +331,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); s.watchFleet(maintCtx) }()
+	if ci, ok := s.cfg.Backend.(backends.ClaimIndexer); ok {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.watchClaimIndex(maintCtx, ci) }()
+	}
 
 	subCtx, stopSubscription := context.WithCancel(bg)
 	wg.Add(1)

@@ -182,32 +182,6 @@ func (b *Backend) Close() error {
 // runner then still applies (idempotently) its own files on its next setup,
 // which keeps Soniq the only author of its bookkeeping and correct even if a
 // later release changes a migration's contents.
-// claimIndex matches the claim's ORDER BY over queued rows. CONCURRENTLY
-// keeps enqueues and claims running while it builds on a busy table.
-const claimIndex = `CREATE INDEX CONCURRENTLY IF NOT EXISTS soniq_sidecar_claim_order
-	ON soniq_jobs (priority, scheduled_at NULLS FIRST, created_at) WHERE status = 'queued'`
-
-// CreateClaimIndex adds the claim-order index (see backends.ClaimIndexer).
-// A build that failed earlier leaves an INVALID index that IF NOT EXISTS
-// would keep; it is dropped and built again.
-func (b *Backend) CreateClaimIndex(ctx context.Context) error {
-	var invalid bool
-	err := b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-	WHERE c.relname = 'soniq_sidecar_claim_order' AND NOT i.indisvalid)`).Scan(&invalid)
-	if err != nil {
-		return b.wrap(err, "check the claim-order index")
-	}
-	if invalid {
-		if _, err := b.pool.Exec(ctx, `DROP INDEX CONCURRENTLY IF EXISTS soniq_sidecar_claim_order`); err != nil {
-			return b.wrap(err, "drop the invalid claim-order index")
-		}
-	}
-	if _, err := b.pool.Exec(ctx, claimIndex); err != nil {
-		return b.wrap(err, "create the claim-order index")
-	}
-	return nil
-}
-
 func (b *Backend) Migrate(ctx context.Context) error {
 	if b.opts.TransactionPooling {
 		// Soniq's migration lock is a session lock held across every file,
@@ -259,6 +233,79 @@ func (b *Backend) Migrate(ctx context.Context) error {
 		if err := tx.Commit(ctx); err != nil {
 			return b.wrap(err, "commit migration %s", name)
 		}
+	}
+	return nil
+}
+
+// claimIndexName is the sidecar's own index on Soniq's jobs table.
+const claimIndexName = "soniq_sidecar_claim_order"
+
+// claimIndex matches the claim's ORDER BY over queued rows, so a claim reads
+// only the rows it takes (Soniq's own claim uses it too). CONCURRENTLY keeps
+// enqueues and claims running while it builds on a busy table; it cannot run
+// inside a transaction block, and pgx sends an argument-less Exec outside one.
+const claimIndex = `CREATE INDEX CONCURRENTLY IF NOT EXISTS ` + claimIndexName + `
+	ON soniq_jobs (priority, scheduled_at NULLS FIRST, created_at) WHERE status = 'queued'`
+
+// claimIndexState reads whether the index exists and whether it is valid
+// (to_regclass follows the search_path, as the statements do).
+const claimIndexState = `SELECT i.indisvalid,
+	EXISTS (SELECT 1 FROM pg_stat_progress_create_index p WHERE p.index_relid = i.indexrelid)
+FROM pg_index i WHERE i.indexrelid = to_regclass('` + claimIndexName + `')`
+
+// HasClaimIndex reports whether a valid claim-order index exists (see
+// backends.ClaimIndexer).
+func (b *Backend) HasClaimIndex(ctx context.Context) (bool, error) {
+	var valid, building bool
+	err := b.pool.QueryRow(ctx, claimIndexState).Scan(&valid, &building)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, b.wrap(err, "look up the claim-order index")
+	}
+	return valid, nil
+}
+
+// CreateClaimIndex adds the claim-order index (see backends.ClaimIndexer).
+// It holds Soniq's migration lock, so two migrates never build it at once.
+// An interrupted concurrent build leaves an INVALID index that IF NOT EXISTS
+// would keep for good: it is dropped and built again, unless another
+// session is still building it (then it says so rather than drop that work).
+func (b *Backend) CreateClaimIndex(ctx context.Context) error {
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		return b.wrap(err, "acquire connection to create the claim-order index")
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrationLockKey); err != nil {
+		_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		return b.wrap(err, "take migration lock")
+	}
+	defer func() {
+		unlockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(unlockCtx, "SELECT pg_advisory_unlock($1)", migrationLockKey); err != nil {
+			_ = conn.Conn().Close(unlockCtx)
+		}
+	}()
+	var valid, building bool
+	err = conn.QueryRow(ctx, claimIndexState).Scan(&valid, &building)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return b.wrap(err, "look up the claim-order index")
+	case valid:
+		return nil
+	case building:
+		return fmt.Errorf("create the claim-order index: another session is building %s right now; run migrate again once it has finished", claimIndexName)
+	default:
+		if _, err := conn.Exec(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+claimIndexName); err != nil {
+			return b.wrap(err, "drop the invalid claim-order index left by an interrupted build")
+		}
+	}
+	if _, err := conn.Exec(ctx, claimIndex); err != nil {
+		return b.wrap(err, "create the claim-order index")
 	}
 	return nil
 }

@@ -131,7 +131,8 @@ func openForCommand(ctx context.Context, e env, flagValue string) (backends.Back
 func cmdMigrate(ctx context.Context, e env, args []string) error {
 	fs := newFlagSet(e, "migrate")
 	dbURL := fs.String("database-url", "", "database URL (default $SONIQ_DATABASE_URL, else sqlite:soniq.db)")
-	claimIndex := fs.Bool("claim-index", false, "Postgres: also create the claim-order index (not part of Soniq's schema; see docs/operations.md)")
+	claimIndex := fs.Bool("claim-index", false, "Postgres: create the claim-order index (the default; an error on other backends)")
+	noClaimIndex := fs.Bool("no-claim-index", false, "Postgres: do not create the claim-order index (additive to Soniq's schema; see docs/operations.md)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -148,15 +149,19 @@ func cmdMigrate(ctx context.Context, e env, args []string) error {
 		return fmt.Errorf("creating Soniq's tables: %w", err)
 	}
 	fmt.Fprintf(e.stdout, "migrated %s\n", connect.Redact(databaseURL(e, *dbURL)))
-	if *claimIndex {
-		ci, ok := b.(backends.ClaimIndexer)
-		if !ok {
-			return usageErrorf("migrate --claim-index: only the Postgres backend has it (SQLite queues stay small enough to sort)")
-		}
+	if *claimIndex && *noClaimIndex {
+		return usageErrorf("migrate: --claim-index and --no-claim-index contradict each other")
+	}
+	ci, ok := b.(backends.ClaimIndexer)
+	switch {
+	case *noClaimIndex:
+	case !ok && *claimIndex:
+		return usageErrorf("migrate --claim-index: only the Postgres backend has it (SQLite queues stay small enough to sort)")
+	case ok:
 		if err := ci.CreateClaimIndex(ctx); err != nil {
 			return err
 		}
-		fmt.Fprintln(e.stdout, "created index soniq_sidecar_claim_order on soniq_jobs (priority, scheduled_at NULLS FIRST, created_at) WHERE status = 'queued'")
+		fmt.Fprintln(e.stdout, "claim-order index soniq_sidecar_claim_order on soniq_jobs (priority, scheduled_at NULLS FIRST, created_at) WHERE status = 'queued': present (skip with --no-claim-index)")
 	}
 	return nil
 }

@@ -167,6 +167,44 @@ func TestMigrateClaimIndexIsPostgresOnly(t *testing.T) {
 	assert.Contains(t, errOut, "only the Postgres backend")
 }
 
+// On Postgres, plain `migrate` builds the claim-order index (and again is a
+// no-op); --no-claim-index leaves Soniq's schema exactly as Soniq makes it.
+func TestMigrateCreatesTheClaimIndexByDefault(t *testing.T) {
+	tests := []struct {
+		name  string
+		args  []string
+		index bool
+	}{
+		{"default", []string{"migrate"}, true},
+		{"skipped", []string{"migrate", "--no-claim-index"}, false},
+		{"explicit", []string{"migrate", "--claim-index"}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			url := pgtest.NewDatabase(t)
+			c := newCLI(t, map[string]string{"SONIQ_DATABASE_URL": url})
+			db, err := pgx.Connect(t.Context(), url)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = db.Close(context.Background()) })
+			for run := range 2 { // idempotent
+				code, out, errOut := c.run(tc.args...)
+				require.Equal(t, 0, code, "run %d: %s", run, errOut)
+				var valid []bool
+				rows, err := db.Query(t.Context(), `SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass('soniq_sidecar_claim_order')`)
+				require.NoError(t, err)
+				valid, err = pgx.CollectRows(rows, pgx.RowTo[bool])
+				require.NoError(t, err)
+				if tc.index {
+					assert.Equal(t, []bool{true}, valid, "run %d: one valid index", run)
+					assert.Contains(t, out, "soniq_sidecar_claim_order")
+				} else {
+					assert.Empty(t, valid, "run %d: no index", run)
+				}
+			}
+		})
+	}
+}
+
 // On Postgres only `migrate` changes the schema: the other commands leave a
 // database without Soniq's tables alone and say what to run.
 func TestPostgresSchemaIsChangedOnlyByMigrate(t *testing.T) {

@@ -26,7 +26,7 @@ Usage:
   soniq-sidecar run        [--manifest FILE] [--database-url URL] [--queues a,b] [--metrics-addr ADDR]
                            [--log-format auto|text|json] [--instance NAME] [--database-wait DUR] [--once] [--dead-letter-unknown]
                            [--database-pooler session|transaction] [--listen-url URL]
-  soniq-sidecar migrate    [--database-url URL] [--claim-index]
+  soniq-sidecar migrate    [--database-url URL] [--no-claim-index]
   soniq-sidecar enqueue    NAME [--args JSON] [--queue Q] [--priority N] [--max-attempts N] [--delay DUR] [--dedup-key K] [--json]
   soniq-sidecar status     [--json]
   soniq-sidecar dead-letter list [--limit N] [--json] | replay ID | purge ID

@@ -447,11 +447,16 @@ func healthHandler(h *health) http.Handler {
 			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
 			return
 		}
+		// Advisories (an exhausted pool, a missing claim-order index) stay
+		// 200: the pod works, and restarting or unrouting it would fix nothing.
 		if warn := h.poolWarning(b); warn != "" {
 			fmt.Fprintln(w, "ready; "+warn)
-			return
+		} else {
+			fmt.Fprintln(w, "ready")
 		}
-		fmt.Fprintln(w, "ready")
+		for _, a := range sup.Advisories() {
+			fmt.Fprintln(w, a)
+		}
 	})
 	if h.metrics != nil {
 		mux.Handle("/metrics", h.metrics)
