@@ -3,6 +3,10 @@
 // line). docs/protocol.md is the specification; testdata/vectors.json holds the
 // conformance vectors that the Go, Python and Node implementations all run.
 //
+// It is a public package, deliberately outside internal/: the wire contract is
+// what a handler written in Go, or a tool that speaks to handlers, imports.
+// Its surface is the messages and the codec; it changes only with the protocol.
+//
 // The package knows nothing of processes or databases. Decode and Decoder validate every
 // frame completely, so a message they return is well-formed; whether its type may travel
 // in the direction it came from (see Type.FromHandler) is for the caller to check.

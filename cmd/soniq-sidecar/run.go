@@ -20,10 +20,10 @@ import (
 
 	"github.com/oklog/run"
 
-	"github.com/soniq-dev/soniq-sidecar/backends"
-	"github.com/soniq-dev/soniq-sidecar/backends/connect"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/backends/connect"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
-	"github.com/soniq-dev/soniq-sidecar/supervisor"
+	"github.com/soniq-dev/soniq-sidecar/internal/supervisor"
 )
 
 // newLogger builds the process logger: text on a terminal, JSON otherwise.

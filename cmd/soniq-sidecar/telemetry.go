@@ -22,13 +22,14 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
-	"github.com/soniq-dev/soniq-sidecar/supervisor"
+	"github.com/soniq-dev/soniq-sidecar/internal/supervisor"
 )
 
-// meterName and tracerName are the instrumentation scopes of the supervisor.
+// meterName and tracerName are the instrumentation scopes of the supervisor
+// (kept from before the package moved under internal/: dashboards know them).
 const (
-	meterName  = "github.com/soniq-dev/soniq-sidecar/supervisor"
-	tracerName = "github.com/soniq-dev/soniq-sidecar/supervisor"
+	meterName  = "github.com/soniq-dev/soniq-sidecar/internal/supervisor"
+	tracerName = "github.com/soniq-dev/soniq-sidecar/internal/supervisor"
 )
 
 // telemetryFlushTimeout bounds the final flush of OTLP metrics and spans at
