@@ -68,7 +68,7 @@ func main() {
 	flag.IntVar(&c.shutRuns, "shutdown-runs", 5, "runs of each shutdown variant")
 	flag.DurationVar(&c.shutTO, "shutdown-timeout", 2*time.Second, "shutdown_timeout for the shutdown runs")
 	flag.DurationVar(&c.budget, "budget", 13*time.Minute+30*time.Second, "wall-time bound: later rounds are skipped past it")
-	only := flag.String("only", "", "comma-separated variant keys to run (soniq, python-stdio, node-stdio, python-unix, node-unix, ceiling, ceiling-500); default all")
+	only := flag.String("only", "", "comma-separated variant keys to run (soniq, python-stdio, node-stdio, python-unix, node-unix, python-attach, node-attach, ceiling, ceiling-500); default all")
 	sections := flag.String("sections", "shutdown,latency,pooler,throughput,depth,sharing", "comma-separated sections to run (pooler: pickup latency direct and through PgBouncer, needs pgbouncer)")
 	flag.IntVar(&c.soniqN, "soniq-n", 5000, "jobs per throughput run of the Soniq worker (fewer than -n: it is 20-50 times slower, and a shallower queue only flatters it)")
 	depths := flag.String("depths", "10000,100000,1000000", "queue depths of the depth curve")
@@ -280,6 +280,9 @@ func (b *bench) writeManifest(v variant, tag string) (string, error) {
 
 // writeManifestSized writes a manifest with procs processes of per jobs.
 func (b *bench) writeManifestSized(v variant, tag string, procs, per int) (string, error) {
+	if v.Transport == "attach" {
+		return b.writeAttachManifest(v, tag)
+	}
 	c := b.c
 	var command, env []string
 	switch v.SDK {
@@ -331,6 +334,9 @@ func (b *bench) sidecarEnv(extra []string) []string {
 type workers struct {
 	v     variant
 	procs []*worker
+	// handlers: an attach variant's handler processes (not the sidecar's
+	// children), stopped after it.
+	handlers []*worker
 }
 
 // startVariant starts a sidecar or the Soniq workers and waits until they
@@ -344,18 +350,27 @@ func (b *bench) startVariantWithin(ctx context.Context, v variant, tag string, e
 	ws := &workers{v: v}
 	switch v.Kind {
 	case "sidecar":
+		if v.Transport == "attach" {
+			hs, err := b.startHandlers(ctx, v, tag, readyIn)
+			if err != nil {
+				return nil, err
+			}
+			ws.handlers = hs
+		}
 		m, err := b.writeManifest(v, tag)
 		if err != nil {
+			ws.stop()
 			return nil, err
 		}
 		argv := []string{c.sidecar, "run", "--manifest", m, "--metrics-addr=", "--log-format", "json"}
 		w, err := start(argv, b.sidecarEnv(extraEnv), c.work, filepath.Join(c.work, tag+".log"))
 		if err != nil {
+			ws.stop()
 			return nil, err
 		}
 		ws.procs = append(ws.procs, w)
 		if err := waitLog(ctx, w, `"handler process ready"`, c.procs, readyIn); err != nil {
-			_ = w.stop(5 * time.Second)
+			ws.stop()
 			return nil, err
 		}
 	case "soniq":
@@ -395,6 +410,11 @@ func (ws *workers) stop() {
 			logf("%v", err)
 		}
 	}
+	for _, w := range ws.handlers {
+		if err := w.stop(20 * time.Second); err != nil {
+			logf("%v", err)
+		}
+	}
 }
 
 // cpu returns the CPU seconds of the started processes and of their children.
@@ -403,6 +423,9 @@ func (ws *workers) cpu() (own, children float64) {
 		o, ch := treeCPU(w.pid)
 		own += o
 		children += ch
+	}
+	for _, w := range ws.handlers {
+		children += cpuOf(w.pid)
 	}
 	return own, children
 }

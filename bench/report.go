@@ -404,6 +404,7 @@ func (r *report) write(path string) error {
 		w("| %s | **%s** | %s | %s | %s |\n", t.Label, f0(t.Median), strings.Join(runs, ", "), ratio, frac)
 	}
 	w("\n")
+	r.writeTransportRatios(w)
 	for _, sdk := range []string{"python", "node"} {
 		if lim := r.limit(sdk, cores); ok(lim.JobsPerS) {
 			w("- Physical limit with the %s SDK: %d cores × 10,000 / (%.2f CPU-s database + %.2f CPU-s handler per 10,000 jobs) = **%.0f jobs/s**.\n",

@@ -56,6 +56,8 @@ func (b *bench) throughputVariants() []*tpResult {
 		sidecarVariant("node", "stdio"),
 		sidecarVariant("python", "unix"),
 		sidecarVariant("node", "unix"),
+		attachVariant("python"),
+		attachVariant("node"),
 		withoutIndex(sidecarVariant("python", "stdio")),
 		ceilingVariant(b.c.conc),
 		aloneVariant("python"),
@@ -304,7 +306,7 @@ type latResult struct {
 func (b *bench) latencySection(ctx context.Context) error {
 	c := b.c
 	vs := []variant{soniqVariant, sidecarVariant("python", "stdio"), sidecarVariant("node", "stdio"),
-		sidecarVariant("python", "unix"), sidecarVariant("node", "unix")}
+		sidecarVariant("python", "unix"), sidecarVariant("node", "unix"), attachVariant("python"), attachVariant("node")}
 	var active []*latResult
 	for _, v := range vs {
 		if !b.c.want(v.Key) {
@@ -467,7 +469,7 @@ type shutResult struct {
 
 func (b *bench) shutdownSection(ctx context.Context) error {
 	c := b.c
-	vs := []variant{sidecarVariant("python", "stdio"), sidecarVariant("node", "stdio"), soniqVariant}
+	vs := []variant{sidecarVariant("python", "stdio"), sidecarVariant("node", "stdio"), soniqVariant, attachVariant("python"), attachVariant("node")}
 	var active []*shutResult
 	for _, v := range vs {
 		if !b.c.want(v.Key) {

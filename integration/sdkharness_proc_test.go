@@ -172,7 +172,7 @@ func (p *handlerProc) nextFrame(timeout time.Duration, what string) frameOrErr {
 // waitHeld waits until the handler holds the jobs with these ids. On stdio
 // a ping written after their job frames is answered only once the SDK has
 // read and dispatched those frames (it reads its input in order); the unix
-// SDKs record each Execute call they receive in the trace file.
+// SDKs record each message of the Session stream they receive in the trace file.
 func (p *handlerProc) waitHeld(ids ...string) {
 	p.t.Helper()
 	if p.trace == "" {

@@ -3,7 +3,6 @@ package integration
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,28 +11,26 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
-	"github.com/soniq-dev/soniq-sidecar/protocol/handlerpb"
+	"github.com/soniq-dev/soniq-sidecar/protocol/session"
 )
 
 // startUnixHandler is startHandler for a `transport: unix` manifest: it starts the process
 // as go-plugin does (docs/protocol.md, "The unix transport (gRPC)"), reads the handshake
-// line, connects, and bridges the frames the scenarios write to gRPC calls and the answers
-// back to frames, so every SDK harness scenario runs unchanged over both transports.
+// line, connects, and bridges the frames the scenarios write to the Session stream and the
+// handler's messages back to frames, so every SDK harness scenario runs unchanged over both
+// transports.
 func startUnixHandler(t *testing.T, h *config.Handler) *handlerProc {
 	t.Helper()
 	path := h.Command[0]
@@ -110,38 +107,28 @@ func startUnixHandler(t *testing.T, h *config.Handler) *handlerProc {
 	conn, err := grpc.NewClient("unix:"+parts[3], grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	b := &unixBridge{p: p, conn: conn, hc: handlerpb.NewHandlerClient(conn), health: healthpb.NewHealthClient(conn),
-		calls: map[string]*bridgeCall{}}
 	ctx, cancel := context.WithTimeout(context.Background(), h.StartupTimeout)
 	defer cancel()
-	hr, err := b.health.Check(ctx, &healthpb.HealthCheckRequest{Service: "plugin"})
+	hr, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "plugin"})
 	require.NoError(t, err, "health check")
 	require.Equal(t, healthpb.HealthCheckResponse_SERVING, hr.GetStatus())
-	d, err := b.hc.Describe(ctx, &handlerpb.DescribeRequest{})
-	require.NoError(t, err, "Describe")
-	hello, err := d.ToProtocol(protocol.DefaultMaxFrameBytes)
-	require.NoError(t, err, "Describe answer")
-	p.hello = hello
+	sess, err := session.Open(context.Background(), parts[3], session.Options{HelloTimeout: h.StartupTimeout})
+	require.NoError(t, err, "Session hello")
+	t.Cleanup(func() { _ = sess.Close() })
+	hello := sess.Hello().Hello
+	p.hello = &hello
+	b := &unixBridge{p: p, conn: conn, s: sess}
 	go b.run(pr)
 	return p
 }
 
-// unixBridge turns the frames written to a handlerProc's stdin into gRPC calls and their
-// answers into the frames the scenarios read, the way the sidecar's unix transport does.
+// unixBridge carries the frames written to a handlerProc's stdin over the Session stream
+// and the handler's messages back as the frames the scenarios read, the way the sidecar's
+// unix transport does.
 type unixBridge struct {
-	p      *handlerProc
-	conn   *grpc.ClientConn
-	hc     handlerpb.HandlerClient
-	health healthpb.HealthClient
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	calls  map[string]*bridgeCall
-}
-
-type bridgeCall struct {
-	cancel    context.CancelFunc
-	cancelled bool
-	sync      bool // a cancel never ends a sync job's call
+	p    *handlerProc
+	conn *grpc.ClientConn
+	s    *session.Session
 }
 
 func (b *unixBridge) frame(m protocol.Message, err error) {
@@ -149,79 +136,43 @@ func (b *unixBridge) frame(m protocol.Message, err error) {
 }
 
 func (b *unixBridge) run(stdin io.Reader) {
+	recvDone := make(chan struct{})
+	go func() {
+		defer close(recvDone)
+		for {
+			m, err := b.s.Recv()
+			switch {
+			case err == io.EOF:
+				return
+			case err != nil:
+				b.frame(nil, fmt.Errorf("Session: %w", err))
+				return
+			}
+			if _, ok := m.(*session.Draining); ok {
+				continue
+			}
+			b.frame(m, nil)
+		}
+	}()
 	dec := protocol.NewDecoder(stdin)
 	for {
 		m, err := dec.Decode()
 		if err != nil || m.Type() == protocol.TypeShutdown {
 			break // EOF or shutdown: the same
 		}
-		switch m := m.(type) {
-		case *protocol.Job:
-			b.execute(m)
-		case *protocol.Cancel:
-			b.cancel(m)
-		case *protocol.Ping:
-			b.wg.Add(1)
-			go func() {
-				defer b.wg.Done()
-				hr, err := b.health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "plugin"})
-				if err == nil && hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-					err = fmt.Errorf("health: %s", hr.GetStatus())
-				}
-				b.frame(&protocol.Pong{Seq: m.Seq}, err)
-			}()
+		if err := b.s.Send(m); err != nil {
+			b.frame(nil, fmt.Errorf("sending %s: %w", m.Type(), err))
 		}
 	}
-	// Graceful stop: the calls in flight return, then go-plugin's controller Shutdown.
-	b.wg.Wait()
-	_ = b.conn.Invoke(context.Background(), "/plugin.GRPCController/Shutdown", &emptypb.Empty{}, &emptypb.Empty{})
-	<-b.p.exited
+	// The end of the session: the handler ends it once it holds no job, then exits.
+	_ = b.s.Send(&protocol.Shutdown{})
+	<-recvDone
+	select {
+	case <-b.p.exited:
+	case <-time.After(5 * time.Second):
+		// go-plugin's last resort, as the sidecar's.
+		_ = b.conn.Invoke(context.Background(), "/plugin.GRPCController/Shutdown", &emptypb.Empty{}, &emptypb.Empty{})
+		<-b.p.exited
+	}
 	close(b.p.frames)
-}
-
-func (b *unixBridge) execute(j *protocol.Job) {
-	ctx, cancel := context.WithCancel(context.Background())
-	spec := b.p.handler.Job(j.Name)
-	c := &bridgeCall{cancel: cancel, sync: spec != nil && !spec.Cancellable}
-	b.mu.Lock()
-	b.calls[j.ID] = c
-	b.mu.Unlock()
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		defer cancel()
-		res, err := b.hc.Execute(ctx, handlerpb.FromJob(j))
-		b.mu.Lock()
-		delete(b.calls, j.ID)
-		cancelled := c.cancelled
-		b.mu.Unlock()
-		switch {
-		case err == nil:
-			r, err := res.ToProtocol(j.ID, protocol.DefaultMaxFrameBytes)
-			b.frame(r, err)
-		case cancelled && status.Code(err) == codes.Canceled:
-			b.frame(&protocol.Result{ID: j.ID, Status: protocol.StatusCancelled}, nil)
-		default:
-			b.frame(nil, errors.Join(fmt.Errorf("Execute %s", j.ID), err))
-		}
-	}()
-}
-
-func (b *unixBridge) cancel(m *protocol.Cancel) {
-	b.mu.Lock()
-	c := b.calls[m.ID]
-	if c != nil && !c.sync {
-		c.cancelled = true
-	}
-	b.mu.Unlock()
-	if c == nil {
-		return
-	}
-	_, err := b.hc.Cancel(context.Background(), &handlerpb.CancelRequest{Id: m.ID, Reason: string(m.Reason)})
-	if err != nil {
-		b.frame(nil, fmt.Errorf("Cancel %s: %w", m.ID, err))
-	}
-	if !c.sync {
-		c.cancel()
-	}
 }

@@ -2,9 +2,10 @@
 // The unix transport: the same App served over gRPC on a Unix socket (docs/protocol.md,
 // "The unix transport (gRPC)"). soniq-sidecar starts the process through hashicorp/go-plugin
 // with SONIQ_TRANSPORT=unix; the process serves the Handler service of protocol/handler.proto
-// (proto/handler.proto in this package, loaded at run time), the standard gRPC health service (service "plugin" SERVING: the
-// sidecar's ping) and go-plugin's plugin.GRPCController (Shutdown: finish what it holds, exit
-// 0), then prints go-plugin's handshake line `1|<protocol>|unix|<socket path>|grpc`.
+// (proto/handler.proto in this package, loaded at run time: its Session stream carries every v1
+// message), the standard gRPC health service (service "plugin" SERVING) and go-plugin's
+// plugin.GRPCController (Shutdown: finish what it holds, exit 0), then prints go-plugin's
+// handshake line `1|<protocol>|unix|<socket path>|grpc`.
 //
 // Required only in that mode: @grpc/grpc-js and @grpc/proto-loader are optional peer
 // dependencies, not needed for stdio.
@@ -12,7 +13,7 @@
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
-const { SessionCore, sessionService, resultMessage } = require('./session');
+const { SessionCore, sessionService } = require('./session');
 
 const MAGIC_COOKIE_KEY = 'SONIQ_PLUGIN_MAGIC_COOKIE';
 const MAGIC_COOKIE_VALUE = 'soniq-handler-v1';
@@ -69,10 +70,6 @@ function tracer(file) {
   return (frame) => fs.writeSync(fd, `> ${JSON.stringify(frame)}\n`);
 }
 
-function parseOr(text) {
-  try { return JSON.parse(text); } catch { return text; }
-}
-
 const PEERS = ['@grpc/grpc-js', '@grpc/proto-loader'];
 
 // Loads one of the optional peer dependencies, or exits 1 with a line saying what to install
@@ -110,8 +107,6 @@ function serve(app, protocolVersion, guard) {
   }
   const grpc = requirePeer('@grpc/grpc-js');
   const protoLoader = requirePeer('@grpc/proto-loader');
-  const def = protoLoader.loadSync(PROTO_PATH, { keepCase: true, longs: Number, enums: String, defaults: false, oneofs: false });
-  const pkg = grpc.loadPackageDefinition(def);
 
   let ownDir = null;
   let dir = process.env.PLUGIN_UNIX_SOCKET_DIR;
@@ -124,15 +119,11 @@ function serve(app, protocolVersion, guard) {
   process.on('exit', cleanup);
 
   const trace = tracer(process.env.HANDLER_TRACE_FRAMES);
-  const held = new Map(); // id -> entry, every job started until it ends
-  const reasons = new Map(); // id -> reason of an announced cancel
-  const waiting = [];
-  let running = 0;
   let draining = false;
   let server = null;
 
-  // The Session stream, the newer form of these calls: its end ends the process, as EOF on
-  // stdin does on stdio.
+  // The Session stream carries every message; its end ends the process, as EOF on stdin does
+  // on stdio.
   const core = new SessionCore(app, protocolVersion, grpc, {
     attach: false,
     trace,
@@ -143,104 +134,21 @@ function serve(app, protocolVersion, guard) {
   });
 
   const maybeExit = () => {
-    if (!draining || held.size > 0 || core.held.size > 0) return;
-    // Let the last responses (and the Shutdown reply) go out, then exit 0.
+    if (!draining || core.held.size > 0) return;
+    // Let the last messages (and the Shutdown reply) go out, then exit 0.
     server.tryShutdown(() => process.exit(0));
   };
 
-  const start = (entry) => {
-    running++;
-    app._execute(entry)
-      .catch((err) => ({ type: 'result', id: entry.msg.id, status: 'failed', error: { type: err?.name || 'Error', message: String(err?.message ?? err), traceback: err?.stack ?? null, retryable: true } }))
-      .then((result) => {
-        held.delete(entry.msg.id);
-        reasons.delete(entry.msg.id);
-        running--;
-        while (running < app.concurrency && waiting.length > 0) start(waiting.shift());
-        // Same limits as stdio: unserialisable or oversized results fail the job.
-        const frame = JSON.parse(app._encodeResult(result));
-        if (!entry.gone) entry.callback(null, resultMessage(frame));
-        maybeExit();
-      });
-  };
-
   const handler = {
-    Describe(call, callback) {
-      const hello = app.hello(protocolVersion);
-      callback(null, { protocol: hello.protocol, sdk: hello.sdk, pid: hello.pid, jobs: hello.jobs, concurrency: hello.concurrency });
-    },
-    Execute(call, callback) {
-      const job = call.request;
-      trace({
-        type: 'job', id: job.id, name: job.name, args: parseOr(job.args_json), attempt: job.attempt,
-        max_attempts: job.max_attempts, queue: job.queue, deadline: job.deadline_ms ?? null, traceparent: job.traceparent ?? null,
-        worker_id: job.worker_id ?? null, scheduled_at: job.scheduled_at_ms ?? null, created_at: job.created_at_ms ?? null,
-      });
-      if (held.has(job.id)) {
-        callback({ code: grpc.status.ALREADY_EXISTS, details: `job ${job.id} is already running here` });
-        return;
-      }
-      if (draining) {
-        callback(null, resultMessage({ id: job.id, status: 'failed', error: { type: 'ShuttingDown', message: 'handler process is shutting down', traceback: null, retryable: true } }));
-        return;
-      }
-      let args;
-      try {
-        args = JSON.parse(job.args_json);
-        if (args === null || typeof args !== 'object' || Array.isArray(args)) throw new Error('not a JSON object');
-      } catch (err) {
-        callback({ code: grpc.status.INVALID_ARGUMENT, details: `job ${job.id}: bad args_json: ${err.message}` });
-        return;
-      }
-      const fn = app.handlers.get(job.name);
-      const msg = {
-        id: job.id,
-        name: job.name,
-        args,
-        attempt: job.attempt,
-        max_attempts: job.max_attempts,
-        queue: job.queue,
-        deadline: job.deadline_ms ?? null,
-        traceparent: job.traceparent ?? null,
-        worker_id: job.worker_id ?? null,
-        scheduled_at: job.scheduled_at_ms ?? null,
-        created_at: job.created_at_ms ?? null,
-      };
-      const entry = { controller: new AbortController(), cancellable: fn ? fn.cancellable : true, msg, handler: fn, callback, gone: false };
-      held.set(job.id, entry);
-      // The call's cancellation is the cancel; its reason came first through Cancel.
-      call.on('cancelled', () => {
-        entry.gone = true;
-        if (!held.has(job.id)) return;
-        const reason = reasons.get(job.id) ?? 'call cancelled';
-        if (entry.cancellable) {
-          if (!entry.controller.signal.aborted) entry.controller.abort(reason);
-        } else {
-          log(`call of non-cancellable job ${job.id} (${job.name}) cancelled (${reason}); it runs to completion, its result goes nowhere`);
-        }
-      });
-      if (running < app.concurrency) start(entry);
-      else waiting.push(entry);
-    },
     Session(call) {
       core.handle(call);
-    },
-    Cancel(call, callback) {
-      const { id, reason } = call.request;
-      trace({ type: 'cancel', id, reason });
-      const entry = held.get(id);
-      if (entry) {
-        if (entry.cancellable) reasons.set(id, reason);
-        else log(`cancel (${reason}) for non-cancellable job ${id} (${entry.msg.name}) ignored; it runs to completion`);
-      }
-      callback(null, {});
     },
   };
 
   const limit = app.maxFrameBytes + 64 * 1024; // a frame's worth of payload plus the envelope
   server = new grpc.Server({ 'grpc.max_receive_message_length': limit, 'grpc.max_send_message_length': limit });
-  // Session's own definition (64-bit integers as strings), beside the per-call methods.
-  const service = { ...pkg.soniq.handler.v1.Handler.service, ...sessionService(grpc, protoLoader, PROTO_PATH) };
+  // Session's own definition (64-bit integers as strings).
+  const service = sessionService(grpc, protoLoader, PROTO_PATH);
   server.addService(service, handler);
   server.addService({
     Check: unaryDef('/grpc.health.v1.Health/Check', decodeHealthRequest, (x) => x),
@@ -254,7 +162,6 @@ function serve(app, protocolVersion, guard) {
     Shutdown: unaryDef('/plugin.GRPCController/Shutdown', (x) => x, (x) => x),
   }, {
     Shutdown(call, callback) {
-      trace({ type: 'shutdown' });
       draining = true;
       callback(null, Buffer.alloc(0));
       setImmediate(maybeExit);

@@ -71,7 +71,12 @@ type Handler struct {
 	// Command is the argv; Command[0] is absolute when the manifest gave a
 	// relative path containing a '/', and a bare name (looked up in PATH)
 	// otherwise.
-	Command         []string
+	Command []string
+	// Attach lists the Unix socket endpoints (paths or globs, absolute) of
+	// handler processes the sidecar attaches to instead of spawning them
+	// (attach.go); each endpoint is one process. Empty for a spawned
+	// handler.
+	Attach          []string
 	Transport       Transport
 	Processes       int
 	Concurrency     int

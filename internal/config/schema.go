@@ -174,7 +174,7 @@ func (d *manifestDecoder) handler(n *yaml.Node, field string) Handler {
 		Workdir:         d.dir,
 		Line:            derefAlias(n).Line,
 	}
-	fields, ok := d.mapping(n, field, "name", "command", "transport", "processes", "concurrency",
+	fields, ok := d.mapping(n, field, "name", "command", "attach", "transport", "processes", "concurrency",
 		"sync_concurrency", "env", "env_from", "startup_timeout", "max_jobs", "max_memory_mb", "workdir", "jobs")
 	if !ok {
 		return h
@@ -194,7 +194,9 @@ func (d *manifestDecoder) handler(n *yaml.Node, field string) Handler {
 		}
 	}
 
-	if e, ok := fields["command"]; !ok {
+	if e, ok := fields["attach"]; ok {
+		d.attachHandler(&h, e, fields, field)
+	} else if e, ok := fields["command"]; !ok {
 		d.fail(mapNode, fieldPath(field, "command"), "required: the argv to start a handler process, e.g. [python3, -m, app.handlers]")
 	} else {
 		h.Command = d.command(e.val, fieldPath(field, "command"))

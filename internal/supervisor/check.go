@@ -41,6 +41,9 @@ func CheckHandlers(ctx context.Context, m *config.Manifest, log *slog.Logger) []
 // compares it with the manifest, and stops the process the way the
 // supervisor stops an idle one.
 func checkHandler(ctx context.Context, sp *spawner, h *config.Handler, log *slog.Logger) CheckReport {
+	if h.Attached() {
+		return checkAttachHandler(ctx, h)
+	}
 	rep := CheckReport{Handler: h.Name}
 	events := make(chan event, 64)
 	emit := func(e event) bool {

@@ -182,6 +182,9 @@ func (l *loop) tryDispatch(pl *pool) {
 	}
 	kept := pl.pending[:0]
 	for _, t := range pl.pending {
+		if l.adoptForeign(pl, t) {
+			continue
+		}
 		var p *process
 		if t.suspect {
 			p = pl.pickEmpty(t.sync())

@@ -38,6 +38,7 @@ const (
 	evStdoutClosed                         // a stdio process closed its stdout and did not exit
 	evUnsendable                           // a frame for a handler process could not be encoded
 	evStdinFailed                          // writing to a handler process failed
+	evAttachRefused                        // an attach endpoint refused the session (attach.go)
 )
 
 type event struct {
@@ -111,6 +112,8 @@ type pool struct {
 	more       bool // there may be runnable rows: claim when capacity allows
 	restarting []bool
 	isolated   map[*process]*task // processes running a suspect alone (suspect.go)
+	endpoints  []string           // attach handlers: each slot's socket (attach.go)
+	lastLoss   map[string]string  // attach handlers: why each endpoint's last session ended
 	// run --once: the last claim asked for every job name and came back
 	// empty, issued when the writer had written drainedAt batches.
 	drained   bool
@@ -202,6 +205,7 @@ func newLoop(s *Supervisor, w *resultWriter, sp *spawner, wg *sync.WaitGroup) *l
 		}
 		l.servedNames = append(l.servedNames, pl.allNames...)
 		l.pools = append(l.pools, pl)
+		l.initAttach(pl)
 	}
 	return l
 }
@@ -295,6 +299,8 @@ func (l *loop) handle(e event) {
 		l.onUnsendable(e.proc, e.msg, e.err)
 	case evStdinFailed:
 		l.onStdinFailed(e.proc, e.err)
+	case evAttachRefused:
+		l.onAttachRefused(e.proc, e.err)
 	case evGraceExpired:
 		if l.state == StateForceTimeoutPath {
 			l.setState(StateWaitForThread)

@@ -30,6 +30,7 @@ type Metrics struct {
 	resultDrops metric.Int64Counter
 	sharing     metric.Int64Gauge
 	claimIdx    metric.Int64Gauge
+	attach      attachMetrics
 
 	// queueStats is the last queue-stats snapshot, observed by the
 	// soniq_queue_jobs gauge at collection time.
@@ -166,6 +167,7 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 		}, conns, waits)
 		return e
 	})
+	mk(func() error { return x.initAttach(m) })
 	if err != nil {
 		return nil, fmt.Errorf("creating supervisor metrics: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -67,6 +68,13 @@ type process struct {
 	killTimers []*time.Timer
 
 	stderr *stderrTail
+
+	// Attach mode (attach.go): the endpoint, the jobs it still ran from an
+	// earlier session (id → sync), and whether the sidecar sent `shutdown`
+	// on the stream.
+	endpoint     string
+	foreign      map[string]bool
+	shutdownSent atomic.Bool
 }
 
 // capacity is how many jobs the process takes at once: the manifest's
@@ -87,8 +95,8 @@ func (p *process) syncCapacity() int {
 	return min(c, p.capacity())
 }
 
-func (p *process) free() int     { return p.capacity() - len(p.tasks) }
-func (p *process) syncFree() int { return p.syncCapacity() - p.syncHeld }
+func (p *process) free() int     { return p.capacity() - len(p.tasks) - len(p.foreign) }
+func (p *process) syncFree() int { return p.syncCapacity() - p.syncHeld - p.foreignSync() }
 
 // send queues a frame for the process. The queue is sized so that it never
 // fills for a well-behaved process (jobs and cancels are bounded by its

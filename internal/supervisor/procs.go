@@ -12,6 +12,7 @@ import (
 
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
+	"github.com/soniq-dev/soniq-sidecar/protocol/session"
 )
 
 func (l *loop) spawn(pl *pool, slot int) {
@@ -27,6 +28,9 @@ func (l *loop) spawn(pl *pool, slot int) {
 	// The transport starts the child, sets p.conn, consumes p.out and
 	// reports frames, protocol errors and the exit as events.
 	tr := transportFor(h)
+	if h.Attached() {
+		p.endpoint = pl.endpoints[slot]
+	}
 	if l.cfg.startTransport != nil {
 		tr = transportFunc(l.cfg.startTransport) // tests: an in-process fake handler
 	}
@@ -51,6 +55,11 @@ func (l *loop) spawn(pl *pool, slot int) {
 	pl.procs[slot] = p
 	l.procs++
 	l.metrics.processState(h.Name, procStarting, procStarting, true)
+	if p.endpoint != "" {
+		// Its transport waits for the endpoint with backoff, as long as it takes.
+		l.log.Info("attaching to handler endpoint", "handler", h.Name, "endpoint", p.endpoint, "slot", slot)
+		return
+	}
 	p.startTimer = time.AfterFunc(h.StartupTimeout, func() { l.emit(event{kind: evStartTimeout, proc: p}) })
 	l.log.Info("handler process started", "handler", h.Name, "pid", p.pid, "slot", slot)
 }
@@ -96,6 +105,14 @@ func (l *loop) onFrame(p *process, m protocol.Message) {
 			return
 		}
 		l.onHello(p, msg)
+	case *session.Hello:
+		if p.state != procStarting {
+			l.breakProcess(p, "protocol_error", fmt.Sprintf("protocol error from handler %s %s: a second hello", p.pool.h.Name, p.label()))
+			return
+		}
+		l.onAttachHello(p, msg)
+	case *session.Draining:
+		l.onDraining(p)
 	case *protocol.Result:
 		if p.hello == nil {
 			l.breakProcess(p, "protocol_error", fmt.Sprintf("protocol error from handler %s process %d: a result before hello", p.pool.h.Name, p.pid))
@@ -210,11 +227,12 @@ func (l *loop) onExit(p *process, err error) {
 	if pl.procs[p.slot] == p {
 		pl.procs[p.slot] = nil
 	}
-	desc := exitDescription(err)
+	desc := p.endDescription(err)
 	cause := p.brokenCause
 	if cause == "" {
-		cause = fmt.Sprintf("handler %s process %d %s", pl.h.Name, p.pid, desc)
+		cause = fmt.Sprintf("handler %s %s %s", pl.h.Name, p.label(), desc)
 	}
+	l.attachEnded(p, wasReady, err)
 	if tail := p.stderr.String(); tail != "" && !expected {
 		cause += "\nstderr (last lines):\n" + tail
 	}
@@ -223,7 +241,7 @@ func (l *loop) onExit(p *process, err error) {
 	if len(pl.ready()) == 0 && !expected {
 		// A recycled process is replaced at once; only a failure makes
 		// the handler not ready.
-		l.s.setReady(pl.h.Name, "no ready process")
+		l.s.setReady(pl.h.Name, l.notReadyReason(pl))
 	}
 	switch {
 	case expected:
@@ -231,7 +249,7 @@ func (l *loop) onExit(p *process, err error) {
 		if l.state <= StateDraining && l.fatal == nil {
 			// A recycled process: replace it at once.
 			l.metrics.restart(pl.h.Name, "recycle")
-			l.spawn(pl, p.slot)
+			l.respawn(pl, p)
 		}
 	default:
 		if wasReady && time.Since(p.readyAt) >= healthyAfter {
@@ -292,6 +310,7 @@ func (l *loop) onKill(p *process, sig syscall.Signal) {
 func (l *loop) onTick() {
 	now := time.Now()
 	for _, pl := range l.pools {
+		l.rescanAttach(pl)
 		for _, p := range pl.procs {
 			if p == nil || (p.state != procReady && p.state != procRetiring) {
 				continue

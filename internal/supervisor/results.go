@@ -13,6 +13,9 @@ import (
 
 func (l *loop) onResult(p *process, r *protocol.Result) {
 	t := p.tasks[r.ID]
+	if t == nil && p.foreign != nil {
+		t = l.orphanResult(p, r)
+	}
 	if t == nil {
 		l.log.Warn("result for a job this process does not hold; discarded", "handler", p.pool.h.Name, "pid", p.pid, "job_id", r.ID, "status", string(r.Status))
 		l.metrics.lateResult("", "unknown_id")

@@ -35,6 +35,9 @@ func (f transportFunc) start(te transportEnv, p *process) error { return f(te, p
 // transportFor is the transport of a handler, the one `run` and `manifest
 // check` both use.
 func transportFor(h *config.Handler) transport {
+	if h.Attached() {
+		return transportFunc(startAttach)
+	}
 	if h.Transport == config.TransportUnix {
 		return transportFunc(startUnix)
 	}

@@ -155,7 +155,7 @@ func (tp *testProc) job(name, args string) string {
 // waitHeld waits until the handler holds the job id. On stdio a ping
 // written after the job frame is answered only once the SDK has read and
 // dispatched that frame (it reads its input in order); the unix SDKs record
-// each Execute call they receive in the trace file.
+// each message of the Session stream they receive in the trace file.
 func (tp *testProc) waitHeld(id string) {
 	tp.t.Helper()
 	if tp.trace == "" {

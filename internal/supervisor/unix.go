@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,30 +15,22 @@ import (
 	plugin "github.com/hashicorp/go-plugin"
 	"github.com/hashicorp/go-plugin/runner"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/status"
 
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 	"github.com/soniq-dev/soniq-sidecar/protocol/handlerpb"
+	"github.com/soniq-dev/soniq-sidecar/protocol/session"
 )
 
 // The unix transport: the handler is a go-plugin gRPC plugin serving
 // soniq.handler.v1.Handler (protocol/handler.proto) on a Unix socket in a
-// private directory. Its messages mirror the stdio frames one for one (see
-// docs/protocol.md, "The unix transport (gRPC)"):
-//
-//	hello     ← Describe, right after go-plugin's handshake and health check
-//	job       → an Execute call of its own; its response is the result
-//	cancel    → Cancel(id, reason), then the Execute call is cancelled; the
-//	            cancelled call stands for the handler's `cancelled` result
-//	ping/pong → grpc.health.v1 Check of service "plugin"
-//	shutdown  → once in-flight calls have returned, go-plugin's Kill:
-//	            GRPCController.Shutdown, 2 s to exit, then SIGKILL
-//
-// Every message from the handler is put through the stdio decoder's checks
-// (converted to its frame and decoded), so both transports accept exactly the
-// same hellos and results.
+// private directory. After go-plugin's handshake and health check the
+// sidecar opens one Session stream (protocol/session) that carries the v1
+// messages for the process's whole life, exactly as stdio's pipes do (see
+// docs/protocol.md): hello, job, cancel, ping/pong, result; `shutdown`
+// ends the session, and a spawned handler exits when its session ends.
+// go-plugin's Kill (GRPCController.Shutdown, 2 s to exit, then SIGKILL)
+// is only the last resort once the session is over.
 
 // The go-plugin handshake. The app protocol version is the handler protocol
 // version: go-plugin offers it in PLUGIN_PROTOCOL_VERSIONS and the handler
@@ -51,9 +42,6 @@ const (
 	// healthService is the service name go-plugin requires a plugin to
 	// report SERVING.
 	healthService = plugin.GRPCServiceName
-	// cancelRPCTimeout bounds the Cancel call that carries a cancel's reason;
-	// the Execute call is cancelled after it whatever happens.
-	cancelRPCTimeout = 2 * time.Second
 	// exitSettle is how long the calls of a process that exited get to fail
 	// on their own (the socket closed) before they are cancelled.
 	exitSettle = 2 * time.Second
@@ -94,10 +82,9 @@ func startUnix(te transportEnv, p *process) error {
 	if err != nil {
 		return fmt.Errorf("handler %s: socket directory: %w", h.Name, err)
 	}
-	u := &unixProc{te: te, p: p, dir: dir, deadline: time.Now().Add(h.StartupTimeout), started: make(chan struct{})}
+	u := &unixProc{te: te, p: p, dir: dir, deadline: time.Now().Add(h.StartupTimeout),
+		started: make(chan struct{}), recvDone: make(chan struct{})}
 	u.ctx, u.stop = context.WithCancel(context.Background())
-	u.calls.m = map[string]*unixCall{}
-	u.calls.idle = sync.NewCond(&u.calls.mu)
 	r := &childRunner{sp: te.sp, wg: te.wg, cmd: cmd, started: make(chan struct{}), exited: make(chan struct{}), drained: make(chan struct{})}
 	u.r = r
 	u.client = plugin.NewClient(&plugin.ClientConfig{
@@ -156,13 +143,12 @@ type unixProc struct {
 	r        *childRunner
 	client   *plugin.Client
 	dir      string
-	deadline time.Time // for the handshake, health check and Describe
+	deadline time.Time // for the handshake, health check and hello
 
 	ctx  context.Context // ends when the process has exited
 	stop context.CancelFunc
 
-	hc     handlerpb.HandlerClient
-	health healthpb.HealthClient
+	sess *session.Session
 
 	broken atomic.Bool
 	// started is closed once go-plugin's Start has returned and its failure,
@@ -170,55 +156,42 @@ type unixProc struct {
 	// printed a wrong handshake line is reported by that, not by the kill
 	// that followed.
 	started chan struct{}
-	calls   struct {
-		mu   sync.Mutex
-		idle *sync.Cond
-		m    map[string]*unixCall
-		n    int // goroutines talking to the process (calls, cancels, pings)
-	}
+	// recvDone is closed once nothing more can come from the handler: the
+	// session's receiver ended, or no session was opened.
+	recvDone chan struct{}
 }
 
-// unixCall is one job's Execute call.
-type unixCall struct {
-	cancel    context.CancelFunc
-	cancelled bool // the sidecar sent a cancel for it
-	sync      bool // a non-cancellable job: a cancel never ends its call
-}
-
-// run connects, then turns p.out into calls until it is closed; then it
-// waits for the calls in flight and stops the process gracefully.
+// run connects, then carries p.out over the Session stream until it is
+// closed and the handler has ended the session; then it lets go-plugin
+// stop the process (it normally exits by itself at the session's end).
 func (u *unixProc) run() {
 	defer u.te.wg.Done()
 	defer os.RemoveAll(u.dir)
 	ready := u.connect()
 	if !u.r.forked() {
+		close(u.recvDone)
 		return // startUnix reports the error; the loop never saw the process
 	}
-	for m := range u.p.out {
-		if !ready {
-			continue // broken or gone: its exit is reported by watchExit
+	if !ready {
+		close(u.recvDone)
+		for range u.p.out {
+			// broken or gone: its exit is reported by watchExit
 		}
-		switch m := m.(type) {
-		case *protocol.Job:
-			u.execute(m)
-		case *protocol.Cancel:
-			u.cancel(m)
-		case *protocol.Ping:
-			u.ping(m.Seq)
-		case *protocol.Shutdown:
-			// The work is done when p.out closes, right after.
-		}
+		return
 	}
-	u.waitCalls()
+	sc := &streamConn{te: u.te, p: u.p, s: u.sess, recvDone: u.recvDone,
+		ended: u.streamEnded, protocolError: u.protocolError}
+	sc.run()
+	_ = u.sess.Close()
 	// p.out is closed only for a process that holds no job (or is being
 	// killed as broken): go-plugin's graceful stop is safe now. It returns
 	// once the process exited (or was killed 2 s later).
 	u.client.Kill()
 }
 
-// connect runs go-plugin's handshake, the health check and Describe, and
-// emits the hello. It reports false when the process is unusable (a
-// protocol error was emitted, or it exited).
+// connect runs go-plugin's handshake and the health check, opens the
+// Session stream and emits its hello. It reports false when the process is
+// unusable (a protocol error was emitted, or it exited).
 func (u *unixProc) connect() bool {
 	_, err := u.client.Start()
 	if err != nil {
@@ -243,17 +216,10 @@ func (u *unixProc) connect() bool {
 		u.protocolError(fmt.Errorf("connecting to the handler's socket: %w", err))
 		return false
 	}
-	raw, err := rpc.Dispense(pluginName)
-	if err != nil {
-		u.protocolError(fmt.Errorf("go-plugin dispense: %w", err))
-		return false
-	}
-	u.hc = raw.(handlerpb.HandlerClient)
-	u.health = healthpb.NewHealthClient(rpc.(*plugin.GRPCClient).Conn)
-
+	health := healthpb.NewHealthClient(rpc.(*plugin.GRPCClient).Conn)
 	ctx, cancel := context.WithDeadline(u.ctx, u.deadline)
 	defer cancel()
-	hr, err := u.health.Check(ctx, &healthpb.HealthCheckRequest{Service: healthService})
+	hr, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: healthService})
 	if err != nil {
 		u.brokenRPC(fmt.Errorf("health check: %w", err))
 		return false
@@ -262,17 +228,26 @@ func (u *unixProc) connect() bool {
 		u.protocolError(fmt.Errorf("health check: service %q is %s, not SERVING", healthService, hr.GetStatus()))
 		return false
 	}
-	d, err := u.hc.Describe(ctx, &handlerpb.DescribeRequest{})
-	if err != nil {
-		u.brokenRPC(fmt.Errorf("calling Describe: %w", err))
+	// The stream gets a connection of its own, sized to the frame limit;
+	// go-plugin's serves its handshake, health check and graceful stop.
+	rc := u.client.ReattachConfig()
+	if rc == nil || rc.Addr == nil {
+		u.protocolError(errors.New("go-plugin gave no socket address"))
 		return false
 	}
-	hello, err := d.ToProtocol(u.te.maxFrame)
-	if err != nil {
-		u.protocolError(fmt.Errorf("the Describe answer: %w", err))
+	s, err := session.Open(u.ctx, rc.Addr.String(), session.Options{
+		HelloTimeout: max(time.Until(u.deadline), time.Millisecond), MaxFrameBytes: u.te.maxFrame})
+	switch {
+	case errors.Is(err, session.ErrProtocol):
+		u.protocolError(err)
+		return false
+	case err != nil:
+		u.brokenRPC(err)
 		return false
 	}
-	u.emit(hello)
+	u.sess = s
+	hello := s.Hello().Hello
+	u.emit(&hello)
 	return true
 }
 
@@ -287,6 +262,15 @@ func (u *unixProc) protocolError(err error) {
 	}
 }
 
+// streamEnded: a spawned handler ends the session only on its way out, so
+// a clean end needs no report (its exit follows); a broken stream is
+// reported unless the process is exiting.
+func (u *unixProc) streamEnded(err error) {
+	if err != nil && u.ctx.Err() == nil {
+		u.brokenRPC(fmt.Errorf("the Session stream: %w", err))
+	}
+}
+
 // brokenRPC reports a failed call as a protocol error unless the process
 // is exiting, whose exit tells the story better (status, stderr).
 func (u *unixProc) brokenRPC(err error) {
@@ -298,135 +282,18 @@ func (u *unixProc) brokenRPC(err error) {
 	u.protocolError(err)
 }
 
-func (u *unixProc) track() {
-	u.calls.mu.Lock()
-	u.calls.n++
-	u.calls.mu.Unlock()
-}
-
-func (u *unixProc) untrack() {
-	u.calls.mu.Lock()
-	u.calls.n--
-	if u.calls.n == 0 {
-		u.calls.idle.Broadcast()
-	}
-	u.calls.mu.Unlock()
-}
-
-func (u *unixProc) waitCalls() {
-	u.calls.mu.Lock()
-	for u.calls.n > 0 {
-		u.calls.idle.Wait()
-	}
-	u.calls.mu.Unlock()
-}
-
-// execute starts the Execute call of one job.
-func (u *unixProc) execute(job *protocol.Job) {
-	// Args the handler's decoder would refuse (or gRPC could not marshal:
-	// not UTF-8) would fail the call, which breaks the whole process: report
-	// the one job instead, as the stdio writer does.
-	if err := jobUnsendable(job, u.te.maxFrame); err != nil {
-		u.te.emit(event{kind: evUnsendable, proc: u.p, msg: job, err: err})
-		return
-	}
-	req := handlerpb.FromJob(job)
-	ctx, cancel := context.WithCancel(u.ctx)
-	spec := u.p.pool.h.Job(job.Name)
-	c := &unixCall{cancel: cancel, sync: spec != nil && !spec.Cancellable}
-	u.calls.mu.Lock()
-	u.calls.m[job.ID] = c
-	u.calls.mu.Unlock()
-	u.track()
-	go func() {
-		defer u.untrack()
-		res, err := u.hc.Execute(ctx, req)
-		u.calls.mu.Lock()
-		delete(u.calls.m, job.ID)
-		cancelled := c.cancelled
-		u.calls.mu.Unlock()
-		cancel()
-		switch {
-		case err == nil:
-			r, perr := res.ToProtocol(job.ID, u.te.maxFrame)
-			if perr != nil {
-				u.protocolError(fmt.Errorf("the Execute answer for job %s: %w", job.ID, perr))
-				return
-			}
-			u.emit(r)
-		case cancelled && status.Code(err) == codes.Canceled:
-			// The call's cancellation is the cancel; its end is the
-			// handler's `cancelled` answer.
-			u.emit(&protocol.Result{ID: job.ID, Status: protocol.StatusCancelled})
-		default:
-			u.brokenRPC(fmt.Errorf("calling Execute for job %s: %w", job.ID, err))
-		}
-	}()
-}
-
-// cancel tells the handler the reason, then cancels the job's call.
-func (u *unixProc) cancel(m *protocol.Cancel) {
-	u.calls.mu.Lock()
-	c := u.calls.m[m.ID]
-	if c != nil && !c.sync {
-		c.cancelled = true
-	}
-	u.calls.mu.Unlock()
-	if c == nil {
-		return // its result is already on its way, as on stdio
-	}
-	// The loop never cancels a sync job; should it, the reason still
-	// reaches the handler (which ignores it, as on stdio) but the call is
-	// not cancelled: the job's real result arrives when it ends.
-	u.track()
-	go func() {
-		defer u.untrack()
-		ctx, cancel := context.WithTimeout(u.ctx, cancelRPCTimeout)
-		_, err := u.hc.Cancel(ctx, &handlerpb.CancelRequest{Id: m.ID, Reason: string(m.Reason)})
-		cancel()
-		if err != nil && u.ctx.Err() == nil {
-			u.te.log.Warn("Cancel call failed; cancelling the job's call without its reason",
-				"handler", u.p.pool.h.Name, "pid", u.r.pid, "job_id", m.ID, "err", err)
-		}
-		if !c.sync {
-			c.cancel()
-		}
-	}()
-}
-
-// ping is a health check; SERVING is the pong.
-func (u *unixProc) ping(seq int64) {
-	u.track()
-	go func() {
-		defer u.untrack()
-		hr, err := u.health.Check(u.ctx, &healthpb.HealthCheckRequest{Service: healthService})
-		switch {
-		case err != nil:
-			if u.ctx.Err() == nil {
-				u.brokenRPC(fmt.Errorf("health check (ping %d): %w", seq, err))
-			}
-		case hr.GetStatus() != healthpb.HealthCheckResponse_SERVING:
-			u.protocolError(fmt.Errorf("health check (ping %d): service %q is %s", seq, healthService, hr.GetStatus()))
-		default:
-			u.emit(&protocol.Pong{Seq: seq})
-		}
-	}()
-}
-
-// watchExit reports the exit once the calls still in flight have ended (a
-// result that arrived before the exit is reported before it, as on stdio)
-// and the stderr written before it has been read.
+// watchExit reports the exit once what the handler sent before it has been
+// delivered (a result that arrived before the exit is reported before it,
+// as on stdio) and the stderr written before it has been read.
 func (u *unixProc) watchExit() {
 	defer u.te.wg.Done()
 	<-u.r.exited
 	<-u.started // Start returns once the process has exited, at the latest
-	settled := make(chan struct{})
-	go func() { u.waitCalls(); close(settled) }()
 	select {
-	case <-settled:
+	case <-u.recvDone:
 	case <-time.After(exitSettle):
-		u.stop()
-		<-settled
+		u.stop() // ends the stream
+		<-u.recvDone
 	}
 	u.stop()
 	<-u.r.drained

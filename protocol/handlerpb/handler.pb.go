@@ -1,7 +1,8 @@
 // The handler protocol, version 1, over the unix transport: gRPC on a Unix
-// socket, started and connected through hashicorp/go-plugin. It mirrors the
-// stdio messages of docs/protocol.md field for field; the mapping is in the
-// section "The unix transport (gRPC)" there.
+// socket, either spawned and connected through hashicorp/go-plugin or served
+// by the handler itself for the sidecar to attach to. It mirrors the stdio
+// messages of docs/protocol.md field for field; the mapping is in the section
+// "The unix transport (gRPC)" there.
 //
 // Regenerate the Go code (protocol/handlerpb) and the Python messages
 // (examples/python/soniq_handler/handler_pb2.py) with `make proto`. The Node
@@ -82,7 +83,7 @@ func (x Result_Status) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Result_Status.Descriptor instead.
 func (Result_Status) EnumDescriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{11, 0}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{10, 0}
 }
 
 // SidecarMessage: one sidecar → handler frame of a Session.
@@ -545,42 +546,6 @@ func (x *RunningJob) GetName() string {
 	return ""
 }
 
-type DescribeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *DescribeRequest) Reset() {
-	*x = DescribeRequest{}
-	mi := &file_protocol_handler_proto_msgTypes[7]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *DescribeRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*DescribeRequest) ProtoMessage() {}
-
-func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[7]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
-func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{7}
-}
-
 // Hello: the stdio `hello` frame.
 type Hello struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -605,7 +570,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_protocol_handler_proto_msgTypes[8]
+	mi := &file_protocol_handler_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -617,7 +582,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[8]
+	mi := &file_protocol_handler_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -630,7 +595,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{8}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Hello) GetProtocol() int32 {
@@ -692,7 +657,7 @@ type HelloJob struct {
 
 func (x *HelloJob) Reset() {
 	*x = HelloJob{}
-	mi := &file_protocol_handler_proto_msgTypes[9]
+	mi := &file_protocol_handler_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -704,7 +669,7 @@ func (x *HelloJob) String() string {
 func (*HelloJob) ProtoMessage() {}
 
 func (x *HelloJob) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[9]
+	mi := &file_protocol_handler_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -717,7 +682,7 @@ func (x *HelloJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloJob.ProtoReflect.Descriptor instead.
 func (*HelloJob) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{9}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HelloJob) GetName() string {
@@ -761,7 +726,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_protocol_handler_proto_msgTypes[10]
+	mi := &file_protocol_handler_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +738,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[10]
+	mi := &file_protocol_handler_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +751,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{10}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Job) GetId() string {
@@ -887,7 +852,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_protocol_handler_proto_msgTypes[11]
+	mi := &file_protocol_handler_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -899,7 +864,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[11]
+	mi := &file_protocol_handler_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -912,7 +877,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{11}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Result) GetId() string {
@@ -976,7 +941,7 @@ type ResultError struct {
 
 func (x *ResultError) Reset() {
 	*x = ResultError{}
-	mi := &file_protocol_handler_proto_msgTypes[12]
+	mi := &file_protocol_handler_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +953,7 @@ func (x *ResultError) String() string {
 func (*ResultError) ProtoMessage() {}
 
 func (x *ResultError) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[12]
+	mi := &file_protocol_handler_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +966,7 @@ func (x *ResultError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultError.ProtoReflect.Descriptor instead.
 func (*ResultError) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{12}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ResultError) GetType() string {
@@ -1051,7 +1016,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_protocol_handler_proto_msgTypes[13]
+	mi := &file_protocol_handler_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1028,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[13]
+	mi := &file_protocol_handler_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1041,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{13}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CancelRequest) GetId() string {
@@ -1091,42 +1056,6 @@ func (x *CancelRequest) GetReason() string {
 		return x.Reason
 	}
 	return ""
-}
-
-type CancelResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *CancelResponse) Reset() {
-	*x = CancelResponse{}
-	mi := &file_protocol_handler_proto_msgTypes[14]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *CancelResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*CancelResponse) ProtoMessage() {}
-
-func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[14]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
-func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{14}
 }
 
 var File_protocol_handler_proto protoreflect.FileDescriptor
@@ -1157,8 +1086,7 @@ const file_protocol_handler_proto_rawDesc = "" +
 	"\n" +
 	"RunningJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"\x11\n" +
-	"\x0fDescribeRequest\"\xfc\x01\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\xfc\x01\n" +
 	"\x05Hello\x12\x1a\n" +
 	"\bprotocol\x18\x01 \x01(\x05R\bprotocol\x12\x10\n" +
 	"\x03sdk\x18\x02 \x01(\tR\x03sdk\x12\x10\n" +
@@ -1221,12 +1149,8 @@ const file_protocol_handler_proto_rawDesc = "" +
 	"\a_reason\"7\n" +
 	"\rCancelRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x10\n" +
-	"\x0eCancelResponse2\xad\x02\n" +
-	"\aHandler\x12F\n" +
-	"\bDescribe\x12!.soniq.handler.v1.DescribeRequest\x1a\x17.soniq.handler.v1.Hello\x12:\n" +
-	"\aExecute\x12\x15.soniq.handler.v1.Job\x1a\x18.soniq.handler.v1.Result\x12K\n" +
-	"\x06Cancel\x12\x1f.soniq.handler.v1.CancelRequest\x1a .soniq.handler.v1.CancelResponse\x12Q\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason2\\\n" +
+	"\aHandler\x12Q\n" +
 	"\aSession\x12 .soniq.handler.v1.SidecarMessage\x1a .soniq.handler.v1.HandlerMessage(\x010\x01B7Z5github.com/soniq-dev/soniq-sidecar/protocol/handlerpbb\x06proto3"
 
 var (
@@ -1242,48 +1166,40 @@ func file_protocol_handler_proto_rawDescGZIP() []byte {
 }
 
 var file_protocol_handler_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_protocol_handler_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_protocol_handler_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_protocol_handler_proto_goTypes = []any{
-	(Result_Status)(0),      // 0: soniq.handler.v1.Result.Status
-	(*SidecarMessage)(nil),  // 1: soniq.handler.v1.SidecarMessage
-	(*HandlerMessage)(nil),  // 2: soniq.handler.v1.HandlerMessage
-	(*Ping)(nil),            // 3: soniq.handler.v1.Ping
-	(*Pong)(nil),            // 4: soniq.handler.v1.Pong
-	(*Shutdown)(nil),        // 5: soniq.handler.v1.Shutdown
-	(*Draining)(nil),        // 6: soniq.handler.v1.Draining
-	(*RunningJob)(nil),      // 7: soniq.handler.v1.RunningJob
-	(*DescribeRequest)(nil), // 8: soniq.handler.v1.DescribeRequest
-	(*Hello)(nil),           // 9: soniq.handler.v1.Hello
-	(*HelloJob)(nil),        // 10: soniq.handler.v1.HelloJob
-	(*Job)(nil),             // 11: soniq.handler.v1.Job
-	(*Result)(nil),          // 12: soniq.handler.v1.Result
-	(*ResultError)(nil),     // 13: soniq.handler.v1.ResultError
-	(*CancelRequest)(nil),   // 14: soniq.handler.v1.CancelRequest
-	(*CancelResponse)(nil),  // 15: soniq.handler.v1.CancelResponse
+	(Result_Status)(0),     // 0: soniq.handler.v1.Result.Status
+	(*SidecarMessage)(nil), // 1: soniq.handler.v1.SidecarMessage
+	(*HandlerMessage)(nil), // 2: soniq.handler.v1.HandlerMessage
+	(*Ping)(nil),           // 3: soniq.handler.v1.Ping
+	(*Pong)(nil),           // 4: soniq.handler.v1.Pong
+	(*Shutdown)(nil),       // 5: soniq.handler.v1.Shutdown
+	(*Draining)(nil),       // 6: soniq.handler.v1.Draining
+	(*RunningJob)(nil),     // 7: soniq.handler.v1.RunningJob
+	(*Hello)(nil),          // 8: soniq.handler.v1.Hello
+	(*HelloJob)(nil),       // 9: soniq.handler.v1.HelloJob
+	(*Job)(nil),            // 10: soniq.handler.v1.Job
+	(*Result)(nil),         // 11: soniq.handler.v1.Result
+	(*ResultError)(nil),    // 12: soniq.handler.v1.ResultError
+	(*CancelRequest)(nil),  // 13: soniq.handler.v1.CancelRequest
 }
 var file_protocol_handler_proto_depIdxs = []int32{
-	11, // 0: soniq.handler.v1.SidecarMessage.job:type_name -> soniq.handler.v1.Job
-	14, // 1: soniq.handler.v1.SidecarMessage.cancel:type_name -> soniq.handler.v1.CancelRequest
+	10, // 0: soniq.handler.v1.SidecarMessage.job:type_name -> soniq.handler.v1.Job
+	13, // 1: soniq.handler.v1.SidecarMessage.cancel:type_name -> soniq.handler.v1.CancelRequest
 	3,  // 2: soniq.handler.v1.SidecarMessage.ping:type_name -> soniq.handler.v1.Ping
 	5,  // 3: soniq.handler.v1.SidecarMessage.shutdown:type_name -> soniq.handler.v1.Shutdown
-	9,  // 4: soniq.handler.v1.HandlerMessage.hello:type_name -> soniq.handler.v1.Hello
-	12, // 5: soniq.handler.v1.HandlerMessage.result:type_name -> soniq.handler.v1.Result
+	8,  // 4: soniq.handler.v1.HandlerMessage.hello:type_name -> soniq.handler.v1.Hello
+	11, // 5: soniq.handler.v1.HandlerMessage.result:type_name -> soniq.handler.v1.Result
 	4,  // 6: soniq.handler.v1.HandlerMessage.pong:type_name -> soniq.handler.v1.Pong
 	6,  // 7: soniq.handler.v1.HandlerMessage.draining:type_name -> soniq.handler.v1.Draining
-	10, // 8: soniq.handler.v1.Hello.jobs:type_name -> soniq.handler.v1.HelloJob
+	9,  // 8: soniq.handler.v1.Hello.jobs:type_name -> soniq.handler.v1.HelloJob
 	7,  // 9: soniq.handler.v1.Hello.running:type_name -> soniq.handler.v1.RunningJob
 	0,  // 10: soniq.handler.v1.Result.status:type_name -> soniq.handler.v1.Result.Status
-	13, // 11: soniq.handler.v1.Result.error:type_name -> soniq.handler.v1.ResultError
-	8,  // 12: soniq.handler.v1.Handler.Describe:input_type -> soniq.handler.v1.DescribeRequest
-	11, // 13: soniq.handler.v1.Handler.Execute:input_type -> soniq.handler.v1.Job
-	14, // 14: soniq.handler.v1.Handler.Cancel:input_type -> soniq.handler.v1.CancelRequest
-	1,  // 15: soniq.handler.v1.Handler.Session:input_type -> soniq.handler.v1.SidecarMessage
-	9,  // 16: soniq.handler.v1.Handler.Describe:output_type -> soniq.handler.v1.Hello
-	12, // 17: soniq.handler.v1.Handler.Execute:output_type -> soniq.handler.v1.Result
-	15, // 18: soniq.handler.v1.Handler.Cancel:output_type -> soniq.handler.v1.CancelResponse
-	2,  // 19: soniq.handler.v1.Handler.Session:output_type -> soniq.handler.v1.HandlerMessage
-	16, // [16:20] is the sub-list for method output_type
-	12, // [12:16] is the sub-list for method input_type
+	12, // 11: soniq.handler.v1.Result.error:type_name -> soniq.handler.v1.ResultError
+	1,  // 12: soniq.handler.v1.Handler.Session:input_type -> soniq.handler.v1.SidecarMessage
+	2,  // 13: soniq.handler.v1.Handler.Session:output_type -> soniq.handler.v1.HandlerMessage
+	13, // [13:14] is the sub-list for method output_type
+	12, // [12:13] is the sub-list for method input_type
 	12, // [12:12] is the sub-list for extension type_name
 	12, // [12:12] is the sub-list for extension extendee
 	0,  // [0:12] is the sub-list for field type_name
@@ -1306,16 +1222,16 @@ func file_protocol_handler_proto_init() {
 		(*HandlerMessage_Pong)(nil),
 		(*HandlerMessage_Draining)(nil),
 	}
+	file_protocol_handler_proto_msgTypes[9].OneofWrappers = []any{}
 	file_protocol_handler_proto_msgTypes[10].OneofWrappers = []any{}
 	file_protocol_handler_proto_msgTypes[11].OneofWrappers = []any{}
-	file_protocol_handler_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_protocol_handler_proto_rawDesc), len(file_protocol_handler_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

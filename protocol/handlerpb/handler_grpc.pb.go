@@ -1,7 +1,8 @@
 // The handler protocol, version 1, over the unix transport: gRPC on a Unix
-// socket, started and connected through hashicorp/go-plugin. It mirrors the
-// stdio messages of docs/protocol.md field for field; the mapping is in the
-// section "The unix transport (gRPC)" there.
+// socket, either spawned and connected through hashicorp/go-plugin or served
+// by the handler itself for the sidecar to attach to. It mirrors the stdio
+// messages of docs/protocol.md field for field; the mapping is in the section
+// "The unix transport (gRPC)" there.
 //
 // Regenerate the Go code (protocol/handlerpb) and the Python messages
 // (examples/python/soniq_handler/handler_pb2.py) with `make proto`. The Node
@@ -28,10 +29,7 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Handler_Describe_FullMethodName = "/soniq.handler.v1.Handler/Describe"
-	Handler_Execute_FullMethodName  = "/soniq.handler.v1.Handler/Execute"
-	Handler_Cancel_FullMethodName   = "/soniq.handler.v1.Handler/Cancel"
-	Handler_Session_FullMethodName  = "/soniq.handler.v1.Handler/Session"
+	Handler_Session_FullMethodName = "/soniq.handler.v1.Handler/Session"
 )
 
 // HandlerClient is the client API for Handler service.
@@ -39,26 +37,12 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // Handler is served by the handler process. Beside it the process serves the
-// standard gRPC health service (grpc.health.v1.Health, service name "plugin"
-// SERVING), which go-plugin requires and the sidecar uses for ping, and may
-// serve go-plugin's plugin.GRPCController (Shutdown), which the sidecar calls
-// to stop an idle process.
+// standard gRPC health service (grpc.health.v1.Health; service name "plugin"
+// SERVING), which go-plugin requires of a spawned process and a Kubernetes
+// probe checks for an attached one, and a spawned process may serve
+// go-plugin's plugin.GRPCController (Shutdown), the sidecar's last resort to
+// stop it once its session is over.
 type HandlerClient interface {
-	// Describe returns what the stdio `hello` frame carries. The sidecar calls
-	// it once, right after the handshake; the handler must answer within the
-	// manifest's startup_timeout (counted from the process start).
-	Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*Hello, error)
-	// Execute runs one job and returns its result (the stdio `job` and
-	// `result` frames). Cancelling the call is the stdio `cancel`: the
-	// sidecar first calls Cancel with the job's id and the reason, then
-	// cancels this call. An Execute call that ends with a gRPC error other
-	// than the sidecar's own cancellation is a protocol error.
-	Execute(ctx context.Context, in *Job, opts ...grpc.CallOption) (*Result, error)
-	// Cancel tells the handler why the Execute call of job `id` is about to
-	// be cancelled. It does not stop anything by itself; the handler keeps
-	// the reason for that job until the call's cancellation arrives. A Cancel
-	// for an id the handler does not hold is ignored.
-	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
 	// Session carries one sidecar session: every v1 message on one
 	// long-lived bidirectional stream, instead of a call per job. The handler
 	// sends `hello` first (within startup_timeout); then the sidecar sends
@@ -72,8 +56,6 @@ type HandlerClient interface {
 	// stream breaking) does not end a handler that serves a socket of its
 	// own (--listen): jobs it still runs keep running, their results go to
 	// the next session, and that session's hello lists them in `running`.
-	// (Describe/Execute/Cancel above are the per-call form this replaces;
-	// they go away once the sidecar speaks Session.)
 	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SidecarMessage, HandlerMessage], error)
 }
 
@@ -83,36 +65,6 @@ type handlerClient struct {
 
 func NewHandlerClient(cc grpc.ClientConnInterface) HandlerClient {
 	return &handlerClient{cc}
-}
-
-func (c *handlerClient) Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*Hello, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(Hello)
-	err := c.cc.Invoke(ctx, Handler_Describe_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *handlerClient) Execute(ctx context.Context, in *Job, opts ...grpc.CallOption) (*Result, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(Result)
-	err := c.cc.Invoke(ctx, Handler_Execute_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *handlerClient) Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(CancelResponse)
-	err := c.cc.Invoke(ctx, Handler_Cancel_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 func (c *handlerClient) Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SidecarMessage, HandlerMessage], error) {
@@ -133,26 +85,12 @@ type Handler_SessionClient = grpc.BidiStreamingClient[SidecarMessage, HandlerMes
 // for forward compatibility.
 //
 // Handler is served by the handler process. Beside it the process serves the
-// standard gRPC health service (grpc.health.v1.Health, service name "plugin"
-// SERVING), which go-plugin requires and the sidecar uses for ping, and may
-// serve go-plugin's plugin.GRPCController (Shutdown), which the sidecar calls
-// to stop an idle process.
+// standard gRPC health service (grpc.health.v1.Health; service name "plugin"
+// SERVING), which go-plugin requires of a spawned process and a Kubernetes
+// probe checks for an attached one, and a spawned process may serve
+// go-plugin's plugin.GRPCController (Shutdown), the sidecar's last resort to
+// stop it once its session is over.
 type HandlerServer interface {
-	// Describe returns what the stdio `hello` frame carries. The sidecar calls
-	// it once, right after the handshake; the handler must answer within the
-	// manifest's startup_timeout (counted from the process start).
-	Describe(context.Context, *DescribeRequest) (*Hello, error)
-	// Execute runs one job and returns its result (the stdio `job` and
-	// `result` frames). Cancelling the call is the stdio `cancel`: the
-	// sidecar first calls Cancel with the job's id and the reason, then
-	// cancels this call. An Execute call that ends with a gRPC error other
-	// than the sidecar's own cancellation is a protocol error.
-	Execute(context.Context, *Job) (*Result, error)
-	// Cancel tells the handler why the Execute call of job `id` is about to
-	// be cancelled. It does not stop anything by itself; the handler keeps
-	// the reason for that job until the call's cancellation arrives. A Cancel
-	// for an id the handler does not hold is ignored.
-	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)
 	// Session carries one sidecar session: every v1 message on one
 	// long-lived bidirectional stream, instead of a call per job. The handler
 	// sends `hello` first (within startup_timeout); then the sidecar sends
@@ -166,8 +104,6 @@ type HandlerServer interface {
 	// stream breaking) does not end a handler that serves a socket of its
 	// own (--listen): jobs it still runs keep running, their results go to
 	// the next session, and that session's hello lists them in `running`.
-	// (Describe/Execute/Cancel above are the per-call form this replaces;
-	// they go away once the sidecar speaks Session.)
 	Session(grpc.BidiStreamingServer[SidecarMessage, HandlerMessage]) error
 	mustEmbedUnimplementedHandlerServer()
 }
@@ -179,15 +115,6 @@ type HandlerServer interface {
 // pointer dereference when methods are called.
 type UnimplementedHandlerServer struct{}
 
-func (UnimplementedHandlerServer) Describe(context.Context, *DescribeRequest) (*Hello, error) {
-	return nil, status.Errorf(codes.Unimplemented, "method Describe not implemented")
-}
-func (UnimplementedHandlerServer) Execute(context.Context, *Job) (*Result, error) {
-	return nil, status.Errorf(codes.Unimplemented, "method Execute not implemented")
-}
-func (UnimplementedHandlerServer) Cancel(context.Context, *CancelRequest) (*CancelResponse, error) {
-	return nil, status.Errorf(codes.Unimplemented, "method Cancel not implemented")
-}
 func (UnimplementedHandlerServer) Session(grpc.BidiStreamingServer[SidecarMessage, HandlerMessage]) error {
 	return status.Errorf(codes.Unimplemented, "method Session not implemented")
 }
@@ -212,60 +139,6 @@ func RegisterHandlerServer(s grpc.ServiceRegistrar, srv HandlerServer) {
 	s.RegisterService(&Handler_ServiceDesc, srv)
 }
 
-func _Handler_Describe_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(DescribeRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(HandlerServer).Describe(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Handler_Describe_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(HandlerServer).Describe(ctx, req.(*DescribeRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _Handler_Execute_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(Job)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(HandlerServer).Execute(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Handler_Execute_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(HandlerServer).Execute(ctx, req.(*Job))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _Handler_Cancel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(CancelRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(HandlerServer).Cancel(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Handler_Cancel_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(HandlerServer).Cancel(ctx, req.(*CancelRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
 func _Handler_Session_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(HandlerServer).Session(&grpc.GenericServerStream[SidecarMessage, HandlerMessage]{ServerStream: stream})
 }
@@ -279,20 +152,7 @@ type Handler_SessionServer = grpc.BidiStreamingServer[SidecarMessage, HandlerMes
 var Handler_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "soniq.handler.v1.Handler",
 	HandlerType: (*HandlerServer)(nil),
-	Methods: []grpc.MethodDesc{
-		{
-			MethodName: "Describe",
-			Handler:    _Handler_Describe_Handler,
-		},
-		{
-			MethodName: "Execute",
-			Handler:    _Handler_Execute_Handler,
-		},
-		{
-			MethodName: "Cancel",
-			Handler:    _Handler_Cancel_Handler,
-		},
-	},
+	Methods:     []grpc.MethodDesc{},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Session",

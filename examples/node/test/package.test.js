@@ -219,25 +219,10 @@ class UnixHandler {
     this.client = new Service(`unix:${this.socket}`, grpc.credentials.createInsecure());
   }
 
-  call(method, request) {
-    return new Promise((resolve, reject) => {
-      this.client[method](request, (err, res) => (err ? reject(err) : resolve(res)));
-    });
-  }
-
   raw(method, body) {
     return new Promise((resolve, reject) => {
       this.client.makeUnaryRequest(method, (x) => x, (x) => x, body, (err, res) => (err ? reject(err) : resolve(res)));
     });
-  }
-
-  execute(id, name, args = {}) {
-    let call;
-    const result = new Promise((resolve, reject) => {
-      call = this.client.Execute({ id, name, args_json: JSON.stringify(args), attempt: 1, max_attempts: 3, queue: 'default' },
-        (err, res) => (err ? reject(err) : resolve(res)));
-    });
-    return { call, result };
   }
 
   kill() {
@@ -274,7 +259,7 @@ test('--listen without the gRPC packages: one line says what to install, exit 1;
   assert.equal(probe.stderr, `soniq-handler probe: ${sock} does not exist\n`);
 });
 
-test('unix: with the gRPC packages installed, the same handler serves the sidecar\'s calls', async () => {
+test('unix: with the gRPC packages installed, the same handler serves the sidecar\'s Session', async () => {
   const { dir, installed } = project();
   // The versions this package is tested with (its lock file), from npm's cache when it can.
   const lock = JSON.parse(fs.readFileSync(path.join(ROOT, 'package-lock.json'), 'utf8'));
@@ -287,33 +272,50 @@ test('unix: with the gRPC packages installed, the same handler serves the sideca
   const plugin = Buffer.concat([Buffer.from([0x0a, 6]), Buffer.from('plugin')]);
   assert.deepEqual(await h.raw('/grpc.health.v1.Health/Check', plugin), Buffer.from([0x08, 0x01]));
 
-  const hello = await h.call('Describe', {});
+  const { c, hello } = await openSession(h.socket);
   assert.equal(hello.protocol, 1);
   assert.equal(hello.sdk, `soniq-node/${require('../package.json').version}`);
   assert.deepEqual(hello.jobs.map((j) => [j.name, j.cancellable]), [
     ['pkg.add', true], ['pkg.ctx', true], ['pkg.wait', true], ['pkg.sync', false], ['pkg.snooze', true], ['pkg.permanent', true],
   ]);
-
-  const add = await h.execute('a1', 'pkg.add', { a: 2, b: 40 }).result;
+  const run = async (id, name, args) => {
+    c.job(id, name, args);
+    const r = await c.result();
+    assert.equal(r.id, id);
+    return r;
+  };
+  const add = await run('a1', 'pkg.add', { a: 2, b: 40 });
   assert.deepEqual([add.id, add.status, JSON.parse(add.result_json)], ['a1', 'DONE', { sum: 42 }]);
-  const ctx = JSON.parse((await h.execute('c1', 'pkg.ctx').result).result_json);
+  const ctx = JSON.parse((await run('c1', 'pkg.ctx')).result_json);
   assert.equal(ctx.sdkFile, path.join(installed, 'index.js'));
-  const snooze = await h.execute('s1', 'pkg.snooze').result;
+  const snooze = await run('s1', 'pkg.snooze');
   assert.deepEqual([snooze.status, snooze.seconds, snooze.reason], ['SNOOZE', 5, 'later']);
-  const perm = await h.execute('p1', 'pkg.permanent').result;
+  const perm = await run('p1', 'pkg.permanent');
   assert.deepEqual([perm.status, perm.error.type, perm.error.retryable], ['FAILED', 'PermanentError', false]);
-  const sync = await h.execute('y1', 'pkg.sync', { ms: 20 }).result;
+  const sync = await run('y1', 'pkg.sync', { ms: 20 });
   assert.deepEqual(JSON.parse(sync.result_json), { slept: 20 });
 
-  // A cancel: Cancel(id, reason), then the Execute call is cancelled; ctx.signal aborts with
-  // the reason.
-  const wait = h.execute('w1', 'pkg.wait');
+  // A cancel on the stream: ctx.signal aborts with the reason, the result is `cancelled`.
+  c.job('w1', 'pkg.wait');
   await waitFor(() => h.stderr.includes('pkg.wait w1 started'), () => h.stderr);
-  await h.call('Cancel', { id: 'w1', reason: 'job_timeout' });
-  wait.call.cancel();
-  await assert.rejects(wait.result, (err) => err.code === grpc.status.CANCELLED);
+  c.send({ cancel: { id: 'w1', reason: 'job_timeout' } });
+  const cancelled = await c.result();
+  assert.deepEqual([cancelled.id, cancelled.status], ['w1', 'CANCELLED']);
   await waitFor(() => h.stderr.includes('pkg.wait w1 aborted: job_timeout'), () => h.stderr);
 
+  // The end of the session ends a spawned process: exit 0, socket removed.
+  c.send({ shutdown: {} });
+  assert.equal((await c.ended()).code, grpc.status.OK);
+  c.close();
+  assert.deepEqual(await h.exited, { code: 0, signal: null });
+  assert.equal(fs.existsSync(h.socket), false, 'socket removed');
+  assert.equal(h.stdout.split('\n').length, 2, `nothing on stdout after the handshake: ${JSON.stringify(h.stdout)}`);
+});
+
+test('unix: go-plugin\'s Shutdown stops an idle spawned process', async () => {
+  const { dir } = project(); // the gRPC packages were installed by the test above
+  const h = startUnix(path.join(dir, 'handler.js'), dir);
+  await h.connect();
   // go-plugin's Shutdown: the process exits 0 and removes its socket.
   await h.raw('/plugin.GRPCController/Shutdown', Buffer.alloc(0));
   assert.deepEqual(await h.exited, { code: 0, signal: null });

@@ -157,6 +157,21 @@ class _Session:
             self.outbox.put_nowait(_End(code, details))
 
 
+class _Trace:
+    """$HANDLER_TRACE_FRAMES: a debugging aid for a transport that has no
+    frame stream to tap. Each message from the sidecar is appended to that
+    file as the stdio frame it stands for, "> " first (the format of a
+    recorder between sidecar and handler on stdio)."""
+
+    def __init__(self, path: Optional[str]) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if path else None
+
+    def __call__(self, line: bytes) -> None:
+        if self.fd is not None:
+            # What the sidecar sent, as it came: before the frame checks.
+            os.write(self.fd, b"> " + line + b"\n")
+
+
 class SessionCore:
     """The Session RPC and the jobs it runs, for the life of the process.
 
@@ -179,6 +194,7 @@ class SessionCore:
         self.sessions = 0  # sessions opened so far
         self.session_ended = False  # spawned mode: the one session is over
         self.slots = asyncio.Semaphore(app.concurrency)
+        self.trace = _Trace(os.environ.get("HANDLER_TRACE_FRAMES"))
 
     # ------------------------------------------------------------------ RPC
 
@@ -232,6 +248,7 @@ class SessionCore:
                     return
                 try:
                     line = frame_of(msg)
+                    self.trace(line)
                     frame = protocol.decode(line, self.app._max_frame_bytes)
                 except protocol.ProtocolError as e:
                     self._protocol_error(s, f"protocol error: {e} in message {_quote(_text(msg))}")

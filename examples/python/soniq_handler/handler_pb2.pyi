@@ -59,10 +59,6 @@ class RunningJob(_message.Message):
     name: str
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
-class DescribeRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
 class Hello(_message.Message):
     __slots__ = ("protocol", "sdk", "pid", "jobs", "concurrency", "sync_concurrency", "running")
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
@@ -164,7 +160,3 @@ class CancelRequest(_message.Message):
     id: str
     reason: str
     def __init__(self, id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
-
-class CancelResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...

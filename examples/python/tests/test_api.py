@@ -362,8 +362,6 @@ def test_registration_of_hooks_middleware_and_validators():
 
 
 def test_hooks_middleware_and_validation_over_the_unix_transport(tmp_path):
-    import grpc
-
     from soniq_handler import handler_pb2 as pb
 
     env = child_env(extra_path=[TESTS_DIR], SONIQ_TRANSPORT="unix", SONIQ_PLUGIN_MAGIC_COOKIE="soniq-handler-v1",
@@ -372,49 +370,60 @@ def test_hooks_middleware_and_validation_over_the_unix_transport(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=TESTS_DIR)
     try:
         address = proc.stdout.readline().decode().strip().split("|")[3]
-        with grpc.insecure_channel(f"unix:{address}") as channel:
-            def rpc(name, req, resp):
-                return channel.unary_unary(f"/soniq.handler.v1.Handler/{name}",
-                                           request_serializer=req.SerializeToString,
-                                           response_deserializer=resp.FromString)
+        from test_session import Client
 
-            execute = rpc("Execute", pb.Job, pb.Result)
-            cancel = rpc("Cancel", pb.CancelRequest, pb.CancelResponse)
+        c = Client(address)
+        try:
+            c.hello()
+            results = {}
+
+            def execute(j, timeout=30):
+                c.send(job=j)
+                while j.id not in results:
+                    m = c.recv()
+                    if m.WhichOneof("message") == "result":
+                        results[m.result.id] = m.result
+                return results.pop(j.id)
 
             def job(job_id, name, args, **extra):
                 return pb.Job(id=job_id, name=name, args_json=args, attempt=1, max_attempts=3, queue="default",
                               **extra)
 
-            ctx = execute(job("u0", "api.ctx", "{}"), timeout=30)
+            ctx = execute(job("u0", "api.ctx", "{}"))
             assert json.loads(ctx.result_json) == {"job_id": "u0", "job_name": "api.ctx", "worker_id": "",
                                                    "scheduled_at": None, "created_at": None}
-            if "worker_id" in pb.Job.DESCRIPTOR.fields_by_name:
-                # handler.proto with the row context fields (their gRPC names end in _ms).
-                ctx = execute(job("u00", "api.ctx", "{}", worker_id="sidecar-7f3a", scheduled_at_ms=1767225600123,
-                                  created_at_ms=0), timeout=30)
-                assert json.loads(ctx.result_json) == {
-                    "job_id": "u00", "job_name": "api.ctx", "worker_id": "sidecar-7f3a",
-                    "scheduled_at": "2026-01-01T00:00:00.123000+00:00", "created_at": "1970-01-01T00:00:00+00:00"}
+            # The row context fields (their gRPC names end in _ms).
+            ctx = execute(job("u00", "api.ctx", "{}", worker_id="sidecar-7f3a", scheduled_at_ms=1767225600123,
+                              created_at_ms=0))
+            assert json.loads(ctx.result_json) == {
+                "job_id": "u00", "job_name": "api.ctx", "worker_id": "sidecar-7f3a",
+                "scheduled_at": "2026-01-01T00:00:00.123000+00:00", "created_at": "1970-01-01T00:00:00+00:00"}
 
-            done = execute(job("u1", "api.sync", '{"x":1}'), timeout=30)
+            done = execute(job("u1", "api.sync", '{"x":1}'))
             assert done.status == pb.Result.DONE, done
             assert '"tag":"tag-u1"' in done.result_json
-            bad = execute(job("u2", "api.valid_model_async", '{"order_id":"x"}'), timeout=30)
+            bad = execute(job("u2", "api.valid_model_async", '{"order_id":"x"}'))
             assert bad.status == pb.Result.FAILED
             assert (bad.error.type, bad.error.retryable, bad.error.reason) == ("ValueError", False, "invalid_arguments")
             assert bad.error.message.startswith("Corrupted argument data: 1 validation error for OrderArgs")
-            # A job cancelled for its timeout: the cancel's reason, then the
-            # call cancelled (as the sidecar does it).
-            hanging = execute.future(job("u3", "api.hang", "{}"), timeout=30)
+            # A job cancelled for its timeout, as the sidecar does it.
+            c.send(job=job("u3", "api.hang", "{}"))
             seen = b""
             while b"EV u3 handler" not in seen:
                 chunk = proc.stderr.read1(4096)
                 assert chunk, seen.decode()
                 seen += chunk
-            cancel(pb.CancelRequest(id="u3", reason="job_timeout"), timeout=30)
-            hanging.cancel()
-            channel.unary_unary("/plugin.GRPCController/Shutdown", request_serializer=lambda b: b,
-                                response_deserializer=lambda b: b)(b"", timeout=30)
+            c.send(cancel=pb.CancelRequest(id="u3", reason="job_timeout"))
+            while "u3" not in results:
+                m = c.recv()
+                if m.WhichOneof("message") == "result":
+                    results[m.result.id] = m.result
+            assert results["u3"].status == pb.Result.CANCELLED, results["u3"]
+            c.send(shutdown=pb.Shutdown())
+            with pytest.raises(StopIteration):
+                c.recv()  # the session ends once it holds no job; the process exits
+        finally:
+            c.close()
         assert proc.wait(timeout=30) == 0
         stderr = (seen + proc.stderr.read()).decode()
     finally:

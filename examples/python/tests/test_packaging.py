@@ -154,22 +154,19 @@ def test_fresh_venv_with_the_unix_extra_serves_grpc(wheel, tmp_path):
         core, version, network, address, kind = handshake.split("|")
         assert (core, version, network, kind) == ("1", "1", "unix", "grpc"), handshake
         with grpc.insecure_channel(f"unix:{address}") as channel:
-            describe = channel.unary_unary("/soniq.handler.v1.Handler/Describe",
-                                           request_serializer=pb.DescribeRequest.SerializeToString,
-                                           response_deserializer=pb.Hello.FromString)
-            execute = channel.unary_unary("/soniq.handler.v1.Handler/Execute",
-                                          request_serializer=pb.Job.SerializeToString,
-                                          response_deserializer=pb.Result.FromString)
-            shutdown = channel.unary_unary("/plugin.GRPCController/Shutdown",
-                                           request_serializer=lambda b: b, response_deserializer=lambda b: b)
-            hello = describe(pb.DescribeRequest(), timeout=30)
-            assert [j.name for j in hello.jobs] == ["w.values"]
-            result = execute(pb.Job(id="j1", name="w.values", args_json="{}", attempt=1, max_attempts=1,
-                                    queue="default"), timeout=30)
+            out = [pb.SidecarMessage(job=pb.Job(id="j1", name="w.values", args_json="{}", attempt=1,
+                                                max_attempts=1, queue="default")),
+                   pb.SidecarMessage(shutdown=pb.Shutdown())]
+            session = channel.stream_stream("/soniq.handler.v1.Handler/Session",
+                                            request_serializer=pb.SidecarMessage.SerializeToString,
+                                            response_deserializer=pb.HandlerMessage.FromString)
+            msgs = list(session(iter(out), timeout=30))
+            assert [m.WhichOneof("message") for m in msgs] == ["hello", "result"], msgs
+            assert [j.name for j in msgs[0].hello.jobs] == ["w.values"]
+            result = msgs[1].result
             assert result.status == pb.Result.DONE, result
             assert result.result_json.startswith('{"ratio":2.0,"big":18446744073709551616,'), result.result_json
             assert f'"file":"{tmp_path / "venv"}' in result.result_json
-            shutdown(b"", timeout=30)
         assert proc.wait(timeout=30) == 0
         assert "serve returned" in proc.stderr.read().decode()
     finally:
