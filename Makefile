@@ -60,11 +60,17 @@ docker-steps-examples: deps-python deps-node
 ifeq ($(SONIQ_TEST_PGBOUNCER_URL),)
 WITH_PGBOUNCER := .ci/pgbouncer.sh run
 endif
-test: build docker-steps docker-steps-examples cross-build
+#
+# The parts run side by side (-j, each part's output kept together): the Go integration
+# tests spend most of their time waiting on real processes and timeouts, so the Python,
+# Node, lint, cross-build and bench-smoke parts fill the idle CPU instead of adding to the
+# wall time of a CI run.
+TEST_PARTS := lint test-go test-python test-node bench-smoke docker-steps-examples cross-build
+test: build docker-steps
 ifeq ($(SONIQ_TEST_DATABASE_URL),)
-	.ci/pg.sh run .ci/pgbouncer.sh run $(MAKE) --no-print-directory lint test-go test-python test-node bench-smoke
+	.ci/pg.sh run .ci/pgbouncer.sh run $(MAKE) --no-print-directory -j4 --output-sync=target $(TEST_PARTS)
 else
-	$(WITH_PGBOUNCER) $(MAKE) --no-print-directory lint test-go test-python test-node bench-smoke
+	$(WITH_PGBOUNCER) $(MAKE) --no-print-directory -j4 --output-sync=target $(TEST_PARTS)
 endif
 
 # The Go tests run the example handlers over both transports: the unix one
