@@ -124,7 +124,7 @@ demo-python: build
 demo-node: build
 	scripts/demo.sh examples/node/manifest.yaml
 
-# The benchmarks (issue 8): bounded to about 15 minutes; writes docs/benchmarks.md and
+# The benchmarks: bounded to about 15 minutes; writes docs/benchmarks.md and
 # docs/benchmarks.png (its own throw-away Postgres and cached venvs). Not part of `make test`,
 # which runs only bench-smoke below.
 bench: deps-python deps-node  # the unix rows need the gRPC packages

@@ -1,5 +1,5 @@
 // Command bench measures soniq-sidecar against the released Soniq worker and
-// against the database's own ceiling, and writes docs/benchmarks.md (issue 8).
+// against the database's own ceiling, and writes docs/benchmarks.md.
 // It is run by `make bench` through bench/run.sh, which provides the
 // throw-away Postgres, the Soniq virtualenv and the chart; run it by hand with
 // the flags run.sh passes. Not part of `make test`.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make bench`: the benchmarks of issue 8, bounded to about 15 minutes on a
+# `make bench`: the benchmarks, bounded to about 15 minutes on a
 # 2-core machine. Writes docs/benchmarks.md and docs/benchmarks.png.
 #
 #   bench/run.sh [DRIVER FLAGS...]   # e.g. bench/run.sh -n 2000 -runs 1 (a quick check)
