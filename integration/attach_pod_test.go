@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -119,10 +118,8 @@ func (p *pod) handlerUser(t *testing.T, dir string) *syscall.Credential {
 
 // podHandler is the handler container's process.
 type podHandler struct {
-	t      *testing.T
+	stderrLog
 	cmd    *exec.Cmd
-	mu     sync.Mutex
-	lines  []string
 	exited chan struct{}
 	code   int
 }
@@ -141,14 +138,12 @@ func (p *pod) startHandler(t *testing.T) *podHandler {
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	h := &podHandler{t: t, cmd: cmd, exited: make(chan struct{})}
+	h := &podHandler{stderrLog: stderrLog{t: t}, cmd: cmd, exited: make(chan struct{})}
 	go func() { // owned by h: ends at the pipe's EOF, then reaps the process
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
-			h.mu.Lock()
-			h.lines = append(h.lines, sc.Text())
-			h.mu.Unlock()
+			h.add(sc.Text())
 		}
 		_ = cmd.Wait()
 		h.code = cmd.ProcessState.ExitCode()
@@ -173,27 +168,6 @@ func (p *pod) startHandler(t *testing.T) *podHandler {
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o660), st.Mode().Perm(), "socket mode")
 	return h
-}
-
-func (h *podHandler) stderr() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]string(nil), h.lines...)
-}
-
-func (h *podHandler) waitStderr(timeout time.Duration, substr string) string {
-	h.t.Helper()
-	var found string
-	eventually(h.t, timeout, "handler stderr line containing "+substr, func() bool {
-		for _, l := range h.stderr() {
-			if strings.Contains(l, substr) {
-				found = l
-				return true
-			}
-		}
-		return false
-	})
-	return found
 }
 
 // signal signals the handler's process group, as a container runtime

@@ -56,16 +56,28 @@ var pythonAttach = attachSDK{
 
 // attached is one handler process serving a socket of its own.
 type attached struct {
-	t    *testing.T
+	stderrLog
 	sdk  attachSDK
 	root string
 	sock string
 	cmd  *exec.Cmd
 
-	mu     sync.Mutex
-	lines  []string // its stderr, line by line
 	exited chan struct{}
 	code   int // its exit status once exited is closed
+}
+
+// stderrLog is a handler process's stderr, line by line, for tests that wait
+// on what the handler says.
+type stderrLog struct {
+	t     *testing.T
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *stderrLog) add(line string) {
+	l.mu.Lock()
+	l.lines = append(l.lines, line)
+	l.mu.Unlock()
 }
 
 // attachPath is a socket path in a fresh directory of the test's.
@@ -88,14 +100,12 @@ func startAttached(t *testing.T, sdk attachSDK, sock string) *attached {
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	a := &attached{t: t, sdk: sdk, root: root, sock: sock, cmd: cmd, exited: make(chan struct{})}
+	a := &attached{stderrLog: stderrLog{t: t}, sdk: sdk, root: root, sock: sock, cmd: cmd, exited: make(chan struct{})}
 	go func() { // owned by a: ends at the pipe's EOF, then reaps the process
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
-			a.mu.Lock()
-			a.lines = append(a.lines, sc.Text())
-			a.mu.Unlock()
+			a.add(sc.Text())
 		}
 		_ = cmd.Wait()
 		a.code = cmd.ProcessState.ExitCode()
@@ -123,20 +133,20 @@ func startListening(t *testing.T, sdk attachSDK, sock string) *attached {
 	return a
 }
 
-func (a *attached) stderr() []string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return append([]string(nil), a.lines...)
+func (l *stderrLog) stderr() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lines...)
 }
 
 // waitStderr waits for a stderr line containing substr and returns it.
-func (a *attached) waitStderr(timeout time.Duration, substr string) string {
-	a.t.Helper()
+func (l *stderrLog) waitStderr(timeout time.Duration, substr string) string {
+	l.t.Helper()
 	var found string
-	eventually(a.t, timeout, "handler stderr line containing "+substr, func() bool {
-		for _, l := range a.stderr() {
-			if strings.Contains(l, substr) {
-				found = l
+	eventually(l.t, timeout, "handler stderr line containing "+substr, func() bool {
+		for _, line := range l.stderr() {
+			if strings.Contains(line, substr) {
+				found = line
 				return true
 			}
 		}
