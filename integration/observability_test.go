@@ -361,6 +361,8 @@ func TestObservabilityQueueJobs(t *testing.T) {
 	m.assertFamily(t, "soniq_db_pool_connections", dto.MetricType_GAUGE, "state")
 	_, ok = m.value("soniq_db_pool_waits_total", nil)
 	assert.True(t, ok, "soniq_db_pool_waits_total exported")
+	_, ok = m.value("soniq_db_pool_wait_seconds_total", nil)
+	assert.True(t, ok, "soniq_db_pool_wait_seconds_total exported")
 	sc.signal(syscall.SIGTERM)
 	exit, _ := sc.wait(20 * time.Second)
 	assert.Equal(t, 0, exit)

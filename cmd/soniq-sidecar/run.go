@@ -369,14 +369,23 @@ type health struct {
 	sup     *supervisor.Supervisor
 	db      pinger
 	waiting string
-	// lastWaited is the pool's wait count at the previous /readyz.
-	lastWaited int64
+	// lastWaited and lastWaitedFor are the pool's wait count and summed
+	// wait time at the previous /readyz.
+	lastWaited    int64
+	lastWaitedFor time.Duration
 }
 
+// poolWaitWarnAfter is how long acquires must have waited for a pooled
+// connection, summed since the previous probe, before /readyz warns. A few
+// milliseconds of waiting while a burst of statements starts together is
+// normal on a small pool; a pool too small for the load waits far longer.
+const poolWaitWarnAfter = 250 * time.Millisecond
+
 // poolWarning says, for /readyz, whether the database pool was exhausted
-// since the previous probe: acquires that waited for a free connection.
-// It is a warning, not unreadiness: the sidecar still works, only slower,
-// and flipping readiness under load would stall a rolling deploy.
+// since the previous probe: acquires that waited for a free connection,
+// for poolWaitWarnAfter or more in total. It is a warning, not
+// unreadiness: the sidecar still works, only slower, and flipping
+// readiness under load would stall a rolling deploy.
 func (h *health) poolWarning(db pinger) string {
 	ps, ok := db.(backends.PoolStater)
 	if !ok {
@@ -384,14 +393,14 @@ func (h *health) poolWarning(db pinger) string {
 	}
 	st := ps.PoolStats()
 	h.mu.Lock()
-	waited := st.Waited - h.lastWaited
-	h.lastWaited = st.Waited
+	waited, waitedFor := st.Waited-h.lastWaited, st.WaitedFor-h.lastWaitedFor
+	h.lastWaited, h.lastWaitedFor = st.Waited, st.WaitedFor
 	h.mu.Unlock()
-	if waited <= 0 {
+	if waited <= 0 || waitedFor < poolWaitWarnAfter {
 		return ""
 	}
-	return fmt.Sprintf("database pool exhausted since the last probe: %d acquires waited for a free connection (pool of %d, %d in use now; "+
-		"raise pool_max_conns in the database URL, or the pooler's pool size)", waited, st.Max, st.InUse)
+	return fmt.Sprintf("database pool exhausted since the last probe: %d acquires waited %s in total for a free connection (pool of %d, %d in use now; "+
+		"raise pool_max_conns in the database URL, or the pooler's pool size)", waited, waitedFor.Round(time.Millisecond), st.Max, st.InUse)
 }
 
 func (h *health) setWaiting(why string) {

@@ -353,6 +353,8 @@ type PoolStats struct {
 	// every connection the pool may have in use: they waited for one to be
 	// released (or gave up).
 	Waited int64
+	// WaitedFor is the time those acquires spent waiting, summed.
+	WaitedFor time.Duration
 }
 
 // PoolStater is implemented by backends with a connection pool (Postgres),

@@ -152,6 +152,12 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 		if e != nil {
 			return e
 		}
+		waitTime, e := m.Float64ObservableCounter("soniq_db_pool_wait",
+			metric.WithUnit("s"),
+			metric.WithDescription("Time those acquires spent waiting for a free connection, summed."))
+		if e != nil {
+			return e
+		}
 		inUse := metric.WithAttributes(attribute.String("state", "in_use"))
 		maxConns := metric.WithAttributes(attribute.String("state", "max"))
 		_, e = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
@@ -163,8 +169,9 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 			o.ObserveInt64(conns, int64(st.InUse), inUse)
 			o.ObserveInt64(conns, int64(st.Max), maxConns)
 			o.ObserveInt64(waits, st.Waited)
+			o.ObserveFloat64(waitTime, st.WaitedFor.Seconds())
 			return nil
-		}, conns, waits)
+		}, conns, waits, waitTime)
 		return e
 	})
 	mk(func() error { return x.initAttach(m) })
