@@ -39,6 +39,7 @@ const (
 	evUnsendable                           // a frame for a handler process could not be encoded
 	evStdinFailed                          // writing to a handler process failed
 	evAttachRefused                        // an attach endpoint refused the session (attach.go)
+	evClaimHold                            // a pool's claim hold reached its time bound (dispatch.go)
 )
 
 type event struct {
@@ -110,6 +111,12 @@ type pool struct {
 	started    bool // a process of this pool was started once
 	claiming   bool
 	more       bool // there may be runnable rows: claim when capacity allows
+	// The last claim got every row it asked for; the next one waits for a
+	// quarter of the budget to be free, from heldSince for at most
+	// claimHoldMax (holdClaim).
+	full       bool
+	heldSince  time.Time
+	holdTimer  *time.Timer
 	restarting []bool
 	isolated   map[*process]*task // processes running a suspect alone (suspect.go)
 	endpoints  []string           // attach handlers: each slot's socket (attach.go)
@@ -301,6 +308,8 @@ func (l *loop) handle(e event) {
 		l.onStdinFailed(e.proc, e.err)
 	case evAttachRefused:
 		l.onAttachRefused(e.proc, e.err)
+	case evClaimHold:
+		l.maybeClaim(e.pool)
 	case evGraceExpired:
 		if l.state == StateForceTimeoutPath {
 			l.setState(StateWaitForThread)
