@@ -17,6 +17,15 @@ const writeTimeout = 30 * time.Second
 // maxBatch bounds how many rows one statement writes.
 const maxBatch = 500
 
+// lingerMax bounds how long a small batch waits for more results to join
+// it. Each completion statement costs the database about as much as tens of
+// rows (planning, the pipeline, the foreign-key trigger), so a writer that
+// wrote whatever was pending the moment its previous write returned spent
+// most of the database's time on statements of a few rows. 2 ms is below a
+// completion's own round trip on a busy machine and invisible beside the
+// job it records.
+const lingerMax = 2 * time.Millisecond
+
 // resultWriter batches terminal writes and NACKs so the event loop never
 // waits on the database and the database sees one statement per batch,
 // never one round trip per row. Writes run on a context detached from
@@ -30,10 +39,17 @@ type resultWriter struct {
 	// waiting for the next poll.
 	requeued func()
 
+	// lingerBatch: while results flow (the previous write ended less than
+	// lingerMax ago), a batch of fewer completions than this waits up to
+	// lingerMax for more; 0 or 1 never waits. NACKs, close and hurry
+	// never wait.
+	lingerBatch int
+
 	mu          sync.Mutex
 	completions []backends.Completion
 	nacks       []string
 	closed      bool
+	hurried     bool          // shutdown began: write what arrives at once
 	wake        chan struct{} // capacity 1: "there is work"
 	// written counts the batches written; a claim issued after the last
 	// one has seen every row the writer put back (run --once).
@@ -88,6 +104,15 @@ func (w *resultWriter) pending() int {
 	return len(w.completions) + len(w.nacks)
 }
 
+// hurry makes the writer write at once from now on, without lingering:
+// shutdown began, and what it still writes (final results, NACKs) is due.
+func (w *resultWriter) hurry() {
+	w.mu.Lock()
+	w.hurried = true
+	w.mu.Unlock()
+	w.signal()
+}
+
 // close asks the writer to drain what it holds and stop; wait for done.
 func (w *resultWriter) close() {
 	w.mu.Lock()
@@ -103,9 +128,13 @@ func (w *resultWriter) run() {
 	defer close(w.done)
 	backoff := 50 * time.Millisecond
 	var giveUpAt time.Time // set once closing: retries stop there
+	// lastWrite is when the last batch was written; lingerUntil, when
+	// set, is when the batch now pending stops waiting for more.
+	var lastWrite, lingerUntil time.Time
+	var lingerTimer *time.Timer
 	for {
 		w.mu.Lock()
-		cs, ns, closed := w.completions, w.nacks, w.closed
+		cs, ns, closed, hurried := w.completions, w.nacks, w.closed, w.hurried
 		w.mu.Unlock()
 		if closed && giveUpAt.IsZero() {
 			giveUpAt = time.Now().Add(writeTimeout)
@@ -117,6 +146,28 @@ func (w *resultWriter) run() {
 			<-w.wake
 			continue
 		}
+		if !closed && !hurried && len(ns) == 0 && len(cs) < w.lingerBatch {
+			// A small batch while results flow: wait for more, once per
+			// batch and at most lingerMax. After a quiet spell the first
+			// result is written at once, so a lone job's row is not delayed.
+			now := time.Now()
+			if lingerUntil.IsZero() && now.Sub(lastWrite) < lingerMax {
+				lingerUntil = now.Add(lingerMax)
+			}
+			if d := lingerUntil.Sub(now); d > 0 {
+				if lingerTimer == nil {
+					lingerTimer = time.NewTimer(d)
+				} else {
+					lingerTimer.Reset(d)
+				}
+				select {
+				case <-w.wake:
+				case <-lingerTimer.C:
+				}
+				continue
+			}
+		}
+		lingerUntil = time.Time{}
 		var err error
 		if len(cs) > 0 {
 			cs = cs[:min(len(cs), maxBatch):min(len(cs), maxBatch)]
@@ -137,6 +188,7 @@ func (w *resultWriter) run() {
 		}
 		if err == nil {
 			backoff = 50 * time.Millisecond
+			lastWrite = time.Now()
 			continue
 		}
 		if closed && time.Now().After(giveUpAt) {
