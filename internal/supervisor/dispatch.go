@@ -65,7 +65,7 @@ func (l *loop) maybeClaim(pl *pool) {
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		jobs, err := b.Claim(ctx, params)
 		cancel()
-		l.emit(event{kind: evClaimed, pool: pl, jobs: jobs, limit: params.Limit, err: err, allNames: allNames, writtenAt: writtenAt})
+		l.emit(claimedEvent{pool: pl, jobs: jobs, limit: params.Limit, err: err, allNames: allNames, writtenAt: writtenAt})
 	}()
 }
 
@@ -155,7 +155,7 @@ func (l *loop) holdClaim(pl *pool, free, budget int) bool {
 		}
 		if wait := pl.heldSince.Add(claimHoldMax).Sub(now); wait > 0 {
 			if pl.holdTimer == nil {
-				pl.holdTimer = time.AfterFunc(wait, func() { l.emit(event{kind: evClaimHold, pool: pl}) })
+				pl.holdTimer = time.AfterFunc(wait, func() { l.emit(claimHoldEvent{pool: pl}) })
 			} else {
 				pl.holdTimer.Reset(wait)
 			}
@@ -182,7 +182,7 @@ func (l *loop) maybeClaimUnknown() {
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		jobs, err := b.Claim(ctx, params)
 		cancel()
-		l.emit(event{kind: evUnknownClaimed, jobs: jobs, err: err})
+		l.emit(unknownClaimedEvent{jobs: jobs, err: err})
 	}()
 }
 
@@ -256,7 +256,7 @@ func (l *loop) start(t *task, p *process) {
 	if timeout := t.spec.EffectiveTimeout(l.cfg.Settings); timeout > 0 {
 		dl := t.startedAt.Add(timeout).UnixMilli()
 		frame.Deadline = &dl
-		t.timer = time.AfterFunc(timeout, func() { l.emit(event{kind: evJobTimeout, task: t}) })
+		t.timer = time.AfterFunc(timeout, func() { l.emit(jobTimeoutEvent{task: t}) })
 	}
 	l.metrics.jobStarted(t.job.Queue, t.job.Name)
 	if !p.send(frame) {
