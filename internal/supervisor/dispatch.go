@@ -151,19 +151,21 @@ func (l *loop) holdClaim(pl *pool, free, budget int) bool {
 	if pl.full && free*4 < budget {
 		now := time.Now()
 		if pl.heldSince.IsZero() {
+			// The hold begins: its timer claims at the bound. (An event
+			// of an earlier hold's timer arriving late only re-checks.)
 			pl.heldSince = now
-		}
-		if wait := pl.heldSince.Add(claimHoldMax).Sub(now); wait > 0 {
 			if pl.holdTimer == nil {
-				pl.holdTimer = time.AfterFunc(wait, func() { l.emit(claimHoldEvent{pool: pl}) })
+				pl.holdTimer = time.AfterFunc(claimHoldMax, func() { l.emit(claimHoldEvent{pool: pl}) })
 			} else {
-				pl.holdTimer.Reset(wait)
+				pl.holdTimer.Reset(claimHoldMax)
 			}
+		}
+		if now.Sub(pl.heldSince) < claimHoldMax {
 			return true
 		}
 	}
-	pl.heldSince = time.Time{}
-	if pl.holdTimer != nil {
+	if !pl.heldSince.IsZero() {
+		pl.heldSince = time.Time{}
 		pl.holdTimer.Stop()
 	}
 	return false

@@ -50,6 +50,7 @@ type resultWriter struct {
 	nacks       []string
 	closed      bool
 	hurried     bool          // shutdown began: write what arrives at once
+	lingering   bool          // run waits for its small batch to grow
 	wake        chan struct{} // capacity 1: "there is work"
 	// written counts the batches written; a claim issued after the last
 	// one has seen every row the writer put back (run --once).
@@ -72,8 +73,13 @@ func newResultWriter(b backends.Backend, workerID string, log *slog.Logger, requ
 func (w *resultWriter) complete(c backends.Completion) {
 	w.mu.Lock()
 	w.completions = append(w.completions, c)
+	// A lingering writer is woken only once its batch is big enough: one
+	// wake-up per result would cost more than the linger saves.
+	quiet := w.lingering && len(w.completions) < w.lingerBatch
 	w.mu.Unlock()
-	w.signal()
+	if !quiet {
+		w.signal()
+	}
 }
 
 func (w *resultWriter) nack(id string) {
@@ -154,7 +160,7 @@ func (w *resultWriter) run() {
 			if lingerUntil.IsZero() && now.Sub(lastWrite) < lingerMax {
 				lingerUntil = now.Add(lingerMax)
 			}
-			if d := lingerUntil.Sub(now); d > 0 {
+			if d := lingerUntil.Sub(now); d > 0 && w.startLinger() {
 				if lingerTimer == nil {
 					lingerTimer = time.NewTimer(d)
 				} else {
@@ -164,6 +170,9 @@ func (w *resultWriter) run() {
 				case <-w.wake:
 				case <-lingerTimer.C:
 				}
+				w.mu.Lock()
+				w.lingering = false
+				w.mu.Unlock()
 				continue
 			}
 		}
@@ -202,6 +211,16 @@ func (w *resultWriter) run() {
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
+}
+
+// startLinger marks the writer lingering unless what arrived since run
+// looked makes the batch due; complete then stops waking it for every
+// result.
+func (w *resultWriter) startLinger() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lingering = !w.closed && !w.hurried && len(w.nacks) == 0 && len(w.completions) < w.lingerBatch
+	return w.lingering
 }
 
 // giveUp runs when the writer is stopping and the database still refuses
