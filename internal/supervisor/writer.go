@@ -18,12 +18,11 @@ const writeTimeout = 30 * time.Second
 const maxBatch = 500
 
 // lingerMax bounds how long a small batch waits for more results to join
-// it. Each completion statement costs the database about as much as tens of
-// rows (planning, the pipeline, the foreign-key trigger), so a writer that
-// wrote whatever was pending the moment its previous write returned spent
-// most of the database's time on statements of a few rows. 2 ms is below a
-// completion's own round trip on a busy machine and invisible beside the
-// job it records.
+// it. Every statement has a fixed cost in the database on top of its rows'
+// work, and a writer that wrote whatever was pending the moment its
+// previous write returned issued many statements of a row or two. 2 ms is
+// below a completion's own round trip on a busy machine and small beside
+// the job it records.
 const lingerMax = 2 * time.Millisecond
 
 // resultWriter batches terminal writes and NACKs so the event loop never
