@@ -142,10 +142,10 @@ const claimHoldMax = 5 * time.Millisecond
 // while the previous claim came back full (the queue holds more rows) and
 // less than a quarter of the budget is free, claiming every slot as it
 // frees would cost a statement, with its fixed cost in the database, for a
-// row or two. The hold ends when a quarter is
-// free or claimHoldMax after it began, whichever comes first. After a short
-// claim (the queue was drained) nothing is held: a wake-up or a poll with a
-// free slot claims at once, so pickup latency at low rates is unchanged.
+// row or two. The hold ends when a quarter is free or claimHoldMax after
+// it began, whichever comes first. After a short claim (the queue was
+// drained) nothing is held: a wake-up or a poll with a free slot claims at
+// once, so pickup latency at low rates is unchanged.
 func (l *loop) holdClaim(pl *pool, free, budget int) bool {
 	if pl.full && free*4 < budget {
 		now := time.Now()
