@@ -24,6 +24,7 @@ type report struct {
 	Pooler     []*latResult      `json:"pooler,omitempty"`
 	Depth      []depthPoint      `json:"depth,omitempty"`
 	Sharing    []*shareResult    `json:"sharing,omitempty"`
+	SQLite     *sqliteReport     `json:"sqlite,omitempty"`
 	Loads      []sectionLoad     `json:"loads,omitempty"`
 	Notes      []string          `json:"notes,omitempty"`
 	Goals      []goal            `json:"goals"`
