@@ -60,7 +60,7 @@ quick=()
 if [[ -n "${BENCH_QUICK:-}" ]]; then
   out="${BENCH_OUT:-$work/benchmarks.md}" png="${BENCH_PNG:-$work/benchmarks.png}"
   quick=(-n 400 -soniq-n 100 -runs 1 -latency-seconds 0.5 -latency-runs 1 -shutdown-runs 1 -shutdown-timeout 1s -depths 1000,3000 -sidecars 1,2 -budget 2m
-    -sqlite-n 300 -sqlite-soniq-n 60 -sqlite-soniq-budget-n 20 -sqlite-depths 300,1000 -sqlite-drain 300 -sqlite-window 2s)
+    -sqlite-n 300 -sqlite-soniq-n 300 -sqlite-soniq-budget-n 20 -sqlite-depths 300,1000 -sqlite-drain 300 -sqlite-window 2s)
 fi
 args=(-sidecar "$work/soniq-sidecar" -soniq "$soniq_venv/bin/soniq" -soniq-sqlite "$soniq_sqlite_venv/bin/soniq" -python python3 -node node -out "$out" "${quick[@]}" "$@")
 if [[ -n "${BENCH_DATABASE_URL:-}" ]]; then

@@ -570,3 +570,69 @@ func (b *bench) sqliteDepthRun(ctx context.Context, sv sqliteVariant, depth int)
 	}
 	return p, nil
 }
+
+// writeSQLite is section 7 of the report.
+func (r *report) writeSQLite(w func(string, ...any)) {
+	sq := r.SQLite
+	if sq == nil {
+		return
+	}
+	w("## 7. The embedded SQLite default beside Soniq's worker on SQLite\n\n")
+	soniq := &sqliteResult{}
+	for _, t := range sq.Throughput {
+		if t.Key == "sqlite-soniq" {
+			soniq = t
+		}
+	}
+	w("| variant | processes × concurrency | jobs per run | jobs/s (median) | runs (jobs/s) | × Soniq 1 × 1 | claims per job | sidecar CPU | handlers CPU | Soniq worker CPU | sidecar peak RSS |\n")
+	w("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, t := range sq.Throughput {
+		if t.Status != "" {
+			w("| %s | %d × %d | %d | %s | | | | | | | |\n", t.Label, t.Processes, t.Concurrency, t.N, t.Status)
+			continue
+		}
+		var runs []string
+		for _, run := range t.Runs {
+			if run.Error != "" {
+				runs = append(runs, "failed")
+			} else {
+				runs = append(runs, f0(run.JobsPerS))
+			}
+		}
+		ratio, rss := "—", "—"
+		if ok(soniq.Median) && t.Key != soniq.Key {
+			ratio = fmt.Sprintf("%.1f×", t.Median/soniq.Median)
+		}
+		if ok(t.PeakRSSMB) {
+			rss = fmt.Sprintf("%.1f MiB", t.PeakRSSMB)
+		}
+		w("| %s | %d × %d | %d | **%s** | %s | %s | %.2f | %s | %s | %s | %s |\n", t.Label, t.Processes, t.Concurrency, t.N, f0(t.Median),
+			strings.Join(runs, ", "), ratio, t.ClaimsPerJob, f2(t.SidecarCPU10k), f2(t.HandlerCPU10k), f2(t.WorkerCPU10k), rss)
+	}
+	w("\nCPU in CPU-seconds per 10,000 jobs (medians over the runs); on SQLite the database work is inside the sidecar's and Soniq's processes.\n\n")
+	if len(sq.Depth) > 0 {
+		w("Drain rate as the queue grows (rate over the first completions, at most -sqlite-drain of them within a %gs window from the commit):\n\n", sq.WindowS)
+		w("| queued | variant | fill (s) | completions | jobs/s |\n| --- | --- | --- | --- | --- |\n")
+		for _, p := range sq.Depth {
+			if p.Error != "" {
+				w("| %d | %s | | | failed: %s |\n", p.Queued, p.Label, lastLine(p.Error))
+				continue
+			}
+			capped := ""
+			if p.Capped {
+				capped = " (window ended)"
+			}
+			w("| %d | %s | %.2f | %d of %d%s | **%s** |\n", p.Queued, p.Label, p.FillSeconds, p.Drained, p.Target, capped, f0(p.JobsPerS))
+		}
+		w("\n")
+	}
+	if len(sq.Settings) > 0 {
+		w("What bounds the writes (neither side's settings are changed by the bench):\n\n")
+		for _, k := range []string{"sidecar", "soniq", "sidecar_sqlite", "soniq_sqlite", "filesystem"} {
+			if v := sq.Settings[k]; v != "" {
+				w("- %s: %s\n", strings.ReplaceAll(k, "_", " "), v)
+			}
+		}
+		w("\n")
+	}
+}
