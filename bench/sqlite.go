@@ -213,26 +213,58 @@ func (b *bench) soniqSQLiteMissing(ctx context.Context) string {
 }
 
 // sqliteSettings records what decides SQLite's write cost on each side.
+// synchronous is read, not assumed: neither side sets it, so it is each
+// library's default once the connection is in WAL mode.
 func (b *bench) sqliteSettings(ctx context.Context) map[string]string {
 	c := b.c
-	m := map[string]string{
-		"sidecar": "journal_mode=WAL, synchronous=FULL (SQLite's default, left as is), busy_timeout=5000 ms; one write connection " +
-			"(BEGIN IMMEDIATE; a claim of up to the free slots, and a completion batch of up to 500 rows, per transaction) and 4 read connections",
-		"soniq": "journal_mode=WAL, synchronous=FULL (the default, left as is), busy_timeout=5000 ms; one aiosqlite connection per worker process, " +
-			"a claim (SELECT … LIMIT 1, then UPDATE by id) and a completion per commit",
-		"filesystem": fsType(c.work),
+	levels := map[string]string{"0": "OFF", "1": "NORMAL", "2": "FULL", "3": "EXTRA"}
+	level := func(v string) string {
+		if l, ok := levels[v]; ok {
+			return l
+		}
+		return "unknown"
 	}
-	db, err := sql.Open("sqlite", ":memory:")
-	if err == nil {
+	dir, err := os.MkdirTemp(c.work, "sqlite-settings-")
+	if err != nil {
+		return nil
+	}
+	defer os.RemoveAll(dir)
+
+	sideSync, sideVersion := "unknown", "unknown"
+	if db, err := sql.Open("sqlite", filepath.Join(dir, "sidecar.db")+"?_pragma=journal_mode(WAL)"); err == nil {
 		var v string
+		if db.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&v) == nil {
+			sideSync = level(v)
+		}
 		if db.QueryRowContext(ctx, `SELECT sqlite_version()`).Scan(&v) == nil {
-			m["sidecar_sqlite"] = v + " (modernc.org/sqlite, in the Go binary)"
+			sideVersion = v
 		}
 		_ = db.Close()
 	}
+	m := map[string]string{
+		"sidecar": "journal_mode=WAL, synchronous=" + sideSync + " (not set: the library's default), busy_timeout=5000 ms; one write connection " +
+			"(BEGIN IMMEDIATE; a claim of up to the free slots, and a completion batch of up to 500 rows, per transaction) and 4 read connections",
+		"sidecar_sqlite": sideVersion + " (modernc.org/sqlite, in the Go binary)",
+		"filesystem":     fsType(c.work),
+	}
 	if c.soniqSQLite != "" {
+		// Soniq's own backend opens the connection, as its worker does.
 		py := filepath.Join(filepath.Dir(c.soniqSQLite), "python")
-		m["soniq_sqlite"] = output("", py, "-c", "import sqlite3, importlib.metadata as m; print(sqlite3.sqlite_version, '(Python sqlite3), aiosqlite', m.version('aiosqlite'))")
+		out := output("", py, "-c", `import asyncio, sqlite3, sys, importlib.metadata as m
+from soniq.backends.sqlite import SQLiteBackend
+async def main():
+    b = SQLiteBackend(sys.argv[1])
+    await b.initialize()
+    async with b._conn.execute("PRAGMA synchronous") as cur:
+        sync = (await cur.fetchone())[0]
+    await b.close()
+    print(sync, sqlite3.sqlite_version, m.version("aiosqlite"))
+asyncio.run(main())`, filepath.Join(dir, "soniq.db"))
+		if f := strings.Fields(out); len(f) == 3 {
+			m["soniq"] = "journal_mode=WAL, synchronous=" + level(f[0]) + " (not set: the library's default), busy_timeout=5000 ms; one aiosqlite connection per worker process, " +
+				"a claim (SELECT … LIMIT 1, then UPDATE by id) and a completion per commit"
+			m["soniq_sqlite"] = f[1] + " (Python's sqlite3), aiosqlite " + f[2]
+		}
 	}
 	return m
 }
