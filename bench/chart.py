@@ -254,7 +254,8 @@ def main():
         (sqlite_depth, [p for p in sq.get("depth") or [] if not p.get("error")]),
     ) if has]
     nrows = max(1, (len(panels) + 1) // 2)
-    fig, axes = plt.subplots(nrows, 2, figsize=(15, 4.4 * nrows + 0.5), gridspec_kw={"width_ratios": [1.35, 1]}, squeeze=False)
+    height = 4.4 * nrows + 0.5
+    fig, axes = plt.subplots(nrows, 2, figsize=(15, height), gridspec_kw={"width_ratios": [1.35, 1]}, squeeze=False)
     cells = [ax for row in axes for ax in row]
     for draw, ax in zip(panels, cells):
         draw(ax, data)
@@ -265,7 +266,7 @@ def main():
     meta = data["meta"]
     fig.suptitle(f"soniq-sidecar benchmarks — {meta.get('date')}, commit {meta.get('commit', '').split(' ')[0]}, "
                  f"{meta.get('cores')} cores ({meta.get('cpu')}), PostgreSQL {meta.get('postgres')}", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / height))  # room for the title
     fig.savefig(png, dpi=110)
 
 
