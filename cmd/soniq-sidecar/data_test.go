@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -165,6 +166,26 @@ func TestMigrateClaimIndexIsPostgresOnly(t *testing.T) {
 	code, _, errOut := c.run("migrate", "--claim-index")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errOut, "only the Postgres backend")
+}
+
+// run refuses a connection pool of one before it claims anything (it would
+// stall at the first maintenance pass); the one-shot commands work with it.
+func TestRunRefusesAPoolOfOne(t *testing.T) {
+	url := pgtest.NewDatabase(t) + "&pool_max_conns=1" // the URL has ?sslmode=
+	manifest, err := filepath.Abs(exampleManifest())
+	require.NoError(t, err)
+	c := newCLI(t, map[string]string{"SONIQ_DATABASE_URL": url})
+	code, _, errOut := c.run("migrate")
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = c.run("enqueue", "examples.add", "--args", `{"a":1,"b":2}`)
+	require.Equal(t, 0, code, errOut)
+
+	code, _, errOut = c.run("run", "--manifest", manifest, "--metrics-addr", "")
+	assert.Equal(t, 2, code, errOut)
+	assert.Contains(t, errOut, "pool_max_conns=1 is too small for run: the sidecar needs at least 2 connections")
+	code, out, _ := c.run("status", "--json")
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, `"queued":1`, "nothing was claimed")
 }
 
 // On Postgres, plain `migrate` builds the claim-order index (and again is a

@@ -183,6 +183,9 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	defer b.Close()
+	if err := checkPoolSize(b); err != nil {
+		return err
+	}
 
 	sup, err := supervisor.New(supervisor.Config{
 		Manifest: m, Settings: settings, Backend: b, Logger: log, Version: version, WorkerID: workerID, Instance: *instance,
@@ -246,6 +249,26 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 		return usageError{runErr}
 	}
 	return runErr
+}
+
+// minPoolConns is the smallest connection pool `run` works with: the
+// maintenance pass holds its leader lock on one connection while it works
+// on another, so with one it waits for its own lock's connection, and every
+// claim and heartbeat queues behind it until the write timeout.
+const minPoolConns = 2
+
+// checkPoolSize refuses a pool too small to run on, before anything is
+// claimed. The one-shot commands (status, enqueue…) need only one.
+func checkPoolSize(b backends.Backend) error {
+	ps, ok := b.(backends.PoolStater)
+	if !ok {
+		return nil
+	}
+	if n := ps.PoolStats().Max; n < minPoolConns {
+		return usageErrorf("database URL: pool_max_conns=%d is too small for run: the sidecar needs at least %d connections "+
+			"(its maintenance pass holds one while it uses another); set pool_max_conns=%d or more (4 is plenty)", n, minPoolConns, minPoolConns)
+	}
+	return nil
 }
 
 // dbFlagEnv maps run's connection flags onto the variables they outrank.

@@ -39,7 +39,7 @@ func argsUnsendable(b json.RawMessage, maxFrame int) string {
 
 // jobUnsendable is the claim check again, applied by the transports to each
 // job frame just before it leaves, so that a job that got past the claim
-// check anyway is reported alone (evUnsendable) instead of breaking the
+// check anyway is reported alone (unsendableEvent) instead of breaking the
 // process that would receive it.
 func jobUnsendable(j *protocol.Job, maxFrame int) error {
 	if j.Args == nil {

@@ -87,19 +87,19 @@ func (a *attachProc) run() {
 			// has exited.
 			for range a.p.out {
 			}
-			a.te.emit(event{kind: evExit, proc: a.p, err: fmt.Errorf("no session with the handler at %s", a.path)})
+			a.te.emit(exitEvent{proc: a.p, err: fmt.Errorf("no session with the handler at %s", a.path)})
 		}
 		return
 	}
 	// The hello with its running jobs: the loop checks it as a spawned
 	// process's.
-	a.te.emit(event{kind: evFrame, proc: a.p, msg: s.Hello()})
+	a.te.emit(frameEvent{proc: a.p, msg: s.Hello()})
 	recvDone := make(chan struct{})
 	var endErr error
 	sc := &streamConn{te: a.te, p: a.p, s: s, recvDone: recvDone,
 		ended: func(err error) { endErr = err },
 		protocolError: func(err error) {
-			a.te.emit(event{kind: evProtocolError, proc: a.p, err: err})
+			a.te.emit(protocolErrorEvent{proc: a.p, err: err})
 		}}
 	exitDone := make(chan struct{})
 	go func() {
@@ -110,7 +110,7 @@ func (a *attachProc) run() {
 		<-recvDone
 		err := a.endError(endErr)
 		_ = s.Close()
-		a.te.emit(event{kind: evExit, proc: a.p, err: err})
+		a.te.emit(exitEvent{proc: a.p, err: err})
 	}()
 	sc.run()
 	<-exitDone
@@ -132,7 +132,7 @@ func (a *attachProc) endError(err error) error {
 
 // connect opens a session, retrying with backoff while the endpoint does
 // not answer. It returns nil when it gave up: the loop closed p.out (an
-// evExit was emitted) or a protocol error or refusal was reported (gaveUp
+// exitEvent was emitted) or a protocol error or refusal was reported (gaveUp
 // false).
 func (a *attachProc) connect() (*session.Session, bool) {
 	h := a.p.pool.h
@@ -145,12 +145,12 @@ func (a *attachProc) connect() (*session.Session, bool) {
 		case err == nil:
 			return s, false
 		case errors.Is(err, session.ErrProtocol):
-			a.te.emit(event{kind: evProtocolError, proc: a.p, err: err})
+			a.te.emit(protocolErrorEvent{proc: a.p, err: err})
 			return nil, false
 		case errors.Is(err, session.ErrRefused):
 			// Another sidecar holds the endpoint: a deployment error
 			// (two sidecars for one handler container), not a crash.
-			a.te.emit(event{kind: evAttachRefused, proc: a.p, err: err})
+			a.te.emit(attachRefusedEvent{proc: a.p, err: err})
 			return nil, false
 		}
 		if !warned && time.Since(waitingSince) >= h.StartupTimeout {
@@ -164,12 +164,12 @@ func (a *attachProc) connect() (*session.Session, bool) {
 			timer.Stop()
 			if !open {
 				// The loop stopped waiting for it (shutdown).
-				a.te.emit(event{kind: evExit, proc: a.p, err: fmt.Errorf("never attached to %s: %w", a.path, err)})
+				a.te.emit(exitEvent{proc: a.p, err: fmt.Errorf("never attached to %s: %w", a.path, err)})
 				return nil, true
 			}
 		case <-a.ctx.Done():
 			timer.Stop()
-			a.te.emit(event{kind: evExit, proc: a.p, err: fmt.Errorf("never attached to %s: %w", a.path, err)})
+			a.te.emit(exitEvent{proc: a.p, err: fmt.Errorf("never attached to %s: %w", a.path, err)})
 			for range a.p.out {
 			}
 			return nil, true
@@ -303,7 +303,7 @@ func (l *loop) adopt(t *task, p *process) {
 		p.syncHeld++
 	}
 	if timeout := t.spec.EffectiveTimeout(l.cfg.Settings); timeout > 0 {
-		t.timer = time.AfterFunc(timeout, func() { l.emit(event{kind: evJobTimeout, task: t}) })
+		t.timer = time.AfterFunc(timeout, func() { l.emit(jobTimeoutEvent{task: t}) })
 	}
 	l.metrics.jobStarted(t.job.Queue, t.job.Name)
 	l.log.Info("claimed job is still running in the attached handler from an earlier session; adopted, not run again",

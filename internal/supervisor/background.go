@@ -32,7 +32,7 @@ func (s *Supervisor) heartbeat(ctx context.Context) {
 			// Another worker recovered our jobs (we were silent too long:
 			// a frozen VM, a partition) or another program took our row.
 			// The loop stops claiming and registers again.
-			s.emit(event{kind: evWorkerLost, err: err})
+			s.emit(workerLostEvent{err: err})
 		default:
 			s.log.Warn("heartbeat failed", "worker_id", s.workerID, "err", err)
 		}
@@ -156,6 +156,6 @@ func (s *Supervisor) subscribe(ctx context.Context) {
 		return
 	}
 	for q := range ch {
-		s.emit(event{kind: evWake, queue: q})
+		s.emit(wakeEvent{queue: q})
 	}
 }

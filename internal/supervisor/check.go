@@ -69,8 +69,8 @@ wait:
 	for {
 		select {
 		case e := <-events:
-			switch e.kind {
-			case evFrame:
+			switch e := e.(type) {
+			case frameEvent:
 				hello, ok := e.msg.(*protocol.Hello)
 				if !ok {
 					rep.Err = fmt.Errorf("handler %s: its first frame is %q, not hello", h.Name, e.msg.Type())
@@ -79,13 +79,13 @@ wait:
 				rep.SDK = hello.SDK
 				rep.Err = checkHello(h, hello)
 				break wait
-			case evProtocolError:
+			case protocolErrorEvent:
 				rep.Err = fmt.Errorf("handler %s: %w", h.Name, e.err)
 				break wait
-			case evStdoutClosed:
+			case stdoutClosedEvent:
 				rep.Err = fmt.Errorf("handler %s: the process closed its stdout without a hello", h.Name)
 				break wait
-			case evExit:
+			case exitEvent:
 				rep.Err = fmt.Errorf("handler %s: the process %s without a hello", h.Name, exitDescription(e.err))
 				exited = true
 				break wait
@@ -107,7 +107,7 @@ wait:
 	for !exited {
 		select {
 		case e := <-events:
-			exited = e.kind == evExit
+			_, exited = e.(exitEvent)
 		case <-kill:
 			p.signalGroup(syscall.SIGKILL)
 		}

@@ -93,13 +93,13 @@ func (rp *rawProc) next(t *testing.T, timeout time.Duration) event {
 	t.Helper()
 	select {
 	case e := <-rp.events:
-		if e.kind == evExit {
+		if _, ok := e.(exitEvent); ok {
 			rp.exited = true
 		}
 		return e
 	case <-time.After(timeout):
 		t.Fatalf("no event within %s; stderr:\n%s", timeout, rp.p.stderr)
-		return event{}
+		return nil
 	}
 }
 
@@ -146,16 +146,17 @@ func TestTransportReportsExitDespiteHeldPipes(t *testing.T) {
 			bound := exitDrain + exitTolerance
 			e := rp.next(t, bound)
 			if c.frame {
-				if pong, ok := e.msg.(*protocol.Pong); e.kind != evFrame || !ok || pong.Seq != 1 {
-					t.Fatalf("first event: kind %d %+v %v, want the pong written before the exit", e.kind, e.msg, e.err)
+				if !isPong(e, 1) {
+					t.Fatalf("first event %#v, want the pong written before the exit", e)
 				}
 				e = rp.next(t, bound)
 			}
 			took := time.Since(started)
-			if e.kind != evExit {
-				t.Fatalf("event kind %d %+v %v, want the exit", e.kind, e.msg, e.err)
+			x, ok := e.(exitEvent)
+			if !ok {
+				t.Fatalf("event %#v, want the exit", e)
 			}
-			if d := exitDescription(e.err); d != "exited with status 3" {
+			if d := exitDescription(x.err); d != "exited with status 3" {
 				t.Errorf("exit %q, want exited with status 3", d)
 			}
 			if !strings.Contains(rp.p.stderr.String(), "bye") {
@@ -182,17 +183,17 @@ func TestTransportReportsExitDespiteHeldPipes(t *testing.T) {
 }
 
 // A stdio process that closes its stdout and keeps running is reported
-// (evStdoutClosed) after stdoutEOFGrace; the loop then kills it.
+// (stdoutClosedEvent) after stdoutEOFGrace; the loop then kills it.
 func TestStdioStdoutClosedWhileRunning(t *testing.T) {
 	t.Parallel()
 	rp := startRaw(t, config.TransportStdio, `printf '{"type":"pong","seq":1}\n'; exec 1>&-; echo closed >&2; exec sleep 300`)
-	if e := rp.next(t, 10*time.Second); e.kind != evFrame {
-		t.Fatalf("first event: kind %d %v", e.kind, e.err)
+	if e := rp.next(t, 10*time.Second); frameMsg(e) == nil {
+		t.Fatalf("first event %#v, want a frame", e)
 	}
 	closedAt := time.Now()
 	e := rp.next(t, stdoutEOFGrace+exitTolerance)
-	if e.kind != evStdoutClosed {
-		t.Fatalf("event kind %d %+v %v, want stdout closed", e.kind, e.msg, e.err)
+	if _, ok := e.(stdoutClosedEvent); !ok {
+		t.Fatalf("event %#v, want stdout closed", e)
 	}
 	if d := time.Since(closedAt); d < stdoutEOFGrace/2 {
 		t.Errorf("reported after %s: the grace of %s was not given", d, stdoutEOFGrace)
@@ -201,8 +202,8 @@ func TestStdioStdoutClosedWhileRunning(t *testing.T) {
 	rp.p.closeInput()
 	rp.p.signalGroup(syscall.SIGKILL)
 	e = rp.next(t, exitDrain+exitTolerance)
-	if e.kind != evExit || exitDescription(e.err) != "killed by signal SIGKILL" {
-		t.Fatalf("event kind %d, exit %q; want killed by signal SIGKILL", e.kind, exitDescription(e.err))
+	if x, ok := e.(exitEvent); !ok || exitDescription(x.err) != "killed by signal SIGKILL" {
+		t.Fatalf("event %#v; want an exit killed by signal SIGKILL", e)
 	}
 }
 

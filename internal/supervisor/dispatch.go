@@ -64,7 +64,7 @@ func (l *loop) maybeClaim(pl *pool) {
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		jobs, err := b.Claim(ctx, params)
 		cancel()
-		l.emit(event{kind: evClaimed, pool: pl, jobs: jobs, limit: params.Limit, err: err, allNames: allNames, writtenAt: writtenAt})
+		l.emit(claimedEvent{pool: pl, jobs: jobs, limit: params.Limit, err: err, allNames: allNames, writtenAt: writtenAt})
 	}()
 }
 
@@ -142,7 +142,7 @@ func (l *loop) maybeClaimUnknown() {
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		jobs, err := b.Claim(ctx, params)
 		cancel()
-		l.emit(event{kind: evUnknownClaimed, jobs: jobs, err: err})
+		l.emit(unknownClaimedEvent{jobs: jobs, err: err})
 	}()
 }
 
@@ -216,7 +216,7 @@ func (l *loop) start(t *task, p *process) {
 	if timeout := t.spec.EffectiveTimeout(l.cfg.Settings); timeout > 0 {
 		dl := t.startedAt.Add(timeout).UnixMilli()
 		frame.Deadline = &dl
-		t.timer = time.AfterFunc(timeout, func() { l.emit(event{kind: evJobTimeout, task: t}) })
+		t.timer = time.AfterFunc(timeout, func() { l.emit(jobTimeoutEvent{task: t}) })
 	}
 	l.metrics.jobStarted(t.job.Queue, t.job.Name)
 	if !p.send(frame) {

@@ -23,7 +23,7 @@ func (w *fakeWorld) failingTransport(te transportEnv, p *process) error {
 		if json.Unmarshal(j.Args, &args) != nil || args.Fail == nil {
 			return false
 		}
-		te.emit(event{kind: evFrame, proc: p, msg: &protocol.Result{ID: j.ID, Status: protocol.StatusFailed, Error: args.Fail}})
+		te.emit(frameEvent{proc: p, msg: &protocol.Result{ID: j.ID, Status: protocol.StatusFailed, Error: args.Fail}})
 		return true
 	})
 }

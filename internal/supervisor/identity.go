@@ -35,7 +35,7 @@ func (l *loop) onWorkerLost(cause error) {
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		defer cancel()
 		lost, err := s.reregister(ctx, held)
-		s.emit(event{kind: evReregistered, ids: lost, err: err})
+		s.emit(reregisteredEvent{ids: lost, err: err})
 	}()
 }
 

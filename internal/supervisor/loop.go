@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -14,51 +13,7 @@ import (
 
 	"github.com/soniq-dev/soniq-sidecar/internal/backends"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
-	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
-
-// eventKind says what happened; the loop is the only reader of events.
-type eventKind int
-
-const (
-	evFrame           eventKind = iota + 1 // a frame from a handler process
-	evProtocolError                        // a handler process broke the protocol
-	evExit                                 // a handler process exited
-	evStartTimeout                         // no hello within startup_timeout
-	evRestart                              // backoff over: start a process in a pool slot
-	evKill                                 // escalate a process stop (SIGTERM, then SIGKILL)
-	evClaimed                              // a claim statement returned
-	evUnknownClaimed                       // --dead-letter-unknown claim returned
-	evWake                                 // new-job notification for a queue
-	evJobTimeout                           // a job's timeout fired
-	evShutdownTimeout                      // shutdown_timeout elapsed in DRAINING
-	evGraceExpired                         // sync_handler_grace_seconds elapsed
-	evWorkerLost                           // the heartbeat found our worker row gone or not active
-	evReregistered                         // the worker row is registered again (ids: rows no longer ours)
-	evStdoutClosed                         // a stdio process closed its stdout and did not exit
-	evUnsendable                           // a frame for a handler process could not be encoded
-	evStdinFailed                          // writing to a handler process failed
-	evAttachRefused                        // an attach endpoint refused the session (attach.go)
-)
-
-type event struct {
-	kind  eventKind
-	proc  *process
-	msg   protocol.Message
-	err   error
-	pool  *pool
-	slot  int
-	jobs  []backends.Job
-	limit int
-	queue string
-	task  *task
-	sig   syscall.Signal
-	ids   []string
-	// evClaimed: the claim asked for every job name of its pool, when the
-	// writer had written writtenAt batches (run --once).
-	allNames  bool
-	writtenAt int64
-}
 
 // taskState is where one claimed job is, as far as the sidecar is concerned.
 type taskState int
@@ -244,14 +199,14 @@ func (l *loop) run() error {
 }
 
 func (l *loop) handle(e event) {
-	switch e.kind {
-	case evFrame:
+	switch e := e.(type) {
+	case frameEvent:
 		l.onFrame(e.proc, e.msg)
-	case evProtocolError:
+	case protocolErrorEvent:
 		l.breakProcess(e.proc, "protocol_error", fmt.Sprintf("protocol error from handler %s process %d: %v", e.proc.pool.h.Name, e.proc.pid, e.err))
-	case evExit:
+	case exitEvent:
 		l.onExit(e.proc, e.err)
-	case evStdoutClosed:
+	case stdoutClosedEvent:
 		// No result can come back from it: crash handling, as for an exit.
 		// A process already stopping is left to its stop's escalation.
 		if p := e.proc; p.state != procStopping && p.state != procDead {
@@ -261,47 +216,47 @@ func (l *loop) handle(e event) {
 			}
 			l.breakProcess(p, reason, fmt.Sprintf("handler %s process %d closed its stdout while still running", p.pool.h.Name, p.pid))
 		}
-	case evStartTimeout:
+	case startTimeoutEvent:
 		if e.proc.state == procStarting {
 			l.breakProcess(e.proc, "startup_timeout", fmt.Sprintf("handler %s process %d sent no hello within startup_timeout %s", e.proc.pool.h.Name, e.proc.pid, e.proc.pool.h.StartupTimeout))
 		}
-	case evRestart:
+	case restartEvent:
 		e.pool.restarting[e.slot] = false
 		if l.state <= StateDraining && e.pool.procs[e.slot] == nil && l.fatal == nil {
 			l.spawn(e.pool, e.slot)
 		}
-	case evKill:
+	case killEvent:
 		l.onKill(e.proc, e.sig)
-	case evClaimed:
+	case claimedEvent:
 		e.pool.drained, e.pool.drainedAt = e.err == nil && len(e.jobs) == 0 && e.allNames, e.writtenAt
 		l.onClaimed(e.pool, e.jobs, e.limit, e.err)
 		l.checkOnce()
-	case evUnknownClaimed:
+	case unknownClaimedEvent:
 		l.onUnknownClaimed(e.jobs, e.err)
-	case evWake:
+	case wakeEvent:
 		for _, pl := range l.pools {
 			if l.servesQueue(e.queue) {
 				pl.more = true
 				l.maybeClaim(pl)
 			}
 		}
-	case evJobTimeout:
+	case jobTimeoutEvent:
 		l.onJobTimeout(e.task)
-	case evShutdownTimeout:
+	case shutdownTimeoutEvent:
 		if l.state == StateDraining {
 			l.enterForce("shutdown_timeout elapsed")
 		}
-	case evWorkerLost:
+	case workerLostEvent:
 		l.onWorkerLost(e.err)
-	case evReregistered:
+	case reregisteredEvent:
 		l.onReregistered(e.ids, e.err)
-	case evUnsendable:
+	case unsendableEvent:
 		l.onUnsendable(e.proc, e.msg, e.err)
-	case evStdinFailed:
+	case stdinFailedEvent:
 		l.onStdinFailed(e.proc, e.err)
-	case evAttachRefused:
+	case attachRefusedEvent:
 		l.onAttachRefused(e.proc, e.err)
-	case evGraceExpired:
+	case graceExpiredEvent:
 		if l.state == StateForceTimeoutPath {
 			l.setState(StateWaitForThread)
 			l.lastWaitWarn = time.Now()

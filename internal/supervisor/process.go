@@ -301,8 +301,8 @@ func startChild(sp *spawner, h *config.Handler, maxFrame int) (*exec.Cmd, childP
 // writeFrames is a process's writer goroutine: it encodes queued frames to
 // stdin until the queue is closed, then closes stdin. A frame that cannot
 // be encoded, or a job the handler could not read, is reported to the loop
-// (evUnsendable) and skipped: the stream goes on. A failed write (the child
-// closed its stdin or died) is logged once and reported (evStdinFailed);
+// (unsendableEvent) and skipped: the stream goes on. A failed write (the child
+// closed its stdin or died) is logged once and reported (stdinFailedEvent);
 // the frames after it cannot be delivered and are drained, so senders never
 // block.
 func writeFrames(p *process, stdin io.WriteCloser, te transportEnv) {
@@ -322,7 +322,7 @@ func writeFrames(p *process, stdin io.WriteCloser, te transportEnv) {
 			frame, err = protocol.Append(buf[:0], m)
 		}
 		if err != nil {
-			te.emit(event{kind: evUnsendable, proc: p, msg: m, err: err})
+			te.emit(unsendableEvent{proc: p, msg: m, err: err})
 			continue
 		}
 		frame = append(frame, '\n')
@@ -349,7 +349,7 @@ func writeFrames(p *process, stdin io.WriteCloser, te transportEnv) {
 		default:
 			te.log.Error("writing to the handler's stdin failed; frames for it are dropped until it is replaced",
 				"handler", p.pool.h.Name, "pid", p.pid, "frame", string(m.Type()), "err", failed)
-			te.emit(event{kind: evStdinFailed, proc: p, err: failed})
+			te.emit(stdinFailedEvent{proc: p, err: failed})
 		}
 	}
 	_ = stdin.Close()
@@ -365,7 +365,7 @@ func readStderr(p *process, stderr io.Reader, log *slog.Logger) {
 
 // readFrames is a process's stdout goroutine: it decodes frames into events
 // until EOF or the read end is closed (after the exit, by drainPipes).
-// EOF while the process still runs is reported as evStdoutClosed: no result
+// EOF while the process still runs is reported as stdoutClosedEvent: no result
 // can come back from it.
 func readFrames(p *process, stdout io.Reader, exited <-chan struct{}, maxFrame int, emit func(event) bool) {
 	dec := protocol.NewDecoder(stdout)
@@ -383,7 +383,7 @@ func readFrames(p *process, stdout io.Reader, exited <-chan struct{}, maxFrame i
 			}
 			if !broken {
 				broken = true
-				emit(event{kind: evProtocolError, proc: p, err: err})
+				emit(protocolErrorEvent{proc: p, err: err})
 			}
 			continue // keep draining so the child never blocks on stdout
 		}
@@ -392,10 +392,10 @@ func readFrames(p *process, stdout io.Reader, exited <-chan struct{}, maxFrame i
 		}
 		if !m.Type().FromHandler() {
 			broken = true
-			emit(event{kind: evProtocolError, proc: p, err: fmt.Errorf("protocol: a %q frame travels from the sidecar to the handler, not back", m.Type())})
+			emit(protocolErrorEvent{proc: p, err: fmt.Errorf("protocol: a %q frame travels from the sidecar to the handler, not back", m.Type())})
 			continue
 		}
-		emit(event{kind: evFrame, proc: p, msg: m})
+		emit(frameEvent{proc: p, msg: m})
 	}
 	if broken {
 		return // already being killed
@@ -405,7 +405,7 @@ func readFrames(p *process, stdout io.Reader, exited <-chan struct{}, maxFrame i
 	select {
 	case <-exited:
 	case <-grace.C:
-		emit(event{kind: evStdoutClosed, proc: p})
+		emit(stdoutClosedEvent{proc: p})
 	}
 }
 

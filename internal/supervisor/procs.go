@@ -60,7 +60,7 @@ func (l *loop) spawn(pl *pool, slot int) {
 		l.log.Info("attaching to handler endpoint", "handler", h.Name, "endpoint", p.endpoint, "slot", slot)
 		return
 	}
-	p.startTimer = time.AfterFunc(h.StartupTimeout, func() { l.emit(event{kind: evStartTimeout, proc: p}) })
+	p.startTimer = time.AfterFunc(h.StartupTimeout, func() { l.emit(startTimeoutEvent{proc: p}) })
 	l.log.Info("handler process started", "handler", h.Name, "pid", p.pid, "slot", slot)
 }
 
@@ -91,7 +91,7 @@ func (l *loop) scheduleRestart(pl *pool, slot int, delay time.Duration) {
 		return
 	}
 	pl.restarting[slot] = true
-	time.AfterFunc(delay, func() { l.emit(event{kind: evRestart, pool: pl, slot: slot}) })
+	time.AfterFunc(delay, func() { l.emit(restartEvent{pool: pl, slot: slot}) })
 }
 
 func (l *loop) onFrame(p *process, m protocol.Message) {
@@ -283,9 +283,9 @@ func (l *loop) stopProcess(p *process, grace time.Duration) {
 	l.setProcState(p, procStopping)
 	p.closeInput()
 	p.killTimers = append(p.killTimers, time.AfterFunc(grace, func() {
-		l.emit(event{kind: evKill, proc: p, sig: syscall.SIGTERM})
+		l.emit(killEvent{proc: p, sig: syscall.SIGTERM})
 	}), time.AfterFunc(2*grace, func() {
-		l.emit(event{kind: evKill, proc: p, sig: syscall.SIGKILL})
+		l.emit(killEvent{proc: p, sig: syscall.SIGKILL})
 	}))
 }
 

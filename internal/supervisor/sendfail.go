@@ -68,6 +68,6 @@ func (l *loop) onStdinFailed(p *process, err error) {
 	}
 	cause := fmt.Errorf("its stdin is closed (writing a frame failed: %w)", err)
 	p.killTimers = append(p.killTimers, time.AfterFunc(stdinSettle, func() {
-		l.emit(event{kind: evProtocolError, proc: p, err: cause})
+		l.emit(protocolErrorEvent{proc: p, err: cause})
 	}))
 }

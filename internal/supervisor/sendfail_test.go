@@ -105,8 +105,8 @@ func TestWriteFramesReportsAnUnsendableFrameAndGoesOn(t *testing.T) {
 			<-r.done
 			assert.Equal(t, []string{"ping", "job good", "ping", "shutdown"}, got, "every other frame reached the handler, in order")
 			require.Len(t, r.events, 1, "one report")
-			e := <-r.events
-			assert.Equal(t, evUnsendable, e.kind)
+			e, ok := (<-r.events).(unsendableEvent)
+			require.True(t, ok, "an unsendable report")
 			assert.Same(t, r.p, e.proc)
 			assert.Same(t, tc.msg, e.msg)
 			require.Error(t, e.err)
@@ -124,8 +124,8 @@ func TestWriteFramesReportsAFailedWriteOnce(t *testing.T) {
 	require.NoError(t, rd.Close()) // nobody reads: writes fail with EPIPE
 	r := startWriter(t, wr)
 	r.send(t, &protocol.Ping{Seq: 1})
-	e := <-r.events
-	assert.Equal(t, evStdinFailed, e.kind)
+	e, ok := (<-r.events).(stdinFailedEvent)
+	require.True(t, ok, "a failed write report")
 	assert.Same(t, r.p, e.proc)
 	assert.ErrorIs(t, e.err, syscall.EPIPE)
 	for i := range cap(r.p.out) - 1 {
@@ -161,8 +161,9 @@ func TestTransportsReportAnUnsendableJobAndKeepTheProcess(t *testing.T) {
 			for _, args := range []string{`{not json`, `{"big":1e400}`, `{"s":"\ud800"}`, "{\"s\":\"\xff\"}"} {
 				bad := tp.job("examples.add", args)
 				e := tp.next(10 * time.Second)
-				require.Equal(t, evUnsendable, e.kind, "args %q: got kind %d %v %v", args, e.kind, e.msg, e.err)
-				assert.Equal(t, bad, e.msg.(*protocol.Job).ID)
+				u, ok := e.(unsendableEvent)
+				require.True(t, ok, "args %q: got %#v", args, e)
+				assert.Equal(t, bad, u.msg.(*protocol.Job).ID)
 			}
 			id := tp.job("examples.add", `{"a":2,"b":40}`)
 			if r := tp.result(10*time.Second, id); r.Status != protocol.StatusDone || string(r.Result) != `{"sum":42}` {
@@ -170,8 +171,9 @@ func TestTransportsReportAnUnsendableJobAndKeepTheProcess(t *testing.T) {
 			}
 			tp.p.closeInput()
 			e := tp.next(10 * time.Second)
-			require.Equal(t, evExit, e.kind, "want the exit, got kind %d %v; stderr:\n%s", e.kind, e.err, tp.p.stderr)
-			assert.NoError(t, e.err, "a clean exit: the process never saw the bad jobs; stderr:\n%s", tp.p.stderr)
+			x, ok := e.(exitEvent)
+			require.True(t, ok, "want the exit, got %#v; stderr:\n%s", e, tp.p.stderr)
+			assert.NoError(t, x.err, "a clean exit: the process never saw the bad jobs; stderr:\n%s", tp.p.stderr)
 		})
 	}
 }
@@ -209,12 +211,12 @@ func (w *fakeWorld) unsendableTransport(te transportEnv, p *process) error {
 		if !bytes.Contains(j.Args, []byte("unsendable")) {
 			return false
 		}
-		te.emit(event{kind: evUnsendable, proc: p, msg: j, err: errors.New("protocol: encode args: test")})
+		te.emit(unsendableEvent{proc: p, msg: j, err: errors.New("protocol: encode args: test")})
 		return true
 	})
 }
 
-// The loop's side of evUnsendable: the job is dead-lettered with the
+// The loop's side of unsendableEvent: the job is dead-lettered with the
 // reason, its (sync) slot is given back at once, and the process runs on.
 func TestUnsendableJobIsDeadLetteredAndFreesItsSlot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

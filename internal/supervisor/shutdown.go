@@ -30,7 +30,7 @@ func (l *loop) enterDraining(why string) {
 	l.setState(StateDraining)
 	l.log.Info("state transition: claiming stopped, waiting for in-flight jobs", "state", StateDraining.String(),
 		"from", StateRunning.String(), "reason", why, "in_flight", len(l.live), "shutdown_timeout", l.cfg.Settings.ShutdownTimeout)
-	l.shutdownTimer = time.AfterFunc(l.cfg.Settings.ShutdownTimeout, func() { l.emit(event{kind: evShutdownTimeout}) })
+	l.shutdownTimer = time.AfterFunc(l.cfg.Settings.ShutdownTimeout, func() { l.emit(shutdownTimeoutEvent{}) })
 	l.checkDone()
 }
 
@@ -71,7 +71,7 @@ func (l *loop) enterForce(why string) {
 		l.nack(t, "shutdown_timeout")
 	}
 	if l.syncHeld() > 0 {
-		l.graceTimer = time.AfterFunc(l.cfg.Settings.SyncHandlerGrace, func() { l.emit(event{kind: evGraceExpired}) })
+		l.graceTimer = time.AfterFunc(l.cfg.Settings.SyncHandlerGrace, func() { l.emit(graceExpiredEvent{}) })
 	}
 	l.checkDone()
 }

@@ -163,7 +163,7 @@ func (w *fakeWorld) transport(te transportEnv, p *process) error {
 	te.wg.Add(1)
 	go func() {
 		defer te.wg.Done()
-		te.emit(event{kind: evFrame, proc: p, msg: hello})
+		te.emit(frameEvent{proc: p, msg: hello})
 		results := make(chan *protocol.Result)
 		crashed := make(chan struct{})
 		dead := make(chan struct{}) // closed when this fake process ends: its jobs' goroutines give up
@@ -184,7 +184,7 @@ func (w *fakeWorld) transport(te transportEnv, p *process) error {
 				w.mu.Unlock()
 				switch m := m.(type) {
 				case *protocol.Ping:
-					te.emit(event{kind: evFrame, proc: p, msg: &protocol.Pong{Seq: m.Seq}})
+					te.emit(frameEvent{proc: p, msg: &protocol.Pong{Seq: m.Seq}})
 				case *protocol.Cancel:
 					if c, ok := cancels[m.ID]; ok {
 						close(c)
@@ -233,7 +233,7 @@ func (w *fakeWorld) transport(te transportEnv, p *process) error {
 				w.runs[runOf[r.ID]].end = time.Now()
 				w.mu.Unlock()
 				delete(runOf, r.ID)
-				te.emit(event{kind: evFrame, proc: p, msg: r})
+				te.emit(frameEvent{proc: p, msg: r})
 			case <-crashed:
 				w.mu.Lock()
 				w.crashes = append(w.crashes, fakeCrash{proc: fp, held: sortedSet(held), at: time.Now()})
@@ -241,11 +241,11 @@ func (w *fakeWorld) transport(te transportEnv, p *process) error {
 					w.runs[i].end = time.Now()
 				}
 				w.mu.Unlock()
-				te.emit(event{kind: evExit, proc: p, err: errors.New("exited with status 7")})
+				te.emit(exitEvent{proc: p, err: errors.New("exited with status 7")})
 				return
 			}
 		}
-		te.emit(event{kind: evExit, proc: p})
+		te.emit(exitEvent{proc: p})
 	}()
 	return nil
 }

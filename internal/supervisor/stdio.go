@@ -33,7 +33,7 @@ func startStdio(te transportEnv, p *process) error {
 		_ = pp.stdin.Close()
 		// Frames and stderr lines written before the exit go first.
 		drainPipes(exitDrain, []*os.File{pp.stdout, pp.stderr}, stdoutDone, stderrDone)
-		te.emit(event{kind: evExit, proc: p, err: err})
+		te.emit(exitEvent{proc: p, err: err})
 	}()
 	return nil
 }

@@ -50,7 +50,7 @@ func (c *streamConn) run() {
 			// marshal: not UTF-8) would end the session: report the one
 			// job instead, as the stdio writer does.
 			if err := jobUnsendable(job, c.te.maxFrame); err != nil {
-				c.te.emit(event{kind: evUnsendable, proc: c.p, msg: job, err: err})
+				c.te.emit(unsendableEvent{proc: c.p, msg: job, err: err})
 				continue
 			}
 		}
@@ -60,7 +60,7 @@ func (c *streamConn) run() {
 		}
 		if err != nil {
 			if errors.Is(err, session.ErrUnsendable) {
-				c.te.emit(event{kind: evUnsendable, proc: c.p, msg: m, err: err})
+				c.te.emit(unsendableEvent{proc: c.p, msg: m, err: err})
 			}
 			// A broken stream: the receiver reports why.
 		}
@@ -86,7 +86,7 @@ func (c *streamConn) receive() {
 		}
 		switch m.(type) {
 		case *protocol.Result, *protocol.Pong, *session.Draining:
-			c.te.emit(event{kind: evFrame, proc: c.p, msg: m})
+			c.te.emit(frameEvent{proc: c.p, msg: m})
 		default:
 			c.protocolError(fmt.Errorf("protocol: unexpected %s message", m.Type()))
 		}

@@ -305,7 +305,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	writer := newResultWriter(s.cfg.Backend, s.workerID, s.log, func() {
 		// An empty queue name wakes every pool.
 		select {
-		case s.events <- event{kind: evWake}:
+		case s.events <- wakeEvent{}:
 		default: // the loop is busy; the next poll will do
 		}
 	})
@@ -314,7 +314,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		// queue is due, and the claim after the last write ends the run.
 		writer.afterWrite = func() {
 			select {
-			case s.events <- event{kind: evWake}:
+			case s.events <- wakeEvent{}:
 			default:
 			}
 		}

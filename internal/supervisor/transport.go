@@ -14,9 +14,9 @@ import (
 // transport's goroutines, joined to te.wg:
 //   - consume p.out, the process's send queue (p.send; closing it with
 //     p.closeInput is the graceful close), and report what cannot be sent
-//     (evUnsendable, evStdinFailed);
+//     (unsendableEvent, stdinFailedEvent);
 //   - report every frame, protocol error and the end of the connection as
-//     events through te.emit, evExit last;
+//     events through te.emit, exitEvent last;
 //   - set p.conn, the handle the loop signals and names the process by.
 //
 // A transport may spawn the process it talks to (stdio, spawned unix) or

@@ -110,12 +110,26 @@ func startTestProc(t testing.TB, manifest string) *testProc {
 		<-sp.done
 	})
 	e := tp.next(h.StartupTimeout)
-	hello, ok := e.msg.(*protocol.Hello)
-	if e.kind != evFrame || !ok {
-		t.Fatalf("first event: kind %d msg %T err %v; stderr:\n%s", e.kind, e.msg, e.err, tp.p.stderr)
+	hello, ok := frameMsg(e).(*protocol.Hello)
+	if !ok {
+		t.Fatalf("first event %#v, want the hello; stderr:\n%s", e, tp.p.stderr)
 	}
 	tp.hello = hello
 	return tp
+}
+
+// frameMsg is the frame an event carries, nil when it is not a frame.
+func frameMsg(e event) protocol.Message {
+	if f, ok := e.(frameEvent); ok {
+		return f.msg
+	}
+	return nil
+}
+
+// isPong reports whether e is the pong of ping seq.
+func isPong(e event, seq int64) bool {
+	pong, ok := frameMsg(e).(*protocol.Pong)
+	return ok && pong.Seq == seq
 }
 
 type testWriter struct{ t testing.TB }
@@ -134,7 +148,7 @@ func (tp *testProc) next(timeout time.Duration) event {
 		return e
 	case <-time.After(timeout):
 		tp.t.Fatalf("no event within %s; stderr:\n%s", timeout, tp.p.stderr)
-		return event{}
+		return nil
 	}
 }
 
@@ -165,7 +179,7 @@ func (tp *testProc) waitHeld(id string) {
 		var other []event
 		for {
 			e := tp.next(10 * time.Second)
-			if pong, ok := e.msg.(*protocol.Pong); e.kind == evFrame && ok && pong.Seq == seq {
+			if isPong(e, seq) {
 				tp.pending = append(other, tp.pending...)
 				return
 			}
@@ -192,9 +206,9 @@ func (tp *testProc) waitHeld(id string) {
 func (tp *testProc) result(timeout time.Duration, id string) *protocol.Result {
 	tp.t.Helper()
 	e := tp.next(timeout)
-	r, ok := e.msg.(*protocol.Result)
-	if e.kind != evFrame || !ok {
-		tp.t.Fatalf("want the result of %s, got kind %d %T %v", id, e.kind, e.msg, e.err)
+	r, ok := frameMsg(e).(*protocol.Result)
+	if !ok {
+		tp.t.Fatalf("want the result of %s, got %#v", id, e)
 	}
 	if r.ID != id {
 		tp.t.Fatalf("result for %s, want %s", r.ID, id)
@@ -248,8 +262,8 @@ func TestTransports(t *testing.T) {
 			id = tp.job("examples.sleep_sync", `{"seconds":1}`)
 			tp.waitHeld(id)
 			tp.send(&protocol.Ping{Seq: 7})
-			if e := tp.next(2 * time.Second); e.kind != evFrame || e.msg.Type() != protocol.TypePong || e.msg.(*protocol.Pong).Seq != 7 {
-				t.Fatalf("want pong 7, got %d %+v %v", e.kind, e.msg, e.err)
+			if e := tp.next(2 * time.Second); !isPong(e, 7) {
+				t.Fatalf("want pong 7, got %#v", e)
 			}
 			if r := tp.result(10*time.Second, id); r.Status != protocol.StatusDone {
 				t.Fatalf("sync: %+v", r)
@@ -258,8 +272,8 @@ func TestTransports(t *testing.T) {
 			// Shutdown: the process exits 0.
 			tp.p.closeInput()
 			e := tp.next(10 * time.Second)
-			if e.kind != evExit || e.err != nil {
-				t.Fatalf("want a clean exit, got kind %d %v; stderr:\n%s", e.kind, e.err, tp.p.stderr)
+			if x, ok := e.(exitEvent); !ok || x.err != nil {
+				t.Fatalf("want a clean exit, got %#v; stderr:\n%s", e, tp.p.stderr)
 			}
 		})
 	}
@@ -320,15 +334,16 @@ func TestUnixHandshakeFailures(t *testing.T) {
 			var gotErr error
 			for {
 				e := <-events
-				if e.kind == evProtocolError {
-					gotErr = e.err
+				if pe, ok := e.(protocolErrorEvent); ok {
+					gotErr = pe.err
 					p.closeInput() // as the loop's breakProcess does
 					continue
 				}
-				if e.kind != evExit {
-					t.Fatalf("unexpected event %d %+v", e.kind, e.msg)
+				x, ok := e.(exitEvent)
+				if !ok {
+					t.Fatalf("unexpected event %#v", e)
 				}
-				if d := exitDescription(e.err); !strings.Contains(d, c.wantExit) {
+				if d := exitDescription(x.err); !strings.Contains(d, c.wantExit) {
 					t.Errorf("exit %q, want %q", d, c.wantExit)
 				}
 				break

@@ -252,13 +252,13 @@ func (u *unixProc) connect() bool {
 }
 
 func (u *unixProc) emit(m protocol.Message) {
-	u.te.emit(event{kind: evFrame, proc: u.p, msg: m})
+	u.te.emit(frameEvent{proc: u.p, msg: m})
 }
 
 // protocolError reports the first protocol error of the process.
 func (u *unixProc) protocolError(err error) {
 	if u.broken.CompareAndSwap(false, true) {
-		u.te.emit(event{kind: evProtocolError, proc: u.p, err: err})
+		u.te.emit(protocolErrorEvent{proc: u.p, err: err})
 	}
 }
 
@@ -297,7 +297,7 @@ func (u *unixProc) watchExit() {
 	}
 	u.stop()
 	<-u.r.drained
-	u.te.emit(event{kind: evExit, proc: u.p, err: u.r.waitErr})
+	u.te.emit(exitEvent{proc: u.p, err: u.r.waitErr})
 }
 
 // ---- the child ----
