@@ -661,7 +661,7 @@ func (r *report) writeSQLite(w func(string, ...any)) {
 		w("| %s | %d × %d | %d | **%s** | %s | %s | %.2f | %s | %s | %s | %s |\n", t.Label, t.Processes, t.Concurrency, t.N, f0(t.Median),
 			strings.Join(runs, ", "), ratio, t.ClaimsPerJob, f2(t.SidecarCPU10k), f2(t.HandlerCPU10k), f2(t.WorkerCPU10k), rss)
 	}
-	w("\nCPU in CPU-seconds per 10,000 jobs (medians over the runs); on SQLite the database work is inside the sidecar's and Soniq's processes.\n")
+	w("\nCPU in CPU-seconds per 10,000 jobs (medians over the runs); on SQLite the database work is inside the sidecar's and Soniq's processes.\n\n")
 	for _, t := range sq.Throughput {
 		for _, run := range t.Runs {
 			if run.Error != "" {
