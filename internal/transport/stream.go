@@ -32,7 +32,7 @@ type streamConn struct {
 	shutdownSent atomic.Bool
 }
 
-// run sends until l.out is closed (the loop closes it after `shutdown`, or
+// run sends until l.out is closed (the caller closes it after `shutdown`, or
 // once the process is gone), then waits for the receiver: the handler
 // closes the session once it holds no job of it.
 func (c *streamConn) run() {

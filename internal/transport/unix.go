@@ -168,7 +168,7 @@ func (u *unixProc) run() {
 	ready := u.connect()
 	if !u.r.forked() {
 		close(u.recvDone)
-		return // startUnix reports the error; the loop never saw the process
+		return // startUnix reports the error; the caller never saw the process
 	}
 	if !ready {
 		close(u.recvDone)
