@@ -44,7 +44,8 @@ type Spec struct {
 
 // Events is how a transport reports what happens to one connection. Its
 // methods are called from the transport's goroutines (several of them, so
-// concurrently), never after Exited.
+// concurrently). Exited comes once, after every frame the handler sent;
+// only Unsendable, for a frame queued after it, may follow.
 type Events interface {
 	// Frame: a frame from the handler (a hello first; an attach handler's
 	// hello is a *session.Hello).
@@ -64,7 +65,7 @@ type Events interface {
 	// another sidecar); Exited follows once Out is closed.
 	Refused(err error)
 	// Exited: the process exited or the connection ended (err says how;
-	// see ExitDescription); the last report of the connection.
+	// see ExitDescription).
 	Exited(err error)
 }
 
