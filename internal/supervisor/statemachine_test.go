@@ -24,6 +24,7 @@ import (
 	"github.com/soniq-dev/soniq-sidecar/internal/backends"
 	"github.com/soniq-dev/soniq-sidecar/internal/backends/memory"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
+	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
@@ -147,11 +148,11 @@ func newFakePool(t *testing.T, s config.Settings, processes, concurrency, syncCo
 	return w
 }
 
-// transport starts an in-process fake handler for p. p.pid stays 0, so
-// that nothing is ever signalled.
-func (w *fakeWorld) transport(te transportEnv, p *process) error {
-	out := p.out
-	h := p.pool.h
+// transport starts an in-process fake handler for spec.
+func (w *fakeWorld) transport(te transport.Env, spec transport.Spec) (transport.Conn, error) {
+	out := spec.Out
+	h := spec.Handler
+	ev := spec.Events
 	w.mu.Lock()
 	w.procs++
 	fp := w.procs
@@ -160,10 +161,10 @@ func (w *fakeWorld) transport(te transportEnv, p *process) error {
 	for _, j := range h.Jobs {
 		hello.Jobs = append(hello.Jobs, protocol.HelloJob{Name: j.Name, Cancellable: j.Cancellable})
 	}
-	te.wg.Add(1)
+	te.WG.Add(1)
 	go func() {
-		defer te.wg.Done()
-		te.emit(frameEvent{proc: p, msg: hello})
+		defer te.WG.Done()
+		ev.Frame(hello)
 		results := make(chan *protocol.Result)
 		crashed := make(chan struct{})
 		dead := make(chan struct{}) // closed when this fake process ends: its jobs' goroutines give up
@@ -184,7 +185,7 @@ func (w *fakeWorld) transport(te transportEnv, p *process) error {
 				w.mu.Unlock()
 				switch m := m.(type) {
 				case *protocol.Ping:
-					te.emit(frameEvent{proc: p, msg: &protocol.Pong{Seq: m.Seq}})
+					ev.Frame(&protocol.Pong{Seq: m.Seq})
 				case *protocol.Cancel:
 					if c, ok := cancels[m.ID]; ok {
 						close(c)
@@ -233,7 +234,7 @@ func (w *fakeWorld) transport(te transportEnv, p *process) error {
 				w.runs[runOf[r.ID]].end = time.Now()
 				w.mu.Unlock()
 				delete(runOf, r.ID)
-				te.emit(frameEvent{proc: p, msg: r})
+				ev.Frame(r)
 			case <-crashed:
 				w.mu.Lock()
 				w.crashes = append(w.crashes, fakeCrash{proc: fp, held: sortedSet(held), at: time.Now()})
@@ -241,13 +242,13 @@ func (w *fakeWorld) transport(te transportEnv, p *process) error {
 					w.runs[i].end = time.Now()
 				}
 				w.mu.Unlock()
-				te.emit(exitEvent{proc: p, err: errors.New("exited with status 7")})
+				ev.Exited(errors.New("exited with status 7"))
 				return
 			}
 		}
-		te.emit(exitEvent{proc: p})
+		ev.Exited(nil)
 	}()
-	return nil
+	return fakeConn{}, nil
 }
 
 func sortedSet(m map[string]bool) []string {
