@@ -84,7 +84,7 @@ func TestUnsendableJobIsDeadLetteredAndFreesItsSlot(t *testing.T) {
 		w.mu.Lock()
 		started := 0
 		for _, r := range w.logs {
-			if r.msg == "handler process started" {
+			if r.Msg == "handler process started" {
 				started++
 			}
 		}

@@ -24,39 +24,10 @@ import (
 	"github.com/soniq-dev/soniq-sidecar/internal/backends"
 	"github.com/soniq-dev/soniq-sidecar/internal/backends/memory"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
+	"github.com/soniq-dev/soniq-sidecar/internal/logtest"
 	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
-
-// logRecord is one captured log line, stamped with the (fake) clock.
-type logRecord struct {
-	at    time.Time
-	msg   string
-	attrs map[string]any
-}
-
-type captureHandler struct {
-	mu      *sync.Mutex
-	records *[]logRecord
-	attrs   []slog.Attr
-}
-
-func (h captureHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h captureHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return captureHandler{mu: h.mu, records: h.records, attrs: append(append([]slog.Attr{}, h.attrs...), as...)}
-}
-func (h captureHandler) WithGroup(string) slog.Handler { return h }
-func (h captureHandler) Handle(_ context.Context, r slog.Record) error {
-	rec := logRecord{at: time.Now(), msg: r.Message, attrs: map[string]any{}}
-	for _, a := range h.attrs {
-		rec.attrs[a.Key] = a.Value.Any()
-	}
-	r.Attrs(func(a slog.Attr) bool { rec.attrs[a.Key] = a.Value.Any(); return true })
-	h.mu.Lock()
-	*h.records = append(*h.records, rec)
-	h.mu.Unlock()
-	return nil
-}
 
 // fakeWorld is one supervisor on a fake clock with fake handlers.
 type fakeWorld struct {
@@ -65,7 +36,7 @@ type fakeWorld struct {
 	sup     *Supervisor
 	start   time.Time
 	mu      sync.Mutex
-	logs    []logRecord
+	logs    []logtest.Record
 	frames  []protocol.Message // what the fake handlers received
 	procs   int                // fake processes started so far
 	runs    []fakeRun          // every job a fake process received
@@ -141,7 +112,7 @@ func newFakePool(t *testing.T, s config.Settings, processes, concurrency, syncCo
 		Name: "fake", Command: []string{"fake"}, Transport: config.TransportStdio, Processes: processes,
 		Concurrency: concurrency, SyncConcurrency: syncConcurrency, StartupTimeout: 10 * time.Second, Jobs: jobs,
 	}}}
-	log := slog.New(captureHandler{mu: &w.mu, records: &w.logs})
+	log := slog.New(logtest.Handler{Mu: &w.mu, Records: &w.logs})
 	sup, err := New(Config{Manifest: m, Settings: s, Backend: beatRecorder{Backend: w.mem, w: w}, Logger: log, startTransport: w.transport})
 	require.NoError(t, err)
 	w.sup = sup
@@ -311,8 +282,8 @@ func (w *fakeWorld) transitions() map[string]time.Duration {
 	defer w.mu.Unlock()
 	out := map[string]time.Duration{}
 	for _, r := range w.logs {
-		if st, ok := r.attrs["state"].(string); ok && len(r.msg) > 16 && r.msg[:16] == "state transition" {
-			out[st] = r.at.Sub(w.start)
+		if st, ok := r.Attrs["state"].(string); ok && len(r.Msg) > 16 && r.Msg[:16] == "state transition" {
+			out[st] = r.At.Sub(w.start)
 		}
 	}
 	return out

@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"context"
 	"encoding/json"
 	"log/slog"
 	"os"
@@ -14,45 +13,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
+	"github.com/soniq-dev/soniq-sidecar/internal/logtest"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
-
-// logRecord is one captured log line.
-type logRecord struct {
-	msg   string
-	attrs map[string]any
-}
-
-// captureHandler records every log line with its attributes.
-type captureHandler struct {
-	mu      *sync.Mutex
-	records *[]logRecord
-	attrs   []slog.Attr
-}
-
-func (h captureHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h captureHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return captureHandler{mu: h.mu, records: h.records, attrs: append(append([]slog.Attr{}, h.attrs...), as...)}
-}
-func (h captureHandler) WithGroup(string) slog.Handler { return h }
-func (h captureHandler) Handle(_ context.Context, r slog.Record) error {
-	rec := logRecord{msg: r.Message, attrs: map[string]any{}}
-	for _, a := range h.attrs {
-		rec.attrs[a.Key] = a.Value.Any()
-	}
-	r.Attrs(func(a slog.Attr) bool { rec.attrs[a.Key] = a.Value.Any(); return true })
-	h.mu.Lock()
-	*h.records = append(*h.records, rec)
-	h.mu.Unlock()
-	return nil
-}
 
 // writerRig runs writeFrames for a process whose stdin is a real pipe.
 type writerRig struct {
 	q      *queue
 	events recorder
 	mu     sync.Mutex
-	logs   []logRecord
+	logs   []logtest.Record
 	done   chan struct{}
 }
 
@@ -60,7 +30,7 @@ func startWriter(t *testing.T, stdin *os.File) *writerRig {
 	t.Helper()
 	r := &writerRig{q: newQueue(64), events: make(recorder, 64), done: make(chan struct{})}
 	l := &link{
-		env: Env{MaxFrameBytes: protocol.DefaultMaxFrameBytes, Log: slog.New(captureHandler{mu: &r.mu, records: &r.logs})},
+		env: Env{MaxFrameBytes: protocol.DefaultMaxFrameBytes, Log: slog.New(logtest.Handler{Mu: &r.mu, Records: &r.logs})},
 		h:   &config.Handler{Name: "h"}, out: r.q.ch, ev: r.events, pid: 4242, stderr: &stderrTail{},
 	}
 	go func() { defer close(r.done); writeFrames(l, stdin) }()
@@ -159,15 +129,15 @@ func TestWriteFramesReportsAFailedWriteOnce(t *testing.T) {
 	assert.Empty(t, r.events, "reported once")
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var lines []logRecord
+	var lines []logtest.Record
 	for _, l := range r.logs {
-		if l.msg == "writing to the handler's stdin failed; frames for it are dropped until it is replaced" {
+		if l.Msg == "writing to the handler's stdin failed; frames for it are dropped until it is replaced" {
 			lines = append(lines, l)
 		}
 	}
 	require.Len(t, lines, 1, "logged once: %+v", r.logs)
-	assert.Equal(t, "h", lines[0].attrs["handler"])
-	assert.EqualValues(t, 4242, lines[0].attrs["pid"])
+	assert.Equal(t, "h", lines[0].Attrs["handler"])
+	assert.EqualValues(t, 4242, lines[0].Attrs["pid"])
 }
 
 // Both transports, both SDKs: a job whose args the handler could not read
