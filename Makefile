@@ -33,7 +33,7 @@ docker-steps: build
 
 # The module must build for the platforms the binary ships on (arm64 images)
 # and for macOS, where developers build it (the sidecar itself supervises
-# handlers on Linux only: see internal/supervisor/spawn_other.go). Build only, no
+# handlers on Linux only: see internal/transport/spawn_other.go). Build only, no
 # tests. Packages that import the pure-Go SQLite driver are left out: that
 # driver alone is most of the compile time for each platform (minutes on a
 # cold cache), it is built for these platforms by its authors, and nothing

@@ -50,9 +50,14 @@ def short(v):
     return label
 
 
+def measured(data, section):
+    """The rows of a section that were measured (none when it was not run)."""
+    return [r for r in data.get(section) or [] if not r.get("status")]
+
+
 def throughput(ax, data):
-    rows = [t for t in data["throughput"] if not t.get("status")]
-    soniq = next((t["median_jobs_per_s"] for t in data["throughput"] if t["key"] == "soniq" and not t.get("status")), None)
+    rows = measured(data, "throughput")
+    soniq = next((t["median_jobs_per_s"] for t in rows if t["key"] == "soniq"), None)
     xs = range(len(rows))
     vals = [t["median_jobs_per_s"] for t in rows]
     bars = ax.bar(xs, vals, color=[colour(t) for t in rows],
@@ -67,7 +72,7 @@ def throughput(ax, data):
         ax.annotate(label, (x, bar.get_height()), ha="center", va="bottom", fontsize=7)
     ax.set_xticks(list(xs), [short(t) for t in rows], fontsize=6.5)
     ax.set_ylabel("jobs/s (median; dots: runs)")
-    missing = [t["label"] for t in data["throughput"] if t.get("status")]
+    missing = [t["label"] for t in data.get("throughput") or [] if t.get("status")]
     title = f"1–2. Throughput, {data['params']['jobs_per_run']:,} no-op jobs, budget {data['params']['concurrency_budget']} in flight"
     ax.set_title(title, fontsize=9)
     if missing:
@@ -76,7 +81,7 @@ def throughput(ax, data):
 
 
 def latency(ax, data):
-    rows = [r for r in data["latency"] if not r.get("status")]
+    rows = measured(data, "latency")
     width = 0.8 / 3
     for i, (key, name) in enumerate((("median_p50_ms", "p50"), ("median_p95_ms", "p95"), ("median_p99_ms", "p99"))):
         xs = [j + (i - 1) * width for j in range(len(rows))]
@@ -95,7 +100,7 @@ def latency(ax, data):
 
 
 def shutdown(ax, data):
-    rows = [r for r in data["shutdown"] if not r.get("status")]
+    rows = measured(data, "shutdown")
     for j, r in enumerate(rows):
         ys = [run["overshoot_ms"] for run in r["runs"] if not run.get("error")]
         ax.plot([j] * len(ys), ys, "o", color=colour(r), alpha=0.7)
@@ -110,7 +115,7 @@ def shutdown(ax, data):
 
 
 def cost(ax, data):
-    rows = [t for t in data["throughput"] if not t.get("status") and t["kind"] != "ceiling"]
+    rows = [t for t in measured(data, "throughput") if t["kind"] != "ceiling"]
     parts = [
         ("sidecar_cpu_s_per_10k", "sidecar", BLUE),
         ("handler_cpu_s_per_10k", "handler processes", "#6baed6"),
@@ -180,20 +185,88 @@ def sharing(ax, data):
     ax.set_ylim(0, max(r["median_jobs_per_s"] for r in rows) * 1.3)
 
 
+def sqlite_label(t):
+    if t.get("kind") == "soniq":
+        return f"Soniq 0.1.0\n{t['processes']} × {t['concurrency_each']}"
+    return f"sidecar\n{t['sdk'].capitalize()} stdio"
+
+
+def sqlite_throughput(ax, data):
+    sq = data["sqlite"]
+    rows = [t for t in sq.get("throughput") or [] if not t.get("status")]
+    soniq = next((t["median_jobs_per_s"] for t in rows if t["key"] == "sqlite-soniq"), None)
+    xs = range(len(rows))
+    vals = [t["median_jobs_per_s"] for t in rows]
+    bars = ax.bar(xs, vals, color=[colour(t) for t in rows], edgecolor="white",
+                  hatch=["xx" if t["key"] == "sqlite-soniq-budget" else "" for t in rows])
+    for bar, t in zip(bars, rows):
+        runs = [r["jobs_per_s"] for r in t["runs"] if not r.get("error")]
+        x = bar.get_x() + bar.get_width() / 2
+        ax.plot([x] * len(runs), runs, "k.", markersize=3)
+        label = f"{t['median_jobs_per_s']:,.0f}"
+        if soniq and t["key"] != "sqlite-soniq":
+            label += f"\n{t['median_jobs_per_s'] / soniq:.1f}× Soniq 1 × 1"
+        if t.get("median_claims_per_job", 1) > 1.01:
+            label += f"\neach job run {t['median_claims_per_job']:.1f}×"
+        ax.annotate(label, (x, bar.get_height()), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(list(xs), [sqlite_label(t) for t in rows], fontsize=7)
+    ax.set_ylabel("jobs/s (median; dots: runs)")
+    ax.set_ylim(0, max(vals + [1]) * 1.3)
+    ax.set_title("7. Embedded SQLite: the sidecar and Soniq's worker on SQLite (no-op jobs)", fontsize=9)
+    missing = [t["label"] for t in sq.get("throughput") or [] if t.get("status")]
+    if missing:
+        ax.text(0.01, 0.97, "not measured: " + "; ".join(missing), transform=ax.transAxes, fontsize=6, va="top", color="dimgrey", wrap=True)
+
+
+def sqlite_depth(ax, data):
+    pts = [p for p in data["sqlite"].get("depth") or [] if not p.get("error")]
+    ax.set_title("7. Embedded SQLite: drain rate as the queue grows", fontsize=9)
+    for key in dict.fromkeys(p["key"] for p in pts):
+        line = [p for p in pts if p["key"] == key]
+        col = colour(line[0])
+        label = "Soniq 0.1.0, 1 × 1" if line[0]["kind"] == "soniq" else f"sidecar, {line[0]['sdk'].capitalize()} stdio"
+        ax.plot([p["queued"] for p in line], [p["jobs_per_s"] for p in line], "-", color=col, label=label)
+        for p in line:
+            # Hollow: the window ended before the target number of completions.
+            ax.plot(p["queued"], p["jobs_per_s"], "o", color=col, markerfacecolor="white" if p.get("capped") else col)
+            ax.annotate(f"{p['jobs_per_s']:,.0f}", (p["queued"], p["jobs_per_s"]), fontsize=7, xytext=(0, 5),
+                        textcoords="offset points", ha="center")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("jobs queued (hollow: rate over the completions within the window)")
+    ax.set_ylabel("jobs/s over the first completions (log)")
+    ax.legend(fontsize=7)
+
+
 def main():
     md, png = sys.argv[1], sys.argv[2]
     data = load(md)
-    fig, axes = plt.subplots(3, 2, figsize=(15, 13), gridspec_kw={"width_ratios": [1.35, 1]})
-    throughput(axes[0][0], data)
-    latency(axes[0][1], data)
-    shutdown(axes[1][0], data)
-    cost(axes[1][1], data)
-    depth(axes[2][0], data)
-    sharing(axes[2][1], data)
+    sq = data.get("sqlite") or {}
+    # Only the sections this run measured get a panel.
+    panels = [p for p, has in (
+        (throughput, measured(data, "throughput")),
+        (latency, measured(data, "latency")),
+        (shutdown, measured(data, "shutdown")),
+        (cost, [t for t in measured(data, "throughput") if t["kind"] != "ceiling"]),
+        (depth, data.get("depth")),
+        (sharing, data.get("sharing")),
+        (sqlite_throughput, sq.get("throughput")),
+        (sqlite_depth, [p for p in sq.get("depth") or [] if not p.get("error")]),
+    ) if has]
+    nrows = max(1, (len(panels) + 1) // 2)
+    height = 4.4 * nrows + 0.5
+    fig, axes = plt.subplots(nrows, 2, figsize=(15, height), gridspec_kw={"width_ratios": [1.35, 1]}, squeeze=False)
+    cells = [ax for row in axes for ax in row]
+    for draw, ax in zip(panels, cells):
+        draw(ax, data)
+    for ax in cells[len(panels):]:
+        ax.set_axis_off()
+    if not panels:
+        cells[0].text(0.5, 0.5, "no section measured", transform=cells[0].transAxes, ha="center")
     meta = data["meta"]
     fig.suptitle(f"soniq-sidecar benchmarks — {meta.get('date')}, commit {meta.get('commit', '').split(' ')[0]}, "
                  f"{meta.get('cores')} cores ({meta.get('cpu')}), PostgreSQL {meta.get('postgres')}", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / height))  # room for the title
     fig.savefig(png, dpi=110)
 
 

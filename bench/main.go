@@ -48,6 +48,14 @@ type config struct {
 	soniqN    int   // jobs per throughput run of the Soniq worker
 	depths    []int // queue depths of the depth curve
 	sidecars  []int // sidecar counts of the sharing curve
+
+	soniqSQLite        string        // Soniq's CLI from a virtualenv with its sqlite extra
+	sqliteN            int           // jobs per SQLite run of the sidecar
+	sqliteSoniqN       int           // jobs per SQLite run of Soniq's worker, 1 × 1
+	sqliteSoniqBudgetN int           // jobs per SQLite run of Soniq's worker at the budget
+	sqliteDepths       []int         // queue depths of the SQLite curve
+	sqliteDrain        int           // completions a SQLite depth point is taken over, at most
+	sqliteWindow       time.Duration // bound of one SQLite depth point
 }
 
 func main() {
@@ -67,12 +75,19 @@ func main() {
 	flag.IntVar(&c.latRuns, "latency-runs", 3, "runs of each pickup-latency variant")
 	flag.IntVar(&c.shutRuns, "shutdown-runs", 5, "runs of each shutdown variant")
 	flag.DurationVar(&c.shutTO, "shutdown-timeout", 2*time.Second, "shutdown_timeout for the shutdown runs")
-	flag.DurationVar(&c.budget, "budget", 13*time.Minute+30*time.Second, "wall-time bound: later rounds are skipped past it")
+	flag.DurationVar(&c.budget, "budget", 15*time.Minute+30*time.Second, "wall-time bound: later rounds are skipped past it")
 	only := flag.String("only", "", "comma-separated variant keys to run (soniq, python-stdio, node-stdio, python-unix, node-unix, python-attach, node-attach, ceiling, ceiling-500); default all")
-	sections := flag.String("sections", "shutdown,latency,pooler,throughput,depth,sharing", "comma-separated sections to run (pooler: pickup latency direct and through PgBouncer, needs pgbouncer)")
+	sections := flag.String("sections", "shutdown,latency,pooler,sqlite,throughput,depth,sharing", "comma-separated sections to run (pooler: pickup latency direct and through PgBouncer, needs pgbouncer; sqlite: the embedded SQLite default beside Soniq's worker on SQLite)")
 	flag.IntVar(&c.soniqN, "soniq-n", 5000, "jobs per throughput run of the Soniq worker (fewer than -n: it is 20-50 times slower, and a shallower queue only flatters it)")
 	depths := flag.String("depths", "10000,100000,1000000", "queue depths of the depth curve")
 	sidecarCounts := flag.String("sidecars", "1,2,4", "sidecar counts of the sharing curve (same total budget)")
+	flag.StringVar(&c.soniqSQLite, "soniq-sqlite", "", "Soniq's CLI from a virtualenv that also has its sqlite extra (aiosqlite), for the sqlite section")
+	flag.IntVar(&c.sqliteN, "sqlite-n", 3000, "jobs per SQLite throughput run of the sidecar")
+	flag.IntVar(&c.sqliteSoniqN, "sqlite-soniq-n", 3000, "jobs per SQLite throughput run of Soniq's worker (1 process, concurrency 1; both sides' claims sort every queued row, so the same depth as the sidecar's)")
+	flag.IntVar(&c.sqliteSoniqBudgetN, "sqlite-soniq-budget-n", 200, "jobs of the one SQLite run of Soniq's worker at the bench's budget (it runs each job many times)")
+	sqliteDepths := flag.String("sqlite-depths", "1000,10000,50000", "queue depths of the SQLite curve")
+	flag.IntVar(&c.sqliteDrain, "sqlite-drain", 3000, "completions a point of the SQLite curve is taken over, at most")
+	flag.DurationVar(&c.sqliteWindow, "sqlite-window", 6*time.Second, "bound of one point of the SQLite curve, from the jobs' commit")
 	renderOnly := flag.String("render", "", "only rewrite this report from the JSON it embeds (goals, analysis), measuring nothing")
 	flag.Parse()
 	if *renderOnly != "" {
@@ -86,6 +101,9 @@ func main() {
 	var err error
 	if c.depths, err = ints(*depths); err == nil {
 		c.sidecars, err = ints(*sidecarCounts)
+	}
+	if err == nil {
+		c.sqliteDepths, err = ints(*sqliteDepths)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -156,6 +174,9 @@ func run(ctx context.Context, c *config) error {
 	}
 	c.sidecar = abs(c.sidecar)
 	c.soniq = abs(c.soniq)
+	if c.soniqSQLite != "" {
+		c.soniqSQLite = abs(c.soniqSQLite)
+	}
 	// The pyenv-style shim python3 may be a script: use the interpreter itself.
 	if p := output("", c.python, "-c", "import sys; print(sys.executable)"); p != "unknown" {
 		c.python = p
@@ -187,7 +208,8 @@ func run(ctx context.Context, c *config) error {
 	for _, s := range []struct {
 		name string
 		run  func(context.Context) error
-	}{{"shutdown", b.shutdownSection}, {"latency", b.latencySection}, {"pooler", b.poolerSection}, {"throughput", b.throughputSection},
+	}{{"shutdown", b.shutdownSection}, {"latency", b.latencySection}, {"pooler", b.poolerSection}, {"sqlite", b.sqliteSection},
+		{"throughput", b.throughputSection},
 		{"depth", b.depthSection}, {"sharing", b.shareSection}} {
 		if !c.sections[s.name] {
 			continue

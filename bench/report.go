@@ -24,6 +24,7 @@ type report struct {
 	Pooler     []*latResult      `json:"pooler,omitempty"`
 	Depth      []depthPoint      `json:"depth,omitempty"`
 	Sharing    []*shareResult    `json:"sharing,omitempty"`
+	SQLite     *sqliteReport     `json:"sqlite,omitempty"`
 	Loads      []sectionLoad     `json:"loads,omitempty"`
 	Notes      []string          `json:"notes,omitempty"`
 	Goals      []goal            `json:"goals"`
@@ -347,6 +348,14 @@ func (r *report) write(path string) error {
 	w("  them when fewer); the clock runs from its start to the last of those done (polled every 20 ms).\n")
 	w("- **Sharing**: 1, 2 or 4 sidecars (Python, stdio) on one database with the same total budget of %v jobs in flight\n", p.Budget)
 	w("  (processes and concurrency per sidecar shrink to keep the total), measured as the throughput runs.\n")
+	w("- **Embedded SQLite** (section 7): every run gets a new SQLite file; the workers start on it (each side creates its tables as on\n")
+	w("  first use) and become idle, then the driver writes the jobs in one transaction (the columns Soniq's enqueue writes). The rate\n")
+	w("  runs from the first completion to the last (`updated_at` of the `done` rows): SQLite has no cross-process notification, so\n")
+	w("  both sides see the jobs at their next poll (`SONIQ_POLL_INTERVAL`, the same variable for both, set to 0.5 s), which is pickup\n")
+	w("  latency and is left out. The curve fills N jobs, then takes the rate over the first completions (at most a set number, within a\n")
+	w("  window from the commit: hollow points ran out of window). CPU is per process, from /proc: on SQLite the database work runs\n")
+	w("  inside the sidecar and inside Soniq's worker processes. *Claims per job* is the `attempts` counter summed over the done rows,\n")
+	w("  per row: 1.00 when every job was claimed, and so run, once.\n")
 	w("- **Transport unix** rows are measured when a sidecar with `transport: unix` runs 100 jobs with that SDK at the start of `make bench`;\n")
 	w("  otherwise they read \"not yet measured\" and the reason is in the notes.\n")
 	w("- **Pickup latency**: a Go producer enqueues one job at a time at a steady rate with `internal/backends/postgres` Enqueue (INSERT and\n")
@@ -444,6 +453,7 @@ func (r *report) write(path string) error {
 		}
 		w("\n")
 	}
+	r.writeSQLite(w)
 
 	w("## 3. Pickup latency at %v jobs/s\n\n", p.LatencyRate)
 	w("| variant | p50 ms | p95 ms | p99 ms | runs (p99 ms) |\n| --- | --- | --- | --- | --- |\n")

@@ -4,9 +4,10 @@
 #
 #   bench/run.sh [DRIVER FLAGS...]   # e.g. bench/run.sh -n 2000 -runs 1 (a quick check)
 #
-# Needs Go, python3 with venv and pip (the Soniq release and matplotlib are
-# installed into cached virtualenvs), node, PostgreSQL 15 for .ci/pg.sh, and
-# pgbouncer for the pooler section (.ci/pgbouncer.sh; -sections leaves it out).
+# Needs Go, python3 with venv and pip (the Soniq release, the same release
+# with its SQLite extra, and matplotlib are installed into cached
+# virtualenvs), node, PostgreSQL 15 for .ci/pg.sh, and pgbouncer for the
+# pooler section (.ci/pgbouncer.sh; -sections leaves it out).
 # With BENCH_DATABASE_URL set, that server is used instead of a fresh one;
 # BENCH_OUT and BENCH_PNG move the report and the chart (for trial runs).
 # BENCH_QUICK=1 is a smoke run (about a minute): every section with tiny
@@ -43,6 +44,14 @@ venv "$chart_venv" "$chart_reqs"
 # concurrent `make build` cannot swap it mid-run.
 work="$(mktemp -d "${TMPDIR:-/tmp}/soniq-bench.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
+
+# Soniq's worker on SQLite needs its sqlite extra: the same release plus
+# bench/soniq-sqlite-requirements.txt, in a virtualenv of its own (the
+# integration tests' one stays as they make it).
+sqlite_reqs="$work/soniq-sqlite-requirements.txt"
+cat "$soniq_reqs" bench/soniq-sqlite-requirements.txt >"$sqlite_reqs"
+soniq_sqlite_venv="$cache/soniq-sqlite-venv-$(hash12 "$sqlite_reqs")"
+venv "$soniq_sqlite_venv" "$sqlite_reqs"
 make --no-print-directory build BIN="$work/soniq-sidecar" >&2
 go build -o "$work/bench" ./bench
 
@@ -50,9 +59,10 @@ out="${BENCH_OUT:-docs/benchmarks.md}" png="${BENCH_PNG:-docs/benchmarks.png}"
 quick=()
 if [[ -n "${BENCH_QUICK:-}" ]]; then
   out="${BENCH_OUT:-$work/benchmarks.md}" png="${BENCH_PNG:-$work/benchmarks.png}"
-  quick=(-n 400 -soniq-n 100 -runs 1 -latency-seconds 0.5 -latency-runs 1 -shutdown-runs 1 -shutdown-timeout 1s -depths 1000,3000 -sidecars 1,2 -budget 2m)
+  quick=(-n 400 -soniq-n 100 -runs 1 -latency-seconds 0.5 -latency-runs 1 -shutdown-runs 1 -shutdown-timeout 1s -depths 1000,3000 -sidecars 1,2 -budget 2m
+    -sqlite-n 300 -sqlite-soniq-n 300 -sqlite-soniq-budget-n 20 -sqlite-depths 300,1000 -sqlite-drain 300 -sqlite-window 2s)
 fi
-args=(-sidecar "$work/soniq-sidecar" -soniq "$soniq_venv/bin/soniq" -python python3 -node node -out "$out" "${quick[@]}" "$@")
+args=(-sidecar "$work/soniq-sidecar" -soniq "$soniq_venv/bin/soniq" -soniq-sqlite "$soniq_sqlite_venv/bin/soniq" -python python3 -node node -out "$out" "${quick[@]}" "$@")
 if [[ -n "${BENCH_DATABASE_URL:-}" ]]; then
   "$work/bench" -database-url "$BENCH_DATABASE_URL" "${args[@]}"
 else

@@ -7,179 +7,31 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
+	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 	"github.com/soniq-dev/soniq-sidecar/protocol/session"
 )
 
-// Attach mode: a handler whose processes run in a container of their own
-// and serve the Handler service on a Unix socket (the SDKs' --listen). The
-// sidecar spawns and signals nothing for it: each endpoint is one process,
-// a Session stream (protocol/session, a plain gRPC client: go-plugin's
-// reattach expects a process it started) is its life, and the end of the
-// connection is its exit. The loop treats it like any other process: the
-// hello is checked against the manifest, pings and jobs go over the
-// stream, a lost connection is a crash for the jobs it held (the suspect
-// rule), and a new connection (with backoff) is its restart.
+// Attach mode, the loop's side: a handler whose processes run in a
+// container of their own (the transport in internal/transport connects to
+// each endpoint; the end of the connection is the process's exit). The
+// loop treats such a process like any other: the hello is checked against
+// the manifest, pings and jobs go to it, a lost connection is a crash for
+// the jobs it held (the suspect rule), and a new connection is its
+// restart. What is particular to it is here: its endpoints (globs
+// rescanned on every tick), draining, the jobs it still runs from an
+// earlier session, readiness and metrics.
 
-// Backoff while an endpoint does not answer (its container is starting or
-// restarting): quick at first, capped so a returning handler is found
-// soon.
-const (
-	attachRetryFirst = 100 * time.Millisecond
-	attachRetryMax   = 2 * time.Second
-)
-
-// errEndpointGone marks the end of an attached process's connection that
-// was not the sidecar's doing.
-var errEndpointGone = errors.New("connection lost")
-
-// attachedConn is the loop's handle on an attached process: the sidecar
-// owns no process there, so it signals nothing; a SIGKILL (the loop giving
-// up on a broken process) ends the connection instead.
-type attachedConn struct {
-	path   string
-	detach func()
-}
-
-func (c attachedConn) pid() int     { return 0 }
-func (c attachedConn) peer() string { return "endpoint " + c.path }
-func (c attachedConn) signal(sig syscall.Signal) {
-	if sig == syscall.SIGKILL {
-		c.detach()
-	}
-}
-
-// attachProc is the transport of one attach endpoint.
-type attachProc struct {
-	te     transportEnv
-	p      *process
-	path   string
-	ctx    context.Context
-	cancel context.CancelFunc // detaches: ends the connection attempt or the session
-}
-
-// startAttach starts connecting to p's endpoint; the hello (or a protocol
-// error) and the end of the connection are reported as events.
-func startAttach(te transportEnv, p *process) error {
-	a := &attachProc{te: te, p: p, path: p.endpoint}
-	a.ctx, a.cancel = context.WithCancel(context.Background())
-	p.conn = attachedConn{path: a.path, detach: a.cancel}
-	te.wg.Add(1)
-	go a.run()
-	return nil
-}
-
-func (a *attachProc) run() {
-	defer a.te.wg.Done()
-	defer a.cancel()
-	s, gaveUp := a.connect()
-	if s == nil {
-		if !gaveUp {
-			// A protocol error or a refusal was reported: the loop
-			// closes p.out as for a broken process; then this "process"
-			// has exited.
-			for range a.p.out {
-			}
-			a.te.emit(exitEvent{proc: a.p, err: fmt.Errorf("no session with the handler at %s", a.path)})
-		}
-		return
-	}
-	// The hello with its running jobs: the loop checks it as a spawned
-	// process's.
-	a.te.emit(frameEvent{proc: a.p, msg: s.Hello()})
-	recvDone := make(chan struct{})
-	var endErr error
-	sc := &streamConn{te: a.te, p: a.p, s: s, recvDone: recvDone,
-		ended: func(err error) { endErr = err },
-		protocolError: func(err error) {
-			a.te.emit(protocolErrorEvent{proc: a.p, err: err})
-		}}
-	exitDone := make(chan struct{})
-	go func() {
-		// The end of the stream is the process's exit for the loop; it
-		// closes p.out when it handles it, which ends the sender. run
-		// waits for this goroutine.
-		defer close(exitDone)
-		<-recvDone
-		err := a.endError(endErr)
-		_ = s.Close()
-		a.te.emit(exitEvent{proc: a.p, err: err})
-	}()
-	sc.run()
-	<-exitDone
-}
-
-// endError says how a session ended: nil for a clean end after the
-// sidecar's `shutdown`, else the lost connection.
-func (a *attachProc) endError(err error) error {
-	switch {
-	case a.ctx.Err() != nil:
-		return fmt.Errorf("the connection to the handler at %s was closed by the sidecar", a.path)
-	case err == nil && a.p.shutdownSent.Load():
-		return nil
-	case err == nil:
-		return fmt.Errorf("the connection to the handler at %s was lost: the handler ended the session: %w", a.path, errEndpointGone)
-	}
-	return fmt.Errorf("the connection to the handler at %s was lost: %w: %w", a.path, errEndpointGone, err)
-}
-
-// connect opens a session, retrying with backoff while the endpoint does
-// not answer. It returns nil when it gave up: the loop closed p.out (an
-// exitEvent was emitted) or a protocol error or refusal was reported (gaveUp
-// false).
-func (a *attachProc) connect() (*session.Session, bool) {
-	h := a.p.pool.h
-	delay := attachRetryFirst
-	waitingSince := time.Now()
-	warned := false
-	for {
-		s, err := session.Open(a.ctx, a.path, session.Options{HelloTimeout: h.StartupTimeout, MaxFrameBytes: a.te.maxFrame})
-		switch {
-		case err == nil:
-			return s, false
-		case errors.Is(err, session.ErrProtocol):
-			a.te.emit(protocolErrorEvent{proc: a.p, err: err})
-			return nil, false
-		case errors.Is(err, session.ErrRefused):
-			// Another sidecar holds the endpoint: a deployment error
-			// (two sidecars for one handler container), not a crash.
-			a.te.emit(attachRefusedEvent{proc: a.p, err: err})
-			return nil, false
-		}
-		if !warned && time.Since(waitingSince) >= h.StartupTimeout {
-			warned = true
-			a.te.log.Warn("attach endpoint does not answer yet; still trying", "handler", h.Name, "endpoint", a.path,
-				"waiting", time.Since(waitingSince).Round(time.Millisecond), "err", err)
-		}
-		timer := time.NewTimer(delay)
-		select {
-		case _, open := <-a.p.out:
-			timer.Stop()
-			if !open {
-				// The loop stopped waiting for it (shutdown).
-				a.te.emit(exitEvent{proc: a.p, err: fmt.Errorf("never attached to %s: %w", a.path, err)})
-				return nil, true
-			}
-		case <-a.ctx.Done():
-			timer.Stop()
-			a.te.emit(exitEvent{proc: a.p, err: fmt.Errorf("never attached to %s: %w", a.path, err)})
-			for range a.p.out {
-			}
-			return nil, true
-		case <-timer.C:
-		}
-		delay = min(2*delay, attachRetryMax)
-	}
-}
-
-// ---- the loop's side ----
+// attachRespawnDelay is how long after an attached handler ended its
+// session (after draining: its container is stopping) the loop looks for
+// its successor on the endpoint.
+const attachRespawnDelay = 500 * time.Millisecond
 
 // initAttach gives an attach handler's pool its endpoints (the literal
 // paths now; globs are expanded on every tick) and says what readiness
@@ -348,7 +200,7 @@ func (p *process) label() string {
 // endDescription says how a process ended, for logs and last_error.
 func (p *process) endDescription(err error) string {
 	if p.endpoint == "" {
-		return exitDescription(err)
+		return transport.ExitDescription(err)
 	}
 	if err == nil {
 		return "ended its session"
@@ -406,7 +258,7 @@ func (l *loop) attachEnded(p *process, wasReady bool, err error) {
 	case reason != "":
 	case err == nil:
 		reason = "shutdown"
-	case errors.Is(err, errEndpointGone):
+	case errors.Is(err, transport.ErrEndpointGone):
 		reason = "connection_lost"
 	default:
 		reason = "not_attached"
@@ -433,7 +285,7 @@ func (l *loop) notReadyReason(pl *pool) string {
 // after a moment rather than at once.
 func (l *loop) respawn(pl *pool, p *process) {
 	if p.endpoint != "" {
-		l.scheduleRestart(pl, p.slot, 5*attachRetryFirst)
+		l.scheduleRestart(pl, p.slot, attachRespawnDelay)
 		return
 	}
 	l.spawn(pl, p.slot)

@@ -21,6 +21,7 @@ import (
 	"github.com/soniq-dev/soniq-sidecar/internal/backends"
 	"github.com/soniq-dev/soniq-sidecar/internal/backends/memory"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
+	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
@@ -28,9 +29,9 @@ import (
 // sending them.
 type recConn struct{ sigs []syscall.Signal }
 
-func (c *recConn) pid() int                  { return 4242 }
-func (c *recConn) peer() string              { return "pid 4242" }
-func (c *recConn) signal(sig syscall.Signal) { c.sigs = append(c.sigs, sig) }
+func (c *recConn) PID() int                  { return 4242 }
+func (c *recConn) Signal(sig syscall.Signal) { c.sigs = append(c.sigs, sig) }
+func (c *recConn) Stderr() string            { return "" }
 
 // crashRig is a loop that is not running, whose transport starts nothing
 // and hands every process a recConn.
@@ -48,11 +49,10 @@ func newCrashRig(t *testing.T) *crashRig {
 	r := &crashRig{}
 	sup, err := New(Config{Manifest: m, Settings: fakeSettings(30*time.Second, time.Minute), Backend: memory.New(),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), StopGrace: time.Second,
-		startTransport: func(_ transportEnv, p *process) error {
+		startTransport: func(transport.Env, transport.Spec) (transport.Conn, error) {
 			c := &recConn{}
 			r.conns = append(r.conns, c)
-			p.conn, p.pid = c, c.pid()
-			return nil
+			return c, nil
 		}})
 	require.NoError(t, err)
 	r.sup = sup

@@ -5,7 +5,6 @@ package supervisor
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/soniq-dev/soniq-sidecar/internal/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 )
 
 func (l *loop) maybeClaim(pl *pool) {
@@ -98,16 +98,16 @@ func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
 			l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
 				Reason: backends.ReasonMaxRetriesExceeded, Error: "Max attempts exceeded (job crashed repeatedly)"})
 			continue
-		case !isJSONObject(j.Args):
+		case !transport.IsJSONObject(j.Args):
 			l.log.Error("job dead-lettered: its args are not a JSON object", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue)
 			l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
 				Reason: backends.ReasonInvalidArguments, Error: "args must be a JSON object, got: " + truncate(string(j.Args), 200)})
 			continue
-		case argsUnsendable(j.Args, l.cfg.MaxFrameBytes) != "":
+		case transport.ArgsUnsendable(j.Args, l.cfg.MaxFrameBytes) != "":
 			// Sending it would break every handler process it reached (an
 			// oversize or too-deep frame is a protocol error there), and
 			// retrying cannot help: dead-letter it with the reason.
-			why := argsUnsendable(j.Args, l.cfg.MaxFrameBytes)
+			why := transport.ArgsUnsendable(j.Args, l.cfg.MaxFrameBytes)
 			l.log.Error("job dead-lettered: its args cannot be sent to a handler", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "reason", why)
 			l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
 				Reason: backends.ReasonInvalidArguments, Error: why})
@@ -198,20 +198,6 @@ func (l *loop) onUnknownClaimed(jobs []backends.Job, err error) {
 		l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
 			Reason: backends.ReasonJobNotFound, Error: fmt.Sprintf("Job %s not registered.", j.Name)})
 	}
-}
-
-func isJSONObject(b json.RawMessage) bool {
-	for _, c := range b {
-		switch c {
-		case ' ', '\t', '\n', '\r':
-			continue
-		case '{':
-			return true
-		default:
-			return false
-		}
-	}
-	return false
 }
 
 // tryDispatch hands pending jobs to processes with a free slot; suspects,

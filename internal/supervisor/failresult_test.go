@@ -11,19 +11,20 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/soniq-dev/soniq-sidecar/internal/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
 // failingTransport answers a job whose args hold "fail" at once with a
 // failed result carrying that error (as an SDK reports a handler's or a
 // validation's failure).
-func (w *fakeWorld) failingTransport(te transportEnv, p *process) error {
-	return w.interceptTransport(te, p, func(j *protocol.Job) bool {
+func (w *fakeWorld) failingTransport(te transport.Env, spec transport.Spec) (transport.Conn, error) {
+	return w.interceptTransport(te, spec, func(j *protocol.Job) bool {
 		var args struct{ Fail *protocol.ResultError }
 		if json.Unmarshal(j.Args, &args) != nil || args.Fail == nil {
 			return false
 		}
-		te.emit(frameEvent{proc: p, msg: &protocol.Result{ID: j.ID, Status: protocol.StatusFailed, Error: args.Fail}})
+		spec.Events.Frame(&protocol.Result{ID: j.ID, Status: protocol.StatusFailed, Error: args.Fail})
 		return true
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/soniq-dev/soniq-sidecar/internal/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/logtest"
 )
 
 // A sidecar whose rows were recovered by another worker while it still ran
@@ -44,21 +45,21 @@ func TestWorkerLostRegistersAgain(t *testing.T) {
 		recovered := time.Now()
 
 		// Within one heartbeat interval the sidecar notices and registers again.
-		var lost logRecord
-		for lost.msg == "" && time.Since(recovered) < 10*time.Second {
+		var lost logtest.Record
+		for lost.Msg == "" && time.Since(recovered) < 10*time.Second {
 			time.Sleep(100 * time.Millisecond)
 			synctest.Wait()
 			w.mu.Lock()
 			for _, r := range w.logs {
-				if len(r.msg) > 40 && r.msg[:40] == "this sidecar's worker row was lost (anot" {
+				if len(r.Msg) > 40 && r.Msg[:40] == "this sidecar's worker row was lost (anot" {
 					lost = r
 				}
 			}
 			w.mu.Unlock()
 		}
-		require.NotEmpty(t, lost.msg, "one WARN line says the row was lost and registered again")
-		assert.LessOrEqual(t, lost.at.Sub(recovered), s.HeartbeatInterval, "noticed within one heartbeat interval")
-		assert.Equal(t, []string{taken}, lost.attrs["jobs_taken_elsewhere"])
+		require.NotEmpty(t, lost.Msg, "one WARN line says the row was lost and registered again")
+		assert.LessOrEqual(t, lost.At.Sub(recovered), s.HeartbeatInterval, "noticed within one heartbeat interval")
+		assert.Equal(t, []string{taken}, lost.Attrs["jobs_taken_elsewhere"])
 		require.NoError(t, w.mem.Heartbeat(ctx, me), "the row is active again")
 
 		// Both first executions end at 10 s; the re-claimed row runs again.

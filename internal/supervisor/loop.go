@@ -13,6 +13,7 @@ import (
 
 	"github.com/soniq-dev/soniq-sidecar/internal/backends"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
+	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 )
 
 // taskState is where one claimed job is, as far as the sidecar is concerned.
@@ -133,7 +134,7 @@ type loop struct {
 	tracer  trace.Tracer
 	emit    func(event) bool // queues an event for the loop (from any goroutine)
 	writer  *resultWriter
-	sp      *spawner
+	sp      *transport.Spawner
 	wg      *sync.WaitGroup
 
 	pools []*pool
@@ -152,7 +153,7 @@ type loop struct {
 	servedNames     []string
 }
 
-func newLoop(s *Supervisor, w *resultWriter, sp *spawner, wg *sync.WaitGroup) *loop {
+func newLoop(s *Supervisor, w *resultWriter, sp *transport.Spawner, wg *sync.WaitGroup) *loop {
 	l := &loop{s: s, cfg: &s.cfg, log: s.log, metrics: s.metrics, tracer: s.tracer, emit: s.emit,
 		writer: w, sp: sp, wg: wg, live: map[string]*task{}}
 	for i := range s.cfg.Manifest.Handlers {

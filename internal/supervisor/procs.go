@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
+	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 	"github.com/soniq-dev/soniq-sidecar/protocol/session"
 )
@@ -23,18 +24,19 @@ func (l *loop) spawn(pl *pool, slot int) {
 		state:     procStarting,
 		spawnedAt: time.Now(),
 		tasks:     map[string]*task{},
-		stderr:    &stderrTail{},
 	}
-	// The transport starts the child, sets p.conn, consumes p.out and
-	// reports frames, protocol errors and the exit as events.
-	tr := transportFor(h)
 	if h.Attached() {
 		p.endpoint = pl.endpoints[slot]
 	}
+	// The transport starts the child, consumes p.out and reports frames,
+	// protocol errors and the exit, which procEvents turns into events.
+	start := transport.Start
 	if l.cfg.startTransport != nil {
-		tr = transportFunc(l.cfg.startTransport) // tests: an in-process fake handler
+		start = l.cfg.startTransport // tests: an in-process fake handler
 	}
-	if err := tr.start(transportEnv{sp: l.sp, maxFrame: l.cfg.MaxFrameBytes, log: l.log, emit: l.emit, wg: l.wg}, p); err != nil {
+	env := transport.Env{Spawner: l.sp, MaxFrameBytes: l.cfg.MaxFrameBytes, Log: l.log, WG: l.wg}
+	c, err := start(env, transport.Spec{Handler: h, Endpoint: p.endpoint, Out: p.out, Events: procEvents{emit: l.emit, p: p}})
+	if err != nil {
 		if !pl.started && cannotStart(err) {
 			// A command that was never started and cannot be is a
 			// configuration error, not a crash to retry forever.
@@ -51,6 +53,7 @@ func (l *loop) spawn(pl *pool, slot int) {
 		l.startFailed(pl, slot, err.Error(), "start_failure")
 		return
 	}
+	p.conn, p.pid = c, c.PID()
 	pl.started = true
 	pl.procs[slot] = p
 	l.procs++
@@ -233,7 +236,7 @@ func (l *loop) onExit(p *process, err error) {
 		cause = fmt.Sprintf("handler %s %s %s", pl.h.Name, p.label(), desc)
 	}
 	l.attachEnded(p, wasReady, err)
-	if tail := p.stderr.String(); tail != "" && !expected {
+	if tail := p.stderrTail(); tail != "" && !expected {
 		cause += "\nstderr (last lines):\n" + tail
 	}
 	l.settleCrash(p, cause, desc)

@@ -24,38 +24,10 @@ import (
 	"github.com/soniq-dev/soniq-sidecar/internal/backends"
 	"github.com/soniq-dev/soniq-sidecar/internal/backends/memory"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
+	"github.com/soniq-dev/soniq-sidecar/internal/logtest"
+	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
-
-// logRecord is one captured log line, stamped with the (fake) clock.
-type logRecord struct {
-	at    time.Time
-	msg   string
-	attrs map[string]any
-}
-
-type captureHandler struct {
-	mu      *sync.Mutex
-	records *[]logRecord
-	attrs   []slog.Attr
-}
-
-func (h captureHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h captureHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return captureHandler{mu: h.mu, records: h.records, attrs: append(append([]slog.Attr{}, h.attrs...), as...)}
-}
-func (h captureHandler) WithGroup(string) slog.Handler { return h }
-func (h captureHandler) Handle(_ context.Context, r slog.Record) error {
-	rec := logRecord{at: time.Now(), msg: r.Message, attrs: map[string]any{}}
-	for _, a := range h.attrs {
-		rec.attrs[a.Key] = a.Value.Any()
-	}
-	r.Attrs(func(a slog.Attr) bool { rec.attrs[a.Key] = a.Value.Any(); return true })
-	h.mu.Lock()
-	*h.records = append(*h.records, rec)
-	h.mu.Unlock()
-	return nil
-}
 
 // fakeWorld is one supervisor on a fake clock with fake handlers.
 type fakeWorld struct {
@@ -64,7 +36,7 @@ type fakeWorld struct {
 	sup     *Supervisor
 	start   time.Time
 	mu      sync.Mutex
-	logs    []logRecord
+	logs    []logtest.Record
 	frames  []protocol.Message // what the fake handlers received
 	procs   int                // fake processes started so far
 	runs    []fakeRun          // every job a fake process received
@@ -141,18 +113,18 @@ func newFakePool(t *testing.T, s config.Settings, processes, concurrency, syncCo
 		Name: "fake", Command: []string{"fake"}, Transport: config.TransportStdio, Processes: processes,
 		Concurrency: concurrency, SyncConcurrency: syncConcurrency, StartupTimeout: 10 * time.Second, Jobs: jobs,
 	}}}
-	log := slog.New(captureHandler{mu: &w.mu, records: &w.logs})
+	log := slog.New(logtest.Handler{Mu: &w.mu, Records: &w.logs})
 	sup, err := New(Config{Manifest: m, Settings: s, Backend: beatRecorder{Backend: w.mem, w: w}, Logger: log, startTransport: w.transport})
 	require.NoError(t, err)
 	w.sup = sup
 	return w
 }
 
-// transport starts an in-process fake handler for p. p.pid stays 0, so
-// that nothing is ever signalled.
-func (w *fakeWorld) transport(te transportEnv, p *process) error {
-	out := p.out
-	h := p.pool.h
+// transport starts an in-process fake handler for spec.
+func (w *fakeWorld) transport(te transport.Env, spec transport.Spec) (transport.Conn, error) {
+	out := spec.Out
+	h := spec.Handler
+	ev := spec.Events
 	w.mu.Lock()
 	w.procs++
 	fp := w.procs
@@ -161,10 +133,10 @@ func (w *fakeWorld) transport(te transportEnv, p *process) error {
 	for _, j := range h.Jobs {
 		hello.Jobs = append(hello.Jobs, protocol.HelloJob{Name: j.Name, Cancellable: j.Cancellable})
 	}
-	te.wg.Add(1)
+	te.WG.Add(1)
 	go func() {
-		defer te.wg.Done()
-		te.emit(frameEvent{proc: p, msg: hello})
+		defer te.WG.Done()
+		ev.Frame(hello)
 		results := make(chan *protocol.Result)
 		crashed := make(chan struct{})
 		dead := make(chan struct{}) // closed when this fake process ends: its jobs' goroutines give up
@@ -185,7 +157,7 @@ func (w *fakeWorld) transport(te transportEnv, p *process) error {
 				w.mu.Unlock()
 				switch m := m.(type) {
 				case *protocol.Ping:
-					te.emit(frameEvent{proc: p, msg: &protocol.Pong{Seq: m.Seq}})
+					ev.Frame(&protocol.Pong{Seq: m.Seq})
 				case *protocol.Cancel:
 					if c, ok := cancels[m.ID]; ok {
 						close(c)
@@ -234,7 +206,7 @@ func (w *fakeWorld) transport(te transportEnv, p *process) error {
 				w.runs[runOf[r.ID]].end = time.Now()
 				w.mu.Unlock()
 				delete(runOf, r.ID)
-				te.emit(frameEvent{proc: p, msg: r})
+				ev.Frame(r)
 			case <-crashed:
 				w.mu.Lock()
 				w.crashes = append(w.crashes, fakeCrash{proc: fp, held: sortedSet(held), at: time.Now()})
@@ -242,13 +214,13 @@ func (w *fakeWorld) transport(te transportEnv, p *process) error {
 					w.runs[i].end = time.Now()
 				}
 				w.mu.Unlock()
-				te.emit(exitEvent{proc: p, err: errors.New("exited with status 7")})
+				ev.Exited(errors.New("exited with status 7"))
 				return
 			}
 		}
-		te.emit(exitEvent{proc: p})
+		ev.Exited(nil)
 	}()
-	return nil
+	return fakeConn{}, nil
 }
 
 func sortedSet(m map[string]bool) []string {
@@ -311,8 +283,8 @@ func (w *fakeWorld) transitions() map[string]time.Duration {
 	defer w.mu.Unlock()
 	out := map[string]time.Duration{}
 	for _, r := range w.logs {
-		if st, ok := r.attrs["state"].(string); ok && len(r.msg) > 16 && r.msg[:16] == "state transition" {
-			out[st] = r.at.Sub(w.start)
+		if st, ok := r.Attrs["state"].(string); ok && len(r.Msg) > 16 && r.Msg[:16] == "state transition" {
+			out[st] = r.At.Sub(w.start)
 		}
 	}
 	return out

@@ -29,6 +29,7 @@ import (
 
 	"github.com/soniq-dev/soniq-sidecar/internal/backends"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
+	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
@@ -68,9 +69,9 @@ type Config struct {
 	StopGrace    time.Duration // shutdown frame → SIGTERM (default 5s), SIGTERM → SIGKILL likewise
 	WaitWarn     time.Duration // WAIT_FOR_THREAD reminder period (default 30s)
 
-	// startTransport replaces the transports in unit tests, which run the
+	// startTransport replaces transport.Start in unit tests, which run the
 	// state machine against in-process fake handlers on a fake clock.
-	startTransport func(transportEnv, *process) error
+	startTransport func(transport.Env, transport.Spec) (transport.Conn, error)
 }
 
 // DefaultInstance is the instance name of a sidecar that sets none.
@@ -343,9 +344,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() { defer wg.Done(); s.subscribe(subCtx) }()
 
-	sp := newSpawner()
-	stopSpawner := make(chan struct{})
-	go sp.run(stopSpawner)
+	sp := transport.StartSpawner()
 
 	l := newLoop(s, writer, sp, &wg)
 	go func() {
@@ -370,8 +369,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	cancelEnd()
 	stopHeartbeat()
 	wg.Wait()
-	close(stopSpawner)
-	<-sp.done
+	sp.Stop()
 	s.log.Info("stopped", "state", StateStopped.String(), "worker_id", s.workerID)
 	return loopErr
 }

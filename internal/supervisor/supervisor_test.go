@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,12 +58,6 @@ func TestRestartDelay(t *testing.T) {
 	}
 	for _, tc := range tests {
 		assert.Equal(t, tc.want, restartDelay(tc.failures), "failures=%d", tc.failures)
-	}
-}
-
-func TestIsJSONObject(t *testing.T) {
-	for in, want := range map[string]bool{`{}`: true, ` {"a":1}`: true, `[1]`: false, `"x"`: false, `null`: false, ``: false, "\n\t{": true} {
-		assert.Equal(t, want, isJSONObject([]byte(in)), "%q", in)
 	}
 }
 
@@ -155,46 +148,5 @@ func TestRunServesJobsAndStopsCleanly(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, backends.StatusDone, j.Status)
 		assert.JSONEq(t, result, string(j.Result))
-	}
-}
-
-func TestChildEnvHoldsOnlyWhatTheManifestGrants(t *testing.T) {
-	t.Setenv("API_TOKEN", "from-the-pod")
-	t.Setenv("LOG_LEVEL", "debug")
-	t.Setenv("SONIQ_DATABASE_URL", "postgres://user:secret@db/x")
-	h := &config.Handler{Name: "py", Transport: config.TransportStdio, Env: map[string]string{"LOG_LEVEL": "info"}, EnvFrom: []string{"API_TOKEN", "LOG_LEVEL", "UNSET_VAR"}}
-	assert.Equal(t, []string{
-		"API_TOKEN=from-the-pod", // env_from passes it through
-		"LOG_LEVEL=info",         // env wins over env_from
-		"SONIQ_PROTOCOL_VERSIONS=1",
-		"SONIQ_TRANSPORT=stdio",
-		"SONIQ_HANDLER=py",
-		"SONIQ_MAX_FRAME_BYTES=1024",
-	}, childEnv(h, 1024))
-}
-
-func TestArgsUnsendable(t *testing.T) {
-	deep := strings.Repeat(`{"a":`, maxArgsDepth+1) + "1" + strings.Repeat("}", maxArgsDepth+1)
-	atLimit := strings.Repeat(`[`, maxArgsDepth) + strings.Repeat("]", maxArgsDepth)
-	tests := []struct {
-		name, args string
-		max        int
-		want       string
-	}{
-		{"small", `{"a":[1,{"b":2}]}`, 1 << 20, ""},
-		{"brackets inside strings do not count", `{"s":"` + strings.Repeat("[{", 2000) + `\"]"}`, 1 << 20, ""},
-		{"at the depth limit", atLimit, 1 << 20, ""},
-		{"too deep", deep, 1 << 20, "nested deeper than 512 levels"},
-		{"too large", `{"s":"` + strings.Repeat("x", 5000) + `"}`, 8192, "do not fit the protocol frame limit of 8192 bytes"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got := argsUnsendable([]byte(tc.args), tc.max)
-			if tc.want == "" {
-				assert.Empty(t, got)
-			} else {
-				assert.Contains(t, got, tc.want)
-			}
-		})
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/soniq-dev/soniq-sidecar/internal/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/logtest"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
@@ -91,12 +92,12 @@ func (w *fakeWorld) snapshot() ([]fakeRun, []fakeCrash) {
 	return slices.Clone(w.runs), slices.Clone(w.crashes)
 }
 
-func (w *fakeWorld) logsWith(msg string) []logRecord {
+func (w *fakeWorld) logsWith(msg string) []logtest.Record {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var out []logRecord
+	var out []logtest.Record
 	for _, r := range w.logs {
-		if r.msg == msg {
+		if r.Msg == msg {
 			out = append(out, r)
 		}
 	}
@@ -219,13 +220,13 @@ func TestSuspectsRerunAlone(t *testing.T) {
 				assert.Len(t, warns, shared, "one warning per crash with neighbours")
 				suspects := 0
 				for _, r := range warns {
-					suspects += int(r.attrs["suspects"].(int64))
+					suspects += int(r.Attrs["suspects"].(int64))
 				}
 				assert.Equal(t, held, suspects)
 				assert.Len(t, convicted, shared, "the poison is convicted once per crash it shared")
 				assert.Len(t, cleared, suspects-shared, "every innocent suspect is cleared")
 				for _, r := range convicted {
-					assert.Equal(t, poison, r.attrs["job_id"])
+					assert.Equal(t, poison, r.Attrs["job_id"])
 				}
 
 				if tc.othersFlow {

@@ -1,9 +1,10 @@
-package supervisor
+package transport
 
 import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 	"github.com/soniq-dev/soniq-sidecar/protocol/session"
@@ -12,13 +13,12 @@ import (
 // streamConn carries one process's v1 messages over a Session stream
 // (protocol/session), for the unix transport, spawned and attached alike:
 // one long-lived bidirectional stream instead of a call per job. The
-// sender turns p.out into messages; the receiver turns the handler's
-// messages into events. A message is put through the same checks as the
+// sender turns l.out into messages; the receiver reports the handler's
+// messages. A message is put through the same checks as the
 // stdio frame it stands for (the session package does that).
 type streamConn struct {
-	te transportEnv
-	p  *process
-	s  *session.Session
+	l *link
+	s *session.Session
 	// recvDone is closed when the receiver has stopped.
 	recvDone chan struct{}
 	// ended reports how the stream ended once the receiver stops: nil
@@ -27,19 +27,22 @@ type streamConn struct {
 	// protocolError first.
 	ended         func(err error)
 	protocolError func(err error)
+	// shutdownSent is set once `shutdown` went out on the stream: a clean
+	// end of the session after it is the sidecar's doing.
+	shutdownSent atomic.Bool
 }
 
-// run sends until p.out is closed (the loop closes it after `shutdown`, or
+// run sends until l.out is closed (the caller closes it after `shutdown`, or
 // once the process is gone), then waits for the receiver: the handler
 // closes the session once it holds no job of it.
 func (c *streamConn) run() {
-	c.te.wg.Add(1)
+	c.l.env.WG.Add(1)
 	go func() {
-		defer c.te.wg.Done()
+		defer c.l.env.WG.Done()
 		defer close(c.recvDone)
 		c.receive()
 	}()
-	for m := range c.p.out {
+	for m := range c.l.out {
 		select {
 		case <-c.recvDone:
 			continue // nothing reaches the handler any more; the exit is reported by the transport
@@ -49,18 +52,18 @@ func (c *streamConn) run() {
 			// Args the handler's decoder would refuse (or gRPC could not
 			// marshal: not UTF-8) would end the session: report the one
 			// job instead, as the stdio writer does.
-			if err := jobUnsendable(job, c.te.maxFrame); err != nil {
-				c.te.emit(unsendableEvent{proc: c.p, msg: job, err: err})
+			if err := jobUnsendable(job, c.l.env.MaxFrameBytes); err != nil {
+				c.l.ev.Unsendable(job, err)
 				continue
 			}
 		}
 		err := c.s.Send(m)
 		if _, ok := m.(*protocol.Shutdown); ok && err == nil {
-			c.p.shutdownSent.Store(true)
+			c.shutdownSent.Store(true)
 		}
 		if err != nil {
 			if errors.Is(err, session.ErrUnsendable) {
-				c.te.emit(unsendableEvent{proc: c.p, msg: m, err: err})
+				c.l.ev.Unsendable(m, err)
 			}
 			// A broken stream: the receiver reports why.
 		}
@@ -86,7 +89,7 @@ func (c *streamConn) receive() {
 		}
 		switch m.(type) {
 		case *protocol.Result, *protocol.Pong, *session.Draining:
-			c.te.emit(frameEvent{proc: c.p, msg: m})
+			c.l.ev.Frame(m)
 		default:
 			c.protocolError(fmt.Errorf("protocol: unexpected %s message", m.Type()))
 		}

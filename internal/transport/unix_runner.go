@@ -1,4 +1,4 @@
-package supervisor
+package transport
 
 // The runner go-plugin starts a unix handler with: the child is forked on the
 // spawner's thread, its exit seen by waiting for it, its pipes drained.
@@ -17,12 +17,12 @@ import (
 )
 
 // childRunner is go-plugin's runner for a handler: the command of
-// handlerCommand, forked on the spawner's thread (see spawner), killed with
+// handlerCommand, forked on the spawner's thread (see Spawner), killed with
 // its process group. It reaps the child itself as soon as it exits:
 // go-plugin calls Wait only once both pipes reached EOF, which a descendant
 // holding them (a helper the handler started) would put off for ever.
 type childRunner struct {
-	sp        *spawner
+	sp        *Spawner
 	wg        *sync.WaitGroup // the reaper joins it
 	cmd       *exec.Cmd
 	pipes     childPipes // the sidecar's ends

@@ -1,4 +1,4 @@
-package supervisor
+package transport
 
 import (
 	"encoding/json"
@@ -76,7 +76,7 @@ var argsCases = []struct {
 func TestArgsUnsendableRefusesWhatHandlersCannotRead(t *testing.T) {
 	for _, tc := range argsCases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := argsUnsendable(json.RawMessage(tc.args), protocol.DefaultMaxFrameBytes)
+			got := ArgsUnsendable(json.RawMessage(tc.args), protocol.DefaultMaxFrameBytes)
 			if tc.want == "" {
 				assert.Empty(t, got)
 				return
@@ -138,8 +138,40 @@ func BenchmarkClaimArgsCheck(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(typicalArgs)))
 	for b.Loop() {
-		if !isJSONObject(typicalArgs) || argsUnsendable(typicalArgs, protocol.DefaultMaxFrameBytes) != "" {
+		if !IsJSONObject(typicalArgs) || ArgsUnsendable(typicalArgs, protocol.DefaultMaxFrameBytes) != "" {
 			b.Fatal("typical args refused")
 		}
+	}
+}
+
+func TestIsJSONObject(t *testing.T) {
+	for in, want := range map[string]bool{`{}`: true, ` {"a":1}`: true, `[1]`: false, `"x"`: false, `null`: false, ``: false, "\n\t{": true} {
+		assert.Equal(t, want, IsJSONObject([]byte(in)), "%q", in)
+	}
+}
+
+func TestArgsUnsendable(t *testing.T) {
+	deep := strings.Repeat(`{"a":`, maxArgsDepth+1) + "1" + strings.Repeat("}", maxArgsDepth+1)
+	atLimit := strings.Repeat(`[`, maxArgsDepth) + strings.Repeat("]", maxArgsDepth)
+	tests := []struct {
+		name, args string
+		max        int
+		want       string
+	}{
+		{"small", `{"a":[1,{"b":2}]}`, 1 << 20, ""},
+		{"brackets inside strings do not count", `{"s":"` + strings.Repeat("[{", 2000) + `\"]"}`, 1 << 20, ""},
+		{"at the depth limit", atLimit, 1 << 20, ""},
+		{"too deep", deep, 1 << 20, "nested deeper than 512 levels"},
+		{"too large", `{"s":"` + strings.Repeat("x", 5000) + `"}`, 8192, "do not fit the protocol frame limit of 8192 bytes"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ArgsUnsendable([]byte(tc.args), tc.max)
+			if tc.want == "" {
+				assert.Empty(t, got)
+			} else {
+				assert.Contains(t, got, tc.want)
+			}
+		})
 	}
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package supervisor
+package transport
 
 import (
 	"errors"
@@ -11,7 +11,7 @@ import (
 
 // childSysProcAttr puts a child in its own process group (terminal signals
 // reach only the sidecar) and has the kernel kill it when the thread that
-// forked it exits (see spawner).
+// forked it exits (see Spawner).
 func childSysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }

@@ -1,4 +1,4 @@
-package supervisor
+package transport
 
 import (
 	"encoding/json"
@@ -18,9 +18,9 @@ import (
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
-// Both transports driven through the loop's seam (transportEnv, p.out,
-// events) against the example handlers of both SDKs, as the loop drives
-// them: the same scenarios for every transport and SDK.
+// Both transports driven through the supervisor's seam (Start, the send
+// queue, Events) against the example handlers of both SDKs, as the loop
+// drives them: the same scenarios for every transport and SDK.
 
 var transportExamples = []struct {
 	name     string
@@ -44,8 +44,10 @@ func repoPath(t testing.TB, rel string) string {
 // testProc is one handler process started by a transport.
 type testProc struct {
 	t      testing.TB
-	p      *process
-	events chan event
+	h      *config.Handler
+	q      *queue
+	conn   Conn
+	events recorder
 	wg     *sync.WaitGroup
 	hello  *protocol.Hello
 	seq    int
@@ -65,10 +67,8 @@ func startTestProc(t testing.TB, manifest string) *testProc {
 	if _, err := exec.LookPath(h.Command[0]); err != nil {
 		t.Fatalf("%s is required for the %s example handlers (not skipped: install it): %v", h.Command[0], h.Name, err)
 	}
-	sp := newSpawner()
-	stopSp := make(chan struct{})
-	go sp.run(stopSp)
-	tp := &testProc{t: t, events: make(chan event, 1024), wg: &sync.WaitGroup{}}
+	sp := StartSpawner()
+	tp := &testProc{t: t, h: h, events: make(recorder, 1024), wg: &sync.WaitGroup{}}
 	if h.Transport == config.TransportUnix {
 		tp.trace = filepath.Join(t.TempDir(), "trace")
 		if h.Env == nil {
@@ -76,24 +76,21 @@ func startTestProc(t testing.TB, manifest string) *testProc {
 		}
 		h.Env["HANDLER_TRACE_FRAMES"] = tp.trace
 	}
-	tp.p = &process{pool: &pool{h: h}, out: make(chan protocol.Message, 2*h.Concurrency+16), tasks: map[string]*task{}, stderr: &stderrTail{}}
-	emit := func(e event) bool { tp.events <- e; return true }
-	start := startStdio
-	if h.Transport == config.TransportUnix {
-		start = startUnix
-	}
+	tp.q = newQueue(2*h.Concurrency + 16)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	}
-	te := transportEnv{sp: sp, maxFrame: protocol.DefaultMaxFrameBytes, log: log, emit: emit, wg: tp.wg}
-	if err := start(te, tp.p); err != nil {
+	te := Env{Spawner: sp, MaxFrameBytes: protocol.DefaultMaxFrameBytes, Log: log, WG: tp.wg}
+	c, err := Start(te, Spec{Handler: h, Out: tp.q.ch, Events: tp.events})
+	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
+	tp.conn = c
 	t.Cleanup(func() {
-		tp.p.signalGroup(9)
-		if !tp.p.outClosed {
-			tp.p.closeInput()
+		tp.conn.Signal(9)
+		if !tp.q.closed {
+			tp.q.closeInput()
 		}
 		done := make(chan struct{})
 		go func() {
@@ -106,13 +103,12 @@ func startTestProc(t testing.TB, manifest string) *testProc {
 		case <-time.After(10 * time.Second):
 			t.Errorf("transport goroutines did not end")
 		}
-		close(stopSp)
-		<-sp.done
+		sp.Stop()
 	})
 	e := tp.next(h.StartupTimeout)
 	hello, ok := frameMsg(e).(*protocol.Hello)
 	if !ok {
-		t.Fatalf("first event %#v, want the hello; stderr:\n%s", e, tp.p.stderr)
+		t.Fatalf("first event %#v, want the hello; stderr:\n%s", e, tp.conn.Stderr())
 	}
 	tp.hello = hello
 	return tp
@@ -147,14 +143,14 @@ func (tp *testProc) next(timeout time.Duration) event {
 	case e := <-tp.events:
 		return e
 	case <-time.After(timeout):
-		tp.t.Fatalf("no event within %s; stderr:\n%s", timeout, tp.p.stderr)
+		tp.t.Fatalf("no event within %s; stderr:\n%s", timeout, tp.conn.Stderr())
 		return nil
 	}
 }
 
 func (tp *testProc) send(m protocol.Message) {
 	tp.t.Helper()
-	if !tp.p.send(m) {
+	if !tp.q.send(m) {
 		tp.t.Fatalf("send %s: queue full or closed", m.Type())
 	}
 }
@@ -196,7 +192,7 @@ func (tp *testProc) waitHeld(id string) {
 			}
 		}
 		if time.Now().After(deadline) {
-			tp.t.Fatalf("the handler did not receive job %s within 10s (trace %s); stderr:\n%s", id, tp.trace, tp.p.stderr)
+			tp.t.Fatalf("the handler did not receive job %s within 10s (trace %s); stderr:\n%s", id, tp.trace, tp.conn.Stderr())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -221,10 +217,10 @@ func TestTransports(t *testing.T) {
 		t.Run(ex.name, func(t *testing.T) {
 			t.Parallel()
 			tp := startTestProc(t, ex.manifest)
-			if tp.hello.PID != tp.p.pid {
-				t.Errorf("hello pid %d, process %d", tp.hello.PID, tp.p.pid)
+			if tp.hello.PID != tp.conn.PID() {
+				t.Errorf("hello pid %d, process %d", tp.hello.PID, tp.conn.PID())
 			}
-			if err := checkHello(tp.p.pool.h, tp.hello); err != nil {
+			if err := helloAgrees(tp.h, tp.hello); err != nil {
 				t.Fatal(err)
 			}
 
@@ -270,10 +266,10 @@ func TestTransports(t *testing.T) {
 			}
 
 			// Shutdown: the process exits 0.
-			tp.p.closeInput()
+			tp.q.closeInput()
 			e := tp.next(10 * time.Second)
 			if x, ok := e.(exitEvent); !ok || x.err != nil {
-				t.Fatalf("want a clean exit, got %#v; stderr:\n%s", e, tp.p.stderr)
+				t.Fatalf("want a clean exit, got %#v; stderr:\n%s", e, tp.conn.Stderr())
 			}
 		})
 	}
@@ -283,7 +279,7 @@ func TestTransports(t *testing.T) {
 // (examples.add) sent and its result received, sequentially, by a long-lived
 // handler process of each SDK.
 //
-//	go test -run '^$' -bench RoundTrip ./supervisor/
+//	go test -run '^$' -bench RoundTrip ./internal/transport/
 func BenchmarkRoundTrip(b *testing.B) {
 	for _, ex := range transportExamples {
 		b.Run(ex.name, func(b *testing.B) {
@@ -296,7 +292,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			tp.p.closeInput()
+			tp.q.closeInput()
 			tp.next(10 * time.Second)
 		})
 	}
@@ -319,16 +315,14 @@ func TestUnixHandshakeFailures(t *testing.T) {
 			t.Parallel()
 			h := &config.Handler{Name: "bad", Command: []string{"sh", "-c", c.script}, Transport: config.TransportUnix,
 				StartupTimeout: 10 * time.Second, Concurrency: 1, Processes: 1}
-			sp := newSpawner()
-			stop := make(chan struct{})
-			go sp.run(stop)
-			defer func() { close(stop); <-sp.done }()
-			events := make(chan event, 16)
+			sp := StartSpawner()
+			defer sp.Stop()
+			events := make(recorder, 16)
 			var wg sync.WaitGroup
-			p := &process{pool: &pool{h: h}, out: make(chan protocol.Message, 4), tasks: map[string]*task{}, stderr: &stderrTail{}}
-			te := transportEnv{sp: sp, maxFrame: protocol.DefaultMaxFrameBytes, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-				emit: func(e event) bool { events <- e; return true }, wg: &wg}
-			if err := startUnix(te, p); err != nil {
+			q := newQueue(4)
+			te := Env{Spawner: sp, MaxFrameBytes: protocol.DefaultMaxFrameBytes, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), WG: &wg}
+			conn, err := Start(te, Spec{Handler: h, Out: q.ch, Events: events})
+			if err != nil {
 				t.Fatal(err)
 			}
 			var gotErr error
@@ -336,14 +330,14 @@ func TestUnixHandshakeFailures(t *testing.T) {
 				e := <-events
 				if pe, ok := e.(protocolErrorEvent); ok {
 					gotErr = pe.err
-					p.closeInput() // as the loop's breakProcess does
+					q.closeInput() // as the loop's breakProcess does
 					continue
 				}
 				x, ok := e.(exitEvent)
 				if !ok {
 					t.Fatalf("unexpected event %#v", e)
 				}
-				if d := exitDescription(x.err); !strings.Contains(d, c.wantExit) {
+				if d := ExitDescription(x.err); !strings.Contains(d, c.wantExit) {
 					t.Errorf("exit %q, want %q", d, c.wantExit)
 				}
 				break
@@ -354,10 +348,10 @@ func TestUnixHandshakeFailures(t *testing.T) {
 			case c.wantErr != "" && (gotErr == nil || !strings.Contains(gotErr.Error(), c.wantErr)):
 				t.Errorf("protocol error %v, want one containing %q", gotErr, c.wantErr)
 			}
-			if c.wantErr == "" && !strings.Contains(p.stderr.String(), "going away") {
-				t.Errorf("stderr tail %q", p.stderr.String())
+			if c.wantErr == "" && !strings.Contains(conn.Stderr(), "going away") {
+				t.Errorf("stderr tail %q", conn.Stderr())
 			}
-			p.closeInput()
+			q.closeInput()
 			wg.Wait()
 		})
 	}

@@ -1,4 +1,4 @@
-package supervisor
+package transport
 
 import (
 	"bufio"
@@ -26,8 +26,9 @@ const exitTolerance = 3 * time.Second
 // rawProc is a non-SDK child started by a transport, its events and the
 // file where its shell script writes the pid of the helper it leaves behind.
 type rawProc struct {
-	p       *process
-	events  chan event
+	q       *queue
+	conn    Conn
+	events  recorder
 	wg      *sync.WaitGroup
 	pidFile string
 	exited  bool
@@ -36,31 +37,26 @@ type rawProc struct {
 func startRaw(t *testing.T, transport config.Transport, script string) *rawProc {
 	t.Helper()
 	dir := t.TempDir()
-	rp := &rawProc{events: make(chan event, 64), wg: &sync.WaitGroup{}, pidFile: filepath.Join(dir, "helper.pid")}
+	rp := &rawProc{events: make(recorder, 64), wg: &sync.WaitGroup{}, pidFile: filepath.Join(dir, "helper.pid")}
 	h := &config.Handler{Name: "raw", Command: []string{"sh", "-c", script}, Transport: transport, Workdir: dir,
 		Env: map[string]string{"PIDFILE": rp.pidFile}, StartupTimeout: 20 * time.Second, Concurrency: 1, Processes: 1}
-	sp := newSpawner()
-	stop := make(chan struct{})
-	go sp.run(stop)
-	rp.p = &process{pool: &pool{h: h}, out: make(chan protocol.Message, 4), tasks: map[string]*task{}, stderr: &stderrTail{}}
-	te := transportEnv{sp: sp, maxFrame: protocol.DefaultMaxFrameBytes, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		emit: func(e event) bool { rp.events <- e; return true }, wg: rp.wg}
-	start := startStdio
-	if transport == config.TransportUnix {
-		start = startUnix
-	}
-	if err := start(te, rp.p); err != nil {
+	sp := StartSpawner()
+	rp.q = newQueue(4)
+	te := Env{Spawner: sp, MaxFrameBytes: protocol.DefaultMaxFrameBytes, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), WG: rp.wg}
+	c, err := Start(te, Spec{Handler: h, Out: rp.q.ch, Events: rp.events})
+	if err != nil {
 		t.Fatal(err)
 	}
+	rp.conn = c
 	t.Cleanup(func() {
 		if pid := rp.helperPID(); pid > 0 {
 			_ = syscall.Kill(pid, syscall.SIGKILL) // the setsid helper is not the sidecar's to kill
 		}
 		if !rp.exited {
-			rp.p.signalGroup(syscall.SIGKILL)
+			rp.conn.Signal(syscall.SIGKILL)
 		}
-		if !rp.p.outClosed {
-			rp.p.closeInput()
+		if !rp.q.closed {
+			rp.q.closeInput()
 		}
 		go func() {
 			for range rp.events {
@@ -73,8 +69,7 @@ func startRaw(t *testing.T, transport config.Transport, script string) *rawProc 
 		case <-time.After(10 * time.Second):
 			t.Errorf("transport goroutines did not end")
 		}
-		close(stop)
-		<-sp.done
+		sp.Stop()
 	})
 	return rp
 }
@@ -98,7 +93,7 @@ func (rp *rawProc) next(t *testing.T, timeout time.Duration) event {
 		}
 		return e
 	case <-time.After(timeout):
-		t.Fatalf("no event within %s; stderr:\n%s", timeout, rp.p.stderr)
+		t.Fatalf("no event within %s; stderr:\n%s", timeout, rp.conn.Stderr())
 		return nil
 	}
 }
@@ -156,11 +151,11 @@ func TestTransportReportsExitDespiteHeldPipes(t *testing.T) {
 			if !ok {
 				t.Fatalf("event %#v, want the exit", e)
 			}
-			if d := exitDescription(x.err); d != "exited with status 3" {
+			if d := ExitDescription(x.err); d != "exited with status 3" {
 				t.Errorf("exit %q, want exited with status 3", d)
 			}
-			if !strings.Contains(rp.p.stderr.String(), "bye") {
-				t.Errorf("stderr written before the exit is missing: %q", rp.p.stderr.String())
+			if !strings.Contains(rp.conn.Stderr(), "bye") {
+				t.Errorf("stderr written before the exit is missing: %q", rp.conn.Stderr())
 			}
 			t.Logf("exit reported %s after the start (bound %s)", took.Round(time.Millisecond), bound)
 			pid := rp.helperPID()
@@ -183,7 +178,7 @@ func TestTransportReportsExitDespiteHeldPipes(t *testing.T) {
 }
 
 // A stdio process that closes its stdout and keeps running is reported
-// (stdoutClosedEvent) after stdoutEOFGrace; the loop then kills it.
+// (StdoutClosed) after stdoutEOFGrace; the loop then kills it.
 func TestStdioStdoutClosedWhileRunning(t *testing.T) {
 	t.Parallel()
 	rp := startRaw(t, config.TransportStdio, `printf '{"type":"pong","seq":1}\n'; exec 1>&-; echo closed >&2; exec sleep 300`)
@@ -199,10 +194,10 @@ func TestStdioStdoutClosedWhileRunning(t *testing.T) {
 		t.Errorf("reported after %s: the grace of %s was not given", d, stdoutEOFGrace)
 	}
 	// As the loop's breakProcess does.
-	rp.p.closeInput()
-	rp.p.signalGroup(syscall.SIGKILL)
+	rp.q.closeInput()
+	rp.conn.Signal(syscall.SIGKILL)
 	e = rp.next(t, exitDrain+exitTolerance)
-	if x, ok := e.(exitEvent); !ok || exitDescription(x.err) != "killed by signal SIGKILL" {
+	if x, ok := e.(exitEvent); !ok || ExitDescription(x.err) != "killed by signal SIGKILL" {
 		t.Fatalf("event %#v; want an exit killed by signal SIGKILL", e)
 	}
 }

@@ -1,6 +1,6 @@
-package supervisor
+package transport
 
-// The scanner behind argsUnsendable: one pass over the args JSON that finds
+// The scanner behind ArgsUnsendable: one pass over the args JSON that finds
 // what a handler could not read, with the path to it.
 
 import (
@@ -13,7 +13,7 @@ import (
 )
 
 // scanArgs validates b as exactly one JSON value under the rules of
-// argsUnsendable and returns the first fault (kind argsOK if none). When
+// ArgsUnsendable and returns the first fault (kind argsOK if none). When
 // path is not nil it holds the location of the fault on return, for the
 // message; the hot path passes nil and allocates nothing.
 func scanArgs(b []byte, path *[]argsPathElem) argsFault {

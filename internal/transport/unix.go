@@ -1,4 +1,4 @@
-package supervisor
+package transport
 
 import (
 	"context"
@@ -67,25 +67,25 @@ func (handlerPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc
 }
 
 // startUnix starts a handler process speaking gRPC over a Unix socket. It
-// returns once the child is forked (p.pid is set); the handshake, the health
-// check and Describe follow in the process's goroutine, which reports the
-// hello (or a protocol error) as an event.
-func startUnix(te transportEnv, p *process) error {
-	h := p.pool.h
-	cmd, err := handlerCommand(h, te.maxFrame)
+// returns once the child is forked; the handshake, the health check and
+// Describe follow in the process's goroutine, which reports the hello (or a
+// protocol error).
+func startUnix(l *link) (Conn, error) {
+	te, h := l.env, l.h
+	cmd, err := handlerCommand(h, te.MaxFrameBytes)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// Private, per process: go-plugin creates the socket's own directory
 	// (0700 too) inside it and removes that at Kill; this one goes at exit.
 	dir, err := os.MkdirTemp("", "soniq-"+shortName(h.Name)+"-")
 	if err != nil {
-		return fmt.Errorf("handler %s: socket directory: %w", h.Name, err)
+		return nil, fmt.Errorf("handler %s: socket directory: %w", h.Name, err)
 	}
-	u := &unixProc{te: te, p: p, dir: dir, deadline: time.Now().Add(h.StartupTimeout),
+	u := &unixProc{l: l, dir: dir, deadline: time.Now().Add(h.StartupTimeout),
 		started: make(chan struct{}), recvDone: make(chan struct{})}
 	u.ctx, u.stop = context.WithCancel(context.Background())
-	r := &childRunner{sp: te.sp, wg: te.wg, cmd: cmd, started: make(chan struct{}), exited: make(chan struct{}), drained: make(chan struct{})}
+	r := &childRunner{sp: te.Spawner, wg: te.WG, cmd: cmd, started: make(chan struct{}), exited: make(chan struct{}), drained: make(chan struct{})}
 	u.r = r
 	u.client = plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  pluginHandshake(),
@@ -99,7 +99,7 @@ func startUnix(te transportEnv, p *process) error {
 		SkipHostEnv:      true,
 		StartTimeout:     h.StartupTimeout,
 		UnixSocketConfig: &plugin.UnixSocketConfig{TempDir: dir},
-		Stderr:           &stderrLines{log: te.log, handler: h.Name, pid: func() int { return r.pid }, tail: p.stderr},
+		Stderr:           &stderrLines{log: te.Log, handler: h.Name, pid: func() int { return r.pid }, tail: l.stderr},
 		// go-plugin's own logger would repeat every stderr line; the
 		// transport reports what matters itself.
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "go-plugin", Level: hclog.Off, Output: io.Discard}),
@@ -107,17 +107,16 @@ func startUnix(te transportEnv, p *process) error {
 		// but this transport kills the process (only after its calls ended).
 		Managed: false,
 	})
-	te.wg.Add(1)
+	te.WG.Add(1)
 	go u.run()
 	<-r.started
 	if r.startErr != nil {
-		return fmt.Errorf("handler %s: starting %s: %w", h.Name, strings.Join(h.Command, " "), r.startErr)
+		return nil, fmt.Errorf("handler %s: starting %s: %w", h.Name, strings.Join(h.Command, " "), r.startErr)
 	}
-	p.pid = r.pid
-	p.conn = spawnedConn{groupPID: p.pid}
-	te.wg.Add(1)
+	l.pid = r.pid
+	te.WG.Add(1)
 	go u.watchExit()
-	return nil
+	return spawnedConn{groupPID: l.pid, stderr: l.stderr}, nil
 }
 
 // shortName keeps socket paths well below the 108-byte limit.
@@ -138,8 +137,7 @@ func shortName(name string) string {
 
 // unixProc is one handler process of the unix transport.
 type unixProc struct {
-	te       transportEnv
-	p        *process
+	l        *link
 	r        *childRunner
 	client   *plugin.Client
 	dir      string
@@ -161,29 +159,29 @@ type unixProc struct {
 	recvDone chan struct{}
 }
 
-// run connects, then carries p.out over the Session stream until it is
+// run connects, then carries l.out over the Session stream until it is
 // closed and the handler has ended the session; then it lets go-plugin
 // stop the process (it normally exits by itself at the session's end).
 func (u *unixProc) run() {
-	defer u.te.wg.Done()
+	defer u.l.env.WG.Done()
 	defer os.RemoveAll(u.dir)
 	ready := u.connect()
 	if !u.r.forked() {
 		close(u.recvDone)
-		return // startUnix reports the error; the loop never saw the process
+		return // startUnix reports the error; the caller never saw the process
 	}
 	if !ready {
 		close(u.recvDone)
-		for range u.p.out {
+		for range u.l.out {
 			// broken or gone: its exit is reported by watchExit
 		}
 		return
 	}
-	sc := &streamConn{te: u.te, p: u.p, s: u.sess, recvDone: u.recvDone,
+	sc := &streamConn{l: u.l, s: u.sess, recvDone: u.recvDone,
 		ended: u.streamEnded, protocolError: u.protocolError}
 	sc.run()
 	_ = u.sess.Close()
-	// p.out is closed only for a process that holds no job (or is being
+	// l.out is closed only for a process that holds no job (or is being
 	// killed as broken): go-plugin's graceful stop is safe now. It returns
 	// once the process exited (or was killed 2 s later).
 	u.client.Kill()
@@ -236,7 +234,7 @@ func (u *unixProc) connect() bool {
 		return false
 	}
 	s, err := session.Open(u.ctx, rc.Addr.String(), session.Options{
-		HelloTimeout: max(time.Until(u.deadline), time.Millisecond), MaxFrameBytes: u.te.maxFrame})
+		HelloTimeout: max(time.Until(u.deadline), time.Millisecond), MaxFrameBytes: u.l.env.MaxFrameBytes})
 	switch {
 	case errors.Is(err, session.ErrProtocol):
 		u.protocolError(err)
@@ -247,18 +245,14 @@ func (u *unixProc) connect() bool {
 	}
 	u.sess = s
 	hello := s.Hello().Hello
-	u.emit(&hello)
+	u.l.ev.Frame(&hello)
 	return true
-}
-
-func (u *unixProc) emit(m protocol.Message) {
-	u.te.emit(frameEvent{proc: u.p, msg: m})
 }
 
 // protocolError reports the first protocol error of the process.
 func (u *unixProc) protocolError(err error) {
 	if u.broken.CompareAndSwap(false, true) {
-		u.te.emit(protocolErrorEvent{proc: u.p, err: err})
+		u.l.ev.ProtocolError(err)
 	}
 }
 
@@ -286,7 +280,7 @@ func (u *unixProc) brokenRPC(err error) {
 // delivered (a result that arrived before the exit is reported before it,
 // as on stdio) and the stderr written before it has been read.
 func (u *unixProc) watchExit() {
-	defer u.te.wg.Done()
+	defer u.l.env.WG.Done()
 	<-u.r.exited
 	<-u.started // Start returns once the process has exited, at the latest
 	select {
@@ -297,7 +291,7 @@ func (u *unixProc) watchExit() {
 	}
 	u.stop()
 	<-u.r.drained
-	u.te.emit(exitEvent{proc: u.p, err: u.r.waitErr})
+	u.l.ev.Exited(u.r.waitErr)
 }
 
 // ---- the child ----

@@ -1,4 +1,4 @@
-package supervisor
+package transport
 
 import (
 	"encoding/json"
@@ -15,18 +15,18 @@ const maxArgsDepth = 512
 // frameOverhead is generous room for a job frame's other fields.
 const frameOverhead = 4096
 
-// argsUnsendable says why args cannot travel in a job frame, or "". It
+// ArgsUnsendable says why args cannot travel in a job frame, or "". It
 // refuses what would break the handler that read it (the handlers' decoders
 // apply the same rules to every frame, and exit on a frame they refuse) or
 // what the sidecar could not encode: args over the frame limit, nested
 // deeper than maxArgsDepth, not exactly one JSON value, not UTF-8, a NaN or
 // Infinity literal, a number that rounds to infinity as a 64-bit float, or
 // a \u escape of an unpaired UTF-16 surrogate. Whether the value is an
-// object is isJSONObject's check.
+// object is IsJSONObject's check.
 //
 // It runs on every claimed row, so it is one pass over the bytes without
 // allocating; only a refusal re-scans to build the message.
-func argsUnsendable(b json.RawMessage, maxFrame int) string {
+func ArgsUnsendable(b json.RawMessage, maxFrame int) string {
 	if len(b)+frameOverhead > maxFrame {
 		return fmt.Sprintf("args of %d bytes do not fit the protocol frame limit of %d bytes", len(b), maxFrame)
 	}
@@ -37,21 +37,38 @@ func argsUnsendable(b json.RawMessage, maxFrame int) string {
 	return f.message(b)
 }
 
-// jobUnsendable is the claim check again, applied by the transports to each
-// job frame just before it leaves, so that a job that got past the claim
-// check anyway is reported alone (unsendableEvent) instead of breaking the
-// process that would receive it.
+// jobUnsendable is the claim check (IsJSONObject, ArgsUnsendable) again,
+// applied by the transports to each job frame just before it leaves, so
+// that a job that got past the claim check anyway is reported alone
+// (Events.Unsendable) instead of breaking the process that would receive
+// it.
 func jobUnsendable(j *protocol.Job, maxFrame int) error {
 	if j.Args == nil {
 		return nil // encoded as {}
 	}
-	if !isJSONObject(j.Args) {
+	if !IsJSONObject(j.Args) {
 		return errors.New("args are not a JSON object")
 	}
-	if why := argsUnsendable(j.Args, maxFrame); why != "" {
+	if why := ArgsUnsendable(j.Args, maxFrame); why != "" {
 		return errors.New(why)
 	}
 	return nil
+}
+
+// IsJSONObject reports whether b's first non-space byte opens an object:
+// job args must be one (the rest is ArgsUnsendable's check).
+func IsJSONObject(b json.RawMessage) bool {
+	for _, c := range b {
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '{':
+			return true
+		default:
+			return false
+		}
+	}
+	return false
 }
 
 type argsFaultKind uint8

@@ -1,14 +1,18 @@
-package supervisor
+package transport
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // A child's exit is observed by waiting for the process itself, never by
@@ -147,3 +151,19 @@ func (r *endReader) Read(b []byte) (int, error) {
 func (r *endReader) Close() error { return r.f.Close() }
 
 var _ io.ReadCloser = (*endReader)(nil)
+
+// ExitDescription says how a process ended, for logs and last_error:
+// "exited with status N", "killed by signal SIGKILL", or the error.
+func ExitDescription(err error) string {
+	if err == nil {
+		return "exited with status 0"
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return "killed by signal " + unix.SignalName(ws.Signal()) // e.g. SIGKILL
+		}
+		return "exited with status " + strconv.Itoa(ee.ExitCode())
+	}
+	return err.Error()
+}
