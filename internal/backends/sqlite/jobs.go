@@ -257,36 +257,7 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 	if p.WorkerID == "" {
 		return nil, errors.New("claiming jobs: empty worker id")
 	}
-	ts := formatTime(now())
-	var where strings.Builder
-	args := []any{p.WorkerID, ts, ts}
-	where.WriteString(`status = 'queued' AND (scheduled_at IS NULL OR scheduled_at <= ?)`)
-	addIn := func(column, op string, values []string) {
-		if len(values) == 0 {
-			return
-		}
-		where.WriteString(" AND " + column + " " + op + " (")
-		for i, v := range values {
-			if i > 0 {
-				where.WriteString(", ")
-			}
-			where.WriteByte('?')
-			args = append(args, v)
-		}
-		where.WriteByte(')')
-	}
-	addIn("queue", "IN", p.Queues)
-	addIn("job_name", "IN", p.Names)
-	addIn("job_name", "NOT IN", p.ExcludeNames)
-	args = append(args, p.Limit)
-
-	query := `UPDATE soniq_jobs
-		SET status = 'processing', attempts = COALESCE(attempts, 0) + 1, worker_id = ?, updated_at = ?
-		WHERE id IN (
-			SELECT id FROM soniq_jobs WHERE ` + where.String() + `
-			ORDER BY priority, scheduled_at NULLS FIRST, created_at, rowid
-			LIMIT ?)
-		RETURNING ` + jobColumns + `, rowid`
+	query, args := claimQuery(p, formatTime(now()))
 
 	type claimed struct {
 		job   backends.Job
@@ -422,4 +393,42 @@ func inInputOrder(want, got []string) []string {
 		}
 	}
 	return out
+}
+
+// claimQuery is Claim's statement and its arguments. The inner SELECT reads
+// the claim-order index (soniq_sidecar_claim_order, which Migrate creates
+// on every open of an embedded file) in order and stops at the limit, so a
+// claim costs the same at any queue depth. INDEXED BY, because SQLite's
+// planner otherwise prefers Soniq's (status, priority) or (queue, status)
+// index and sorts every queued row behind it.
+func claimQuery(p backends.ClaimParams, ts string) (string, []any) {
+	var where strings.Builder
+	args := []any{p.WorkerID, ts, ts}
+	where.WriteString(`status = 'queued' AND (scheduled_at IS NULL OR scheduled_at <= ?)`)
+	addIn := func(column, op string, values []string) {
+		if len(values) == 0 {
+			return
+		}
+		where.WriteString(" AND " + column + " " + op + " (")
+		for i, v := range values {
+			if i > 0 {
+				where.WriteString(", ")
+			}
+			where.WriteByte('?')
+			args = append(args, v)
+		}
+		where.WriteByte(')')
+	}
+	addIn("queue", "IN", p.Queues)
+	addIn("job_name", "IN", p.Names)
+	addIn("job_name", "NOT IN", p.ExcludeNames)
+	args = append(args, p.Limit)
+
+	return `UPDATE soniq_jobs
+		SET status = 'processing', attempts = COALESCE(attempts, 0) + 1, worker_id = ?, updated_at = ?
+		WHERE id IN (
+			SELECT id FROM soniq_jobs INDEXED BY soniq_sidecar_claim_order WHERE ` + where.String() + `
+			ORDER BY priority, scheduled_at NULLS FIRST, created_at, rowid
+			LIMIT ?)
+		RETURNING ` + jobColumns + `, rowid`, args
 }

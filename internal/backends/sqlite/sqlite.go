@@ -194,8 +194,8 @@ func isBusy(err error) bool {
 }
 
 // schemaDDL is Soniq 0.1.0's SQLite DDL (soniq/backends/sqlite.py), verbatim
-// in substance, followed by soniq_task_registry as Soniq's Postgres
-// migration defines it (SQLite types).
+// in substance, plus the claim-order index, followed by soniq_task_registry
+// as Soniq's Postgres migration defines it (SQLite types).
 const schemaDDL = `
 CREATE TABLE IF NOT EXISTS soniq_jobs (
     id TEXT PRIMARY KEY,
@@ -224,6 +224,12 @@ CREATE INDEX IF NOT EXISTS idx_eq_jobs_status_priority
     ON soniq_jobs (status, priority) WHERE status = 'queued';
 CREATE INDEX IF NOT EXISTS idx_eq_jobs_queue_status
     ON soniq_jobs (queue, status);
+
+-- The sidecar's own addition: the claim order as an index over queued rows,
+-- so a claim reads its rows in order and stops (no sort of the whole queue).
+-- Additive: Soniq's tools never see it, and Soniq's own claim may use it.
+CREATE INDEX IF NOT EXISTS soniq_sidecar_claim_order
+    ON soniq_jobs (priority, scheduled_at, created_at) WHERE status = 'queued';
 
 CREATE TRIGGER IF NOT EXISTS soniq_jobs_reject_dead_letter_insert
 BEFORE INSERT ON soniq_jobs

@@ -531,3 +531,48 @@ func TestIsBusy(t *testing.T) {
 	assert.True(t, isBusy(err), "%v", err)
 	assert.False(t, isBusy(errors.New("database is locked")))
 }
+
+// The claim reads the claim-order index in order and stops at its limit:
+// no sort of every queued row, so its cost does not grow with the queue.
+// The plan is checked for every filter the supervisor uses, on a file with
+// statistics (ANALYZE) and on one without, as a file Soniq created and
+// filled is.
+func TestClaimReadsTheClaimOrderIndex(t *testing.T) {
+	b, _ := openTest(t)
+	ctx := t.Context()
+	// A queue worth sorting, with a spread of priorities, and some rows
+	// already done, as a live file has.
+	_, err := b.write.ExecContext(ctx, `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5000)
+		INSERT INTO soniq_jobs (id, job_name, args, status, queue, priority, created_at)
+		SELECT printf('%08d', i), 'j' || (i % 3), '{}', CASE WHEN i % 4 = 0 THEN 'done' ELSE 'queued' END,
+			'default', 100 + i % 5, printf('2025-01-01T00:%02d:%02d+00:00', i / 60 % 60, i % 60) FROM n`)
+	require.NoError(t, err)
+	params := map[string]backends.ClaimParams{
+		"all names":     {WorkerID: "w", Limit: 64},
+		"queues, names": {WorkerID: "w", Limit: 64, Queues: []string{"default"}, Names: []string{"j1", "j2"}},
+		"unknown names": {WorkerID: "w", Limit: 64, ExcludeNames: []string{"j1", "j2"}},
+	}
+	for _, analysed := range []bool{false, true} {
+		if analysed {
+			_, err := b.write.ExecContext(ctx, `ANALYZE`)
+			require.NoError(t, err)
+		}
+		for name, p := range params {
+			query, args := claimQuery(p, formatTime(now()))
+			rows, err := b.write.QueryContext(ctx, "EXPLAIN QUERY PLAN "+query, args...)
+			require.NoError(t, err)
+			var plan []string
+			for rows.Next() {
+				var id, parent, unused int
+				var detail string
+				require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
+				plan = append(plan, detail)
+			}
+			require.NoError(t, rows.Err())
+			require.NoError(t, rows.Close())
+			all := strings.Join(plan, "\n")
+			assert.Contains(t, all, "soniq_sidecar_claim_order", "%s (analysed %v): the claim-order index:\n%s", name, analysed, all)
+			assert.NotContains(t, all, "TEMP B-TREE", "%s (analysed %v): no sort:\n%s", name, analysed, all)
+		}
+	}
+}
