@@ -20,13 +20,14 @@ func (l *loop) maybeClaim(pl *pool) {
 	if l.state != StateRunning || pl.claiming || !pl.more || l.fatal != nil || l.reregistering {
 		return
 	}
-	free, syncFree, pendingSync := 0, 0, 0
+	free, syncFree, pendingSync, budget := 0, 0, 0, 0
 	for _, p := range pl.ready() {
 		if pl.isolated[p] != nil {
 			continue // takes no other job while its suspect runs
 		}
 		free += p.free()
 		syncFree += p.syncFree()
+		budget += p.capacity()
 	}
 	queued := 0
 	for _, t := range pl.pending {
@@ -48,7 +49,7 @@ func (l *loop) maybeClaim(pl *pool) {
 		// held in the claimed-not-yet-running window for nothing.
 		names = pl.asyncNames
 	}
-	if len(names) == 0 {
+	if len(names) == 0 || l.holdClaim(pl, free, budget) {
 		return
 	}
 	pl.claiming, pl.more = true, false
@@ -77,7 +78,8 @@ func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
 		return
 	}
 	l.metrics.claimedRows(len(jobs))
-	if len(jobs) == limit {
+	pl.full = len(jobs) == limit
+	if pl.full {
 		pl.more = true
 	}
 	for _, j := range jobs {
@@ -127,6 +129,45 @@ func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
 	l.tryDispatch(pl)
 	l.maybeClaim(pl)
 	l.checkDone()
+}
+
+// claimHoldMax bounds how long freed slots wait for a larger claim: about
+// one claim round trip on a busy machine (a median of 4.4 ms on 2 saturated
+// cores while draining a queue). A queued job never waits longer than this
+// behind a partly free budget, so a few long-running jobs cannot stall it,
+// and the wait is small beside any job that runs long enough to hold a slot.
+const claimHoldMax = 5 * time.Millisecond
+
+// holdClaim reports whether pl's claim should wait for more free slots:
+// while the previous claim came back full (the queue holds more rows) and
+// less than a quarter of the budget is free, claiming every slot as it
+// frees would cost a statement, with its fixed cost in the database, for a
+// row or two. The hold ends when a quarter is free or claimHoldMax after
+// it began, whichever comes first. After a short claim (the queue was
+// drained) nothing is held: a wake-up or a poll with a free slot claims at
+// once, so pickup latency at low rates is unchanged.
+func (l *loop) holdClaim(pl *pool, free, budget int) bool {
+	if pl.full && free*4 < budget {
+		now := time.Now()
+		if pl.heldSince.IsZero() {
+			// The hold begins: its timer claims at the bound. (An event
+			// of an earlier hold's timer arriving late only re-checks.)
+			pl.heldSince = now
+			if pl.holdTimer == nil {
+				pl.holdTimer = time.AfterFunc(claimHoldMax, func() { l.emit(claimHoldEvent{pool: pl}) })
+			} else {
+				pl.holdTimer.Reset(claimHoldMax)
+			}
+		}
+		if now.Sub(pl.heldSince) < claimHoldMax {
+			return true
+		}
+	}
+	if !pl.heldSince.IsZero() {
+		pl.heldSince = time.Time{}
+		pl.holdTimer.Stop()
+	}
+	return false
 }
 
 func (l *loop) maybeClaimUnknown() {

@@ -71,6 +71,8 @@ type (
 	shutdownTimeoutEvent struct{}
 	// graceExpiredEvent: sync_handler_grace_seconds elapsed.
 	graceExpiredEvent struct{}
+	// claimHoldEvent: a pool's claim hold reached its time bound (holdClaim).
+	claimHoldEvent struct{ pool *pool }
 )
 
 // Events from the database side.
@@ -116,6 +118,7 @@ func (killEvent) isEvent()            {}
 func (jobTimeoutEvent) isEvent()      {}
 func (shutdownTimeoutEvent) isEvent() {}
 func (graceExpiredEvent) isEvent()    {}
+func (claimHoldEvent) isEvent()       {}
 func (claimedEvent) isEvent()         {}
 func (unknownClaimedEvent) isEvent()  {}
 func (wakeEvent) isEvent()            {}

@@ -66,6 +66,12 @@ type pool struct {
 	started    bool // a process of this pool was started once
 	claiming   bool
 	more       bool // there may be runnable rows: claim when capacity allows
+	// The last claim got every row it asked for; the next one waits for a
+	// quarter of the budget to be free, from heldSince for at most
+	// claimHoldMax (holdClaim).
+	full       bool
+	heldSince  time.Time
+	holdTimer  *time.Timer
 	restarting []bool
 	isolated   map[*process]*task // processes running a suspect alone (suspect.go)
 	endpoints  []string           // attach handlers: each slot's socket (attach.go)
@@ -257,6 +263,8 @@ func (l *loop) handle(e event) {
 		l.onStdinFailed(e.proc, e.err)
 	case attachRefusedEvent:
 		l.onAttachRefused(e.proc, e.err)
+	case claimHoldEvent:
+		l.maybeClaim(e.pool)
 	case graceExpiredEvent:
 		if l.state == StateForceTimeoutPath {
 			l.setState(StateWaitForThread)

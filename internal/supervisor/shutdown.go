@@ -31,6 +31,7 @@ func (l *loop) enterDraining(why string) {
 	l.log.Info("state transition: claiming stopped, waiting for in-flight jobs", "state", StateDraining.String(),
 		"from", StateRunning.String(), "reason", why, "in_flight", len(l.live), "shutdown_timeout", l.cfg.Settings.ShutdownTimeout)
 	l.shutdownTimer = time.AfterFunc(l.cfg.Settings.ShutdownTimeout, func() { l.emit(shutdownTimeoutEvent{}) })
+	l.writer.hurry() // results written from here on are not held back
 	l.checkDone()
 }
 

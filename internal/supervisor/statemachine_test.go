@@ -42,6 +42,7 @@ type fakeWorld struct {
 	runs    []fakeRun          // every job a fake process received
 	crashes []fakeCrash        // every fake process that crashed
 	beats   []fakeBeat         // every heartbeat the backend accepted
+	claims  []fakeClaim        // every claim of a handler's jobs (claimhold_test.go)
 	runErr  chan error
 	stopped time.Time
 }

@@ -310,6 +310,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		default: // the loop is busy; the next poll will do
 		}
 	})
+	// A batch smaller than a quarter of the in-flight budget lingers
+	// briefly while results flow (lingerMax).
+	writer.lingerBatch = (total + 3) / 4
 	if s.cfg.Once {
 		// Claim again after every write: a retry written back to the
 		// queue is due, and the claim after the last write ends the run.

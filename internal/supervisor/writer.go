@@ -17,6 +17,14 @@ const writeTimeout = 30 * time.Second
 // maxBatch bounds how many rows one statement writes.
 const maxBatch = 500
 
+// lingerMax bounds how long a small batch waits for more results to join
+// it. Every statement has a fixed cost in the database on top of its rows'
+// work, and a writer that wrote whatever was pending the moment its
+// previous write returned issued many statements of a row or two. 2 ms is
+// below a completion's own round trip on a busy machine and small beside
+// the job it records.
+const lingerMax = 2 * time.Millisecond
+
 // resultWriter batches terminal writes and NACKs so the event loop never
 // waits on the database and the database sees one statement per batch,
 // never one round trip per row. Writes run on a context detached from
@@ -30,10 +38,18 @@ type resultWriter struct {
 	// waiting for the next poll.
 	requeued func()
 
+	// lingerBatch: while results flow (the previous write ended less than
+	// lingerMax ago), a batch of fewer completions than this waits up to
+	// lingerMax for more; 0 or 1 never waits. NACKs, close and hurry
+	// never wait.
+	lingerBatch int
+
 	mu          sync.Mutex
 	completions []backends.Completion
 	nacks       []string
 	closed      bool
+	hurried     bool          // shutdown began: write what arrives at once
+	lingering   bool          // run waits for its small batch to grow
 	wake        chan struct{} // capacity 1: "there is work"
 	// written counts the batches written; a claim issued after the last
 	// one has seen every row the writer put back (run --once).
@@ -56,8 +72,13 @@ func newResultWriter(b backends.Backend, workerID string, log *slog.Logger, requ
 func (w *resultWriter) complete(c backends.Completion) {
 	w.mu.Lock()
 	w.completions = append(w.completions, c)
+	// A lingering writer is woken only once its batch is big enough: one
+	// wake-up per result would cost more than the linger saves.
+	quiet := w.lingering && len(w.completions) < w.lingerBatch
 	w.mu.Unlock()
-	w.signal()
+	if !quiet {
+		w.signal()
+	}
 }
 
 func (w *resultWriter) nack(id string) {
@@ -88,6 +109,15 @@ func (w *resultWriter) pending() int {
 	return len(w.completions) + len(w.nacks)
 }
 
+// hurry makes the writer write at once from now on, without lingering:
+// shutdown began, and what it still writes (final results, NACKs) is due.
+func (w *resultWriter) hurry() {
+	w.mu.Lock()
+	w.hurried = true
+	w.mu.Unlock()
+	w.signal()
+}
+
 // close asks the writer to drain what it holds and stop; wait for done.
 func (w *resultWriter) close() {
 	w.mu.Lock()
@@ -103,9 +133,13 @@ func (w *resultWriter) run() {
 	defer close(w.done)
 	backoff := 50 * time.Millisecond
 	var giveUpAt time.Time // set once closing: retries stop there
+	// lastWrite is when the last batch was written; lingerUntil, when
+	// set, is when the batch now pending stops waiting for more.
+	var lastWrite, lingerUntil time.Time
+	var lingerTimer *time.Timer
 	for {
 		w.mu.Lock()
-		cs, ns, closed := w.completions, w.nacks, w.closed
+		cs, ns, closed, hurried := w.completions, w.nacks, w.closed, w.hurried
 		w.mu.Unlock()
 		if closed && giveUpAt.IsZero() {
 			giveUpAt = time.Now().Add(writeTimeout)
@@ -117,6 +151,31 @@ func (w *resultWriter) run() {
 			<-w.wake
 			continue
 		}
+		if !closed && !hurried && len(ns) == 0 && len(cs) < w.lingerBatch {
+			// A small batch while results flow: wait for more, once per
+			// batch and at most lingerMax. After a quiet spell the first
+			// result is written at once, so a lone job's row is not delayed.
+			now := time.Now()
+			if lingerUntil.IsZero() && now.Sub(lastWrite) < lingerMax {
+				lingerUntil = now.Add(lingerMax)
+			}
+			if d := lingerUntil.Sub(now); d > 0 && w.startLinger() {
+				if lingerTimer == nil {
+					lingerTimer = time.NewTimer(d)
+				} else {
+					lingerTimer.Reset(d)
+				}
+				select {
+				case <-w.wake:
+				case <-lingerTimer.C:
+				}
+				w.mu.Lock()
+				w.lingering = false
+				w.mu.Unlock()
+				continue
+			}
+		}
+		lingerUntil = time.Time{}
 		var err error
 		if len(cs) > 0 {
 			cs = cs[:min(len(cs), maxBatch):min(len(cs), maxBatch)]
@@ -137,6 +196,7 @@ func (w *resultWriter) run() {
 		}
 		if err == nil {
 			backoff = 50 * time.Millisecond
+			lastWrite = time.Now()
 			continue
 		}
 		if closed && time.Now().After(giveUpAt) {
@@ -150,6 +210,16 @@ func (w *resultWriter) run() {
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
+}
+
+// startLinger marks the writer lingering unless what arrived since run
+// looked makes the batch due; complete then stops waking it for every
+// result.
+func (w *resultWriter) startLinger() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lingering = !w.closed && !w.hurried && len(w.nacks) == 0 && len(w.completions) < w.lingerBatch
+	return w.lingering
 }
 
 // giveUp runs when the writer is stopping and the database still refuses
