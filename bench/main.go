@@ -83,7 +83,7 @@ func main() {
 	sidecarCounts := flag.String("sidecars", "1,2,4", "sidecar counts of the sharing curve (same total budget)")
 	flag.StringVar(&c.soniqSQLite, "soniq-sqlite", "", "Soniq's CLI from a virtualenv that also has its sqlite extra (aiosqlite), for the sqlite section")
 	flag.IntVar(&c.sqliteN, "sqlite-n", 3000, "jobs per SQLite throughput run of the sidecar")
-	flag.IntVar(&c.sqliteSoniqN, "sqlite-soniq-n", 3000, "jobs per SQLite throughput run of Soniq's worker (1 process, concurrency 1; both sides' claims sort every queued row, so the same depth as the sidecar's)")
+	flag.IntVar(&c.sqliteSoniqN, "sqlite-soniq-n", 3000, "jobs per SQLite throughput run of Soniq's worker (1 process, concurrency 1; the same depth as the sidecar's, since Soniq's claim sorts every queued row and a shallower queue would flatter it)")
 	flag.IntVar(&c.sqliteSoniqBudgetN, "sqlite-soniq-budget-n", 200, "jobs of the one SQLite run of Soniq's worker at the bench's budget (it runs each job many times)")
 	sqliteDepths := flag.String("sqlite-depths", "1000,10000,50000", "queue depths of the SQLite curve")
 	flag.IntVar(&c.sqliteDrain, "sqlite-drain", 3000, "completions a point of the SQLite curve is taken over, at most")
