@@ -101,12 +101,12 @@ func TestClaimHysteresis(t *testing.T) {
 				first := w.claimLog()[0]
 				assert.Equal(t, fakeClaim{at: first.at, limit: 16, rows: min(16, len(tc.jobs))}, first, "the first claim fills every slot")
 				if tc.later > 0 {
-					time.Sleep(first.at.Add(time.Second).Sub(time.Now()))
+					time.Sleep(time.Until(first.at.Add(time.Second)))
 					for range tc.later {
 						w.enqueue("async.sleep", long)
 					}
 				}
-				time.Sleep(first.at.Add(3 * time.Second).Sub(time.Now()))
+				time.Sleep(time.Until(first.at.Add(3 * time.Second)))
 				synctest.Wait()
 				var got []claim
 				for _, c := range w.claimLog()[1:] {

@@ -133,10 +133,10 @@ func TestResultWriterLinger(t *testing.T) {
 				g.gate <- struct{}{}
 				start := time.Now()
 				for _, s := range tc.later {
-					time.Sleep(start.Add(s.at).Sub(time.Now()))
+					time.Sleep(time.Until(start.Add(s.at)))
 					complete(s.completions)
 				}
-				time.Sleep(start.Add(10 * lingerMax).Sub(time.Now()))
+				time.Sleep(time.Until(start.Add(10 * lingerMax)))
 				w.close()
 				<-w.done
 
