@@ -182,10 +182,20 @@ func (d *database) waitSoniqWorkers(ctx context.Context, ws []*worker, timeout t
 	for i, w := range ws {
 		pids[i] = int32(w.pid)
 	}
+	return waitRegistered(ctx, ws, timeout, func() (int, error) {
+		var n int
+		err := d.pool.QueryRow(ctx, `SELECT count(*) FROM soniq_workers WHERE pid = ANY($1) AND status = 'active'`, pids).Scan(&n)
+		return n, err
+	})
+}
+
+// waitRegistered polls registered (how many of ws have their active worker
+// row) until it counts them all, failing early when a worker exits.
+func waitRegistered(ctx context.Context, ws []*worker, timeout time.Duration, registered func() (int, error)) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		var n int
-		if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM soniq_workers WHERE pid = ANY($1) AND status = 'active'`, pids).Scan(&n); err != nil {
+		n, err := registered()
+		if err != nil {
 			return err
 		}
 		if n == len(ws) {

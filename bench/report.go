@@ -395,14 +395,7 @@ func (r *report) write(path string) error {
 			w("| %s | %s | | | |\n", t.Label, t.Status)
 			continue
 		}
-		var runs []string
-		for _, run := range t.Runs {
-			if run.Error != "" {
-				runs = append(runs, "failed")
-			} else {
-				runs = append(runs, f0(run.JobsPerS))
-			}
-		}
+		runs := roundsCell(t.Runs, func(run tpRun) (string, string) { return f0(run.JobsPerS), run.Error })
 		ratio, frac := "—", "—"
 		if ok(soniq.Median) && t.Kind != "alone" {
 			ratio = fmt.Sprintf("%.1f×", t.Median/soniq.Median)
@@ -410,7 +403,7 @@ func (r *report) write(path string) error {
 		if lim := r.limit(t.SDK, cores); t.Kind == "sidecar" && ok(lim.JobsPerS) {
 			frac = fmt.Sprintf("%.0f %%", 100*t.Median/lim.JobsPerS)
 		}
-		w("| %s | **%s** | %s | %s | %s |\n", t.Label, f0(t.Median), strings.Join(runs, ", "), ratio, frac)
+		w("| %s | **%s** | %s | %s | %s |\n", t.Label, f0(t.Median), runs, ratio, frac)
 	}
 	w("\n")
 	r.writeTransportRatios(w)
@@ -462,15 +455,8 @@ func (r *report) write(path string) error {
 			w("| %s | %s | | | |\n", l.Label, l.Status)
 			continue
 		}
-		var runs []string
-		for _, run := range l.Runs {
-			if run.Error != "" {
-				runs = append(runs, "failed")
-			} else {
-				runs = append(runs, f2(run.P99))
-			}
-		}
-		w("| %s | %s | %s | **%s** | %s |\n", l.Label, f2(l.P50), f2(l.P95), f2(l.P99), strings.Join(runs, ", "))
+		runs := roundsCell(l.Runs, func(run latRun) (string, string) { return f2(run.P99), run.Error })
+		w("| %s | %s | %s | **%s** | %s |\n", l.Label, f2(l.P50), f2(l.P95), f2(l.P99), runs)
 	}
 	w("\n")
 
@@ -485,15 +471,8 @@ func (r *report) write(path string) error {
 				w("| %s | %s | | | |\n", l.Label, l.Status)
 				continue
 			}
-			var runs []string
-			for _, run := range l.Runs {
-				if run.Error != "" {
-					runs = append(runs, "failed")
-				} else {
-					runs = append(runs, f2(run.P99))
-				}
-			}
-			w("| %s | %s | %s | **%s** | %s |\n", l.Label, f2(l.P50), f2(l.P95), f2(l.P99), strings.Join(runs, ", "))
+			runs := roundsCell(l.Runs, func(run latRun) (string, string) { return f2(run.P99), run.Error })
+			w("| %s | %s | %s | **%s** | %s |\n", l.Label, f2(l.P50), f2(l.P95), f2(l.P99), runs)
 		}
 		w("\n")
 	}
@@ -585,4 +564,18 @@ func render(path string) error {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return r.write(path)
+}
+
+// roundsCell is a table cell listing each round's figure, or "failed" for
+// a round that failed (figure returns the figure and the round's error).
+func roundsCell[R any](runs []R, figure func(R) (value, failed string)) string {
+	cells := make([]string, len(runs))
+	for i, run := range runs {
+		v, failed := figure(run)
+		if failed != "" {
+			v = "failed"
+		}
+		cells[i] = v
+	}
+	return strings.Join(cells, ", ")
 }

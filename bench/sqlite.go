@@ -465,8 +465,7 @@ func waitSQLiteWorkers(ctx context.Context, path string, ws []*worker, timeout t
 		pids[i] = fmt.Sprint(w.pid)
 	}
 	q := `SELECT count(*) FROM soniq_workers WHERE status = 'active' AND pid IN (` + strings.Join(pids, ",") + `)`
-	deadline := time.Now().Add(timeout)
-	for {
+	return waitRegistered(ctx, ws, timeout, func() (int, error) {
 		n := 0
 		if _, err := os.Stat(path); err == nil {
 			if f, err := openSQLiteFile(path); err == nil {
@@ -475,23 +474,8 @@ func waitSQLiteWorkers(ctx context.Context, path string, ws []*worker, timeout t
 				f.close()
 			}
 		}
-		if n == len(ws) {
-			return nil
-		}
-		for _, w := range ws {
-			if w.exited() {
-				return fmt.Errorf("soniq worker pid %d exited (%v); log tail:\n%s", w.pid, w.err, tail(w.log, 3000))
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("soniq workers not registered within %s; log tail:\n%s", timeout, tail(ws[0].log, 3000))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+		return n, nil
+	})
 }
 
 // sqliteRun drains sv.n jobs from a new file.
@@ -643,14 +627,7 @@ func (r *report) writeSQLite(w func(string, ...any)) {
 			w("| %s | %d × %d | %d | %s | | | | | | | |\n", t.Label, t.Processes, t.Concurrency, t.N, t.Status)
 			continue
 		}
-		var runs []string
-		for _, run := range t.Runs {
-			if run.Error != "" {
-				runs = append(runs, "failed")
-			} else {
-				runs = append(runs, f0(run.JobsPerS))
-			}
-		}
+		runs := roundsCell(t.Runs, func(run sqliteRun) (string, string) { return f0(run.JobsPerS), run.Error })
 		ratio, rss := "—", "—"
 		if ok(soniq.Median) && t.Key != soniq.Key {
 			ratio = fmt.Sprintf("%.1f×", t.Median/soniq.Median)
@@ -659,7 +636,7 @@ func (r *report) writeSQLite(w func(string, ...any)) {
 			rss = fmt.Sprintf("%.1f MiB", t.PeakRSSMB)
 		}
 		w("| %s | %d × %d | %d | **%s** | %s | %s | %.2f | %s | %s | %s | %s |\n", t.Label, t.Processes, t.Concurrency, t.N, f0(t.Median),
-			strings.Join(runs, ", "), ratio, t.ClaimsPerJob, f2(t.SidecarCPU10k), f2(t.HandlerCPU10k), f2(t.WorkerCPU10k), rss)
+			runs, ratio, t.ClaimsPerJob, f2(t.SidecarCPU10k), f2(t.HandlerCPU10k), f2(t.WorkerCPU10k), rss)
 	}
 	w("\nCPU in CPU-seconds per 10,000 jobs (medians over the runs); on SQLite the database work is inside the sidecar's and Soniq's processes.\n\n")
 	for _, t := range sq.Throughput {
