@@ -32,10 +32,9 @@ func (s procState) String() string {
 type process struct {
 	pool      *pool
 	slot      int
-	pid       int                   // conn's pid, kept for logs; 0 for an in-process fake
-	conn      transport.Conn        // nil until the transport has started it
-	out       chan protocol.Message // the transport's send queue; closed to close stdin
-	outClosed bool
+	pid       int              // conn's pid, kept for logs; 0 for an in-process fake
+	conn      transport.Conn   // nil until the transport has started it
+	out       *transport.Queue // the transport's send queue; closing it closes stdin
 	state     procState
 	hello     *protocol.Hello
 	spawnedAt time.Time
@@ -85,27 +84,10 @@ func (p *process) syncFree() int { return p.syncCapacity() - p.syncHeld - p.fore
 // fills for a well-behaved process (jobs and cancels are bounded by its
 // concurrency, pings by one outstanding); a full queue means the process
 // stopped reading its stdin and it is treated as broken.
-func (p *process) send(m protocol.Message) bool {
-	if p.outClosed {
-		return false
-	}
-	select {
-	case p.out <- m:
-		return true
-	default:
-		return false
-	}
-}
+func (p *process) send(m protocol.Message) bool { return p.out.Send(m) }
 
 // closeInput sends `shutdown` and then closes stdin (EOF means the same).
-func (p *process) closeInput() {
-	if p.outClosed {
-		return
-	}
-	p.send(&protocol.Shutdown{})
-	close(p.out)
-	p.outClosed = true
-}
+func (p *process) closeInput() { p.out.Close() }
 
 // signalGroup signals the process's whole process group (it is a group
 // leader), so helpers it started go with it; for an attached process a

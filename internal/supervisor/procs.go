@@ -20,7 +20,7 @@ func (l *loop) spawn(pl *pool, slot int) {
 	h := pl.h
 	p := &process{
 		pool: pl, slot: slot,
-		out:       make(chan protocol.Message, 2*h.Concurrency+16),
+		out:       transport.NewQueue(2*h.Concurrency + 16),
 		state:     procStarting,
 		spawnedAt: time.Now(),
 		tasks:     map[string]*task{},
@@ -35,7 +35,7 @@ func (l *loop) spawn(pl *pool, slot int) {
 		start = l.cfg.startTransport // tests: an in-process fake handler
 	}
 	env := transport.Env{Spawner: l.sp, MaxFrameBytes: l.cfg.MaxFrameBytes, Log: l.log, WG: l.wg}
-	c, err := start(env, transport.Spec{Handler: h, Endpoint: p.endpoint, Out: p.out, Events: procEvents{emit: l.emit, p: p}})
+	c, err := start(env, transport.Spec{Handler: h, Endpoint: p.endpoint, Out: p.out.Out(), Events: procEvents{emit: l.emit, p: p}})
 	if err != nil {
 		if !pl.started && cannotStart(err) {
 			// A command that was never started and cannot be is a

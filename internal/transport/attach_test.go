@@ -116,7 +116,7 @@ func (ln *listener) waitListening(t *testing.T) {
 
 // attachConn is one connection of the attach transport under test.
 type attachConn struct {
-	q      *queue
+	q      *Queue
 	conn   Conn
 	events recorder
 	wg     *sync.WaitGroup
@@ -125,14 +125,14 @@ type attachConn struct {
 func startAttachConn(t *testing.T, sock string) *attachConn {
 	t.Helper()
 	h := &config.Handler{Name: "attached", Attach: []string{sock}, StartupTimeout: 20 * time.Second, Concurrency: 2, Processes: 1}
-	a := &attachConn{q: newQueue(8), events: make(recorder, 64), wg: &sync.WaitGroup{}}
+	a := &attachConn{q: NewQueue(8), events: make(recorder, 64), wg: &sync.WaitGroup{}}
 	env := Env{MaxFrameBytes: protocol.DefaultMaxFrameBytes, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), WG: a.wg}
-	c, err := Start(env, Spec{Handler: h, Endpoint: sock, Out: a.q.ch, Events: a.events})
+	c, err := Start(env, Spec{Handler: h, Endpoint: sock, Out: a.q.Out(), Events: a.events})
 	require.NoError(t, err)
 	a.conn = c
 	t.Cleanup(func() {
 		a.conn.Signal(syscall.SIGKILL)
-		a.q.closeInput()
+		a.q.Close()
 		go func() {
 			for range a.events {
 			}
@@ -196,12 +196,12 @@ func TestAttachTransport(t *testing.T) {
 			assert.Equal(t, ln.cmd.Process.Pid, hello.PID)
 			assert.Zero(t, a.conn.PID())
 			assert.Empty(t, a.conn.Stderr())
-			require.True(t, a.q.send(&protocol.Job{ID: "j1", Name: "examples.add", Args: json.RawMessage(`{"a":2,"b":40}`), Attempt: 1, MaxAttempts: 1, Queue: "default"}))
+			require.True(t, a.q.Send(&protocol.Job{ID: "j1", Name: "examples.add", Args: json.RawMessage(`{"a":2,"b":40}`), Attempt: 1, MaxAttempts: 1, Queue: "default"}))
 			r, ok := frameMsg(a.next(t, 10*time.Second)).(*protocol.Result)
 			require.True(t, ok, "want the result")
 			assert.Equal(t, "j1", r.ID)
 			assert.JSONEq(t, `{"sum":42}`, string(r.Result))
-			a.q.closeInput()
+			a.q.Close()
 			assert.NoError(t, a.exit(t), "a clean end after the sidecar's shutdown")
 
 			b := startAttachConn(t, sock)
@@ -250,9 +250,9 @@ func TestAttachTransportRefusedWhileAnotherSessionIsOpen(t *testing.T) {
 	ref, ok := e.(refusedEvent)
 	require.True(t, ok, "want the refusal, got %#v", e)
 	assert.ErrorIs(t, ref.err, session.ErrRefused)
-	b.q.closeInput() // as the loop does for a refused process
+	b.q.Close() // as the loop does for a refused process
 	assert.ErrorContains(t, b.exit(t), "no session with the handler at "+sock)
-	require.True(t, a.q.send(&protocol.Ping{Seq: 3}))
+	require.True(t, a.q.Send(&protocol.Ping{Seq: 3}))
 	pong, ok := frameMsg(a.next(t, 10*time.Second)).(*protocol.Pong)
 	require.True(t, ok, "the first session goes on")
 	assert.EqualValues(t, 3, pong.Seq)
@@ -263,7 +263,7 @@ func TestAttachTransportClosedBeforeAttaching(t *testing.T) {
 	t.Parallel()
 	sock := socketPath(t)
 	a := startAttachConn(t, sock)
-	a.q.closeInput()
+	a.q.Close()
 	err := a.exit(t)
 	assert.ErrorContains(t, err, "never attached to "+sock)
 	assert.False(t, errors.Is(err, ErrEndpointGone))

@@ -36,22 +36,11 @@ func Probe(ctx context.Context, sp *Spawner, h *config.Handler, log *slog.Logger
 	}
 	var rep Probed
 	ev := make(probeEvents, 64)
-	out := make(chan protocol.Message, 4)
-	outClosed := false
-	closeInput := func() { // as the supervisor's: shutdown, then EOF
-		if !outClosed {
-			select {
-			case out <- &protocol.Shutdown{}:
-			default:
-			}
-			close(out)
-			outClosed = true
-		}
-	}
+	out := NewQueue(4)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	env := Env{Spawner: sp, MaxFrameBytes: protocol.DefaultMaxFrameBytes, Log: log, WG: &wg}
-	c, err := Start(env, Spec{Handler: h, Out: out, Events: ev})
+	c, err := Start(env, Spec{Handler: h, Out: out.Out(), Events: ev})
 	if err != nil {
 		rep.Err = err
 		return rep
@@ -94,7 +83,7 @@ wait:
 		}
 	}
 	// Stop it: shutdown (and EOF, or go-plugin's graceful stop), then signals.
-	closeInput()
+	out.Close()
 	if rep.Err != nil && !exited {
 		c.Signal(syscall.SIGKILL)
 	}

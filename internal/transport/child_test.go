@@ -26,7 +26,7 @@ const exitTolerance = 3 * time.Second
 // rawProc is a non-SDK child started by a transport, its events and the
 // file where its shell script writes the pid of the helper it leaves behind.
 type rawProc struct {
-	q       *queue
+	q       *Queue
 	conn    Conn
 	events  recorder
 	wg      *sync.WaitGroup
@@ -41,9 +41,9 @@ func startRaw(t *testing.T, transport config.Transport, script string) *rawProc 
 	h := &config.Handler{Name: "raw", Command: []string{"sh", "-c", script}, Transport: transport, Workdir: dir,
 		Env: map[string]string{"PIDFILE": rp.pidFile}, StartupTimeout: 20 * time.Second, Concurrency: 1, Processes: 1}
 	sp := StartSpawner()
-	rp.q = newQueue(4)
+	rp.q = NewQueue(4)
 	te := Env{Spawner: sp, MaxFrameBytes: protocol.DefaultMaxFrameBytes, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), WG: rp.wg}
-	c, err := Start(te, Spec{Handler: h, Out: rp.q.ch, Events: rp.events})
+	c, err := Start(te, Spec{Handler: h, Out: rp.q.Out(), Events: rp.events})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func startRaw(t *testing.T, transport config.Transport, script string) *rawProc 
 			rp.conn.Signal(syscall.SIGKILL)
 		}
 		if !rp.q.closed {
-			rp.q.closeInput()
+			rp.q.Close()
 		}
 		go func() {
 			for range rp.events {
@@ -194,7 +194,7 @@ func TestStdioStdoutClosedWhileRunning(t *testing.T) {
 		t.Errorf("reported after %s: the grace of %s was not given", d, stdoutEOFGrace)
 	}
 	// As the loop's breakProcess does.
-	rp.q.closeInput()
+	rp.q.Close()
 	rp.conn.Signal(syscall.SIGKILL)
 	e = rp.next(t, exitDrain+exitTolerance)
 	if x, ok := e.(exitEvent); !ok || ExitDescription(x.err) != "killed by signal SIGKILL" {

@@ -38,36 +38,6 @@ func (r recorder) StdoutClosed()                            { r <- stdoutClosedE
 func (r recorder) Refused(err error)                        { r <- refusedEvent{err: err} }
 func (r recorder) Exited(err error)                         { r <- exitEvent{err: err} }
 
-// queue is a connection's send queue kept as the supervisor keeps it:
-// send never blocks, closeInput sends `shutdown` and closes the queue.
-type queue struct {
-	ch     chan protocol.Message
-	closed bool
-}
-
-func newQueue(n int) *queue { return &queue{ch: make(chan protocol.Message, n)} }
-
-func (q *queue) send(m protocol.Message) bool {
-	if q.closed {
-		return false
-	}
-	select {
-	case q.ch <- m:
-		return true
-	default:
-		return false
-	}
-}
-
-func (q *queue) closeInput() {
-	if q.closed {
-		return
-	}
-	q.send(&protocol.Shutdown{})
-	close(q.ch)
-	q.closed = true
-}
-
 // helloAgrees is what the supervisor checks of a hello (its protocol
 // version, and the same job names with the same cancellable as the
 // manifest), for tests that want a transport to deliver it intact.

@@ -19,7 +19,7 @@ import (
 
 // writerRig runs writeFrames for a process whose stdin is a real pipe.
 type writerRig struct {
-	q      *queue
+	q      *Queue
 	events recorder
 	mu     sync.Mutex
 	logs   []logtest.Record
@@ -28,15 +28,15 @@ type writerRig struct {
 
 func startWriter(t *testing.T, stdin *os.File) *writerRig {
 	t.Helper()
-	r := &writerRig{q: newQueue(64), events: make(recorder, 64), done: make(chan struct{})}
+	r := &writerRig{q: NewQueue(64), events: make(recorder, 64), done: make(chan struct{})}
 	l := &link{
 		env: Env{MaxFrameBytes: protocol.DefaultMaxFrameBytes, Log: slog.New(logtest.Handler{Mu: &r.mu, Records: &r.logs})},
-		h:   &config.Handler{Name: "h"}, out: r.q.ch, ev: r.events, pid: 4242, stderr: &stderrTail{},
+		h:   &config.Handler{Name: "h"}, out: r.q.Out(), ev: r.events, pid: 4242, stderr: &stderrTail{},
 	}
 	go func() { defer close(r.done); writeFrames(l, stdin) }()
 	t.Cleanup(func() {
 		if !r.q.closed {
-			r.q.closeInput()
+			r.q.Close()
 		}
 		<-r.done
 	})
@@ -45,7 +45,7 @@ func startWriter(t *testing.T, stdin *os.File) *writerRig {
 
 func (r *writerRig) send(t *testing.T, m protocol.Message) {
 	t.Helper()
-	require.True(t, r.q.send(m), "send %s", m.Type())
+	require.True(t, r.q.Send(m), "send %s", m.Type())
 }
 
 // A frame that cannot be encoded, or a job the handler could not read, is
@@ -75,7 +75,7 @@ func TestWriteFramesReportsAnUnsendableFrameAndGoesOn(t *testing.T) {
 			r.send(t, tc.msg)
 			r.send(t, &protocol.Job{ID: "good", Name: "n", Args: json.RawMessage(`{"a":1}`), Attempt: 1, MaxAttempts: 1, Queue: "q"})
 			r.send(t, &protocol.Ping{Seq: 2})
-			r.q.closeInput()
+			r.q.Close()
 
 			dec := protocol.NewDecoder(rd)
 			var got []string
@@ -117,10 +117,10 @@ func TestWriteFramesReportsAFailedWriteOnce(t *testing.T) {
 	e, ok := (<-r.events).(writeFailedEvent)
 	require.True(t, ok, "a failed write report")
 	assert.ErrorIs(t, e.err, syscall.EPIPE)
-	for i := range cap(r.q.ch) - 1 {
+	for i := range cap(r.q.Out()) - 1 {
 		r.send(t, &protocol.Ping{Seq: int64(i + 2)})
 	}
-	r.q.closeInput()
+	r.q.Close()
 	select {
 	case <-r.done:
 	case <-time.After(10 * time.Second):
@@ -158,7 +158,7 @@ func TestTransportsReportAnUnsendableJobAndKeepTheProcess(t *testing.T) {
 			if r := tp.result(10*time.Second, id); r.Status != protocol.StatusDone || string(r.Result) != `{"sum":42}` {
 				t.Fatalf("add after the unsendable jobs: %+v", r)
 			}
-			tp.q.closeInput()
+			tp.q.Close()
 			e := tp.next(10 * time.Second)
 			x, ok := e.(exitEvent)
 			require.True(t, ok, "want the exit, got %#v; stderr:\n%s", e, tp.conn.Stderr())

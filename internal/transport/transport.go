@@ -34,9 +34,9 @@ type Spec struct {
 	// Endpoint is the socket of an attach handler's connection; "" for a
 	// handler the sidecar spawns.
 	Endpoint string
-	// Out is the process's send queue. The transport consumes it until it
-	// is closed; closing it (after a `shutdown` frame) is the graceful
-	// close. It is the caller's to size and to close.
+	// Out is the process's send queue (Queue.Out). The transport consumes
+	// it until it is closed; Queue.Close is the graceful close. It is the
+	// caller's to size and to close.
 	Out <-chan protocol.Message
 	// Events receives what happens to the connection.
 	Events Events

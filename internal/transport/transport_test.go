@@ -45,7 +45,7 @@ func repoPath(t testing.TB, rel string) string {
 type testProc struct {
 	t      testing.TB
 	h      *config.Handler
-	q      *queue
+	q      *Queue
 	conn   Conn
 	events recorder
 	wg     *sync.WaitGroup
@@ -76,13 +76,13 @@ func startTestProc(t testing.TB, manifest string) *testProc {
 		}
 		h.Env["HANDLER_TRACE_FRAMES"] = tp.trace
 	}
-	tp.q = newQueue(2*h.Concurrency + 16)
+	tp.q = NewQueue(2*h.Concurrency + 16)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	}
 	te := Env{Spawner: sp, MaxFrameBytes: protocol.DefaultMaxFrameBytes, Log: log, WG: tp.wg}
-	c, err := Start(te, Spec{Handler: h, Out: tp.q.ch, Events: tp.events})
+	c, err := Start(te, Spec{Handler: h, Out: tp.q.Out(), Events: tp.events})
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
@@ -90,7 +90,7 @@ func startTestProc(t testing.TB, manifest string) *testProc {
 	t.Cleanup(func() {
 		tp.conn.Signal(9)
 		if !tp.q.closed {
-			tp.q.closeInput()
+			tp.q.Close()
 		}
 		done := make(chan struct{})
 		go func() {
@@ -150,7 +150,7 @@ func (tp *testProc) next(timeout time.Duration) event {
 
 func (tp *testProc) send(m protocol.Message) {
 	tp.t.Helper()
-	if !tp.q.send(m) {
+	if !tp.q.Send(m) {
 		tp.t.Fatalf("send %s: queue full or closed", m.Type())
 	}
 }
@@ -266,7 +266,7 @@ func TestTransports(t *testing.T) {
 			}
 
 			// Shutdown: the process exits 0.
-			tp.q.closeInput()
+			tp.q.Close()
 			e := tp.next(10 * time.Second)
 			if x, ok := e.(exitEvent); !ok || x.err != nil {
 				t.Fatalf("want a clean exit, got %#v; stderr:\n%s", e, tp.conn.Stderr())
@@ -292,7 +292,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			tp.q.closeInput()
+			tp.q.Close()
 			tp.next(10 * time.Second)
 		})
 	}
@@ -319,7 +319,7 @@ func TestUnixHandshakeFailures(t *testing.T) {
 			defer sp.Stop()
 			events := make(recorder, 16)
 			var wg sync.WaitGroup
-			q := newQueue(4)
+			q := NewQueue(4)
 			te := Env{Spawner: sp, MaxFrameBytes: protocol.DefaultMaxFrameBytes, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), WG: &wg}
 			conn, err := Start(te, Spec{Handler: h, Out: q.ch, Events: events})
 			if err != nil {
@@ -330,7 +330,7 @@ func TestUnixHandshakeFailures(t *testing.T) {
 				e := <-events
 				if pe, ok := e.(protocolErrorEvent); ok {
 					gotErr = pe.err
-					q.closeInput() // as the loop's breakProcess does
+					q.Close() // as the loop's breakProcess does
 					continue
 				}
 				x, ok := e.(exitEvent)
@@ -351,7 +351,7 @@ func TestUnixHandshakeFailures(t *testing.T) {
 			if c.wantErr == "" && !strings.Contains(conn.Stderr(), "going away") {
 				t.Errorf("stderr tail %q", conn.Stderr())
 			}
-			q.closeInput()
+			q.Close()
 			wg.Wait()
 		})
 	}
