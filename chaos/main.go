@@ -148,7 +148,7 @@ func parseConfig(args []string) (*config, error) {
 	c.rules.WriteWindow, c.rules.Slack = 5*time.Second, time.Second
 	c.rules.JobBound = parsed["job-bound"]
 	c.rules.RSSWarmup, c.rules.RSSMinSpan = 20*time.Second, 60*time.Second
-	c.rules.RSSGrowthPct, c.rules.RSSGrowthKB = 50, 16<<10
+	c.rules.RSSGrowthPct, c.rules.RSSGrowthKB = 25, 8<<10
 	return c, nil
 }
 
