@@ -10,7 +10,10 @@
 #                                   # again on the same port with the same data
 #   .ci/pg.sh run CMD ARGS...       # run CMD with a fresh server, then remove it
 #
-# PG_MAX_CONNECTIONS sets max_connections (default 300).
+# PG_MAX_CONNECTIONS sets max_connections (default 300). PG_SYNCHRONOUS_COMMIT
+# (default off: fast, but an immediate stop loses the last commits) set to on
+# keeps every acknowledged commit through `restart DIR immediate` (fsync stays
+# off: the machine itself does not crash).
 #
 # Postgres refuses to run as root, so when we are root the cluster is owned by
 # and started as the unprivileged `postgres` user (created if missing).
@@ -50,7 +53,7 @@ port = $port
 unix_socket_directories = ''
 max_connections = ${PG_MAX_CONNECTIONS:-300}
 fsync = off
-synchronous_commit = off
+synchronous_commit = ${PG_SYNCHRONOUS_COMMIT:-off}
 full_page_writes = off
 CONF
   as_owner "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 start >&2 \

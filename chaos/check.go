@@ -157,7 +157,7 @@ func (c *checker) job(j Job) {
 			c.rep.Reruns[why]++
 			continue
 		}
-		c.violate(ruleDuplicate, j.ID, "%s ran again: execution %d %s follows execution %d %s, which nothing explains (no failure, cancel, NACK, kill of its process or sidecar, nor a stop long enough for recovery)",
+		c.violate(ruleDuplicate, j.ID, "%s ran again: execution %d %s follows execution %d %s, which nothing explains (no failure, cancel, NACK, kill of its process or sidecar, nor a stop or database outage long enough for recovery)",
 			j.Name, k+1, e.describe(), k, prev.describe())
 	}
 }
@@ -201,8 +201,9 @@ func (c *checker) killed(e Execution) string {
 
 // explain says why the execution after e may exist: e failed, was
 // cancelled or NACKed, its process or sidecar was killed while it ran or
-// before its result was written, or its sidecar was stopped long enough for
-// another one to recover its rows. "" when nothing does.
+// before its result was written, or its sidecar was stopped or cut from the
+// database long enough for another one to recover its rows. "" when
+// nothing does.
 func (c *checker) explain(e Execution) string {
 	switch e.Outcome {
 	case "fail":
@@ -239,7 +240,49 @@ func (c *checker) explain(e Execution) string {
 			}
 		}
 	}
+	if in := c.incs[e.SidecarPID]; in != nil {
+		for _, o := range c.outages(in) {
+			if !e.Start.After(o.from.Add(c.r.Slack)) && (writeEnd.IsZero() || !o.from.After(writeEnd)) {
+				return "database outage (recovered)"
+			}
+		}
+	}
 	return ""
+}
+
+// outage is a time a sidecar could not reach the database long enough for
+// another sidecar to recover its rows, and did find its worker row
+// recovered afterwards.
+type outage struct{ from, to time.Time }
+
+// outages reads them from the sidecar's log: runs of failed heartbeats
+// (one attempt per interval; a gap of more than three intervals means one
+// succeeded in between) that span, with the interval before the first
+// failure, at least recoverableStop, followed by a "worker row was lost"
+// line. A job claimed during such an outage (through a pooler that came
+// back before the heartbeat did) is not explained by it: that is a claim
+// under a stale worker row.
+func (c *checker) outages(in *Incarnation) []outage {
+	var out []outage
+	fails := in.HeartbeatFails
+	for i := 0; i < len(fails); {
+		j := i
+		for j+1 < len(fails) && fails[j+1].Sub(fails[j]) <= 3*c.r.HeartbeatInterval+c.r.Slack {
+			j++
+		}
+		o := outage{from: fails[i], to: fails[j]}
+		i = j + 1
+		if o.to.Sub(o.from)+c.r.HeartbeatInterval < c.r.recoverableStop() {
+			continue
+		}
+		for _, lost := range in.RowLost {
+			if !lost.Before(o.from) && !lost.After(o.to.Add(10*c.r.HeartbeatInterval)) {
+				out = append(out, o)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // executionsOfUnknownJobs: an execution of a job the producer never

@@ -123,6 +123,22 @@ func TestCheckRules(t *testing.T) {
 			execs:  []Execution{ex("a", 101, 14, 14.5, "ok"), ex("a", 102, 25, 25.5, "ok")},
 			faults: []Fault{{At: at(2), Kind: faultSidecarStop, Target: "py", PID: 100, Dur: 10 * time.Second}},
 			want:   []string{ruleDuplicate}},
+		{name: "its sidecar cut from the database long enough for recovery", jobs: []Job{done("a", jobAsync, 0, 20)},
+			execs:  []Execution{ex("a", 101, 0.1, 0.6, "ok"), ex("a", 102, 9, 9.5, "ok")},
+			edit:   func(h *History) { outageOf(h, 0.5, 7.5, 12) },
+			reruns: map[string]int{"database outage (recovered)": 1}},
+		{name: "an outage too short for recovery explains nothing", jobs: []Job{done("a", jobAsync, 0, 20)},
+			execs: []Execution{ex("a", 101, 0.1, 0.6, "ok"), ex("a", 102, 9, 9.5, "ok")},
+			edit:  func(h *History) { outageOf(h, 0.5, 3.5, 5) },
+			want:  []string{ruleDuplicate}},
+		{name: "an outage its sidecar never saw the end of explains nothing", jobs: []Job{done("a", jobAsync, 0, 20)},
+			execs: []Execution{ex("a", 101, 0.1, 0.6, "ok"), ex("a", 102, 9, 9.5, "ok")},
+			edit:  func(h *History) { outageOf(h, 0.5, 7.5, -1) },
+			want:  []string{ruleDuplicate}},
+		{name: "claimed during an outage, recovered at its end: a claim under a stale worker row", jobs: []Job{done("a", jobAsync, 0, 20)},
+			execs: []Execution{ex("a", 101, 6, 6.2, "ok"), ex("a", 102, 9, 9.5, "ok")},
+			edit:  func(h *History) { outageOf(h, 0.5, 7.5, 8) },
+			want:  []string{ruleDuplicate}},
 		{name: "cancelled at shutdown, then run again", jobs: []Job{done("a", jobAsync, 0, 2)},
 			execs:  []Execution{ex("a", 101, 0.1, 0.3, "cancelled"), ex("a", 102, 1, 1.5, "ok")},
 			reruns: map[string]int{"cancelled (shutdown NACK)": 1}},
@@ -181,6 +197,18 @@ func TestCheckRules(t *testing.T) {
 				t.Fatalf("summary %q", s)
 			}
 		})
+	}
+}
+
+// outageOf gives py's sidecar failed heartbeats every second from from to
+// to, and finds its worker row lost at lost (none when lost < 0).
+func outageOf(h *History, from, to, lost float64) {
+	in := &h.Incarnations[0]
+	for s := from; s <= to; s++ {
+		in.HeartbeatFails = append(in.HeartbeatFails, at(s))
+	}
+	if lost >= 0 {
+		in.RowLost = append(in.RowLost, at(lost))
 	}
 }
 

@@ -83,8 +83,13 @@ type cluster struct {
 }
 
 // script runs one of the repository's .ci scripts and returns its stdout.
+// The server keeps every acknowledged commit through an immediate stop:
+// the producer's rows and the sidecars' writes must survive the restarts
+// the nemesis makes, or the checker would blame the sidecars for what the
+// server dropped.
 func (c *cluster) script(ctx context.Context, name string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(c.cfg.root, ".ci", name), args...)
+	cmd.Env = append(os.Environ(), "PG_SYNCHRONOUS_COMMIT=on")
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {

@@ -90,9 +90,13 @@ type Incarnation struct {
 	ExitCode int       `json:"exit_code"`
 	Log      string    `json:"log"`
 	TermAt   time.Time `json:"term_at"` // when it was sent SIGTERM (zero: never)
-	// From its log: job ids it NACKed at shutdown, panic lines.
-	Nacks  map[string]bool `json:"-"`
-	Panics []string        `json:"-"`
+	// From its log: job ids it NACKed at shutdown, panic lines, when a
+	// heartbeat failed (the database was out of its reach), when it found
+	// that its worker row had been recovered by another sidecar.
+	Nacks          map[string]bool `json:"-"`
+	Panics         []string        `json:"-"`
+	HeartbeatFails []time.Time     `json:"-"`
+	RowLost        []time.Time     `json:"-"`
 }
 
 // Job is a job the producer enqueued and the row it ended as.
@@ -224,7 +228,8 @@ func attribute(execs []Execution, incs []Incarnation) {
 }
 
 // scanSidecarLog reads what the checker needs from one incarnation's log:
-// the job ids it NACKed at shutdown and any panic.
+// the job ids it NACKed at shutdown, any panic, failed heartbeats and lost
+// worker rows.
 func scanSidecarLog(in *Incarnation) error {
 	in.Nacks = map[string]bool{}
 	f, err := os.Open(in.Log)
@@ -240,15 +245,25 @@ func scanSidecarLog(in *Incarnation) error {
 			in.Panics = append(in.Panics, line)
 			continue
 		}
-		if !strings.Contains(line, `"shutdown_nack"`) {
+		if !strings.Contains(line, `"shutdown_nack"`) && !strings.Contains(line, `"heartbeat failed"`) &&
+			!strings.Contains(line, "worker row was lost") {
 			continue
 		}
 		var m struct {
-			Msg   string `json:"msg"`
-			JobID string `json:"job_id"`
+			Time  time.Time `json:"time"`
+			Msg   string    `json:"msg"`
+			JobID string    `json:"job_id"`
 		}
-		if json.Unmarshal([]byte(line), &m) == nil && m.Msg == "shutdown_nack" {
+		if json.Unmarshal([]byte(line), &m) != nil {
+			continue
+		}
+		switch {
+		case m.Msg == "shutdown_nack":
 			in.Nacks[m.JobID] = true
+		case m.Msg == "heartbeat failed":
+			in.HeartbeatFails = append(in.HeartbeatFails, m.Time)
+		case strings.Contains(m.Msg, "worker row was lost"):
+			in.RowLost = append(in.RowLost, m.Time)
 		}
 	}
 	return sc.Err()
