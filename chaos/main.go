@@ -578,9 +578,26 @@ func (c *cluster) details(h *History, rep *Report) string {
 		if to.IsZero() {
 			to = from
 		}
+		lo, hi := from.Add(-15*time.Second), to.Add(15*time.Second)
 		for _, f := range h.Faults {
-			if f.At.After(from.Add(-15*time.Second)) && f.At.Before(to.Add(15*time.Second)) {
+			if f.At.After(lo) && f.At.Before(hi) {
 				fmt.Fprintf(&b, "  fault: %s\n", f)
+			}
+		}
+		for _, in := range h.Incarnations {
+			var fails []string
+			for _, t := range in.HeartbeatFails {
+				if t.After(lo) && t.Before(hi) {
+					fails = append(fails, clock(t))
+				}
+			}
+			if len(fails) > 0 {
+				fmt.Fprintf(&b, "  sidecar %s pid %d: heartbeat failed at %s\n", in.Sidecar, in.PID, strings.Join(fails, " "))
+			}
+			for _, t := range in.RowLost {
+				if t.After(lo) && t.Before(hi) {
+					fmt.Fprintf(&b, "  sidecar %s pid %d: found its worker row recovered at %s\n", in.Sidecar, in.PID, clock(t))
+				}
 			}
 		}
 		for _, in := range h.Incarnations {
