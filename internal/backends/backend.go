@@ -50,11 +50,11 @@ const (
 	MaxSnooze = 24 * time.Hour
 )
 
-// ErrNotFound is returned (wrapped) when a job or dead-letter row does not exist.
+// ErrNotFound is returned (wrapped) when a job, dead-letter or worker row does not exist.
 var ErrNotFound = errors.New("not found")
 
-// ErrWorkerNotActive is returned (wrapped) by Heartbeat when the worker row
-// exists but is no longer active: another worker's stale-worker recovery
+// ErrWorkerNotActive is returned (wrapped) by Heartbeat and Claim when the
+// worker row exists but is no longer active: another worker's stale-worker recovery
 // stopped it (this worker was silent too long: a frozen VM, a partition) and
 // gave its processing rows back to the queue. The worker must register again
 // before it claims, and must not write the rows it held without checking.
@@ -273,6 +273,13 @@ type Backend interface {
 	// processing, attempts+1, worker_id, updated_at, and returns the full
 	// rows as updated. Rows whose attempts now exceed max_attempts are
 	// returned like any other; the caller dead-letters them.
+	//
+	// A claim is proof of life: in the same transaction it requires the
+	// worker's row to be active and sets its last_heartbeat to now, so a
+	// stale-worker recovery can never requeue rows a live worker has just
+	// claimed, and a worker whose row was recovered (it was silent too
+	// long) claims nothing until it has registered again. It then returns
+	// ErrWorkerNotActive, or ErrNotFound when the row is gone.
 	Claim(ctx context.Context, p ClaimParams) ([]Job, error)
 	// Complete applies a batch of guarded terminal writes (one statement
 	// per outcome kind, never one round trip per row) and returns the ids
@@ -330,8 +337,10 @@ type Backend interface {
 	// 'active' one): it marks it stopped and requeues its processing rows
 	// (worker_id NULL, attempts preserved), in one transaction. It returns
 	// the workers it changed (marked stopped or relieved of rows) and the
-	// rows it requeued.
-	RecoverStaleWorkers(ctx context.Context, olderThan time.Duration) (workers, jobs int, err error)
+	// rows it requeued. The row of except (the caller's own worker id, or
+	// "") is never recovered: a worker that is running the recovery is
+	// alive, however old its last heartbeat looks.
+	RecoverStaleWorkers(ctx context.Context, olderThan time.Duration, except string) (workers, jobs int, err error)
 	// DeleteExpired deletes done rows whose expires_at has passed.
 	DeleteExpired(ctx context.Context) (int, error)
 

@@ -28,7 +28,7 @@ func (s *Supervisor) heartbeat(ctx context.Context) {
 		cancel()
 		switch {
 		case err == nil || ctx.Err() != nil:
-		case errors.Is(err, backends.ErrNotFound), errors.Is(err, backends.ErrWorkerNotActive):
+		case workerRowLost(err):
 			// Another worker recovered our jobs (we were silent too long:
 			// a frozen VM, a partition) or another program took our row.
 			// The loop stops claiming and registers again.
@@ -110,7 +110,7 @@ func (s *Supervisor) maintainOnce(ctx context.Context) {
 	defer func() {
 		s.log.Info("maintenance: leadership released", "worker_id", s.workerID, "held", time.Since(start))
 	}()
-	workers, jobs, err := s.cfg.Backend.RecoverStaleWorkers(mctx, s.cfg.Settings.HeartbeatTimeout)
+	workers, jobs, err := s.cfg.Backend.RecoverStaleWorkers(mctx, s.cfg.Settings.HeartbeatTimeout, s.workerID)
 	if err != nil {
 		s.log.Warn("maintenance: stale-worker recovery failed", "err", err)
 	} else if workers > 0 {

@@ -72,6 +72,10 @@ func (l *loop) maybeClaim(pl *pool) {
 func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
 	pl.claiming = false
 	l.claims--
+	if workerRowLost(err) {
+		l.onWorkerLost(err)
+		return
+	}
 	if err != nil {
 		l.log.Warn("claiming jobs failed; retrying at the next poll", "handler", pl.h.Name, "err", err)
 		l.checkDone()
@@ -189,6 +193,10 @@ func (l *loop) maybeClaimUnknown() {
 
 func (l *loop) onUnknownClaimed(jobs []backends.Job, err error) {
 	l.unknownClaiming = false
+	if workerRowLost(err) {
+		l.onWorkerLost(err)
+		return
+	}
 	if err != nil {
 		l.log.Warn("claiming unknown job names failed", "err", err)
 		return

@@ -18,6 +18,12 @@ import (
 // writing; the others were requeued (and maybe re-claimed elsewhere), so
 // their executions here are abandoned and their results discarded.
 
+// workerRowLost reports whether err (from a heartbeat or a claim) says this
+// sidecar's worker row is gone or no longer active.
+func workerRowLost(err error) bool {
+	return errors.Is(err, backends.ErrNotFound) || errors.Is(err, backends.ErrWorkerNotActive)
+}
+
 func (l *loop) onWorkerLost(cause error) {
 	if l.reregistering {
 		return
@@ -82,7 +88,7 @@ func (l *loop) onReregistered(ids []string, err error) {
 	}
 	l.log.Warn("this sidecar's worker row was lost (another worker recovered its jobs after missing its heartbeats: a frozen VM or a network partition?); registered it again before claiming",
 		"worker_id", l.s.workerID, "hostname", l.s.workerHostname(), "cause", l.lostCause.Error(),
-		"jobs_taken_elsewhere", ids, "jobs_kept", len(l.live))
+		"jobs_requeued", ids, "jobs_kept", len(l.live))
 	for _, pl := range l.pools {
 		pl.more = true
 		l.maybeClaim(pl)

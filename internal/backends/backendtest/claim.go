@@ -115,7 +115,7 @@ func claimCases() []testCase {
 			j := s.enqueue(backends.EnqueueParams{Name: "claim.crashy", MaxAttempts: intp(1)})
 			s.claimOne(crashed, "claim.crashy")
 			require.NoError(s.t, s.h.BackdateHeartbeat(s.ctx, crashed, time.Hour))
-			_, jobs, err := s.b.RecoverStaleWorkers(s.ctx, time.Minute)
+			_, jobs, err := s.b.RecoverStaleWorkers(s.ctx, time.Minute, "")
 			require.NoError(s.t, err)
 			require.Equal(s.t, 1, jobs)
 			assert.Equal(s.t, 1, s.get(j.ID).Attempts, "recovery preserves attempts")

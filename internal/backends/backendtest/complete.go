@@ -254,7 +254,7 @@ func guardCases() []testCase {
 		}},
 		{"recovered", func(s *suite, w1, _, _ string) {
 			require.NoError(s.t, s.h.BackdateHeartbeat(s.ctx, w1, time.Hour))
-			workers, jobs, err := s.b.RecoverStaleWorkers(s.ctx, time.Minute)
+			workers, jobs, err := s.b.RecoverStaleWorkers(s.ctx, time.Minute, "")
 			require.NoError(s.t, err)
 			require.Equal(s.t, 1, workers)
 			require.Equal(s.t, 1, jobs)

@@ -53,6 +53,7 @@ type suite struct {
 	b       backends.Backend
 	ctx     context.Context
 	nextPID int
+	workers map[string]backends.Worker // registered by worker(), by id
 }
 
 func (s *suite) enqueue(p backends.EnqueueParams) backends.Job {
@@ -96,7 +97,20 @@ func (s *suite) worker() string {
 		Metadata:    json.RawMessage(`{}`),
 	}
 	require.NoError(s.t, s.b.RegisterWorker(s.ctx, w), "register worker")
+	if s.workers == nil {
+		s.workers = map[string]backends.Worker{}
+	}
+	s.workers[w.ID] = w
 	return w.ID
+}
+
+// registerAgain registers a worker() row again, as a worker does after
+// finding it recovered.
+func (s *suite) registerAgain(id string) {
+	s.t.Helper()
+	w, ok := s.workers[id]
+	require.True(s.t, ok, "worker %s was not made by worker()", id)
+	require.NoError(s.t, s.b.RegisterWorker(s.ctx, w), "register worker %s again", id)
 }
 
 func (s *suite) claim(p backends.ClaimParams) []backends.Job {

@@ -31,7 +31,7 @@ func workerCases() []testCase {
 			queuedBefore := snapshot(s.get(queued.ID))
 			require.NoError(s.t, s.h.BackdateHeartbeat(s.ctx, stale, 10*time.Minute))
 
-			workers, jobs, err := s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute)
+			workers, jobs, err := s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute, "")
 			require.NoError(s.t, err)
 			assert.Equal(s.t, 1, workers)
 			assert.Equal(s.t, 2, jobs)
@@ -45,13 +45,13 @@ func workerCases() []testCase {
 			assert.Equal(s.t, liveBefore, snapshot(s.get(j3.ID)), "live worker's row untouched")
 			assert.Equal(s.t, queuedBefore, snapshot(s.get(queued.ID)))
 
-			workers, jobs, err = s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute)
+			workers, jobs, err = s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute, "")
 			require.NoError(s.t, err)
 			assert.Equal(s.t, [2]int{0, 0}, [2]int{workers, jobs}, "the stale worker is stopped now")
 
 			// The live worker was left active: aged, it is recovered too.
 			require.NoError(s.t, s.h.BackdateHeartbeat(s.ctx, live, 10*time.Minute))
-			workers, jobs, err = s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute)
+			workers, jobs, err = s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute, "")
 			require.NoError(s.t, err)
 			assert.Equal(s.t, [2]int{1, 1}, [2]int{workers, jobs})
 		}},
@@ -59,7 +59,7 @@ func workerCases() []testCase {
 			w := s.worker()
 			require.NoError(s.t, s.h.BackdateHeartbeat(s.ctx, w, 10*time.Minute))
 			require.NoError(s.t, s.b.Heartbeat(s.ctx, w))
-			workers, _, err := s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute)
+			workers, _, err := s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute, "")
 			require.NoError(s.t, err)
 			assert.Equal(s.t, 0, workers, "fresh heartbeat is not stale")
 		}},
@@ -72,7 +72,7 @@ func workerCases() []testCase {
 				s.claimOne(w, "held."+status)
 				require.NoError(s.t, s.b.SetWorkerStatus(s.ctx, w, status), "set %s", status)
 				require.NoError(s.t, s.h.BackdateHeartbeat(s.ctx, w, 10*time.Minute))
-				workers, jobs, err := s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute)
+				workers, jobs, err := s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute, "")
 				require.NoError(s.t, err)
 				assert.Equal(s.t, [2]int{1, 1}, [2]int{workers, jobs}, "status %s", status)
 				got := s.get(j.ID)
@@ -89,12 +89,86 @@ func workerCases() []testCase {
 			for _, w := range []string{stopping, stopped} {
 				require.NoError(s.t, s.h.BackdateHeartbeat(s.ctx, w, 10*time.Minute))
 			}
-			workers, jobs, err := s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute)
+			workers, jobs, err := s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute, "")
 			require.NoError(s.t, err)
 			assert.Equal(s.t, [2]int{1, 0}, [2]int{workers, jobs})
-			workers, jobs, err = s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute)
+			workers, jobs, err = s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute, "")
 			require.NoError(s.t, err)
 			assert.Equal(s.t, [2]int{0, 0}, [2]int{workers, jobs}, "idempotent")
+		}},
+		{"workers/a claim proves its worker alive", func(s *suite) {
+			// Claiming refreshes the heartbeat in the claim's transaction,
+			// so rows a worker has just claimed are never recovered from
+			// under it, even when its heartbeat loop has fallen behind.
+			w := s.worker()
+			s.enqueueNamed("alive")
+			require.NoError(s.t, s.h.BackdateHeartbeat(s.ctx, w, 10*time.Minute))
+			j := s.claimOne(w, "alive")
+			workers, jobs, err := s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute, "")
+			require.NoError(s.t, err)
+			assert.Equal(s.t, [2]int{0, 0}, [2]int{workers, jobs}, "a worker that just claimed is not stale")
+			assert.Equal(s.t, backends.StatusProcessing, s.get(j.ID).Status)
+
+			// An empty claim (the idle poll) is proof of life too.
+			require.NoError(s.t, s.h.BackdateHeartbeat(s.ctx, w, 10*time.Minute))
+			assert.Empty(s.t, s.claim(backends.ClaimParams{WorkerID: w, Names: []string{"nothing.queued"}, Limit: 4}))
+			workers, jobs, err = s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute, "")
+			require.NoError(s.t, err)
+			assert.Equal(s.t, [2]int{0, 0}, [2]int{workers, jobs})
+		}},
+		{"workers/a worker whose row was recovered or is gone claims nothing", func(s *suite) {
+			// After an outage longer than heartbeat_timeout the row is
+			// stopped and its jobs requeued; claiming under it would let
+			// the next recovery requeue the new rows while they run.
+			w := s.worker()
+			j := s.enqueueNamed("after.outage")
+			require.NoError(s.t, s.h.BackdateHeartbeat(s.ctx, w, 10*time.Minute))
+			workers, _, err := s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute, "")
+			require.NoError(s.t, err)
+			require.Equal(s.t, 1, workers)
+			for _, p := range []backends.ClaimParams{
+				{WorkerID: w, Names: []string{"after.outage"}, Limit: 1},
+				{WorkerID: w, Limit: 10},
+			} {
+				got, err := s.b.Claim(s.ctx, p)
+				assert.ErrorIs(s.t, err, backends.ErrWorkerNotActive, "claim %+v", p)
+				assert.Empty(s.t, got)
+			}
+			after := s.get(j.ID)
+			assert.Equal(s.t, backends.StatusQueued, after.Status, "nothing claimed")
+			assert.Equal(s.t, 0, after.Attempts)
+			// The failed claim did not make the row look alive.
+			require.NoError(s.t, s.b.SetWorkerStatus(s.ctx, w, backends.WorkerStopping))
+			require.NoError(s.t, s.h.BackdateHeartbeat(s.ctx, w, 10*time.Minute))
+			_, err = s.b.Claim(s.ctx, backends.ClaimParams{WorkerID: w, Limit: 1})
+			assert.ErrorIs(s.t, err, backends.ErrWorkerNotActive, "a stopping row claims nothing either")
+			workers, _, err = s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute, "")
+			require.NoError(s.t, err)
+			assert.Equal(s.t, 1, workers, "a refused claim does not refresh the heartbeat")
+
+			_, err = s.b.Claim(s.ctx, backends.ClaimParams{WorkerID: newUUID(s.t), Limit: 1})
+			assert.ErrorIs(s.t, err, backends.ErrNotFound, "a worker with no row claims nothing")
+			assert.Equal(s.t, backends.StatusQueued, s.get(j.ID).Status)
+
+			// Registering again is the way back.
+			s.registerAgain(w)
+			assert.Equal(s.t, j.ID, s.claimOne(w, "after.outage").ID)
+		}},
+		{"workers/recovery never takes the caller's own row", func(s *suite) {
+			self, other := s.worker(), s.worker()
+			mine := s.enqueueNamed("self.job")
+			theirs := s.enqueueNamed("other.job")
+			s.claimOne(self, "self.job")
+			s.claimOne(other, "other.job")
+			for _, w := range []string{self, other} {
+				require.NoError(s.t, s.h.BackdateHeartbeat(s.ctx, w, 10*time.Minute))
+			}
+			workers, jobs, err := s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute, self)
+			require.NoError(s.t, err)
+			assert.Equal(s.t, [2]int{1, 1}, [2]int{workers, jobs}, "only the other worker is recovered")
+			assert.Equal(s.t, backends.StatusProcessing, s.get(mine.ID).Status)
+			assert.Equal(s.t, backends.StatusQueued, s.get(theirs.ID).Status)
+			require.NoError(s.t, s.b.Heartbeat(s.ctx, self), "the caller's row is still active")
 		}},
 		{"workers/heartbeat reports a row that is gone or no longer active", func(s *suite) {
 			assert.ErrorIs(s.t, s.b.Heartbeat(s.ctx, newUUID(s.t)), backends.ErrNotFound)
@@ -152,7 +226,7 @@ func workerCases() []testCase {
 			s.claimOne(second, "held")
 			require.NoError(s.t, s.b.Heartbeat(s.ctx, second))
 			require.NoError(s.t, s.h.BackdateHeartbeat(s.ctx, second, 10*time.Minute))
-			workers, jobs, err := s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute)
+			workers, jobs, err := s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute, "")
 			require.NoError(s.t, err)
 			assert.Equal(s.t, [2]int{1, 1}, [2]int{workers, jobs}, "one row for (sidecar@pod, 1)")
 			assert.Equal(s.t, before, snapshot(s.get(foreignJob.ID)))

@@ -218,6 +218,14 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	t := now()
+	w, ok := b.workers[p.WorkerID]
+	if !ok {
+		return nil, fmt.Errorf("claim for worker %s: %w", p.WorkerID, backends.ErrNotFound)
+	}
+	if w.Status != backends.WorkerActive {
+		return nil, fmt.Errorf("claim for worker %s: its status is %q: %w", p.WorkerID, w.Status, backends.ErrWorkerNotActive)
+	}
+	w.LastHeartbeat = t
 	var candidates []*backends.Job
 	for _, j := range b.jobs {
 		if j.Status != backends.StatusQueued ||
@@ -583,7 +591,7 @@ func (b *Backend) RegisterTasks(ctx context.Context, workerID string, names []st
 
 // RecoverStaleWorkers stops silent workers, whatever their status, and
 // requeues their rows.
-func (b *Backend) RecoverStaleWorkers(ctx context.Context, olderThan time.Duration) (int, int, error) {
+func (b *Backend) RecoverStaleWorkers(ctx context.Context, olderThan time.Duration, except string) (int, int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, 0, err
 	}
@@ -593,7 +601,7 @@ func (b *Backend) RecoverStaleWorkers(ctx context.Context, olderThan time.Durati
 	threshold := t.Add(-olderThan)
 	silent := map[string]bool{}
 	for id, w := range b.workers {
-		if w.LastHeartbeat.Before(threshold) {
+		if w.LastHeartbeat.Before(threshold) && id != except {
 			silent[id] = false
 		}
 	}

@@ -215,8 +215,18 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 	// whenever the index exists; without it the claim still sorts, as it
 	// must. JIT goes off too: the penalty those settings add to the cost of
 	// the final (unavoidable) sort would otherwise trigger a 0.5 s compile.
+	//
+	// The first statement also proves this worker alive (see
+	// backends.Backend.Claim): it refreshes the heartbeat of an active row
+	// and keeps that row locked until the claim commits, so a recovery
+	// waits for the claim and then sees a fresh heartbeat; the claim's own
+	// EXISTS guard claims nothing when the row was not active.
 	batch := &pgx.Batch{}
-	batch.Queue(claimPlannerHints)
+	var touched int
+	var status *string
+	batch.Queue(claimPrelude, p.WorkerID).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&touched, &status)
+	})
 	var jobs []backends.Job
 	batch.Queue(sql, args...).Query(func(rows pgx.Rows) error {
 		var err error
@@ -226,13 +236,32 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 	if err := b.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, b.wrap(err, "claim jobs for worker %s", p.WorkerID)
 	}
-	return jobs, nil
+	switch {
+	case touched == 1:
+		return jobs, nil
+	case status == nil:
+		return nil, fmt.Errorf("claim jobs for worker %s: %w", p.WorkerID, notFound("worker", p.WorkerID))
+	default:
+		return nil, fmt.Errorf("claim jobs for worker %s: its status is %q: %w", p.WorkerID, *status, backends.ErrWorkerNotActive)
+	}
 }
 
-// claimPlannerHints precedes the claim in its implicit transaction.
-const claimPlannerHints = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
+// claimPrelude precedes the claim in its implicit transaction: the
+// liveness proof and the planner settings, in one statement.
+const claimPrelude = `WITH me AS (
+	UPDATE soniq_workers SET last_heartbeat = now() WHERE id = $1::uuid AND status = 'active' RETURNING 1
+)
+SELECT (SELECT count(*)::int FROM me), (SELECT status FROM soniq_workers WHERE id = $1::uuid)
+FROM (SELECT ` + plannerSettings + `) AS settings`
+
+// plannerSettings turns off, for the current transaction only, the plans
+// that stale statistics make the planner choose (see Claim).
+const plannerSettings = `set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
 	set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
 	set_config('enable_mergejoin', 'off', true), set_config('jit', 'off', true)`
+
+// claimPlannerHints precedes the result writes in their implicit transaction.
+const claimPlannerHints = `SELECT ` + plannerSettings
 
 // claimStatement builds the claim for p: the statement and its arguments.
 func claimStatement(p backends.ClaimParams) (string, []any) {
@@ -241,6 +270,8 @@ func claimStatement(p backends.ClaimParams) (string, []any) {
 	args := []any{p.WorkerID, p.Limit}
 	var where strings.Builder
 	where.WriteString("status = 'queued' AND (scheduled_at IS NULL OR scheduled_at <= now())")
+	// Its row was locked active by the prelude, or nothing is claimed.
+	where.WriteString(" AND EXISTS (SELECT 1 FROM soniq_workers WHERE id = $1::uuid AND status = 'active')")
 	addFilter := func(cond string, v []string) {
 		args = append(args, v)
 		fmt.Fprintf(&where, " AND "+cond, len(args))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -146,11 +147,12 @@ func (b *Backend) RegisterTasks(ctx context.Context, workerID string, names []st
 // preserved) in one statement, hence one transaction. Locking the silent
 // rows first means a heartbeat that lands meanwhile takes the worker out of
 // the set (the lock re-reads the row) instead of losing its jobs.
-func (b *Backend) RecoverStaleWorkers(ctx context.Context, olderThan time.Duration) (int, int, error) {
+func (b *Backend) RecoverStaleWorkers(ctx context.Context, olderThan time.Duration, except string) (int, int, error) {
 	var workers, jobs int
 	err := b.pool.QueryRow(ctx, `WITH silent AS (
 	SELECT w.id, w.status FROM soniq_workers w
 	WHERE w.last_heartbeat < now() - make_interval(secs => $1::float8)
+	  AND w.id::text IS DISTINCT FROM $2
 	  AND (w.status <> 'stopped'
 	       OR EXISTS (SELECT 1 FROM soniq_jobs j WHERE j.worker_id = w.id AND j.status = 'processing'))
 	FOR UPDATE OF w
@@ -163,7 +165,7 @@ func (b *Backend) RecoverStaleWorkers(ctx context.Context, olderThan time.Durati
 	WHERE status = 'processing' AND worker_id IN (SELECT id FROM silent)
 	RETURNING 1
 )
-SELECT (SELECT count(*) FROM silent), (SELECT count(*) FROM j)`, olderThan.Seconds()).Scan(&workers, &jobs)
+SELECT (SELECT count(*) FROM silent), (SELECT count(*) FROM j)`, olderThan.Seconds(), strings.ToLower(except)).Scan(&workers, &jobs)
 	if err != nil {
 		return 0, 0, b.wrap(err, "recover workers silent for %s", olderThan)
 	}

@@ -264,7 +264,20 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 		rowid int64
 	}
 	var out []claimed
-	err := b.inWriteTx(ctx, "claiming jobs", func(tx *sql.Tx) error {
+	err := b.inWriteTx(ctx, "claiming jobs for worker "+p.WorkerID, func(tx *sql.Tx) error {
+		// A claim is proof of life (see backends.Backend.Claim): only an
+		// active row claims, and its heartbeat is refreshed.
+		var status sql.NullString
+		err := tx.QueryRowContext(ctx, `UPDATE soniq_workers SET last_heartbeat = CASE WHEN status = 'active' THEN ? ELSE last_heartbeat END
+			WHERE id = ? RETURNING status`, formatTime(now()), p.WorkerID).Scan(&status)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("its worker row is gone: %w", backends.ErrNotFound)
+		case err != nil:
+			return fmt.Errorf("refreshing the worker's heartbeat: %w", err)
+		case status.String != backends.WorkerActive:
+			return fmt.Errorf("its status is %q: %w", status.String, backends.ErrWorkerNotActive)
+		}
 		rows, err := tx.QueryContext(ctx, query, args...)
 		if err != nil {
 			return err

@@ -49,15 +49,15 @@ func (b *Backend) Stats(ctx context.Context) (backends.Stats, error) {
 // whatever its status, and requeues its processing rows, in one
 // transaction. A NULL last_heartbeat is never stale, as in Soniq's
 // cleanup_stale_workers.
-func (b *Backend) RecoverStaleWorkers(ctx context.Context, olderThan time.Duration) (int, int, error) {
+func (b *Backend) RecoverStaleWorkers(ctx context.Context, olderThan time.Duration, except string) (int, int, error) {
 	t := now()
 	threshold := formatTime(t.Add(-olderThan))
 	var workers, jobs int
 	err := b.inWriteTx(ctx, "recovering stale workers", func(tx *sql.Tx) error {
 		silent, err := queryIDs(ctx, tx, `SELECT w.id FROM soniq_workers w
-			WHERE w.last_heartbeat < ?
+			WHERE w.last_heartbeat < ? AND w.id <> ?
 			  AND (w.status <> 'stopped'
-			       OR EXISTS (SELECT 1 FROM soniq_jobs j WHERE j.worker_id = w.id AND j.status = 'processing'))`, threshold)
+			       OR EXISTS (SELECT 1 FROM soniq_jobs j WHERE j.worker_id = w.id AND j.status = 'processing'))`, threshold, except)
 		if err != nil {
 			return fmt.Errorf("finding silent workers: %w", err)
 		}
