@@ -14,8 +14,8 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"time"
 	"syscall"
+	"time"
 
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
