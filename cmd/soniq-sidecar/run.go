@@ -20,11 +20,11 @@ import (
 
 	"github.com/oklog/run"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/backends"
-	"github.com/soniq-dev/soniq-sidecar/internal/backends/connect"
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/backends/connect"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/internal/loglimit"
-	"github.com/soniq-dev/soniq-sidecar/internal/supervisor"
+	"github.com/soniq-dev/soniq-sidecar/supervisor"
 )
 
 // newLogger builds the process logger: text on a terminal, JSON otherwise.
