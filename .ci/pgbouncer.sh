@@ -92,6 +92,9 @@ max_client_conn = ${PGBOUNCER_MAX_CLIENTS:-2000}
 max_db_connections = 0
 server_lifetime = 3600
 server_idle_timeout = 60
+# A failed server login (Postgres restarting) is retried after 1 s, not
+# the default 15 s during which every client is refused.
+server_login_retry = 1
 ignore_startup_parameters = extra_float_digits
 logfile = $dir/pgbouncer.log
 pidfile = $dir/pgbouncer.pid

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/backends"
+	"github.com/soniq-dev/soniq-sidecar/backends"
 )
 
 // cutProxy forwards TCP to Postgres and can drop every connection and
@@ -142,4 +142,45 @@ func TestDatabaseDisappearsMidRun(t *testing.T) {
 	sc.signal(syscall.SIGTERM)
 	code, _ := sc.wait(30 * time.Second)
 	assert.Equal(t, 0, code)
+}
+
+// While the database is away every poll and every beat fails; the log says
+// so once per kind of failure and counts the repeats, instead of one line
+// per attempt (116 "claiming jobs failed" lines in one outage before).
+func TestDatabaseOutageLogsEachFailureOnceWithACount(t *testing.T) {
+	w := newWorld(t, sdks[0], manifestOpts{})
+	u, err := url.Parse(w.dbURL)
+	require.NoError(t, err)
+	proxy := newCutProxy(t, u.Host)
+	u.Host = proxy.ln.Addr().String()
+	sc := w.startSidecar(map[string]string{"SONIQ_DATABASE_URL": u.String(), "SONIQ_POLL_INTERVAL": "0.1",
+		"SONIQ_HEARTBEAT_INTERVAL": "0.2", "SONIQ_CLEANUP_INTERVAL": "0.2"})
+	sc.waitReady(t, w.handlerName(), 1)
+	first := w.enqueue("t.noop", `{}`, 0)
+	w.waitDone(t, sc, 20*time.Second, first)
+
+	proxy.cut()
+	// 8 s of outage: 40 beats, 40 maintenance ticks, up to 80 polls.
+	time.Sleep(8 * time.Second)
+	proxy.restore()
+	id := w.enqueue("t.noop", `{}`, 0)
+	w.waitDone(t, sc, 20*time.Second, id)
+	sc.signal(syscall.SIGTERM)
+	code, _ := sc.wait(30 * time.Second)
+	assert.Equal(t, 0, code)
+
+	var warnings, counted int
+	for _, l := range sc.logs("") {
+		if l["level"] != "WARN" && l["level"] != "ERROR" {
+			continue
+		}
+		warnings++
+		if n, ok := l["repeated"].(float64); ok {
+			counted += int(n)
+		}
+	}
+	t.Logf("%d WARN/ERROR lines written, %d repeats counted", warnings, counted)
+	assert.NotEmpty(t, sc.logs("heartbeat failed"), "the outage is visible in the log")
+	assert.LessOrEqual(t, warnings, 16, "each kind of failure is written about once, not once per attempt")
+	assert.GreaterOrEqual(t, counted, 30, "the repeats are counted")
 }

@@ -22,7 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/backends"
+	"github.com/soniq-dev/soniq-sidecar/backends"
 )
 
 // SIGHUP (a closed terminal, a supervisor's reload) drains like SIGTERM:
@@ -427,4 +427,51 @@ func TestFaultWorkerRowDeleted(t *testing.T) {
 	assert.Equal(t, ours, *j.WorkerID)
 	assert.Equal(t, 1, j.Attempts)
 	sc.stop(t)
+}
+
+// After an outage longer than heartbeat_timeout a sidecar's row is stopped
+// and its jobs requeued. The sidecar must not claim under that row until it
+// has registered again: every maintenance pass (its own included) requeues
+// the processing rows of a stopped, silent worker, so rows claimed under it
+// would run twice, and a job could be dead-lettered "crashed repeatedly"
+// without ever failing. Heartbeats are 30 s apart here, so only the claim
+// itself can notice in time.
+func TestFaultRecoveredWorkerClaimsNothingUntilRegisteredAgain(t *testing.T) {
+	w := newWorld(t, sdks[0], manifestOpts{concurrency: 8})
+	env := map[string]string{"SONIQ_HEARTBEAT_INTERVAL": "30", "SONIQ_HEARTBEAT_TIMEOUT": "60", "SONIQ_CLEANUP_INTERVAL": "1"}
+	a := w.startSidecar(env)
+	wa := a.workerID(t)
+	a.waitReady(t, w.handlerName(), 1)
+	b := w.startSidecar(env)
+	b.workerID(t)
+	b.waitReady(t, w.handlerName(), 1)
+
+	// What another sidecar's recovery leaves after a's long outage.
+	_, err := w.db.Exec(context.Background(), `UPDATE soniq_workers
+		SET status = 'stopped', last_heartbeat = now() - interval '10 minutes' WHERE id = $1::uuid`, wa)
+	require.NoError(t, err)
+	ids := w.enqueueN("t.sleep_async", `{"seconds":3}`, 40)
+
+	a.waitLog(10*time.Second, "worker row was lost", map[string]any{"level": "WARN", "worker_id": wa})
+	w.waitDone(t, b, 60*time.Second, ids...)
+	starts := map[string]int{}
+	for _, r := range w.recorded() {
+		if r[0] == "start" {
+			starts[r[1]]++
+		}
+	}
+	var twice []string
+	for _, id := range ids {
+		if starts[id] != 1 {
+			twice = append(twice, fmt.Sprintf("%s ran %d times", id, starts[id]))
+		}
+		assert.Equal(t, 1, w.job(id).Attempts, "job %s claimed once", id)
+	}
+	assert.Empty(t, twice, "every job runs exactly once")
+	assert.Zero(t, w.stats().DeadLetter, "nothing dead-lettered")
+	var status string
+	require.NoError(t, w.db.QueryRow(context.Background(), `SELECT status FROM soniq_workers WHERE id = $1::uuid`, wa).Scan(&status))
+	assert.Equal(t, backends.WorkerActive, status, "a registered again")
+	a.stop(t)
+	b.stop(t)
 }

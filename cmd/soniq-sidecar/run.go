@@ -20,10 +20,11 @@ import (
 
 	"github.com/oklog/run"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/backends"
-	"github.com/soniq-dev/soniq-sidecar/internal/backends/connect"
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/backends/connect"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
-	"github.com/soniq-dev/soniq-sidecar/internal/supervisor"
+	"github.com/soniq-dev/soniq-sidecar/internal/loglimit"
+	"github.com/soniq-dev/soniq-sidecar/supervisor"
 )
 
 // newLogger builds the process logger: text on a terminal, JSON otherwise.
@@ -47,10 +48,24 @@ func newLogger(w io.Writer, format string) (*slog.Logger, error) {
 		}
 		return a
 	}}
+	var h slog.Handler = slog.NewJSONHandler(w, opts)
 	if format == "text" {
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		h = slog.NewTextHandler(w, opts)
 	}
-	return slog.New(slog.NewJSONHandler(w, opts)), nil
+	// A failure that repeats on every poll or beat (the database away for
+	// minutes) is one line per window and a count, not hundreds of lines.
+	return slog.New(loglimit.New(h, repeatWindow)), nil
+}
+
+// repeatWindow is how long an identical WARN or ERROR line is written
+// only once; its repeats are counted on one line when the window ends.
+const repeatWindow = 30 * time.Second
+
+// flushLog writes the counts of repeated lines not yet reported.
+func flushLog(log *slog.Logger) {
+	if h, ok := log.Handler().(*loglimit.Handler); ok {
+		_ = h.Flush(context.Background())
+	}
 }
 
 // loadManifest loads a manifest; its errors are configuration errors (exit 2).
@@ -142,6 +157,7 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
+	defer flushLog(log)
 	m, err := loadManifest(*manifestPath)
 	if err != nil {
 		return err

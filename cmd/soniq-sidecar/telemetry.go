@@ -22,14 +22,13 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/supervisor"
+	"github.com/soniq-dev/soniq-sidecar/supervisor"
 )
 
-// meterName and tracerName are the instrumentation scopes of the supervisor
-// (kept from before the package moved under internal/: dashboards know them).
+// meterName and tracerName are the supervisor's instrumentation scopes.
 const (
-	meterName  = "github.com/soniq-dev/soniq-sidecar/internal/supervisor"
-	tracerName = "github.com/soniq-dev/soniq-sidecar/internal/supervisor"
+	meterName  = supervisor.InstrumentationScope
+	tracerName = supervisor.InstrumentationScope
 )
 
 // telemetryFlushTimeout bounds the final flush of OTLP metrics and spans at

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
@@ -133,13 +134,36 @@ const stderrMaxLine = 64 << 10
 // the child's stderr (in pieces of any size), it keeps the last lines in
 // tail and logs each with the handler and its pid. flush emits an
 // unterminated last line.
+//
+// Logging is rate-limited per process (a byte budget that refills over
+// time): a handler printing megabytes per job would otherwise fill the
+// node's disk through the sidecar's log. Lines over the budget are still
+// kept in tail, so a crash's last_error shows them; they are only not
+// logged, and the count of what was dropped is logged when logging
+// resumes.
 type stderrLines struct {
 	log     *slog.Logger
 	handler string
 	pid     func() int
 	tail    *stderrTail
 	buf     []byte
+
+	budget       float64   // bytes that may be logged now
+	refilled     time.Time // when budget was last topped up; zero before the first line
+	dropping     bool
+	droppedLines int
+	droppedBytes int
 }
+
+const (
+	// stderrBurst is how much a process may log at once; stderrRate is
+	// how fast that allowance comes back (bytes per second). Once lines
+	// are dropped, logging resumes when half the burst is back, so a
+	// handler that never stops printing gets one count line every few
+	// seconds, not one per line.
+	stderrBurst = 1 << 20
+	stderrRate  = 128 << 10
+)
 
 func (s *stderrLines) Write(b []byte) (int, error) {
 	for _, c := range b {
@@ -158,13 +182,53 @@ func (s *stderrLines) flush() {
 	if len(s.buf) > 0 {
 		s.emitLine()
 	}
+	s.reportDropped()
 }
 
 func (s *stderrLines) emitLine() {
 	line := string(s.buf)
 	s.buf = s.buf[:0]
 	s.tail.add(line)
+	if !s.admit(len(line) + 1) {
+		return
+	}
 	s.log.Info(line, "handler", s.handler, "pid", s.pid(), "stream", "stderr")
+}
+
+// admit takes n bytes from the budget, or counts the line as dropped.
+func (s *stderrLines) admit(n int) bool {
+	now := time.Now()
+	if s.refilled.IsZero() {
+		s.budget = stderrBurst
+	} else {
+		s.budget = min(stderrBurst, s.budget+now.Sub(s.refilled).Seconds()*stderrRate)
+	}
+	s.refilled = now
+	if s.dropping && s.budget >= stderrBurst/2 {
+		s.reportDropped()
+	}
+	if s.dropping || s.budget < float64(n) {
+		if !s.dropping {
+			s.dropping = true
+			s.log.Warn("handler stderr over its rate limit: lines are dropped from this log until the rate falls (the last lines are still kept for last_error)",
+				"handler", s.handler, "pid", s.pid(), "burst_bytes", stderrBurst, "bytes_per_second", stderrRate)
+		}
+		s.droppedLines++
+		s.droppedBytes += n
+		return false
+	}
+	s.budget -= float64(n)
+	return true
+}
+
+// reportDropped logs how much was dropped since logging stopped, and
+// resumes logging.
+func (s *stderrLines) reportDropped() {
+	if s.droppedLines > 0 {
+		s.log.Warn("handler stderr: lines dropped over the rate limit",
+			"handler", s.handler, "pid", s.pid(), "dropped_lines", s.droppedLines, "dropped_bytes", s.droppedBytes)
+	}
+	s.dropping, s.droppedLines, s.droppedBytes = false, 0, 0
 }
 
 // stderrTail keeps the last lines a process wrote to stderr, for the
