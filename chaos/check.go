@@ -241,48 +241,19 @@ func (c *checker) explain(e Execution) string {
 		}
 	}
 	if in := c.incs[e.SidecarPID]; in != nil {
-		for _, o := range c.outages(in) {
-			if !e.Start.After(o.from.Add(c.r.Slack)) && (writeEnd.IsZero() || !o.from.After(writeEnd)) {
+		for _, o := range c.h.Outages {
+			// The job was in flight before the database went away, and it
+			// stayed away long enough for the sidecar's heartbeats to go
+			// stale. A job claimed during such an outage (through a pooler
+			// that answered again before the heartbeat did) is not
+			// explained: that is a claim under a stale worker row.
+			if o.Path == in.DBPath && o.To.Sub(o.From) >= c.r.recoverableStop() &&
+				!e.Start.After(o.From.Add(c.r.Slack)) && (writeEnd.IsZero() || !o.From.After(writeEnd)) {
 				return "database outage (recovered)"
 			}
 		}
 	}
 	return ""
-}
-
-// outage is a time a sidecar could not reach the database long enough for
-// another sidecar to recover its rows, and did find its worker row
-// recovered afterwards.
-type outage struct{ from, to time.Time }
-
-// outages reads them from the sidecar's log: runs of failed heartbeats
-// (one attempt per interval; a gap of more than three intervals means one
-// succeeded in between) that span, with the interval before the first
-// failure, at least recoverableStop, followed by a "worker row was lost"
-// line. A job claimed during such an outage (through a pooler that came
-// back before the heartbeat did) is not explained by it: that is a claim
-// under a stale worker row.
-func (c *checker) outages(in *Incarnation) []outage {
-	var out []outage
-	fails := in.HeartbeatFails
-	for i := 0; i < len(fails); {
-		j := i
-		for j+1 < len(fails) && fails[j+1].Sub(fails[j]) <= 3*c.r.HeartbeatInterval+c.r.Slack {
-			j++
-		}
-		o := outage{from: fails[i], to: fails[j]}
-		i = j + 1
-		if o.to.Sub(o.from)+c.r.HeartbeatInterval < c.r.recoverableStop() {
-			continue
-		}
-		for _, lost := range in.RowLost {
-			if !lost.Before(o.from) && !lost.After(o.to.Add(10*c.r.HeartbeatInterval)) {
-				out = append(out, o)
-				break
-			}
-		}
-	}
-	return out
 }
 
 // executionsOfUnknownJobs: an execution of a job the producer never

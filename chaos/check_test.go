@@ -27,8 +27,8 @@ func testRules() Rules {
 // 101 and 102), attach (pid 200, its handler 300 runs on its own, parent 1).
 func incs() []Incarnation {
 	return []Incarnation{
-		{Sidecar: "py", PID: 100, Start: at(0), End: at(1000)},
-		{Sidecar: "attach", PID: 200, Start: at(0), End: at(1000)},
+		{Sidecar: "py", PID: 100, Start: at(0), End: at(1000), DBPath: "direct"},
+		{Sidecar: "attach", PID: 200, Start: at(0), End: at(1000), DBPath: "direct"},
 	}
 }
 
@@ -125,19 +125,19 @@ func TestCheckRules(t *testing.T) {
 			want:   []string{ruleDuplicate}},
 		{name: "its sidecar cut from the database long enough for recovery", jobs: []Job{done("a", jobAsync, 0, 20)},
 			execs:  []Execution{ex("a", 101, 0.1, 0.6, "ok"), ex("a", 102, 9, 9.5, "ok")},
-			edit:   func(h *History) { outageOf(h, 0.5, 7.5, 12) },
+			edit:   func(h *History) { outageOf(h, "direct", 0.5, 7.5) },
 			reruns: map[string]int{"database outage (recovered)": 1}},
 		{name: "an outage too short for recovery explains nothing", jobs: []Job{done("a", jobAsync, 0, 20)},
 			execs: []Execution{ex("a", 101, 0.1, 0.6, "ok"), ex("a", 102, 9, 9.5, "ok")},
-			edit:  func(h *History) { outageOf(h, 0.5, 3.5, 5) },
+			edit:  func(h *History) { outageOf(h, "direct", 0.5, 5.5) },
 			want:  []string{ruleDuplicate}},
-		{name: "an outage its sidecar never saw the end of explains nothing", jobs: []Job{done("a", jobAsync, 0, 20)},
+		{name: "an outage of another path explains nothing", jobs: []Job{done("a", jobAsync, 0, 20)},
 			execs: []Execution{ex("a", 101, 0.1, 0.6, "ok"), ex("a", 102, 9, 9.5, "ok")},
-			edit:  func(h *History) { outageOf(h, 0.5, 7.5, -1) },
+			edit:  func(h *History) { outageOf(h, "pgbouncer", 0.5, 7.5) },
 			want:  []string{ruleDuplicate}},
 		{name: "claimed during an outage, recovered at its end: a claim under a stale worker row", jobs: []Job{done("a", jobAsync, 0, 20)},
 			execs: []Execution{ex("a", 101, 6, 6.2, "ok"), ex("a", 102, 9, 9.5, "ok")},
-			edit:  func(h *History) { outageOf(h, 0.5, 7.5, 8) },
+			edit:  func(h *History) { outageOf(h, "direct", 0.5, 7.5) },
 			want:  []string{ruleDuplicate}},
 		{name: "cancelled at shutdown, then run again", jobs: []Job{done("a", jobAsync, 0, 2)},
 			execs:  []Execution{ex("a", 101, 0.1, 0.3, "cancelled"), ex("a", 102, 1, 1.5, "ok")},
@@ -200,16 +200,9 @@ func TestCheckRules(t *testing.T) {
 	}
 }
 
-// outageOf gives py's sidecar failed heartbeats every second from from to
-// to, and finds its worker row lost at lost (none when lost < 0).
-func outageOf(h *History, from, to, lost float64) {
-	in := &h.Incarnations[0]
-	for s := from; s <= to; s++ {
-		in.HeartbeatFails = append(in.HeartbeatFails, at(s))
-	}
-	if lost >= 0 {
-		in.RowLost = append(in.RowLost, at(lost))
-	}
+// outageOf adds an outage of path from from to to.
+func outageOf(h *History, path string, from, to float64) {
+	h.Outages = append(h.Outages, Outage{Path: path, From: at(from), To: at(to)})
 }
 
 // rssSeries is one sample a second for secs seconds, starting at kb and

@@ -317,7 +317,11 @@ func (s *sidecar) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	in := &incarnation{Incarnation: Incarnation{Sidecar: s.name, PID: p.PID, Start: time.Now(), Log: log}, p: p}
+	path := "direct"
+	if s.url == s.c.pgbURL {
+		path = "pgbouncer"
+	}
+	in := &incarnation{Incarnation: Incarnation{Sidecar: s.name, PID: p.PID, Start: time.Now(), Log: log, DBPath: path}, p: p}
 	s.c.rec.mu.Lock()
 	s.c.rec.incs = append(s.c.rec.incs, in)
 	s.c.rec.mu.Unlock()

@@ -90,13 +90,20 @@ type Incarnation struct {
 	ExitCode int       `json:"exit_code"`
 	Log      string    `json:"log"`
 	TermAt   time.Time `json:"term_at"` // when it was sent SIGTERM (zero: never)
-	// From its log: job ids it NACKed at shutdown, panic lines, when a
-	// heartbeat failed (the database was out of its reach), when it found
-	// that its worker row had been recovered by another sidecar.
-	Nacks          map[string]bool `json:"-"`
-	Panics         []string        `json:"-"`
-	HeartbeatFails []time.Time     `json:"-"`
-	RowLost        []time.Time     `json:"-"`
+	DBPath   string    `json:"db_path"` // how it reaches Postgres: direct or pgbouncer
+	// From its log: job ids it NACKed at shutdown, panic lines, when it
+	// found that its worker row had been recovered by another sidecar.
+	Nacks   map[string]bool `json:"-"`
+	Panics  []string        `json:"-"`
+	RowLost []time.Time     `json:"-"`
+}
+
+// Outage is a time Postgres could not be reached by one path (direct, or
+// through PgBouncer), as the driver's own probe saw it: from its first
+// failed connection to its next successful one.
+type Outage struct {
+	Path     string
+	From, To time.Time
 }
 
 // Job is a job the producer enqueued and the row it ended as.
@@ -129,6 +136,7 @@ type History struct {
 	Faults       []Fault
 	Incarnations []Incarnation
 	RSS          []RSSSample
+	Outages      []Outage
 	// Problems the harness saw itself: a sidecar that did not exit after
 	// SIGTERM, exited with an error, exited on its own, did not become ready.
 	Problems []string
@@ -228,8 +236,7 @@ func attribute(execs []Execution, incs []Incarnation) {
 }
 
 // scanSidecarLog reads what the checker needs from one incarnation's log:
-// the job ids it NACKed at shutdown, any panic, failed heartbeats and lost
-// worker rows.
+// the job ids it NACKed at shutdown, any panic, lost worker rows.
 func scanSidecarLog(in *Incarnation) error {
 	in.Nacks = map[string]bool{}
 	f, err := os.Open(in.Log)
@@ -245,8 +252,7 @@ func scanSidecarLog(in *Incarnation) error {
 			in.Panics = append(in.Panics, line)
 			continue
 		}
-		if !strings.Contains(line, `"shutdown_nack"`) && !strings.Contains(line, `"heartbeat failed"`) &&
-			!strings.Contains(line, "worker row was lost") {
+		if !strings.Contains(line, `"shutdown_nack"`) && !strings.Contains(line, "worker row was lost") {
 			continue
 		}
 		var m struct {
@@ -260,8 +266,6 @@ func scanSidecarLog(in *Incarnation) error {
 		switch {
 		case m.Msg == "shutdown_nack":
 			in.Nacks[m.JobID] = true
-		case m.Msg == "heartbeat failed":
-			in.HeartbeatFails = append(in.HeartbeatFails, m.Time)
 		case strings.Contains(m.Msg, "worker row was lost"):
 			in.RowLost = append(in.RowLost, m.Time)
 		}

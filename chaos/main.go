@@ -33,6 +33,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/soniq-dev/soniq-sidecar/internal/proc"
@@ -266,8 +267,10 @@ func run(ctx context.Context, cfg *config) (int, error) {
 	samplerCtx, stopSampler := context.WithCancel(ctx)
 	defer stopSampler()
 	var rss []RSSSample
+	var outages []Outage
 	var wg sync.WaitGroup
 	wg.Go(func() { rss = c.sampleRSS(samplerCtx) })
+	wg.Go(func() { outages = c.probe(samplerCtx) })
 	prod := &producer{pool: pool, rnd: mrand.New(mrand.NewSource(cfg.seed + 1)), rate: cfg.rate, log: prodLog}
 	var produced []Produced
 	wg.Go(func() { produced = prod.run(runCtx, rec) })
@@ -296,6 +299,7 @@ func run(ctx context.Context, cfg *config) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	h.Outages = outages
 	if !drained {
 		h.Problems = append(h.Problems, fmt.Sprintf("the queue did not drain within %s of the end of the faults", cfg.drain))
 	}
@@ -340,6 +344,59 @@ func (c *cluster) sampleRSS(ctx context.Context) []RSSSample {
 			}
 		}
 	}
+}
+
+// probe connects to Postgres directly and through PgBouncer every 250 ms
+// until ctx ends (a new connection each time, as a sidecar's pool must make
+// after a restart) and returns the times each path was unreachable.
+func (c *cluster) probe(ctx context.Context) []Outage {
+	paths := []struct{ name, url string }{{"direct", c.dbURL}, {"pgbouncer", c.pgbURL}}
+	open := map[string]time.Time{}
+	var out []Outage
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			for _, p := range paths {
+				if from, ok := open[p.name]; ok {
+					out = append(out, Outage{Path: p.name, From: from, To: time.Now()})
+				}
+			}
+			return out
+		case <-tick.C:
+		}
+		for _, p := range paths {
+			at := time.Now()
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			err := probeOnce(pctx, p.url)
+			cancel()
+			if ctx.Err() != nil {
+				break
+			}
+			from, down := open[p.name]
+			switch {
+			case err != nil && !down:
+				open[p.name] = at
+			case err == nil && down:
+				delete(open, p.name)
+				out = append(out, Outage{Path: p.name, From: from, To: at})
+				if at.Sub(from) >= time.Second {
+					c.rec.logf("postgres was unreachable %s for %s", p.name, at.Sub(from).Round(time.Millisecond))
+				}
+			}
+		}
+	}
+}
+
+func probeOnce(ctx context.Context, url string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = conn.Exec(ctx, "SELECT 1", pgx.QueryExecModeSimpleProtocol)
+	return err
 }
 
 // heal brings everything back: Postgres answering, PgBouncer running, the
@@ -584,16 +641,12 @@ func (c *cluster) details(h *History, rep *Report) string {
 				fmt.Fprintf(&b, "  fault: %s\n", f)
 			}
 		}
+		for _, o := range h.Outages {
+			if o.To.After(lo) && o.From.Before(hi) {
+				fmt.Fprintf(&b, "  postgres unreachable %s from %s for %s\n", o.Path, clock(o.From), o.To.Sub(o.From).Round(time.Millisecond))
+			}
+		}
 		for _, in := range h.Incarnations {
-			var fails []string
-			for _, t := range in.HeartbeatFails {
-				if t.After(lo) && t.Before(hi) {
-					fails = append(fails, clock(t))
-				}
-			}
-			if len(fails) > 0 {
-				fmt.Fprintf(&b, "  sidecar %s pid %d: heartbeat failed at %s\n", in.Sidecar, in.PID, strings.Join(fails, " "))
-			}
 			for _, t := range in.RowLost {
 				if t.After(lo) && t.Before(hi) {
 					fmt.Fprintf(&b, "  sidecar %s pid %d: found its worker row recovered at %s\n", in.Sidecar, in.PID, clock(t))
