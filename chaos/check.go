@@ -207,12 +207,12 @@ func (c *checker) killed(e Execution) string {
 func (c *checker) explain(e Execution) string {
 	switch e.Outcome {
 	case "fail":
-		return "retry after a failure"
+		return "retry"
 	case "cancelled":
-		return "cancelled (shutdown NACK)"
+		return "cancelled"
 	}
 	if in := c.incs[e.SidecarPID]; in != nil && in.Nacks[e.JobID] && !in.TermAt.IsZero() {
-		return "NACK at shutdown"
+		return "nack"
 	}
 	if k := c.killed(e); k != "" {
 		return k
@@ -236,7 +236,7 @@ func (c *checker) explain(e Execution) string {
 			// The job started before the stop ended (its frame was sent
 			// before it), and the stop was long enough for recovery.
 			if f.Dur >= c.r.recoverableStop() && !e.Start.After(f.At.Add(f.Dur+c.r.Slack)) {
-				return "sidecar-stop (recovered)"
+				return "stop"
 			}
 		}
 	}
@@ -249,7 +249,7 @@ func (c *checker) explain(e Execution) string {
 			// explained: that is a claim under a stale worker row.
 			if o.Path == in.DBPath && o.To.Sub(o.From) >= c.r.recoverableStop() &&
 				!e.Start.After(o.From.Add(c.r.Slack)) && (writeEnd.IsZero() || !o.From.After(writeEnd)) {
-				return "database outage (recovered)"
+				return "outage"
 			}
 		}
 	}
@@ -360,7 +360,9 @@ func firstLine(s string) string {
 	return s
 }
 
-// Summary is the one line a run prints.
+// Summary is the one line a run prints: the seed, the length, the jobs and
+// executions, the re-executions by what explains them, the faults by kind,
+// the slowest job, the largest sidecar, the violations by rule.
 func (rep *Report) Summary(seed int64, seconds time.Duration) string {
 	var fs []string
 	total := 0
@@ -383,10 +385,12 @@ func (rep *Report) Summary(seed int64, seconds time.Duration) string {
 		verdict += " (" + strings.Join(rs, " ") + ")"
 	}
 	reruns := 0
-	for _, n := range rep.Reruns {
-		reruns += n
+	var why []string
+	for _, k := range []string{"retry", "cancelled", "nack", faultHandlerKill, faultSidecarKill, "stop", "outage"} {
+		reruns += rep.Reruns[k]
+		why = append(why, fmt.Sprintf("%s=%d", k, rep.Reruns[k]))
 	}
-	return fmt.Sprintf("chaos: seed=%d seconds=%d jobs=%d executions=%d reruns=%d interrupted=%d dead_lettered=%d faults=%d [%s] max_latency=%s max_rss=%dkB violations=%d %s",
-		seed, int(seconds.Seconds()), rep.Jobs, rep.Executions, reruns, rep.Interrupted, rep.DeadLettered, total, strings.Join(fs, " "),
+	return fmt.Sprintf("chaos: seed=%d seconds=%d jobs=%d executions=%d reruns=%d [%s] interrupted=%d dead_lettered=%d faults=%d [%s] max_latency=%s max_rss=%dkB violations=%d %s",
+		seed, int(seconds.Seconds()), rep.Jobs, rep.Executions, reruns, strings.Join(why, " "), rep.Interrupted, rep.DeadLettered, total, strings.Join(fs, " "),
 		rep.MaxLatency.Round(time.Millisecond), rep.MaxRSSKB, len(rep.Violations), verdict)
 }
