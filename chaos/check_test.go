@@ -277,7 +277,7 @@ func TestReadExecutions(t *testing.T) {
 }
 
 func TestPlanIsDrawnFromTheSeed(t *testing.T) {
-	p := PlanParams{Seconds: 240 * time.Second, GapMin: 2 * time.Second, GapMax: 6 * time.Second,
+	p := PlanParams{Length: 240 * time.Second, GapMin: 2 * time.Second, GapMax: 6 * time.Second,
 		StopMin: time.Second, StopMax: 12 * time.Second, PGDownMax: 2 * time.Second, Kinds: faultKinds()}
 	a, b, other := Plan(42, p), Plan(42, p), Plan(43, p)
 	if !reflect.DeepEqual(a, b) {
@@ -293,7 +293,7 @@ func TestPlanIsDrawnFromTheSeed(t *testing.T) {
 	prev := time.Duration(0)
 	for _, s := range a {
 		kinds[s.Kind]++
-		if gap := s.At - prev; gap < p.GapMin || gap >= p.GapMax || s.At >= p.Seconds {
+		if gap := s.At - prev; gap < p.GapMin || gap >= p.GapMax || s.At >= p.Length {
 			t.Fatalf("step %v: gap %s", s, gap)
 		}
 		prev = s.At

@@ -130,7 +130,7 @@ type RSSSample struct {
 // History is everything the checker looks at.
 type History struct {
 	Seed         int64
-	Seconds      time.Duration
+	Length       time.Duration
 	Jobs         []Job
 	Executions   []Execution
 	Faults       []Fault

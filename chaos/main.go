@@ -137,7 +137,7 @@ func parseConfig(args []string) (*config, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.plan = PlanParams{Seconds: c.seconds, GapMin: parsed["gap-min"], GapMax: parsed["gap-max"],
+	c.plan = PlanParams{Length: c.seconds, GapMin: parsed["gap-min"], GapMax: parsed["gap-max"],
 		StopMin: parsed["stop-min"], StopMax: parsed["stop-max"], PGDownMax: parsed["pg-down-max"], Kinds: k}
 	if c.plan.GapMin <= 0 || c.plan.GapMax < c.plan.GapMin || c.plan.StopMax < c.plan.StopMin {
 		return nil, errors.New("want 0 < gap-min <= gap-max and stop-min <= stop-max")
@@ -303,7 +303,7 @@ func run(ctx context.Context, cfg *config) (int, error) {
 	if !drained {
 		h.Problems = append(h.Problems, fmt.Sprintf("the queue did not drain within %s of the end of the faults", cfg.drain))
 	}
-	h.Seed, h.Seconds = cfg.seed, cfg.seconds
+	h.Seed, h.Length = cfg.seed, cfg.seconds
 	rep := Check(h, cfg.rules)
 	summary := rep.Summary(cfg.seed, cfg.seconds)
 	details := c.details(h, rep)

@@ -40,7 +40,7 @@ func (s Step) String() string {
 
 // PlanParams shape the schedule.
 type PlanParams struct {
-	Seconds          time.Duration
+	Length           time.Duration // faults are drawn for offsets below it
 	GapMin, GapMax   time.Duration // between two faults
 	StopMin, StopMax time.Duration // SIGSTOP lengths
 	PGDownMax        time.Duration // Postgres stays down 0 to this long
@@ -63,7 +63,7 @@ func Plan(seed int64, p PlanParams) []Step {
 	at := time.Duration(0)
 	for {
 		at += between(p.GapMin, p.GapMax)
-		if at >= p.Seconds {
+		if at >= p.Length {
 			return steps
 		}
 		s := Step{At: at, Kind: p.Kinds[rnd.Intn(len(p.Kinds))]}
