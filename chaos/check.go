@@ -72,6 +72,7 @@ type Report struct {
 	DeadLettered     int
 	MaxLatency       time.Duration
 	MaxRSSKB         int
+	RSSJudged        int // sidecar processes sampled long enough for the growth rule
 	Violations       []Violation
 }
 
@@ -319,6 +320,7 @@ func (c *checker) rss() {
 		if len(warm) < 8 || warm[len(warm)-1].At.Sub(warm[0].At) < c.r.RSSMinSpan {
 			continue
 		}
+		c.rep.RSSJudged++
 		q := len(warm) / 4
 		first, last := medianKB(warm[:q]), medianKB(warm[len(warm)-q:])
 		if limit := first + first*c.r.RSSGrowthPct/100 + c.r.RSSGrowthKB; last > limit {
@@ -390,7 +392,7 @@ func (rep *Report) Summary(seed int64, seconds time.Duration) string {
 		reruns += rep.Reruns[k]
 		why = append(why, fmt.Sprintf("%s=%d", k, rep.Reruns[k]))
 	}
-	return fmt.Sprintf("chaos: seed=%d seconds=%d jobs=%d executions=%d reruns=%d [%s] interrupted=%d dead_lettered=%d faults=%d [%s] max_latency=%s max_rss=%dkB violations=%d %s",
+	return fmt.Sprintf("chaos: seed=%d seconds=%d jobs=%d executions=%d reruns=%d [%s] interrupted=%d dead_lettered=%d faults=%d [%s] max_latency=%s max_rss=%dkB rss_flat_checked=%d violations=%d %s",
 		seed, int(seconds.Seconds()), rep.Jobs, rep.Executions, reruns, strings.Join(why, " "), rep.Interrupted, rep.DeadLettered, total, strings.Join(fs, " "),
-		rep.MaxLatency.Round(time.Millisecond), rep.MaxRSSKB, len(rep.Violations), verdict)
+		rep.MaxLatency.Round(time.Millisecond), rep.MaxRSSKB, rep.RSSJudged, len(rep.Violations), verdict)
 }

@@ -300,6 +300,12 @@ func run(ctx context.Context, cfg *config) (int, error) {
 		return 0, err
 	}
 	h.Outages = outages
+	var samples strings.Builder
+	samples.WriteString("sidecar,pid,unix_ms,vmrss_kb\n")
+	for _, r := range rss {
+		fmt.Fprintf(&samples, "%s,%d,%d,%d\n", r.Sidecar, r.PID, r.At.UnixMilli(), r.KB)
+	}
+	_ = os.WriteFile(filepath.Join(cfg.work, "rss.csv"), []byte(samples.String()), 0o644)
 	if !drained {
 		h.Problems = append(h.Problems, fmt.Sprintf("the queue did not drain within %s of the end of the faults", cfg.drain))
 	}
