@@ -259,7 +259,7 @@ func (l *loop) start(t *task, p *process) {
 		return
 	}
 	if p.maxJobs > 0 && p.jobsRun >= p.maxJobs {
-		l.log.Info("handler process reached max_jobs; recycling it when idle", "handler", p.pool.h.Name, "pid", p.pid, "jobs", p.jobsRun)
+		l.log.Info("handler process reached max_jobs; recycling it when idle", "handler", p.pool.h.Name, p.who(), "jobs", p.jobsRun)
 		l.retire(p)
 	}
 }

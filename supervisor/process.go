@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -57,6 +58,16 @@ type process struct {
 	// an earlier session (id → sync).
 	endpoint string
 	foreign  map[string]bool
+}
+
+// who names the process in a log line: its pid when the sidecar spawned
+// it, its endpoint when it is attached (another container's process has
+// no pid here).
+func (p *process) who() slog.Attr {
+	if p.endpoint != "" {
+		return slog.String("endpoint", p.endpoint)
+	}
+	return slog.Int("pid", p.pid)
 }
 
 // capacity is how many jobs the process takes at once: the manifest's
