@@ -77,7 +77,7 @@ func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
 		l.checkDone()
 		return
 	}
-	l.metrics.claimedRows(len(jobs))
+	l.metrics.jobsClaimed(jobs)
 	pl.full = len(jobs) == limit
 	if pl.full {
 		pl.more = true

@@ -30,7 +30,14 @@ type Metrics struct {
 	resultDrops metric.Int64Counter
 	sharing     metric.Int64Gauge
 	claimIdx    metric.Int64Gauge
+	pickup      metric.Float64Histogram
+	staleWkrs   metric.Int64Counter
+	staleJobs   metric.Int64Counter
 	attach      attachMetrics
+
+	// lastNack is when the latest shutdown NACK was counted (unix ns; 0:
+	// none), so that run can hold its exit for a scrape that sees it.
+	lastNack atomic.Int64
 
 	// queueStats is the last queue-stats snapshot, observed by the
 	// soniq_queue_jobs gauge at collection time.
@@ -121,6 +128,22 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 	mk(func() (e error) {
 		x.claimIdx, e = m.Int64Gauge("soniq_claim_index_missing",
 			metric.WithDescription("1 while the Postgres claim-order index is missing (every claim then sorts every queued row; `soniq-sidecar migrate` creates it), else 0."))
+		return
+	})
+	mk(func() (e error) {
+		x.pickup, e = m.Float64Histogram("soniq_job_pickup_delay", metric.WithUnit("s"),
+			metric.WithDescription("Time a job was due before a sidecar claimed it: the claim's updated_at minus the later of created_at and scheduled_at, all on the database's clock."),
+			metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
+		return
+	})
+	mk(func() (e error) {
+		x.staleWkrs, e = m.Int64Counter("soniq_stale_workers_recovered",
+			metric.WithDescription("Workers (sidecars or Soniq's own) found silent for longer than the heartbeat timeout and marked stopped by this sidecar's maintenance pass."))
+		return
+	})
+	mk(func() (e error) {
+		x.staleJobs, e = m.Int64Counter("soniq_stale_jobs_requeued",
+			metric.WithDescription("Jobs those silent workers held in processing, put back to queued by this sidecar's maintenance pass (they run again)."))
 		return
 	})
 	mk(func() error {
@@ -218,8 +241,54 @@ func (m *Metrics) shutdownNack(queue, name, reason string) {
 	if m == nil {
 		return
 	}
+	m.lastNack.Store(time.Now().UnixNano())
 	m.nacks.Add(context.Background(), 1, metric.WithAttributes(
 		attribute.String("job_name", name), attribute.String("queue", queue), attribute.String("reason", reason)))
+}
+
+// LastShutdownNack is when the latest shutdown NACK was counted; zero when
+// there was none.
+func (m *Metrics) LastShutdownNack() time.Time {
+	if m == nil {
+		return time.Time{}
+	}
+	if ns := m.lastNack.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
+// jobsClaimed records each claimed row's pickup delay: how long it had been
+// due (created, or scheduled for) when the claim took it. Every timestamp
+// comes from the row, so the database's clock alone decides.
+func (m *Metrics) jobsClaimed(jobs []backends.Job) {
+	if m == nil || len(jobs) == 0 {
+		return
+	}
+	ctx := context.Background()
+	m.claimed.Add(ctx, int64(len(jobs)))
+	for i := range jobs {
+		j := &jobs[i]
+		due := j.CreatedAt
+		if j.ScheduledAt != nil && j.ScheduledAt.After(due) {
+			due = *j.ScheduledAt
+		}
+		m.pickup.Record(ctx, max(j.UpdatedAt.Sub(due), 0).Seconds(), m.attrs(j.Queue, j.Name, ""))
+	}
+}
+
+// staleRecovered records a maintenance pass that recovered silent workers.
+func (m *Metrics) staleRecovered(workers, jobs int) {
+	if m == nil {
+		return
+	}
+	ctx := context.Background()
+	if workers > 0 {
+		m.staleWkrs.Add(ctx, int64(workers))
+	}
+	if jobs > 0 {
+		m.staleJobs.Add(ctx, int64(jobs))
+	}
 }
 
 func (m *Metrics) restart(handler, reason string) {
@@ -247,13 +316,6 @@ func (m *Metrics) state(s State) {
 		return
 	}
 	m.shutdownSt.Record(context.Background(), int64(s))
-}
-
-func (m *Metrics) claimedRows(n int) {
-	if m == nil || n == 0 {
-		return
-	}
-	m.claimed.Add(context.Background(), int64(n))
 }
 
 func (m *Metrics) setQueueStats(st backends.Stats) {
