@@ -201,6 +201,10 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating supervisor metrics: %w", err)
 	}
+	// Unlabelled counters are exported at 0 from the start, so that the
+	// first recovery is an increase a rate() or increase() can see.
+	x.staleWkrs.Add(context.Background(), 0)
+	x.staleJobs.Add(context.Background(), 0)
 	return &x, nil
 }
 

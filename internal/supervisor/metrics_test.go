@@ -117,7 +117,11 @@ func TestMaintenanceCountsRecoveredStaleWorkers(t *testing.T) {
 	settings.HeartbeatTimeout = time.Minute
 	sup, err := New(Config{Manifest: examplesManifest(t), Settings: settings, Backend: mem, Metrics: m})
 	require.NoError(t, err)
-	assert.Zero(t, counterValue(t, r, "soniq_stale_workers_recovered"))
+	for _, name := range []string{"soniq_stale_workers_recovered", "soniq_stale_jobs_requeued"} {
+		_, ok := collected(t, r, name)
+		assert.True(t, ok, "%s is exported at 0 before any recovery", name)
+		assert.Zero(t, counterValue(t, r, name))
+	}
 
 	sup.maintainOnce(ctx)
 	assert.Equal(t, int64(1), counterValue(t, r, "soniq_stale_workers_recovered"))
