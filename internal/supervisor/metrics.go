@@ -22,6 +22,7 @@ type Metrics struct {
 	completed   metric.Int64Counter
 	duration    metric.Float64Histogram
 	inProgress  metric.Int64UpDownCounter
+	handlerBusy metric.Int64UpDownCounter
 	nacks       metric.Int64Counter
 	restarts    metric.Int64Counter
 	processes   metric.Int64UpDownCounter
@@ -94,6 +95,10 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 	})
 	mk(func() (e error) {
 		x.inProgress, e = m.Int64UpDownCounter("soniq_jobs_in_progress", metric.WithDescription("Jobs running in handler processes now."))
+		return
+	})
+	mk(func() (e error) {
+		x.handlerBusy, e = m.Int64UpDownCounter("soniq_handler_jobs_in_progress", metric.WithDescription("Jobs running in a handler's processes now, per handler (the sum of soniq_jobs_in_progress over its jobs)."))
 		return
 	})
 	mk(func() (e error) {
@@ -218,27 +223,41 @@ func (m *Metrics) observePool(b backends.Backend) {
 	}
 }
 
-func (m *Metrics) jobStarted(queue, name string) {
-	if m == nil {
-		return
+// handlerAttrs returns the cached attribute set {handler}.
+func (m *Metrics) handlerAttrs(handler string) metric.MeasurementOption {
+	k := attrKey{status: "\x00handler", name: handler}
+	if o, ok := m.attrSets.Load(k); ok {
+		return o.(metric.MeasurementOption)
 	}
-	ctx := context.Background()
-	a := m.attrs(queue, name, "")
-	m.started.Add(ctx, 1, a)
-	m.inProgress.Add(ctx, 1, a)
+	o, _ := m.attrSets.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(attribute.String("handler", handler))))
+	return o.(metric.MeasurementOption)
 }
 
-// jobEnded records the end of an execution as the handler reported it (or
-// as a timeout or crash decided it).
-func (m *Metrics) jobEnded(queue, name, status string, d time.Duration) {
+// jobStarted records a job handed to one of its handler's processes.
+func (m *Metrics) jobStarted(t *task) {
 	if m == nil {
 		return
 	}
 	ctx := context.Background()
+	a := m.attrs(t.job.Queue, t.job.Name, "")
+	m.started.Add(ctx, 1, a)
+	m.inProgress.Add(ctx, 1, a)
+	m.handlerBusy.Add(ctx, 1, m.handlerAttrs(t.pool.h.Name))
+}
+
+// jobEnded records the end of a started execution as the handler reported
+// it (or as a timeout, crash or NACK decided it).
+func (m *Metrics) jobEnded(t *task, status string) {
+	if m == nil {
+		return
+	}
+	ctx := context.Background()
+	queue, name := t.job.Queue, t.job.Name
 	m.inProgress.Add(ctx, -1, m.attrs(queue, name, ""))
+	m.handlerBusy.Add(ctx, -1, m.handlerAttrs(t.pool.h.Name))
 	attrs := m.attrs(queue, name, status)
 	m.completed.Add(ctx, 1, attrs)
-	m.duration.Record(ctx, d.Seconds(), attrs)
+	m.duration.Record(ctx, time.Since(t.startedAt).Seconds(), attrs)
 }
 
 func (m *Metrics) shutdownNack(queue, name, reason string) {

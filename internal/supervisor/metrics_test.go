@@ -13,6 +13,7 @@ import (
 
 	"github.com/soniq-dev/soniq-sidecar/internal/backends"
 	"github.com/soniq-dev/soniq-sidecar/internal/backends/memory"
+	"github.com/soniq-dev/soniq-sidecar/internal/config"
 )
 
 // testMetrics are the supervisor's instruments on an SDK meter whose
@@ -143,4 +144,32 @@ func TestLastShutdownNack(t *testing.T) {
 	assert.False(t, m.LastShutdownNack().Before(before), "the NACK's time is kept")
 	var none *Metrics
 	assert.True(t, none.LastShutdownNack().IsZero())
+}
+
+// soniq_handler_jobs_in_progress counts a handler's running jobs, whatever
+// their names, next to soniq_jobs_in_progress per job name.
+func TestHandlerJobsInProgress(t *testing.T) {
+	m, r := testMetrics(t)
+	billing := &pool{h: &config.Handler{Name: "billing"}}
+	mail := &pool{h: &config.Handler{Name: "mail"}}
+	tasks := []*task{
+		{job: backends.Job{Queue: "default", Name: "billing.charge"}, pool: billing, startedAt: time.Now()},
+		{job: backends.Job{Queue: "default", Name: "billing.receipt"}, pool: billing, startedAt: time.Now()},
+		{job: backends.Job{Queue: "mail", Name: "mail.send"}, pool: mail, startedAt: time.Now()},
+	}
+	for _, tk := range tasks {
+		m.jobStarted(tk)
+	}
+	m.jobEnded(tasks[0], "done")
+	d, ok := collected(t, r, "soniq_handler_jobs_in_progress")
+	require.True(t, ok)
+	sum, ok := d.(metricdata.Sum[int64])
+	require.True(t, ok, "%T", d)
+	got := map[string]int64{}
+	for _, p := range sum.DataPoints {
+		h, _ := p.Attributes.Value(attribute.Key("handler"))
+		got[h.AsString()] = p.Value
+	}
+	assert.Equal(t, map[string]int64{"billing": 1, "mail": 1}, got)
+	assert.Equal(t, int64(1), counterValue(t, r, "soniq_jobs_completed"))
 }
