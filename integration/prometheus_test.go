@@ -479,35 +479,38 @@ func TestPrometheusScrapesTheSidecar(t *testing.T) {
 	}
 }
 
-// dashboardLoad enqueues a mixed load for d (only when rendering the
-// dashboard's picture): quick jobs, slower async ones, some failures.
+// dashboardLoad enqueues a mixed load for d (only when recording the
+// dashboard's data for its picture): quick jobs in a slow wave, slower async
+// ones, some failures and a crash; then waits for the backlog to drain.
 func dashboardLoad(t *testing.T, w *world, d time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	tick := time.NewTicker(50 * time.Millisecond)
+	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	for i := 0; ; i++ {
+	for i := 0; ctx.Err() == nil; i++ {
 		select {
 		case <-ctx.Done():
-			return
 		case <-tick.C:
-		}
-		phase := float64(i%400) / 400 // a slow wave of load
-		n := 1 + int(6*phase)
-		for range n {
-			w.enqueue("t.noop", `{}`, 0)
-		}
-		if i%4 == 0 {
-			w.enqueue("t.sleep_async", fmt.Sprintf(`{"seconds":%.2f}`, 0.2+phase), 0)
-		}
-		if i%40 == 0 {
-			w.enqueue("t.fail", `{}`, 1)
-		}
-		if i%600 == 300 {
-			w.enqueue("t.crash", `{}`, 1)
+			phase := float64(i%600) / 600 // one wave a minute
+			for range 1 + int(4*phase) {
+				w.enqueue("t.noop", `{}`, 0)
+			}
+			if i%3 == 0 {
+				w.enqueue("t.sleep_async", fmt.Sprintf(`{"seconds":%.2f}`, 0.1+phase), 0)
+			}
+			if i%25 == 0 {
+				w.enqueue("t.fail", `{}`, 1)
+			}
+			if i%700 == 350 {
+				w.enqueue("t.crash", `{}`, 1)
+			}
 		}
 	}
+	eventually(t, 2*time.Minute, "the load's backlog drained", func() bool {
+		st := w.stats()
+		return st.Queued == 0 && st.Processing == 0
+	})
 }
 
 func sortedKeys(m map[string]bool) []string {
@@ -518,4 +521,3 @@ func sortedKeys(m map[string]bool) []string {
 	sort.Strings(out)
 	return out
 }
-
