@@ -114,6 +114,7 @@ func (s *Supervisor) maintainOnce(ctx context.Context) {
 	if err != nil {
 		s.log.Warn("maintenance: stale-worker recovery failed", "err", err)
 	} else if workers > 0 {
+		s.metrics.staleRecovered(workers, jobs)
 		s.log.Warn("maintenance: recovered stale workers; their jobs are queued again",
 			"workers", workers, "jobs", jobs, "heartbeat_timeout", s.cfg.Settings.HeartbeatTimeout)
 	}

@@ -81,7 +81,7 @@ func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
 		l.checkDone()
 		return
 	}
-	l.metrics.claimedRows(len(jobs))
+	l.metrics.jobsClaimed(jobs)
 	pl.full = len(jobs) == limit
 	if pl.full {
 		pl.more = true
@@ -253,7 +253,7 @@ func (l *loop) start(t *task, p *process) {
 		frame.Deadline = &dl
 		t.timer = time.AfterFunc(timeout, func() { l.emit(jobTimeoutEvent{task: t}) })
 	}
-	l.metrics.jobStarted(t.job.Queue, t.job.Name)
+	l.metrics.jobStarted(t)
 	if !p.send(frame) {
 		l.breakProcess(p, "unresponsive", fmt.Sprintf("handler %s process %d stopped reading its stdin", p.pool.h.Name, p.pid))
 		return

@@ -5,7 +5,6 @@ package supervisor
 
 import (
 	"strings"
-	"time"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
@@ -62,7 +61,7 @@ func (l *loop) apply(t *task, o outcome) {
 	j := t.job
 	delete(l.live, j.ID)
 	if !t.startedAt.IsZero() {
-		l.metrics.jobEnded(j.Queue, j.Name, o.status, time.Since(t.startedAt))
+		l.metrics.jobEnded(t, o.status)
 	}
 	t.endSpan(o.status, o.err)
 	c := o.write

@@ -42,7 +42,7 @@ func (l *loop) onUnsendable(p *process, m protocol.Message, err error) {
 		j := t.job
 		text := "job frame not sent: " + err.Error()
 		delete(l.live, j.ID)
-		l.metrics.jobEnded(j.Queue, j.Name, "failed", time.Since(t.startedAt))
+		l.metrics.jobEnded(t, "failed")
 		t.endSpan("failed", text)
 		l.log.Error("job dead-lettered: its job frame could not be sent to the handler", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue,
 			"handler", p.pool.h.Name, p.who(), "err", err)

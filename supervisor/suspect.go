@@ -3,7 +3,6 @@ package supervisor
 import (
 	"cmp"
 	"slices"
-	"time"
 )
 
 // Crash attribution. A handler process that dies takes every job it holds
@@ -72,7 +71,7 @@ func (l *loop) suspect(t *task) {
 	if t.timer != nil {
 		t.timer.Stop()
 	}
-	l.metrics.jobEnded(j.Queue, j.Name, "suspected", time.Since(t.startedAt))
+	l.metrics.jobEnded(t, "suspected")
 	t.endSpan("suspected", "")
 	// A new task, so that a timer event of the ended execution still in
 	// flight cannot touch the isolated run (onJobTimeout checks live).

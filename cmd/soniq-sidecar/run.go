@@ -123,6 +123,7 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 	metricsAddr := fs.String("metrics-addr", ":9464", "HTTP address for /metrics, /healthz and /readyz (empty disables)")
 	logFormat := fs.String("log-format", "auto", "auto (text on a terminal, else JSON), text or json")
 	instance := fs.String("instance", "", "this sidecar's name among programs sharing its hostname and pid, e.g. two sidecars in one pod (default $SONIQ_INSTANCE, else "+supervisor.DefaultInstance+")")
+	finalScrapeFlag := fs.String("metrics-final-scrape-wait", "", "after shutdown NACKs, hold the exit (at most this long, e.g. 20s) until /metrics has been scraped once more, so Prometheus sees them; only when something has scraped /metrics before (default $SONIQ_METRICS_FINAL_SCRAPE_WAIT seconds, else 0: off)")
 	dbWaitFlag := fs.String("database-wait", "", "how long to retry an unreachable database at start, e.g. 60s (default $SONIQ_DATABASE_WAIT seconds, else 60s)")
 	once := fs.Bool("once", false, "run the jobs that are due, then stop as on SIGTERM and exit 0 (for cron and CI)")
 	pooler := fs.String("database-pooler", "", "session (default) or transaction: transaction when --database-url goes through a transaction-mode pooler such as PgBouncer (default $SONIQ_DATABASE_POOLER; see docs/operations.md)")
@@ -181,21 +182,27 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
+	finalScrapeWait, err := secondsSetting(e, "metrics-final-scrape-wait", "SONIQ_METRICS_FINAL_SCRAPE_WAIT", *finalScrapeFlag, 0)
+	if err != nil {
+		return err
+	}
 
+	hs := &health{}
+	hs.setWaiting("connecting to the database")
 	workerID := backends.NewID()
-	metrics, shutdownTelemetry, metricsHandler, err := setupTelemetry(ctx, e, withWorkerID(workerID), withLogger(log))
+	metrics, shutdownTelemetry, metricsHandler, err := setupTelemetry(ctx, e, withWorkerID(workerID), withLogger(log), withReadiness(hs.ready))
 	if err != nil {
 		return err
 	}
 	defer shutdownTelemetry()
+	scrapes := newScrapeTracker()
+	hs.metrics = scrapes.wrap(metricsHandler)
 
 	// Three actors run together (oklog/run): the HTTP server, the signal
 	// handler and the engine (the database, then the supervisor). The
 	// first to return ends the others, and its error is run's. The HTTP
 	// server comes up first: while the database is not reachable yet,
 	// /healthz says alive and /readyz says why it is not ready.
-	hs := &health{metrics: metricsHandler}
-	hs.setWaiting("connecting to the database")
 	eng := &engine{}
 	var g run.Group
 	if *metricsAddr != "" {
@@ -271,6 +278,11 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 				"manifest", m.Path, "worker_id", sup.WorkerID(), "shutdown_timeout", settings.ShutdownTimeout,
 				"sync_grace", settings.SyncHandlerGrace, "job_timeout", settings.JobTimeout, "state", supervisor.StateRunning.String())
 			err = sup.Run(context.Background())
+			if *metricsAddr != "" {
+				// Before the HTTP server stops with the group: a NACK
+				// counted just now must reach one more scrape.
+				finalScrape(scrapes, metrics.LastShutdownNack(), finalScrapeWait, log)
+			}
 			var hm *supervisor.HelloMismatchError
 			var se *supervisor.StartError
 			if errors.As(err, &hm) || errors.As(err, &se) {
@@ -370,21 +382,27 @@ const defaultDatabaseWait = 60 * time.Second
 // databaseWait resolves --database-wait, else $SONIQ_DATABASE_WAIT
 // (seconds), else the default.
 func databaseWait(e env, flagValue string) (time.Duration, error) {
+	return secondsSetting(e, "database-wait", "SONIQ_DATABASE_WAIT", flagValue, defaultDatabaseWait)
+}
+
+// secondsSetting resolves a duration given as --flag (a Go duration), else
+// as $envKey (seconds), else def.
+func secondsSetting(e env, flag, envKey, flagValue string, def time.Duration) (time.Duration, error) {
 	if flagValue != "" {
 		d, err := time.ParseDuration(flagValue)
 		if err != nil || d < 0 {
-			return 0, usageErrorf("--database-wait %q: want a duration like 60s or 0s", flagValue)
+			return 0, usageErrorf("--%s %q: want a duration like 60s or 0s", flag, flagValue)
 		}
 		return d, nil
 	}
-	if v, ok := e.lookupEnv("SONIQ_DATABASE_WAIT"); ok && strings.TrimSpace(v) != "" {
+	if v, ok := e.lookupEnv(envKey); ok && strings.TrimSpace(v) != "" {
 		secs, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 		if err != nil || secs < 0 || math.IsInf(secs, 0) || math.IsNaN(secs) {
-			return 0, usageErrorf("SONIQ_DATABASE_WAIT=%q: want a number of seconds, like 60 or 0", v)
+			return 0, usageErrorf("%s=%q: want a number of seconds, like 60 or 0", envKey, v)
 		}
 		return time.Duration(secs * float64(time.Second)), nil
 	}
-	return defaultDatabaseWait, nil
+	return def, nil
 }
 
 // errStoppedWaiting: a shutdown signal arrived before the database did.
@@ -539,21 +557,11 @@ func healthHandler(h *health) http.Handler {
 		fmt.Fprintf(w, "ok %s\n", sup.State())
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		sup, b, waiting := h.get()
-		if sup == nil {
-			http.Error(w, "not ready: "+waiting, http.StatusServiceUnavailable)
-			return
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := b.Ping(ctx); err != nil {
-			http.Error(w, "not ready: database unreachable: "+redactLine(connect.Redact(err.Error())), http.StatusServiceUnavailable)
-			return
-		}
-		if ok, why := sup.Ready(); !ok {
+		if ok, why := h.readiness(r.Context()); !ok {
 			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
 			return
 		}
+		sup, b, _ := h.get()
 		// Advisories (an exhausted pool, a missing claim-order index) stay
 		// 200: the pod works, and restarting or unrouting it would fix nothing.
 		if warn := h.poolWarning(b); warn != "" {
@@ -569,6 +577,26 @@ func healthHandler(h *health) http.Handler {
 		mux.Handle("/metrics", h.metrics)
 	}
 	return mux
+}
+
+// readiness is /readyz's verdict, without its advisories: ready, or why not.
+func (h *health) readiness(ctx context.Context) (bool, string) {
+	sup, b, waiting := h.get()
+	if sup == nil {
+		return false, waiting
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := b.Ping(ctx); err != nil {
+		return false, "database unreachable: " + redactLine(connect.Redact(err.Error()))
+	}
+	return sup.Ready()
+}
+
+// ready is readiness without the reason: the soniq_ready gauge.
+func (h *health) ready(ctx context.Context) bool {
+	ok, _ := h.readiness(ctx)
+	return ok
 }
 
 // redactLine keeps error text on one line for HTTP bodies.
