@@ -50,7 +50,7 @@ const (
 	ruleDuplicate       = "duplicate"        // ran again with nothing to explain it
 	ruleInterrupted     = "interrupted"      // an execution that never ended, with no SIGKILL to explain it
 	ruleSyncInterrupted = "sync-interrupted" // a non-cancellable execution cancelled, or ended by anything but SIGKILL
-	rulePanic           = "panic"            // a panic or fatal error in a sidecar's log
+	rulePanic           = "panic"            // a panic, a fatal error or a line reporting a sidecar bug in a sidecar's log
 	ruleNackNoShutdown  = "nack-no-shutdown" // a sidecar NACKed without having been asked to stop
 	ruleSidecar         = "sidecar"          // a sidecar misbehaved at start or stop (Problems)
 	ruleRSS             = "rss"              // a sidecar's memory grew or exceeded the ceiling

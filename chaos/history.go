@@ -248,7 +248,7 @@ func scanSidecarLog(in *Incarnation) error {
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
 		line := sc.Text()
-		if isPanicLine(line) {
+		if isPanicLine(line) || strings.Contains(line, "a sidecar bug") {
 			in.Panics = append(in.Panics, line)
 			continue
 		}
@@ -274,7 +274,8 @@ func scanSidecarLog(in *Incarnation) error {
 }
 
 // isPanicLine: what the Go runtime writes when a program panics or dies of
-// a fatal error (or a race, on a -race build).
+// a fatal error (or a race, on a -race build). The sidecar's own "a sidecar
+// bug" lines (an impossible state transition it refused) count the same.
 func isPanicLine(line string) bool {
 	return strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ") ||
 		strings.HasPrefix(line, "WARNING: DATA RACE") || strings.HasPrefix(line, "SIGSEGV") ||

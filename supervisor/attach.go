@@ -157,7 +157,7 @@ func (l *loop) adopt(t *task, p *process) {
 	if timeout := t.spec.EffectiveTimeout(l.cfg.Settings); timeout > 0 {
 		t.timer = time.AfterFunc(timeout, func() { l.emit(jobTimeoutEvent{task: t}) })
 	}
-	l.metrics.jobStarted(t.job.Queue, t.job.Name)
+	l.metrics.jobStarted(t)
 	l.log.Info("claimed job is still running in the attached handler from an earlier session; adopted, not run again",
 		"job_id", t.job.ID, "job_name", t.job.Name, "handler", p.pool.h.Name, "endpoint", p.endpoint)
 }

@@ -33,3 +33,16 @@ func CheckHandlers(ctx context.Context, m *Manifest, log *slog.Logger) []CheckRe
 	}
 	return out
 }
+
+// CheckCommands reports the first spawned handler whose command could never
+// start (its executable or working directory missing, or not executable)
+// as a *StartError, without starting anything or touching a database.
+func CheckCommands(m *Manifest) error {
+	for i := range m.Handlers {
+		h := &m.Handlers[i]
+		if err := transport.CheckCommand(h); err != nil {
+			return &StartError{Handler: h.Name, Command: h.Command, Err: err}
+		}
+	}
+	return nil
+}

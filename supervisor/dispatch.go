@@ -13,7 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
-	"github.com/soniq-dev/soniq-sidecar/internal/transport"
+	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
 func (l *loop) maybeClaim(pl *pool) {
@@ -81,7 +81,7 @@ func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
 		l.checkDone()
 		return
 	}
-	l.metrics.claimedRows(len(jobs))
+	l.metrics.jobsClaimed(jobs)
 	pl.full = len(jobs) == limit
 	if pl.full {
 		pl.more = true
@@ -102,16 +102,16 @@ func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
 			l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
 				Reason: backends.ReasonMaxRetriesExceeded, Error: "Max attempts exceeded (job crashed repeatedly)"})
 			continue
-		case !transport.IsJSONObject(j.Args):
+		case !protocol.IsJSONObject(j.Args):
 			l.log.Error("job dead-lettered: its args are not a JSON object", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue)
 			l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
 				Reason: backends.ReasonInvalidArguments, Error: "args must be a JSON object, got: " + truncate(string(j.Args), 200)})
 			continue
-		case transport.ArgsUnsendable(j.Args, l.cfg.MaxFrameBytes) != "":
+		case protocol.ArgsUnsendable(j.Args, l.cfg.MaxFrameBytes) != "":
 			// Sending it would break every handler process it reached (an
 			// oversize or too-deep frame is a protocol error there), and
 			// retrying cannot help: dead-letter it with the reason.
-			why := transport.ArgsUnsendable(j.Args, l.cfg.MaxFrameBytes)
+			why := protocol.ArgsUnsendable(j.Args, l.cfg.MaxFrameBytes)
 			l.log.Error("job dead-lettered: its args cannot be sent to a handler", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "reason", why)
 			l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
 				Reason: backends.ReasonInvalidArguments, Error: why})
@@ -253,13 +253,13 @@ func (l *loop) start(t *task, p *process) {
 		frame.Deadline = &dl
 		t.timer = time.AfterFunc(timeout, func() { l.emit(jobTimeoutEvent{task: t}) })
 	}
-	l.metrics.jobStarted(t.job.Queue, t.job.Name)
+	l.metrics.jobStarted(t)
 	if !p.send(frame) {
 		l.breakProcess(p, "unresponsive", fmt.Sprintf("handler %s process %d stopped reading its stdin", p.pool.h.Name, p.pid))
 		return
 	}
 	if p.maxJobs > 0 && p.jobsRun >= p.maxJobs {
-		l.log.Info("handler process reached max_jobs; recycling it when idle", "handler", p.pool.h.Name, "pid", p.pid, "jobs", p.jobsRun)
+		l.log.Info("handler process reached max_jobs; recycling it when idle", "handler", p.pool.h.Name, p.who(), "jobs", p.jobsRun)
 		l.retire(p)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 )
@@ -118,7 +117,7 @@ func (l *loop) abandonLost(t *task, why string) {
 		pl.pending = slices.DeleteFunc(pl.pending, func(p *task) bool { return p == t })
 	case taskRunning:
 		t.state, t.abandoned = taskAbandoned, why
-		l.metrics.jobEnded(t.job.Queue, t.job.Name, "lost", time.Since(t.startedAt))
+		l.metrics.jobEnded(t, "lost")
 		t.endSpan("lost", "")
 	}
 }

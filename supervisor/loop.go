@@ -116,12 +116,19 @@ const crashLoopThreshold = 5
 // healthyAfter resets the restart backoff.
 const healthyAfter = time.Minute
 
+// The restart backoff of a handler process that failed: restartBackoffMin
+// after the first failure, doubling up to restartBackoffMax.
+const (
+	restartBackoffMin = 100 * time.Millisecond
+	restartBackoffMax = 30 * time.Second
+)
+
 func restartDelay(failures int) time.Duration {
-	d := 100 * time.Millisecond
-	for i := 1; i < failures && d < 30*time.Second; i++ {
+	d := restartBackoffMin
+	for i := 1; i < failures && d < restartBackoffMax; i++ {
 		d *= 2
 	}
-	return min(d, 30*time.Second)
+	return min(d, restartBackoffMax)
 }
 
 // loop is the supervisor's single-threaded core.

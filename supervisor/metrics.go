@@ -22,6 +22,7 @@ type Metrics struct {
 	completed   metric.Int64Counter
 	duration    metric.Float64Histogram
 	inProgress  metric.Int64UpDownCounter
+	handlerBusy metric.Int64UpDownCounter
 	nacks       metric.Int64Counter
 	restarts    metric.Int64Counter
 	processes   metric.Int64UpDownCounter
@@ -30,7 +31,14 @@ type Metrics struct {
 	resultDrops metric.Int64Counter
 	sharing     metric.Int64Gauge
 	claimIdx    metric.Int64Gauge
+	pickup      metric.Float64Histogram
+	staleWkrs   metric.Int64Counter
+	staleJobs   metric.Int64Counter
 	attach      attachMetrics
+
+	// lastNack is when the latest shutdown NACK was counted (unix ns; 0:
+	// none), so that run can hold its exit for a scrape that sees it.
+	lastNack atomic.Int64
 
 	// queueStats is the last queue-stats snapshot, observed by the
 	// soniq_queue_jobs gauge at collection time.
@@ -90,6 +98,10 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 		return
 	})
 	mk(func() (e error) {
+		x.handlerBusy, e = m.Int64UpDownCounter("soniq_handler_jobs_in_progress", metric.WithDescription("Jobs running in a handler's processes now, per handler (the sum of soniq_jobs_in_progress over its jobs)."))
+		return
+	})
+	mk(func() (e error) {
 		x.nacks, e = m.Int64Counter("soniq_shutdown_nack", metric.WithDescription("Jobs NACKed back to queued on the FORCE_TIMEOUT_PATH async branch."))
 		return
 	})
@@ -121,6 +133,22 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 	mk(func() (e error) {
 		x.claimIdx, e = m.Int64Gauge("soniq_claim_index_missing",
 			metric.WithDescription("1 while the Postgres claim-order index is missing (every claim then sorts every queued row; `soniq-sidecar migrate` creates it), else 0."))
+		return
+	})
+	mk(func() (e error) {
+		x.pickup, e = m.Float64Histogram("soniq_job_pickup_delay", metric.WithUnit("s"),
+			metric.WithDescription("Time a job was due before a sidecar claimed it: the claim's updated_at minus the later of created_at and scheduled_at, all on the database's clock."),
+			metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
+		return
+	})
+	mk(func() (e error) {
+		x.staleWkrs, e = m.Int64Counter("soniq_stale_workers_recovered",
+			metric.WithDescription("Workers (sidecars or Soniq's own) found silent for longer than the heartbeat timeout and marked stopped by this sidecar's maintenance pass."))
+		return
+	})
+	mk(func() (e error) {
+		x.staleJobs, e = m.Int64Counter("soniq_stale_jobs_requeued",
+			metric.WithDescription("Jobs those silent workers held in processing, put back to queued by this sidecar's maintenance pass (they run again)."))
 		return
 	})
 	mk(func() error {
@@ -178,6 +206,10 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating supervisor metrics: %w", err)
 	}
+	// Unlabelled counters are exported at 0 from the start, so that the
+	// first recovery is an increase a rate() or increase() can see.
+	x.staleWkrs.Add(context.Background(), 0)
+	x.staleJobs.Add(context.Background(), 0)
 	return &x, nil
 }
 
@@ -191,35 +223,95 @@ func (m *Metrics) observePool(b backends.Backend) {
 	}
 }
 
-func (m *Metrics) jobStarted(queue, name string) {
-	if m == nil {
-		return
+// handlerAttrs returns the cached attribute set {handler}.
+func (m *Metrics) handlerAttrs(handler string) metric.MeasurementOption {
+	k := attrKey{status: "\x00handler", name: handler}
+	if o, ok := m.attrSets.Load(k); ok {
+		return o.(metric.MeasurementOption)
 	}
-	ctx := context.Background()
-	a := m.attrs(queue, name, "")
-	m.started.Add(ctx, 1, a)
-	m.inProgress.Add(ctx, 1, a)
+	o, _ := m.attrSets.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(attribute.String("handler", handler))))
+	return o.(metric.MeasurementOption)
 }
 
-// jobEnded records the end of an execution as the handler reported it (or
-// as a timeout or crash decided it).
-func (m *Metrics) jobEnded(queue, name, status string, d time.Duration) {
+// jobStarted records a job handed to one of its handler's processes.
+func (m *Metrics) jobStarted(t *task) {
 	if m == nil {
 		return
 	}
 	ctx := context.Background()
+	a := m.attrs(t.job.Queue, t.job.Name, "")
+	m.started.Add(ctx, 1, a)
+	m.inProgress.Add(ctx, 1, a)
+	m.handlerBusy.Add(ctx, 1, m.handlerAttrs(t.pool.h.Name))
+}
+
+// jobEnded records the end of a started execution as the handler reported
+// it (or as a timeout, crash or NACK decided it).
+func (m *Metrics) jobEnded(t *task, status string) {
+	if m == nil {
+		return
+	}
+	ctx := context.Background()
+	queue, name := t.job.Queue, t.job.Name
 	m.inProgress.Add(ctx, -1, m.attrs(queue, name, ""))
+	m.handlerBusy.Add(ctx, -1, m.handlerAttrs(t.pool.h.Name))
 	attrs := m.attrs(queue, name, status)
 	m.completed.Add(ctx, 1, attrs)
-	m.duration.Record(ctx, d.Seconds(), attrs)
+	m.duration.Record(ctx, time.Since(t.startedAt).Seconds(), attrs)
 }
 
 func (m *Metrics) shutdownNack(queue, name, reason string) {
 	if m == nil {
 		return
 	}
+	m.lastNack.Store(time.Now().UnixNano())
 	m.nacks.Add(context.Background(), 1, metric.WithAttributes(
 		attribute.String("job_name", name), attribute.String("queue", queue), attribute.String("reason", reason)))
+}
+
+// LastShutdownNack is when the latest shutdown NACK was counted; zero when
+// there was none.
+func (m *Metrics) LastShutdownNack() time.Time {
+	if m == nil {
+		return time.Time{}
+	}
+	if ns := m.lastNack.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
+// jobsClaimed records each claimed row's pickup delay: how long it had been
+// due (created, or scheduled for) when the claim took it. Every timestamp
+// comes from the row, so the database's clock alone decides.
+func (m *Metrics) jobsClaimed(jobs []backends.Job) {
+	if m == nil || len(jobs) == 0 {
+		return
+	}
+	ctx := context.Background()
+	m.claimed.Add(ctx, int64(len(jobs)))
+	for i := range jobs {
+		j := &jobs[i]
+		due := j.CreatedAt
+		if j.ScheduledAt != nil && j.ScheduledAt.After(due) {
+			due = *j.ScheduledAt
+		}
+		m.pickup.Record(ctx, max(j.UpdatedAt.Sub(due), 0).Seconds(), m.attrs(j.Queue, j.Name, ""))
+	}
+}
+
+// staleRecovered records a maintenance pass that recovered silent workers.
+func (m *Metrics) staleRecovered(workers, jobs int) {
+	if m == nil {
+		return
+	}
+	ctx := context.Background()
+	if workers > 0 {
+		m.staleWkrs.Add(ctx, int64(workers))
+	}
+	if jobs > 0 {
+		m.staleJobs.Add(ctx, int64(jobs))
+	}
 }
 
 func (m *Metrics) restart(handler, reason string) {
@@ -247,13 +339,6 @@ func (m *Metrics) state(s State) {
 		return
 	}
 	m.shutdownSt.Record(context.Background(), int64(s))
-}
-
-func (m *Metrics) claimedRows(n int) {
-	if m == nil || n == 0 {
-		return
-	}
-	m.claimed.Add(context.Background(), int64(n))
 }
 
 func (m *Metrics) setQueueStats(st backends.Stats) {

@@ -1,7 +1,9 @@
 package supervisor
 
 import (
+	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,6 +26,20 @@ const (
 
 func (s procState) String() string {
 	return [...]string{"starting", "ready", "retiring", "stopping", "dead"}[s]
+}
+
+// procTransitions is every state change a process may make (the diagram in
+// docs/architecture.md); setProcState refuses any other as a bug.
+var procTransitions = [...][]procState{
+	procStarting: {procReady, procStopping, procDead},
+	procReady:    {procRetiring, procStopping, procDead},
+	procRetiring: {procStopping, procDead},
+	procStopping: {procDead},
+	procDead:     nil,
+}
+
+func (s procState) canBecome(to procState) bool {
+	return slices.Contains(procTransitions[s], to)
 }
 
 // process is one long-lived handler child. Its fields are owned by the
@@ -57,6 +73,16 @@ type process struct {
 	// an earlier session (id → sync).
 	endpoint string
 	foreign  map[string]bool
+}
+
+// who names the process in a log line: its pid when the sidecar spawned
+// it, its endpoint when it is attached (another container's process has
+// no pid here).
+func (p *process) who() slog.Attr {
+	if p.endpoint != "" {
+		return slog.String("endpoint", p.endpoint)
+	}
+	return slog.Int("pid", p.pid)
 }
 
 // capacity is how many jobs the process takes at once: the manifest's

@@ -64,10 +64,20 @@ func (l *loop) spawn(pl *pool, slot int) {
 		return
 	}
 	p.startTimer = time.AfterFunc(h.StartupTimeout, func() { l.emit(startTimeoutEvent{proc: p}) })
-	l.log.Info("handler process started", "handler", h.Name, "pid", p.pid, "slot", slot)
+	l.log.Info("handler process started", "handler", h.Name, p.who(), "slot", slot)
 }
 
 func (l *loop) setProcState(p *process, to procState) {
+	if p.state == to {
+		return
+	}
+	if !p.state.canBecome(to) {
+		// A bug in the loop, not a fault of the process: said loudly, and
+		// the process keeps its state rather than jump the diagram.
+		l.log.Error("impossible process state transition refused (a sidecar bug; please report it)",
+			"handler", p.pool.h.Name, p.who(), "from", p.state.String(), "to", to.String())
+		return
+	}
 	l.metrics.processState(p.pool.h.Name, p.state, to, false)
 	p.state = to
 }
@@ -169,7 +179,7 @@ func (l *loop) onHello(p *process, hello *protocol.Hello) {
 		p.startTimer.Stop()
 	}
 	if err := checkHello(pl.h, hello); err != nil {
-		l.log.Error("handler hello disagrees with the manifest; refusing to run", "handler", pl.h.Name, "pid", p.pid, "err", err)
+		l.log.Error("handler hello disagrees with the manifest; refusing to run", "handler", pl.h.Name, p.who(), "err", err)
 		if l.fatal == nil {
 			l.fatal = err
 		}
@@ -186,11 +196,11 @@ func (l *loop) onHello(p *process, hello *protocol.Hello) {
 	}
 	l.setProcState(p, procReady)
 	if pl.crashLoop {
-		l.log.Info("handler recovered from its crash loop", "handler", pl.h.Name, "pid", p.pid)
+		l.log.Info("handler recovered from its crash loop", "handler", pl.h.Name, p.who())
 	}
 	pl.crashLoop = false
 	l.s.setReady(pl.h.Name, "")
-	l.log.Info("handler process ready", "handler", pl.h.Name, "pid", p.pid, "sdk", hello.SDK,
+	l.log.Info("handler process ready", "handler", pl.h.Name, p.who(), "sdk", hello.SDK,
 		"concurrency", p.capacity(), "sync_concurrency", p.syncCapacity())
 	l.tryDispatch(pl)
 	l.maybeClaim(pl)
@@ -205,7 +215,7 @@ func (l *loop) breakProcess(p *process, reason, cause string) {
 	}
 	if p.brokenCause == "" {
 		p.brokenCause, p.brokenReason = cause, reason
-		l.log.Error("handler process is broken; killing it", "handler", p.pool.h.Name, "pid", p.pid, "err", cause)
+		l.log.Error("handler process is broken; killing it", "handler", p.pool.h.Name, p.who(), "err", cause)
 	}
 	if p.state != procStopping {
 		l.setProcState(p, procStopping)
@@ -248,7 +258,7 @@ func (l *loop) onExit(p *process, err error) {
 	}
 	switch {
 	case expected:
-		l.log.Info("handler process stopped", "handler", pl.h.Name, "pid", p.pid, "exit", desc)
+		l.log.Info("handler process stopped", "handler", pl.h.Name, p.who(), "exit", desc)
 		if l.state <= StateDraining && l.fatal == nil {
 			// A recycled process: replace it at once.
 			l.metrics.restart(pl.h.Name, "recycle")
@@ -259,7 +269,7 @@ func (l *loop) onExit(p *process, err error) {
 			pl.failures = 0
 		}
 		if wasReady {
-			l.log.Error("handler process exited unexpectedly; a job it held alone fails through the retry policy, jobs it held together re-run alone first", "handler", pl.h.Name, "pid", p.pid, "exit", desc)
+			l.log.Error("handler process exited unexpectedly; a job it held alone fails through the retry policy, jobs it held together re-run alone first", "handler", pl.h.Name, p.who(), "exit", desc)
 		}
 		if l.state <= StateDraining && l.fatal == nil {
 			reason := "start_failure" // exited before its hello
@@ -304,7 +314,7 @@ func (l *loop) onKill(p *process, sig syscall.Signal) {
 			return // holds a job whose row is still ours: let it finish
 		}
 	}
-	l.log.Warn("handler process did not exit after shutdown; signalling it", "handler", p.pool.h.Name, "pid", p.pid, "signal", sig.String())
+	l.log.Warn("handler process did not exit after shutdown; signalling it", "handler", p.pool.h.Name, p.who(), "signal", sig.String())
 	p.signalGroup(sig)
 }
 
@@ -333,7 +343,7 @@ func (l *loop) onTick() {
 			}
 			if pl.h.MaxMemoryMB > 0 && p.state == procReady {
 				if rss := p.rssMB(); rss > pl.h.MaxMemoryMB {
-					l.log.Info("handler process over max_memory_mb; recycling it when idle", "handler", pl.h.Name, "pid", p.pid, "rss_mb", rss, "max_memory_mb", pl.h.MaxMemoryMB)
+					l.log.Info("handler process over max_memory_mb; recycling it when idle", "handler", pl.h.Name, p.who(), "rss_mb", rss, "max_memory_mb", pl.h.MaxMemoryMB)
 					l.retire(p)
 				}
 			}

@@ -5,7 +5,6 @@ package supervisor
 
 import (
 	"strings"
-	"time"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
@@ -17,7 +16,7 @@ func (l *loop) onResult(p *process, r *protocol.Result) {
 		t = l.orphanResult(p, r)
 	}
 	if t == nil {
-		l.log.Warn("result for a job this process does not hold; discarded", "handler", p.pool.h.Name, "pid", p.pid, "job_id", r.ID, "status", string(r.Status))
+		l.log.Warn("result for a job this process does not hold; discarded", "handler", p.pool.h.Name, p.who(), "job_id", r.ID, "status", string(r.Status))
 		l.metrics.lateResult("", "unknown_id")
 		return
 	}
@@ -62,7 +61,7 @@ func (l *loop) apply(t *task, o outcome) {
 	j := t.job
 	delete(l.live, j.ID)
 	if !t.startedAt.IsZero() {
-		l.metrics.jobEnded(j.Queue, j.Name, o.status, time.Since(t.startedAt))
+		l.metrics.jobEnded(t, o.status)
 	}
 	t.endSpan(o.status, o.err)
 	c := o.write
@@ -90,11 +89,11 @@ func (l *loop) onJobTimeout(t *task) {
 		// process keeps running and keeps its sync slot until it returns
 		// (its late result is discarded).
 		l.log.Warn("sync job exceeded its timeout: row failed per policy; the handler keeps running and keeps its sync slot",
-			"job_id", t.job.ID, "job_name", t.job.Name, "queue", t.job.Queue, "timeout", timeout, "pid", t.proc.pid)
+			"job_id", t.job.ID, "job_name", t.job.Name, "queue", t.job.Queue, "timeout", timeout, t.proc.who())
 	} else {
 		t.proc.send(&protocol.Cancel{ID: t.job.ID, Reason: protocol.ReasonJobTimeout})
 		l.log.Warn("async job exceeded its timeout: cancelled, failed per policy",
-			"job_id", t.job.ID, "job_name", t.job.Name, "queue", t.job.Queue, "timeout", timeout, "pid", t.proc.pid)
+			"job_id", t.job.ID, "job_name", t.job.Name, "queue", t.job.Queue, "timeout", timeout, t.proc.who())
 	}
 	l.fail(t, timeoutText(timeout), true, "timeout")
 	l.checkDone()

@@ -23,7 +23,7 @@ func (l *loop) onUnsendable(p *process, m protocol.Message, err error) {
 	if !ok {
 		// Pings, cancels and shutdowns always encode; should one not, the
 		// process simply never sees it.
-		l.log.Error("a frame for the handler could not be encoded; not sent", "handler", p.pool.h.Name, "pid", p.pid,
+		l.log.Error("a frame for the handler could not be encoded; not sent", "handler", p.pool.h.Name, p.who(),
 			"frame", string(m.Type()), "err", err)
 		return
 	}
@@ -42,10 +42,10 @@ func (l *loop) onUnsendable(p *process, m protocol.Message, err error) {
 		j := t.job
 		text := "job frame not sent: " + err.Error()
 		delete(l.live, j.ID)
-		l.metrics.jobEnded(j.Queue, j.Name, "failed", time.Since(t.startedAt))
+		l.metrics.jobEnded(t, "failed")
 		t.endSpan("failed", text)
 		l.log.Error("job dead-lettered: its job frame could not be sent to the handler", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue,
-			"handler", p.pool.h.Name, "pid", p.pid, "err", err)
+			"handler", p.pool.h.Name, p.who(), "err", err)
 		l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
 			Reason: backends.ReasonInvalidArguments, Error: text})
 	}

@@ -86,7 +86,7 @@ func (l *loop) nack(t *task, reason string) {
 	}
 	if t.state == taskRunning {
 		t.state, t.abandoned = taskAbandoned, reason
-		l.metrics.jobEnded(j.Queue, j.Name, "nacked", time.Since(t.startedAt))
+		l.metrics.jobEnded(t, "nacked")
 	}
 	t.endSpan("nacked", "")
 	l.writer.nack(j.ID)

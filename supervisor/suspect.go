@@ -3,7 +3,6 @@ package supervisor
 import (
 	"cmp"
 	"slices"
-	"time"
 )
 
 // Crash attribution. A handler process that dies takes every job it holds
@@ -44,7 +43,7 @@ func (l *loop) settleCrash(p *process, cause, desc string) {
 		if isolated != nil && p.tasks[isolated.job.ID] == isolated {
 			l.log.Warn("suspect convicted: it crashed its process running alone; the crash counts against it",
 				"job_id", isolated.job.ID, "job_name", isolated.job.Name, "queue", isolated.job.Queue,
-				"handler", pl.h.Name, "pid", p.pid, "exit", desc, "attempt", isolated.job.Attempts)
+				"handler", pl.h.Name, p.who(), "exit", desc, "attempt", isolated.job.Attempts)
 		}
 		for _, t := range running {
 			l.fail(t, cause, true, "crashed")
@@ -59,7 +58,7 @@ func (l *loop) settleCrash(p *process, cause, desc string) {
 		ids[i] = t.job.ID
 	}
 	l.log.Warn("handler process died holding several jobs: they are suspects, each re-runs alone before a crash counts against it",
-		"handler", pl.h.Name, "pid", p.pid, "exit", desc, "suspects", len(running), "job_ids", ids)
+		"handler", pl.h.Name, p.who(), "exit", desc, "suspects", len(running), "job_ids", ids)
 	for _, t := range running {
 		l.suspect(t)
 	}
@@ -72,7 +71,7 @@ func (l *loop) suspect(t *task) {
 	if t.timer != nil {
 		t.timer.Stop()
 	}
-	l.metrics.jobEnded(j.Queue, j.Name, "suspected", time.Since(t.startedAt))
+	l.metrics.jobEnded(t, "suspected")
 	t.endSpan("suspected", "")
 	// A new task, so that a timer event of the ended execution still in
 	// flight cannot touch the isolated run (onJobTimeout checks live).
@@ -111,7 +110,7 @@ func (l *loop) isolate(t *task, p *process) {
 	}
 	t.pool.isolated[p] = t
 	l.log.Info("suspect re-running alone in a process", "job_id", t.job.ID, "job_name", t.job.Name, "queue", t.job.Queue,
-		"handler", p.pool.h.Name, "pid", p.pid, "attempt", t.job.Attempts)
+		"handler", p.pool.h.Name, p.who(), "attempt", t.job.Attempts)
 }
 
 // releaseIsolated frees the processes whose suspect has returned (its
@@ -123,6 +122,6 @@ func (l *loop) releaseIsolated(pl *pool) {
 		}
 		delete(pl.isolated, p)
 		l.log.Info("suspect cleared: it ran alone without crashing its process", "job_id", t.job.ID, "job_name", t.job.Name,
-			"queue", t.job.Queue, "handler", pl.h.Name, "pid", p.pid, "attempt", t.job.Attempts)
+			"queue", t.job.Queue, "handler", pl.h.Name, p.who(), "attempt", t.job.Attempts)
 	}
 }

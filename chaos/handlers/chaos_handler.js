@@ -42,8 +42,8 @@ async function run(args, ctx, { fail, cancellable }) {
 }
 
 const app = new App({ concurrency: Number(process.env.CHAOS_CONCURRENCY || 8) });
-app.job('chaos.async', (args, ctx) => run(args, ctx, { fail: false, cancellable: true }));
-app.job('chaos.fail_async', (args, ctx) => run(args, ctx, { fail: true, cancellable: true }));
+app.job('chaos.async', (args, ctx) => run(args, ctx, { fail: false, cancellable: true }), { cancellable: true });
+app.job('chaos.fail_async', (args, ctx) => run(args, ctx, { fail: true, cancellable: true }), { cancellable: true });
 app.job('chaos.sync', (args, ctx) => run(args, ctx, { fail: false, cancellable: false }), { cancellable: false });
 app.job('chaos.fail_sync', (args, ctx) => run(args, ctx, { fail: true, cancellable: false }), { cancellable: false });
 app.run();
