@@ -94,8 +94,18 @@ func Check(h *History, r Rules) *Report {
 	for _, e := range h.Executions {
 		c.execs[e.JobID] = append(c.execs[e.JobID], e)
 	}
+	// In claim order: every claim of a row adds one to its attempts, so a
+	// job's executions are ordered by attempt (the runs of one claim, a
+	// suspect's isolated re-run, by start). Start order alone would put a
+	// stale execution (claimed before its sidecar froze, its frame
+	// delivered after the resume) after the run that replaced it.
 	for _, es := range c.execs {
-		sort.SliceStable(es, func(i, j int) bool { return es[i].Start.Before(es[j].Start) })
+		sort.SliceStable(es, func(i, j int) bool {
+			if es[i].Attempt != es[j].Attempt {
+				return es[i].Attempt < es[j].Attempt
+			}
+			return es[i].Start.Before(es[j].Start)
+		})
 	}
 	for _, f := range h.Faults {
 		c.rep.Faults[f.Kind]++
