@@ -57,6 +57,14 @@ type process struct {
 	// an earlier session (id → sync).
 	endpoint string
 	foreign  map[string]bool
+
+	// Acknowledgements (acks.go): whether its hello asked for them, how many
+	// of its results are being written, and a stop deferred until then.
+	acks          bool
+	unacked       int
+	stopAfterAcks bool
+	stopGrace     time.Duration
+	ackTimer      *time.Timer
 }
 
 // capacity is how many jobs the process takes at once: the manifest's

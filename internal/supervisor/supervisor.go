@@ -279,7 +279,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		names = append(names, h.JobNames()...)
 	}
 	hostname, _ := os.Hostname()
-	meta, err := json.Marshal(map[string]string{backends.MetaKind: workerKind, backends.MetaInstance: s.cfg.Instance, "hostname": hostname})
+	meta, err := json.Marshal(map[string]any{backends.MetaKind: workerKind, backends.MetaInstance: s.cfg.Instance,
+		backends.MetaHost: hostname, backends.MetaHeartbeatInterval: s.cfg.Settings.HeartbeatInterval.Seconds()})
 	if err != nil {
 		return fmt.Errorf("encoding the worker row's metadata: %w", err)
 	}
@@ -288,9 +289,11 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		Concurrency: total, Status: backends.WorkerActive, Version: s.cfg.Version, Metadata: meta,
 	}
 	s.taskNames = names
-	regCtx, cancelReg := context.WithTimeout(bg, writeTimeout)
-	err = s.register(regCtx)
-	cancelReg()
+	// A dead predecessor of this instance on this host (a container or
+	// service restart, whatever the pid) is taken over: the rows it held
+	// become this sidecar's, and the loop keeps those its attached handlers
+	// still run or report results for, and gives the others back.
+	inherited, err := s.registerAtStart(ctx)
 	if err != nil {
 		return fmt.Errorf("registering worker %s: %w", s.workerID, err)
 	}
@@ -310,6 +313,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		default: // the loop is busy; the next poll will do
 		}
 	})
+	// Attached handlers forget a result once it is settled (acks.go).
+	writer.settled = func(ids []string) { s.emit(settledEvent{ids: ids}) }
 	// A batch smaller than a quarter of the in-flight budget lingers
 	// briefly while results flow (lingerMax).
 	writer.lingerBatch = (total + 3) / 4
@@ -347,6 +352,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	sp := transport.StartSpawner()
 
 	l := newLoop(s, writer, sp, &wg)
+	l.inherit(inherited)
 	go func() {
 		select {
 		case <-ctx.Done():
