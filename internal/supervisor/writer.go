@@ -59,7 +59,7 @@ type resultWriter struct {
 	// settled, when set before run, is called with the job ids of every
 	// batch of completions written (applied or refused by their guard).
 	settled func(ids []string)
-	done       chan struct{} // closed when the goroutine has drained and exited
+	done    chan struct{} // closed when the goroutine has drained and exited
 }
 
 func newResultWriter(b backends.Backend, workerID string, log *slog.Logger, requeued func()) *resultWriter {
