@@ -173,6 +173,37 @@ func TestAttachPodSidecarRestart(t *testing.T) {
 				second.stop(t)
 			},
 		},
+		{
+			// The handler container dies with the sidecar (the whole pod
+			// restarts): no endpoint reports the job, so the new sidecar
+			// gives its row back at once, attempts unchanged, instead of
+			// leaving it to stale-worker recovery (heartbeat_timeout, 30 s
+			// here), and it runs again.
+			name: "handler killed too",
+			run: func(t *testing.T, p *pod, h *podHandler, topo restartTopology) {
+				first := p.sidecarAs(topo, "pod-a", nil)
+				attachedTo(t, first)
+				trigger := filepath.Join(p.dir, "trigger")
+				a := p.enqueue("t.sleep_async", `{"seconds":60,"trigger":"`+trigger+`"}`, 0)
+				p.waitStarted(t, a)
+				first.kill(t)
+				h.signal(syscall.SIGKILL)
+				h.wait(10 * time.Second)
+				require.NoError(t, os.WriteFile(trigger, nil, 0o644)) // the next run ends at once
+				p.startHandler(t)
+				restarted := time.Now()
+				second := p.sidecarAs(topo, "pod-a", nil)
+				p.waitDone(t, second, 30*time.Second, a)
+				took := time.Since(restarted)
+				t.Logf("%s: the job ran again %.1fs after the restart", topo.name, took.Seconds())
+				assert.Less(t, took, 15*time.Second, "not left to stale-worker recovery")
+				assert.Equal(t, 2, p.started(a), "the killed run and the run after the restart")
+				assert.Equal(t, 2, p.job(a).Attempts, "given back with attempts unchanged; the new claim counts one")
+				back := second.waitLog(time.Second, "gave back the predecessor's jobs no attached handler reports", nil)
+				assert.Contains(t, back["job_ids"], a)
+				second.stop(t)
+			},
+		},
 	}
 	forEachPodSDK(t, func(t *testing.T, s sdk) {
 		for _, topo := range restartTopologies {

@@ -279,14 +279,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		names = append(names, h.JobNames()...)
 	}
 	hostname, _ := os.Hostname()
-	meta, err := json.Marshal(map[string]any{backends.MetaKind: workerKind, backends.MetaInstance: s.cfg.Instance,
-		backends.MetaHost: hostname, backends.MetaHeartbeatInterval: s.cfg.Settings.HeartbeatInterval.Seconds()})
-	if err != nil {
-		return fmt.Errorf("encoding the worker row's metadata: %w", err)
-	}
-	s.identity = backends.Worker{
-		ID: s.workerID, Hostname: s.cfg.Instance + "@" + hostname, PID: os.Getpid(), Queues: s.cfg.Settings.Queues,
-		Concurrency: total, Status: backends.WorkerActive, Version: s.cfg.Version, Metadata: meta,
+	if err := s.setIdentity(hostname, os.Getpid(), total); err != nil {
+		return err
 	}
 	s.taskNames = names
 	// A dead predecessor of this instance on this host (a container or
@@ -378,6 +372,22 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	sp.Stop()
 	s.log.Info("stopped", "state", StateStopped.String(), "worker_id", s.workerID)
 	return loopErr
+}
+
+// setIdentity sets the worker row this sidecar registers: its hostname is
+// INSTANCE@HOST, its metadata names its identity (kind, instance, host) and
+// its heartbeat interval.
+func (s *Supervisor) setIdentity(hostname string, pid, concurrency int) error {
+	meta, err := json.Marshal(map[string]any{backends.MetaKind: workerKind, backends.MetaInstance: s.cfg.Instance,
+		backends.MetaHost: hostname, backends.MetaHeartbeatInterval: s.cfg.Settings.HeartbeatInterval.Seconds()})
+	if err != nil {
+		return fmt.Errorf("encoding the worker row's metadata: %w", err)
+	}
+	s.identity = backends.Worker{
+		ID: s.workerID, Hostname: s.cfg.Instance + "@" + hostname, PID: pid, Queues: s.cfg.Settings.Queues,
+		Concurrency: concurrency, Status: backends.WorkerActive, Version: s.cfg.Version, Metadata: meta,
+	}
+	return nil
 }
 
 // emit hands an event to the loop; false once the loop has ended.
