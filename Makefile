@@ -11,7 +11,7 @@ VENV     ?= .venv
 VENV_PYTHON := $(VENV)/bin/python
 ON_VENV  := PATH="$(abspath $(VENV))/bin:$$PATH"
 
-.PHONY: all build docker-steps docker-steps-examples cross-build test test-go test-python test-node lint vet fmt-check tidy-check staticcheck demo demo-python demo-node bench bench-smoke clean
+.PHONY: dist all build docker-steps docker-steps-examples cross-build test test-go test-python test-node test-prometheus lint vet fmt-check tidy-check staticcheck demo demo-python demo-node bench bench-smoke clean
 
 all: build
 
@@ -65,7 +65,7 @@ endif
 # tests spend most of their time waiting on real processes and timeouts, so the Python,
 # Node, lint, cross-build and bench-smoke parts fill the idle CPU instead of adding to the
 # wall time of a CI run.
-TEST_PARTS := lint test-go test-python test-node bench-smoke docker-steps-examples cross-build
+TEST_PARTS := lint test-go test-python test-node test-prometheus bench-smoke docker-steps-examples cross-build
 test: build docker-steps
 ifeq ($(SONIQ_TEST_DATABASE_URL),)
 	.ci/pg.sh run .ci/pgbouncer.sh run $(MAKE) --no-print-directory -j4 --output-sync=target $(TEST_PARTS)
@@ -85,6 +85,16 @@ test-python: deps-python
 
 test-node: deps-node
 	cd examples/node && npm test --silent
+
+# The alerting rules (deploy/prometheus): promtool's syntax and lint check, then its unit
+# tests, which fire and do not fire each alert. promtool comes with Debian's prometheus
+# package (.ci/run installs it). Which metric names the rules may use is checked against the
+# real binary by the Go test TestPrometheusScrapesTheSidecar.
+PROMTOOL ?= promtool
+test-prometheus:
+	@command -v $(PROMTOOL) >/dev/null || { echo "test-prometheus: $(PROMTOOL) is required (apt-get install prometheus)"; exit 1; }
+	$(PROMTOOL) check rules deploy/prometheus/soniq-sidecar-rules.yaml
+	cd deploy/prometheus && $(PROMTOOL) test rules soniq-sidecar-rules_test.yaml
 
 $(VENV_PYTHON):
 	$(PYTHON) -m venv $(VENV)
@@ -135,8 +145,19 @@ bench: deps-python deps-node  # the unix rows need the gRPC packages
 bench-smoke: deps-python deps-node
 	$(ON_VENV) BENCH_QUICK=1 bench/run.sh
 
+# What a release ships, built locally into dist/ (never into the source tree): the
+# static binary, the Python SDK's wheel and the Node SDK's tarball. The image is
+# `docker build -t IMAGE .` from the repository root; .github/workflows/release.yml
+# publishes all four on a version tag.
+dist: build deps-python
+	rm -rf dist && mkdir -p dist
+	cp $(BIN) dist/
+	$(VENV_PYTHON) -m pip wheel -q --no-deps --disable-pip-version-check -w dist examples/python
+	cd examples/node && npm pack --silent --pack-destination ../../dist >/dev/null
+	@ls -1 dist
+
 clean:
-	rm -rf bin $(VENV)
+	rm -rf bin dist $(VENV)
 
 # Regenerates the unix transport's code from protocol/handler.proto: the Go
 # messages and service (protocol/handlerpb) and the Python messages and their

@@ -7,15 +7,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/backends"
-	"github.com/soniq-dev/soniq-sidecar/internal/backends/postgres"
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/backends/postgres"
 )
 
 // ceilingRun drains the queue with the sidecar's own statements and no
 // handler at all: one claim in flight at a time, limit = batch (the most the
 // supervisor claims for a pool: its free capacity), and a concurrent writer
 // that completes whatever is pending in batches of up to 500 (as
-// internal/supervisor/writer.go does). It returns when every job is written; ready
+// supervisor/writer.go does). It returns when every job is written; ready
 // runs before the first claim and finished after the last write, while the
 // pool's server processes are still alive to be measured.
 func ceilingRun(ctx context.Context, url string, batch int, ready, finished func()) error {

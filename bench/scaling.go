@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/backends"
-	"github.com/soniq-dev/soniq-sidecar/internal/backends/postgres"
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/backends/postgres"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 

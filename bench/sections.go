@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/backends"
-	"github.com/soniq-dev/soniq-sidecar/internal/backends/postgres"
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/backends/postgres"
 )
 
 // ---- 1, 2, 5: throughput, the database's ceiling, cost ----
@@ -367,7 +367,7 @@ func (b *bench) latencyRun(ctx context.Context, v variant, round int, extraEnv [
 	}
 	defer ws.stop()
 	// The producer is Soniq-style: one INSERT and pg_notify per job, as
-	// Soniq's enqueue does (internal/backends/postgres Enqueue mirrors it).
+	// Soniq's enqueue does (backends/postgres Enqueue mirrors it).
 	prod, err := postgres.Open(ctx, c.dbURL)
 	if err != nil {
 		return run, err

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/backends"
-	"github.com/soniq-dev/soniq-sidecar/internal/backends/sqlite"
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/backends/sqlite"
 )
 
 // The bench's bulk fill must write rows the sidecar's SQLite backend

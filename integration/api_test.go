@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/backends"
+	"github.com/soniq-dev/soniq-sidecar/backends"
 )
 
 // apiJobs are the jobs of integration/testdata/handlers/api_handlers.js,

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/backends"
+	"github.com/soniq-dev/soniq-sidecar/backends"
 )
 
 // restartTopology is how the sidecar container comes back.

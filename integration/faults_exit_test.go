@@ -22,7 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/backends"
+	"github.com/soniq-dev/soniq-sidecar/backends"
 )
 
 // The sidecar's own bounds (supervisor: stdoutEOFGrace and exitDrain, both

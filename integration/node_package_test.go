@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/backends"
+	"github.com/soniq-dev/soniq-sidecar/backends"
 )
 
 // npmIn runs npm in dir with this process's environment minus npm's own

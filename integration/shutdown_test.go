@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/backends"
+	"github.com/soniq-dev/soniq-sidecar/backends"
 )
 
 // exitTolerance is what the async-forced exit may take beyond

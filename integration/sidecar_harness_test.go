@@ -26,9 +26,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/backends"
-	"github.com/soniq-dev/soniq-sidecar/internal/backends/postgres"
-	"github.com/soniq-dev/soniq-sidecar/internal/backends/postgres/pgtest"
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/backends/postgres"
+	"github.com/soniq-dev/soniq-sidecar/backends/postgres/pgtest"
 )
 
 // repoRoot is the repository's root directory, found from this file.
@@ -391,6 +391,13 @@ func (w *world) launchSidecar(o sidecarOpts) *sidecar {
 			_ = cmd.Process.Kill()
 			<-s.done
 		}
+		// Whatever the scenario, the engine keeps to its own diagrams and
+		// never panics.
+		for _, bug := range []string{"impossible process state transition", "panic:"} {
+			if strings.Contains(s.rawString(), bug) {
+				w.t.Errorf("the sidecar logged %q", bug)
+			}
+		}
 		if w.t.Failed() {
 			s.mu.Lock()
 			w.t.Logf("sidecar log:\n%s", s.raw.String())
@@ -398,6 +405,12 @@ func (w *world) launchSidecar(o sidecarOpts) *sidecar {
 		}
 	})
 	return s
+}
+
+func (s *sidecar) rawString() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.raw.String()
 }
 
 func (s *sidecar) signal(sig syscall.Signal) time.Time {

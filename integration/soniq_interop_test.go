@@ -18,9 +18,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/backends"
-	"github.com/soniq-dev/soniq-sidecar/internal/backends/postgres"
-	"github.com/soniq-dev/soniq-sidecar/internal/backends/postgres/pgtest"
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/backends/postgres"
+	"github.com/soniq-dev/soniq-sidecar/backends/postgres/pgtest"
 )
 
 // soniqRequirements pins the Soniq release the sidecar must interoperate

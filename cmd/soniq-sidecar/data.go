@@ -15,8 +15,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/backends"
-	"github.com/soniq-dev/soniq-sidecar/internal/backends/connect"
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/backends/connect"
 )
 
 // newFlagSet returns a FlagSet whose errors become usage errors.
@@ -422,4 +422,79 @@ func firstLine(s *string, max int) string {
 		line = line[:max] + "…"
 	}
 	return line
+}
+
+// cmdJob prints one job's row: its status, attempts, last error and result.
+func cmdJob(ctx context.Context, e env, args []string) error {
+	fs := newFlagSet(e, "job")
+	dbURL := fs.String("database-url", "", "database URL")
+	asJSON := fs.Bool("json", false, "print the whole row as one JSON object")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErrorf("job: want one job id, got %d arguments", len(pos))
+	}
+	b, err := openForCommand(ctx, e, *dbURL)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	j, err := b.Get(ctx, pos[0])
+	if errors.Is(err, backends.ErrNotFound) {
+		// A dead-lettered job has left soniq_jobs for the dead-letter table.
+		return printDeadLetterJob(ctx, e, b, pos[0], *asJSON, databaseURL(e, *dbURL))
+	}
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		out, err := json.Marshal(j)
+		if err != nil {
+			return fmt.Errorf("encoding job %s: %w", j.ID, err)
+		}
+		fmt.Fprintln(e.stdout, string(out))
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "id\t%s\njob_name\t%s\nqueue\t%s\nstatus\t%s\nattempts\t%d of %d\n", j.ID, j.Name, j.Queue, j.Status, j.Attempts, j.MaxAttempts)
+	if j.LastError != nil {
+		fmt.Fprintf(tw, "last_error\t%s\n", strings.ReplaceAll(*j.LastError, "\n", "\n\t"))
+	}
+	if j.Result != nil {
+		fmt.Fprintf(tw, "result\t%s\n", j.Result)
+	}
+	return tw.Flush()
+}
+
+func printDeadLetterJob(ctx context.Context, e env, b backends.Backend, id string, asJSON bool, url string) error {
+	dead, err := b.ListDeadLetter(ctx, 0)
+	if err != nil {
+		return err
+	}
+	for _, d := range dead {
+		if !strings.EqualFold(d.ID, id) {
+			continue
+		}
+		if asJSON {
+			out, err := json.Marshal(struct {
+				Status string `json:"status"`
+				backends.DeadLetterJob
+			}{"dead_letter", d})
+			if err != nil {
+				return fmt.Errorf("encoding dead-letter job %s: %w", d.ID, err)
+			}
+			fmt.Fprintln(e.stdout, string(out))
+			return nil
+		}
+		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "id\t%s\njob_name\t%s\nqueue\t%s\nstatus\tdead_letter (%s, moved %s; replay with: dead-letter replay %s)\nattempts\t%d of %d\n",
+			d.ID, d.Name, d.Queue, d.Reason, d.MovedAt.Format(time.RFC3339), d.ID, d.Attempts, d.MaxAttempts)
+		if d.LastError != nil {
+			fmt.Fprintf(tw, "last_error\t%s\n", strings.ReplaceAll(*d.LastError, "\n", "\n\t"))
+		}
+		return tw.Flush()
+	}
+	return fmt.Errorf("no job %s in %s (done rows are deleted after their result_ttl)", id, describeDatabase(url))
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/backends/postgres/pgtest"
+	"github.com/soniq-dev/soniq-sidecar/backends/postgres/pgtest"
 )
 
 // cli runs the command line in-process, in a fresh working directory, with
@@ -103,7 +103,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{"replay without id", []string{"dead-letter", "replay"}, "exactly one job ID"},
 		{"unsupported database URL", []string{"status", "--database-url", "foo"}, `unsupported database URL "foo"`},
 		{"unparsable postgres URL", []string{"status", "--database-url", "postgres://x@127.0.0.1:notaport/db"}, "invalid port"},
-		{"run without manifest", []string{"run"}, "--manifest FILE is required"},
+		{"run without manifest", []string{"run"}, "no manifest: give --manifest FILE"},
 		{"manifest check of a missing file", []string{"manifest", "check", "nope.yaml"}, "nope.yaml"},
 	}
 	for _, tc := range tests {

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"os/exec"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/backends"
-	"github.com/soniq-dev/soniq-sidecar/internal/backends/sqlite"
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/backends/sqlite"
 )
 
 // deadLetter claims a job and dead-letters it through the backend, as the
@@ -29,4 +31,14 @@ func deadLetter(t *testing.T, path, id string) {
 		Reason: backends.ReasonMaxRetriesExceeded, Error: "boom"}})
 	require.NoError(t, err)
 	require.Equal(t, []string{id}, applied)
+}
+
+// The in-memory backend exists for unit tests; the binary must not link it
+// (no database URL could reach it, and it would hold jobs nowhere durable).
+func TestBinaryDoesNotLinkTestOnlyPackages(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, pkg := range []string{"internal/memory", "internal/logtest", "internal/otlptest", "backends/backendtest"} {
+		assert.NotContains(t, string(out), "soniq-sidecar/"+pkg+"\n", "the binary links %s", pkg)
+	}
 }

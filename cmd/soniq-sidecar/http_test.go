@@ -15,11 +15,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/backends/memory"
-	"github.com/soniq-dev/soniq-sidecar/internal/backends/postgres"
-	"github.com/soniq-dev/soniq-sidecar/internal/backends/postgres/pgtest"
+	"github.com/soniq-dev/soniq-sidecar/backends/postgres"
+	"github.com/soniq-dev/soniq-sidecar/backends/postgres/pgtest"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
-	"github.com/soniq-dev/soniq-sidecar/internal/supervisor"
+	"github.com/soniq-dev/soniq-sidecar/internal/memory"
+	"github.com/soniq-dev/soniq-sidecar/supervisor"
 )
 
 // exampleSupervisor is a supervisor for the example Python handlers on the
@@ -155,11 +155,16 @@ func TestServeHTTPLogsTheBoundAddress(t *testing.T) {
 	var logs syncBuffer
 	log, err := newLogger(&logs, "json")
 	require.NoError(t, err)
-	stop, err := serveHTTP("127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	serve, stop, err := listenHTTP("127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("here\n"))
 	}), log)
 	require.NoError(t, err)
-	t.Cleanup(stop)
+	served := make(chan error, 1)
+	go func() { served <- serve() }()
+	t.Cleanup(func() {
+		stop()
+		assert.NoError(t, <-served, "a server stopped on purpose returns no error")
+	})
 	var line struct{ Msg, Addr string }
 	require.NoError(t, json.Unmarshal([]byte(logs.String()), &line), "log %q", logs.String())
 	assert.Equal(t, "serving /metrics, /healthz and /readyz", line.Msg)

@@ -22,9 +22,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/backends"
-	"github.com/soniq-dev/soniq-sidecar/internal/backends/postgres"
-	"github.com/soniq-dev/soniq-sidecar/internal/backends/postgres/pgtest"
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/backends/postgres"
+	"github.com/soniq-dev/soniq-sidecar/backends/postgres/pgtest"
 )
 
 // secret is the password under test: distinctive, so any substring match

@@ -23,12 +23,13 @@ const (
 const usage = `soniq-sidecar — run Soniq jobs in Python and Node handler processes
 
 Usage:
-  soniq-sidecar run        [--manifest FILE] [--database-url URL] [--queues a,b] [--metrics-addr ADDR]
+  soniq-sidecar run        [--manifest FILE (default ./manifest.yaml)] [--database-url URL] [--queues a,b] [--metrics-addr ADDR]
                            [--log-format auto|text|json] [--instance NAME] [--database-wait DUR] [--once] [--dead-letter-unknown]
                            [--database-pooler session|transaction] [--listen-url URL]
   soniq-sidecar migrate    [--database-url URL] [--no-claim-index]
   soniq-sidecar enqueue    NAME [--args JSON] [--queue Q] [--priority N] [--max-attempts N] [--delay DUR] [--dedup-key K] [--json]
   soniq-sidecar status     [--json]
+  soniq-sidecar job        ID [--json]              (a job's status, attempts, last error and result)
   soniq-sidecar dead-letter list [--limit N] [--json] | replay ID | purge ID
   soniq-sidecar manifest check FILE
   soniq-sidecar version
@@ -107,6 +108,8 @@ func dispatch(ctx context.Context, e env, args []string) error {
 		return cmdEnqueue(ctx, e, rest)
 	case "status":
 		return cmdStatus(ctx, e, rest)
+	case "job":
+		return cmdJob(ctx, e, rest)
 	case "dead-letter":
 		return cmdDeadLetter(ctx, e, rest)
 	case "run":

@@ -20,12 +20,15 @@ import (
 
 	"github.com/oklog/run"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/backends"
-	"github.com/soniq-dev/soniq-sidecar/internal/backends/connect"
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/backends/connect"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/internal/loglimit"
-	"github.com/soniq-dev/soniq-sidecar/internal/supervisor"
+	"github.com/soniq-dev/soniq-sidecar/supervisor"
 )
+
+// defaultManifest is the manifest `run` reads when none is named.
+const defaultManifest = "manifest.yaml"
 
 // newLogger builds the process logger: text on a terminal, JSON otherwise.
 func newLogger(w io.Writer, format string) (*slog.Logger, error) {
@@ -114,12 +117,13 @@ func handlerByName(m *config.Manifest, name string) *config.Handler {
 
 func cmdRun(ctx context.Context, e env, args []string) error {
 	fs := newFlagSet(e, "run")
-	manifestPath := fs.String("manifest", "", "manifest file (default $SONIQ_MANIFEST)")
+	manifestPath := fs.String("manifest", "", "manifest file (default $SONIQ_MANIFEST, else "+defaultManifest+" if it exists)")
 	dbURL := fs.String("database-url", "", "database URL (default $SONIQ_DATABASE_URL, else sqlite:soniq.db)")
 	overrides := config.RegisterFlags(fs) // every setting, flag > environment > manifest
 	metricsAddr := fs.String("metrics-addr", ":9464", "HTTP address for /metrics, /healthz and /readyz (empty disables)")
 	logFormat := fs.String("log-format", "auto", "auto (text on a terminal, else JSON), text or json")
 	instance := fs.String("instance", "", "this sidecar's name among programs sharing its hostname and pid, e.g. two sidecars in one pod (default $SONIQ_INSTANCE, else "+supervisor.DefaultInstance+")")
+	finalScrapeFlag := fs.String("metrics-final-scrape-wait", "", "after shutdown NACKs, hold the exit (at most this long, e.g. 20s) until /metrics has been scraped once more, so Prometheus sees them; only when something has scraped /metrics before (default $SONIQ_METRICS_FINAL_SCRAPE_WAIT seconds, else 0: off)")
 	dbWaitFlag := fs.String("database-wait", "", "how long to retry an unreachable database at start, e.g. 60s (default $SONIQ_DATABASE_WAIT seconds, else 60s)")
 	once := fs.Bool("once", false, "run the jobs that are due, then stop as on SIGTERM and exit 0 (for cron and CI)")
 	pooler := fs.String("database-pooler", "", "session (default) or transaction: transaction when --database-url goes through a transaction-mode pooler such as PgBouncer (default $SONIQ_DATABASE_POOLER; see docs/operations.md)")
@@ -138,8 +142,10 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 	if *manifestPath == "" {
 		if v, ok := e.lookupEnv("SONIQ_MANIFEST"); ok && v != "" {
 			*manifestPath = v
+		} else if _, err := os.Stat(defaultManifest); err == nil {
+			*manifestPath = defaultManifest
 		} else {
-			return usageErrorf("run: --manifest FILE is required (or set SONIQ_MANIFEST)")
+			return usageErrorf("run: no manifest: give --manifest FILE, set SONIQ_MANIFEST, or put one at ./%s", defaultManifest)
 		}
 	}
 	if *instance == "" {
@@ -166,64 +172,52 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return usageError{err}
 	}
+	// A command that can never start is refused before the database is
+	// created or a worker row registered.
+	if err := supervisor.CheckCommands(m); err != nil {
+		return usageError{err}
+	}
 
 	dbWait, err := databaseWait(e, *dbWaitFlag)
 	if err != nil {
 		return err
 	}
+	finalScrapeWait, err := secondsSetting(e, "metrics-final-scrape-wait", "SONIQ_METRICS_FINAL_SCRAPE_WAIT", *finalScrapeFlag, 0)
+	if err != nil {
+		return err
+	}
 
+	hs := &health{}
+	hs.setWaiting("connecting to the database")
 	workerID := backends.NewID()
-	metrics, shutdownTelemetry, metricsHandler, err := setupTelemetry(ctx, e, withWorkerID(workerID), withLogger(log))
+	metrics, shutdownTelemetry, metricsHandler, err := setupTelemetry(ctx, e, withWorkerID(workerID), withLogger(log), withReadiness(hs.ready))
 	if err != nil {
 		return err
 	}
 	defer shutdownTelemetry()
+	scrapes := newScrapeTracker()
+	hs.metrics = scrapes.wrap(metricsHandler)
 
-	// The HTTP server comes up first: while the database is not reachable
-	// yet, /healthz says alive and /readyz says why it is not ready.
-	hs := &health{metrics: metricsHandler}
-	hs.setWaiting("connecting to the database")
+	// Three actors run together (oklog/run): the HTTP server, the signal
+	// handler and the engine (the database, then the supervisor). The
+	// first to return ends the others, and its error is run's. The HTTP
+	// server comes up first: while the database is not reachable yet,
+	// /healthz says alive and /readyz says why it is not ready.
+	eng := &engine{}
+	var g run.Group
 	if *metricsAddr != "" {
-		stop, err := serveHTTP(*metricsAddr, healthHandler(hs), log)
+		serve, stop, err := listenHTTP(*metricsAddr, healthHandler(hs), log)
 		if err != nil {
 			return err
 		}
-		defer stop()
+		g.Add(serve, func(error) { stop() })
 	}
-
-	b, err := openWaiting(ctx, e, *dbURL, dbWait, log, hs)
-	if errors.Is(err, errStoppedWaiting) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	if err := checkPoolSize(b); err != nil {
-		return err
-	}
-
-	sup, err := supervisor.New(supervisor.Config{
-		Manifest: m, Settings: settings, Backend: b, Logger: log, Version: version, WorkerID: workerID, Instance: *instance,
-		DeadLetterUnknown: *deadLetterUnknown, Metrics: metrics, Once: *once,
-	})
-	if err != nil {
-		return err
-	}
-	hs.setRunning(sup, b)
-	dbOpts := databaseOptions(e)
-	log.Info("starting", "version", version, "database", connect.Redact(databaseURL(e, *dbURL)),
-		"database_pooler", cmp.Or(dbOpts.Pooler, "session"), "listen_url", connect.Redact(dbOpts.ListenURL),
-		"manifest", m.Path, "worker_id", sup.WorkerID(), "shutdown_timeout", settings.ShutdownTimeout,
-		"sync_grace", settings.SyncHandlerGrace, "job_timeout", settings.JobTimeout, "state", supervisor.StateRunning.String())
-
-	var g run.Group
-	// Signals: the first SIGTERM/SIGINT/SIGHUP starts DRAINING, a second one
-	// during DRAINING forces FORCE_TIMEOUT_PATH. SIGHUP drains like SIGTERM,
-	// as Soniq's worker does: a closed terminal or a supervisor's reload
-	// must never drop a running job. The signal context is not the run
-	// context: Run gets one that outlives the signal. Cancelling cmdRun's
-	// own ctx (tests, embedding) counts as one shutdown request.
+	// Signals: the first SIGTERM/SIGINT/SIGHUP starts DRAINING (or ends the
+	// wait for the database), a second one during DRAINING forces
+	// FORCE_TIMEOUT_PATH. SIGHUP drains like SIGTERM, as Soniq's worker
+	// does: a closed terminal or a supervisor's reload must never drop a
+	// running job. Cancelling cmdRun's own ctx (tests, embedding) counts as
+	// one shutdown request.
 	{
 		sigs := make(chan os.Signal, 4)
 		signal.Notify(sigs, shutdownSignals...)
@@ -233,12 +227,12 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 			for {
 				select {
 				case s := <-sigs:
-					log.Info("signal received", "signal", s.String(), "state", sup.State().String())
-					sup.Shutdown()
+					log.Info("signal received", "signal", s.String(), "state", eng.state())
+					eng.stop()
 				case <-ctxDone:
 					ctxDone = nil // once
-					log.Info("run context cancelled", "state", sup.State().String())
-					sup.Shutdown()
+					log.Info("run context cancelled", "state", eng.state())
+					eng.stop()
 				case <-done:
 					return nil
 				}
@@ -248,23 +242,101 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 			close(done)
 		})
 	}
-	// The supervisor: its return ends the group.
-	var runErr error
+	// The engine returns when the supervisor has stopped (nil after a
+	// clean shutdown), or when the database never came.
 	{
+		waitCtx, cancelWait := context.WithCancel(context.WithoutCancel(ctx))
+		defer cancelWait()
+		eng.cancelWait = cancelWait
 		g.Add(func() error {
-			runErr = sup.Run(context.Background())
-			return errSupervisorDone
+			b, err := openWaiting(waitCtx, e, *dbURL, dbWait, log, hs)
+			if errors.Is(err, errStoppedWaiting) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			if err := checkPoolSize(b); err != nil {
+				return err
+			}
+			sup, err := supervisor.New(supervisor.Config{
+				Manifest: m, Settings: settings, Backend: b, Logger: log, Version: version, WorkerID: workerID, Instance: *instance,
+				DeadLetterUnknown: *deadLetterUnknown, Metrics: metrics, Once: *once,
+			})
+			if err != nil {
+				return err
+			}
+			if !eng.start(sup) {
+				log.Info("stopped before the supervisor started")
+				return nil
+			}
+			hs.setRunning(sup, b)
+			dbOpts := databaseOptions(e)
+			log.Info("starting", "version", version, "database", connect.Redact(databaseURL(e, *dbURL)),
+				"database_pooler", cmp.Or(dbOpts.Pooler, "session"), "listen_url", connect.Redact(dbOpts.ListenURL),
+				"manifest", m.Path, "worker_id", sup.WorkerID(), "shutdown_timeout", settings.ShutdownTimeout,
+				"sync_grace", settings.SyncHandlerGrace, "job_timeout", settings.JobTimeout, "state", supervisor.StateRunning.String())
+			err = sup.Run(context.Background())
+			if *metricsAddr != "" {
+				// Before the HTTP server stops with the group: a NACK
+				// counted just now must reach one more scrape.
+				finalScrape(scrapes, metrics.LastShutdownNack(), finalScrapeWait, log)
+			}
+			var hm *supervisor.HelloMismatchError
+			var se *supervisor.StartError
+			if errors.As(err, &hm) || errors.As(err, &se) {
+				return usageError{err}
+			}
+			return err
 		}, func(error) {
-			sup.Shutdown()
+			eng.stop()
 		})
 	}
-	_ = g.Run()
-	var hm *supervisor.HelloMismatchError
-	var se *supervisor.StartError
-	if errors.As(runErr, &hm) || errors.As(runErr, &se) {
-		return usageError{runErr}
+	return g.Run()
+}
+
+// engine is what a shutdown request reaches: the wait for the database
+// until the supervisor exists, the supervisor after.
+type engine struct {
+	mu         sync.Mutex
+	sup        *supervisor.Supervisor
+	stopped    bool
+	cancelWait context.CancelFunc
+}
+
+// start hands the engine its supervisor; false if a stop came first.
+func (e *engine) start(sup *supervisor.Supervisor) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopped {
+		return false
 	}
-	return runErr
+	e.sup = sup
+	return true
+}
+
+// stop is one shutdown request: it ends the wait for the database, or
+// moves the supervisor along the shutdown contract (a second request
+// during DRAINING forces FORCE_TIMEOUT_PATH).
+func (e *engine) stop() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.stopped = true
+	if e.sup != nil {
+		e.sup.Shutdown()
+	} else if e.cancelWait != nil {
+		e.cancelWait()
+	}
+}
+
+func (e *engine) state() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.sup == nil {
+		return "WAITING_FOR_DATABASE"
+	}
+	return e.sup.State().String()
 }
 
 // minPoolConns is the smallest connection pool `run` works with: the
@@ -310,33 +382,39 @@ const defaultDatabaseWait = 60 * time.Second
 // databaseWait resolves --database-wait, else $SONIQ_DATABASE_WAIT
 // (seconds), else the default.
 func databaseWait(e env, flagValue string) (time.Duration, error) {
+	return secondsSetting(e, "database-wait", "SONIQ_DATABASE_WAIT", flagValue, defaultDatabaseWait)
+}
+
+// secondsSetting resolves a duration given as --flag (a Go duration), else
+// as $envKey (seconds), else def.
+func secondsSetting(e env, flag, envKey, flagValue string, def time.Duration) (time.Duration, error) {
 	if flagValue != "" {
 		d, err := time.ParseDuration(flagValue)
 		if err != nil || d < 0 {
-			return 0, usageErrorf("--database-wait %q: want a duration like 60s or 0s", flagValue)
+			return 0, usageErrorf("--%s %q: want a duration like 60s or 0s", flag, flagValue)
 		}
 		return d, nil
 	}
-	if v, ok := e.lookupEnv("SONIQ_DATABASE_WAIT"); ok && strings.TrimSpace(v) != "" {
+	if v, ok := e.lookupEnv(envKey); ok && strings.TrimSpace(v) != "" {
 		secs, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 		if err != nil || secs < 0 || math.IsInf(secs, 0) || math.IsNaN(secs) {
-			return 0, usageErrorf("SONIQ_DATABASE_WAIT=%q: want a number of seconds, like 60 or 0", v)
+			return 0, usageErrorf("%s=%q: want a number of seconds, like 60 or 0", envKey, v)
 		}
 		return time.Duration(secs * float64(time.Second)), nil
 	}
-	return defaultDatabaseWait, nil
+	return def, nil
 }
 
 // errStoppedWaiting: a shutdown signal arrived before the database did.
 var errStoppedWaiting = errors.New("stopped while waiting for the database")
 
 // openWaiting opens the database, retrying with backoff (250 ms doubling
-// to 5 s) while it is unreachable, for at most wait. A signal ends the wait
-// (nothing was claimed, so there is nothing to drain). Other errors (a bad
-// URL, a refused login, missing tables) fail at once.
+// to 5 s) while it is unreachable, for at most wait. Cancelling ctx (a
+// shutdown request) ends the wait: nothing was claimed, so there is nothing
+// to drain. Other errors (a bad URL, a refused login, missing tables) fail
+// at once.
 func openWaiting(ctx context.Context, e env, flagValue string, wait time.Duration, log *slog.Logger, hs *health) (backends.Backend, error) {
-	sigCtx, stop := signal.NotifyContext(ctx, shutdownSignals...)
-	defer stop()
+	sigCtx := ctx
 	deadline := time.Now().Add(wait)
 	delay := 250 * time.Millisecond
 	for attempt := 1; ; attempt++ {
@@ -371,31 +449,30 @@ func openWaiting(ctx context.Context, e env, flagValue string, wait time.Duratio
 	}
 }
 
-// serveHTTP serves h on addr until the returned stop is called. It logs
-// the address it bound, so that port 0 (any free port) can be found.
-func serveHTTP(addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
+// listenHTTP binds addr and returns the HTTP server as an actor: serve
+// runs it until stop. It logs the address it bound, so that port 0 (any
+// free port) can be found. A server that fails ends the run (its error is
+// returned): probes that cannot reach the sidecar would restart it anyway.
+func listenHTTP(addr string, h http.Handler, log *slog.Logger) (serve func() error, stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, usageErrorf("--metrics-addr %s: %v", addr, err)
+		return nil, nil, usageErrorf("--metrics-addr %s: %v", addr, err)
 	}
 	log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("HTTP server failed; the sidecar keeps running", "addr", addr, "err", err)
+	serve = func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serving HTTP on %s: %w", addr, err)
 		}
-	}()
-	return func() {
+		return nil
+	}
+	stop = func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
-		<-done
-	}, nil
+	}
+	return serve, stop, nil
 }
-
-var errSupervisorDone = errors.New("supervisor stopped")
 
 // pinger is the part of a backend /readyz uses.
 type pinger interface{ Ping(context.Context) error }
@@ -480,21 +557,11 @@ func healthHandler(h *health) http.Handler {
 		fmt.Fprintf(w, "ok %s\n", sup.State())
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		sup, b, waiting := h.get()
-		if sup == nil {
-			http.Error(w, "not ready: "+waiting, http.StatusServiceUnavailable)
-			return
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := b.Ping(ctx); err != nil {
-			http.Error(w, "not ready: database unreachable: "+redactLine(connect.Redact(err.Error())), http.StatusServiceUnavailable)
-			return
-		}
-		if ok, why := sup.Ready(); !ok {
+		if ok, why := h.readiness(r.Context()); !ok {
 			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
 			return
 		}
+		sup, b, _ := h.get()
 		// Advisories (an exhausted pool, a missing claim-order index) stay
 		// 200: the pod works, and restarting or unrouting it would fix nothing.
 		if warn := h.poolWarning(b); warn != "" {
@@ -510,6 +577,26 @@ func healthHandler(h *health) http.Handler {
 		mux.Handle("/metrics", h.metrics)
 	}
 	return mux
+}
+
+// readiness is /readyz's verdict, without its advisories: ready, or why not.
+func (h *health) readiness(ctx context.Context) (bool, string) {
+	sup, b, waiting := h.get()
+	if sup == nil {
+		return false, waiting
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := b.Ping(ctx); err != nil {
+		return false, "database unreachable: " + redactLine(connect.Redact(err.Error()))
+	}
+	return sup.Ready()
+}
+
+// ready is readiness without the reason: the soniq_ready gauge.
+func (h *health) ready(ctx context.Context) bool {
+	ok, _ := h.readiness(ctx)
+	return ok
 }
 
 // redactLine keeps error text on one line for HTTP bodies.

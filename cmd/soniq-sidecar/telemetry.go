@@ -16,20 +16,20 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/supervisor"
+	"github.com/soniq-dev/soniq-sidecar/supervisor"
 )
 
-// meterName and tracerName are the instrumentation scopes of the supervisor
-// (kept from before the package moved under internal/: dashboards know them).
+// meterName and tracerName are the supervisor's instrumentation scopes.
 const (
-	meterName  = "github.com/soniq-dev/soniq-sidecar/internal/supervisor"
-	tracerName = "github.com/soniq-dev/soniq-sidecar/internal/supervisor"
+	meterName  = supervisor.InstrumentationScope
+	tracerName = supervisor.InstrumentationScope
 )
 
 // telemetryFlushTimeout bounds the final flush of OTLP metrics and spans at
@@ -38,8 +38,9 @@ const telemetryFlushTimeout = 5 * time.Second
 
 // telemetryOptions are setupTelemetry's optional inputs.
 type telemetryOptions struct {
-	workerID string
-	logger   *slog.Logger
+	workerID  string
+	logger    *slog.Logger
+	readiness func(context.Context) bool
 }
 
 // telemetryOption sets one of setupTelemetry's optional inputs.
@@ -57,6 +58,12 @@ func withWorkerID(id string) telemetryOption {
 // default plain-text stderr logger.
 func withLogger(l *slog.Logger) telemetryOption {
 	return func(o *telemetryOptions) { o.logger = l }
+}
+
+// withReadiness exports ready, evaluated at each collection, as the gauge
+// soniq_ready (1 ready, 0 not): what /readyz answers, for alerting.
+func withReadiness(ready func(context.Context) bool) telemetryOption {
+	return func(o *telemetryOptions) { o.readiness = ready }
 }
 
 // setupTelemetry configures the OpenTelemetry SDK (only here, in cmd):
@@ -141,6 +148,9 @@ func setupTelemetry(ctx context.Context, e env, opts ...telemetryOption) (*super
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 
 	m, err := supervisor.NewMetrics(mp.Meter(meterName))
+	if err == nil && o.readiness != nil {
+		err = registerReadiness(mp.Meter(meterName), o.readiness)
+	}
 	if err != nil {
 		_ = mp.Shutdown(context.WithoutCancel(ctx))
 		return nil, nil, nil, err
@@ -158,6 +168,27 @@ func setupTelemetry(ctx context.Context, e env, opts ...telemetryOption) (*super
 		}
 	}
 	return m, shutdown, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), nil
+}
+
+// registerReadiness adds the soniq_ready gauge, read from ready whenever
+// the metrics are collected (a Prometheus scrape, an OTLP push).
+func registerReadiness(m metric.Meter, ready func(context.Context) bool) error {
+	g, err := m.Int64ObservableGauge("soniq_ready",
+		metric.WithDescription("1 while /readyz answers 200 (database reachable, every handler with a ready process or attached endpoint, state RUNNING), else 0; evaluated at each collection."))
+	if err != nil {
+		return fmt.Errorf("creating the soniq_ready gauge: %w", err)
+	}
+	if _, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		v := int64(0)
+		if ready(ctx) {
+			v = 1
+		}
+		o.ObserveInt64(g, v)
+		return nil
+	}, g); err != nil {
+		return fmt.Errorf("registering the soniq_ready gauge: %w", err)
+	}
+	return nil
 }
 
 // telemetryResource describes this process to metric and trace backends:

@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
@@ -107,27 +109,68 @@ func childEnv(h *config.Handler, maxFrame int) []string {
 // process group, the parent-death signal, the restricted environment, the
 // manifest's working directory. Both transports start children from it.
 func handlerCommand(h *config.Handler, maxFrame int) (*exec.Cmd, error) {
-	path := h.Command[0]
-	if !strings.Contains(path, "/") {
-		// Resolve with the sidecar's PATH: the child's environment is the
-		// manifest's alone and may not have one. The child is started by
-		// the resolved path, argv[0] included: an interpreter finds its
-		// virtualenv (pyvenv.cfg beside it) or its nvm/pyenv install from
-		// its own path, and with a bare name and no PATH it would run as
-		// the base interpreter without the venv's packages.
-		lp, err := exec.LookPath(path)
-		if err != nil {
-			return nil, fmt.Errorf("handler %s: command %q: %w", h.Name, path, err)
-		}
-		if path, err = filepath.Abs(lp); err != nil {
-			return nil, fmt.Errorf("handler %s: command %q: %w", h.Name, lp, err)
-		}
+	path, err := resolveCommand(h)
+	if err != nil {
+		return nil, err
 	}
 	cmd := exec.Command(path, h.Command[1:]...)
 	cmd.Dir = h.Workdir
 	cmd.Env = childEnv(h, maxFrame)
 	cmd.SysProcAttr = childSysProcAttr()
 	return cmd, nil
+}
+
+// resolveCommand returns the path a handler's command starts from.
+func resolveCommand(h *config.Handler) (string, error) {
+	path := h.Command[0]
+	if strings.Contains(path, "/") {
+		return path, nil
+	}
+	// Resolve with the sidecar's PATH: the child's environment is the
+	// manifest's alone and may not have one. The child is started by the
+	// resolved path, argv[0] included: an interpreter finds its virtualenv
+	// (pyvenv.cfg beside it) or its nvm/pyenv install from its own path,
+	// and with a bare name and no PATH it would run as the base
+	// interpreter without the venv's packages.
+	lp, err := exec.LookPath(path)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Abs(lp)
+}
+
+// CheckCommand reports why a spawned handler's command could never start
+// (its working directory or its executable missing, or not executable),
+// without starting anything; nil when it can start (or the handler is
+// attached: it has no command).
+func CheckCommand(h *config.Handler) error {
+	if len(h.Attach) > 0 || len(h.Command) == 0 {
+		return nil
+	}
+	if h.Workdir != "" {
+		st, err := os.Stat(h.Workdir)
+		if err != nil {
+			return fmt.Errorf("workdir: %w", err)
+		}
+		if !st.IsDir() {
+			return fmt.Errorf("workdir %s: %w", h.Workdir, syscall.ENOTDIR)
+		}
+	}
+	path, err := resolveCommand(h)
+	if err != nil {
+		return err
+	}
+	if !filepath.IsAbs(path) && h.Workdir != "" {
+		path = filepath.Join(h.Workdir, path) // as exec resolves it against the child's Dir
+	}
+	st, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return err
+	case st.IsDir() || st.Mode()&0o111 == 0:
+		return fmt.Errorf("%s: %w", path, fs.ErrPermission)
+	}
+	return nil
 }
 
 // startChild starts a stdio handler child through the spawner.

@@ -1,0 +1,54 @@
+// Package backendtest is the shared contract suite every backend must pass.
+// Each backend's own _test.go calls Run with a factory for fresh, migrated,
+// empty instances, plus the few raw hooks the suite needs to reach past the
+// Backend interface (to age timestamps, or to prove the store itself rejects
+// an invalid status).
+package backendtest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+)
+
+// Harness is one fresh backend under test and its raw hooks.
+type Harness struct {
+	Backend backends.Backend
+
+	// SetRawStatus writes soniq_jobs.status directly, bypassing every check
+	// of the Backend implementation, so the suite can prove the store itself
+	// rejects 'dead_letter'. It must return the store's error.
+	SetRawStatus func(ctx context.Context, jobID, status string) error
+	// InsertRawStatus inserts a minimal soniq_jobs row with the given status
+	// directly; it must return the store's error.
+	InsertRawStatus func(ctx context.Context, status string) error
+	// BackdateHeartbeat moves soniq_workers.last_heartbeat back by d.
+	BackdateHeartbeat func(ctx context.Context, workerID string, d time.Duration) error
+	// BackdateExpiry moves soniq_jobs.expires_at back by d.
+	BackdateExpiry func(ctx context.Context, jobID string, d time.Duration) error
+	// BackdateCreated moves soniq_jobs.created_at back by d.
+	BackdateCreated func(ctx context.Context, jobID string, d time.Duration) error
+	// OrphanJob sets a job's worker_id to NULL, as Postgres's foreign key
+	// does when the worker row is deleted.
+	OrphanJob func(ctx context.Context, jobID string) error
+	// Migrate, when set, migrates the store the way its operators are told
+	// to (Postgres behind a transaction-mode pooler: over a direct
+	// connection, since migrations refuse to run through the pooler); nil
+	// means Backend.Migrate.
+	Migrate func(ctx context.Context) error
+	// TaskRegistry reads every soniq_task_registry row, in any order.
+	TaskRegistry func(ctx context.Context) ([]TaskRow, error)
+}
+
+// TaskRow is one soniq_task_registry row.
+type TaskRow struct {
+	TaskName   string
+	WorkerID   string
+	LastSeenAt time.Time
+}
+
+// Factory returns a fresh, migrated, empty backend for one test. It
+// registers its own cleanup with t.Cleanup.
+type Factory func(t *testing.T) Harness

@@ -1,0 +1,581 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/backends/backendtest"
+	"github.com/soniq-dev/soniq-sidecar/backends/postgres/pgtest"
+)
+
+// openTest returns a migrated backend on a fresh database, and its URL.
+func openTest(t *testing.T) (*Backend, string) {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	b := openURL(t, url)
+	require.NoError(t, b.Migrate(t.Context()), "migrate")
+	return b, url
+}
+
+func openURL(t *testing.T, url string) *Backend {
+	t.Helper()
+	b, err := Open(t.Context(), url)
+	require.NoError(t, err, "open")
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+func TestContract(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T) backendtest.Harness {
+		b, _ := openTest(t)
+		return harness(b, b)
+	})
+}
+
+// TestContractThroughTransactionPooler runs the whole contract through
+// PgBouncer in transaction mode (pool_mode=transaction): the schema is made
+// over a direct connection (migrate needs one), the backend under test goes
+// through the pooler, and its LISTEN connection goes straight to Postgres.
+func TestContractThroughTransactionPooler(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T) backendtest.Harness {
+		direct, url := openTest(t)
+		pooled, err := OpenWith(t.Context(), pgtest.ThroughPooler(t, url), Options{TransactionPooling: true, ListenURL: url})
+		require.NoError(t, err, "open through the pooler")
+		t.Cleanup(func() { _ = pooled.Close() })
+		h := harness(pooled, direct)
+		h.Migrate = direct.Migrate
+		return h
+	})
+}
+
+// harness is the contract harness for b, whose raw hooks run on raw (b
+// itself, or a direct connection to the same database).
+func harness(b, raw *Backend) backendtest.Harness {
+	exec := func(ctx context.Context, what, sql string, args ...any) error {
+		if _, err := raw.pool.Exec(ctx, sql, args...); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	}
+	return backendtest.Harness{
+		Backend: b,
+		SetRawStatus: func(ctx context.Context, id, status string) error {
+			return exec(ctx, "set raw status", `UPDATE soniq_jobs SET status = $2 WHERE id = $1`, id, status)
+		},
+		InsertRawStatus: func(ctx context.Context, status string) error {
+			id := backends.NewID()
+			return exec(ctx, "insert raw status",
+				`INSERT INTO soniq_jobs (id, job_name, args, status) VALUES ($1, 'raw.status', '{}', $2)`, id, status)
+		},
+		BackdateHeartbeat: func(ctx context.Context, id string, d time.Duration) error {
+			return exec(ctx, "backdate heartbeat", `UPDATE soniq_workers
+			SET last_heartbeat = last_heartbeat - make_interval(secs => $2) WHERE id = $1`, id, d.Seconds())
+		},
+		BackdateExpiry: func(ctx context.Context, id string, d time.Duration) error {
+			return exec(ctx, "backdate expiry", `UPDATE soniq_jobs
+			SET expires_at = expires_at - make_interval(secs => $2) WHERE id = $1`, id, d.Seconds())
+		},
+		BackdateCreated: func(ctx context.Context, id string, d time.Duration) error {
+			return exec(ctx, "backdate created", `UPDATE soniq_jobs
+			SET created_at = created_at - make_interval(secs => $2) WHERE id = $1`, id, d.Seconds())
+		},
+		OrphanJob: func(ctx context.Context, id string) error {
+			return exec(ctx, "orphan job", `UPDATE soniq_jobs SET worker_id = NULL WHERE id = $1`, id)
+		},
+		TaskRegistry: func(ctx context.Context) ([]backendtest.TaskRow, error) {
+			rows, err := raw.pool.Query(ctx, `SELECT task_name, worker_id, last_seen_at FROM soniq_task_registry`)
+			if err != nil {
+				return nil, fmt.Errorf("read task registry: %w", err)
+			}
+			out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (backendtest.TaskRow, error) {
+				var tr backendtest.TaskRow
+				err := r.Scan(&tr.TaskName, &tr.WorkerID, &tr.LastSeenAt)
+				return tr, err
+			})
+			if err != nil {
+				return nil, fmt.Errorf("read task registry: %w", err)
+			}
+			return out, nil
+		},
+	}
+}
+
+// Migrations through a transaction-mode pooler would lose Soniq's session
+// migration lock between statements: Migrate refuses at once and says what
+// to do, and the database is left untouched.
+func TestMigrateThroughTransactionPoolerRefuses(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	pooled, err := OpenWith(t.Context(), pgtest.ThroughPooler(t, url), Options{TransactionPooling: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pooled.Close() })
+	err = pooled.Migrate(t.Context())
+	require.ErrorIs(t, err, ErrMigrateThroughPooler)
+	assert.Contains(t, err.Error(), "direct connection")
+	assert.Contains(t, err.Error(), "SONIQ_DATABASE_POOLER=transaction")
+	var n int
+	require.NoError(t, openURL(t, url).pool.QueryRow(t.Context(),
+		`SELECT count(*) FROM pg_tables WHERE tablename LIKE 'soniq_%'`).Scan(&n))
+	assert.Zero(t, n, "tables created through the pooler")
+}
+
+// Without a listen URL, Subscribe in transaction-pooling mode says the
+// sidecar polls only, instead of a LISTEN the pooler would silently lose.
+func TestSubscribeThroughTransactionPoolerWithoutListenURLIsPollOnly(t *testing.T) {
+	_, url := openTest(t)
+	pooled, err := OpenWith(t.Context(), pgtest.ThroughPooler(t, url), Options{TransactionPooling: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pooled.Close() })
+	ch, err := pooled.Subscribe(t.Context())
+	require.ErrorIs(t, err, backends.ErrNoWakeups)
+	assert.Nil(t, ch)
+}
+
+func TestOpenErrorsNameTargetNotPassword(t *testing.T) {
+	const secret = "pa55-w0rd-secret"
+	tests := []struct {
+		name, url string
+		want      string
+	}{
+		{"unreachable", "postgres://soniq:" + secret + "@127.0.0.1:1/jobsdb?connect_timeout=2", "127.0.0.1:1/jobsdb"},
+		{"bad url", "postgres://soniq:" + secret + "@127.0.0.1:notaport/jobsdb", "parse postgres database URL"},
+		{"bad keyword form", "host=127.0.0.1 password=" + secret + " port=xyz", "parse postgres database URL"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			b, err := Open(ctx, tc.url)
+			if b != nil {
+				_ = b.Close()
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.NotContains(t, err.Error(), secret)
+		})
+	}
+}
+
+func TestMigrateIsIdempotentAndConcurrentSafe(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		b := openURL(t, url)
+		wg.Go(func() { errs[i] = b.Migrate(t.Context()) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "concurrent migrate %d", i)
+	}
+	b := openURL(t, url)
+	require.NoError(t, b.Migrate(t.Context()), "migrate again")
+	var tables int
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_tables
+	WHERE tablename IN ('soniq_jobs', 'soniq_workers', 'soniq_task_registry', 'soniq_dead_letter_jobs')`).Scan(&tables))
+	assert.Equal(t, 4, tables)
+	var bookkeeping bool
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT to_regclass('soniq_migrations') IS NOT NULL`).Scan(&bookkeeping))
+	assert.False(t, bookkeeping, "Migrate leaves Soniq's bookkeeping to Soniq")
+}
+
+func TestTwoInstancesExcludeEachOther(t *testing.T) {
+	a, url := openTest(t)
+	b := openURL(t, url)
+	ctx := t.Context()
+
+	t.Run("leader", func(t *testing.T) {
+		releaseA, ok, err := a.TryLeader(ctx)
+		require.NoError(t, err)
+		require.True(t, ok, "first instance leads")
+		_, ok, err = b.TryLeader(ctx)
+		require.NoError(t, err)
+		assert.False(t, ok, "second instance must not lead while the first holds the lock")
+		releaseA()
+		releaseA() // idempotent
+		releaseB, ok, err := b.TryLeader(ctx)
+		require.NoError(t, err)
+		require.True(t, ok, "second instance leads once the first released")
+		releaseB()
+	})
+
+	t.Run("claims never overlap", func(t *testing.T) {
+		const jobs = 200
+		for i := range jobs {
+			_, err := a.Enqueue(ctx, backends.EnqueueParams{Name: "overlap", Args: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))})
+			require.NoError(t, err)
+		}
+		claimed := make(map[string]string)
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for i, be := range []*Backend{a, b, a, b} {
+			w := registerWorker(t, be, 5000+i)
+			wg.Go(func() {
+				for {
+					got, err := be.Claim(ctx, backends.ClaimParams{WorkerID: w, Names: []string{"overlap"}, Limit: 7})
+					if !assert.NoError(t, err) || len(got) == 0 {
+						return
+					}
+					mu.Lock()
+					for _, j := range got {
+						if prev, dup := claimed[j.ID]; dup {
+							t.Errorf("job %s claimed by %s and %s", j.ID, prev, w)
+						}
+						claimed[j.ID] = w
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		assert.Len(t, claimed, jobs)
+	})
+}
+
+func registerWorker(t *testing.T, b *Backend, pid int) string {
+	t.Helper()
+	id := backends.NewID()
+	require.NoError(t, b.RegisterWorker(t.Context(), backends.Worker{ID: id, Hostname: "pg-test", PID: pid}))
+	return id
+}
+
+func TestSubscribeDeliversQueueAndClosesWithContext(t *testing.T) {
+	b, _ := openTest(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	ch, err := b.Subscribe(ctx)
+	require.NoError(t, err)
+	_, err = b.Enqueue(t.Context(), backends.EnqueueParams{Name: "n", Queue: "mail"})
+	require.NoError(t, err)
+	select {
+	case q := <-ch:
+		assert.Equal(t, "mail", q)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notification within 10s")
+	}
+	cancel()
+	for range ch { // drains until the goroutine closes it
+	}
+}
+
+func TestSubscribeReconnectsAfterConnectionLoss(t *testing.T) {
+	b, _ := openTest(t)
+	ch, err := b.Subscribe(t.Context())
+	require.NoError(t, err)
+	_, err = b.pool.Exec(t.Context(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+	WHERE datname = current_database() AND query LIKE 'LISTEN%'`)
+	require.NoError(t, err)
+	// The listener re-LISTENs after a backoff; keep enqueueing until a
+	// notification gets through.
+	deadline := time.After(15 * time.Second)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case q, ok := <-ch:
+			require.True(t, ok, "channel closed although ctx is live")
+			assert.Equal(t, "again", q)
+			return
+		case <-tick.C:
+			_, err := b.Enqueue(t.Context(), backends.EnqueueParams{Name: "n", Queue: "again"})
+			require.NoError(t, err)
+		case <-deadline:
+			t.Fatal("no notification after the LISTEN connection was killed")
+		}
+	}
+}
+
+func TestCloseStopsSubscriptions(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	b, err := Open(t.Context(), url)
+	require.NoError(t, err)
+	ch, err := b.Subscribe(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+	_, ok := <-ch
+	assert.False(t, ok, "Close closes the subscription channel")
+}
+
+func TestLongErrorIsStoredTruncated(t *testing.T) {
+	b, _ := openTest(t)
+	ctx := t.Context()
+	w := registerWorker(t, b, 1)
+	j, err := b.Enqueue(ctx, backends.EnqueueParams{Name: "long"})
+	require.NoError(t, err)
+	_, err = b.Claim(ctx, backends.ClaimParams{WorkerID: w, Limit: 1})
+	require.NoError(t, err)
+	applied, err := b.Complete(ctx, w, []backends.Completion{{JobID: j.ID, Outcome: backends.OutcomeRetry,
+		Error: strings.Repeat("é", backends.MaxErrorBytes) + "\x00"}})
+	require.NoError(t, err)
+	require.Equal(t, []string{j.ID}, applied)
+	got, err := b.Get(ctx, j.ID)
+	require.NoError(t, err)
+	require.NotNil(t, got.LastError)
+	assert.Len(t, *got.LastError, backends.MaxErrorBytes)
+}
+
+func TestMalformedIDsAreNotFound(t *testing.T) {
+	b, _ := openTest(t)
+	ctx := t.Context()
+	_, err := b.Get(ctx, "nope")
+	assert.True(t, errors.Is(err, backends.ErrNotFound))
+	ok, err := b.Cancel(ctx, "nope")
+	require.NoError(t, err)
+	assert.False(t, ok)
+	nacked, err := b.Nack(ctx, []string{"nope"})
+	require.NoError(t, err)
+	assert.Empty(t, nacked)
+	assert.ErrorIs(t, b.PurgeDeadLetter(ctx, "nope"), backends.ErrNotFound)
+	_, err = b.ReplayDeadLetter(ctx, "nope")
+	assert.ErrorIs(t, err, backends.ErrNotFound)
+}
+
+func TestResultsJSONBRejectsAreMadeStorable(t *testing.T) {
+	b, _ := openTest(t)
+	ctx := t.Context()
+	w := registerWorker(t, b, 1)
+	j, err := b.Enqueue(ctx, backends.EnqueueParams{Name: "nul"})
+	require.NoError(t, err)
+	_, err = b.Claim(ctx, backends.ClaimParams{WorkerID: w, Limit: 1})
+	require.NoError(t, err)
+	applied, err := b.Complete(ctx, w, []backends.Completion{{JobID: j.ID, Outcome: backends.OutcomeDone,
+		Result: json.RawMessage(`{"s":"a\u0000b","t":"\ud800","n":12345678901234567890,"k\u0000":"<&>"}`), ResultTTL: time.Hour}})
+	require.NoError(t, err)
+	require.Equal(t, []string{j.ID}, applied)
+	got, err := b.Get(ctx, j.ID)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"s":"a\ufffdb","t":"\ufffd","n":12345678901234567890,"k\ufffd":"<&>"}`, string(got.Result))
+}
+
+// A restarted sidecar in a container has the same hostname and pid as its
+// dead predecessor, whose rows still reference it through the foreign key:
+// registering alone is refused; taking the dead row over succeeds and gives
+// the successor the predecessor's processing rows, still processing.
+func TestTakeOverDeadPredecessorWithTheSameHostnameAndPid(t *testing.T) {
+	b, _ := openTest(t)
+	ctx := context.Background()
+	old, fresh := backends.NewID(), backends.NewID()
+	meta := []byte(`{"kind":"soniq-sidecar","instance":"a","hostname":"pod-a"}`)
+	require.NoError(t, b.RegisterWorker(ctx, backends.Worker{ID: old, Hostname: "a@pod-a", PID: 1, Metadata: meta}))
+	j, err := b.Enqueue(ctx, backends.EnqueueParams{Name: "x", Args: []byte(`{}`)})
+	require.NoError(t, err)
+	claimed, err := b.Claim(ctx, backends.ClaimParams{WorkerID: old, Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+
+	next := backends.Worker{ID: fresh, Hostname: "a@pod-a", PID: 1, Metadata: meta}
+	require.ErrorIs(t, b.RegisterWorker(ctx, next), backends.ErrIdentityTaken)
+	dead, err := b.SameIdentity(ctx, next)
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	jobs, err := b.TakeOver(ctx, next, dead)
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	got, err := b.Get(ctx, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, backends.StatusProcessing, got.Status)
+	require.Equal(t, 1, got.Attempts, "attempts unchanged")
+	require.NotNil(t, got.WorkerID)
+	require.Equal(t, fresh, *got.WorkerID)
+	require.NoError(t, b.Heartbeat(ctx, fresh))
+}
+
+// The opt-in claim-order index: created concurrently, idempotent, valid,
+// and claims keep their order with it (the planner may now use it).
+func TestCreateClaimIndex(t *testing.T) {
+	b, _ := openTest(t)
+	ctx := t.Context()
+	require.NoError(t, b.CreateClaimIndex(ctx))
+	require.NoError(t, b.CreateClaimIndex(ctx), "idempotent")
+	var def string
+	var valid bool
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT pg_get_indexdef(i.indexrelid), i.indisvalid FROM pg_index i
+		JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = 'soniq_sidecar_claim_order'`).Scan(&def, &valid))
+	assert.True(t, valid)
+	assert.Contains(t, def, "(priority, scheduled_at NULLS FIRST, created_at) WHERE (status = 'queued'::text)")
+
+	w := registerWorker(t, b, 1)
+	var want []string
+	for _, p := range []int{5, 1, 3} {
+		j, err := b.Enqueue(ctx, backends.EnqueueParams{Name: "x", Priority: &p})
+		require.NoError(t, err)
+		want = append(want, j.ID)
+	}
+	for _, i := range []int{1, 2, 0} {
+		got, err := b.Claim(ctx, backends.ClaimParams{WorkerID: w, Limit: 1})
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		assert.Equal(t, want[i], got[0].ID, "claim order holds with the index")
+	}
+}
+
+// Through a transaction-mode pooler the maintenance leader is one across
+// separate clients and against a Soniq worker's session lock on a direct
+// connection, and a leader whose client dies mid-tenure frees the lock.
+func TestLeaderThroughTransactionPoolerIsExclusiveAndDiesWithItsClient(t *testing.T) {
+	direct, url := openTest(t)
+	open := func() *Backend {
+		b, err := OpenWith(t.Context(), pgtest.ThroughPooler(t, url), Options{TransactionPooling: true})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = b.Close() })
+		return b
+	}
+	a, b := open(), open()
+	ctx := t.Context()
+
+	release, ok, err := a.TryLeader(ctx)
+	require.NoError(t, err)
+	require.True(t, ok, "first leader")
+	for range 20 { // many tries, landing on different server sessions
+		_, ok, err := b.TryLeader(ctx)
+		require.NoError(t, err)
+		require.False(t, ok, "a second leader through the pooler")
+	}
+	var soniq bool
+	require.NoError(t, direct.pool.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", maintenanceLockKey).Scan(&soniq))
+	require.False(t, soniq, "a session-lock holder (a Soniq worker) while a pooled sidecar leads")
+	release()
+
+	// A leader's client dies mid-tenure (its socket closes without a word,
+	// as on SIGKILL): the pooler drops the server session it pinned.
+	c, err := pgx.Connect(ctx, pgtest.ThroughPooler(t, url))
+	require.NoError(t, err)
+	tx, err := c.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", maintenanceLockKey).Scan(&ok))
+	require.True(t, ok, "leader after release")
+	_, ok, err = b.TryLeader(ctx)
+	require.NoError(t, err)
+	require.False(t, ok, "a second leader while the dying one holds it")
+	require.NoError(t, c.PgConn().Conn().Close())
+	start := time.Now()
+	var got bool
+	for time.Since(start) < 10*time.Second {
+		rel, ok, err := a.TryLeader(ctx)
+		require.NoError(t, err)
+		if ok {
+			rel()
+			got = true
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.True(t, got, "leadership never freed after the leader's client died")
+	t.Logf("leadership free %s after the leader's client died", time.Since(start).Round(time.Millisecond))
+}
+
+// A concurrent build that fails leaves an INVALID index under the name,
+// which IF NOT EXISTS would keep for good. Here a real build fails (a
+// unique index over duplicate rows) and CreateClaimIndex must replace it.
+func TestCreateClaimIndexRebuildsAnInvalidIndex(t *testing.T) {
+	b, _ := openTest(t)
+	ctx := t.Context()
+	for range 2 {
+		_, err := b.Enqueue(ctx, backends.EnqueueParams{Name: "same"})
+		require.NoError(t, err)
+	}
+	_, err := b.pool.Exec(ctx, `CREATE UNIQUE INDEX CONCURRENTLY soniq_sidecar_claim_order ON soniq_jobs (job_name)`)
+	require.Error(t, err, "the build fails on the duplicate job names")
+	var valid bool
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass('soniq_sidecar_claim_order')`).Scan(&valid))
+	require.False(t, valid, "the failed build left an invalid index")
+	has, err := b.HasClaimIndex(ctx)
+	require.NoError(t, err)
+	assert.False(t, has, "an invalid index is no index")
+
+	require.NoError(t, b.CreateClaimIndex(ctx))
+	var def string
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT pg_get_indexdef(i.indexrelid), i.indisvalid FROM pg_index i
+		WHERE i.indexrelid = to_regclass('soniq_sidecar_claim_order')`).Scan(&def, &valid))
+	assert.True(t, valid)
+	assert.Contains(t, def, "(priority, scheduled_at NULLS FIRST, created_at) WHERE (status = 'queued'::text)")
+	has, err = b.HasClaimIndex(ctx)
+	require.NoError(t, err)
+	assert.True(t, has)
+}
+
+// soniqClaim is Soniq 0.1.0's own claim (fetch_and_lock_job with no queue
+// filter), copied from the released package.
+const soniqClaim = `SELECT * FROM soniq_jobs
+WHERE status = 'queued'
+  AND (scheduled_at IS NULL OR scheduled_at <= NOW())
+ORDER BY priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC
+FOR UPDATE SKIP LOCKED
+LIMIT 1`
+
+// The index serves both claims on a deep queue: Soniq's plan is an index
+// scan of it (no sort of every queued row), and the sidecar's claim reads it.
+func TestClaimIndexServesSoniqAndSidecarClaims(t *testing.T) {
+	b, _ := openTest(t)
+	ctx := t.Context()
+	has, err := b.HasClaimIndex(ctx)
+	require.NoError(t, err)
+	require.False(t, has, "Migrate alone creates exactly Soniq's schema")
+	require.NoError(t, b.CreateClaimIndex(ctx))
+	_, err = b.pool.Exec(ctx, `INSERT INTO soniq_jobs (id, job_name, args, status, priority, queue)
+		SELECT gen_random_uuid(), 'x', '{}', CASE WHEN g % 4 = 0 THEN 'queued' ELSE 'done' END, 100, 'default'
+		FROM generate_series(1, 20000) g`)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, `ANALYZE soniq_jobs`)
+	require.NoError(t, err)
+
+	rows, err := b.pool.Query(ctx, `EXPLAIN `+soniqClaim)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	plan := strings.Join(lines, "\n")
+	assert.Contains(t, plan, "soniq_sidecar_claim_order", "Soniq's claim uses the index:\n%s", plan)
+	assert.NotContains(t, plan, "Sort", "no sort of the queued rows:\n%s", plan)
+
+	// The sidecar's claim, explained with the arguments it would send.
+	sql, args := claimStatement(backends.ClaimParams{WorkerID: registerWorker(t, b, 1), Limit: 64, Names: []string{"x"}})
+	rows, err = b.pool.Query(ctx, `EXPLAIN `+sql, args...)
+	require.NoError(t, err)
+	lines, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	plan = strings.Join(lines, "\n")
+	assert.Contains(t, plan, "soniq_sidecar_claim_order", "the sidecar's claim uses the index:\n%s", plan)
+}
+
+// A queue table whose statistics are stale (never analysed since it was
+// filled, as after a TRUNCATE and a burst of enqueues) must still be
+// claimed through the claim-order index, not by sorting every queued row
+// and hashing the table, and the update must find its rows by primary key.
+func TestClaimPlanIgnoresStaleStatistics(t *testing.T) {
+	b, _ := openTest(t)
+	ctx := t.Context()
+	require.NoError(t, b.CreateClaimIndex(ctx))
+	_, err := b.pool.Exec(ctx, `INSERT INTO soniq_jobs (id, job_name, args, status, priority, queue)
+		SELECT gen_random_uuid(), 'x', '{}', 'queued', 100, 'default' FROM generate_series(1, 20000)`)
+	require.NoError(t, err)
+	var tuples float64
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'soniq_jobs'::regclass`).Scan(&tuples))
+	require.Less(t, tuples, 1000.0, "the statistics do not know the rows yet")
+
+	sql, args := claimStatement(backends.ClaimParams{WorkerID: registerWorker(t, b, 1), Limit: 64, Names: []string{"x"}})
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	_, err = tx.Exec(ctx, claimPlannerHints)
+	require.NoError(t, err)
+	rows, err := tx.Query(ctx, `EXPLAIN `+sql, args...)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	plan := strings.Join(lines, "\n")
+	assert.Contains(t, plan, "Index Scan using soniq_sidecar_claim_order", plan)
+	assert.Contains(t, plan, "Index Scan using soniq_jobs_pkey", plan)
+	assert.NotContains(t, plan, "Hash", plan)
+	assert.NotContains(t, plan, "Bitmap", plan)
+	assert.NotContains(t, plan, "Seq Scan", plan)
+	assert.Equal(t, 1, strings.Count(plan, "Sort Key"), "only the 64 claimed rows are sorted:\n%s", plan)
+}

@@ -1,0 +1,447 @@
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+)
+
+// Soniq's defaults for a job nobody configured.
+const (
+	defaultQueue       = "default"
+	defaultPriority    = 100
+	defaultMaxAttempts = 3
+)
+
+// jobColumns is the column list every job read selects, in scanJob's order.
+const jobColumns = `id, job_name, args, args_hash, status, attempts, max_attempts, queue,
+	priority, unique_job, dedup_key, scheduled_at, expires_at, last_error, result,
+	producer_id, created_at, updated_at, worker_id`
+
+// rowScanner is *sql.Row or *sql.Rows.
+type rowScanner interface {
+	Scan(dest ...any) error
+}
+
+// scanJob reads one row selected with jobColumns (plus any extra
+// destinations appended after them).
+func scanJob(r rowScanner, extra ...any) (backends.Job, error) {
+	var (
+		j                                       backends.Job
+		args                                    string
+		argsHash, dedupKey, lastErr, result     sql.NullString
+		producer, worker, queue                 sql.NullString
+		scheduled, expires, created, updated    sql.NullString
+		attempts, maxAttempts, priority, unique sql.NullInt64
+	)
+	dest := []any{&j.ID, &j.Name, &args, &argsHash, &j.Status, &attempts, &maxAttempts, &queue,
+		&priority, &unique, &dedupKey, &scheduled, &expires, &lastErr, &result,
+		&producer, &created, &updated, &worker}
+	if err := r.Scan(append(dest, extra...)...); err != nil {
+		return backends.Job{}, err
+	}
+	j.Args = json.RawMessage(args)
+	j.ArgsHash = nullString(argsHash)
+	j.Attempts = int(attempts.Int64)
+	j.MaxAttempts = int(maxAttempts.Int64)
+	if !maxAttempts.Valid {
+		j.MaxAttempts = defaultMaxAttempts
+	}
+	j.Queue = queue.String
+	if !queue.Valid {
+		j.Queue = defaultQueue
+	}
+	j.Priority = int(priority.Int64)
+	if !priority.Valid {
+		j.Priority = defaultPriority
+	}
+	j.UniqueJob = unique.Int64 != 0
+	j.DedupKey = nullString(dedupKey)
+	j.LastError = nullString(lastErr)
+	if result.Valid {
+		j.Result = json.RawMessage(result.String)
+	}
+	j.ProducerID = nullString(producer)
+	j.WorkerID = nullString(worker)
+	var err error
+	if j.ScheduledAt, err = parseNullTime(scheduled, "scheduled_at"); err != nil {
+		return backends.Job{}, err
+	}
+	if j.ExpiresAt, err = parseNullTime(expires, "expires_at"); err != nil {
+		return backends.Job{}, err
+	}
+	if t, err := parseNullTime(created, "created_at"); err != nil {
+		return backends.Job{}, err
+	} else if t != nil {
+		j.CreatedAt = *t
+	}
+	if t, err := parseNullTime(updated, "updated_at"); err != nil {
+		return backends.Job{}, err
+	} else if t != nil {
+		j.UpdatedAt = *t
+	}
+	return j, nil
+}
+
+func nullString(s sql.NullString) *string {
+	if !s.Valid {
+		return nil
+	}
+	v := s.String
+	return &v
+}
+
+// normaliseArgs returns the args to store: {} for nil, an error unless a JSON object.
+func normaliseArgs(args json.RawMessage) (json.RawMessage, error) {
+	trimmed := bytes.TrimSpace(args)
+	if len(trimmed) == 0 {
+		return json.RawMessage("{}"), nil
+	}
+	if trimmed[0] != '{' || !json.Valid(trimmed) {
+		return nil, errors.New("args must be a JSON object")
+	}
+	return trimmed, nil
+}
+
+// Enqueue inserts a queued job, or returns the queued row a unique_job or
+// dedup_key conflict points at (checked in that order, as Soniq does).
+// The check and the insert share one IMMEDIATE transaction, which is what
+// makes them atomic across processes (Soniq's SQLite schema has no unique
+// indexes to lean on).
+func (b *Backend) Enqueue(ctx context.Context, p backends.EnqueueParams) (backends.Job, error) {
+	if p.Name == "" {
+		return backends.Job{}, errors.New("enqueueing job: empty job name")
+	}
+	args, err := normaliseArgs(p.Args)
+	if err != nil {
+		return backends.Job{}, fmt.Errorf("enqueueing job %q: %w", p.Name, err)
+	}
+	queue := p.Queue
+	if queue == "" {
+		queue = defaultQueue
+	}
+	priority := defaultPriority
+	if p.Priority != nil {
+		priority = *p.Priority
+	}
+	maxAttempts := defaultMaxAttempts
+	if p.MaxAttempts != nil {
+		maxAttempts = *p.MaxAttempts
+	}
+	var hash any
+	if p.UniqueJob {
+		h, err := backends.ArgsHash(args)
+		if err != nil {
+			return backends.Job{}, fmt.Errorf("enqueueing job %q: %w", p.Name, err)
+		}
+		hash = h
+	}
+	id := backends.NewID()
+	ts := now()
+	var scheduled any
+	if p.Delay > 0 {
+		scheduled = formatTime(ts.Add(p.Delay))
+	}
+
+	var (
+		job      backends.Job
+		inserted bool
+	)
+	err = b.inWriteTx(ctx, fmt.Sprintf("enqueueing job %q", p.Name), func(tx *sql.Tx) error {
+		if p.UniqueJob {
+			j, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM soniq_jobs
+				WHERE job_name = ? AND args_hash = ? AND status = 'queued' AND unique_job = 1
+				LIMIT 1`, p.Name, hash))
+			if err == nil {
+				job = j
+				return nil
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("looking up unique job: %w", err)
+			}
+		}
+		if p.DedupKey != "" {
+			j, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM soniq_jobs
+				WHERE dedup_key = ? AND status = 'queued' LIMIT 1`, p.DedupKey))
+			if err == nil {
+				job = j
+				return nil
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("looking up dedup key: %w", err)
+			}
+		}
+		j, err := scanJob(tx.QueryRowContext(ctx, `INSERT INTO soniq_jobs
+			(id, job_name, args, args_hash, status, attempts, max_attempts, priority, queue,
+			 unique_job, dedup_key, scheduled_at, producer_id, created_at, updated_at)
+			VALUES (?, ?, ?, ?, 'queued', 0, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			RETURNING `+jobColumns,
+			id, p.Name, string(args), hash, maxAttempts, priority, queue,
+			boolInt(p.UniqueJob), nullIfEmpty(p.DedupKey), scheduled, nullIfEmpty(p.ProducerID),
+			formatTime(ts), formatTime(ts)))
+		if err != nil {
+			return fmt.Errorf("inserting: %w", err)
+		}
+		job, inserted = j, true
+		return nil
+	})
+	if err != nil {
+		return backends.Job{}, err
+	}
+	if inserted {
+		b.notify(job.Queue)
+	}
+	return job, nil
+}
+
+func boolInt(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+func nullIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// Get returns one job row.
+func (b *Backend) Get(ctx context.Context, id string) (backends.Job, error) {
+	j, err := scanJob(b.read.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM soniq_jobs WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return backends.Job{}, fmt.Errorf("getting job %s: %w", id, backends.ErrNotFound)
+	}
+	if err != nil {
+		return backends.Job{}, fmt.Errorf("getting job %s: %w", id, err)
+	}
+	return j, nil
+}
+
+// Cancel cancels a queued job.
+func (b *Backend) Cancel(ctx context.Context, id string) (bool, error) {
+	var n int64
+	err := b.inWriteTx(ctx, "cancelling job "+id, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE soniq_jobs SET status = 'cancelled', updated_at = ?
+			WHERE id = ? AND status = 'queued'`, formatTime(now()), id)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	return n > 0, nil
+}
+
+// Claim claims up to p.Limit runnable rows in one UPDATE … WHERE id IN
+// (SELECT … ORDER BY … LIMIT n) RETURNING, inside a BEGIN IMMEDIATE
+// transaction: the file's write lock is taken before the SELECT reads, so no
+// other connection or process can claim the same rows (SQLite's stand-in for
+// SKIP LOCKED). rowid breaks created_at ties in insertion order.
+func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends.Job, error) {
+	if p.Limit <= 0 {
+		return nil, fmt.Errorf("claiming jobs: limit must be > 0, got %d", p.Limit)
+	}
+	if p.WorkerID == "" {
+		return nil, errors.New("claiming jobs: empty worker id")
+	}
+	query, args := claimQuery(p, formatTime(now()))
+
+	type claimed struct {
+		job   backends.Job
+		rowid int64
+	}
+	var out []claimed
+	err := b.inWriteTx(ctx, "claiming jobs for worker "+p.WorkerID, func(tx *sql.Tx) error {
+		// A claim is proof of life (see backends.Backend.Claim): only an
+		// active row claims, and its heartbeat is refreshed.
+		var status sql.NullString
+		err := tx.QueryRowContext(ctx, `UPDATE soniq_workers SET last_heartbeat = CASE WHEN status = 'active' THEN ? ELSE last_heartbeat END
+			WHERE id = ? RETURNING status`, formatTime(now()), p.WorkerID).Scan(&status)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("its worker row is gone: %w", backends.ErrNotFound)
+		case err != nil:
+			return fmt.Errorf("refreshing the worker's heartbeat: %w", err)
+		case status.String != backends.WorkerActive:
+			return fmt.Errorf("its status is %q: %w", status.String, backends.ErrWorkerNotActive)
+		}
+		rows, err := tx.QueryContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var c claimed
+			if c.job, err = scanJob(rows, &c.rowid); err != nil {
+				return fmt.Errorf("reading claimed row: %w", err)
+			}
+			out = append(out, c)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	// RETURNING order is unspecified; hand rows back in claim order.
+	sort.Slice(out, func(i, k int) bool {
+		a, b := out[i].job, out[k].job
+		if a.Priority != b.Priority {
+			return a.Priority < b.Priority
+		}
+		switch {
+		case a.ScheduledAt == nil && b.ScheduledAt != nil:
+			return true
+		case a.ScheduledAt != nil && b.ScheduledAt == nil:
+			return false
+		case a.ScheduledAt != nil && !a.ScheduledAt.Equal(*b.ScheduledAt):
+			return a.ScheduledAt.Before(*b.ScheduledAt)
+		}
+		if !a.CreatedAt.Equal(b.CreatedAt) {
+			return a.CreatedAt.Before(b.CreatedAt)
+		}
+		return out[i].rowid < out[k].rowid
+	})
+	jobs := make([]backends.Job, len(out))
+	for i, c := range out {
+		jobs[i] = c.job
+	}
+	return jobs, nil
+}
+
+// Nack is the shutdown contract's nack_job for many ids in one statement.
+// Soniq's SQLite nack_job writes its ISO now() where the contract says
+// NOW()/CURRENT_TIMESTAMP; so does this, keeping scheduled_at comparable.
+func (b *Backend) Nack(ctx context.Context, ids []string) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	idsJSON, err := json.Marshal(ids)
+	if err != nil {
+		return nil, fmt.Errorf("nacking jobs: encoding ids: %w", err)
+	}
+	ts := formatTime(now())
+	var nacked []string
+	err = b.inWriteTx(ctx, "nacking jobs", func(tx *sql.Tx) error {
+		var err error
+		nacked, err = queryIDs(ctx, tx, `UPDATE soniq_jobs
+			SET status = 'queued', worker_id = NULL, updated_at = ?, scheduled_at = ?
+			WHERE id IN (SELECT value FROM json_each(?)) AND status = 'processing'
+			RETURNING id`, ts, ts, string(idsJSON))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return inInputOrder(ids, nacked), nil
+}
+
+// AdoptOrphans gives processing rows with no worker back to workerID.
+func (b *Backend) AdoptOrphans(ctx context.Context, workerID string, ids []string) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	idsJSON, err := json.Marshal(ids)
+	if err != nil {
+		return nil, fmt.Errorf("adopting orphaned jobs: encoding ids: %w", err)
+	}
+	var adopted []string
+	err = b.inWriteTx(ctx, "adopting orphaned jobs for worker "+workerID, func(tx *sql.Tx) error {
+		var err error
+		adopted, err = queryIDs(ctx, tx, `UPDATE soniq_jobs SET worker_id = ?, updated_at = ?
+			WHERE id IN (SELECT value FROM json_each(?)) AND status = 'processing' AND worker_id IS NULL
+			RETURNING id`, workerID, formatTime(now()), string(idsJSON))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return inInputOrder(ids, adopted), nil
+}
+
+// queryIDs runs a statement returning one id column and collects it.
+func queryIDs(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+// inInputOrder returns the members of got in the order of want, each once.
+func inInputOrder(want, got []string) []string {
+	if len(got) == 0 {
+		return nil
+	}
+	set := make(map[string]struct{}, len(got))
+	for _, id := range got {
+		set[id] = struct{}{}
+	}
+	out := make([]string, 0, len(got))
+	for _, id := range want {
+		if _, ok := set[id]; ok {
+			out = append(out, id)
+			delete(set, id)
+		}
+	}
+	return out
+}
+
+// claimQuery is Claim's statement and its arguments. The inner SELECT reads
+// the claim-order index (soniq_sidecar_claim_order, which Migrate creates
+// on every open of an embedded file) in order and stops at the limit, so a
+// claim costs the same at any queue depth. INDEXED BY, because SQLite's
+// planner otherwise prefers Soniq's (status, priority) or (queue, status)
+// index and sorts every queued row behind it.
+func claimQuery(p backends.ClaimParams, ts string) (string, []any) {
+	var where strings.Builder
+	args := []any{p.WorkerID, ts, ts}
+	where.WriteString(`status = 'queued' AND (scheduled_at IS NULL OR scheduled_at <= ?)`)
+	addIn := func(column, op string, values []string) {
+		if len(values) == 0 {
+			return
+		}
+		where.WriteString(" AND " + column + " " + op + " (")
+		for i, v := range values {
+			if i > 0 {
+				where.WriteString(", ")
+			}
+			where.WriteByte('?')
+			args = append(args, v)
+		}
+		where.WriteByte(')')
+	}
+	addIn("queue", "IN", p.Queues)
+	addIn("job_name", "IN", p.Names)
+	addIn("job_name", "NOT IN", p.ExcludeNames)
+	args = append(args, p.Limit)
+
+	return `UPDATE soniq_jobs
+		SET status = 'processing', attempts = COALESCE(attempts, 0) + 1, worker_id = ?, updated_at = ?
+		WHERE id IN (
+			SELECT id FROM soniq_jobs INDEXED BY soniq_sidecar_claim_order WHERE ` + where.String() + `
+			ORDER BY priority, scheduled_at NULLS FIRST, created_at, rowid
+			LIMIT ?)
+		RETURNING ` + jobColumns + `, rowid`, args
+}

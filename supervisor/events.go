@@ -1,0 +1,138 @@
+package supervisor
+
+import (
+	"syscall"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/protocol"
+)
+
+// event is something that happened, sent to the loop, which is the only
+// reader of events and the only goroutine that acts on them (loop.handle).
+// Each kind is its own type carrying only what it needs; the set is closed
+// to this package.
+type event interface{ isEvent() }
+
+// Events about one handler process, from its transport.
+type (
+	// frameEvent: a frame from a handler process.
+	frameEvent struct {
+		proc *process
+		msg  protocol.Message
+	}
+	// protocolErrorEvent: a handler process broke the protocol.
+	protocolErrorEvent struct {
+		proc *process
+		err  error
+	}
+	// exitEvent: a handler process exited (err says how); a transport's
+	// last event for a process.
+	exitEvent struct {
+		proc *process
+		err  error
+	}
+	// stdoutClosedEvent: a stdio process closed its stdout and did not exit.
+	stdoutClosedEvent struct{ proc *process }
+	// unsendableEvent: a frame for a handler process could not be encoded.
+	unsendableEvent struct {
+		proc *process
+		msg  protocol.Message
+		err  error
+	}
+	// stdinFailedEvent: writing to a handler process failed.
+	stdinFailedEvent struct {
+		proc *process
+		err  error
+	}
+	// attachRefusedEvent: an attach endpoint refused the session (attach.go).
+	attachRefusedEvent struct {
+		proc *process
+		err  error
+	}
+)
+
+// Events from the loop's own timers.
+type (
+	// startTimeoutEvent: no hello within startup_timeout.
+	startTimeoutEvent struct{ proc *process }
+	// restartEvent: backoff over, start a process in a pool slot.
+	restartEvent struct {
+		pool *pool
+		slot int
+	}
+	// killEvent: escalate a process stop (SIGTERM, then SIGKILL).
+	killEvent struct {
+		proc *process
+		sig  syscall.Signal
+	}
+	// jobTimeoutEvent: a job's timeout fired.
+	jobTimeoutEvent struct{ task *task }
+	// shutdownTimeoutEvent: shutdown_timeout elapsed in DRAINING.
+	shutdownTimeoutEvent struct{}
+	// graceExpiredEvent: sync_handler_grace_seconds elapsed.
+	graceExpiredEvent struct{}
+	// claimHoldEvent: a pool's claim hold reached its time bound (holdClaim).
+	claimHoldEvent struct{ pool *pool }
+	// settleEvent: the wait for attached handlers to report the
+	// predecessor's jobs is over (inherit.go).
+	settleEvent struct{}
+	// ackTimeoutEvent: a stopping process waited ackWaitMax for the
+	// acknowledgements of its results (acks.go).
+	ackTimeoutEvent struct{ proc *process }
+)
+
+// Events from the database side.
+type (
+	// claimedEvent: a claim statement returned.
+	claimedEvent struct {
+		pool  *pool
+		jobs  []backends.Job
+		limit int
+		err   error
+		// allNames: the claim asked for every job name of its pool, when
+		// the writer had written writtenAt batches (run --once).
+		allNames  bool
+		writtenAt int64
+	}
+	// unknownClaimedEvent: a --dead-letter-unknown claim returned.
+	unknownClaimedEvent struct {
+		jobs []backends.Job
+		err  error
+	}
+	// wakeEvent: new-job notification for a queue ("" wakes every pool).
+	wakeEvent struct{ queue string }
+	// workerLostEvent: the heartbeat found our worker row gone or not active.
+	workerLostEvent struct{ err error }
+	// settledEvent: the writer settled these completions (written, or
+	// refused by their guard).
+	settledEvent struct{ ids []string }
+	// reregisteredEvent: the worker row is registered again; ids are rows
+	// no longer ours.
+	reregisteredEvent struct {
+		ids []string
+		err error
+	}
+)
+
+func (frameEvent) isEvent()           {}
+func (protocolErrorEvent) isEvent()   {}
+func (exitEvent) isEvent()            {}
+func (stdoutClosedEvent) isEvent()    {}
+func (unsendableEvent) isEvent()      {}
+func (stdinFailedEvent) isEvent()     {}
+func (attachRefusedEvent) isEvent()   {}
+func (startTimeoutEvent) isEvent()    {}
+func (restartEvent) isEvent()         {}
+func (killEvent) isEvent()            {}
+func (jobTimeoutEvent) isEvent()      {}
+func (shutdownTimeoutEvent) isEvent() {}
+func (graceExpiredEvent) isEvent()    {}
+func (claimHoldEvent) isEvent()       {}
+func (claimedEvent) isEvent()         {}
+func (unknownClaimedEvent) isEvent()  {}
+func (wakeEvent) isEvent()            {}
+func (workerLostEvent) isEvent()      {}
+func (reregisteredEvent) isEvent()    {}
+func (settleEvent) isEvent()          {}
+func (ackTimeoutEvent) isEvent()      {}
+func (settledEvent) isEvent()         {}

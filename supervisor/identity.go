@@ -1,0 +1,123 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+)
+
+// When the heartbeat finds this sidecar's worker row gone or no longer
+// active, another worker has recovered its jobs (it was silent longer than
+// heartbeat_timeout: a frozen VM, a partition) or another program took the
+// row. The loop stops claiming, registers the row again, and checks which
+// of the rows it holds are still its own: those it keeps running and
+// writing; the others were requeued (and maybe re-claimed elsewhere), so
+// their executions here are abandoned and their results discarded.
+
+// workerRowLost reports whether err (from a heartbeat or a claim) says this
+// sidecar's worker row is gone or no longer active.
+func workerRowLost(err error) bool {
+	return errors.Is(err, backends.ErrNotFound) || errors.Is(err, backends.ErrWorkerNotActive)
+}
+
+func (l *loop) onWorkerLost(cause error) {
+	if l.reregistering {
+		return
+	}
+	l.reregistering, l.lostCause = true, cause
+	held := make([]string, 0, len(l.live))
+	for id := range l.live {
+		held = append(held, id)
+	}
+	slices.Sort(held)
+	s := l.s
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+		defer cancel()
+		lost, err := s.reregister(ctx, held)
+		s.emit(reregisteredEvent{ids: lost, err: err})
+	}()
+}
+
+// reregister registers the worker row again and returns which of the held
+// job ids are no longer processing under this worker.
+func (s *Supervisor) reregister(ctx context.Context, held []string) ([]string, error) {
+	if err := s.register(ctx); err != nil {
+		return nil, err
+	}
+	// A row whose worker row was deleted (not recovered) is processing with
+	// no worker; nobody else can claim it and no recovery would requeue it,
+	// and this sidecar still runs it: take it back.
+	if adopted, err := s.cfg.Backend.AdoptOrphans(ctx, s.workerID, held); err != nil {
+		return nil, fmt.Errorf("taking back the jobs it holds: %w", err)
+	} else if len(adopted) > 0 {
+		s.log.Info("took back jobs left with no worker when this sidecar's worker row was deleted", "worker_id", s.workerID, "job_ids", adopted)
+	}
+	var lost []string
+	for _, id := range held {
+		j, err := s.cfg.Backend.Get(ctx, id)
+		switch {
+		case errors.Is(err, backends.ErrNotFound):
+			lost = append(lost, id)
+		case err != nil:
+			return nil, fmt.Errorf("checking job %s: %w", id, err)
+		case j.Status != backends.StatusProcessing || j.WorkerID == nil || *j.WorkerID != s.workerID:
+			lost = append(lost, id)
+		}
+	}
+	return lost, nil
+}
+
+func (l *loop) onReregistered(ids []string, err error) {
+	l.reregistering = false
+	if err != nil {
+		l.log.Warn("registering the worker row again failed; claiming stays paused, retrying at the next heartbeat",
+			"worker_id", l.s.workerID, "cause", l.lostCause.Error(), "err", err)
+		return
+	}
+	for _, id := range ids {
+		if t := l.live[id]; t != nil {
+			l.abandonLost(t, "worker_lost")
+		}
+	}
+	l.log.Warn("this sidecar's worker row was lost (another worker recovered its jobs after missing its heartbeats: a frozen VM or a network partition?); registered it again before claiming",
+		"worker_id", l.s.workerID, "hostname", l.s.workerHostname(), "cause", l.lostCause.Error(),
+		"jobs_requeued", ids, "jobs_kept", len(l.live))
+	for _, pl := range l.pools {
+		pl.more = true
+		l.maybeClaim(pl)
+	}
+	l.maybeClaimUnknown()
+	l.checkDone()
+}
+
+// abandonSuperseded gives up an execution whose row was claimed again.
+func (l *loop) abandonSuperseded(t *task) {
+	l.log.Warn("job claimed again while an earlier execution here still runs (its row was recovered meanwhile); the earlier result will be discarded",
+		"job_id", t.job.ID, "job_name", t.job.Name, "queue", t.job.Queue)
+	l.abandonLost(t, "reclaimed")
+}
+
+// abandonLost forgets a job whose row is no longer this sidecar's to
+// write: a pending one is dropped, a running one keeps its process slot
+// until it returns, and its result is then discarded. Nothing is written.
+func (l *loop) abandonLost(t *task, why string) {
+	delete(l.live, t.job.ID)
+	if t.timer != nil {
+		t.timer.Stop()
+	}
+	switch t.state {
+	case taskPending:
+		pl := t.pool
+		pl.pending = slices.DeleteFunc(pl.pending, func(p *task) bool { return p == t })
+	case taskRunning:
+		t.state, t.abandoned = taskAbandoned, why
+		l.metrics.jobEnded(t, "lost")
+		t.endSpan("lost", "")
+	}
+}

@@ -1,0 +1,311 @@
+package supervisor
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/config"
+	"github.com/soniq-dev/soniq-sidecar/internal/transport"
+)
+
+// taskState is where one claimed job is, as far as the sidecar is concerned.
+type taskState int
+
+const (
+	taskPending   taskState = iota // claimed, not yet handed to a process
+	taskRunning                    // in a process; its row is ours to write
+	taskAbandoned                  // row already written (timeout) or NACKed; the process may still hold it
+)
+
+// task is one claimed job.
+type task struct {
+	job       backends.Job
+	pool      *pool
+	spec      *config.JobSpec
+	proc      *process
+	state     taskState
+	timer     *time.Timer
+	startedAt time.Time
+	abandoned string     // why: "job_timeout" or "shutdown_timeout"
+	span      trace.Span // one span per execution; nil until started
+	suspect   bool       // its process died holding other jobs too: it runs alone next (suspect.go)
+}
+
+// endSpan closes the execution's span once, with its outcome.
+func (t *task) endSpan(outcome string, err string) {
+	if t.span == nil {
+		return
+	}
+	t.span.SetAttributes(attribute.String("soniq.outcome", outcome))
+	if err != "" {
+		t.span.SetStatus(codes.Error, firstLine(err))
+	}
+	t.span.End()
+	t.span = nil
+}
+
+func (t *task) sync() bool { return !t.spec.Cancellable }
+
+// pool is one manifest handler's processes and its claim state.
+type pool struct {
+	h          *config.Handler
+	allNames   []string
+	asyncNames []string
+	procs      []*process // by slot; nil while the slot waits for a (re)start
+	pending    []*task    // claimed, waiting for a free slot
+	failures   int        // consecutive start failures or crashes
+	crashLoop  bool
+	started    bool // a process of this pool was started once
+	claiming   bool
+	more       bool // there may be runnable rows: claim when capacity allows
+	// The last claim got every row it asked for; the next one waits for a
+	// quarter of the budget to be free, from heldSince for at most
+	// claimHoldMax (holdClaim).
+	full       bool
+	heldSince  time.Time
+	holdTimer  *time.Timer
+	restarting []bool
+	isolated   map[*process]*task // processes running a suspect alone (suspect.go)
+	endpoints  []string           // attach handlers: each slot's socket (attach.go)
+	heard      map[string]bool    // attach handlers: endpoints that said hello since the start (inherit.go)
+	lastLoss   map[string]string  // attach handlers: why each endpoint's last session ended
+	// run --once: the last claim asked for every job name and came back
+	// empty, issued when the writer had written drainedAt batches.
+	drained   bool
+	drainedAt int64
+}
+
+func (pl *pool) ready() []*process {
+	var out []*process
+	for _, p := range pl.procs {
+		if p != nil && p.state == procReady {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// pick returns the least-loaded ready process that can take one more job
+// (and one more sync job for a sync job), or nil. A process still running an
+// earlier execution of the same job (its row was recovered and came back)
+// is skipped: job ids are unique within a process.
+func (pl *pool) pick(t *task) *process {
+	var best *process
+	for _, p := range pl.procs {
+		if p == nil || p.state != procReady || p.free() <= 0 || (t.sync() && p.syncFree() <= 0) || pl.isolated[p] != nil ||
+			p.tasks[t.job.ID] != nil {
+			continue
+		}
+		if best == nil || p.free() > best.free() {
+			best = p
+		}
+	}
+	return best
+}
+
+// crashLoopThreshold is how many consecutive failures make a crash loop.
+const crashLoopThreshold = 5
+
+// healthyAfter resets the restart backoff.
+const healthyAfter = time.Minute
+
+// The restart backoff of a handler process that failed: restartBackoffMin
+// after the first failure, doubling up to restartBackoffMax.
+const (
+	restartBackoffMin = 100 * time.Millisecond
+	restartBackoffMax = 30 * time.Second
+)
+
+func restartDelay(failures int) time.Duration {
+	d := restartBackoffMin
+	for i := 1; i < failures && d < restartBackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, restartBackoffMax)
+}
+
+// loop is the supervisor's single-threaded core.
+type loop struct {
+	s   *Supervisor // its identity, readiness and state, set from the loop
+	cfg *Config
+	// Injected rather than reached through s: what the loop reports with.
+	log     *slog.Logger
+	metrics *Metrics
+	tracer  trace.Tracer
+	emit    func(event) bool // queues an event for the loop (from any goroutine)
+	writer  *resultWriter
+	sp      *transport.Spawner
+	wg      *sync.WaitGroup
+
+	pools []*pool
+	live  map[string]*task // tasks whose row this sidecar still has to write
+
+	state           State
+	procs           int // spawned and not yet reaped
+	claims          int // claim statements in flight
+	shutdownTimer   *time.Timer
+	graceTimer      *time.Timer
+	lastWaitWarn    time.Time
+	fatal           error
+	unknownClaiming bool
+	reregistering   bool  // the worker row was lost: no claim until it is registered again
+	lostCause       error // what the heartbeat found
+	servedNames     []string
+	// The dead predecessor's rows no attached handler has reported yet
+	// (inherit.go), and the timer that gives them back.
+	inherited   map[string]*task
+	settleTimer *time.Timer
+	// ackWait: results being written, by job id, and the process to
+	// acknowledge them to (acks.go).
+	ackWait map[string]*process
+}
+
+func newLoop(s *Supervisor, w *resultWriter, sp *transport.Spawner, wg *sync.WaitGroup) *loop {
+	l := &loop{s: s, cfg: &s.cfg, log: s.log, metrics: s.metrics, tracer: s.tracer, emit: s.emit,
+		writer: w, sp: sp, wg: wg, live: map[string]*task{}}
+	for i := range s.cfg.Manifest.Handlers {
+		h := &s.cfg.Manifest.Handlers[i]
+		pl := &pool{h: h, procs: make([]*process, h.Processes), restarting: make([]bool, h.Processes), more: true}
+		for _, j := range h.Jobs {
+			pl.allNames = append(pl.allNames, j.Name)
+			if j.Cancellable {
+				pl.asyncNames = append(pl.asyncNames, j.Name)
+			}
+		}
+		l.servedNames = append(l.servedNames, pl.allNames...)
+		l.pools = append(l.pools, pl)
+		l.initAttach(pl)
+	}
+	return l
+}
+
+func (l *loop) run() error {
+	l.setState(StateRunning)
+	for _, pl := range l.pools {
+		for slot := range pl.procs {
+			l.spawn(pl, slot)
+		}
+	}
+	poll := time.NewTimer(jitterPoll(l.cfg.Settings.PollInterval))
+	defer poll.Stop()
+	tick := time.NewTicker(l.cfg.PingInterval)
+	defer tick.Stop()
+	for {
+		if l.state == StateStopped && l.procs == 0 && l.claims == 0 && !l.unknownClaiming {
+			return l.fatal
+		}
+		select {
+		case e := <-l.s.events:
+			l.handle(e)
+		case <-l.s.shutdown:
+			l.onShutdownRequest()
+		case <-poll.C:
+			poll.Reset(jitterPoll(l.cfg.Settings.PollInterval))
+			for _, pl := range l.pools {
+				pl.more = true
+				l.maybeClaim(pl)
+			}
+			l.maybeClaimUnknown()
+		case <-tick.C:
+			l.onTick()
+		}
+	}
+}
+
+func (l *loop) handle(e event) {
+	switch e := e.(type) {
+	case frameEvent:
+		l.onFrame(e.proc, e.msg)
+	case protocolErrorEvent:
+		l.breakProcess(e.proc, "protocol_error", fmt.Sprintf("protocol error from handler %s process %d: %v", e.proc.pool.h.Name, e.proc.pid, e.err))
+	case exitEvent:
+		l.onExit(e.proc, e.err)
+	case stdoutClosedEvent:
+		// No result can come back from it: crash handling, as for an exit.
+		// A process already stopping is left to its stop's escalation.
+		if p := e.proc; p.state != procStopping && p.state != procDead {
+			reason := "start_failure"
+			if p.hello != nil {
+				reason = "crashed"
+			}
+			l.breakProcess(p, reason, fmt.Sprintf("handler %s process %d closed its stdout while still running", p.pool.h.Name, p.pid))
+		}
+	case startTimeoutEvent:
+		if e.proc.state == procStarting {
+			l.breakProcess(e.proc, "startup_timeout", fmt.Sprintf("handler %s process %d sent no hello within startup_timeout %s", e.proc.pool.h.Name, e.proc.pid, e.proc.pool.h.StartupTimeout))
+		}
+	case restartEvent:
+		e.pool.restarting[e.slot] = false
+		if l.state <= StateDraining && e.pool.procs[e.slot] == nil && l.fatal == nil {
+			l.spawn(e.pool, e.slot)
+		}
+	case killEvent:
+		l.onKill(e.proc, e.sig)
+	case claimedEvent:
+		e.pool.drained, e.pool.drainedAt = e.err == nil && len(e.jobs) == 0 && e.allNames, e.writtenAt
+		l.onClaimed(e.pool, e.jobs, e.limit, e.err)
+		l.checkOnce()
+	case unknownClaimedEvent:
+		l.onUnknownClaimed(e.jobs, e.err)
+	case wakeEvent:
+		for _, pl := range l.pools {
+			if l.servesQueue(e.queue) {
+				pl.more = true
+				l.maybeClaim(pl)
+			}
+		}
+	case jobTimeoutEvent:
+		l.onJobTimeout(e.task)
+	case shutdownTimeoutEvent:
+		if l.state == StateDraining {
+			l.enterForce("shutdown_timeout elapsed")
+		}
+	case workerLostEvent:
+		l.onWorkerLost(e.err)
+	case reregisteredEvent:
+		l.onReregistered(e.ids, e.err)
+	case unsendableEvent:
+		l.onUnsendable(e.proc, e.msg, e.err)
+	case stdinFailedEvent:
+		l.onStdinFailed(e.proc, e.err)
+	case attachRefusedEvent:
+		l.onAttachRefused(e.proc, e.err)
+	case claimHoldEvent:
+		l.maybeClaim(e.pool)
+	case settleEvent:
+		l.settleInherited(true, "startup_timeout elapsed")
+	case settledEvent:
+		l.onSettled(e.ids)
+	case ackTimeoutEvent:
+		l.onAckTimeout(e.proc)
+	case graceExpiredEvent:
+		if l.state == StateForceTimeoutPath {
+			l.setState(StateWaitForThread)
+			l.lastWaitWarn = time.Now()
+			l.log.Warn("state transition: sync_handler_grace_seconds expired; waiting for sync jobs without end (never killed; SIGKILL from the supervisor is the only hard stop)",
+				"state", StateWaitForThread.String(), "from", StateForceTimeoutPath.String(),
+				"sync_grace", l.cfg.Settings.SyncHandlerGrace, "sync_jobs", l.syncJobIDs())
+		}
+	}
+}
+
+func (l *loop) setState(s State) {
+	l.state = s
+	l.s.state.Store(int32(s))
+	l.metrics.state(s)
+}
+
+// servesQueue reports whether a notification for queue q concerns this
+// sidecar; "" (an internal wake-up) concerns every pool.
+func (l *loop) servesQueue(q string) bool {
+	qs := l.cfg.Settings.Queues
+	return q == "" || len(qs) == 0 || slices.Contains(qs, q)
+}

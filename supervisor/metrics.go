@@ -1,0 +1,374 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+)
+
+// Metrics holds the supervisor's instruments. It uses the OpenTelemetry
+// metric API only; cmd/soniq-sidecar configures the SDK and exporters.
+// The four job instruments keep the names Soniq's Prometheus sink uses, so
+// existing dashboards work. A nil *Metrics records nothing.
+type Metrics struct {
+	started     metric.Int64Counter
+	completed   metric.Int64Counter
+	duration    metric.Float64Histogram
+	inProgress  metric.Int64UpDownCounter
+	handlerBusy metric.Int64UpDownCounter
+	nacks       metric.Int64Counter
+	restarts    metric.Int64Counter
+	processes   metric.Int64UpDownCounter
+	shutdownSt  metric.Int64Gauge
+	claimed     metric.Int64Counter
+	resultDrops metric.Int64Counter
+	sharing     metric.Int64Gauge
+	claimIdx    metric.Int64Gauge
+	pickup      metric.Float64Histogram
+	staleWkrs   metric.Int64Counter
+	staleJobs   metric.Int64Counter
+	attach      attachMetrics
+
+	// lastNack is when the latest shutdown NACK was counted (unix ns; 0:
+	// none), so that run can hold its exit for a scrape that sees it.
+	lastNack atomic.Int64
+
+	// queueStats is the last queue-stats snapshot, observed by the
+	// soniq_queue_jobs gauge at collection time.
+	queueStats atomic.Pointer[backends.Stats]
+	// pool reads the backend's connection pool at collection time; nil
+	// for a backend without one.
+	pool atomic.Pointer[backends.PoolStater]
+
+	// attrSets caches attribute sets by their label values: building one
+	// per job showed up in profiles (make bench).
+	attrSets sync.Map // attrKey → metric.MeasurementOption
+}
+
+type attrKey struct{ queue, name, status string }
+
+// attrs returns the cached attribute set {queue, job_name[, status]}.
+func (m *Metrics) attrs(queue, name, status string) metric.MeasurementOption {
+	k := attrKey{queue, name, status}
+	if o, ok := m.attrSets.Load(k); ok {
+		return o.(metric.MeasurementOption)
+	}
+	kv := []attribute.KeyValue{attribute.String("queue", queue), attribute.String("job_name", name)}
+	if status != "" {
+		kv = append(kv, attribute.String("status", status))
+	}
+	o, _ := m.attrSets.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(kv...)))
+	return o.(metric.MeasurementOption)
+}
+
+// NewMetrics creates the instruments on a meter.
+func NewMetrics(m metric.Meter) (*Metrics, error) {
+	var (
+		x   Metrics
+		err error
+	)
+	mk := func(f func() error) {
+		if err == nil {
+			err = f()
+		}
+	}
+	mk(func() (e error) {
+		x.started, e = m.Int64Counter("soniq_jobs_started", metric.WithDescription("Jobs handed to a handler process."))
+		return
+	})
+	mk(func() (e error) {
+		x.completed, e = m.Int64Counter("soniq_jobs_completed", metric.WithDescription("Job executions ended, by status: done, failed, timeout, crashed, suspected, snoozed, nacked."))
+		return
+	})
+	mk(func() (e error) {
+		x.duration, e = m.Float64Histogram("soniq_job_duration", metric.WithUnit("s"),
+			metric.WithDescription("Job execution time in the handler."),
+			metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
+		return
+	})
+	mk(func() (e error) {
+		x.inProgress, e = m.Int64UpDownCounter("soniq_jobs_in_progress", metric.WithDescription("Jobs running in handler processes now."))
+		return
+	})
+	mk(func() (e error) {
+		x.handlerBusy, e = m.Int64UpDownCounter("soniq_handler_jobs_in_progress", metric.WithDescription("Jobs running in a handler's processes now, per handler (the sum of soniq_jobs_in_progress over its jobs)."))
+		return
+	})
+	mk(func() (e error) {
+		x.nacks, e = m.Int64Counter("soniq_shutdown_nack", metric.WithDescription("Jobs NACKed back to queued on the FORCE_TIMEOUT_PATH async branch."))
+		return
+	})
+	mk(func() (e error) {
+		x.restarts, e = m.Int64Counter("soniq_handler_restarts", metric.WithDescription("Handler process restarts, by reason."))
+		return
+	})
+	mk(func() (e error) {
+		x.processes, e = m.Int64UpDownCounter("soniq_handler_processes", metric.WithDescription("Handler processes by state."))
+		return
+	})
+	mk(func() (e error) {
+		x.shutdownSt, e = m.Int64Gauge("soniq_shutdown_state", metric.WithDescription("0 RUNNING, 1 DRAINING, 2 FORCE_TIMEOUT_PATH, 3 WAIT_FOR_THREAD, 4 STOPPED."))
+		return
+	})
+	mk(func() (e error) {
+		x.claimed, e = m.Int64Counter("soniq_jobs_claimed", metric.WithDescription("Rows claimed from the database."))
+		return
+	})
+	mk(func() (e error) {
+		x.resultDrops, e = m.Int64Counter("soniq_late_results_discarded", metric.WithDescription("Results for jobs the sidecar no longer held (after a timeout or NACK)."))
+		return
+	})
+	mk(func() (e error) {
+		x.sharing, e = m.Int64Gauge("soniq_foreign_workers_sharing_queues",
+			metric.WithDescription("Live workers that are not sidecars (Soniq's own) claiming from a queue this sidecar serves: they take its jobs and dead-letter them as job_not_found."))
+		return
+	})
+	mk(func() (e error) {
+		x.claimIdx, e = m.Int64Gauge("soniq_claim_index_missing",
+			metric.WithDescription("1 while the Postgres claim-order index is missing (every claim then sorts every queued row; `soniq-sidecar migrate` creates it), else 0."))
+		return
+	})
+	mk(func() (e error) {
+		x.pickup, e = m.Float64Histogram("soniq_job_pickup_delay", metric.WithUnit("s"),
+			metric.WithDescription("Time a job was due before a sidecar claimed it: the claim's updated_at minus the later of created_at and scheduled_at, all on the database's clock."),
+			metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
+		return
+	})
+	mk(func() (e error) {
+		x.staleWkrs, e = m.Int64Counter("soniq_stale_workers_recovered",
+			metric.WithDescription("Workers (sidecars or Soniq's own) found silent for longer than the heartbeat timeout and marked stopped by this sidecar's maintenance pass."))
+		return
+	})
+	mk(func() (e error) {
+		x.staleJobs, e = m.Int64Counter("soniq_stale_jobs_requeued",
+			metric.WithDescription("Jobs those silent workers held in processing, put back to queued by this sidecar's maintenance pass (they run again)."))
+		return
+	})
+	mk(func() error {
+		g, e := m.Int64ObservableGauge("soniq_queue_jobs", metric.WithDescription("Jobs by status from the queue-stats contract, refreshed every 15 s."))
+		if e != nil {
+			return e
+		}
+		_, e = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+			st := x.queueStats.Load()
+			if st == nil {
+				return nil
+			}
+			values := [...]int64{st.Total, st.Queued, st.Processing, st.Done, st.DeadLetter, st.Cancelled}
+			for i, k := range backends.StatsKeys {
+				o.ObserveInt64(g, values[i], metric.WithAttributes(attribute.String("status", k)))
+			}
+			return nil
+		}, g)
+		return e
+	})
+	mk(func() error {
+		conns, e := m.Int64ObservableGauge("soniq_db_pool_connections",
+			metric.WithDescription("The sidecar's database connection pool: connections in use and its maximum (pool_max_conns)."))
+		if e != nil {
+			return e
+		}
+		waits, e := m.Int64ObservableCounter("soniq_db_pool_waits",
+			metric.WithDescription("Database connection acquires that found the pool exhausted and had to wait."))
+		if e != nil {
+			return e
+		}
+		waitTime, e := m.Float64ObservableCounter("soniq_db_pool_wait",
+			metric.WithUnit("s"),
+			metric.WithDescription("Time those acquires spent waiting for a free connection, summed."))
+		if e != nil {
+			return e
+		}
+		inUse := metric.WithAttributes(attribute.String("state", "in_use"))
+		maxConns := metric.WithAttributes(attribute.String("state", "max"))
+		_, e = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+			p := x.pool.Load()
+			if p == nil {
+				return nil
+			}
+			st := (*p).PoolStats()
+			o.ObserveInt64(conns, int64(st.InUse), inUse)
+			o.ObserveInt64(conns, int64(st.Max), maxConns)
+			o.ObserveInt64(waits, st.Waited)
+			o.ObserveFloat64(waitTime, st.WaitedFor.Seconds())
+			return nil
+		}, conns, waits, waitTime)
+		return e
+	})
+	mk(func() error { return x.initAttach(m) })
+	if err != nil {
+		return nil, fmt.Errorf("creating supervisor metrics: %w", err)
+	}
+	// Unlabelled counters are exported at 0 from the start, so that the
+	// first recovery is an increase a rate() or increase() can see.
+	x.staleWkrs.Add(context.Background(), 0)
+	x.staleJobs.Add(context.Background(), 0)
+	return &x, nil
+}
+
+// observePool makes the pool metrics read b's pool, when it has one.
+func (m *Metrics) observePool(b backends.Backend) {
+	if m == nil {
+		return
+	}
+	if p, ok := b.(backends.PoolStater); ok {
+		m.pool.Store(&p)
+	}
+}
+
+// handlerAttrs returns the cached attribute set {handler}.
+func (m *Metrics) handlerAttrs(handler string) metric.MeasurementOption {
+	k := attrKey{status: "\x00handler", name: handler}
+	if o, ok := m.attrSets.Load(k); ok {
+		return o.(metric.MeasurementOption)
+	}
+	o, _ := m.attrSets.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(attribute.String("handler", handler))))
+	return o.(metric.MeasurementOption)
+}
+
+// jobStarted records a job handed to one of its handler's processes.
+func (m *Metrics) jobStarted(t *task) {
+	if m == nil {
+		return
+	}
+	ctx := context.Background()
+	a := m.attrs(t.job.Queue, t.job.Name, "")
+	m.started.Add(ctx, 1, a)
+	m.inProgress.Add(ctx, 1, a)
+	m.handlerBusy.Add(ctx, 1, m.handlerAttrs(t.pool.h.Name))
+}
+
+// jobEnded records the end of a started execution as the handler reported
+// it (or as a timeout, crash or NACK decided it).
+func (m *Metrics) jobEnded(t *task, status string) {
+	if m == nil {
+		return
+	}
+	ctx := context.Background()
+	queue, name := t.job.Queue, t.job.Name
+	m.inProgress.Add(ctx, -1, m.attrs(queue, name, ""))
+	m.handlerBusy.Add(ctx, -1, m.handlerAttrs(t.pool.h.Name))
+	attrs := m.attrs(queue, name, status)
+	m.completed.Add(ctx, 1, attrs)
+	m.duration.Record(ctx, time.Since(t.startedAt).Seconds(), attrs)
+}
+
+func (m *Metrics) shutdownNack(queue, name, reason string) {
+	if m == nil {
+		return
+	}
+	m.lastNack.Store(time.Now().UnixNano())
+	m.nacks.Add(context.Background(), 1, metric.WithAttributes(
+		attribute.String("job_name", name), attribute.String("queue", queue), attribute.String("reason", reason)))
+}
+
+// LastShutdownNack is when the latest shutdown NACK was counted; zero when
+// there was none.
+func (m *Metrics) LastShutdownNack() time.Time {
+	if m == nil {
+		return time.Time{}
+	}
+	if ns := m.lastNack.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
+// jobsClaimed records each claimed row's pickup delay: how long it had been
+// due (created, or scheduled for) when the claim took it. Every timestamp
+// comes from the row, so the database's clock alone decides.
+func (m *Metrics) jobsClaimed(jobs []backends.Job) {
+	if m == nil || len(jobs) == 0 {
+		return
+	}
+	ctx := context.Background()
+	m.claimed.Add(ctx, int64(len(jobs)))
+	for i := range jobs {
+		j := &jobs[i]
+		due := j.CreatedAt
+		if j.ScheduledAt != nil && j.ScheduledAt.After(due) {
+			due = *j.ScheduledAt
+		}
+		m.pickup.Record(ctx, max(j.UpdatedAt.Sub(due), 0).Seconds(), m.attrs(j.Queue, j.Name, ""))
+	}
+}
+
+// staleRecovered records a maintenance pass that recovered silent workers.
+func (m *Metrics) staleRecovered(workers, jobs int) {
+	if m == nil {
+		return
+	}
+	ctx := context.Background()
+	if workers > 0 {
+		m.staleWkrs.Add(ctx, int64(workers))
+	}
+	if jobs > 0 {
+		m.staleJobs.Add(ctx, int64(jobs))
+	}
+}
+
+func (m *Metrics) restart(handler, reason string) {
+	if m == nil {
+		return
+	}
+	m.restarts.Add(context.Background(), 1, metric.WithAttributes(attribute.String("handler", handler), attribute.String("reason", reason)))
+}
+
+func (m *Metrics) processState(handler string, from, to procState, first bool) {
+	if m == nil {
+		return
+	}
+	ctx := context.Background()
+	if !first {
+		m.processes.Add(ctx, -1, metric.WithAttributes(attribute.String("handler", handler), attribute.String("state", from.String())))
+	}
+	if to != procDead {
+		m.processes.Add(ctx, 1, metric.WithAttributes(attribute.String("handler", handler), attribute.String("state", to.String())))
+	}
+}
+
+func (m *Metrics) state(s State) {
+	if m == nil {
+		return
+	}
+	m.shutdownSt.Record(context.Background(), int64(s))
+}
+
+func (m *Metrics) setQueueStats(st backends.Stats) {
+	if m == nil {
+		return
+	}
+	m.queueStats.Store(&st)
+}
+
+func (m *Metrics) foreignWorkers(n int) {
+	if m == nil {
+		return
+	}
+	m.sharing.Record(context.Background(), int64(n))
+}
+
+func (m *Metrics) claimIndex(missing bool) {
+	if m == nil {
+		return
+	}
+	v := int64(0)
+	if missing {
+		v = 1
+	}
+	m.claimIdx.Record(context.Background(), v)
+}
+
+func (m *Metrics) lateResult(name, reason string) {
+	if m == nil {
+		return
+	}
+	m.resultDrops.Add(context.Background(), 1, metric.WithAttributes(attribute.String("job_name", name), attribute.String("reason", reason)))
+}

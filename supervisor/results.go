@@ -1,0 +1,115 @@
+package supervisor
+
+// Results: a handler's answer, a timeout or a failure turned into the row's
+// terminal write, all on the loop goroutine.
+
+import (
+	"strings"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/protocol"
+)
+
+func (l *loop) onResult(p *process, r *protocol.Result) {
+	t := p.tasks[r.ID]
+	if t == nil && p.foreign != nil {
+		t = l.orphanResult(p, r)
+	}
+	if t == nil {
+		l.log.Warn("result for a job this process does not hold; discarded", "handler", p.pool.h.Name, p.who(), "job_id", r.ID, "status", string(r.Status))
+		l.metrics.lateResult("", "unknown_id")
+		l.ackNow(p, r.ID)
+		return
+	}
+	delete(p.tasks, r.ID)
+	if t.sync() {
+		p.syncHeld--
+	}
+	if t.timer != nil {
+		t.timer.Stop()
+	}
+	if t.state == taskAbandoned {
+		// Late: the row was already failed (job_timeout) or NACKed
+		// (shutdown_timeout). It never touches the row.
+		l.log.Info("late result discarded", "job_id", t.job.ID, "job_name", t.job.Name, "queue", t.job.Queue,
+			"status", string(r.Status), "abandoned_by", t.abandoned)
+		l.metrics.lateResult(t.job.Name, t.abandoned)
+		l.ackNow(p, r.ID)
+	} else {
+		delete(l.live, t.job.ID)
+		l.record(t, r)
+		l.ackLater(p, r.ID)
+	}
+	if p.state == procRetiring && len(p.tasks) == 0 {
+		l.stopProcess(p, l.cfg.StopGrace)
+	}
+	l.tryDispatch(p.pool)
+	l.maybeClaim(p.pool)
+	l.checkDone()
+}
+
+// record turns a handler's result into the row's terminal write.
+func (l *loop) record(t *task, r *protocol.Result) {
+	l.apply(t, resultOutcome(t.job, t.spec, r, l.cfg.Settings.ResultTTL, randFloat))
+}
+
+// fail applies the retry policy to a failure the sidecar saw (a timeout, a
+// crash) or the handler reported.
+func (l *loop) fail(t *task, text string, retryable bool, status string) {
+	l.apply(t, failureOutcome(t.job, t.spec.Retry, text, retryable, status, randFloat))
+}
+
+// apply reports an outcome (metrics, span, log) and queues its write.
+func (l *loop) apply(t *task, o outcome) {
+	j := t.job
+	delete(l.live, j.ID)
+	if !t.startedAt.IsZero() {
+		l.metrics.jobEnded(t, o.status)
+	}
+	t.endSpan(o.status, o.err)
+	c := o.write
+	switch {
+	case c.Outcome == backends.OutcomeDeadLetter && c.Reason == backends.ReasonInvalidArguments:
+		l.log.Error("job args failed the handler's validation: dead-lettered", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "error", firstLine(o.err))
+	case c.Outcome == backends.OutcomeDeadLetter && c.Reason == backends.ReasonPermanentFailure:
+		l.log.Error("job failed permanently: dead-lettered", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "error", firstLine(o.err))
+	case c.Outcome == backends.OutcomeDeadLetter:
+		l.log.Error("job failed and has no attempts left: dead-lettered", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "error", firstLine(o.err))
+	case c.Outcome == backends.OutcomeRetry:
+		l.log.Warn("job failed; will retry", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "max_attempts", j.MaxAttempts, "retry_in", c.Delay, "error", firstLine(o.err))
+	}
+	l.writer.complete(c)
+}
+
+func (l *loop) onJobTimeout(t *task) {
+	if t.state != taskRunning || l.live[t.job.ID] != t {
+		return
+	}
+	timeout := t.spec.EffectiveTimeout(l.cfg.Settings)
+	t.state, t.abandoned = taskAbandoned, "job_timeout"
+	if t.sync() {
+		// The handler cannot be interrupted: the row fails per policy, the
+		// process keeps running and keeps its sync slot until it returns
+		// (its late result is discarded).
+		l.log.Warn("sync job exceeded its timeout: row failed per policy; the handler keeps running and keeps its sync slot",
+			"job_id", t.job.ID, "job_name", t.job.Name, "queue", t.job.Queue, "timeout", timeout, t.proc.who())
+	} else {
+		t.proc.send(&protocol.Cancel{ID: t.job.ID, Reason: protocol.ReasonJobTimeout})
+		l.log.Warn("async job exceeded its timeout: cancelled, failed per policy",
+			"job_id", t.job.ID, "job_name", t.job.Name, "queue", t.job.Queue, "timeout", timeout, t.proc.who())
+	}
+	l.fail(t, timeoutText(timeout), true, "timeout")
+	l.checkDone()
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return truncate(line, 300)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

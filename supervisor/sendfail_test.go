@@ -1,0 +1,96 @@
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/transport"
+	"github.com/soniq-dev/soniq-sidecar/protocol"
+)
+
+// interceptTransport is the fake handler of fakeWorld, except that every
+// job frame first goes to handle, which may answer it itself (true) in the
+// fake handler's place.
+func (w *fakeWorld) interceptTransport(te transport.Env, spec transport.Spec, handle func(*protocol.Job) bool) (transport.Conn, error) {
+	queue := spec.Out // what the loop sends to
+	inner := make(chan protocol.Message, cap(queue))
+	fake := spec
+	fake.Out = inner
+	c, err := w.transport(te, fake) // the fake handler reads inner
+	if err != nil {
+		return nil, err
+	}
+	te.WG.Add(1)
+	go func() {
+		defer te.WG.Done()
+		defer close(inner)
+		for m := range queue {
+			if j, ok := m.(*protocol.Job); ok && handle(j) {
+				continue
+			}
+			inner <- m
+		}
+	}()
+	return c, nil
+}
+
+// unsendableTransport reports every job with "unsendable" in its args as
+// the stdio writer reports a frame it cannot encode.
+func (w *fakeWorld) unsendableTransport(te transport.Env, spec transport.Spec) (transport.Conn, error) {
+	return w.interceptTransport(te, spec, func(j *protocol.Job) bool {
+		if !bytes.Contains(j.Args, []byte("unsendable")) {
+			return false
+		}
+		spec.Events.Unsendable(j, errors.New("protocol: encode args: test"))
+		return true
+	})
+}
+
+// The loop's side of unsendableEvent: the job is dead-lettered with the
+// reason, its (sync) slot is given back at once, and the process runs on.
+func TestUnsendableJobIsDeadLetteredAndFreesItsSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t, fakeSettings(30*time.Second, time.Minute), 1, 1, nil)
+		w.sup.cfg.startTransport = w.unsendableTransport
+		bad, err := w.mem.Enqueue(context.Background(), backends.EnqueueParams{Name: "sync.sleep", Args: json.RawMessage(`{"seconds":1,"unsendable":true}`)})
+		require.NoError(t, err)
+		good := w.enqueue("sync.sleep", 1)
+		w.run(1)
+		for range 100 {
+			if w.job(good).Status == backends.StatusDone {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		assert.Equal(t, backends.StatusDone, w.job(good).Status, "the one slot was given back")
+		assert.Equal(t, 1, w.job(good).Attempts)
+		dls, err := w.mem.ListDeadLetter(context.Background(), 0)
+		require.NoError(t, err)
+		require.Len(t, dls, 1)
+		assert.Equal(t, bad.ID, dls[0].ID)
+		assert.Equal(t, backends.ReasonInvalidArguments, dls[0].Reason)
+		require.NotNil(t, dls[0].LastError)
+		assert.Equal(t, "job frame not sent: protocol: encode args: test", *dls[0].LastError)
+		assert.Equal(t, 1, dls[0].Attempts)
+		w.mu.Lock()
+		started := 0
+		for _, r := range w.logs {
+			if r.Msg == "handler process started" {
+				started++
+			}
+		}
+		w.mu.Unlock()
+		assert.Equal(t, 1, started, "the process was not replaced")
+		w.sup.Shutdown()
+		w.wait()
+	})
+}

@@ -1,0 +1,184 @@
+package supervisor
+
+// The shutdown state machine of docs/shutdown.md: DRAINING, FORCE, the sync
+// grace, WAIT_FOR_THREAD and STOPPED, all on the loop goroutine.
+
+import (
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/soniq-dev/soniq-sidecar/protocol"
+)
+
+func (l *loop) onShutdownRequest() {
+	switch l.state {
+	case StateRunning:
+		l.enterDraining("shutdown requested")
+	case StateDraining:
+		l.log.Warn("second shutdown request during DRAINING", "state", l.state.String())
+		l.enterForce("second shutdown request")
+	case StateStopped:
+		l.log.Info("already stopping", "state", l.state.String())
+	default:
+		l.log.Warn("shutdown already forced; sync jobs are never killed by the sidecar (SIGKILL abandons them; stale-worker recovery requeues their rows)",
+			"state", l.state.String(), "sync_jobs", l.syncJobIDs())
+	}
+}
+
+func (l *loop) enterDraining(why string) {
+	l.setState(StateDraining)
+	l.log.Info("state transition: claiming stopped, waiting for in-flight jobs", "state", StateDraining.String(),
+		"from", StateRunning.String(), "reason", why, "in_flight", len(l.live), "shutdown_timeout", l.cfg.Settings.ShutdownTimeout)
+	l.shutdownTimer = time.AfterFunc(l.cfg.Settings.ShutdownTimeout, func() { l.emit(shutdownTimeoutEvent{}) })
+	l.writer.hurry() // results written from here on are not held back
+	l.checkDone()
+}
+
+func (l *loop) enterForce(why string) {
+	if l.shutdownTimer != nil {
+		l.shutdownTimer.Stop()
+	}
+	l.setState(StateForceTimeoutPath)
+	var asyncN, syncN int
+	for _, t := range l.live {
+		if t.state == taskRunning && t.sync() {
+			syncN++
+		} else {
+			asyncN++
+		}
+	}
+	l.log.Warn("state transition: async jobs are cancelled and NACKed, sync jobs get their grace", "state", StateForceTimeoutPath.String(),
+		"from", StateDraining.String(), "reason", why, "async_jobs", asyncN, "sync_jobs", syncN, "sync_grace", l.cfg.Settings.SyncHandlerGrace)
+	// The predecessor's rows no handler has reported yet are not running
+	// here: given back like claimed-not-yet-running ones.
+	l.settleInherited(true, "shutdown_timeout")
+	for _, pl := range l.pools {
+		for _, t := range pl.pending {
+			l.nack(t, "shutdown_timeout")
+		}
+		pl.pending = nil
+	}
+	for _, t := range l.live {
+		if t.state != taskRunning {
+			continue
+		}
+		if t.sync() {
+			// min(job_timeout, remaining shutdown_timeout): shutdown fired
+			// first, so the job timeout no longer applies.
+			if t.timer != nil {
+				t.timer.Stop()
+			}
+			continue
+		}
+		t.proc.send(&protocol.Cancel{ID: t.job.ID, Reason: protocol.ReasonShutdownTimeout})
+		l.nack(t, "shutdown_timeout")
+	}
+	if l.syncHeld() > 0 {
+		l.graceTimer = time.AfterFunc(l.cfg.Settings.SyncHandlerGrace, func() { l.emit(graceExpiredEvent{}) })
+	}
+	l.checkDone()
+}
+
+// nack is the async branch of FORCE_TIMEOUT_PATH for one job.
+func (l *loop) nack(t *task, reason string) {
+	j := t.job
+	delete(l.live, j.ID)
+	if t.timer != nil {
+		t.timer.Stop()
+	}
+	if t.state == taskRunning {
+		t.state, t.abandoned = taskAbandoned, reason
+		l.metrics.jobEnded(t, "nacked")
+	}
+	t.endSpan("nacked", "")
+	l.writer.nack(j.ID)
+	l.metrics.shutdownNack(j.Queue, j.Name, reason)
+	l.log.Warn("shutdown_nack", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "reason", reason, "attempts", j.Attempts)
+}
+
+func (l *loop) syncHeld() int {
+	n := 0
+	for _, pl := range l.pools {
+		for _, p := range pl.procs {
+			if p != nil {
+				n += p.syncHeld
+			}
+		}
+	}
+	return n
+}
+
+func (l *loop) syncJobIDs() []string {
+	var ids []string
+	for _, pl := range l.pools {
+		for _, p := range pl.procs {
+			if p == nil {
+				continue
+			}
+			for id, t := range p.tasks {
+				if t.sync() {
+					ids = append(ids, id)
+				}
+			}
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// checkDone moves to STOPPED once nothing is left to wait for: in
+// DRAINING every job has returned; after FORCE_TIMEOUT_PATH every sync job
+// has returned (async ones were NACKed and are not waited for).
+func (l *loop) checkDone() {
+	switch l.state {
+	case StateDraining:
+		if len(l.live) > 0 || l.claims > 0 || len(l.inherited) > 0 {
+			return
+		}
+		for _, pl := range l.pools {
+			for _, p := range pl.procs {
+				if p != nil && len(p.tasks) > 0 {
+					return
+				}
+			}
+		}
+	case StateForceTimeoutPath, StateWaitForThread:
+		if len(l.live) > 0 || l.syncHeld() > 0 {
+			return
+		}
+	default:
+		return
+	}
+	l.enterStopped()
+}
+
+func (l *loop) enterStopped() {
+	from := l.state
+	for _, tm := range []*time.Timer{l.shutdownTimer, l.graceTimer} {
+		if tm != nil {
+			tm.Stop()
+		}
+	}
+	l.setState(StateStopped)
+	l.log.Info("state transition: every job returned or was NACKed; stopping handler processes", "state", StateStopped.String(), "from", from.String())
+	grace := l.cfg.StopGrace
+	if from != StateDraining {
+		// What processes still hold are NACKed async jobs that were sent a
+		// cancel: keep the exit bounded.
+		grace = min(grace, 500*time.Millisecond)
+	}
+	for _, pl := range l.pools {
+		for _, p := range pl.procs {
+			if p != nil {
+				if p.state == procStarting {
+					p.signalGroup(syscall.SIGKILL)
+				}
+				if l.deferStop(p, grace) {
+					continue // its session ends once its last results are acknowledged
+				}
+				l.stopProcess(p, grace)
+			}
+		}
+	}
+}

@@ -1,0 +1,287 @@
+package supervisor
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+)
+
+// writeTimeout bounds one batch write. It exists only so a wedged database
+// cannot hold shutdown open forever; it is not a time budget.
+const writeTimeout = 30 * time.Second
+
+// maxBatch bounds how many rows one statement writes.
+const maxBatch = 500
+
+// lingerMax bounds how long a small batch waits for more results to join
+// it. Every statement has a fixed cost in the database on top of its rows'
+// work, and a writer that wrote whatever was pending the moment its
+// previous write returned issued many statements of a row or two. 2 ms is
+// below a completion's own round trip on a busy machine and small beside
+// the job it records.
+const lingerMax = 2 * time.Millisecond
+
+// resultWriter batches terminal writes and NACKs so the event loop never
+// waits on the database and the database sees one statement per batch,
+// never one round trip per row. Writes run on a context detached from
+// shutdown: a result the sidecar holds is written even while it stops.
+type resultWriter struct {
+	backend  backends.Backend
+	workerID string
+	log      *slog.Logger
+	// requeued is called after a batch put rows back to queued for now
+	// (a retry or snooze without delay), so claiming resumes without
+	// waiting for the next poll.
+	requeued func()
+
+	// lingerBatch: while results flow (the previous write ended less than
+	// lingerMax ago), a batch of fewer completions than this waits up to
+	// lingerMax for more; 0 or 1 never waits. NACKs, close and hurry
+	// never wait.
+	lingerBatch int
+
+	mu          sync.Mutex
+	completions []backends.Completion
+	nacks       []string
+	closed      bool
+	hurried     bool          // shutdown began: write what arrives at once
+	lingering   bool          // run waits for its small batch to grow
+	wake        chan struct{} // capacity 1: "there is work"
+	// written counts the batches written; a claim issued after the last
+	// one has seen every row the writer put back (run --once).
+	written atomic.Int64
+	// afterWrite, when set before run, is called after every batch.
+	afterWrite func()
+	// settled, when set before run, is called with the job ids of every
+	// batch of completions written (applied or refused by their guard).
+	settled func(ids []string)
+	done    chan struct{} // closed when the goroutine has drained and exited
+}
+
+func newResultWriter(b backends.Backend, workerID string, log *slog.Logger, requeued func()) *resultWriter {
+	if requeued == nil {
+		requeued = func() {}
+	}
+	return &resultWriter{
+		backend: b, workerID: workerID, log: log, requeued: requeued,
+		wake: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+}
+
+func (w *resultWriter) complete(c backends.Completion) {
+	w.mu.Lock()
+	w.completions = append(w.completions, c)
+	// A lingering writer is woken only once its batch is big enough: one
+	// wake-up per result would cost more than the linger saves.
+	quiet := w.lingering && len(w.completions) < w.lingerBatch
+	w.mu.Unlock()
+	if !quiet {
+		w.signal()
+	}
+}
+
+func (w *resultWriter) nack(id string) {
+	w.mu.Lock()
+	w.nacks = append(w.nacks, id)
+	w.mu.Unlock()
+	w.signal()
+}
+
+func (w *resultWriter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *resultWriter) wrote() {
+	w.written.Add(1)
+	if w.afterWrite != nil {
+		w.afterWrite()
+	}
+}
+
+// pending is how many writes the writer still holds.
+func (w *resultWriter) pending() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.completions) + len(w.nacks)
+}
+
+// hurry makes the writer write at once from now on, without lingering:
+// shutdown began, and what it still writes (final results, NACKs) is due.
+func (w *resultWriter) hurry() {
+	w.mu.Lock()
+	w.hurried = true
+	w.mu.Unlock()
+	w.signal()
+}
+
+// close asks the writer to drain what it holds and stop; wait for done.
+func (w *resultWriter) close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	w.signal()
+}
+
+// run is the writer's goroutine. It returns after close once everything it
+// was given has been written or, with the database unreachable, once the
+// last attempt (bounded by writeTimeout) has failed; lost ids are logged.
+func (w *resultWriter) run() {
+	defer close(w.done)
+	backoff := 50 * time.Millisecond
+	var giveUpAt time.Time // set once closing: retries stop there
+	// lastWrite is when the last batch was written; lingerUntil, when
+	// set, is when the batch now pending stops waiting for more.
+	var lastWrite, lingerUntil time.Time
+	var lingerTimer *time.Timer
+	for {
+		w.mu.Lock()
+		cs, ns, closed, hurried := w.completions, w.nacks, w.closed, w.hurried
+		w.mu.Unlock()
+		if closed && giveUpAt.IsZero() {
+			giveUpAt = time.Now().Add(writeTimeout)
+		}
+		if len(cs) == 0 && len(ns) == 0 {
+			if closed {
+				return
+			}
+			<-w.wake
+			continue
+		}
+		if !closed && !hurried && len(ns) == 0 && len(cs) < w.lingerBatch {
+			// A small batch while results flow: wait for more, once per
+			// batch and at most lingerMax. After a quiet spell the first
+			// result is written at once, so a lone job's row is not delayed.
+			now := time.Now()
+			if lingerUntil.IsZero() && now.Sub(lastWrite) < lingerMax {
+				lingerUntil = now.Add(lingerMax)
+			}
+			if d := lingerUntil.Sub(now); d > 0 && w.startLinger() {
+				if lingerTimer == nil {
+					lingerTimer = time.NewTimer(d)
+				} else {
+					lingerTimer.Reset(d)
+				}
+				select {
+				case <-w.wake:
+				case <-lingerTimer.C:
+				}
+				w.mu.Lock()
+				w.lingering = false
+				w.mu.Unlock()
+				continue
+			}
+		}
+		lingerUntil = time.Time{}
+		var err error
+		if len(cs) > 0 {
+			cs = cs[:min(len(cs), maxBatch):min(len(cs), maxBatch)]
+			if err = w.writeCompletions(cs); err == nil {
+				w.mu.Lock()
+				w.completions = w.completions[len(cs):]
+				w.mu.Unlock()
+				w.wrote()
+			}
+		} else {
+			ns = ns[:min(len(ns), maxBatch):min(len(ns), maxBatch)]
+			if err = w.writeNacks(ns); err == nil {
+				w.mu.Lock()
+				w.nacks = w.nacks[len(ns):]
+				w.mu.Unlock()
+				w.wrote()
+			}
+		}
+		if err == nil {
+			backoff = 50 * time.Millisecond
+			lastWrite = time.Now()
+			continue
+		}
+		if closed && time.Now().After(giveUpAt) {
+			w.giveUp(err)
+			return
+		}
+		w.log.Warn("writing results failed; retrying", "rows", len(cs)+len(ns), "retry_in", backoff, "err", err)
+		select {
+		case <-time.After(backoff):
+		case <-w.wake:
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// startLinger marks the writer lingering unless what arrived since run
+// looked makes the batch due; complete then stops waking it for every
+// result.
+func (w *resultWriter) startLinger() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lingering = !w.closed && !w.hurried && len(w.nacks) == 0 && len(w.completions) < w.lingerBatch
+	return w.lingering
+}
+
+// giveUp runs when the writer is stopping and the database still refuses
+// the write: rather than hold the process open, it logs every job it could
+// not record. Those rows stay 'processing' and stale-worker recovery
+// requeues them.
+func (w *resultWriter) giveUp(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, c := range w.completions {
+		w.log.Error("result not written; stale-worker recovery will requeue the job", "job_id", c.JobID, "outcome", c.Outcome.String(), "err", err)
+	}
+	for _, id := range w.nacks {
+		w.log.Error("shutdown NACK not written; stale-worker recovery will requeue the job", "job_id", id, "err", err)
+	}
+	w.log.Error("giving up on result writes at shutdown", "lost", len(w.completions)+len(w.nacks), "err", err)
+	w.completions, w.nacks = nil, nil
+}
+
+func (w *resultWriter) writeCompletions(cs []backends.Completion) error {
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	applied, err := w.backend.Complete(ctx, w.workerID, cs)
+	if err != nil {
+		return err
+	}
+	if w.settled != nil {
+		ids := make([]string, len(cs))
+		for i, c := range cs {
+			ids[i] = c.JobID
+		}
+		w.settled(ids)
+	}
+	for _, c := range cs {
+		if (c.Outcome == backends.OutcomeRetry || c.Outcome == backends.OutcomeSnooze) && c.Delay == 0 {
+			w.requeued()
+			break
+		}
+	}
+	if len(applied) == len(cs) {
+		return nil
+	}
+	ok := make(map[string]bool, len(applied))
+	for _, id := range applied {
+		ok[id] = true
+	}
+	for _, c := range cs {
+		if !ok[c.JobID] {
+			// The guard did its job: the row was NACKed, recovered by
+			// stale-worker recovery or claimed by another worker.
+			w.log.Warn("result discarded: the row is no longer processing for this worker", "job_id", c.JobID, "outcome", c.Outcome.String())
+		}
+	}
+	return nil
+}
+
+func (w *resultWriter) writeNacks(ids []string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	_, err := w.backend.Nack(ctx, ids)
+	return err
+}

@@ -1,0 +1,174 @@
+package supervisor
+
+// The result writer's linger on the fake clock (writer.go): a small batch
+// waits up to lingerMax while results flow, and nothing else waits.
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+)
+
+// fakeWrite is one statement the writer issued, with its instant.
+type fakeWrite struct {
+	at   time.Duration // from the end of the first write
+	rows int
+	nack bool
+}
+
+// gatedBackend records the writer's statements and holds the first one
+// until gate is sent to: a write in flight while results arrive. Every
+// row is applied; no other method is called.
+type gatedBackend struct {
+	backends.Backend
+	gate   chan struct{}
+	mu     sync.Mutex
+	calls  int
+	writes []time.Time
+	rows   []int
+	nacks  []bool
+}
+
+func (g *gatedBackend) record(rows int, nack bool) {
+	g.mu.Lock()
+	g.calls++
+	first := g.calls == 1
+	g.writes, g.rows, g.nacks = append(g.writes, time.Now()), append(g.rows, rows), append(g.nacks, nack)
+	g.mu.Unlock()
+	if first {
+		<-g.gate
+	}
+}
+
+func (g *gatedBackend) Complete(_ context.Context, _ string, cs []backends.Completion) ([]string, error) {
+	g.record(len(cs), false)
+	ids := make([]string, len(cs))
+	for i, c := range cs {
+		ids[i] = c.JobID
+	}
+	return ids, nil
+}
+
+func (g *gatedBackend) Nack(_ context.Context, ids []string) ([]string, error) {
+	g.record(len(ids), true)
+	return ids, nil
+}
+
+func (g *gatedBackend) count() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.calls
+}
+
+func TestResultWriterLinger(t *testing.T) {
+	const batch = 16 // lingerBatch: a quarter of an in-flight budget of 64
+	type step struct {
+		at          time.Duration // after the first write returned
+		completions int
+	}
+	cases := []struct {
+		name string
+		// What arrives while the first write is in flight.
+		completions, nacks int
+		hurry, close       bool
+		later              []step
+		want               []fakeWrite // after the first write
+	}{
+		{name: "small batch while results flow waits lingerMax", completions: 1,
+			want: []fakeWrite{{at: lingerMax, rows: 1}}},
+		{name: "a batch growing slowly is written at lingerMax, not later", completions: 1,
+			later: []step{{lingerMax / 4, 1}, {lingerMax / 2, 1}, {lingerMax * 3 / 4, 1}, {lingerMax * 5 / 4, 1}},
+			// The last one arrived just after the second write: it waits
+			// lingerMax from there.
+			want: []fakeWrite{{at: lingerMax, rows: 4}, {at: lingerMax * 9 / 4, rows: 1}}},
+		{name: "a batch reaching lingerBatch is written then", completions: 1,
+			later: []step{{lingerMax / 2, batch - 1}},
+			want:  []fakeWrite{{at: lingerMax / 2, rows: batch}}},
+		{name: "large batch is written at once", completions: batch,
+			want: []fakeWrite{{at: 0, rows: batch}}},
+		{name: "after a quiet spell the first result is written at once",
+			later: []step{{5 * lingerMax, 1}},
+			want:  []fakeWrite{{at: 5 * lingerMax, rows: 1}}},
+		{name: "with a NACK pending everything is written at once", completions: 1, nacks: 1,
+			want: []fakeWrite{{at: 0, rows: 1}, {at: 0, rows: 1, nack: true}}},
+		{name: "once DRAINING began (hurry) results are written at once", completions: 1, hurry: true,
+			want: []fakeWrite{{at: 0, rows: 1}}},
+		{name: "closing writes at once", completions: 1, close: true,
+			want: []fakeWrite{{at: 0, rows: 1}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := &gatedBackend{gate: make(chan struct{})}
+				w := newResultWriter(g, backends.NewID(), slog.New(slog.DiscardHandler), nil)
+				w.lingerBatch = batch
+				go w.run()
+				complete := func(n int) {
+					for range n {
+						w.complete(backends.Completion{JobID: backends.NewID(), Outcome: backends.OutcomeDone})
+					}
+				}
+				complete(1) // the writer was idle: written at once, held at the gate
+				synctest.Wait()
+				require.Equal(t, 1, g.count(), "the first result is written at once")
+
+				complete(tc.completions)
+				for range tc.nacks {
+					w.nack(backends.NewID())
+				}
+				if tc.hurry {
+					w.hurry()
+				}
+				if tc.close {
+					w.close()
+				}
+				g.gate <- struct{}{}
+				start := time.Now()
+				for _, s := range tc.later {
+					time.Sleep(time.Until(start.Add(s.at)))
+					complete(s.completions)
+				}
+				time.Sleep(time.Until(start.Add(10 * lingerMax)))
+				w.close()
+				<-w.done
+
+				g.mu.Lock()
+				defer g.mu.Unlock()
+				var got []fakeWrite
+				for i := 1; i < g.calls; i++ {
+					got = append(got, fakeWrite{at: g.writes[i].Sub(start), rows: g.rows[i], nack: g.nacks[i]})
+				}
+				assert.Equal(t, tc.want, got, "statements after the first")
+			})
+		})
+	}
+}
+
+// In DRAINING the loop hurries the writer: a result arriving right after
+// another is written when it arrives, not lingerMax later.
+func TestDrainingResultsAreNotHeldBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// Budget 8: a batch below 2 results would linger while results flow.
+		w := newFakeWorld(t, fakeSettings(30*time.Second, time.Minute), 8, 4, nil)
+		// The third job keeps the sidecar DRAINING (the writer closing
+		// would write at once anyway).
+		ids := []string{w.enqueue("async.sleep", 10), w.enqueue("async.sleep", 10.001), w.enqueue("async.sleep", 20)}
+		w.run(3)
+		w.sup.Shutdown()
+		w.wait()
+		runs, _ := w.snapshot()
+		require.Len(t, runs, 3)
+		for _, r := range runs {
+			require.Contains(t, ids, r.id)
+			assert.Equal(t, r.end.UTC(), w.job(r.id).UpdatedAt.UTC(), "job %s's row written when its result arrived", r.id)
+		}
+	})
+}
