@@ -94,7 +94,7 @@ func TestAttachPodSidecarRestart(t *testing.T) {
 			run: func(t *testing.T, p *pod, h *podHandler, topo restartTopology) {
 				first := p.sidecarAs(topo, "pod-a", nil)
 				attachedTo(t, first)
-				a := p.enqueue("t.sleep_sync", `{"seconds":5}`, 0)
+				a := p.enqueue("t.sleep_sync", `{"seconds":8}`, 0)
 				p.waitStarted(t, a)
 				first.kill(t)
 				second := p.sidecarAs(topo, "pod-a", nil)
@@ -112,7 +112,7 @@ func TestAttachPodSidecarRestart(t *testing.T) {
 				p.waitDone(t, second, 30*time.Second, a, b)
 				assert.Equal(t, 1, p.started(a), "the sync job ran once")
 				assert.Equal(t, 1, p.job(a).Attempts)
-				assert.JSONEq(t, `{"slept": 5}`, string(p.job(a).Result))
+				assert.JSONEq(t, `{"slept": 8}`, string(p.job(a).Result))
 				assert.Greater(t, p.eventIndex("run", b), p.eventIndex("end", a),
 					"the new job waited for the running job's slot (concurrency 1)")
 				assert.Empty(t, second.logs("result for a job this process does not hold"))

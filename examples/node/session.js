@@ -110,6 +110,9 @@ class Session {
     this.shutdown = false; // the sidecar sent shutdown or closed its side
     this.ended = false; // no more messages can go out on it
     this.acks = false; // the sidecar said it acknowledges results (an Ack)
+    // Whether a message came from the sidecar yet: one that acknowledges results sends an Ack
+    // first, so anything else first means it never will.
+    this.heard = false;
     this.unacked = new Map(); // id -> result message sent on it and not acknowledged yet
   }
 
@@ -197,6 +200,10 @@ class SessionCore {
 
   _onMessage(s, m) {
     if (s.ended) return;
+    if (!s.heard) {
+      s.heard = true;
+      if (m.message !== 'ack') s.unacked.clear(); // an older sidecar: it never acknowledges
+    }
     if (m.message === 'ack') {
       // Not a stdio frame: the sidecar settled these results.
       this._acked(s, m.ack?.ids ?? []);
@@ -299,7 +306,7 @@ class SessionCore {
     const s = this.current;
     if (s && !s.ended) {
       s.write(msg);
-      if (this.attach) s.unacked.set(msg.result.id, msg);
+      if (this.attach && (s.acks || !s.heard)) s.unacked.set(msg.result.id, msg);
       return;
     }
     this._keep(msg, 'ended with no session open');

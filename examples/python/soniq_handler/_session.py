@@ -149,6 +149,9 @@ class _Session:
         self.shutdown = False  # the sidecar sent shutdown (or closed its side)
         self.ended = False
         self.acks = False  # the sidecar said it acknowledges results (an Ack)
+        # Whether a message came from the sidecar yet: one that acknowledges
+        # results sends an Ack first, so anything else first means it never will.
+        self.heard = False
         # Results sent on this session and not acknowledged yet, by job id.
         self.unacked: "Dict[str, pb.HandlerMessage]" = {}
 
@@ -225,7 +228,7 @@ class SessionCore:
         kept, self.kept = self.kept, {}
         for job_id, msg in kept.items():
             s.outbox.put_nowait(msg)
-            s.unacked[job_id] = msg
+            s.unacked[job_id] = msg  # until the sidecar says whether it acknowledges
         if self.draining:
             s.outbox.put_nowait(pb.HandlerMessage(draining=pb.Draining()))
         reader = asyncio.ensure_future(self._read(s, requests))
@@ -260,6 +263,10 @@ class SessionCore:
             async for msg in requests:
                 if s.ended:
                     return
+                if not s.heard:
+                    s.heard = True
+                    if msg.WhichOneof("message") != "ack":
+                        s.unacked.clear()  # an older sidecar: it never acknowledges
                 if msg.WhichOneof("message") == "ack":
                     # Not a stdio frame: the sidecar settled these results.
                     self._acked(s, list(msg.ack.ids))
@@ -361,7 +368,7 @@ class SessionCore:
         s = self.current
         if s is not None and not s.ended:
             s.outbox.put_nowait(msg)
-            if self.attach:
+            if self.attach and (s.acks or not s.heard):
                 s.unacked[msg.result.id] = msg
             return
         self._keep(msg, "ended with no session open")
