@@ -129,6 +129,9 @@ type Supervisor struct {
 	startedRun atomic.Bool
 
 	claimIndexMissing atomic.Bool // see watchClaimIndex
+	// acking is set once a handler that wants acknowledgements said hello
+	// (acks.go): only then does the writer report what it settled.
+	acking atomic.Bool
 }
 
 // New checks the configuration and prepares a Supervisor.
@@ -318,7 +321,11 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		}
 	})
 	// Attached handlers forget a result once it is settled (acks.go).
-	writer.settled = func(ids []string) { s.emit(settledEvent{ids: ids}) }
+	writer.settled = func(ids []string) {
+		if s.acking.Load() {
+			s.emit(settledEvent{ids: ids})
+		}
+	}
 	// A batch smaller than a quarter of the in-flight budget lingers
 	// briefly while results flow (lingerMax).
 	writer.lingerBatch = (total + 3) / 4
