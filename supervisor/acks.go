@@ -26,7 +26,7 @@ const ackWaitMax = 5 * time.Second
 func (l *loop) startAcks(p *process, h *session.Hello) {
 	p.acks = h.Acks
 	if p.acks {
-		l.s.acking.Store(true)
+		l.host.acking()
 		p.send(&session.Ack{})
 	}
 }
