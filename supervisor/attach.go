@@ -121,7 +121,7 @@ func (l *loop) onDraining(p *process) {
 	l.log.Info("attached handler is draining: no more jobs go to it", "handler", p.pool.h.Name, "endpoint", p.endpoint, "jobs", len(p.tasks))
 	l.setProcState(p, procRetiring)
 	if len(p.tasks) == 0 {
-		l.stopProcess(p, l.cfg.StopGrace)
+		l.stopIdle(p)
 	}
 	if len(p.pool.ready()) == 0 {
 		l.host.setReady(p.pool.h.Name, "every attached endpoint is draining; "+l.attachNotReady(p.pool))
