@@ -288,7 +288,7 @@ func TestPlanIsDrawnFromTheSeed(t *testing.T) {
 		t.Fatal("the same seed gave two schedules")
 	}
 	if reflect.DeepEqual(a, other) {
-		t.Fatal("two seeds gave the same schedule")
+		t.Fatal("seed 42 and seed 43 gave the same schedule")
 	}
 	if len(a) < 240/6 || len(a) > 240/2 {
 		t.Fatalf("%d faults in 240 s with gaps of 2 to 6 s", len(a))
