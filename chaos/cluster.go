@@ -89,7 +89,13 @@ type cluster struct {
 // server dropped.
 func (c *cluster) script(ctx context.Context, name string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(c.cfg.root, ".ci", name), args...)
-	cmd.Env = append(os.Environ(), "PG_SYNCHRONOUS_COMMIT=on")
+	// A port fixed for the test server of make test must not be reused here.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PGPORT_TEST=") && !strings.HasPrefix(kv, "PGBOUNCER_PORT=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "PG_SYNCHRONOUS_COMMIT=on")
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
