@@ -338,11 +338,17 @@ func (s *sidecar) start(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		s.c.rec.problem("sidecar %s pid %d not ready: %v", s.name, p.PID, firstLine(err.Error()))
+		s.c.rec.problem("sidecar %s pid %d not ready: %v; its last log line: %s", s.name, p.PID, firstLine(err.Error()), lastLine(proc.Tail(log, 4000)))
 		return nil
 	}
 	s.c.rec.logf("sidecar %s started: pid %d (%s)", s.name, p.PID, filepath.Base(log))
 	return nil
+}
+
+// lastLine is the last non-empty line of text.
+func lastLine(text string) string {
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
 }
 
 func (s *sidecar) current() *incarnation {

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/soniq-dev/soniq-sidecar/internal/proc"
 )
 
 // The nemesis plays the schedule: each step is handed, at its offset, to
@@ -73,7 +75,7 @@ func (s *sidecar) serve(ctx context.Context, steps <-chan Step) {
 			expected := in.expected
 			s.mu.Unlock()
 			if !expected {
-				s.c.rec.problem("sidecar %s pid %d exited on its own with status %d (log %s)", s.name, in.PID, in.p.ExitCode(), in.Log)
+				s.c.rec.problem("sidecar %s pid %d exited on its own with status %d (log %s): %s", s.name, in.PID, in.p.ExitCode(), in.Log, lastLine(proc.Tail(in.Log, 4000)))
 			}
 			s.restart(ctx)
 		case <-handlerDone:
