@@ -338,7 +338,7 @@ func (s *sidecar) start(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		s.c.rec.problem("sidecar %s pid %d not ready: %v; its last log line: %s", s.name, p.PID, firstLine(err.Error()), lastLine(proc.Tail(log, 4000)))
+		s.c.rec.problem("sidecar %s pid %d not ready: %v; its last log line: %s", s.name, p.PID, strings.TrimSuffix(firstLine(err.Error()), "; log tail:"), lastLine(proc.Tail(log, 4000)))
 		return nil
 	}
 	s.c.rec.logf("sidecar %s started: pid %d (%s)", s.name, p.PID, filepath.Base(log))
