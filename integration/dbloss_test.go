@@ -27,14 +27,20 @@ type cutProxy struct {
 	conns  []net.Conn
 	wg     sync.WaitGroup
 	// latency delays everything sent to the database: a slow database,
-	// for real as far as the client can tell. Set before the first use.
+	// for real as far as the client can tell (newSlowProxy).
 	latency time.Duration
 }
 
 func newCutProxy(t *testing.T, target string) *cutProxy {
+	return newSlowProxy(t, target, 0)
+}
+
+// newSlowProxy is a cutProxy that delays what it sends to the database by
+// latency.
+func newSlowProxy(t *testing.T, target string, latency time.Duration) *cutProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &cutProxy{t: t, ln: ln, target: target}
+	p := &cutProxy{t: t, ln: ln, target: target, latency: latency}
 	p.wg.Add(1)
 	go p.serve()
 	t.Cleanup(func() {
