@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,6 +59,52 @@ func start(argv, env []string, dir, logPath string) (*worker, error) {
 		close(w.done)
 	}()
 	return w, nil
+}
+
+// startPiped is start for a process the driver talks to: its stdin and
+// stdout are pipes (the returned writer and reader; the reader ends when the
+// process and its children have closed their end), its stderr goes to
+// logPath.
+func startPiped(argv, env []string, dir, logPath string) (*worker, io.WriteCloser, io.ReadCloser, error) {
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer f.Close()
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, nil, nil, err
+	}
+	// The child holds its ends; the driver keeps only its own.
+	defer inR.Close()
+	defer outW.Close()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env, cmd.Dir, cmd.Stdin, cmd.Stdout, cmd.Stderr = env, dir, inR, outW, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		inW.Close()
+		outR.Close()
+		return nil, nil, nil, fmt.Errorf("start %s: %w", strings.Join(argv, " "), err)
+	}
+	w := &worker{cmd: cmd, pid: cmd.Process.Pid, log: logPath, done: make(chan struct{})}
+	liveMu.Lock()
+	live[w] = true
+	liveMu.Unlock()
+	go func() {
+		w.err = cmd.Wait()
+		w.exit = time.Now()
+		liveMu.Lock()
+		delete(live, w)
+		liveMu.Unlock()
+		close(w.done)
+	}()
+	return w, inW, outR, nil
 }
 
 func (w *worker) signal(s syscall.Signal) {
