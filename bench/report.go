@@ -424,8 +424,9 @@ func (r *report) write(path string) error {
 		w("  then pickup latency, %v jobs/s for %vs, each job enqueued alone by the row's own producer (the peer's enqueue call in its language;\n", p.LatencyRate, p.PeersLatSeconds)
 		w("  the sidecar's as section 3) with the wall clock taken just before the call; then throughput: the queue is filled by one bulk enqueue\n")
 		w("  (the peer's own bulk API; for the sidecar one INSERT … SELECT) of %v jobs (%v for Procrastinate, which fetches one job per statement),\n", p.PeersN, p.PeersSlowN)
-		w("  the clock starting when it returned, and the driver polls the row's own \"anything queued or running?\" query every 20 ms: the clock\n")
-		w("  stops at the first poll that finds nothing (the same rule for every row, the sidecar's included: up to 20 ms late). CPU: the row's\n")
+		w("  the clock starting when it returned, and the driver polls the row's own \"anything queued or running?\" query (2 ms apart at first, then a\n")
+		w("  fiftieth of the time so far, at most 20 ms): the clock stops at the first poll that finds nothing (the same rule for every row, the\n")
+		w("  sidecar's included: at most 2 %% or 2 ms late). CPU: the row's\n")
 		w("  processes (the sidecar and its handlers, or the peer's workers, children included) and every Postgres process, from /proc, from the\n")
 		w("  fill to that poll; peak RSS: the sum of the processes' `VmHWM`. Every job must have run exactly once (the workers count them).\n")
 	}

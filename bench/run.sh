@@ -35,6 +35,36 @@ venv() {
 }
 hash12() { sha256sum "$1" | cut -c1-12; }
 
+# The peers (section peers): each from its own pinned files under
+# bench/peers/KEY, in a cache directory of its own reused while they are
+# unchanged: a virtualenv for the Python ones, `npm ci` for the Node ones.
+nodedir() {
+  local dir="$1" src="$2"
+  if [[ -f "$dir/.installed" ]] && cmp -s "$dir/.installed" "$src/package-lock.json"; then return; fi
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  cp "$src/package.json" "$src/package-lock.json" "$dir/"
+  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
+  cp "$src/package-lock.json" "$dir/.installed"
+}
+# The four install side by side (mostly waiting on the registries), while
+# the Soniq virtualenvs are made and the binary builds.
+peer_installs=() peer_pids=() peer_keys=()
+for key in graphile-worker pg-boss pgqueuer procrastinate; do
+  src="bench/peers/$key"
+  if [[ -f "$src/package-lock.json" ]]; then
+    dir="$cache/peer-$key-$(cat "$src/package.json" "$src/package-lock.json" | sha256sum | cut -c1-12)"
+    nodedir "$dir" "$src" &
+    peer_installs+=("$key=$dir")
+  else
+    dir="$cache/peer-$key-venv-$(hash12 "$src/requirements.txt")"
+    venv "$dir" "$src/requirements.txt" &
+    peer_installs+=("$key=$dir/bin/python")
+  fi
+  peer_pids+=("$!") peer_keys+=("$key")
+done
+peer_installs="$(IFS=,; echo "${peer_installs[*]}")"
+
 soniq_reqs=integration/soniq-requirements.txt
 soniq_venv="$cache/soniq-venv-$(hash12 "$soniq_reqs")"
 chart_reqs=bench/chart-requirements.txt
@@ -54,35 +84,12 @@ sqlite_reqs="$work/soniq-sqlite-requirements.txt"
 cat "$soniq_reqs" bench/soniq-sqlite-requirements.txt >"$sqlite_reqs"
 soniq_sqlite_venv="$cache/soniq-sqlite-venv-$(hash12 "$sqlite_reqs")"
 venv "$soniq_sqlite_venv" "$sqlite_reqs"
-# The peers (section peers): each from its own pinned files under
-# bench/peers/KEY, in a cache directory of its own reused while they are
-# unchanged: a virtualenv for the Python ones, `npm ci` for the Node ones.
-nodedir() {
-  local dir="$1" src="$2"
-  if [[ -f "$dir/.installed" ]] && cmp -s "$dir/.installed" "$src/package-lock.json"; then return; fi
-  rm -rf "$dir"
-  mkdir -p "$dir"
-  cp "$src/package.json" "$src/package-lock.json" "$dir/"
-  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
-  cp "$src/package-lock.json" "$dir/.installed"
-}
-peer_installs=()
-for key in graphile-worker pg-boss; do
-  src="bench/peers/$key"
-  dir="$cache/peer-$key-$(cat "$src/package.json" "$src/package-lock.json" | sha256sum | cut -c1-12)"
-  nodedir "$dir" "$src"
-  peer_installs+=("$key=$dir")
-done
-for key in pgqueuer procrastinate; do
-  reqs="bench/peers/$key/requirements.txt"
-  dir="$cache/peer-$key-venv-$(hash12 "$reqs")"
-  venv "$dir" "$reqs"
-  peer_installs+=("$key=$dir/bin/python")
-done
-peer_installs="$(IFS=,; echo "${peer_installs[*]}")"
 
 make --no-print-directory build BIN="$work/soniq-sidecar" >&2
 go build -o "$work/bench" ./bench
+for i in "${!peer_pids[@]}"; do
+  wait "${peer_pids[$i]}" || { echo "FATAL: installing the peer ${peer_keys[$i]} (bench/peers/${peer_keys[$i]}) failed" >&2; exit 1; }
+done
 
 out="${BENCH_OUT:-docs/benchmarks.md}" png="${BENCH_PNG:-docs/benchmarks.png}"
 quick=()

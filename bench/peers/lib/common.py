@@ -69,6 +69,10 @@ async def run_worker(
     say("BENCH-READY")
     await serve(stop)
     tally.print()
+    # Exit here, the worker stopped and its connections closed: past this
+    # point the event loop's teardown would restore SIGTERM's default, and
+    # a second SIGTERM would kill the process before a clean exit.
+    os._exit(0)
 
 
 async def run_client(
