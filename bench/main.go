@@ -57,12 +57,14 @@ type config struct {
 	sqliteDrain        int           // completions a SQLite depth point is taken over, at most
 	sqliteWindow       time.Duration // bound of one SQLite depth point
 
-	peerPaths    map[string]string // peer key → its install: node_modules' parent directory, or the virtualenv's python
-	peersN       int               // jobs per throughput run of the peers section (every row)
-	peersSlowN   int               // the same for the peers that fetch one job per statement
-	peersRuns    int               // rounds of the peers section
-	peersLatSecs float64           // duration of the latency phase of a peers run
-	peersStrict  bool              // a failed peers run fails the bench (bench-smoke)
+	peerPaths     map[string]string // peer key → its install: node_modules' parent directory, or the virtualenv's python
+	peersN        int               // jobs per throughput run of the peers section (every row)
+	peersSlowN    int               // the same for the peers that fetch one job per statement
+	peersRuns     int               // rounds of the peers section
+	peersLatSecs  float64           // duration of the latency phase of a peers run
+	peersStrict   bool              // a failed peers run fails the bench (bench-smoke)
+	pgBossLocal   int               // pg-boss: workers per process (the budget split as localConcurrency × batchSize)
+	pgQueuerBatch int               // PgQueuer: batch_size (0: half the per-process budget)
 }
 
 func main() {
@@ -101,6 +103,8 @@ func main() {
 	flag.IntVar(&c.peersRuns, "peers-runs", 2, "rounds of the peers section (each row: one start, its latency, then its drain)")
 	flag.Float64Var(&c.peersLatSecs, "peers-latency-seconds", 4, "duration of the pickup-latency phase of a peers run (at -latency-rate)")
 	flag.BoolVar(&c.peersStrict, "peers-strict", false, "fail the bench when a run of the peers section fails (bench-smoke: the peers' harnesses must not rot)")
+	flag.IntVar(&c.pgBossLocal, "pgboss-local", 1, "pg-boss: the per-process budget split as localConcurrency × batchSize, this many workers (1 × 32 drained fastest of 1 × 32, 2 × 16, 4 × 8 and 8 × 4 in trials: about 1.7×, 2.5× and 3.5× the others)")
+	flag.IntVar(&c.pgQueuerBatch, "pgqueuer-batch", 0, "PgQueuer: batch_size (default half the per-process budget, the largest PgQueuer allows with max_concurrent_tasks = the budget)")
 	renderOnly := flag.String("render", "", "only rewrite this report from the JSON it embeds (goals, analysis), measuring nothing")
 	flag.Parse()
 	if *renderOnly != "" {

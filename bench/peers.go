@@ -56,16 +56,6 @@ type peer struct {
 	slow bool
 }
 
-// pgBossSplit is pg-boss's per-process budget as localConcurrency ×
-// batchSize: 4 × 8 drained fastest of 1 × 32, 2 × 16, 4 × 8 and 8 × 4 in
-// trials on the bench's machine (a batch is completed as one statement when
-// its handler returns, so its size trades statements for idle slots).
-const pgBossLocal = 4
-
-// pgQueuerBatch is PgQueuer's batch_size: the largest it allows with
-// max_concurrent_tasks = the per-process budget (it requires at least twice
-// the batch size).
-func pgQueuerBatch(perProc int) int { return max(1, perProc/2) }
 
 var peers = []peer{
 	{
@@ -80,25 +70,29 @@ var peers = []peer{
 		Key: "pg-boss", Label: "pg-boss", Lang: "node", Pkg: "pg-boss",
 		Settings: "LISTEN/NOTIFY (`useListenNotify` on the instance, `notify` on the queue), batch fetching with `burstWhenBatchFull` " +
 			"(without it a worker waits out its polling interval between full batches), `pollingIntervalSeconds: 0.5` (its minimum) as the " +
-			"fallback, the per-process budget as `localConcurrency` 4 × `batchSize` 8 (the fastest split in trials), a pool of " +
-			"localConcurrency + 2; one queue for both kinds of job so one `work()` holds the whole budget; filled with `insert()` " +
+			"fallback, the per-process budget as `localConcurrency` × `batchSize` = 1 × 32 (the fastest split in trials: " +
+			"2 × 16, 4 × 8 and 8 × 4 drained 1.7–3.5× slower), a pool of localConcurrency + 2; one queue for both kinds of job so one `work()` holds the whole budget; filled with `insert()` " +
 			"(one statement), latency jobs by `send()`",
 		open:  `SELECT EXISTS (SELECT 1 FROM pgboss.job WHERE name = 'bench' AND state IN ('created', 'retry', 'active'))`,
 		reset: []string{`TRUNCATE pgboss.job`},
 		env: func(c *config) []string {
-			return []string{fmt.Sprintf("BENCH_PGBOSS_LOCAL=%d", pgBossLocal)}
+			return []string{fmt.Sprintf("BENCH_PGBOSS_LOCAL=%d", c.pgBossLocal)}
 		},
 	},
 	{
 		Key: "pgqueuer", Label: "PgQueuer (asyncpg)", Lang: "python", Pkg: "pgqueuer",
 		Settings: "its performance-tuning guide: the asyncpg driver, one direct connection for the QueueManager, uvloop (what its CLI runs on), " +
 			"`pgq autovac`'s autovacuum settings, default durable (logged) tables as the sidecar's; `max_concurrent_tasks` = the per-process " +
-			"budget and `batch_size` = half of it, the largest PgQueuer allows; filled with one `enqueue()` call of lists (one statement), " +
+			"budget and `batch_size` = half of it, the largest PgQueuer allows (4 and 8 cost more CPU per job in trials, and drained no faster); filled with one `enqueue()` call of lists (one statement), " +
 			"latency jobs by `enqueue()`",
 		open:  `SELECT EXISTS (SELECT 1 FROM pgqueuer)`,
 		reset: []string{`TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics`},
 		env: func(c *config) []string {
-			return []string{fmt.Sprintf("BENCH_PGQUEUER_BATCH=%d", pgQueuerBatch(c.conc/c.procs))}
+			batch := c.pgQueuerBatch
+			if batch == 0 {
+				batch = max(1, c.conc/c.procs/2)
+			}
+			return []string{fmt.Sprintf("BENCH_PGQUEUER_BATCH=%d", batch)}
 		},
 	},
 	{

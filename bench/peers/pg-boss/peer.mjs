@@ -7,9 +7,9 @@
 // again at once (without it a notified worker waits out its polling
 // interval between batches); the 0.5 s minimum polling interval as the
 // fallback. The per-process budget is split as localConcurrency ×
-// batchSize (BENCH_PGBOSS_LOCAL × BENCH_PGBOSS_BATCH, set by the driver:
-// the split that drained fastest in trials; see docs/benchmarks.md). A batch
-// handler's jobs are completed together when it returns. One queue, bench,
+// batchSize, BENCH_PGBOSS_LOCAL workers (set by the driver: the split that
+// drained fastest in trials, see docs/benchmarks.md). A batch handler's jobs
+// are completed together when it returns. One queue, bench,
 // carries both kinds of job (data.kind), so one work() call holds the whole
 // budget. Filling uses insert() (one statement), the latency producer send().
 import { main, importPeer, databaseURL, concurrency, nowUS, newTally, runWorker, runClient } from '../lib/common.mjs';
@@ -18,7 +18,7 @@ const { PgBoss } = await importPeer('pg-boss');
 const QUEUE = 'bench';
 
 const split = () => {
-  const local = Number(process.env.BENCH_PGBOSS_LOCAL ?? 4);
+  const local = Number(process.env.BENCH_PGBOSS_LOCAL ?? 1);
   const batch = concurrency() / local;
   if (!Number.isInteger(batch) || batch < 2) throw new Error(`BENCH_CONCURRENCY ${concurrency()} does not split into ${local} workers of batches of 2 or more`);
   return { local, batch };
