@@ -200,13 +200,12 @@ func (b *bench) peersSection(ctx context.Context) error {
 			if err := b.peerSetup(ctx, r.peer); err != nil {
 				r.Status = "failed: setup: " + lastLine(err.Error())
 				logf("peers %s setup: %v", r.Key, err)
-				if c.peersStrict {
-					return fmt.Errorf("peer %s: setup: %w", r.Key, err)
-				}
 			}
 		}
 		if r.Status == "" {
 			active = append(active, r)
+		} else if c.peersStrict {
+			return fmt.Errorf("peers: %s %s", r.Key, r.Status)
 		}
 	}
 	var roundTime time.Duration
@@ -239,6 +238,24 @@ func (b *bench) peersSection(ctx context.Context) error {
 	}
 	for _, r := range active {
 		r.summarise()
+	}
+	// Leave the later sections a database holding only their own rows.
+	for _, r := range active {
+		if r.peer != nil {
+			if err := b.peerReset(ctx, r.peer); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// peerReset empties a peer's tables.
+func (b *bench) peerReset(ctx context.Context, p *peer) error {
+	for _, q := range append(append([]string{}, p.reset...), `CHECKPOINT`) {
+		if _, err := b.db.pool.Exec(ctx, q); err != nil {
+			return fmt.Errorf("reset %s: %s: %w", p.Key, q, err)
+		}
 	}
 	return nil
 }
@@ -531,10 +548,8 @@ type peerRow struct {
 
 func (b *bench) startPeerRow(ctx context.Context, p *peer, tag string) (*peerRow, error) {
 	c := b.c
-	for _, q := range append(append([]string{}, p.reset...), `CHECKPOINT`) {
-		if _, err := b.db.pool.Exec(ctx, q); err != nil {
-			return nil, fmt.Errorf("reset %s: %s: %w", p.Key, q, err)
-		}
+	if err := b.peerReset(ctx, p); err != nil {
+		return nil, err
 	}
 	pr := &peerRow{b: b, p: p}
 	argv, env := b.peerArgv(p, "worker")
