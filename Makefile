@@ -11,7 +11,7 @@ VENV     ?= .venv
 VENV_PYTHON := $(VENV)/bin/python
 ON_VENV  := PATH="$(abspath $(VENV))/bin:$$PATH"
 
-.PHONY: all build docker-steps docker-steps-examples cross-build test test-go test-python test-node test-prometheus lint vet fmt-check tidy-check staticcheck demo demo-python demo-node bench bench-smoke clean
+.PHONY: dist all build docker-steps docker-steps-examples cross-build test test-go test-python test-node test-prometheus lint vet fmt-check tidy-check staticcheck demo demo-python demo-node bench bench-smoke clean
 
 all: build
 
@@ -146,8 +146,19 @@ bench: deps-python deps-node  # the unix rows need the gRPC packages
 bench-smoke: deps-python deps-node
 	$(ON_VENV) BENCH_QUICK=1 bench/run.sh
 
+# What a release ships, built locally into dist/ (never into the source tree): the
+# static binary, the Python SDK's wheel and the Node SDK's tarball. The image is
+# `docker build -t IMAGE .` from the repository root; .github/workflows/release.yml
+# publishes all four on a version tag.
+dist: build deps-python
+	rm -rf dist && mkdir -p dist
+	cp $(BIN) dist/
+	$(VENV_PYTHON) -m pip wheel -q --no-deps --disable-pip-version-check -w dist examples/python
+	cd examples/node && npm pack --silent --pack-destination ../../dist >/dev/null
+	@ls -1 dist
+
 clean:
-	rm -rf bin $(VENV)
+	rm -rf bin dist $(VENV)
 
 # Regenerates the unix transport's code from protocol/handler.proto: the Go
 # messages and service (protocol/handlerpb) and the Python messages and their

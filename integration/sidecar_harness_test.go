@@ -352,6 +352,13 @@ func (w *world) startSidecarGated(env map[string]string, gate <-chan struct{}, a
 			_ = cmd.Process.Kill()
 			<-s.done
 		}
+		// Whatever the scenario, the engine keeps to its own diagrams and
+		// never panics.
+		for _, bug := range []string{"impossible process state transition", "panic:"} {
+			if strings.Contains(s.rawString(), bug) {
+				w.t.Errorf("the sidecar logged %q", bug)
+			}
+		}
 		if w.t.Failed() {
 			s.mu.Lock()
 			w.t.Logf("sidecar log:\n%s", s.raw.String())
@@ -359,6 +366,12 @@ func (w *world) startSidecarGated(env map[string]string, gate <-chan struct{}, a
 		}
 	})
 	return s
+}
+
+func (s *sidecar) rawString() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.raw.String()
 }
 
 func (s *sidecar) signal(sig syscall.Signal) time.Time {

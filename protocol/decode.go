@@ -33,8 +33,8 @@ func DecodeLimit(frame []byte, maxFrameBytes int) (Message, error) {
 	return m, nil
 }
 
-// decode runs the checks in the order the vectors fix: UTF-8, JSON syntax (checkValues
-// included), top-level object, type, then each field in table order (missing, JSON type,
+// decode runs the checks in the order the vectors fix: UTF-8, JSON syntax (the value
+// rules of scanJSON included), top-level object, type, then each field in table order (missing, JSON type,
 // value range).
 func decode(frame []byte) (Message, *FrameError) {
 	if !utf8.Valid(frame) {
@@ -46,8 +46,10 @@ func decode(frame []byte) (Message, *FrameError) {
 	if err != nil && !errors.As(err, &typeErr) {
 		return nil, &FrameError{Code: CodeInvalidJSON, Detail: err.Error()}
 	}
-	if ferr := checkValues(frame); ferr != nil {
-		return nil, ferr
+	// The value rules args are held to at the claim, over the whole frame:
+	// numbers beyond a 64-bit float, unpaired surrogate escapes.
+	if f := scanJSON(frame, maxFrameDepth, nil); f.kind != argsOK {
+		return nil, &FrameError{Code: CodeInvalidJSON, Detail: f.message(frame, "frame", maxFrameDepth)}
 	}
 	if typeErr != nil {
 		return nil, &FrameError{Code: CodeNotObject, Detail: "frame is a JSON " + typeErr.Value + ", not an object"}
@@ -418,75 +420,4 @@ func wrongType(field, want string, raw json.RawMessage) *FrameError {
 		got += " " + string(raw)
 	}
 	return &FrameError{Code: CodeWrongType, Field: field, Detail: "want " + want + ", got " + got}
-}
-
-// checkValues rejects, as invalid_json, two things JSON's grammar allows but no
-// implementation can carry faithfully: a number that rounds to infinity as a 64-bit float
-// (1e400; JavaScript would turn it into null) and a \u escape of an unpaired UTF-16
-// surrogate (not a Unicode character; Python cannot encode it again). It scans the whole
-// frame, args included. b must be syntactically valid JSON.
-func checkValues(b []byte) *FrameError {
-	for i := 0; i < len(b); i++ {
-		switch c := b[i]; {
-		case c == '"':
-			for i++; b[i] != '"'; i++ {
-				if b[i] != '\\' {
-					continue
-				}
-				i++
-				if b[i] != 'u' {
-					continue
-				}
-				r := hex4(b[i+1:])
-				i += 4
-				switch {
-				case r >= 0xD800 && r < 0xDC00:
-					if i+6 < len(b) && b[i+1] == '\\' && b[i+2] == 'u' {
-						if r2 := hex4(b[i+3:]); r2 >= 0xDC00 && r2 < 0xE000 {
-							i += 6
-							continue
-						}
-					}
-					return &FrameError{Code: CodeInvalidJSON, Detail: "unpaired surrogate escape " + string(b[i-5:i+1])}
-				case r >= 0xDC00 && r < 0xE000:
-					return &FrameError{Code: CodeInvalidJSON, Detail: "unpaired surrogate escape " + string(b[i-5:i+1])}
-				}
-			}
-		case c == '-' || (c >= '0' && c <= '9'):
-			j := i + 1
-			for j < len(b) && bytes.IndexByte([]byte("+-0123456789.eE"), b[j]) >= 0 {
-				j++
-			}
-			// Fewer than 16 digits and no exponent cannot overflow.
-			if num := b[i:j]; len(num) > 15 || bytes.ContainsAny(num, "eE") {
-				if _, err := strconv.ParseFloat(string(num), 64); err != nil {
-					return &FrameError{Code: CodeInvalidJSON, Detail: "number " + shorten(num) + " is beyond the range of a 64-bit float"}
-				}
-			}
-			i = j - 1
-		}
-	}
-	return nil
-}
-
-func hex4(b []byte) rune {
-	var r rune
-	for _, c := range b[:4] {
-		switch {
-		case c >= '0' && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case c >= 'a' && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		default:
-			r = r<<4 | rune(c-'A'+10)
-		}
-	}
-	return r
-}
-
-func shorten(b []byte) string {
-	if len(b) > 40 {
-		return string(b[:40]) + "…"
-	}
-	return string(b)
 }

@@ -11,31 +11,44 @@ import (
 	"github.com/soniq-dev/soniq-sidecar/backends"
 )
 
-// heartbeat keeps soniq_workers.last_heartbeat fresh in every state until
-// Run is about to return (DRAINING, FORCE_TIMEOUT_PATH and WAIT_FOR_THREAD
-// included: Soniq's own worker stops early, the contract says not to).
-func (s *Supervisor) heartbeat(ctx context.Context) {
-	t := time.NewTicker(s.cfg.Settings.HeartbeatInterval)
+// every runs f now (when first is set) and then every interval until ctx
+// ends: the shape of each periodic goroutine Run owns.
+func every(ctx context.Context, interval time.Duration, first bool, f func(context.Context)) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
+	if first {
+		f(ctx)
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			f(ctx)
 		}
-		hctx, cancel := context.WithTimeout(ctx, max(s.cfg.Settings.HeartbeatInterval, time.Second))
-		err := s.cfg.Backend.Heartbeat(hctx, s.workerID)
-		cancel()
-		switch {
-		case err == nil || ctx.Err() != nil:
-		case workerRowLost(err):
-			// Another worker recovered our jobs (we were silent too long:
-			// a frozen VM, a partition) or another program took our row.
-			// The loop stops claiming and registers again.
-			s.emit(workerLostEvent{err: err})
-		default:
-			s.log.Warn("heartbeat failed", "worker_id", s.workerID, "err", err)
-		}
+	}
+}
+
+// heartbeat keeps soniq_workers.last_heartbeat fresh in every state until
+// Run is about to return (DRAINING, FORCE_TIMEOUT_PATH and WAIT_FOR_THREAD
+// included: Soniq's own worker stops early, the contract says not to).
+func (s *Supervisor) heartbeat(ctx context.Context) {
+	every(ctx, s.cfg.Settings.HeartbeatInterval, false, s.beatOnce)
+}
+
+func (s *Supervisor) beatOnce(ctx context.Context) {
+	hctx, cancel := context.WithTimeout(ctx, max(s.cfg.Settings.HeartbeatInterval, time.Second))
+	err := s.cfg.Backend.Heartbeat(hctx, s.workerID)
+	cancel()
+	switch {
+	case err == nil || ctx.Err() != nil:
+	case workerRowLost(err):
+		// Another worker recovered our jobs (we were silent too long: a
+		// frozen VM, a partition) or another program took our row. The
+		// loop stops claiming and registers again.
+		s.emit(workerLostEvent{err: err})
+	default:
+		s.log.Warn("heartbeat failed", "worker_id", s.workerID, "err", err)
 	}
 }
 
@@ -77,16 +90,7 @@ func (s *Supervisor) maintain(ctx context.Context) {
 	if interval <= 0 {
 		interval = 5 * time.Minute
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		s.maintainOnce(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	every(ctx, interval, true, s.maintainOnce)
 }
 
 func (s *Supervisor) maintainOnce(ctx context.Context) {
@@ -128,21 +132,13 @@ func (s *Supervisor) maintainOnce(ctx context.Context) {
 
 // pollStats refreshes the soniq_queue_jobs gauge from the stats contract.
 func (s *Supervisor) pollStats(ctx context.Context) {
-	t := time.NewTicker(15 * time.Second)
-	defer t.Stop()
-	for {
+	every(ctx, 15*time.Second, true, func(ctx context.Context) {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		st, err := s.cfg.Backend.Stats(sctx)
-		cancel()
-		if err == nil {
+		defer cancel()
+		if st, err := s.cfg.Backend.Stats(sctx); err == nil {
 			s.metrics.setQueueStats(st)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }
 
 // subscribe forwards new-job notifications to the loop as wake-ups.

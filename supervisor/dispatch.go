@@ -13,7 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
-	"github.com/soniq-dev/soniq-sidecar/internal/transport"
+	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
 func (l *loop) maybeClaim(pl *pool) {
@@ -102,16 +102,16 @@ func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
 			l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
 				Reason: backends.ReasonMaxRetriesExceeded, Error: "Max attempts exceeded (job crashed repeatedly)"})
 			continue
-		case !transport.IsJSONObject(j.Args):
+		case !protocol.IsJSONObject(j.Args):
 			l.log.Error("job dead-lettered: its args are not a JSON object", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue)
 			l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
 				Reason: backends.ReasonInvalidArguments, Error: "args must be a JSON object, got: " + truncate(string(j.Args), 200)})
 			continue
-		case transport.ArgsUnsendable(j.Args, l.cfg.MaxFrameBytes) != "":
+		case protocol.ArgsUnsendable(j.Args, l.cfg.MaxFrameBytes) != "":
 			// Sending it would break every handler process it reached (an
 			// oversize or too-deep frame is a protocol error there), and
 			// retrying cannot help: dead-letter it with the reason.
-			why := transport.ArgsUnsendable(j.Args, l.cfg.MaxFrameBytes)
+			why := protocol.ArgsUnsendable(j.Args, l.cfg.MaxFrameBytes)
 			l.log.Error("job dead-lettered: its args cannot be sent to a handler", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "reason", why)
 			l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
 				Reason: backends.ReasonInvalidArguments, Error: why})

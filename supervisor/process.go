@@ -3,6 +3,7 @@ package supervisor
 import (
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,6 +26,20 @@ const (
 
 func (s procState) String() string {
 	return [...]string{"starting", "ready", "retiring", "stopping", "dead"}[s]
+}
+
+// procTransitions is every state change a process may make (the diagram in
+// docs/architecture.md); setProcState refuses any other as a bug.
+var procTransitions = [...][]procState{
+	procStarting: {procReady, procStopping, procDead},
+	procReady:    {procRetiring, procStopping, procDead},
+	procRetiring: {procStopping, procDead},
+	procStopping: {procDead},
+	procDead:     nil,
+}
+
+func (s procState) canBecome(to procState) bool {
+	return slices.Contains(procTransitions[s], to)
 }
 
 // process is one long-lived handler child. Its fields are owned by the

@@ -68,6 +68,16 @@ func (l *loop) spawn(pl *pool, slot int) {
 }
 
 func (l *loop) setProcState(p *process, to procState) {
+	if p.state == to {
+		return
+	}
+	if !p.state.canBecome(to) {
+		// A bug in the loop, not a fault of the process: said loudly, and
+		// the process keeps its state rather than jump the diagram.
+		l.log.Error("impossible process state transition refused (a sidecar bug; please report it)",
+			"handler", p.pool.h.Name, p.who(), "from", p.state.String(), "to", to.String())
+		return
+	}
 	l.metrics.processState(p.pool.h.Name, p.state, to, false)
 	p.state = to
 }

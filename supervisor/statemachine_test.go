@@ -117,6 +117,14 @@ func newFakePool(t *testing.T, s config.Settings, processes, concurrency, syncCo
 	sup, err := New(Config{Manifest: m, Settings: s, Backend: beatRecorder{Backend: w.mem, w: w}, Logger: log, startTransport: w.transport})
 	require.NoError(t, err)
 	w.sup = sup
+	t.Cleanup(func() {
+		// Every scenario of these tests keeps to the process state diagram.
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, r := range w.logs {
+			assert.NotContains(t, r.Msg, "impossible process state transition", "%v", r.Attrs)
+		}
+	})
 	return w
 }
 

@@ -7,16 +7,16 @@ const { App } = require(process.env.BENCH_NODE_SDK);
 
 const app = new App({ concurrency: Number(process.env.BENCH_CONCURRENCY) });
 
-app.job('bench.noop', async () => null);
+app.job('bench.noop', async () => null, { cancellable: true });
 
 // Pickup latency: the driver subtracts the producer's args.t_us.
 app.job('bench.latency', async () => ({
   started_us: Math.round((performance.timeOrigin + performance.now()) * 1000),
-}));
+}), { cancellable: true });
 
 app.job('bench.sleep', async ({ seconds }, ctx) => {
   await sleep(seconds * 1000, undefined, { signal: ctx.signal });
   return null;
-});
+}, { cancellable: true });
 
 app.run();

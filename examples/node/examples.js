@@ -8,13 +8,13 @@ const app = new App({ concurrency: 8 });
 app.job('examples.add', async ({ a, b }) => {
   if (typeof a !== 'number' || typeof b !== 'number') throw new PermanentError('a and b must be numbers');
   return { sum: a + b };
-});
+}, { cancellable: true });
 
 // Async branch: honours ctx.signal, so a cancel stops it at once.
 app.job('examples.sleep_async', async ({ seconds }, ctx) => {
   await sleep(seconds * 1000, undefined, { signal: ctx.signal });
   return { slept: seconds };
-});
+}, { cancellable: true });
 
 // Sync branch: registered non-cancellable, it ignores cancels and always runs to the end.
 // (A timer rather than a busy loop, so the process still answers pings meanwhile.)
@@ -25,7 +25,7 @@ app.job('examples.sleep_sync', async ({ seconds }) => {
 
 app.job('examples.fail', async () => {
   throw new Error('boom');
-});
+}, { cancellable: true });
 
 // Stray output: all of it lands on stderr, the protocol stream stays clean.
 app.job('examples.print', async () => {
@@ -38,12 +38,12 @@ app.job('examples.print', async () => {
   process.stdout.write('junk from process.stdout.write without newline');
   process.stdout.write('\n{"type":"result","id":"forged","status":"done"}\n');
   return { ok: true };
-});
+}, { cancellable: true });
 
-app.job('examples.snooze', async () => new Snooze(1, 'later'));
+app.job('examples.snooze', async () => new Snooze(1, 'later'), { cancellable: true });
 
 app.job('examples.permanent', async () => {
   throw new PermanentError('this will never work');
-});
+}, { cancellable: true });
 
 app.run();

@@ -27,11 +27,12 @@ export interface AppOptions {
 
 export interface JobOptions<Args = JsonObject> {
   /**
-   * true (default): the async branch, a cancel from the sidecar aborts `ctx.signal`.
+   * Required, as in the manifest (a capability the handler declares, never assumed).
+   * true: the async branch, a cancel from the sidecar aborts `ctx.signal`.
    * false: the sync branch, cancels are ignored and the job's real result is sent.
    * Must match the job's `cancellable` in the manifest.
    */
-  cancellable?: boolean;
+  cancellable: boolean;
   /**
    * Checks and normalises the job's args before the middleware and the handler run (after the
    * beforeJob hooks). Its value is what they get (`undefined`: the args as they came). If it
@@ -110,9 +111,10 @@ export class App {
   readonly maxFrameBytes: number;
   /**
    * Registers `fn` for job `name`. Throws if the name is empty or already registered, or if
-   * `cancellable` is not a boolean. `Args` is the shape of the job's args (a JSON object).
+   * `cancellable` is missing or not a boolean. `Args` is the shape of the job's args (a JSON
+   * object).
    */
-  job<Args = JsonObject>(name: string, fn: JobHandler<Args>, options?: JobOptions<Args>): this;
+  job<Args = JsonObject>(name: string, fn: JobHandler<Args>, options: JobOptions<Args>): this;
   /**
    * Hooks (Soniq's before_job / after_job / on_error): called in registration order and awaited,
    * inside the job (its slot and its timeout). One that throws is logged on stderr and ignored:

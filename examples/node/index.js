@@ -220,15 +220,21 @@ class App {
     this._middleware = [];
   }
 
-  // Registers a handler. `fn(args, ctx)` may be async. `cancellable` (default true) puts the
-  // job on the async branch: a `cancel` aborts ctx.signal. A job registered with
-  // `cancellable: false` is the sync branch: cancels are ignored and its real result is sent.
+  // Registers a handler. `fn(args, ctx)` may be async. `cancellable` is required, as in the
+  // manifest: it is a capability the handler declares, never assumed. `true` puts the job on
+  // the async branch: a `cancel` aborts ctx.signal (a timeout, or shutdown, which puts the job
+  // back in the queue). `false` is the sync branch: cancels are ignored and its real result is
+  // sent; shutdown waits for it.
   // `validate(args)` (optional) runs before the middleware and the handler: what it returns
   // (undefined: the args as they came) is what they get; if it throws, the job fails at once,
   // without retries, with "Corrupted argument data: <its message>" as Soniq words it.
-  job(name, fn, { cancellable = true, validate } = {}) {
+  job(name, fn, { cancellable, validate } = {}) {
     if (typeof name !== 'string' || name.length === 0) throw new TypeError('job name must be a non-empty string');
     if (typeof fn !== 'function') throw new TypeError(`handler for ${name} must be a function`);
+    if (cancellable === undefined) {
+      throw new TypeError(`job ${name}: declare { cancellable: true } (it stops when ctx.signal aborts; at shutdown it goes back to the queue) ` +
+        'or { cancellable: false } (it always runs to the end; shutdown waits for it), the same as in the manifest');
+    }
     if (typeof cancellable !== 'boolean') throw new TypeError(`cancellable for ${name} must be a boolean`);
     if (validate !== undefined && typeof validate !== 'function') throw new TypeError(`validate for ${name} must be a function`);
     if (this.handlers.has(name)) throw new Error(`job ${name} registered twice`);
@@ -307,7 +313,7 @@ class App {
   // (attach mode, see listen.js).
   run() {
     if (this.writer) throw new Error('App.run() called twice');
-    if (this.handlers.size === 0) throw new Error('no jobs registered: call app.job(name, fn) before app.run()');
+    if (this.handlers.size === 0) throw new Error('no jobs registered: call app.job(name, fn, { cancellable }) before app.run()');
     const guard = protectStdout();
     this.writer = new FrameWriter(guard.stream, guard.write);
     guard.stream.on('error', (err) => {

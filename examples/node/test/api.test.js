@@ -143,12 +143,27 @@ test('a job this process does not serve runs no hook', async () => {
   assert.deepEqual(events, []);
 });
 
+// The branch is a capability the handler declares, as the manifest and the Python SDK (async
+// def or def) make it: never assumed. A missing declaration fails at registration, naming
+// the job and both choices, before any hello could disagree with the manifest.
+test('registration requires cancellable to be declared', () => {
+  const app = new App();
+  assert.throws(() => app.job('billing.charge', async () => 1), {
+    name: 'TypeError',
+    message: /^job billing\.charge: declare \{ cancellable: true \} .* or \{ cancellable: false \}/,
+  });
+  assert.throws(() => app.job('billing.charge', async () => 1, {}), TypeError);
+  assert.throws(() => app.job('billing.charge', async () => 1, { cancellable: 'yes' }), { message: 'cancellable for billing.charge must be a boolean' });
+  app.job('billing.charge', async () => 1, { cancellable: false });
+  assert.equal(app.handlers.get('billing.charge').cancellable, false);
+});
+
 test('registration refuses what is not a function', () => {
   const app = new App();
   assert.throws(() => app.beforeJob('x'), { name: 'TypeError', message: 'beforeJob hook must be a function' });
   assert.throws(() => app.afterJob(null), TypeError);
   assert.throws(() => app.onError({}), TypeError);
   assert.throws(() => app.use(42), { name: 'TypeError', message: 'middleware must be a function' });
-  assert.throws(() => app.job('a', () => 1, { validate: 'yes' }), { name: 'TypeError', message: 'validate for a must be a function' });
+  assert.throws(() => app.job('a', () => 1, { cancellable: true, validate: 'yes' }), { name: 'TypeError', message: 'validate for a must be a function' });
   assert.equal(app.beforeJob(() => {}).afterJob(() => {}).onError(() => {}).use((c, a, n) => n()), app, 'chainable');
 });

@@ -62,7 +62,7 @@ app.job('api.order', async (args, ctx) => {
   note(ctx.id, `handler ${JSON.stringify(args)}`);
   await sleep(20);
   return { quantity: args.quantity };
-}, { validate: validateOrder });
+}, { cancellable: true, validate: validateOrder });
 // An async validator that only checks: undefined keeps the args.
 app.job('api.check', (args, ctx) => {
   note(ctx.id, `handler ${JSON.stringify(args)}`);
@@ -77,19 +77,19 @@ app.job('api.check', (args, ctx) => {
 app.job('api.fail', (args, ctx) => {
   note(ctx.id, 'handler');
   throw new Error('boom');
-});
+}, { cancellable: true });
 app.job('api.permanent', (args, ctx) => {
   note(ctx.id, 'handler');
   throw new PermanentError('never');
-});
+}, { cancellable: true });
 app.job('api.snooze', (args, ctx) => {
   note(ctx.id, 'handler');
   return new Snooze(3, 'later');
-});
+}, { cancellable: true });
 app.job('api.wait', async (args, ctx) => {
   note(ctx.id, 'handler');
   await sleep(60_000, undefined, { signal: ctx.signal });
-});
-app.job('api.events', ({ id }) => events.get(id) ?? []);
+}, { cancellable: true });
+app.job('api.events', ({ id }) => events.get(id) ?? [], { cancellable: true });
 
 app.run();

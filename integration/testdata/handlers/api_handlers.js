@@ -16,16 +16,16 @@ app.job('api.context', async (args, ctx) => ({
   scheduledAt: ms(ctx.scheduledAt),
   createdAt: ms(ctx.createdAt),
   datesAreDates: (ctx.scheduledAt === null || ctx.scheduledAt instanceof Date) && ctx.createdAt instanceof Date,
-}));
+}), { cancellable: true });
 
 app.job('api.permanent', async ({ invoice }) => {
   throw new PermanentError(`no invoice ${invoice}`);
-});
+}, { cancellable: true });
 
 // Runs until its timeout cancels it.
 app.job('api.slow', async (args, ctx) => {
   await sleep(60_000, undefined, { signal: ctx.signal });
-});
+}, { cancellable: true });
 
 // Hooks that break on api.hooked (which changes nothing), a middleware that wraps its value,
 // and an onError hook that says on stderr (the sidecar's log) what it saw.
@@ -40,9 +40,9 @@ app.onError((ctx, err) => {
 });
 app.use(async (ctx, args, next) => (ctx.name === 'api.hooked' ? { wrapped: await next(), attempt: ctx.attempt } : next()));
 
-app.job('api.hooked', (args) => ({ got: args }));
+app.job('api.hooked', (args) => ({ got: args }), { cancellable: true });
 
-app.job('api.validated', ({ n }) => ({ n }), {
+app.job('api.validated', ({ n }) => ({ n }), { cancellable: true,
   validate: (args) => {
     if (typeof args.n !== 'number') throw new TypeError(`n must be a number, got ${JSON.stringify(args.n)}`);
     return { n: Math.round(args.n) };

@@ -12,19 +12,19 @@ function record(event, ctx) {
   if (file) fs.appendFileSync(file, `${event} ${ctx.id} ${process.pid} ${ctx.attempt}\n`);
 }
 
-app.job('t.noop', async () => null);
+app.job('t.noop', async () => null, { cancellable: true });
 
 app.job('t.record', async (args, ctx) => {
   record('run', ctx);
   return { pid: process.pid };
-});
+}, { cancellable: true });
 
 // The W3C traceparent the sidecar put in the job frame, as the SDK hands it over.
 app.job('t.trace', async (args, ctx) => {
   record('trace', ctx);
   fs.appendFileSync(`${process.env.TEST_RECORD}.traceparent`, `${ctx.id} ${ctx.traceparent}\n`);
   return null;
-});
+}, { cancellable: true });
 
 app.job('t.sleep_async', async ({ seconds, pid, trigger }, ctx) => {
   record('start', ctx);
@@ -38,7 +38,7 @@ app.job('t.sleep_async', async ({ seconds, pid, trigger }, ctx) => {
   record('end', ctx);
   // With pid: tells which handler process wrote the row's result.
   return pid ? { slept: seconds, pid: process.pid } : { slept: seconds };
-});
+}, { cancellable: true });
 
 app.job('t.sleep_sync', async ({ seconds }, ctx) => {
   record('start', ctx);
@@ -59,7 +59,7 @@ app.job('t.stubborn', async ({ seconds, extra }, ctx) => {
     });
   });
   return { late: true };
-});
+}, { cancellable: true });
 
 app.job('t.fail', async (args, ctx) => {
   throw new Error(`boom from attempt ${ctx.attempt}`);
@@ -72,7 +72,7 @@ app.job('t.snooze', async (args, ctx) => {
     return new Snooze(args.seconds ?? 1, 'not yet');
   }
   return { snoozed_before: true };
-});
+}, { cancellable: true });
 
 // A poison job: it takes its whole process down, neighbours included.
 app.job('t.crash', async ({ seconds }, ctx) => {
@@ -80,6 +80,6 @@ app.job('t.crash', async ({ seconds }, ctx) => {
   await sleep((seconds ?? 0) * 1000);
   fs.writeSync(2, `t.crash: poison job ${ctx.id} exiting with status 7\n`);
   process.exit(7);
-});
+}, { cancellable: true });
 
 app.run();

@@ -7,7 +7,7 @@ const { App, Snooze, PermanentError } = require('soniq-handler');
 
 const app = new App({ concurrency: 4 });
 
-app.job('pkg.add', ({ a, b }) => ({ sum: a + b }));
+app.job('pkg.add', ({ a, b }) => ({ sum: a + b }), { cancellable: true });
 
 app.job('pkg.ctx', (args, ctx) => ({
   keys: Object.keys(ctx),
@@ -23,7 +23,7 @@ app.job('pkg.ctx', (args, ctx) => ({
   createdAt: ctx.createdAt === null ? null : ctx.createdAt.toISOString(),
   aborted: ctx.signal.aborted,
   sdkFile: require.resolve('soniq-handler'),
-}));
+}), { cancellable: true });
 
 // Waits for its cancel; says on stderr when it runs and which reason reached ctx.signal.
 app.job('pkg.wait', async (args, ctx) => {
@@ -35,7 +35,7 @@ app.job('pkg.wait', async (args, ctx) => {
     throw err;
   }
   return { waited: true };
-});
+}, { cancellable: true });
 
 // Sync branch: never interrupted.
 app.job('pkg.sync', async ({ ms }) => {
@@ -43,10 +43,10 @@ app.job('pkg.sync', async ({ ms }) => {
   return { slept: ms };
 }, { cancellable: false });
 
-app.job('pkg.snooze', () => new Snooze(5, 'later'));
+app.job('pkg.snooze', () => new Snooze(5, 'later'), { cancellable: true });
 
 app.job('pkg.permanent', () => {
   throw new PermanentError('never');
-});
+}, { cancellable: true });
 
 app.run();

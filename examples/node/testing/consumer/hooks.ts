@@ -47,7 +47,7 @@ app.job('shop.order', async ({ orderId, quantity }) => {
   const q: number = quantity;
   if (q > 100) throw new PermanentError(`order ${orderId}: too many`);
   return { orderId, quantity: q };
-}, { validate: parseOrder });
+}, { cancellable: true, validate: parseOrder });
 
 // A validator may be async and may return undefined (the args as they came).
 app.job<JsonObject>('shop.ping', (args) => args, {

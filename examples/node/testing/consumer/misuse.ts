@@ -20,8 +20,10 @@ app.job('m.a', () => 1, { cancellable: 'yes' });
 app.job('m.b', () => 1, { cancelable: false });
 // @ts-expect-error the handler comes second
 app.job(() => 1);
+// @ts-expect-error cancellable is declared, never assumed
+app.job('m.e', () => 1);
 // @ts-expect-error args are typed by the type argument
-app.job<{ a: number }>('m.c', ({ b }) => b);
+app.job<{ a: number }>('m.c', ({ b }) => b, { cancellable: true });
 
 app.job('m.d', (args, ctx: JobContext) => {
   // @ts-expect-error ctx is read-only
@@ -32,7 +34,7 @@ app.job('m.d', (args, ctx: JobContext) => {
   const n: number = args.n;
   const reason: unknown = ctx.signal.reason;
   return { n, reason };
-});
+}, { cancellable: true });
 
 // @ts-expect-error seconds is a number
 new Snooze('30');
@@ -77,9 +79,9 @@ app.afterJob((ctx, ms: number) => ms);
 // @ts-expect-error middleware is a function
 app.use({ wrap: true });
 // @ts-expect-error validate is a function
-app.job('m.v', () => 1, { validate: true });
+app.job('m.v', () => 1, { cancellable: true, validate: true });
 // @ts-expect-error the validator's value must fit the handler's args
-app.job<{ n: number }>('m.w', ({ n }) => n, { validate: () => ({ n: 'one' }) });
+app.job<{ n: number }>('m.w', ({ n }) => n, { cancellable: true, validate: () => ({ n: 'one' }) });
 app.onError((ctx, err) => {
   // @ts-expect-error the error is unknown until narrowed
   void err.message;

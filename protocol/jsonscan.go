@@ -1,7 +1,8 @@
-package transport
+package protocol
 
-// The scanner behind ArgsUnsendable: one pass over the args JSON that finds
-// what a handler could not read, with the path to it.
+// The one JSON value rule of the protocol, in one pass: what ArgsUnsendable
+// refuses in args at the claim, and what the decoder refuses in a frame,
+// with the path to the fault. Only the depth bound differs between them.
 
 import (
 	"encoding/json"
@@ -12,12 +13,17 @@ import (
 	"unicode/utf8"
 )
 
-// scanArgs validates b as exactly one JSON value under the rules of
-// ArgsUnsendable and returns the first fault (kind argsOK if none). When
-// path is not nil it holds the location of the fault on return, for the
-// message; the hot path passes nil and allocates nothing.
-func scanArgs(b []byte, path *[]argsPathElem) argsFault {
-	var objects [maxArgsDepth / 64]uint64 // bit d: the container at depth d is an object
+// maxFrameDepth bounds the nesting of a whole frame: what every decoder
+// takes (Go's encoding/json and the Node SDK stop at 10,000 levels).
+const maxFrameDepth = 10000
+
+// scanJSON validates b as exactly one JSON value under the rules of
+// ArgsUnsendable, nested at most maxDepth (≤ maxFrameDepth) deep, and
+// returns the first fault (kind argsOK if none). When path is not nil it
+// holds the location of the fault on return, for the message; the hot path
+// passes nil and allocates nothing.
+func scanJSON(b []byte, maxDepth int, path *[]argsPathElem) argsFault {
+	var objects [maxFrameDepth/64 + 1]uint64 // bit d: the container at depth d is an object
 	depth, state, i, n := 0, scanValue, 0, len(b)
 	for {
 		for i < n && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
@@ -30,7 +36,7 @@ func scanArgs(b []byte, path *[]argsPathElem) argsFault {
 			}
 			switch c := b[i]; {
 			case c == '{' || c == '[':
-				if depth == maxArgsDepth {
+				if depth == maxDepth {
 					return argsFault{kind: argsDepth, start: i, end: i + 1}
 				}
 				if c == '{' {
@@ -359,27 +365,31 @@ func nonFiniteOr(b []byte, i int, want string) argsFault {
 
 // message describes the fault for last_error and the log: where (a path
 // such as args.items[3].name) and what, quoting the offending bytes.
-func (f argsFault) message(b []byte) string {
+func (f argsFault) message(b []byte, root string, maxDepth int) string {
 	var elems []argsPathElem
-	scanArgs(b, &elems) // the same fault, with its location
-	path := argsPath(elems)
+	scanJSON(b, maxDepth, &elems) // the same fault, with its location
+	path := jsonPath(root, elems)
 	if f.inKey {
 		path += " (in a key)"
 	}
 	at := fmt.Sprintf("at byte %d", f.start)
 	in := ""
-	if path != "args" {
+	if path != root {
 		in = " (in " + path + ")"
+	}
+	notJSON := "the " + root + " is" // "the frame is not valid JSON"
+	if root == "args" {
+		notJSON = "args are"
 	}
 	switch f.kind {
 	case argsSyntax:
-		return fmt.Sprintf("args are not valid JSON: invalid character %s %s, looking for %s%s", quoteByte(b[f.start]), at, f.want, in)
+		return fmt.Sprintf("%s not valid JSON: invalid character %s %s, looking for %s%s", notJSON, quoteByte(b[f.start]), at, f.want, in)
 	case argsEOF:
-		return fmt.Sprintf("args are not valid JSON: unexpected end %s%s", at, in)
+		return fmt.Sprintf("%s not valid JSON: unexpected end %s%s", notJSON, at, in)
 	case argsTrailing:
-		return fmt.Sprintf("args are not valid JSON: data after the top-level value %s: %s", at, quoteBytes(b[f.start:f.end], 40))
+		return fmt.Sprintf("%s not valid JSON: data after the top-level value %s: %s", notJSON, at, quoteBytes(b[f.start:f.end], 40))
 	case argsControl:
-		return fmt.Sprintf("args are not valid JSON: raw control character %s in a string %s, which must be escaped%s", quoteByte(b[f.start]), at, in)
+		return fmt.Sprintf("%s not valid JSON: raw control character %s in a string %s, which must be escaped%s", notJSON, quoteByte(b[f.start]), at, in)
 	case argsNonFinite:
 		return fmt.Sprintf("%s: NaN and Infinity are not JSON (%s %s)", path, b[f.start:f.end], at)
 	case argsUTF8:
@@ -389,15 +399,16 @@ func (f argsFault) message(b []byte) string {
 	case argsRange:
 		return fmt.Sprintf("%s: number %s is out of range for a 64-bit float", path, describeNumber(b[f.start:f.end]))
 	case argsDepth:
-		return fmt.Sprintf("args are nested deeper than %d levels", maxArgsDepth)
+		return fmt.Sprintf("%s nested deeper than %d levels", notJSON, maxDepth)
 	}
 	return ""
 }
 
-// argsPath renders a location as args.key, args["odd key"], args.list[2].
-func argsPath(elems []argsPathElem) string {
+// jsonPath renders a location under root as args.key, args["odd key"],
+// args.list[2].
+func jsonPath(root string, elems []argsPathElem) string {
 	var s strings.Builder
-	s.WriteString("args")
+	s.WriteString(root)
 	for i, e := range elems {
 		if s.Len() > 300 {
 			s.WriteString("…")

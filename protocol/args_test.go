@@ -1,4 +1,4 @@
-package transport
+package protocol
 
 import (
 	"encoding/json"
@@ -7,8 +7,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
-
-	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
 // argsCases are args as a producer may have stored them, and what the claim
@@ -76,7 +74,7 @@ var argsCases = []struct {
 func TestArgsUnsendableRefusesWhatHandlersCannotRead(t *testing.T) {
 	for _, tc := range argsCases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := ArgsUnsendable(json.RawMessage(tc.args), protocol.DefaultMaxFrameBytes)
+			got := ArgsUnsendable(json.RawMessage(tc.args), DefaultMaxFrameBytes)
 			if tc.want == "" {
 				assert.Empty(t, got)
 				return
@@ -97,7 +95,7 @@ func jobFrame(args []byte) []byte {
 // conformance vectors hold all three to them): a value the check passes
 // decodes inside a job frame, and a valid JSON value it refuses does not.
 //
-//	go test -run '^$' -fuzz FuzzArgsUnsendable ./supervisor/
+//	go test -run '^$' -fuzz FuzzArgsUnsendable ./protocol/
 func FuzzArgsUnsendableAgreesWithTheDecoder(f *testing.F) {
 	for _, tc := range argsCases {
 		f.Add(tc.args)
@@ -109,7 +107,7 @@ func FuzzArgsUnsendableAgreesWithTheDecoder(f *testing.F) {
 		if strings.Count(args, "[")+strings.Count(args, "{") >= maxArgsDepth {
 			return // the decoder has no depth limit of its own
 		}
-		f := scanArgs([]byte(args), nil)
+		f := scanJSON([]byte(args), maxArgsDepth, nil)
 		if f.kind == argsOK {
 			if !json.Valid([]byte(args)) || !utf8.ValidString(args) {
 				t.Fatalf("passed %q, which is not valid JSON and UTF-8", args)
@@ -118,12 +116,12 @@ func FuzzArgsUnsendableAgreesWithTheDecoder(f *testing.F) {
 			return // refused, and the standard library agrees
 		}
 		// A valid JSON value: wrapping it cannot change the frame's shape.
-		_, err := protocol.Decode(jobFrame([]byte(`{"v":` + args + `}`)))
+		_, err := Decode(jobFrame([]byte(`{"v":` + args + `}`)))
 		if f.kind == argsOK && err != nil {
 			t.Fatalf("passed %q, which the decoder refuses: %v", args, err)
 		}
 		if f.kind != argsOK && err == nil {
-			t.Fatalf("refused %q (%s), which the decoder accepts", args, f.message([]byte(args)))
+			t.Fatalf("refused %q (%s), which the decoder accepts", args, f.message([]byte(args), "args", maxArgsDepth))
 		}
 	})
 }
@@ -133,12 +131,12 @@ var typicalArgs = json.RawMessage(`{"user_id":12345,"email":"someone@example.com
 
 // BenchmarkClaimArgsCheck is the claim check's cost per row.
 //
-//	go test -run '^$' -bench ClaimArgsCheck ./supervisor/
+//	go test -run '^$' -bench ClaimArgsCheck ./protocol/
 func BenchmarkClaimArgsCheck(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(typicalArgs)))
 	for b.Loop() {
-		if !IsJSONObject(typicalArgs) || ArgsUnsendable(typicalArgs, protocol.DefaultMaxFrameBytes) != "" {
+		if !IsJSONObject(typicalArgs) || ArgsUnsendable(typicalArgs, DefaultMaxFrameBytes) != "" {
 			b.Fatal("typical args refused")
 		}
 	}
@@ -173,5 +171,22 @@ func TestArgsUnsendable(t *testing.T) {
 				assert.Contains(t, got, tc.want)
 			}
 		})
+	}
+}
+
+// The decoder and the claim check are one rule: a value refused in args is
+// refused in any frame, with the same words and the path to it.
+func TestDecoderNamesTheFaultAsTheClaimCheckDoes(t *testing.T) {
+	for _, tc := range []struct{ args, want string }{
+		{`{"big":1e400}`, "frame.args.big: number 1e400 is out of range for a 64-bit float"},
+		{`{"s":"\ud800x"}`, `frame.args.s: unpaired UTF-16 surrogate escape \ud800`},
+	} {
+		_, err := Decode(jobFrame([]byte(tc.args)))
+		var fe *FrameError
+		if assert.ErrorAs(t, err, &fe, tc.args) {
+			assert.Equal(t, CodeInvalidJSON, fe.Code)
+			assert.Contains(t, fe.Detail, tc.want)
+		}
+		assert.Contains(t, ArgsUnsendable([]byte(tc.args), DefaultMaxFrameBytes), strings.TrimPrefix(tc.want, "frame."))
 	}
 }
