@@ -173,7 +173,7 @@ func (r *report) evaluate(cores int) {
 
 	for _, pair := range [][2]string{{"node-stdio", "graphile-worker"}, {"python-stdio", "pgqueuer"}} {
 		sc, pe := r.peer(pair[0]), r.peer(pair[1])
-		g := goal{Name: fmt.Sprintf("throughput, %s vs %s (peers section, same rounds)", labelOr(sc.Label, pair[0]), labelOr(pe.Label, pair[1])), Target: "≥ 1×"}
+		g := goal{Name: fmt.Sprintf("throughput in the peers section (same rounds): %s vs %s", labelOr(sc.Label, pair[0]), labelOr(pe.Label, pair[1])), Target: "≥ 1×"}
 		if ok(sc.JobsPerS) && ok(pe.JobsPerS) {
 			x := sc.JobsPerS / pe.JobsPerS
 			g.Measured, g.Met = fmt.Sprintf("%.2f× (%.0f vs %.0f jobs/s)", x, sc.JobsPerS, pe.JobsPerS), yes(x >= 1)
@@ -376,7 +376,7 @@ func (r *report) write(path string) error {
 	w("| toolchain | %s, Python %s, Node %s, Soniq %s (`integration/soniq-requirements.txt`) |\n", m["go"], m["python"], m["node"], m["soniq"])
 	p := r.Params
 	if p.PeersRounds > 0 && len(r.Peers) > 0 {
-		w("| peers | %v no-op jobs per run (%v for Procrastinate), %v rounds, latency %vs at %v jobs/s per run |\n", p.PeersN, p.PeersSlowN, p.PeersRounds, p.PeersLatSeconds, p.LatencyRate)
+		w("| peers | %v no-op jobs per run (%v for Procrastinate); rounds: %v; latency: %vs at %v jobs/s in each run |\n", p.PeersN, p.PeersSlowN, p.PeersRounds, p.PeersLatSeconds, p.LatencyRate)
 	}
 	w("| parameters | %v no-op jobs per throughput run (%v for the Soniq worker), %v rounds; concurrency budget %v jobs in flight for every variant (%v processes × %v); latency: %v jobs/s for %vs, %v rounds; shutdown: %v rounds, shutdown_timeout %vs |\n\n",
 		p.JobsPerRun, p.SoniqJobsPerRun, p.ThroughputRounds, p.Budget, p.Processes, p.Budget/p.Processes,
@@ -424,11 +424,13 @@ func (r *report) write(path string) error {
 		w("  then pickup latency, %v jobs/s for %vs, each job enqueued alone by the row's own producer (the peer's enqueue call in its language;\n", p.LatencyRate, p.PeersLatSeconds)
 		w("  the sidecar's as section 3) with the wall clock taken just before the call; then throughput: the queue is filled by one bulk enqueue\n")
 		w("  (the peer's own bulk API; for the sidecar one INSERT … SELECT) of %v jobs (%v for Procrastinate, which fetches one job per statement),\n", p.PeersN, p.PeersSlowN)
-		w("  the clock starting when it returned, and the driver polls the row's own \"anything queued or running?\" query (2 ms apart at first, then a\n")
-		w("  fiftieth of the time so far, at most 20 ms): the clock stops at the first poll that finds nothing (the same rule for every row, the\n")
-		w("  sidecar's included: at most 2 %% or 2 ms late). CPU: the row's\n")
-		w("  processes (the sidecar and its handlers, or the peer's workers, children included) and every Postgres process, from /proc, from the\n")
+		w("  the clock starting when it returned, and the driver polls the row's own \"anything queued or running?\" query (2 ms apart at first,\n")
+		w("  then a fiftieth of the time so far, at most 20 ms): the clock stops at the first poll that finds nothing, the same rule for every row,\n")
+		w("  the sidecar's included (at most 2 %% of the drain or 2 ms late). CPU: the row's processes (the sidecar and its handlers, or the\n")
+		w("  peer's workers, children included) and every Postgres process, from /proc, from the\n")
 		w("  fill to that poll; peak RSS: the sum of the processes' `VmHWM`. Every job must have run exactly once (the workers count them).\n")
+		w("  The Node peers run on the same Node as the Node SDK (%s here), the Python ones on the same Python (%s). graphile-worker 0.18 and\n", r.Meta["node"], r.Meta["python"])
+		w("  pg-boss 12 declare Node 22 or later (their support policy); a run in which one of them does not run every job once fails.\n")
 	}
 	w("- **Transport unix** rows are measured when a sidecar with `transport: unix` runs 100 jobs with that SDK at the start of `make bench`;\n")
 	w("  otherwise they read \"not yet measured\" and the reason is in the notes.\n")

@@ -7,6 +7,9 @@
 // budget. Filling uses addJobs (one add_jobs call), the latency producer
 // addJob. The logger drops info and debug: graphile-worker logs a line per
 // completed job at info, which no high-throughput deployment keeps.
+//
+// It runs on the Node the bench gives the Node SDK (one runtime for the
+// race); graphile-worker 0.18 declares Node 22.18 or later as supported.
 import { main, importPeer, databaseURL, concurrency, nowUS, newTally, runWorker, runClient } from '../lib/common.mjs';
 
 const gw = await importPeer('graphile-worker');

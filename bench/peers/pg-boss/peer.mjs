@@ -9,9 +9,12 @@
 // fallback. The per-process budget is split as localConcurrency ×
 // batchSize, BENCH_PGBOSS_LOCAL workers (set by the driver: the split that
 // drained fastest in trials, see docs/benchmarks.md). A batch handler's jobs
-// are completed together when it returns. One queue, bench,
-// carries both kinds of job (data.kind), so one work() call holds the whole
-// budget. Filling uses insert() (one statement), the latency producer send().
+// are completed together when it returns. One queue, bench, carries both
+// kinds of job (data.kind), so one work() call holds the whole budget.
+// Filling uses insert() (one statement), the latency producer send().
+//
+// It runs on the Node the bench gives the Node SDK (one runtime for the
+// race); pg-boss 12 declares Node 22.12 or later as supported.
 import { main, importPeer, databaseURL, concurrency, nowUS, newTally, runWorker, runClient } from '../lib/common.mjs';
 
 const { PgBoss } = await importPeer('pg-boss');
