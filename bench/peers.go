@@ -61,7 +61,8 @@ var peers = []peer{
 	{
 		Key: "graphile-worker", Label: "graphile-worker", Lang: "node", Pkg: "graphile-worker",
 		Settings: "its documented high-throughput configuration (docs: Performance, \"with batching\"): `localQueue: {size: 500}`, " +
-			"`completeJobBatchDelay: 0`, `failJobBatchDelay: 0`, `maxPoolSize` = concurrency + 1; `concurrentJobs` = the per-process budget; " +
+			"`completeJobBatchDelay: 0`, `failJobBatchDelay: 0`, `maxPoolSize` = concurrency + 1; `concurrentJobs` = the per-process budget " +
+			"(it runs at most that many at a time, and locks up to 500 more per process in its local queue); " +
 			"filled with `addJobs` (one `add_jobs` call), latency jobs by `addJob`; logger at warning (it logs every job at info)",
 		open:  `SELECT EXISTS (SELECT 1 FROM graphile_worker._private_jobs)`,
 		reset: []string{`TRUNCATE graphile_worker._private_jobs, graphile_worker._private_job_queues`},

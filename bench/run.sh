@@ -3,6 +3,7 @@
 # 2-core machine. Writes docs/benchmarks.md and docs/benchmarks.png.
 #
 #   bench/run.sh [DRIVER FLAGS...]   # e.g. bench/run.sh -n 2000 -runs 1 (a quick check)
+#   bench/run.sh -sections peers     # the native queues beside the sidecar alone (about 2 minutes)
 #
 # Needs Go, python3 with venv and pip (the Soniq release, the same release
 # with its SQLite extra, PgQueuer, Procrastinate and matplotlib are
