@@ -56,7 +56,6 @@ type peer struct {
 	slow bool
 }
 
-
 var peers = []peer{
 	{
 		Key: "graphile-worker", Label: "graphile-worker", Lang: "node", Pkg: "graphile-worker",

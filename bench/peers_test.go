@@ -40,7 +40,7 @@ func TestKeyPathsAcceptsOnlyKnownPeers(t *testing.T) {
 // A worker's log holds whatever the peer printed, then its tally line.
 func TestReadTallyFindsTheResultLine(t *testing.T) {
 	for _, tc := range []struct {
-		name, log string
+		name, log  string
 		noop, lats int
 		wantErr    bool
 	}{
