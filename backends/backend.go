@@ -62,10 +62,17 @@ var ErrNotFound = errors.New("not found")
 // before it claims, and must not write the rows it held without checking.
 var ErrWorkerNotActive = errors.New("worker row is no longer active")
 
-// ErrIdentityTaken is returned (wrapped) by RegisterWorker when another
-// program's worker row holds the same (hostname, pid): registering would
-// take that row's id and release its jobs. Nothing is changed.
-var ErrIdentityTaken = errors.New("another program's worker row has this hostname and pid")
+// ErrIdentityTaken is returned (wrapped) by RegisterWorker and TakeOver
+// when a worker row with another id holds the same (hostname, pid):
+// registering would take that row's id and release its jobs. Nothing is
+// changed. (Only TakeOver replaces another row, and only a row its caller
+// showed to be dead.)
+var ErrIdentityTaken = errors.New("another worker row has this hostname and pid")
+
+// ErrWorkerAlive is returned (wrapped) by TakeOver when a row it was asked
+// to take over is no longer as its caller observed it (its heartbeat or
+// status moved): the worker that owns it is alive. Nothing is changed.
+var ErrWorkerAlive = errors.New("the worker row to take over is alive")
 
 // ErrUnreachable is returned (wrapped) when the database server cannot be
 // reached at all or is not accepting connections yet (starting up): a
@@ -136,6 +143,10 @@ type Worker struct {
 	StartedAt     time.Time       `json:"started_at"`
 	Version       string          `json:"version"`
 	Metadata      json.RawMessage `json:"metadata"`
+	// HeartbeatAge is how long ago last_heartbeat was, by the database's
+	// clock, when the row was read (SameIdentity fills it; it is never
+	// written).
+	HeartbeatAge time.Duration `json:"-"`
 }
 
 // Stats is the queue-stats contract: exactly six keys, in this
@@ -314,12 +325,27 @@ type Backend interface {
 
 	// RegisterWorker upserts the worker row, status 'active', heartbeat
 	// now. Registering an id that exists re-activates it. A row with the
-	// same (hostname, pid) and another id is replaced (the new id wins) only
-	// when it is this program's predecessor (IsPredecessor: a restart in a
-	// container that reuses hostname and pid): its processing rows go back
-	// to the queue (attempts preserved) and its other rows are detached.
-	// Any other holder of (hostname, pid) is left alone: ErrIdentityTaken.
+	// same (hostname, pid) and another id is never replaced, whoever
+	// registered it (another program, or another instance of this one):
+	// ErrIdentityTaken, nothing changed. Only TakeOver replaces a row.
 	RegisterWorker(ctx context.Context, w Worker) error
+	// SameIdentity returns the worker rows other than w's own whose
+	// metadata names the same identity as w's (IdentityOf: program, instance
+	// and host; the pid plays no part), whatever their status, with
+	// HeartbeatAge set. They are w's predecessors, or, when one is alive
+	// (its heartbeat moves), another live instance given the same name.
+	SameIdentity(ctx context.Context, w Worker) ([]Worker, error)
+	// TakeOver registers w (as RegisterWorker) in place of dead workers of
+	// its identity, in one transaction: each row of dead that still exists
+	// must have the LastHeartbeat and Status its caller observed (else
+	// ErrWorkerAlive, nothing changed); its processing rows become w's
+	// (worker_id = w.ID, still processing, attempts unchanged: the
+	// executions may still run in handler processes that outlive the dead
+	// worker, and w decides which to keep and which to give back with
+	// Nack); its other rows are detached (worker_id NULL); the dead row is
+	// deleted. It returns the rows w now holds. A row of dead that is gone
+	// is skipped.
+	TakeOver(ctx context.Context, w Worker, dead []Worker) ([]Job, error)
 	// Heartbeat sets last_heartbeat = now(). ErrNotFound when the row is
 	// gone (deleted, or re-keyed by another program's registration),
 	// ErrWorkerNotActive when it is no longer active.

@@ -43,9 +43,10 @@ func forEachPodSDK(t *testing.T, f func(t *testing.T, s sdk)) {
 // test starts.
 type pod struct {
 	*world
-	sock string
-	env  map[string]string // the handler's environment (record files, concurrency)
-	cred *syscall.Credential
+	sock     string
+	env      map[string]string // the handler's environment (record files, concurrency)
+	cred     *syscall.Credential
+	manifest string // the attach manifest naming sock
 }
 
 // newPod writes an attach manifest for the test handlers on a socket in a
@@ -71,7 +72,21 @@ func newPod(t *testing.T, s sdk, o manifestOpts) *pod {
 	p.env["HANDLER_TRACE_FRAMES"] = w.frames
 	p.env["TEST_CONCURRENCY"] = fmt.Sprint(o.concurrency)
 	p.env["TEST_SYNC_CONCURRENCY"] = fmt.Sprint(o.syncConcurrency)
+	p.writeManifest(t, filepath.Join(w.dir, "attach.yaml"), o)
+	w.manifest = p.manifest
+	return p
+}
 
+// writeManifest writes the attach manifest naming p.sock at path.
+func (p *pod) writeManifest(t *testing.T, path string, o manifestOpts) {
+	t.Helper()
+	s := p.sdk
+	if o.concurrency == 0 {
+		o.concurrency = 8
+	}
+	if o.syncConcurrency == 0 {
+		o.syncConcurrency = min(4, o.concurrency)
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "version: 1\nhandlers:\n  - name: %s-tests\n", s.name)
 	fmt.Fprintf(&b, "    attach: %s\n    concurrency: %d\n    sync_concurrency: %d\n    startup_timeout: 20s\n    jobs:\n",
@@ -79,9 +94,8 @@ func newPod(t *testing.T, s sdk, o manifestOpts) *pod {
 	for _, j := range testJobs {
 		fmt.Fprintf(&b, "      - name: %s\n        cancellable: %t\n", j.name, j.cancellable)
 	}
-	w.manifest = filepath.Join(w.dir, "attach.yaml")
-	require.NoError(t, os.WriteFile(w.manifest, []byte(b.String()), 0o644))
-	return p
+	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o644))
+	p.manifest = path
 }
 
 // handlerUser: in a pod the handler container runs as another user sharing
@@ -393,43 +407,6 @@ func TestAttachPodHandlerSIGKILL(t *testing.T) {
 		assert.Contains(t, metrics, `reason="connection_lost"`)
 		assert.Contains(t, metrics, `event="reconnected"`)
 		sc.stop(t)
-	})
-}
-
-// The sidecar container is killed and restarted while the handler keeps a
-// sync job running: the new session's hello reports it, it occupies the
-// handler's capacity until its result arrives, and it is not run again by
-// this sidecar.
-func TestAttachPodSidecarRestart(t *testing.T) {
-	forEachPodSDK(t, func(t *testing.T, s sdk) {
-		p := newPod(t, s, manifestOpts{concurrency: 1, syncConcurrency: 1})
-		h := p.startHandler(t)
-		first := p.startSidecar(nil)
-		oldWorker := first.workerID(t)
-		attachedTo(t, first)
-		a := p.enqueue("t.sleep_sync", `{"seconds":4}`, 0)
-		p.waitStarted(t, a)
-		first.signal(syscall.SIGKILL)
-		code, _ := first.wait(10 * time.Second)
-		require.Equal(t, -int(syscall.SIGKILL), code)
-
-		second := p.startSidecar(nil)
-		second.waitLog(20*time.Second, "attached handler still runs jobs from an earlier session", map[string]any{"running": float64(1)})
-		b := p.enqueue("t.record", `{}`, 0)
-		p.waitDone(t, second, 30*time.Second, b)
-		require.True(t, h.running())
-		assert.Greater(t, p.eventIndex("run", b), p.eventIndex("end", a),
-			"the new job waited for the running sync job's slot (concurrency 1)")
-		assert.Equal(t, 1, p.started(a), "the sync job ran once")
-		// Outside a container the restarted sidecar has another pid, so its
-		// predecessor's row is left to stale-worker recovery (docs/shutdown.md).
-		j := p.job(a)
-		assert.Equal(t, backends.StatusProcessing, j.Status)
-		require.NotNil(t, j.WorkerID)
-		assert.Equal(t, oldWorker, *j.WorkerID)
-		second.waitLog(5*time.Second, "result for a job this process does not hold", map[string]any{"job_id": a})
-		second.stop(t)
-		require.True(t, h.running(), "the handler outlives both sidecars")
 	})
 }
 

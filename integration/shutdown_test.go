@@ -189,8 +189,11 @@ func TestShutdownSigkillDuringWaitForThread(t *testing.T) {
 		id := w.enqueue("t.sleep_sync", `{"seconds":4}`, 0)
 		// A timeout of 15 beats: a live sidecar under -race on a loaded
 		// machine never looks stale.
+		// The second is the first restarted (the same instance): it takes
+		// the dead row over and requeues its job without waiting for the
+		// heartbeat timeout; its handler processes died with it.
 		env := map[string]string{"SONIQ_SHUTDOWN_TIMEOUT": "0.5", "SONIQ_SYNC_HANDLER_GRACE_SECONDS": "0.5",
-			"SONIQ_HEARTBEAT_INTERVAL": "0.2", "SONIQ_HEARTBEAT_TIMEOUT": "3"}
+			"SONIQ_HEARTBEAT_INTERVAL": "0.2", "SONIQ_HEARTBEAT_TIMEOUT": "3", "SONIQ_INSTANCE": "restarted"}
 		first := w.startSidecar(env)
 		w.waitStarted(t, id)
 		first.signal(syscall.SIGTERM)
@@ -206,6 +209,8 @@ func TestShutdownSigkillDuringWaitForThread(t *testing.T) {
 		eventually(t, 30*time.Second, "the job done by the second sidecar", func() bool {
 			return w.job(id).Status == backends.StatusDone
 		})
+		second.waitLog(time.Second, "took over the worker row of this sidecar's dead predecessor", nil)
+		second.waitLog(time.Second, "gave back the predecessor's jobs that no attached handler here serves", map[string]any{"job_ids": []any{id}})
 		assert.Equal(t, 2, w.job(id).Attempts, "recovery preserves attempts; the re-run counts one")
 		assert.Equal(t, 2, countEvents(w.recorded(), "start", id), "the handler ran twice")
 		second.signal(syscall.SIGTERM)

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -125,6 +126,7 @@ type world struct {
 	record   string        // TEST_RECORD
 	frames   string        // TEST_FRAMES
 	manifest string
+	sidecars int // started so far (each is another instance unless told: see launchSidecar)
 }
 
 func newWorld(t *testing.T, s sdk, o manifestOpts) *world {
@@ -255,8 +257,11 @@ func (w *world) framesSent() []map[string]any {
 
 // sidecar is one running `soniq-sidecar run`.
 type sidecar struct {
-	t       *testing.T
-	cmd     *exec.Cmd
+	t   *testing.T
+	cmd *exec.Cmd
+	// pid is the sidecar's own process, which signals go to: cmd's, or,
+	// in a pod's namespaces, the child of the unshare wrapper.
+	pid     int
 	mu      sync.Mutex
 	lines   []map[string]any
 	raw     bytes.Buffer
@@ -278,6 +283,29 @@ func (w *world) startSidecar(env map[string]string, args ...string) *sidecar {
 // registers (a shell waits for a line, then execs the binary in place).
 func (w *world) startSidecarGated(env map[string]string, gate <-chan struct{}, args ...string) *sidecar {
 	w.t.Helper()
+	return w.launchSidecar(sidecarOpts{env: env, gate: gate, args: args})
+}
+
+// sidecarOpts say how launchSidecar runs the binary.
+type sidecarOpts struct {
+	env  map[string]string
+	args []string
+	gate <-chan struct{}
+	// podHost, when set, runs the sidecar as a container runtime does:
+	// pid 1 in a pid namespace of its own, on a hostname of its own (a UTS
+	// namespace set to podHost), so a restart has the same hostname and
+	// pid (podNamespaces).
+	podHost string
+}
+
+// launchSidecar starts `soniq-sidecar run`. Every sidecar a test starts is
+// another instance (SONIQ_INSTANCE soniq-sidecar-N from the second on), as
+// the documentation asks of sidecars that share a hostname, unless the test
+// names the instance itself: a restart of the same instance does.
+func (w *world) launchSidecar(o sidecarOpts) *sidecar {
+	w.t.Helper()
+	env, args, gate := o.env, o.args, o.gate
+	w.sidecars++
 	full := map[string]string{
 		"SONIQ_DATABASE_URL":       w.dbURL,
 		"SONIQ_POLL_INTERVAL":      "0.2",
@@ -294,11 +322,18 @@ func (w *world) startSidecarGated(env map[string]string, gate <-chan struct{}, a
 		// assertions measure the sidecar, not that.
 		"GORACE": "atexit_sleep_ms=0",
 	}
+	if w.sidecars > 1 && !slices.Contains(args, "--instance") {
+		full["SONIQ_INSTANCE"] = fmt.Sprintf("soniq-sidecar-%d", w.sidecars)
+	}
 	for k, v := range env {
 		full[k] = v
 	}
 	cmdArgs := append([]string{"run", "--manifest", w.manifest, "--log-format", "json", "--metrics-addr", ""}, args...)
 	cmd := exec.Command(sidecarBinary(w.t), cmdArgs...)
+	if o.podHost != "" {
+		ns := podNamespaces(w.t)
+		cmd = exec.Command(ns[0], append(append(ns[1:], "--", "/bin/sh", "-c", `hostname "$0" && exec "$@"`, o.podHost, sidecarBinary(w.t)), cmdArgs...)...)
+	}
 	var release io.WriteCloser
 	if gate != nil {
 		cmd = exec.Command("/bin/sh", append([]string{"-c", `read _ && exec "$0" "$@"`, sidecarBinary(w.t)}, cmdArgs...)...)
@@ -314,6 +349,10 @@ func (w *world) startSidecarGated(env map[string]string, gate <-chan struct{}, a
 	require.NoError(w.t, err)
 	s := &sidecar{t: w.t, cmd: cmd, done: make(chan struct{}), started: time.Now()}
 	require.NoError(w.t, cmd.Start())
+	s.pid = cmd.Process.Pid
+	if o.podHost != "" {
+		s.pid = namespacedChild(w.t, cmd.Process.Pid)
+	}
 	if gate != nil {
 		go func() {
 			<-gate
@@ -376,7 +415,7 @@ func (s *sidecar) rawString() string {
 
 func (s *sidecar) signal(sig syscall.Signal) time.Time {
 	s.t.Helper()
-	require.NoError(s.t, s.cmd.Process.Signal(sig))
+	require.NoError(s.t, syscall.Kill(s.pid, sig))
 	return time.Now()
 }
 
@@ -462,4 +501,56 @@ func forEachSDK(t *testing.T, f func(t *testing.T, s sdk)) {
 			f(t, s)
 		})
 	}
+}
+
+// podNamespaces is the command prefix that runs a process in new pid,
+// mount (for its own /proc) and UTS namespaces, as a container runtime
+// does: the process is pid 1 there, and is killed with the wrapper
+// (--kill-child). As root that is plain unshare; otherwise a user namespace
+// maps the caller to root first. The pod tests need it: they fail, never
+// skip, where namespaces are not available.
+var podNamespaces = func() func(t testing.TB) []string {
+	probe := sync.OnceValues(func() ([]string, error) {
+		base := []string{"unshare", "--pid", "--fork", "--mount-proc", "--uts", "--kill-child"}
+		if os.Geteuid() != 0 {
+			base = append([]string{"unshare", "--user", "--map-root-user"}, base[1:]...)
+		}
+		out, err := exec.Command(base[0], append(base[1:], "--", "/bin/sh", "-c", `hostname probe-pod && echo "$$ $(hostname)"`)...).CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "1 probe-pod" {
+			return nil, fmt.Errorf("running a process as pid 1 in its own pid and UTS namespaces (%q) failed: %v: %s", base, err, out)
+		}
+		return base, nil
+	})
+	return func(t testing.TB) []string {
+		t.Helper()
+		ns, err := probe()
+		require.NoError(t, err, "the pod tests need Linux namespaces (util-linux unshare, as root or with user namespaces)")
+		return ns
+	}
+}()
+
+// namespacedChild returns the host pid of the sidecar the unshare wrapper
+// pid started (its child, once the shell has exec'ed the binary).
+func namespacedChild(t testing.TB, pid int) int {
+	t.Helper()
+	var child int
+	eventually(t.(*testing.T), 10*time.Second, "the sidecar running as pid 1 in its namespace", func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+		if err != nil {
+			return false
+		}
+		f := strings.Fields(string(b))
+		if len(f) != 1 {
+			return false
+		}
+		if _, err := fmt.Sscan(f[0], &child); err != nil {
+			return false
+		}
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", child))
+		return err == nil && strings.TrimSpace(string(comm)) == "soniq-sidecar"
+	})
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", child))
+	require.NoError(t, err)
+	require.Regexp(t, `(?m)^NSpid:\s+\d+\s+1$`, string(status), "the sidecar is pid 1 in its pid namespace")
+	return child
 }

@@ -85,13 +85,24 @@ func (l *loop) onAttachHello(p *process, h *session.Hello) {
 		spec := p.pool.h.Job(r.Name)
 		p.foreign[r.ID] = spec == nil || !spec.Cancellable
 	}
-	if len(h.Running) > 0 {
-		l.log.Info("attached handler still runs jobs from an earlier session; they occupy its capacity until their results arrive",
-			"handler", p.pool.h.Name, "endpoint", p.endpoint, "running", len(h.Running))
+	// A kept result follows the hello at once; until it is handled it
+	// counts like a running job, so no claim is made into its slot.
+	for _, id := range h.Kept {
+		p.foreign[id] = false
 	}
+	if len(h.Running) > 0 || len(h.Kept) > 0 {
+		l.log.Info("attached handler still runs jobs from an earlier session, or kept their results; running ones occupy its capacity until their results arrive",
+			"handler", p.pool.h.Name, "endpoint", p.endpoint, "running", len(h.Running), "kept", len(h.Kept))
+	}
+	l.startAcks(p, h)
 	l.onHello(p, &h.Hello)
 	if p.state == procReady {
 		pl := p.pool
+		// The predecessor's rows this handler reports are kept; then
+		// what changed in its capacity is used.
+		l.takeInherited(p, h)
+		l.tryDispatch(pl)
+		l.maybeClaim(pl)
 		l.metrics.attachEvent(pl.h.Name, "attached", "")
 		if why, ok := pl.lastLoss[p.endpoint]; ok {
 			l.metrics.attachEvent(pl.h.Name, "reconnected", why)
@@ -142,6 +153,8 @@ func (l *loop) adoptForeign(pl *pool, t *task) bool {
 		}
 		delete(p.foreign, t.job.ID)
 		l.adopt(t, p)
+		l.log.Info("claimed job is still running in the attached handler from an earlier session; adopted, not run again",
+			"job_id", t.job.ID, "job_name", t.job.Name, "handler", p.pool.h.Name, "endpoint", p.endpoint)
 		return true
 	}
 	return false
@@ -158,8 +171,6 @@ func (l *loop) adopt(t *task, p *process) {
 		t.timer = time.AfterFunc(timeout, func() { l.emit(jobTimeoutEvent{task: t}) })
 	}
 	l.metrics.jobStarted(t)
-	l.log.Info("claimed job is still running in the attached handler from an earlier session; adopted, not run again",
-		"job_id", t.job.ID, "job_name", t.job.Name, "handler", p.pool.h.Name, "endpoint", p.endpoint)
 }
 
 // orphanResult handles a result for a job p does not hold: one it ran
@@ -172,6 +183,8 @@ func (l *loop) orphanResult(p *process, r *protocol.Result) *task {
 		if t.job.ID == r.ID && !t.suspect {
 			pl.pending = slices.Delete(pl.pending, i, i+1)
 			l.adopt(t, p)
+			l.log.Info("claimed job finished in the attached handler during an earlier session; its kept result is written, the job not run again",
+				"job_id", t.job.ID, "job_name", t.job.Name, "handler", p.pool.h.Name, "endpoint", p.endpoint)
 			return t
 		}
 	}

@@ -52,22 +52,28 @@ func (s *Supervisor) beatOnce(ctx context.Context) {
 	}
 }
 
-// register upserts this sidecar's worker row and its task names. When
-// another program holds the row's (hostname, pid) (a Soniq worker given the
-// same hostname, or a second sidecar in the pod with the same instance
-// name), the row is registered under a hostname made unique by the worker
-// id instead: never taking the other row, never stalling.
+// register upserts this sidecar's worker row and its task names.
 func (s *Supervisor) register(ctx context.Context) error {
+	return s.registerWith(ctx, func(w backends.Worker) error { return s.cfg.Backend.RegisterWorker(ctx, w) })
+}
+
+// registerWith registers this sidecar's worker row with do, then its task
+// names. When another worker row holds the row's (hostname, pid) (a Soniq
+// worker given the same hostname, or another live sidecar in the pod with
+// the same instance name), the row is registered under a hostname made
+// unique by the worker id instead: never taking the other row, never
+// stalling.
+func (s *Supervisor) registerWith(ctx context.Context, do func(backends.Worker) error) error {
 	s.identityMu.Lock()
 	defer s.identityMu.Unlock()
 	w := s.identity
-	err := s.cfg.Backend.RegisterWorker(ctx, w)
+	err := do(w)
 	if errors.Is(err, backends.ErrIdentityTaken) {
 		alt := w
 		alt.Hostname = w.Hostname + "#" + w.ID[:min(8, len(w.ID))]
-		s.log.Warn("another program's worker row has this sidecar's hostname and pid; registering under a hostname made unique by the worker id (give every sidecar that shares a hostname its own --instance)",
+		s.log.Warn("another worker row has this sidecar's hostname and pid; registering under a hostname made unique by the worker id (give every sidecar that shares a hostname its own --instance)",
 			"worker_id", w.ID, "hostname", w.Hostname, "pid", w.PID, "registered_as", alt.Hostname, "err", err)
-		if err = s.cfg.Backend.RegisterWorker(ctx, alt); err == nil {
+		if err = do(alt); err == nil {
 			s.identity = alt
 		}
 	}

@@ -73,6 +73,12 @@ type (
 	graceExpiredEvent struct{}
 	// claimHoldEvent: a pool's claim hold reached its time bound (holdClaim).
 	claimHoldEvent struct{ pool *pool }
+	// settleEvent: the wait for attached handlers to report the
+	// predecessor's jobs is over (inherit.go).
+	settleEvent struct{}
+	// ackTimeoutEvent: a stopping process waited ackWaitMax for the
+	// acknowledgements of its results (acks.go).
+	ackTimeoutEvent struct{ proc *process }
 )
 
 // Events from the database side.
@@ -97,6 +103,9 @@ type (
 	wakeEvent struct{ queue string }
 	// workerLostEvent: the heartbeat found our worker row gone or not active.
 	workerLostEvent struct{ err error }
+	// settledEvent: the writer settled these completions (written, or
+	// refused by their guard).
+	settledEvent struct{ ids []string }
 	// reregisteredEvent: the worker row is registered again; ids are rows
 	// no longer ours.
 	reregisteredEvent struct {
@@ -124,3 +133,6 @@ func (unknownClaimedEvent) isEvent()  {}
 func (wakeEvent) isEvent()            {}
 func (workerLostEvent) isEvent()      {}
 func (reregisteredEvent) isEvent()    {}
+func (settleEvent) isEvent()          {}
+func (ackTimeoutEvent) isEvent()      {}
+func (settledEvent) isEvent()         {}

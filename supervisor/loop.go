@@ -75,6 +75,7 @@ type pool struct {
 	restarting []bool
 	isolated   map[*process]*task // processes running a suspect alone (suspect.go)
 	endpoints  []string           // attach handlers: each slot's socket (attach.go)
+	heard      map[string]bool    // attach handlers: endpoints that said hello since the start (inherit.go)
 	lastLoss   map[string]string  // attach handlers: why each endpoint's last session ended
 	// run --once: the last claim asked for every job name and came back
 	// empty, issued when the writer had written drainedAt batches.
@@ -158,6 +159,13 @@ type loop struct {
 	reregistering   bool  // the worker row was lost: no claim until it is registered again
 	lostCause       error // what the heartbeat found
 	servedNames     []string
+	// The dead predecessor's rows no attached handler has reported yet
+	// (inherit.go), and the timer that gives them back.
+	inherited   map[string]*task
+	settleTimer *time.Timer
+	// ackWait: results being written, by job id, and the process to
+	// acknowledge them to (acks.go).
+	ackWait map[string]*process
 }
 
 func newLoop(s *Supervisor, w *resultWriter, sp *transport.Spawner, wg *sync.WaitGroup) *loop {
@@ -272,6 +280,12 @@ func (l *loop) handle(e event) {
 		l.onAttachRefused(e.proc, e.err)
 	case claimHoldEvent:
 		l.maybeClaim(e.pool)
+	case settleEvent:
+		l.settleInherited(true, "startup_timeout elapsed")
+	case settledEvent:
+		l.onSettled(e.ids)
+	case ackTimeoutEvent:
+		l.onAckTimeout(e.proc)
 	case graceExpiredEvent:
 		if l.state == StateForceTimeoutPath {
 			l.setState(StateWaitForThread)

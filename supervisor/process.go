@@ -73,6 +73,14 @@ type process struct {
 	// an earlier session (id → sync).
 	endpoint string
 	foreign  map[string]bool
+
+	// Acknowledgements (acks.go): whether its hello asked for them, how many
+	// of its results are being written, and a stop deferred until then.
+	acks          bool
+	unacked       int
+	stopAfterAcks bool
+	stopGrace     time.Duration
+	ackTimer      *time.Timer
 }
 
 // who names the process in a log line: its pid when the sidecar spawned

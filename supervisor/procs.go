@@ -237,6 +237,9 @@ func (l *loop) onExit(p *process, err error) {
 	for _, t := range p.killTimers {
 		t.Stop()
 	}
+	if p.ackTimer != nil {
+		p.ackTimer.Stop()
+	}
 	if pl.procs[p.slot] == p {
 		pl.procs[p.slot] = nil
 	}

@@ -18,6 +18,7 @@ func (l *loop) onResult(p *process, r *protocol.Result) {
 	if t == nil {
 		l.log.Warn("result for a job this process does not hold; discarded", "handler", p.pool.h.Name, p.who(), "job_id", r.ID, "status", string(r.Status))
 		l.metrics.lateResult("", "unknown_id")
+		l.ackNow(p, r.ID)
 		return
 	}
 	delete(p.tasks, r.ID)
@@ -33,9 +34,11 @@ func (l *loop) onResult(p *process, r *protocol.Result) {
 		l.log.Info("late result discarded", "job_id", t.job.ID, "job_name", t.job.Name, "queue", t.job.Queue,
 			"status", string(r.Status), "abandoned_by", t.abandoned)
 		l.metrics.lateResult(t.job.Name, t.abandoned)
+		l.ackNow(p, r.ID)
 	} else {
 		delete(l.live, t.job.ID)
 		l.record(t, r)
+		l.ackLater(p, r.ID)
 	}
 	if p.state == procRetiring && len(p.tasks) == 0 {
 		l.stopProcess(p, l.cfg.StopGrace)

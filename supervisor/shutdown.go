@@ -50,6 +50,9 @@ func (l *loop) enterForce(why string) {
 	}
 	l.log.Warn("state transition: async jobs are cancelled and NACKed, sync jobs get their grace", "state", StateForceTimeoutPath.String(),
 		"from", StateDraining.String(), "reason", why, "async_jobs", asyncN, "sync_jobs", syncN, "sync_grace", l.cfg.Settings.SyncHandlerGrace)
+	// The predecessor's rows no handler has reported yet are not running
+	// here: given back like claimed-not-yet-running ones.
+	l.settleInherited(true, "shutdown_timeout")
 	for _, pl := range l.pools {
 		for _, t := range pl.pending {
 			l.nack(t, "shutdown_timeout")
@@ -130,7 +133,7 @@ func (l *loop) syncJobIDs() []string {
 func (l *loop) checkDone() {
 	switch l.state {
 	case StateDraining:
-		if len(l.live) > 0 || l.claims > 0 {
+		if len(l.live) > 0 || l.claims > 0 || len(l.inherited) > 0 {
 			return
 		}
 		for _, pl := range l.pools {
@@ -170,6 +173,9 @@ func (l *loop) enterStopped() {
 			if p != nil {
 				if p.state == procStarting {
 					p.signalGroup(syscall.SIGKILL)
+				}
+				if l.deferStop(p, grace) {
+					continue // its session ends once its last results are acknowledged
 				}
 				l.stopProcess(p, grace)
 			}

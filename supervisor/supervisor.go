@@ -129,6 +129,9 @@ type Supervisor struct {
 	startedRun atomic.Bool
 
 	claimIndexMissing atomic.Bool // see watchClaimIndex
+	// acking is set once a handler that wants acknowledgements said hello
+	// (acks.go): only then does the writer report what it settled.
+	acking atomic.Bool
 }
 
 // New checks the configuration and prepares a Supervisor.
@@ -289,18 +292,15 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		names = append(names, h.JobNames()...)
 	}
 	hostname, _ := os.Hostname()
-	meta, err := json.Marshal(map[string]string{backends.MetaKind: workerKind, backends.MetaInstance: s.cfg.Instance, "hostname": hostname})
-	if err != nil {
-		return fmt.Errorf("encoding the worker row's metadata: %w", err)
-	}
-	s.identity = backends.Worker{
-		ID: s.workerID, Hostname: s.cfg.Instance + "@" + hostname, PID: os.Getpid(), Queues: s.cfg.Settings.Queues,
-		Concurrency: total, Status: backends.WorkerActive, Version: s.cfg.Version, Metadata: meta,
+	if err := s.setIdentity(hostname, os.Getpid(), total); err != nil {
+		return err
 	}
 	s.taskNames = names
-	regCtx, cancelReg := context.WithTimeout(bg, writeTimeout)
-	err = s.register(regCtx)
-	cancelReg()
+	// A dead predecessor of this instance on this host (a container or
+	// service restart, whatever the pid) is taken over: the rows it held
+	// become this sidecar's, and the loop keeps those its attached handlers
+	// still run or report results for, and gives the others back.
+	inherited, err := s.registerAtStart(ctx)
 	if err != nil {
 		return fmt.Errorf("registering worker %s: %w", s.workerID, err)
 	}
@@ -320,6 +320,12 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		default: // the loop is busy; the next poll will do
 		}
 	})
+	// Attached handlers forget a result once it is settled (acks.go).
+	writer.settled = func(ids []string) {
+		if s.acking.Load() {
+			s.emit(settledEvent{ids: ids})
+		}
+	}
 	// A batch smaller than a quarter of the in-flight budget lingers
 	// briefly while results flow (lingerMax).
 	writer.lingerBatch = (total + 3) / 4
@@ -357,6 +363,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	sp := transport.StartSpawner()
 
 	l := newLoop(s, writer, sp, &wg)
+	l.inherit(inherited)
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -382,6 +389,22 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	sp.Stop()
 	s.log.Info("stopped", "state", StateStopped.String(), "worker_id", s.workerID)
 	return loopErr
+}
+
+// setIdentity sets the worker row this sidecar registers: its hostname is
+// INSTANCE@HOST, its metadata names its identity (kind, instance, host) and
+// its heartbeat interval.
+func (s *Supervisor) setIdentity(hostname string, pid, concurrency int) error {
+	meta, err := json.Marshal(map[string]any{backends.MetaKind: workerKind, backends.MetaInstance: s.cfg.Instance,
+		backends.MetaHost: hostname, backends.MetaHeartbeatInterval: s.cfg.Settings.HeartbeatInterval.Seconds()})
+	if err != nil {
+		return fmt.Errorf("encoding the worker row's metadata: %w", err)
+	}
+	s.identity = backends.Worker{
+		ID: s.workerID, Hostname: s.cfg.Instance + "@" + hostname, PID: pid, Queues: s.cfg.Settings.Queues,
+		Concurrency: concurrency, Status: backends.WorkerActive, Version: s.cfg.Version, Metadata: meta,
+	}
+	return nil
 }
 
 // emit hands an event to the loop; false once the loop has ended.

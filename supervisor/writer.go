@@ -56,7 +56,10 @@ type resultWriter struct {
 	written atomic.Int64
 	// afterWrite, when set before run, is called after every batch.
 	afterWrite func()
-	done       chan struct{} // closed when the goroutine has drained and exited
+	// settled, when set before run, is called with the job ids of every
+	// batch of completions written (applied or refused by their guard).
+	settled func(ids []string)
+	done    chan struct{} // closed when the goroutine has drained and exited
 }
 
 func newResultWriter(b backends.Backend, workerID string, log *slog.Logger, requeued func()) *resultWriter {
@@ -245,6 +248,13 @@ func (w *resultWriter) writeCompletions(cs []backends.Completion) error {
 	applied, err := w.backend.Complete(ctx, w.workerID, cs)
 	if err != nil {
 		return err
+	}
+	if w.settled != nil {
+		ids := make([]string, len(cs))
+		for i, c := range cs {
+			ids[i] = c.JobID
+		}
+		w.settled(ids)
 	}
 	for _, c := range cs {
 		if (c.Outcome == backends.OutcomeRetry || c.Outcome == backends.OutcomeSnooze) && c.Delay == 0 {

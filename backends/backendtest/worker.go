@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -182,54 +183,173 @@ func workerCases() []testCase {
 			require.NoError(s.t, s.b.RegisterWorker(s.ctx, w))
 			require.NoError(s.t, s.b.Heartbeat(s.ctx, id))
 		}},
-		{"workers/register takes over only its own predecessor", func(s *suite) {
-			meta := func(kind, instance string) json.RawMessage {
-				b, err := json.Marshal(map[string]string{backends.MetaKind: kind, backends.MetaInstance: instance})
-				require.NoError(s.t, err)
-				return b
-			}
-			register := func(id, host string, m json.RawMessage) error {
-				return s.b.RegisterWorker(s.ctx, backends.Worker{ID: id, Hostname: host, PID: 1, Queues: []string{"a"},
-					Concurrency: 1, Version: "1", Metadata: m})
-			}
-			// Another program (a Soniq worker: no kind) holds (pod, 1) and a job.
+		{"workers/register never takes another id's hostname and pid", func(s *suite) {
+			// Soniq's register_worker replaces whatever row holds (hostname,
+			// pid); a sidecar never does, whoever registered it: a Soniq
+			// worker, another instance, or an earlier run of its own
+			// instance (TakeOver is the only way to replace that one).
 			soniq := newUUID(s.t)
-			require.NoError(s.t, register(soniq, "pod", json.RawMessage(`{"queues":["a"]}`)))
-			foreignJob := s.enqueueNamed("foreign")
+			require.NoError(s.t, s.b.RegisterWorker(s.ctx, backends.Worker{ID: soniq, Hostname: "pod", PID: 1,
+				Concurrency: 1, Metadata: json.RawMessage(`{"queues":["a"]}`)}))
+			foreign := s.enqueueNamed("foreign")
 			s.claimOne(soniq, "foreign")
-			before := snapshot(s.get(foreignJob.ID))
-			for _, m := range []json.RawMessage{meta("soniq-sidecar", "a"), nil} {
-				err := register(newUUID(s.t), "pod", m)
-				assert.ErrorIs(s.t, err, backends.ErrIdentityTaken)
-			}
-			assert.Equal(s.t, before, snapshot(s.get(foreignJob.ID)), "another program's job is never released")
-			require.NoError(s.t, s.b.Heartbeat(s.ctx, soniq), "another program's row is never re-keyed")
-
-			// Our own predecessor (same kind and instance) on (sidecar@pod, 1).
+			before := snapshot(s.get(foreign.ID))
 			first := newUUID(s.t)
-			require.NoError(s.t, register(first, "sidecar@pod", meta("soniq-sidecar", "a")))
+			require.NoError(s.t, s.b.RegisterWorker(s.ctx, s.identityWorker(first, "a", "pod", 1, "sidecar@pod")))
 			held := s.enqueueNamed("held")
 			s.claimOne(first, "held")
-			// Another instance of the same program is another program.
-			assert.ErrorIs(s.t, register(newUUID(s.t), "sidecar@pod", meta("soniq-sidecar", "b")), backends.ErrIdentityTaken)
-			second := newUUID(s.t)
-			require.NoError(s.t, register(second, "sidecar@pod", meta("soniq-sidecar", "a")))
-			got := s.get(held.ID)
-			assert.Equal(s.t, backends.StatusQueued, got.Status, "the predecessor's job is released")
-			assert.Nil(s.t, got.WorkerID)
-			assert.Equal(s.t, 1, got.Attempts, "attempts preserved")
-			assert.ErrorIs(s.t, s.b.Heartbeat(s.ctx, first), backends.ErrNotFound, "the new id took the row")
-			// Same id again is an upsert (a restart that kept its id).
-			require.NoError(s.t, register(second, "sidecar@pod", meta("soniq-sidecar", "a")))
-
-			// The new id is a real worker row: it can claim and heartbeat.
-			s.claimOne(second, "held")
-			require.NoError(s.t, s.b.Heartbeat(s.ctx, second))
-			require.NoError(s.t, s.h.BackdateHeartbeat(s.ctx, second, 10*time.Minute))
-			workers, jobs, err := s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute, "")
+			heldBefore := snapshot(s.get(held.ID))
+			for _, w := range []backends.Worker{
+				{ID: newUUID(s.t), Hostname: "pod", PID: 1, Concurrency: 1, Metadata: identityMeta(s.t, "b", "pod")},
+				{ID: newUUID(s.t), Hostname: "pod", PID: 1, Concurrency: 1},
+				s.identityWorker(newUUID(s.t), "a", "pod", 1, "sidecar@pod"),
+			} {
+				assert.ErrorIs(s.t, s.b.RegisterWorker(s.ctx, w), backends.ErrIdentityTaken, "worker %s on %s pid %d", w.ID, w.Hostname, w.PID)
+			}
+			assert.Equal(s.t, before, snapshot(s.get(foreign.ID)), "another program's job is never released")
+			assert.Equal(s.t, heldBefore, snapshot(s.get(held.ID)), "an earlier run's job is not released by registering")
+			require.NoError(s.t, s.b.Heartbeat(s.ctx, soniq), "another program's row is never re-keyed")
+			require.NoError(s.t, s.b.Heartbeat(s.ctx, first), "an earlier run's row is never re-keyed")
+			// The same id again is an upsert: a restart that kept its id.
+			require.NoError(s.t, s.b.RegisterWorker(s.ctx, s.identityWorker(first, "a", "pod", 1, "sidecar@pod")))
+			// Another pid on the same hostname is another row.
+			require.NoError(s.t, s.b.RegisterWorker(s.ctx, s.identityWorker(newUUID(s.t), "a", "pod", 2, "sidecar@pod")))
+		}},
+		{"workers/same identity lists the rows of one program instance on one host, whatever their pid", func(s *suite) {
+			me := s.identityWorker(newUUID(s.t), "a", "pod", 7, "a@pod")
+			earlier := s.identityWorker(newUUID(s.t), "a", "pod", 1, "a@pod")
+			stopped := s.identityWorker(newUUID(s.t), "a", "pod", 2, "a@pod#1234")
+			require.NoError(s.t, s.b.RegisterWorker(s.ctx, earlier))
+			require.NoError(s.t, s.b.RegisterWorker(s.ctx, stopped))
+			require.NoError(s.t, s.b.SetWorkerStatus(s.ctx, stopped.ID, backends.WorkerStopped))
+			require.NoError(s.t, s.h.BackdateHeartbeat(s.ctx, earlier.ID, 10*time.Minute))
+			for _, other := range []backends.Worker{
+				s.identityWorker(newUUID(s.t), "b", "pod", 3, "b@pod"),        // another instance
+				s.identityWorker(newUUID(s.t), "a", "other", 4, "a@other"),    // another host
+				{ID: newUUID(s.t), Hostname: "a@pod", PID: 5, Concurrency: 1}, // Soniq's (no metadata)
+				{ID: newUUID(s.t), Hostname: "a@pod", PID: 6, Concurrency: 1, Metadata: json.RawMessage(`{"kind":"other","instance":"a","hostname":"pod"}`)},
+			} {
+				require.NoError(s.t, s.b.RegisterWorker(s.ctx, other))
+			}
+			require.NoError(s.t, s.b.RegisterWorker(s.ctx, me))
+			got, err := s.b.SameIdentity(s.ctx, me)
 			require.NoError(s.t, err)
-			assert.Equal(s.t, [2]int{1, 1}, [2]int{workers, jobs}, "one row for (sidecar@pod, 1)")
-			assert.Equal(s.t, before, snapshot(s.get(foreignJob.ID)))
+			byID := map[string]backends.Worker{}
+			for _, w := range got {
+				byID[w.ID] = w
+			}
+			require.Len(s.t, byID, 2, "the earlier rows of instance a on pod, and nothing else: %+v", got)
+			e, st := byID[earlier.ID], byID[stopped.ID]
+			assert.Equal(s.t, [3]any{"a@pod", 1, backends.WorkerActive}, [3]any{e.Hostname, e.PID, e.Status})
+			assert.InDelta(s.t, (10 * time.Minute).Seconds(), e.HeartbeatAge.Seconds(), tolerance.Seconds(), "its heartbeat age, by the database's clock")
+			assert.Equal(s.t, backends.WorkerStopped, st.Status, "a stopped row is listed too")
+			assert.Less(s.t, st.HeartbeatAge, tolerance)
+			assert.Equal(s.t, backends.Identity{Kind: "soniq-sidecar", Instance: "a", Host: "pod"}, mustIdentity(s.t, e.Metadata))
+			none, err := s.b.SameIdentity(s.ctx, backends.Worker{ID: newUUID(s.t), Hostname: "x", PID: 1})
+			require.NoError(s.t, err)
+			assert.Empty(s.t, none, "a worker with no identity has no predecessors")
+		}},
+		{"workers/take over gives a dead worker's processing rows to its successor", func(s *suite) {
+			// A container restart: the same (hostname, pid), a new id.
+			dead := s.identityWorker(newUUID(s.t), "a", "pod", 1, "a@pod")
+			require.NoError(s.t, s.b.RegisterWorker(s.ctx, dead))
+			running := s.enqueueNamed("running")
+			s.claimOne(dead.ID, "running")
+			s.complete(dead.ID, backends.Completion{JobID: running.ID, Outcome: backends.OutcomeRetry, Error: "first"})
+			s.claimOne(dead.ID, "running") // attempt 2
+			other := s.enqueueNamed("other")
+			s.claimOne(dead.ID, "other")
+			done := s.enqueueNamed("done")
+			s.claimOne(dead.ID, "done")
+			s.complete(dead.ID, backends.Completion{JobID: done.ID, Outcome: backends.OutcomeDone, ResultTTL: time.Hour})
+			neighbour := s.worker()
+			theirs := s.enqueueNamed("theirs")
+			s.claimOne(neighbour, "theirs")
+			theirsBefore := snapshot(s.get(theirs.ID))
+			beforeRunning := s.get(running.ID)
+
+			rows, err := s.b.SameIdentity(s.ctx, s.identityWorker(newUUID(s.t), "a", "pod", 1, "a@pod"))
+			require.NoError(s.t, err)
+			require.Len(s.t, rows, 1)
+			next := s.identityWorker(newUUID(s.t), "a", "pod", 1, "a@pod")
+			jobs, err := s.b.TakeOver(s.ctx, next, rows)
+			require.NoError(s.t, err)
+			ids := []string{}
+			for _, j := range jobs {
+				ids = append(ids, j.ID)
+				require.NotNil(s.t, j.WorkerID)
+				assert.Equal(s.t, next.ID, *j.WorkerID)
+			}
+			assert.ElementsMatch(s.t, []string{running.ID, other.ID}, ids, "exactly the processing rows")
+			got := s.get(running.ID)
+			assert.Equal(s.t, backends.StatusProcessing, got.Status, "still processing: the execution may still run")
+			assert.Equal(s.t, 2, got.Attempts, "attempts unchanged")
+			assert.Equal(s.t, beforeRunning.LastError, got.LastError)
+			require.NotNil(s.t, got.WorkerID)
+			assert.Equal(s.t, next.ID, *got.WorkerID)
+			assert.Nil(s.t, s.get(done.ID).WorkerID, "a finished row is detached")
+			assert.Equal(s.t, backends.StatusDone, s.get(done.ID).Status)
+			assert.Equal(s.t, theirsBefore, snapshot(s.get(theirs.ID)), "another worker's row untouched")
+			assert.ErrorIs(s.t, s.b.Heartbeat(s.ctx, dead.ID), backends.ErrNotFound, "the dead row is gone")
+			require.NoError(s.t, s.b.Heartbeat(s.ctx, next.ID), "the successor is registered and active")
+			left, err := s.b.SameIdentity(s.ctx, next)
+			require.NoError(s.t, err)
+			assert.Empty(s.t, left)
+
+			// The rows are the successor's: its guarded writes land, and it
+			// can give one back with a NACK (attempts preserved).
+			s.complete(next.ID, backends.Completion{JobID: running.ID, Outcome: backends.OutcomeDone, ResultTTL: time.Hour})
+			assert.Equal(s.t, backends.StatusDone, s.get(running.ID).Status)
+			nacked, err := s.b.Nack(s.ctx, []string{other.ID})
+			require.NoError(s.t, err)
+			assert.Equal(s.t, []string{other.ID}, nacked)
+			assert.Equal(s.t, 1, s.get(other.ID).Attempts)
+
+			// Another pid (systemd, Compose): the same, and a recovered
+			// (stopped) row is taken over as well; a row gone meanwhile is
+			// skipped.
+			a := s.identityWorker(newUUID(s.t), "b", "vm", 4100, "b@vm")
+			require.NoError(s.t, s.b.RegisterWorker(s.ctx, a))
+			held := s.enqueueNamed("held.b")
+			s.claimOne(a.ID, "held.b")
+			require.NoError(s.t, s.h.BackdateHeartbeat(s.ctx, a.ID, 10*time.Minute))
+			_, _, err = s.b.RecoverStaleWorkers(s.ctx, 5*time.Minute, "")
+			require.NoError(s.t, err)
+			s.claimOne(neighbour, "held.b") // the recovered row ran elsewhere meanwhile
+			b := s.identityWorker(newUUID(s.t), "b", "vm", 4200, "b@vm")
+			rows, err = s.b.SameIdentity(s.ctx, b)
+			require.NoError(s.t, err)
+			require.Len(s.t, rows, 1)
+			assert.Equal(s.t, backends.WorkerStopped, rows[0].Status)
+			jobs, err = s.b.TakeOver(s.ctx, b, append(rows, backends.Worker{ID: newUUID(s.t), Status: backends.WorkerActive}))
+			require.NoError(s.t, err)
+			assert.Empty(s.t, jobs, "a row another worker holds now is not taken")
+			assert.Equal(s.t, neighbour, *s.get(held.ID).WorkerID)
+			require.NoError(s.t, s.b.Heartbeat(s.ctx, b.ID))
+		}},
+		{"workers/take over refuses a worker that is alive", func(s *suite) {
+			live := s.identityWorker(newUUID(s.t), "a", "pod", 1, "a@pod")
+			require.NoError(s.t, s.b.RegisterWorker(s.ctx, live))
+			j := s.enqueueNamed("running")
+			s.claimOne(live.ID, "running")
+			require.NoError(s.t, s.h.BackdateHeartbeat(s.ctx, live.ID, time.Minute))
+			next := s.identityWorker(newUUID(s.t), "a", "pod", 1, "a@pod")
+			rows, err := s.b.SameIdentity(s.ctx, next)
+			require.NoError(s.t, err)
+			require.Len(s.t, rows, 1)
+			before := snapshot(s.get(j.ID))
+			// It beats after it was observed: it is alive.
+			require.NoError(s.t, s.b.Heartbeat(s.ctx, live.ID))
+			_, err = s.b.TakeOver(s.ctx, next, rows)
+			require.ErrorIs(s.t, err, backends.ErrWorkerAlive)
+			assert.Equal(s.t, before, snapshot(s.get(j.ID)), "its row untouched")
+			require.NoError(s.t, s.b.Heartbeat(s.ctx, live.ID), "its worker row untouched")
+			assert.ErrorIs(s.t, s.b.Heartbeat(s.ctx, next.ID), backends.ErrNotFound, "nothing registered")
+			// A live row that holds the successor's (hostname, pid) and was
+			// not offered for takeover: refused, nothing changed.
+			_, err = s.b.TakeOver(s.ctx, next, nil)
+			require.ErrorIs(s.t, err, backends.ErrIdentityTaken)
+			assert.Equal(s.t, before, snapshot(s.get(j.ID)))
 		}},
 		{"workers/adopt orphans takes back only processing rows with no worker", func(s *suite) {
 			w, other := s.worker(), s.worker()
@@ -376,4 +496,26 @@ func sortedPairs(ps [][2]string) [][2]string {
 		return strings.Compare(a[1], b[1])
 	})
 	return ps
+}
+
+// identityMeta is the metadata of a sidecar instance's worker row.
+func identityMeta(t *testing.T, instance, host string) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(map[string]any{backends.MetaKind: "soniq-sidecar", backends.MetaInstance: instance,
+		backends.MetaHost: host, backends.MetaHeartbeatInterval: 5})
+	require.NoError(t, err)
+	return b
+}
+
+// identityWorker is a sidecar instance's worker row (not registered).
+func (s *suite) identityWorker(id, instance, host string, pid int, hostname string) backends.Worker {
+	return backends.Worker{ID: id, Hostname: hostname, PID: pid, Queues: []string{"default"}, Concurrency: 2,
+		Version: "contract", Metadata: identityMeta(s.t, instance, host)}
+}
+
+func mustIdentity(t *testing.T, meta json.RawMessage) backends.Identity {
+	t.Helper()
+	id, ok := backends.IdentityOf(meta)
+	require.True(t, ok, "metadata %s names no identity", meta)
+	return id
 }

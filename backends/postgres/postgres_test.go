@@ -358,25 +358,34 @@ func TestResultsJSONBRejectsAreMadeStorable(t *testing.T) {
 
 // A restarted sidecar in a container has the same hostname and pid as its
 // dead predecessor, whose rows still reference it through the foreign key:
-// registering must succeed and give the predecessor's processing rows back.
-func TestRegisterWorkerTakesOverDeadPredecessor(t *testing.T) {
+// registering alone is refused; taking the dead row over succeeds and gives
+// the successor the predecessor's processing rows, still processing.
+func TestTakeOverDeadPredecessorWithTheSameHostnameAndPid(t *testing.T) {
 	b, _ := openTest(t)
 	ctx := context.Background()
 	old, fresh := backends.NewID(), backends.NewID()
-	meta := []byte(`{"kind":"soniq-sidecar","instance":"a"}`)
-	require.NoError(t, b.RegisterWorker(ctx, backends.Worker{ID: old, Hostname: "pod-a", PID: 1, Metadata: meta}))
+	meta := []byte(`{"kind":"soniq-sidecar","instance":"a","hostname":"pod-a"}`)
+	require.NoError(t, b.RegisterWorker(ctx, backends.Worker{ID: old, Hostname: "a@pod-a", PID: 1, Metadata: meta}))
 	j, err := b.Enqueue(ctx, backends.EnqueueParams{Name: "x", Args: []byte(`{}`)})
 	require.NoError(t, err)
 	claimed, err := b.Claim(ctx, backends.ClaimParams{WorkerID: old, Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
 
-	require.NoError(t, b.RegisterWorker(ctx, backends.Worker{ID: fresh, Hostname: "pod-a", PID: 1, Metadata: meta}))
+	next := backends.Worker{ID: fresh, Hostname: "a@pod-a", PID: 1, Metadata: meta}
+	require.ErrorIs(t, b.RegisterWorker(ctx, next), backends.ErrIdentityTaken)
+	dead, err := b.SameIdentity(ctx, next)
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	jobs, err := b.TakeOver(ctx, next, dead)
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
 	got, err := b.Get(ctx, j.ID)
 	require.NoError(t, err)
-	require.Equal(t, backends.StatusQueued, got.Status)
-	require.Equal(t, 1, got.Attempts, "attempts preserved")
-	require.Nil(t, got.WorkerID)
+	require.Equal(t, backends.StatusProcessing, got.Status)
+	require.Equal(t, 1, got.Attempts, "attempts unchanged")
+	require.NotNil(t, got.WorkerID)
+	require.Equal(t, fresh, *got.WorkerID)
 	require.NoError(t, b.Heartbeat(ctx, fresh))
 }
 

@@ -9,7 +9,7 @@
 const fs = require('node:fs');
 const net = require('node:net');
 const path = require('node:path');
-const { SessionCore, sessionService } = require('./session');
+const { SessionCore, sessionService, ACK_WAIT_MS } = require('./session');
 const { requirePeer, decodeHealthRequest, unaryDef, tracer, PROTO_PATH } = require('./unix');
 
 const EXIT_USAGE = 2; // a bad --listen, or its path in use or not a socket
@@ -99,6 +99,7 @@ async function serve(app, protocolVersion, socketPath) {
 
   let server = null;
   let exiting = false;
+  let ackWait = null; // the bounded wait for the last acknowledgements
   const health = new Map(HEALTH_SERVICES.map((name) => [name, 'SERVING']));
   const core = new SessionCore(app, protocolVersion, grpc, {
     attach: true,
@@ -109,6 +110,18 @@ async function serve(app, protocolVersion, socketPath) {
   // Told to stop and nothing held: end the session, let the last messages go out, exit 0.
   function maybeExit() {
     if (!core.draining || core.held.size > 0 || exiting) return;
+    // The last results are acknowledged once the sidecar has written them; a short wait, so
+    // that none is left to a session that ends.
+    if (core.awaitingAcks() && ackWait !== 'over') {
+      if (ackWait === null) {
+        ackWait = setTimeout(() => {
+          ackWait = 'over';
+          maybeExit();
+        }, ACK_WAIT_MS);
+      }
+      return;
+    }
+    if (ackWait !== null && ackWait !== 'over') clearTimeout(ackWait);
     exiting = true;
     for (const id of core.lostResults()) log(`WARN: exiting with the result of job ${id} undelivered (no session was open)`);
     core.endCurrent();

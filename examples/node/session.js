@@ -13,10 +13,14 @@
 const { decode, ProtocolError } = require('./protocol');
 
 const EXIT_PROTOCOL_ERROR = 4;
-// Results of jobs that ended while no session was open wait for the next one; at most this
-// many (the oldest is dropped first, with a WARN line). A sidecar sends a process far fewer
-// jobs than this (its concurrency), so only a process left alone for long gets there.
+// Results of jobs that ended while no session was open, or that were sent on a session that
+// ended before acknowledging them, wait for the next one; at most this many (the oldest is
+// dropped first, with a WARN line). A sidecar sends a process far fewer jobs than this (its
+// concurrency), so only a process left alone for long gets there.
 const MAX_KEPT_RESULTS = 1000;
+// How long a handler told to stop waits, once it holds no job, for the open session to
+// acknowledge the results it sent.
+const ACK_WAIT_MS = 5000;
 
 const STATUS = { done: 'DONE', failed: 'FAILED', snooze: 'SNOOZE', cancelled: 'CANCELLED' };
 
@@ -105,6 +109,11 @@ class Session {
     this.opened = new Date();
     this.shutdown = false; // the sidecar sent shutdown or closed its side
     this.ended = false; // no more messages can go out on it
+    this.acks = false; // the sidecar said it acknowledges results (an Ack)
+    // Whether a message came from the sidecar yet: one that acknowledges results sends an Ack
+    // first, so anything else first means it never will.
+    this.heard = false;
+    this.unacked = new Map(); // id -> result message sent on it and not acknowledged yet
   }
 
   describe() {
@@ -139,7 +148,10 @@ class SessionCore {
     this.waiting = []; // entries over the concurrency limit, in arrival order
     this.running = 0;
     this.current = null; // the open Session
-    this.kept = []; // results waiting for a session (attach mode)
+    this.kept = new Map(); // id -> result message waiting for a session (attach mode), oldest first
+    // A sidecar acknowledged results once: from then on a session that ends with results
+    // unacknowledged hands them to the next one.
+    this.peerAcks = false;
     this.draining = false; // SIGTERM (attach mode): no new job
     this.sessionEnded = false; // spawned: the one session is over
   }
@@ -162,8 +174,11 @@ class SessionCore {
     this.current = s;
     s.write({ hello: this.hello() });
     const kept = this.kept;
-    this.kept = [];
-    for (const msg of kept) s.write(msg);
+    this.kept = new Map();
+    for (const [id, msg] of kept) {
+      s.write(msg);
+      s.unacked.set(id, msg);
+    }
     if (this.draining) s.write({ draining: {} });
     call.on('data', (m) => this._onMessage(s, m));
     // The sidecar closed its side: as EOF on stdin, the session ends once it holds no job of it.
@@ -178,11 +193,22 @@ class SessionCore {
     return {
       protocol: h.protocol, sdk: h.sdk, pid: h.pid, jobs: h.jobs, concurrency: h.concurrency,
       running: [...this.held.values()].map((e) => ({ id: e.msg.id, name: e.msg.name })),
+      kept: [...this.kept.keys()].filter((id) => !this.held.has(id)),
+      acks: this.attach,
     };
   }
 
   _onMessage(s, m) {
     if (s.ended) return;
+    if (!s.heard) {
+      s.heard = true;
+      if (m.message !== 'ack') s.unacked.clear(); // an older sidecar: it never acknowledges
+    }
+    if (m.message === 'ack') {
+      // Not a stdio frame: the sidecar settled these results.
+      this._acked(s, m.ack?.ids ?? []);
+      return;
+    }
     let frame;
     try {
       frame = decode(frameOf(m), { maxFrameBytes: this.app.maxFrameBytes });
@@ -274,20 +300,36 @@ class SessionCore {
     this.onChange();
   }
 
-  // To the session open now, else (attach mode) kept for the next one.
+  // To the session open now (kept there until it acknowledges it), else (attach mode) kept
+  // for the next one.
   _deliver(msg) {
     const s = this.current;
     if (s && !s.ended) {
       s.write(msg);
+      if (this.attach && (s.acks || !s.heard)) s.unacked.set(msg.result.id, msg);
       return;
     }
+    this._keep(msg, 'ended with no session open');
+  }
+
+  _keep(msg, why) {
     if (!this.attach) return; // spawned: there is no next session
-    if (this.kept.length >= MAX_KEPT_RESULTS) {
-      const lost = this.kept.shift();
-      log(`WARN: more than ${MAX_KEPT_RESULTS} results wait for a session; the result of job ${lost.result.id} is dropped`);
+    const id = msg.result.id;
+    this.kept.delete(id);
+    if (this.kept.size >= MAX_KEPT_RESULTS) {
+      const lost = this.kept.keys().next().value;
+      this.kept.delete(lost);
+      log(`WARN: more than ${MAX_KEPT_RESULTS} results wait for a session; the result of job ${lost} is dropped`);
     }
-    this.kept.push(msg);
-    log(`job ${msg.result.id} ended with no session open; its result waits for the next session`);
+    this.kept.set(id, msg);
+    log(`job ${id} ${why}; its result waits for the next session`);
+  }
+
+  _acked(s, ids) {
+    s.acks = true;
+    this.peerAcks = true;
+    for (const id of ids) s.unacked.delete(id);
+    if (ids.length > 0) this.onChange();
   }
 
   _shutdown(s) {
@@ -307,6 +349,11 @@ class SessionCore {
     s.closed = true;
     s.ended = true;
     if (this.current === s) this.current = null;
+    // Results written on it that the sidecar may never have received or recorded (the session
+    // broke with them in flight, or before they were written) go to the next session, when
+    // the sidecar acknowledges results.
+    if (s.acks || this.peerAcks) for (const msg of s.unacked.values()) this._keep(msg, 'had its result unacknowledged when the session ended');
+    s.unacked.clear();
     for (const e of this.held.values()) if (e.session === s) e.session = null;
     if (!this.attach) this.sessionEnded = true;
     this.onChange();
@@ -325,10 +372,17 @@ class SessionCore {
     if (this.current) this.current.end();
   }
 
-  // Ids of results no session received.
+  // The open session acknowledges results and has not acknowledged some it was sent.
+  awaitingAcks() {
+    const s = this.current;
+    return Boolean(s && !s.ended && s.acks && s.unacked.size > 0);
+  }
+
+  // Ids of results no session received (or acknowledged).
   lostResults() {
-    return this.kept.map((m) => m.result.id);
+    const s = this.current;
+    return [...this.kept.keys(), ...(s && s.acks ? s.unacked.keys() : [])];
   }
 }
 
-module.exports = { SessionCore, sessionService, resultMessage, frameOf, MAX_KEPT_RESULTS };
+module.exports = { SessionCore, sessionService, resultMessage, frameOf, MAX_KEPT_RESULTS, ACK_WAIT_MS };

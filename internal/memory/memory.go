@@ -453,9 +453,8 @@ func (b *Backend) PurgeDeadLetter(ctx context.Context, id string) error {
 	return nil
 }
 
-// RegisterWorker upserts the worker row; a (hostname, pid) conflict
-// replaces the old row, new id included, when it is a predecessor (its
-// rows are released), and is refused otherwise.
+// RegisterWorker upserts the worker row by id; a (hostname, pid) held by
+// another id is refused (only TakeOver replaces a row).
 func (b *Backend) RegisterWorker(ctx context.Context, w backends.Worker) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -465,30 +464,22 @@ func (b *Backend) RegisterWorker(ctx context.Context, w backends.Worker) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	t := now()
+	return b.registerLocked(w)
+}
+
+func (b *Backend) registerLocked(w backends.Worker) error {
 	for id, old := range b.workers {
-		if id == w.ID || old.Hostname != w.Hostname || old.PID != w.PID {
-			continue
-		}
-		if !backends.IsPredecessor(old.Metadata, w.Metadata) {
+		if id != w.ID && old.Hostname == w.Hostname && old.PID == w.PID {
 			return fmt.Errorf("register worker %s: %s pid %d is held by worker %s: %w", w.ID, w.Hostname, w.PID, id, backends.ErrIdentityTaken)
 		}
-		for _, j := range b.jobs {
-			if j.WorkerID != nil && *j.WorkerID == id {
-				if j.Status == backends.StatusProcessing {
-					j.Status = backends.StatusQueued
-				}
-				j.WorkerID = nil
-				j.UpdatedAt = t
-			}
-		}
-		delete(b.workers, id)
 	}
+	t := now()
 	row := w
 	row.Queues = slices.Clone(w.Queues)
 	row.Metadata = slices.Clone(w.Metadata)
 	row.Status = backends.WorkerActive
 	row.LastHeartbeat = t
+	row.HeartbeatAge = 0
 	if old, ok := b.workers[w.ID]; ok {
 		row.StartedAt = old.StartedAt
 	} else {
@@ -496,6 +487,85 @@ func (b *Backend) RegisterWorker(ctx context.Context, w backends.Worker) error {
 	}
 	b.workers[w.ID] = &row
 	return nil
+}
+
+// SameIdentity returns the other rows whose metadata names w's identity.
+func (b *Backend) SameIdentity(ctx context.Context, w backends.Worker) ([]backends.Worker, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if _, ok := backends.IdentityOf(w.Metadata); !ok {
+		return nil, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := now()
+	var out []backends.Worker
+	for id, r := range b.workers {
+		if id == w.ID || !backends.SameIdentity(r.Metadata, w.Metadata) {
+			continue
+		}
+		c := *r
+		c.Queues = slices.Clone(r.Queues)
+		c.Metadata = slices.Clone(r.Metadata)
+		c.HeartbeatAge = t.Sub(r.LastHeartbeat)
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b backends.Worker) int { return b.LastHeartbeat.Compare(a.LastHeartbeat) })
+	return out, nil
+}
+
+// TakeOver registers w in place of dead workers of its identity and gives
+// it their processing rows, all under one lock.
+func (b *Backend) TakeOver(ctx context.Context, w backends.Worker, dead []backends.Worker) ([]backends.Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if w.ID == "" {
+		return nil, fmt.Errorf("take over: worker id is empty")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	gone := map[string]bool{}
+	for _, d := range dead {
+		r, ok := b.workers[d.ID]
+		if !ok || d.ID == w.ID {
+			continue
+		}
+		if r.Status != d.Status || !r.LastHeartbeat.Equal(d.LastHeartbeat) {
+			return nil, fmt.Errorf("worker %s taking over %s: it was %s with a heartbeat at %s, it is now %s with a heartbeat at %s: %w",
+				w.ID, d.ID, d.Status, d.LastHeartbeat, r.Status, r.LastHeartbeat, backends.ErrWorkerAlive)
+		}
+		gone[d.ID] = true
+	}
+	// Check the registration before changing anything: all or nothing.
+	for id, old := range b.workers {
+		if id != w.ID && !gone[id] && old.Hostname == w.Hostname && old.PID == w.PID {
+			return nil, fmt.Errorf("worker %s taking over: %s pid %d is held by worker %s: %w", w.ID, w.Hostname, w.PID, id, backends.ErrIdentityTaken)
+		}
+	}
+	for id := range gone {
+		delete(b.workers, id)
+	}
+	if err := b.registerLocked(w); err != nil {
+		return nil, err
+	}
+	t := now()
+	var jobs []backends.Job
+	for _, j := range b.jobs {
+		if j.WorkerID == nil || !gone[*j.WorkerID] {
+			continue
+		}
+		if j.Status != backends.StatusProcessing {
+			j.WorkerID = nil
+			continue
+		}
+		j.WorkerID = ptr(w.ID)
+		j.UpdatedAt = t
+		jobs = append(jobs, cloneJob(j))
+	}
+	slices.SortFunc(jobs, func(a, b backends.Job) int { return strings.Compare(a.ID, b.ID) })
+	return jobs, nil
 }
 
 // Heartbeat sets last_heartbeat = now.

@@ -83,7 +83,7 @@ func (x Result_Status) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Result_Status.Descriptor instead.
 func (Result_Status) EnumDescriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{10, 0}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{11, 0}
 }
 
 // SidecarMessage: one sidecar → handler frame of a Session.
@@ -95,6 +95,7 @@ type SidecarMessage struct {
 	//	*SidecarMessage_Cancel
 	//	*SidecarMessage_Ping
 	//	*SidecarMessage_Shutdown
+	//	*SidecarMessage_Ack
 	Message       isSidecarMessage_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -173,6 +174,15 @@ func (x *SidecarMessage) GetShutdown() *Shutdown {
 	return nil
 }
 
+func (x *SidecarMessage) GetAck() *Ack {
+	if x != nil {
+		if x, ok := x.Message.(*SidecarMessage_Ack); ok {
+			return x.Ack
+		}
+	}
+	return nil
+}
+
 type isSidecarMessage_Message interface {
 	isSidecarMessage_Message()
 }
@@ -200,6 +210,14 @@ type SidecarMessage_Shutdown struct {
 	Shutdown *Shutdown `protobuf:"bytes,4,opt,name=shutdown,proto3,oneof"`
 }
 
+type SidecarMessage_Ack struct {
+	// Session only, and only to a handler whose hello set `acks`: the
+	// results of these jobs are settled (written, or refused by the row's
+	// guard): the handler forgets them. An Ack with no id, sent right
+	// after the hello, says that this sidecar acknowledges results.
+	Ack *Ack `protobuf:"bytes,5,opt,name=ack,proto3,oneof"`
+}
+
 func (*SidecarMessage_Job) isSidecarMessage_Message() {}
 
 func (*SidecarMessage_Cancel) isSidecarMessage_Message() {}
@@ -207,6 +225,8 @@ func (*SidecarMessage_Cancel) isSidecarMessage_Message() {}
 func (*SidecarMessage_Ping) isSidecarMessage_Message() {}
 
 func (*SidecarMessage_Shutdown) isSidecarMessage_Message() {}
+
+func (*SidecarMessage_Ack) isSidecarMessage_Message() {}
 
 // HandlerMessage: one handler → sidecar frame of a Session.
 type HandlerMessage struct {
@@ -455,6 +475,50 @@ func (*Shutdown) Descriptor() ([]byte, []int) {
 	return file_protocol_handler_proto_rawDescGZIP(), []int{4}
 }
 
+type Ack struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ids           []string               `protobuf:"bytes,1,rep,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Ack) Reset() {
+	*x = Ack{}
+	mi := &file_protocol_handler_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Ack) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Ack) ProtoMessage() {}
+
+func (x *Ack) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_handler_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Ack.ProtoReflect.Descriptor instead.
+func (*Ack) Descriptor() ([]byte, []int) {
+	return file_protocol_handler_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Ack) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
 type Draining struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -463,7 +527,7 @@ type Draining struct {
 
 func (x *Draining) Reset() {
 	*x = Draining{}
-	mi := &file_protocol_handler_proto_msgTypes[5]
+	mi := &file_protocol_handler_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -475,7 +539,7 @@ func (x *Draining) String() string {
 func (*Draining) ProtoMessage() {}
 
 func (x *Draining) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[5]
+	mi := &file_protocol_handler_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -488,7 +552,7 @@ func (x *Draining) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Draining.ProtoReflect.Descriptor instead.
 func (*Draining) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{5}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{6}
 }
 
 // RunningJob: a job a handler serving its own socket still runs from an
@@ -504,7 +568,7 @@ type RunningJob struct {
 
 func (x *RunningJob) Reset() {
 	*x = RunningJob{}
-	mi := &file_protocol_handler_proto_msgTypes[6]
+	mi := &file_protocol_handler_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -516,7 +580,7 @@ func (x *RunningJob) String() string {
 func (*RunningJob) ProtoMessage() {}
 
 func (x *RunningJob) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[6]
+	mi := &file_protocol_handler_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -529,7 +593,7 @@ func (x *RunningJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunningJob.ProtoReflect.Descriptor instead.
 func (*RunningJob) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{6}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RunningJob) GetId() string {
@@ -563,14 +627,23 @@ type Hello struct {
 	SyncConcurrency int32 `protobuf:"varint,6,opt,name=sync_concurrency,json=syncConcurrency,proto3" json:"sync_concurrency,omitempty"`
 	// Session only: jobs still running from an earlier session (a handler
 	// serving its own socket); empty for a fresh process.
-	Running       []*RunningJob `protobuf:"bytes,7,rep,name=running,proto3" json:"running,omitempty"`
+	Running []*RunningJob `protobuf:"bytes,7,rep,name=running,proto3" json:"running,omitempty"`
+	// Session only: the ids of results the handler kept from earlier
+	// sessions (the job ended while no session was open, or its result was
+	// sent on a session that ended before acknowledging it). Each is sent as
+	// a Result right after this hello. No id is both running and kept.
+	Kept []string `protobuf:"bytes,8,rep,name=kept,proto3" json:"kept,omitempty"`
+	// Session only: the handler keeps every result until a session
+	// acknowledges it (Ack), and offers the unacknowledged ones again to the
+	// next session (`kept`).
+	Acks          bool `protobuf:"varint,9,opt,name=acks,proto3" json:"acks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_protocol_handler_proto_msgTypes[7]
+	mi := &file_protocol_handler_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -582,7 +655,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[7]
+	mi := &file_protocol_handler_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -595,7 +668,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{7}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Hello) GetProtocol() int32 {
@@ -647,6 +720,20 @@ func (x *Hello) GetRunning() []*RunningJob {
 	return nil
 }
 
+func (x *Hello) GetKept() []string {
+	if x != nil {
+		return x.Kept
+	}
+	return nil
+}
+
+func (x *Hello) GetAcks() bool {
+	if x != nil {
+		return x.Acks
+	}
+	return false
+}
+
 type HelloJob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -657,7 +744,7 @@ type HelloJob struct {
 
 func (x *HelloJob) Reset() {
 	*x = HelloJob{}
-	mi := &file_protocol_handler_proto_msgTypes[8]
+	mi := &file_protocol_handler_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -669,7 +756,7 @@ func (x *HelloJob) String() string {
 func (*HelloJob) ProtoMessage() {}
 
 func (x *HelloJob) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[8]
+	mi := &file_protocol_handler_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -682,7 +769,7 @@ func (x *HelloJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloJob.ProtoReflect.Descriptor instead.
 func (*HelloJob) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{8}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HelloJob) GetName() string {
@@ -726,7 +813,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_protocol_handler_proto_msgTypes[9]
+	mi := &file_protocol_handler_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -738,7 +825,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[9]
+	mi := &file_protocol_handler_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -751,7 +838,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{9}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Job) GetId() string {
@@ -852,7 +939,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_protocol_handler_proto_msgTypes[10]
+	mi := &file_protocol_handler_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -864,7 +951,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[10]
+	mi := &file_protocol_handler_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -877,7 +964,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{10}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Result) GetId() string {
@@ -941,7 +1028,7 @@ type ResultError struct {
 
 func (x *ResultError) Reset() {
 	*x = ResultError{}
-	mi := &file_protocol_handler_proto_msgTypes[11]
+	mi := &file_protocol_handler_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1040,7 @@ func (x *ResultError) String() string {
 func (*ResultError) ProtoMessage() {}
 
 func (x *ResultError) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[11]
+	mi := &file_protocol_handler_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1053,7 @@ func (x *ResultError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultError.ProtoReflect.Descriptor instead.
 func (*ResultError) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{11}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResultError) GetType() string {
@@ -1016,7 +1103,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_protocol_handler_proto_msgTypes[12]
+	mi := &file_protocol_handler_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1115,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[12]
+	mi := &file_protocol_handler_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1128,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{12}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CancelRequest) GetId() string {
@@ -1062,12 +1149,13 @@ var File_protocol_handler_proto protoreflect.FileDescriptor
 
 const file_protocol_handler_proto_rawDesc = "" +
 	"\n" +
-	"\x16protocol/handler.proto\x12\x10soniq.handler.v1\"\xe9\x01\n" +
+	"\x16protocol/handler.proto\x12\x10soniq.handler.v1\"\x94\x02\n" +
 	"\x0eSidecarMessage\x12)\n" +
 	"\x03job\x18\x01 \x01(\v2\x15.soniq.handler.v1.JobH\x00R\x03job\x129\n" +
 	"\x06cancel\x18\x02 \x01(\v2\x1f.soniq.handler.v1.CancelRequestH\x00R\x06cancel\x12,\n" +
 	"\x04ping\x18\x03 \x01(\v2\x16.soniq.handler.v1.PingH\x00R\x04ping\x128\n" +
-	"\bshutdown\x18\x04 \x01(\v2\x1a.soniq.handler.v1.ShutdownH\x00R\bshutdownB\t\n" +
+	"\bshutdown\x18\x04 \x01(\v2\x1a.soniq.handler.v1.ShutdownH\x00R\bshutdown\x12)\n" +
+	"\x03ack\x18\x05 \x01(\v2\x15.soniq.handler.v1.AckH\x00R\x03ackB\t\n" +
 	"\amessage\"\xe8\x01\n" +
 	"\x0eHandlerMessage\x12/\n" +
 	"\x05hello\x18\x01 \x01(\v2\x17.soniq.handler.v1.HelloH\x00R\x05hello\x122\n" +
@@ -1080,13 +1168,15 @@ const file_protocol_handler_proto_rawDesc = "" +
 	"\x04Pong\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\"\n" +
 	"\n" +
-	"\bShutdown\"\n" +
+	"\bShutdown\"\x17\n" +
+	"\x03Ack\x12\x10\n" +
+	"\x03ids\x18\x01 \x03(\tR\x03ids\"\n" +
 	"\n" +
 	"\bDraining\"0\n" +
 	"\n" +
 	"RunningJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"\xfc\x01\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\xa4\x02\n" +
 	"\x05Hello\x12\x1a\n" +
 	"\bprotocol\x18\x01 \x01(\x05R\bprotocol\x12\x10\n" +
 	"\x03sdk\x18\x02 \x01(\tR\x03sdk\x12\x10\n" +
@@ -1094,7 +1184,9 @@ const file_protocol_handler_proto_rawDesc = "" +
 	"\x04jobs\x18\x04 \x03(\v2\x1a.soniq.handler.v1.HelloJobR\x04jobs\x12 \n" +
 	"\vconcurrency\x18\x05 \x01(\x05R\vconcurrency\x12)\n" +
 	"\x10sync_concurrency\x18\x06 \x01(\x05R\x0fsyncConcurrency\x126\n" +
-	"\arunning\x18\a \x03(\v2\x1c.soniq.handler.v1.RunningJobR\arunning\"@\n" +
+	"\arunning\x18\a \x03(\v2\x1c.soniq.handler.v1.RunningJobR\arunning\x12\x12\n" +
+	"\x04kept\x18\b \x03(\tR\x04kept\x12\x12\n" +
+	"\x04acks\x18\t \x01(\bR\x04acks\"@\n" +
 	"\bHelloJob\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vcancellable\x18\x02 \x01(\bR\vcancellable\"\xb2\x03\n" +
@@ -1166,7 +1258,7 @@ func file_protocol_handler_proto_rawDescGZIP() []byte {
 }
 
 var file_protocol_handler_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_protocol_handler_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_protocol_handler_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_protocol_handler_proto_goTypes = []any{
 	(Result_Status)(0),     // 0: soniq.handler.v1.Result.Status
 	(*SidecarMessage)(nil), // 1: soniq.handler.v1.SidecarMessage
@@ -1174,35 +1266,37 @@ var file_protocol_handler_proto_goTypes = []any{
 	(*Ping)(nil),           // 3: soniq.handler.v1.Ping
 	(*Pong)(nil),           // 4: soniq.handler.v1.Pong
 	(*Shutdown)(nil),       // 5: soniq.handler.v1.Shutdown
-	(*Draining)(nil),       // 6: soniq.handler.v1.Draining
-	(*RunningJob)(nil),     // 7: soniq.handler.v1.RunningJob
-	(*Hello)(nil),          // 8: soniq.handler.v1.Hello
-	(*HelloJob)(nil),       // 9: soniq.handler.v1.HelloJob
-	(*Job)(nil),            // 10: soniq.handler.v1.Job
-	(*Result)(nil),         // 11: soniq.handler.v1.Result
-	(*ResultError)(nil),    // 12: soniq.handler.v1.ResultError
-	(*CancelRequest)(nil),  // 13: soniq.handler.v1.CancelRequest
+	(*Ack)(nil),            // 6: soniq.handler.v1.Ack
+	(*Draining)(nil),       // 7: soniq.handler.v1.Draining
+	(*RunningJob)(nil),     // 8: soniq.handler.v1.RunningJob
+	(*Hello)(nil),          // 9: soniq.handler.v1.Hello
+	(*HelloJob)(nil),       // 10: soniq.handler.v1.HelloJob
+	(*Job)(nil),            // 11: soniq.handler.v1.Job
+	(*Result)(nil),         // 12: soniq.handler.v1.Result
+	(*ResultError)(nil),    // 13: soniq.handler.v1.ResultError
+	(*CancelRequest)(nil),  // 14: soniq.handler.v1.CancelRequest
 }
 var file_protocol_handler_proto_depIdxs = []int32{
-	10, // 0: soniq.handler.v1.SidecarMessage.job:type_name -> soniq.handler.v1.Job
-	13, // 1: soniq.handler.v1.SidecarMessage.cancel:type_name -> soniq.handler.v1.CancelRequest
+	11, // 0: soniq.handler.v1.SidecarMessage.job:type_name -> soniq.handler.v1.Job
+	14, // 1: soniq.handler.v1.SidecarMessage.cancel:type_name -> soniq.handler.v1.CancelRequest
 	3,  // 2: soniq.handler.v1.SidecarMessage.ping:type_name -> soniq.handler.v1.Ping
 	5,  // 3: soniq.handler.v1.SidecarMessage.shutdown:type_name -> soniq.handler.v1.Shutdown
-	8,  // 4: soniq.handler.v1.HandlerMessage.hello:type_name -> soniq.handler.v1.Hello
-	11, // 5: soniq.handler.v1.HandlerMessage.result:type_name -> soniq.handler.v1.Result
-	4,  // 6: soniq.handler.v1.HandlerMessage.pong:type_name -> soniq.handler.v1.Pong
-	6,  // 7: soniq.handler.v1.HandlerMessage.draining:type_name -> soniq.handler.v1.Draining
-	9,  // 8: soniq.handler.v1.Hello.jobs:type_name -> soniq.handler.v1.HelloJob
-	7,  // 9: soniq.handler.v1.Hello.running:type_name -> soniq.handler.v1.RunningJob
-	0,  // 10: soniq.handler.v1.Result.status:type_name -> soniq.handler.v1.Result.Status
-	12, // 11: soniq.handler.v1.Result.error:type_name -> soniq.handler.v1.ResultError
-	1,  // 12: soniq.handler.v1.Handler.Session:input_type -> soniq.handler.v1.SidecarMessage
-	2,  // 13: soniq.handler.v1.Handler.Session:output_type -> soniq.handler.v1.HandlerMessage
-	13, // [13:14] is the sub-list for method output_type
-	12, // [12:13] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	6,  // 4: soniq.handler.v1.SidecarMessage.ack:type_name -> soniq.handler.v1.Ack
+	9,  // 5: soniq.handler.v1.HandlerMessage.hello:type_name -> soniq.handler.v1.Hello
+	12, // 6: soniq.handler.v1.HandlerMessage.result:type_name -> soniq.handler.v1.Result
+	4,  // 7: soniq.handler.v1.HandlerMessage.pong:type_name -> soniq.handler.v1.Pong
+	7,  // 8: soniq.handler.v1.HandlerMessage.draining:type_name -> soniq.handler.v1.Draining
+	10, // 9: soniq.handler.v1.Hello.jobs:type_name -> soniq.handler.v1.HelloJob
+	8,  // 10: soniq.handler.v1.Hello.running:type_name -> soniq.handler.v1.RunningJob
+	0,  // 11: soniq.handler.v1.Result.status:type_name -> soniq.handler.v1.Result.Status
+	13, // 12: soniq.handler.v1.Result.error:type_name -> soniq.handler.v1.ResultError
+	1,  // 13: soniq.handler.v1.Handler.Session:input_type -> soniq.handler.v1.SidecarMessage
+	2,  // 14: soniq.handler.v1.Handler.Session:output_type -> soniq.handler.v1.HandlerMessage
+	14, // [14:15] is the sub-list for method output_type
+	13, // [13:14] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_protocol_handler_proto_init() }
@@ -1215,6 +1309,7 @@ func file_protocol_handler_proto_init() {
 		(*SidecarMessage_Cancel)(nil),
 		(*SidecarMessage_Ping)(nil),
 		(*SidecarMessage_Shutdown)(nil),
+		(*SidecarMessage_Ack)(nil),
 	}
 	file_protocol_handler_proto_msgTypes[1].OneofWrappers = []any{
 		(*HandlerMessage_Hello)(nil),
@@ -1222,16 +1317,16 @@ func file_protocol_handler_proto_init() {
 		(*HandlerMessage_Pong)(nil),
 		(*HandlerMessage_Draining)(nil),
 	}
-	file_protocol_handler_proto_msgTypes[9].OneofWrappers = []any{}
 	file_protocol_handler_proto_msgTypes[10].OneofWrappers = []any{}
 	file_protocol_handler_proto_msgTypes[11].OneofWrappers = []any{}
+	file_protocol_handler_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_protocol_handler_proto_rawDesc), len(file_protocol_handler_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -12,7 +12,8 @@ import (
 // for and decoded with the frame limit (handlerpb's conversions), so the
 // stream accepts exactly what stdio accepts.
 
-// convertHello checks a hello as its stdio frame, and its running jobs.
+// convertHello checks a hello as its stdio frame, its running jobs and its
+// kept results.
 func convertHello(h *handlerpb.Hello, maxFrame int) (*Hello, error) {
 	ph, err := h.ToProtocol(maxFrame)
 	if err != nil {
@@ -33,6 +34,18 @@ func convertHello(h *handlerpb.Hello, maxFrame int) (*Hello, error) {
 		seen[r.GetId()] = true
 		out.Running = append(out.Running, RunningJob{ID: r.GetId(), Name: r.GetName()})
 	}
+	for i, id := range h.GetKept() {
+		field := "kept[" + strconv.Itoa(i) + "]"
+		switch {
+		case id == "":
+			return nil, fmt.Errorf("hello: %s is empty", field)
+		case seen[id]:
+			return nil, fmt.Errorf("hello: %s %q is listed twice (or is also running)", field, id)
+		}
+		seen[id] = true
+		out.Kept = append(out.Kept, id)
+	}
+	out.Acks = h.GetAcks()
 	return out, nil
 }
 

@@ -67,6 +67,17 @@ type Draining struct{}
 // Type implements protocol.Message.
 func (*Draining) Type() protocol.Type { return TypeDraining }
 
+// TypeAck is the type of the Ack message, which has no stdio frame.
+const TypeAck protocol.Type = "ack"
+
+// Ack tells a handler that acknowledges results (Hello.Acks) that the
+// results of IDs are settled, so it may forget them. An Ack with no id,
+// sent right after the hello, says that this sidecar acknowledges results.
+type Ack struct{ IDs []string }
+
+// Type implements protocol.Message.
+func (*Ack) Type() protocol.Type { return TypeAck }
+
 // RunningJob is a job the handler still runs from an earlier session.
 type RunningJob struct {
 	ID   string
@@ -74,10 +85,14 @@ type RunningJob struct {
 }
 
 // Hello is the handler's first message: the stdio hello, plus the jobs it
-// still runs from an earlier session.
+// still runs from an earlier session, the results it kept from earlier
+// sessions (sent right after the hello) and whether it keeps each result
+// until acknowledged.
 type Hello struct {
 	protocol.Hello
 	Running []RunningJob
+	Kept    []string
+	Acks    bool
 }
 
 // Options tune Open. The zero value is usable.
@@ -206,8 +221,8 @@ func (s *Session) Recv() (protocol.Message, error) {
 	return msg, nil
 }
 
-// Send sends a *protocol.Job, *protocol.Cancel, *protocol.Ping or
-// *protocol.Shutdown. A job the handler's decoder would refuse is not sent
+// Send sends a *protocol.Job, *protocol.Cancel, *protocol.Ping,
+// *protocol.Shutdown or *Ack. A job the handler's decoder would refuse is not sent
 // (ErrUnsendable); a failed send means the stream is broken (ErrBroken:
 // Recv tells why).
 func (s *Session) Send(m protocol.Message) error {
@@ -225,6 +240,8 @@ func (s *Session) Send(m protocol.Message) error {
 		out = &handlerpb.SidecarMessage{Message: &handlerpb.SidecarMessage_Ping{Ping: &handlerpb.Ping{Seq: m.Seq}}}
 	case *protocol.Shutdown:
 		out = &handlerpb.SidecarMessage{Message: &handlerpb.SidecarMessage_Shutdown{Shutdown: &handlerpb.Shutdown{}}}
+	case *Ack:
+		out = &handlerpb.SidecarMessage{Message: &handlerpb.SidecarMessage_Ack{Ack: &handlerpb.Ack{Ids: m.IDs}}}
 	default:
 		return fmt.Errorf("sending %T: not a sidecar message", m)
 	}

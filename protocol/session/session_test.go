@@ -50,6 +50,7 @@ func goodHello() *handlerpb.HandlerMessage {
 		Protocol: 1, Sdk: "fake/1", Pid: 42, Concurrency: 2, SyncConcurrency: 1,
 		Jobs:    []*handlerpb.HelloJob{{Name: "a", Cancellable: true}, {Name: "b"}},
 		Running: []*handlerpb.RunningJob{{Id: "j0", Name: "b"}},
+		Kept:    []string{"k0"}, Acks: true,
 	}}}
 }
 
@@ -90,6 +91,8 @@ func TestSessionExchange(t *testing.T) {
 				out = &handlerpb.HandlerMessage{Message: &handlerpb.HandlerMessage_Draining{Draining: &handlerpb.Draining{}}}
 			case *handlerpb.SidecarMessage_Shutdown:
 				return nil // the clean end of the session
+			case *handlerpb.SidecarMessage_Ack:
+				continue // no answer
 			}
 			if err := s.Send(out); err != nil {
 				return err
@@ -99,8 +102,12 @@ func TestSessionExchange(t *testing.T) {
 	s := open(t, path, Options{})
 	h := s.Hello()
 	if h.PID != 42 || h.Concurrency != 2 || len(h.Jobs) != 2 || !h.Jobs[0].Cancellable ||
-		len(h.Running) != 1 || h.Running[0] != (RunningJob{ID: "j0", Name: "b"}) {
+		len(h.Running) != 1 || h.Running[0] != (RunningJob{ID: "j0", Name: "b"}) ||
+		len(h.Kept) != 1 || h.Kept[0] != "k0" || !h.Acks {
 		t.Fatalf("hello: %+v", h)
+	}
+	if err := s.Send(&Ack{IDs: []string{"k0", "j9"}}); err != nil {
+		t.Fatalf("Send ack: %v", err)
 	}
 	steps := []struct {
 		send protocol.Message
@@ -128,6 +135,9 @@ func TestSessionExchange(t *testing.T) {
 	}
 	if m, err := s.Recv(); err != io.EOF {
 		t.Fatalf("after shutdown: %v %v, want io.EOF", m, err)
+	}
+	if a := (<-got).GetAck(); len(a.GetIds()) != 2 || a.GetIds()[0] != "k0" || a.GetIds()[1] != "j9" {
+		t.Errorf("ack as sent: %v", a)
 	}
 	job := (<-got).GetJob()
 	if job.GetArgsJson() != `{"k": "v"}` || job.GetQueue() != "q" || job.GetMaxAttempts() != 3 {
@@ -178,6 +188,20 @@ func TestSessionErrors(t *testing.T) {
 			<-s.Context().Done()
 			return nil
 		}, openErr: ErrProtocol, text: "running[0].id"},
+		{name: "hello with an empty kept id", serve: func(s stream) error {
+			h := goodHello()
+			h.GetHello().Kept = []string{""}
+			_ = s.Send(h)
+			<-s.Context().Done()
+			return nil
+		}, openErr: ErrProtocol, text: "kept[0] is empty"},
+		{name: "hello with a kept id that also runs", serve: func(s stream) error {
+			h := goodHello()
+			h.GetHello().Kept = []string{"j0"}
+			_ = s.Send(h)
+			<-s.Context().Done()
+			return nil
+		}, openErr: ErrProtocol, text: `kept[0] "j0" is listed twice`},
 		{name: "bad result", recvErr: ErrProtocol, frame: true, text: "seconds", serve: sendAfterHello(
 			&handlerpb.HandlerMessage{Message: &handlerpb.HandlerMessage_Result{Result: &handlerpb.Result{Id: "j", Status: handlerpb.Result_SNOOZE, Seconds: -1}}})},
 		{name: "result with an empty id", recvErr: ErrProtocol, frame: true, text: "id", serve: sendAfterHello(

@@ -176,6 +176,76 @@ test('attach: results of jobs that ended with no session open come right after t
   assert.equal((await d.c.next()).message, 'pong');
 });
 
+test('attach: the hello says results are kept until a session acknowledges them', async () => {
+  const h = await listen();
+  const { hello } = await session(h.sock);
+  assert.equal(hello.acks, true);
+  assert.equal(hello.kept, undefined, 'nothing kept in a fresh process');
+});
+
+test('attach: results a session received but did not acknowledge go to the next session', async () => {
+  const h = await listen();
+  const { c } = await session(h.sock);
+  c.send({ ack: {} }); // this sidecar acknowledges results
+  c.job('a1', 'examples.add', { a: 1, b: 2 });
+  c.job('a2', 'examples.add', { a: 2, b: 2 });
+  const got = [(await c.result()).id, (await c.result()).id].sort();
+  assert.deepEqual(got, ['a1', 'a2']);
+  c.send({ ack: { ids: ['a2'] } });
+  await c.sync(1); // the ack was read before the pong
+  c.close(); // it breaks before acknowledging a1: it may never have recorded it
+  const d = await session(h.sock);
+  assert.deepEqual(d.hello.kept, ['a1']);
+  assert.equal(d.hello.running, undefined);
+  const r = await d.c.result();
+  assert.deepEqual([r.id, JSON.parse(r.result_json)], ['a1', { sum: 3 }]);
+  d.c.send({ ack: { ids: ['a1'] } });
+  await d.c.sync(2);
+  d.c.close();
+  const e = await session(h.sock);
+  assert.equal(e.hello.kept, undefined, 'an acknowledged result is forgotten');
+  await e.c.sync(3); // nothing is sent again before the pong
+});
+
+test('attach: a sidecar that never acknowledges is trusted with the results it received', async () => {
+  const h = await listen();
+  const { c } = await session(h.sock);
+  c.job('o1', 'examples.add', { a: 1, b: 2 });
+  assert.equal((await c.result()).id, 'o1');
+  c.close();
+  const d = await session(h.sock);
+  assert.equal(d.hello.kept, undefined);
+  await d.c.sync(1);
+});
+
+test('attach: a job that ends with no session open is listed in the next hello as kept', async () => {
+  const h = await listen();
+  const { c } = await session(h.sock);
+  c.send({ ack: {} });
+  c.job('k1', 'examples.sleep_async', { seconds: 0.3 });
+  await c.sync(1);
+  c.close();
+  await waitFor(() => /job k1 ended with no session open/.test(h.stderr), () => h.stderr);
+  const d = await session(h.sock);
+  assert.deepEqual(d.hello.kept, ['k1']);
+  assert.equal((await d.c.result()).id, 'k1');
+});
+
+test('attach: a draining handler waits for the acknowledgement of its last results', async () => {
+  const h = await listen();
+  const { c } = await session(h.sock);
+  c.send({ ack: {} });
+  c.job('d1', 'examples.add', { a: 1, b: 2 });
+  assert.equal((await c.result()).id, 'd1');
+  h.child.kill('SIGTERM');
+  await c.next('draining');
+  await new Promise((resolve) => setTimeout(resolve, 1000));
+  assert.ok(h.running, 'it waits for the acknowledgement of d1');
+  c.send({ ack: { ids: ['d1'] } });
+  assert.equal((await h.exit()).code, 0);
+  assert.doesNotMatch(h.stderr, /undelivered/);
+});
+
 test('attach: SIGTERM drains: NOT_SERVING, draining, late job snoozed 0 s, held result, exit 0', async () => {
   const h = await listen();
   assert.equal(await health(h.sock, 'plugin'), 'SERVING');

@@ -20,7 +20,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
-from ._session import SessionCore, session_method
+from ._session import ACK_WAIT_SECONDS, SessionCore, session_method
 from .app import EXIT_USAGE, App, _log
 
 # The service name the sidecar checks, and the server as a whole.
@@ -124,6 +124,15 @@ async def serve(app: App, version: int, path: str) -> None:
         while not (core.draining and not core.held):
             changed.clear()
             await changed.wait()
+        # The last results are acknowledged once the sidecar has written
+        # them; a short wait, so that none is left to a session that ends.
+        deadline = loop.time() + ACK_WAIT_SECONDS
+        while core.awaiting_acks() and loop.time() < deadline:
+            changed.clear()
+            try:
+                await asyncio.wait_for(changed.wait(), deadline - loop.time())
+            except asyncio.TimeoutError:
+                break
         await app._hooks_idle()  # after_job / on_error hooks still running
         for job_id in core.lost_results():
             _log(f"WARN: exiting with the result of job {job_id} undelivered (no session was open)")

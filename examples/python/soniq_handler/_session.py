@@ -17,10 +17,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable, Deque, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import grpc
 
@@ -39,10 +38,14 @@ from .app import (
     _safe_str,
 )
 
-# Results of jobs that ended while no session was open wait for the next one;
-# at most this many (the oldest is dropped first, with a warning). A sidecar
-# holds far fewer jobs than this per process (its concurrency).
+# Results of jobs that ended while no session was open, or that were sent on a
+# session that ended before acknowledging them, wait for the next one; at most
+# this many (the oldest is dropped first, with a warning). A sidecar holds far
+# fewer jobs than this per process (its concurrency).
 MAX_KEPT_RESULTS = 1000
+# How long a handler told to stop waits, once it holds no job, for the open
+# session to acknowledge the results it sent.
+ACK_WAIT_SECONDS = 5.0
 
 _STATUS = {
     "done": pb.Result.DONE,
@@ -145,6 +148,12 @@ class _Session:
         self.outbox: "asyncio.Queue[_Out]" = asyncio.Queue()
         self.shutdown = False  # the sidecar sent shutdown (or closed its side)
         self.ended = False
+        self.acks = False  # the sidecar said it acknowledges results (an Ack)
+        # Whether a message came from the sidecar yet: one that acknowledges
+        # results sends an Ack first, so anything else first means it never will.
+        self.heard = False
+        # Results sent on this session and not acknowledged yet, by job id.
+        self.unacked: "Dict[str, pb.HandlerMessage]" = {}
 
     def describe(self) -> str:
         # A Unix socket's peer has no address: gRPC says just "unix:".
@@ -189,7 +198,11 @@ class SessionCore:
         self.on_change = on_change  # a job ended, a session ended: idle checks
         self.held: Dict[str, _Held] = {}
         self.current: Optional[_Session] = None
-        self.kept: Deque[pb.HandlerMessage] = deque()
+        # Results waiting for a session (attach mode), by job id, oldest first.
+        self.kept: "Dict[str, pb.HandlerMessage]" = {}
+        # A sidecar acknowledged results once: from then on a session that
+        # ends with results unacknowledged hands them to the next one.
+        self.peer_acks = False
         self.draining = False  # SIGTERM (attach mode): no new job
         self.sessions = 0  # sessions opened so far
         self.session_ended = False  # spawned mode: the one session is over
@@ -212,8 +225,10 @@ class SessionCore:
         self.current = s
         self.sessions += 1
         s.outbox.put_nowait(pb.HandlerMessage(hello=self._hello()))
-        while self.kept:
-            s.outbox.put_nowait(self.kept.popleft())
+        kept, self.kept = self.kept, {}
+        for job_id, msg in kept.items():
+            s.outbox.put_nowait(msg)
+            s.unacked[job_id] = msg  # until the sidecar says whether it acknowledges
         if self.draining:
             s.outbox.put_nowait(pb.HandlerMessage(draining=pb.Draining()))
         reader = asyncio.ensure_future(self._read(s, requests))
@@ -239,6 +254,8 @@ class SessionCore:
             concurrency=app.concurrency,
             sync_concurrency=app.sync_concurrency,
             running=[pb.RunningJob(id=i, name=h.running.ctx.name) for i, h in self.held.items()],
+            kept=[i for i in self.kept if i not in self.held],
+            acks=self.attach,
         )
 
     async def _read(self, s: _Session, requests: Any) -> None:
@@ -246,6 +263,14 @@ class SessionCore:
             async for msg in requests:
                 if s.ended:
                     return
+                if not s.heard:
+                    s.heard = True
+                    if msg.WhichOneof("message") != "ack":
+                        s.unacked.clear()  # an older sidecar: it never acknowledges
+                if msg.WhichOneof("message") == "ack":
+                    # Not a stdio frame: the sidecar settled these results.
+                    self._acked(s, list(msg.ack.ids))
+                    continue
                 try:
                     line = frame_of(msg)
                     self.trace(line)
@@ -338,18 +363,36 @@ class SessionCore:
         return pb.HandlerMessage(result=result_message(frame))
 
     def _deliver(self, msg: pb.HandlerMessage) -> None:
-        """To the session open now, else kept for the next one."""
+        """To the session open now (kept there until it acknowledges it),
+        else kept for the next one."""
         s = self.current
         if s is not None and not s.ended:
             s.outbox.put_nowait(msg)
+            if self.attach and (s.acks or not s.heard):
+                s.unacked[msg.result.id] = msg
             return
+        self._keep(msg, "ended with no session open")
+
+    def _keep(self, msg: pb.HandlerMessage, why: str) -> None:
         if not self.attach:
             return  # spawned: there is no next session
+        job_id = msg.result.id
+        self.kept.pop(job_id, None)
         if len(self.kept) >= MAX_KEPT_RESULTS:
-            lost = self.kept.popleft()
+            lost = next(iter(self.kept))
+            del self.kept[lost]
             _log(f"WARN: more than {MAX_KEPT_RESULTS} results wait for a session; "
-                 f"the result of job {lost.result.id} is dropped")
-        self.kept.append(msg)
+                 f"the result of job {lost} is dropped")
+        self.kept[job_id] = msg
+        _log(f"job {job_id} {why}; its result waits for the next session")
+
+    def _acked(self, s: _Session, ids: List[str]) -> None:
+        s.acks = True
+        self.peer_acks = True
+        for job_id in ids:
+            s.unacked.pop(job_id, None)
+        if ids:
+            self._changed()
 
     # ------------------------------------------------------------- sessions
 
@@ -366,11 +409,20 @@ class SessionCore:
         s.ended = True
         if self.current is s:
             self.current = None
-        # Results queued but not written go to the next session.
+        # Results not acknowledged go to the next session: those queued but
+        # never written, and, when the sidecar acknowledges results, those
+        # written that it may never have received or recorded (the session
+        # broke with them in flight, or before they were written).
+        pending: Dict[str, pb.HandlerMessage] = {}
         while not s.outbox.empty():
             out = s.outbox.get_nowait()
             if isinstance(out, pb.HandlerMessage) and out.WhichOneof("message") == "result":
-                self._deliver(out)
+                pending[out.result.id] = out
+        if s.acks or self.peer_acks:
+            pending = {**s.unacked, **pending}
+        s.unacked = {}
+        for msg in pending.values():
+            self._keep(msg, "had its result unsent or unacknowledged when the session ended")
         for h in self.held.values():
             if h.session is s:
                 h.session = None
@@ -400,9 +452,17 @@ class SessionCore:
         if s is not None:
             s.end()
 
+    def awaiting_acks(self) -> bool:
+        """The open session acknowledges results and has not acknowledged
+        some it was sent."""
+        s = self.current
+        return s is not None and not s.ended and s.acks and bool(s.unacked)
+
     def lost_results(self) -> List[str]:
-        """Ids of results no session received."""
-        return [m.result.id for m in self.kept]
+        """Ids of results no session received (or acknowledged)."""
+        s = self.current
+        unacked = list(s.unacked) if s is not None and s.acks else []
+        return list(self.kept) + unacked
 
 
 def _text(msg: pb.SidecarMessage) -> bytes:

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16protocol/handler.proto\x12\x10soniq.handler.v1\"\xcc\x01\n\x0eSidecarMessage\x12$\n\x03job\x18\x01 \x01(\x0b\x32\x15.soniq.handler.v1.JobH\x00\x12\x31\n\x06\x63\x61ncel\x18\x02 \x01(\x0b\x32\x1f.soniq.handler.v1.CancelRequestH\x00\x12&\n\x04ping\x18\x03 \x01(\x0b\x32\x16.soniq.handler.v1.PingH\x00\x12.\n\x08shutdown\x18\x04 \x01(\x0b\x32\x1a.soniq.handler.v1.ShutdownH\x00\x42\t\n\x07message\"\xc9\x01\n\x0eHandlerMessage\x12(\n\x05hello\x18\x01 \x01(\x0b\x32\x17.soniq.handler.v1.HelloH\x00\x12*\n\x06result\x18\x02 \x01(\x0b\x32\x18.soniq.handler.v1.ResultH\x00\x12&\n\x04pong\x18\x03 \x01(\x0b\x32\x16.soniq.handler.v1.PongH\x00\x12.\n\x08\x64raining\x18\x04 \x01(\x0b\x32\x1a.soniq.handler.v1.DrainingH\x00\x42\t\n\x07message\"\x13\n\x04Ping\x12\x0b\n\x03seq\x18\x01 \x01(\x03\"\x13\n\x04Pong\x12\x0b\n\x03seq\x18\x01 \x01(\x03\"\n\n\x08Shutdown\"\n\n\x08\x44raining\"&\n\nRunningJob\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"\xbb\x01\n\x05Hello\x12\x10\n\x08protocol\x18\x01 \x01(\x05\x12\x0b\n\x03sdk\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\x05\x12(\n\x04jobs\x18\x04 \x03(\x0b\x32\x1a.soniq.handler.v1.HelloJob\x12\x13\n\x0b\x63oncurrency\x18\x05 \x01(\x05\x12\x18\n\x10sync_concurrency\x18\x06 \x01(\x05\x12-\n\x07running\x18\x07 \x03(\x0b\x32\x1c.soniq.handler.v1.RunningJob\"-\n\x08HelloJob\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x63\x61ncellable\x18\x02 \x01(\x08\"\xc2\x02\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targs_json\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x14\n\x0cmax_attempts\x18\x05 \x01(\x05\x12\r\n\x05queue\x18\x06 \x01(\t\x12\x18\n\x0b\x64\x65\x61\x64line_ms\x18\x07 \x01(\x03H\x00\x88\x01\x01\x12\x18\n\x0btraceparent\x18\x08 \x01(\tH\x01\x88\x01\x01\x12\x16\n\tworker_id\x18\t \x01(\tH\x02\x88\x01\x01\x12\x1c\n\x0fscheduled_at_ms\x18\n \x01(\x03H\x03\x88\x01\x01\x12\x1a\n\rcreated_at_ms\x18\x0b \x01(\x03H\x04\x88\x01\x01\x42\x0e\n\x0c_deadline_msB\x0e\n\x0c_traceparentB\x0c\n\n_worker_idB\x12\n\x10_scheduled_at_msB\x10\n\x0e_created_at_ms\"\xa1\x02\n\x06Result\x12\n\n\x02id\x18\x01 \x01(\t\x12/\n\x06status\x18\x02 \x01(\x0e\x32\x1f.soniq.handler.v1.Result.Status\x12\x18\n\x0bresult_json\x18\x03 \x01(\tH\x00\x88\x01\x01\x12,\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x1d.soniq.handler.v1.ResultError\x12\x0f\n\x07seconds\x18\x05 \x01(\x01\x12\x13\n\x06reason\x18\x06 \x01(\tH\x01\x88\x01\x01\"Q\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x08\n\x04\x44ONE\x10\x01\x12\n\n\x06\x46\x41ILED\x10\x02\x12\n\n\x06SNOOZE\x10\x03\x12\r\n\tCANCELLED\x10\x04\x42\x0e\n\x0c_result_jsonB\t\n\x07_reason\"\x98\x01\n\x0bResultError\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x16\n\ttraceback\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x16\n\tretryable\x18\x04 \x01(\x08H\x01\x88\x01\x01\x12\x13\n\x06reason\x18\x05 \x01(\tH\x02\x88\x01\x01\x42\x0c\n\n_tracebackB\x0c\n\n_retryableB\t\n\x07_reason\"+\n\rCancelRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t2\\\n\x07Handler\x12Q\n\x07Session\x12 .soniq.handler.v1.SidecarMessage\x1a .soniq.handler.v1.HandlerMessage(\x01\x30\x01\x42\x37Z5github.com/soniq-dev/soniq-sidecar/protocol/handlerpbb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16protocol/handler.proto\x12\x10soniq.handler.v1\"\xf2\x01\n\x0eSidecarMessage\x12$\n\x03job\x18\x01 \x01(\x0b\x32\x15.soniq.handler.v1.JobH\x00\x12\x31\n\x06\x63\x61ncel\x18\x02 \x01(\x0b\x32\x1f.soniq.handler.v1.CancelRequestH\x00\x12&\n\x04ping\x18\x03 \x01(\x0b\x32\x16.soniq.handler.v1.PingH\x00\x12.\n\x08shutdown\x18\x04 \x01(\x0b\x32\x1a.soniq.handler.v1.ShutdownH\x00\x12$\n\x03\x61\x63k\x18\x05 \x01(\x0b\x32\x15.soniq.handler.v1.AckH\x00\x42\t\n\x07message\"\xc9\x01\n\x0eHandlerMessage\x12(\n\x05hello\x18\x01 \x01(\x0b\x32\x17.soniq.handler.v1.HelloH\x00\x12*\n\x06result\x18\x02 \x01(\x0b\x32\x18.soniq.handler.v1.ResultH\x00\x12&\n\x04pong\x18\x03 \x01(\x0b\x32\x16.soniq.handler.v1.PongH\x00\x12.\n\x08\x64raining\x18\x04 \x01(\x0b\x32\x1a.soniq.handler.v1.DrainingH\x00\x42\t\n\x07message\"\x13\n\x04Ping\x12\x0b\n\x03seq\x18\x01 \x01(\x03\"\x13\n\x04Pong\x12\x0b\n\x03seq\x18\x01 \x01(\x03\"\n\n\x08Shutdown\"\x12\n\x03\x41\x63k\x12\x0b\n\x03ids\x18\x01 \x03(\t\"\n\n\x08\x44raining\"&\n\nRunningJob\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"\xd7\x01\n\x05Hello\x12\x10\n\x08protocol\x18\x01 \x01(\x05\x12\x0b\n\x03sdk\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\x05\x12(\n\x04jobs\x18\x04 \x03(\x0b\x32\x1a.soniq.handler.v1.HelloJob\x12\x13\n\x0b\x63oncurrency\x18\x05 \x01(\x05\x12\x18\n\x10sync_concurrency\x18\x06 \x01(\x05\x12-\n\x07running\x18\x07 \x03(\x0b\x32\x1c.soniq.handler.v1.RunningJob\x12\x0c\n\x04kept\x18\x08 \x03(\t\x12\x0c\n\x04\x61\x63ks\x18\t \x01(\x08\"-\n\x08HelloJob\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x63\x61ncellable\x18\x02 \x01(\x08\"\xc2\x02\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targs_json\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x14\n\x0cmax_attempts\x18\x05 \x01(\x05\x12\r\n\x05queue\x18\x06 \x01(\t\x12\x18\n\x0b\x64\x65\x61\x64line_ms\x18\x07 \x01(\x03H\x00\x88\x01\x01\x12\x18\n\x0btraceparent\x18\x08 \x01(\tH\x01\x88\x01\x01\x12\x16\n\tworker_id\x18\t \x01(\tH\x02\x88\x01\x01\x12\x1c\n\x0fscheduled_at_ms\x18\n \x01(\x03H\x03\x88\x01\x01\x12\x1a\n\rcreated_at_ms\x18\x0b \x01(\x03H\x04\x88\x01\x01\x42\x0e\n\x0c_deadline_msB\x0e\n\x0c_traceparentB\x0c\n\n_worker_idB\x12\n\x10_scheduled_at_msB\x10\n\x0e_created_at_ms\"\xa1\x02\n\x06Result\x12\n\n\x02id\x18\x01 \x01(\t\x12/\n\x06status\x18\x02 \x01(\x0e\x32\x1f.soniq.handler.v1.Result.Status\x12\x18\n\x0bresult_json\x18\x03 \x01(\tH\x00\x88\x01\x01\x12,\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x1d.soniq.handler.v1.ResultError\x12\x0f\n\x07seconds\x18\x05 \x01(\x01\x12\x13\n\x06reason\x18\x06 \x01(\tH\x01\x88\x01\x01\"Q\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x08\n\x04\x44ONE\x10\x01\x12\n\n\x06\x46\x41ILED\x10\x02\x12\n\n\x06SNOOZE\x10\x03\x12\r\n\tCANCELLED\x10\x04\x42\x0e\n\x0c_result_jsonB\t\n\x07_reason\"\x98\x01\n\x0bResultError\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x16\n\ttraceback\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x16\n\tretryable\x18\x04 \x01(\x08H\x01\x88\x01\x01\x12\x13\n\x06reason\x18\x05 \x01(\tH\x02\x88\x01\x01\x42\x0c\n\n_tracebackB\x0c\n\n_retryableB\t\n\x07_reason\"+\n\rCancelRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t2\\\n\x07Handler\x12Q\n\x07Session\x12 .soniq.handler.v1.SidecarMessage\x1a .soniq.handler.v1.HandlerMessage(\x01\x30\x01\x42\x37Z5github.com/soniq-dev/soniq-sidecar/protocol/handlerpbb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,33 +33,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z5github.com/soniq-dev/soniq-sidecar/protocol/handlerpb'
   _globals['_SIDECARMESSAGE']._serialized_start=45
-  _globals['_SIDECARMESSAGE']._serialized_end=249
-  _globals['_HANDLERMESSAGE']._serialized_start=252
-  _globals['_HANDLERMESSAGE']._serialized_end=453
-  _globals['_PING']._serialized_start=455
-  _globals['_PING']._serialized_end=474
-  _globals['_PONG']._serialized_start=476
-  _globals['_PONG']._serialized_end=495
-  _globals['_SHUTDOWN']._serialized_start=497
-  _globals['_SHUTDOWN']._serialized_end=507
-  _globals['_DRAINING']._serialized_start=509
-  _globals['_DRAINING']._serialized_end=519
-  _globals['_RUNNINGJOB']._serialized_start=521
-  _globals['_RUNNINGJOB']._serialized_end=559
-  _globals['_HELLO']._serialized_start=562
-  _globals['_HELLO']._serialized_end=749
-  _globals['_HELLOJOB']._serialized_start=751
-  _globals['_HELLOJOB']._serialized_end=796
-  _globals['_JOB']._serialized_start=799
-  _globals['_JOB']._serialized_end=1121
-  _globals['_RESULT']._serialized_start=1124
-  _globals['_RESULT']._serialized_end=1413
-  _globals['_RESULT_STATUS']._serialized_start=1305
-  _globals['_RESULT_STATUS']._serialized_end=1386
-  _globals['_RESULTERROR']._serialized_start=1416
-  _globals['_RESULTERROR']._serialized_end=1568
-  _globals['_CANCELREQUEST']._serialized_start=1570
-  _globals['_CANCELREQUEST']._serialized_end=1613
-  _globals['_HANDLER']._serialized_start=1615
-  _globals['_HANDLER']._serialized_end=1707
+  _globals['_SIDECARMESSAGE']._serialized_end=287
+  _globals['_HANDLERMESSAGE']._serialized_start=290
+  _globals['_HANDLERMESSAGE']._serialized_end=491
+  _globals['_PING']._serialized_start=493
+  _globals['_PING']._serialized_end=512
+  _globals['_PONG']._serialized_start=514
+  _globals['_PONG']._serialized_end=533
+  _globals['_SHUTDOWN']._serialized_start=535
+  _globals['_SHUTDOWN']._serialized_end=545
+  _globals['_ACK']._serialized_start=547
+  _globals['_ACK']._serialized_end=565
+  _globals['_DRAINING']._serialized_start=567
+  _globals['_DRAINING']._serialized_end=577
+  _globals['_RUNNINGJOB']._serialized_start=579
+  _globals['_RUNNINGJOB']._serialized_end=617
+  _globals['_HELLO']._serialized_start=620
+  _globals['_HELLO']._serialized_end=835
+  _globals['_HELLOJOB']._serialized_start=837
+  _globals['_HELLOJOB']._serialized_end=882
+  _globals['_JOB']._serialized_start=885
+  _globals['_JOB']._serialized_end=1207
+  _globals['_RESULT']._serialized_start=1210
+  _globals['_RESULT']._serialized_end=1499
+  _globals['_RESULT_STATUS']._serialized_start=1391
+  _globals['_RESULT_STATUS']._serialized_end=1472
+  _globals['_RESULTERROR']._serialized_start=1502
+  _globals['_RESULTERROR']._serialized_end=1654
+  _globals['_CANCELREQUEST']._serialized_start=1656
+  _globals['_CANCELREQUEST']._serialized_end=1699
+  _globals['_HANDLER']._serialized_start=1701
+  _globals['_HANDLER']._serialized_end=1793
 # @@protoc_insertion_point(module_scope)

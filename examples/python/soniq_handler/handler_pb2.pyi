@@ -8,16 +8,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SidecarMessage(_message.Message):
-    __slots__ = ("job", "cancel", "ping", "shutdown")
+    __slots__ = ("job", "cancel", "ping", "shutdown", "ack")
     JOB_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     PING_FIELD_NUMBER: _ClassVar[int]
     SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
     job: Job
     cancel: CancelRequest
     ping: Ping
     shutdown: Shutdown
-    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., cancel: _Optional[_Union[CancelRequest, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., shutdown: _Optional[_Union[Shutdown, _Mapping]] = ...) -> None: ...
+    ack: Ack
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., cancel: _Optional[_Union[CancelRequest, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., shutdown: _Optional[_Union[Shutdown, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ...) -> None: ...
 
 class HandlerMessage(_message.Message):
     __slots__ = ("hello", "result", "pong", "draining")
@@ -47,6 +49,12 @@ class Shutdown(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class Ack(_message.Message):
+    __slots__ = ("ids",)
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class Draining(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
@@ -60,7 +68,7 @@ class RunningJob(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("protocol", "sdk", "pid", "jobs", "concurrency", "sync_concurrency", "running")
+    __slots__ = ("protocol", "sdk", "pid", "jobs", "concurrency", "sync_concurrency", "running", "kept", "acks")
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     SDK_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
@@ -68,6 +76,8 @@ class Hello(_message.Message):
     CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
     SYNC_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
+    KEPT_FIELD_NUMBER: _ClassVar[int]
+    ACKS_FIELD_NUMBER: _ClassVar[int]
     protocol: int
     sdk: str
     pid: int
@@ -75,7 +85,9 @@ class Hello(_message.Message):
     concurrency: int
     sync_concurrency: int
     running: _containers.RepeatedCompositeFieldContainer[RunningJob]
-    def __init__(self, protocol: _Optional[int] = ..., sdk: _Optional[str] = ..., pid: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[HelloJob, _Mapping]]] = ..., concurrency: _Optional[int] = ..., sync_concurrency: _Optional[int] = ..., running: _Optional[_Iterable[_Union[RunningJob, _Mapping]]] = ...) -> None: ...
+    kept: _containers.RepeatedScalarFieldContainer[str]
+    acks: bool
+    def __init__(self, protocol: _Optional[int] = ..., sdk: _Optional[str] = ..., pid: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[HelloJob, _Mapping]]] = ..., concurrency: _Optional[int] = ..., sync_concurrency: _Optional[int] = ..., running: _Optional[_Iterable[_Union[RunningJob, _Mapping]]] = ..., kept: _Optional[_Iterable[str]] = ..., acks: _Optional[bool] = ...) -> None: ...
 
 class HelloJob(_message.Message):
     __slots__ = ("name", "cancellable")

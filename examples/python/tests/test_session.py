@@ -167,6 +167,103 @@ def test_results_of_a_broken_session_go_to_the_next(listening):
     d.close()
 
 
+def open_session(sock, deadline=10):
+    """A new session, once the handler has seen the previous one end."""
+    end = time.monotonic() + deadline
+    while True:
+        d = Client(sock)
+        try:
+            return d, d.hello()
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.FAILED_PRECONDITION and time.monotonic() < end
+            d.close()
+
+
+def test_hello_says_results_are_kept_until_acknowledged(listening):
+    c, hello = open_session(listening.sock)
+    assert hello.acks and list(hello.kept) == []
+    c.close()
+
+
+def test_unacknowledged_results_go_to_the_next_session(listening):
+    # A sidecar that acknowledges results (its empty Ack) received a result
+    # and broke before acknowledging it: it may never have recorded it.
+    c, _ = open_session(listening.sock)
+    c.send(ack=pb.Ack())
+    c.send(job=job("a1"))
+    assert c.recv().result.id == "a1"
+    c.close()
+    d, hello = open_session(listening.sock)
+    assert list(hello.kept) == ["a1"] and len(hello.running) == 0
+    m = d.recv()
+    assert m.result.id == "a1" and json.loads(m.result.result_json) == {"sum": 3}
+    d.send(ack=pb.Ack(ids=["a1"]))
+    d.send(ping=pb.Ping(seq=5))
+    assert d.recv().pong.seq == 5  # the ack was read before the ping
+    d.close()
+    e, hello = open_session(listening.sock)
+    assert list(hello.kept) == [], "an acknowledged result is forgotten"
+    e.send(ping=pb.Ping(seq=6))
+    assert e.recv().pong.seq == 6, "nothing is sent again"
+    e.close()
+
+
+def test_acknowledged_results_are_not_sent_again(listening):
+    c, _ = open_session(listening.sock)
+    c.send(ack=pb.Ack())
+    for i in range(3):
+        c.send(job=job(f"b{i}"))
+    got = sorted(c.recv().result.id for _ in range(3))
+    assert got == ["b0", "b1", "b2"]
+    c.send(ack=pb.Ack(ids=["b0", "b2"]))
+    c.send(ping=pb.Ping(seq=1))
+    assert c.recv().pong.seq == 1
+    c.close()
+    d, hello = open_session(listening.sock)
+    assert list(hello.kept) == ["b1"]
+    assert d.recv().result.id == "b1"
+    d.close()
+
+
+def test_a_sidecar_that_never_acknowledges_is_trusted_with_what_it_received(listening):
+    # An older sidecar sends no Ack: a result it received is not sent again.
+    c, _ = open_session(listening.sock)
+    c.send(job=job("c1"))
+    assert c.recv().result.id == "c1"
+    c.close()
+    d, hello = open_session(listening.sock)
+    assert list(hello.kept) == []
+    d.close()
+
+
+def test_a_result_that_ends_with_no_session_is_listed_as_kept(listening):
+    c, _ = open_session(listening.sock)
+    c.send(ack=pb.Ack())
+    c.send(job=job("k1", "examples.sleep_async", '{"seconds": 0.5}'))
+    c.send(ping=pb.Ping(seq=1))
+    assert c.recv().pong.seq == 1
+    c.close()
+    time.sleep(1.5)  # the job ends while no session is open
+    d, hello = open_session(listening.sock)
+    assert list(hello.kept) == ["k1"] and len(hello.running) == 0
+    assert d.recv().result.id == "k1"
+    d.close()
+
+
+def test_draining_waits_for_the_last_acknowledgements(listening):
+    c, _ = open_session(listening.sock)
+    c.send(ack=pb.Ack())
+    c.send(job=job("d1"))
+    assert c.recv().result.id == "d1"
+    listening.proc.terminate()
+    assert c.recv().WhichOneof("message") == "draining"
+    time.sleep(1)
+    assert listening.proc.poll() is None, "it waits for the acknowledgement of d1"
+    c.send(ack=pb.Ack(ids=["d1"]))
+    assert listening.proc.wait(10) == 0
+    assert "undelivered" not in listening.stderr()
+
+
 def test_spawned_session_ends_the_process(tmp_path):
     env = child_env(SONIQ_TRANSPORT="unix", SONIQ_PLUGIN_MAGIC_COOKIE="soniq-handler-v1",
                     PLUGIN_PROTOCOL_VERSIONS="1", PLUGIN_UNIX_SOCKET_DIR=str(tmp_path))

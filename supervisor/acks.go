@@ -1,0 +1,107 @@
+package supervisor
+
+import (
+	"slices"
+	"time"
+
+	"github.com/soniq-dev/soniq-sidecar/protocol/session"
+)
+
+// Acknowledgements (attach mode). A handler that outlives its sidecars
+// cannot know whether a result it sent reached a sidecar that wrote it: the
+// session may break (the sidecar killed) with the result in a socket
+// buffer. A handler whose hello sets `acks` therefore keeps every result
+// until a session acknowledges it, and offers the unacknowledged ones to
+// the next session (hello.kept). The sidecar says it acknowledges with an
+// empty Ack right after the hello, then acknowledges each result once it
+// is settled: written, or refused by the row's guard, or discarded.
+
+// ackWaitMax bounds how long a stopping sidecar keeps a session open for
+// the acknowledgements of results still being written. Past it the session
+// ends anyway: the handler offers those results to the next session, whose
+// sidecar finds the rows written and only acknowledges them.
+const ackWaitMax = 5 * time.Second
+
+// startAcks: the hello of a session whose handler acknowledges results.
+func (l *loop) startAcks(p *process, h *session.Hello) {
+	p.acks = h.Acks
+	if p.acks {
+		l.s.acking.Store(true)
+		p.send(&session.Ack{})
+	}
+}
+
+// ackLater records that p's result for id is acknowledged once written.
+func (l *loop) ackLater(p *process, id string) {
+	if !p.acks {
+		return
+	}
+	if l.ackWait == nil {
+		l.ackWait = map[string]*process{}
+	}
+	if old := l.ackWait[id]; old != nil {
+		old.unacked--
+	}
+	l.ackWait[id] = p
+	p.unacked++
+}
+
+// ackNow acknowledges a result that is settled without a write.
+func (l *loop) ackNow(p *process, id string) {
+	if p.acks && p.state != procDead {
+		p.send(&session.Ack{IDs: []string{id}})
+	}
+}
+
+// onSettled: the writer settled these completions; acknowledge the results
+// among them.
+func (l *loop) onSettled(ids []string) {
+	by := map[*process][]string{}
+	for _, id := range ids {
+		p := l.ackWait[id]
+		if p == nil {
+			continue
+		}
+		delete(l.ackWait, id)
+		p.unacked--
+		by[p] = append(by[p], id)
+	}
+	for p, ids := range by {
+		if p.state != procDead {
+			slices.Sort(ids)
+			p.send(&session.Ack{IDs: ids})
+		}
+		if p.stopAfterAcks && p.unacked == 0 {
+			l.stopAcked(p)
+		}
+	}
+}
+
+// stopAcked stops a process whose stop waited for acknowledgements.
+func (l *loop) stopAcked(p *process) {
+	p.stopAfterAcks = false
+	if p.ackTimer != nil {
+		p.ackTimer.Stop()
+	}
+	l.stopProcess(p, p.stopGrace)
+}
+
+// deferStop: at STOPPED, an attached process with results still being
+// written is stopped once they are acknowledged (at most ackWaitMax).
+func (l *loop) deferStop(p *process, grace time.Duration) bool {
+	if !p.acks || p.unacked == 0 || p.state == procStopping || p.state == procDead {
+		return false
+	}
+	p.stopAfterAcks, p.stopGrace = true, grace
+	p.ackTimer = time.AfterFunc(ackWaitMax, func() { l.emit(ackTimeoutEvent{proc: p}) })
+	return true
+}
+
+func (l *loop) onAckTimeout(p *process) {
+	if !p.stopAfterAcks || p.state == procDead {
+		return
+	}
+	l.log.Warn("results not acknowledged in time (the database is slow); ending the session anyway: the handler offers them to the next session",
+		"handler", p.pool.h.Name, "endpoint", p.endpoint, "unacknowledged", p.unacked)
+	l.stopAcked(p)
+}
