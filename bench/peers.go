@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/soniq-dev/soniq-sidecar/internal/proc"
 )
 
 // ---- the peers: native Postgres queues measured beside the sidecar ----
@@ -453,11 +455,11 @@ func (s *sidecarRow) cpu() (all, sidecar float64) {
 }
 
 func (s *sidecarRow) rss() (all, sidecar int) {
-	pid := s.ws.procs[0].pid
-	sidecar = statusKB(pid, "VmHWM")
+	pid := s.ws.procs[0].PID
+	sidecar = proc.StatusKB(pid, "VmHWM")
 	all = sidecar
-	for _, ch := range childrenOf(pid) {
-		all += statusKB(ch, "VmHWM")
+	for _, ch := range proc.Children(pid) {
+		all += proc.StatusKB(ch, "VmHWM")
 	}
 	return all, sidecar
 }
@@ -474,10 +476,10 @@ func (s *sidecarRow) finish(ctx context.Context) (int, []float64, error) {
 
 func (s *sidecarRow) stop() { s.ws.stop() }
 
-func exitedOf(ws []*worker) error {
+func exitedOf(ws []*proc.Proc) error {
 	for _, w := range ws {
-		if w.exited() {
-			return fmt.Errorf("pid %d exited during the run (%v); log tail:\n%s", w.pid, w.err, tail(w.log, 3000))
+		if w.Exited() {
+			return fmt.Errorf("pid %d exited during the run (%v); log tail:\n%s", w.PID, w.Err(), proc.Tail(w.Log, 3000))
 		}
 	}
 	return nil
@@ -540,8 +542,8 @@ func (b *bench) peerSetup(ctx context.Context, p *peer) error {
 type peerRow struct {
 	b       *bench
 	p       *peer
-	workers []*worker
-	client  *worker
+	workers []*proc.Proc
+	client  *proc.Proc
 	in      io.WriteCloser
 	lines   chan string // the client's stdout, a line at a time; closed at EOF
 }
@@ -554,7 +556,7 @@ func (b *bench) startPeerRow(ctx context.Context, p *peer, tag string) (*peerRow
 	pr := &peerRow{b: b, p: p}
 	argv, env := b.peerArgv(p, "worker")
 	for i := range c.procs {
-		w, err := start(argv, env, c.work, filepath.Join(c.work, fmt.Sprintf("%s-%d.log", tag, i)))
+		w, err := c.group.Start(argv, env, c.work, filepath.Join(c.work, fmt.Sprintf("%s-%d.log", tag, i)))
 		if err != nil {
 			pr.stop()
 			return nil, err
@@ -562,7 +564,7 @@ func (b *bench) startPeerRow(ctx context.Context, p *peer, tag string) (*peerRow
 		pr.workers = append(pr.workers, w)
 	}
 	cargv, cenv := b.peerArgv(p, "client")
-	cl, in, out, err := startPiped(cargv, cenv, c.work, filepath.Join(c.work, tag+"-client.log"))
+	cl, in, out, err := c.group.StartPiped(cargv, cenv, c.work, filepath.Join(c.work, tag+"-client.log"))
 	if err != nil {
 		pr.stop()
 		return nil, err
@@ -578,7 +580,7 @@ func (b *bench) startPeerRow(ctx context.Context, p *peer, tag string) (*peerRow
 		}
 	}()
 	for _, w := range pr.workers {
-		if err := waitLog(ctx, w, "BENCH-READY", 1, 60*time.Second); err != nil {
+		if err := proc.WaitLog(ctx, w, "BENCH-READY", 1, 60*time.Second); err != nil {
 			pr.stop()
 			return nil, err
 		}
@@ -599,7 +601,11 @@ func (pr *peerRow) expect(ctx context.Context, prefix string, timeout time.Durat
 	select {
 	case line, ok := <-pr.lines:
 		if !ok {
-			return "", fmt.Errorf("%s client ended (%v); log tail:\n%s", pr.p.Key, pr.client.err, tail(pr.client.log, 3000))
+			status := "its output closed, the process still running"
+			if pr.client.Wait(2 * time.Second) {
+				status = fmt.Sprintf("exit: %v", pr.client.Err())
+			}
+			return "", fmt.Errorf("%s client ended (%s); log tail:\n%s", pr.p.Key, status, proc.Tail(pr.client.Log, 3000))
 		}
 		rest, found := strings.CutPrefix(line, prefix)
 		if !found {
@@ -607,7 +613,7 @@ func (pr *peerRow) expect(ctx context.Context, prefix string, timeout time.Durat
 		}
 		return strings.TrimSpace(rest), nil
 	case <-time.After(timeout):
-		return "", fmt.Errorf("%s client: no %s within %s; log tail:\n%s", pr.p.Key, prefix, timeout, tail(pr.client.log, 3000))
+		return "", fmt.Errorf("%s client: no %s within %s; log tail:\n%s", pr.p.Key, prefix, timeout, proc.Tail(pr.client.Log, 3000))
 	case <-ctx.Done():
 		return "", ctx.Err()
 	}
@@ -653,7 +659,7 @@ func (pr *peerRow) exited() error { return exitedOf(pr.workers) }
 
 func (pr *peerRow) cpu() (all, sidecar float64) {
 	for _, w := range pr.workers {
-		own, ch := treeCPU(w.pid)
+		own, ch := proc.TreeCPU(w.PID)
 		all += own + ch
 	}
 	return all, 0
@@ -661,9 +667,9 @@ func (pr *peerRow) cpu() (all, sidecar float64) {
 
 func (pr *peerRow) rss() (all, sidecar int) {
 	for _, w := range pr.workers {
-		all += statusKB(w.pid, "VmHWM")
-		for _, ch := range childrenOf(w.pid) {
-			all += statusKB(ch, "VmHWM")
+		all += proc.StatusKB(w.PID, "VmHWM")
+		for _, ch := range proc.Children(w.PID) {
+			all += proc.StatusKB(ch, "VmHWM")
 		}
 	}
 	return all, 0
@@ -677,21 +683,21 @@ type peerTally struct {
 
 func (pr *peerRow) finish(ctx context.Context) (int, []float64, error) {
 	for _, w := range pr.workers {
-		w.signal(syscall.SIGTERM)
+		_ = w.Signal(syscall.SIGTERM)
 	}
 	var errs []error
 	for _, w := range pr.workers {
 		// One SIGTERM each (sent above): a graceful stop, awaited.
 		select {
-		case <-w.done:
+		case <-w.Done():
 		case <-time.After(20 * time.Second):
-			_ = syscall.Kill(-w.pid, syscall.SIGKILL)
-			<-w.done
-			errs = append(errs, fmt.Errorf("%s worker pid %d did not exit within 20s of SIGTERM; killed; log tail:\n%s", pr.p.Key, w.pid, tail(w.log, 3000)))
+			_ = syscall.Kill(-w.PID, syscall.SIGKILL)
+			<-w.Done()
+			errs = append(errs, fmt.Errorf("%s worker pid %d did not exit within 20s of SIGTERM; killed; log tail:\n%s", pr.p.Key, w.PID, proc.Tail(w.Log, 3000)))
 			continue
 		}
-		if w.err != nil {
-			errs = append(errs, fmt.Errorf("%s worker pid %d: %v; log tail:\n%s", pr.p.Key, w.pid, w.err, tail(w.log, 3000)))
+		if w.Err() != nil {
+			errs = append(errs, fmt.Errorf("%s worker pid %d: %v; log tail:\n%s", pr.p.Key, w.PID, w.Err(), proc.Tail(w.Log, 3000)))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -700,9 +706,9 @@ func (pr *peerRow) finish(ctx context.Context) (int, []float64, error) {
 	noop := 0
 	var lats []float64
 	for _, w := range pr.workers {
-		t, err := readTally(w.log)
+		t, err := readTally(w.Log)
 		if err != nil {
-			return 0, nil, fmt.Errorf("%s worker pid %d: %w; log tail:\n%s", pr.p.Key, w.pid, err, tail(w.log, 3000))
+			return 0, nil, fmt.Errorf("%s worker pid %d: %w; log tail:\n%s", pr.p.Key, w.PID, err, proc.Tail(w.Log, 3000))
 		}
 		noop += t.Noop
 		for _, us := range t.LatencyUS {
@@ -733,7 +739,7 @@ func (pr *peerRow) closeClient() {
 		return
 	}
 	_ = pr.in.Close()
-	if err := pr.client.stop(10 * time.Second); err != nil {
+	if err := pr.client.Stop(10 * time.Second); err != nil {
 		logf("%v", err)
 	}
 	pr.client = nil
@@ -741,7 +747,7 @@ func (pr *peerRow) closeClient() {
 
 func (pr *peerRow) stop() {
 	for _, w := range pr.workers {
-		if err := w.stop(20 * time.Second); err != nil {
+		if err := w.Stop(20 * time.Second); err != nil {
 			logf("%v", err)
 		}
 	}

@@ -26,12 +26,21 @@ type cutProxy struct {
 	down   bool
 	conns  []net.Conn
 	wg     sync.WaitGroup
+	// latency delays everything sent to the database: a slow database,
+	// for real as far as the client can tell (newSlowProxy).
+	latency time.Duration
 }
 
 func newCutProxy(t *testing.T, target string) *cutProxy {
+	return newSlowProxy(t, target, 0)
+}
+
+// newSlowProxy is a cutProxy that delays what it sends to the database by
+// latency.
+func newSlowProxy(t *testing.T, target string, latency time.Duration) *cutProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &cutProxy{t: t, ln: ln, target: target}
+	p := &cutProxy{t: t, ln: ln, target: target, latency: latency}
 	p.wg.Add(1)
 	go p.serve()
 	t.Cleanup(func() {
@@ -64,8 +73,31 @@ func (p *cutProxy) serve() {
 		p.conns = append(p.conns, c, up)
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go func() { defer p.wg.Done(); _, _ = io.Copy(up, c); _ = up.Close() }()
+		go func() { defer p.wg.Done(); _, _ = p.copyUp(up, c); _ = up.Close() }()
 		go func() { defer p.wg.Done(); _, _ = io.Copy(c, up); _ = c.Close() }()
+	}
+}
+
+// copyUp forwards the client's bytes to the database, each read after the
+// proxy's latency.
+func (p *cutProxy) copyUp(up io.Writer, c io.Reader) (int64, error) {
+	if p.latency == 0 {
+		return io.Copy(up, c)
+	}
+	buf := make([]byte, 32<<10)
+	var n int64
+	for {
+		k, err := c.Read(buf)
+		if k > 0 {
+			time.Sleep(p.latency)
+			if _, werr := up.Write(buf[:k]); werr != nil {
+				return n, werr
+			}
+			n += int64(k)
+		}
+		if err != nil {
+			return n, err
+		}
 	}
 }
 
