@@ -141,7 +141,8 @@ bench: deps-python deps-node  # the unix rows need the gRPC packages
 	$(ON_VENV) bench/run.sh
 
 # `make bench` with tiny sizes (about a minute, its own throw-away Postgres and
-# scratch output): proves the bench still runs; asserts nothing about speed.
+# scratch output): proves the bench still runs, every peer of the peers section
+# included (a failed peer run fails it); asserts nothing about speed.
 bench-smoke: deps-python deps-node
 	$(ON_VENV) BENCH_QUICK=1 bench/run.sh
 

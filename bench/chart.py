@@ -80,6 +80,32 @@ def throughput(ax, data):
     ax.set_ylim(0, max(vals + [1]) * 1.25)
 
 
+def peers(ax, data):
+    rows = measured(data, "peers")
+    xs = range(len(rows))
+    vals = [t["median_jobs_per_s"] for t in rows]
+    cols = [colour(t) if t["kind"] == "sidecar" else "#8c564b" for t in rows]
+    bars = ax.bar(xs, vals, color=cols, edgecolor="white")
+    for bar, t in zip(bars, rows):
+        runs = [r["jobs_per_s"] for r in t["runs"] if not r.get("error")]
+        x = bar.get_x() + bar.get_width() / 2
+        ax.plot([x] * len(runs), runs, "k.", markersize=3)
+        cpu = (t.get("processes_cpu_s_per_10k") or 0) + (t.get("postgres_cpu_s_per_10k") or 0)
+        ax.annotate(f"{t['median_jobs_per_s']:,.0f}\np99 {t.get('median_p99_ms', 0):.1f} ms\n{cpu:.2f} CPU-s/10k",
+                    (x, bar.get_height()), ha="center", va="bottom", fontsize=6.5)
+    labels = [f"sidecar\n{t['sdk'].capitalize()} stdio" if t["kind"] == "sidecar" else t["label"].replace(" (", "\n(") for t in rows]
+    ax.set_xticks(list(xs), labels, fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylim(max(1, min(vals + [1e9]) / 3), max(vals + [1]) * 6)
+    ax.set_ylabel("jobs/s (median, log; dots: runs)")
+    p = data["params"]
+    ax.set_title(f"1c. Native Postgres queues beside the sidecar, same rounds ({p.get('peers_jobs_per_run', 0):,} jobs, "
+                 f"Procrastinate {p.get('peers_slow_jobs_per_run', 0):,}; budget {p['concurrency_budget']})", fontsize=9)
+    missing = [t["label"] for t in data.get("peers") or [] if t.get("status")]
+    if missing:
+        ax.text(0.01, 0.97, "not measured: " + "; ".join(missing), transform=ax.transAxes, fontsize=6, va="top", color="dimgrey", wrap=True)
+
+
 def latency(ax, data):
     rows = measured(data, "latency")
     width = 0.8 / 3
@@ -245,6 +271,7 @@ def main():
     # Only the sections this run measured get a panel.
     panels = [p for p, has in (
         (throughput, measured(data, "throughput")),
+        (peers, measured(data, "peers")),
         (latency, measured(data, "latency")),
         (shutdown, measured(data, "shutdown")),
         (cost, [t for t in measured(data, "throughput") if t["kind"] != "ceiling"]),

@@ -59,6 +59,15 @@ type config struct {
 	sqliteDepths       []int         // queue depths of the SQLite curve
 	sqliteDrain        int           // completions a SQLite depth point is taken over, at most
 	sqliteWindow       time.Duration // bound of one SQLite depth point
+
+	peerPaths     map[string]string // peer key → its install: node_modules' parent directory, or the virtualenv's python
+	peersN        int               // jobs per throughput run of the peers section (every row)
+	peersSlowN    int               // the same for the peers that fetch one job per statement
+	peersRuns     int               // rounds of the peers section
+	peersLatSecs  float64           // duration of the latency phase of a peers run
+	peersStrict   bool              // a failed peers run fails the bench (bench-smoke)
+	pgBossLocal   int               // pg-boss: workers per process (the budget split as localConcurrency × batchSize)
+	pgQueuerBatch int               // PgQueuer: batch_size (0: half the per-process budget)
 }
 
 func main() {
@@ -79,8 +88,8 @@ func main() {
 	flag.IntVar(&c.shutRuns, "shutdown-runs", 5, "runs of each shutdown variant")
 	flag.DurationVar(&c.shutTO, "shutdown-timeout", 2*time.Second, "shutdown_timeout for the shutdown runs")
 	flag.DurationVar(&c.budget, "budget", 13*time.Minute+30*time.Second, "wall-time bound of the measuring: later rounds are skipped past it (with the build and the venvs, make bench stays within 15 minutes on 2 cores)")
-	only := flag.String("only", "", "comma-separated variant keys to run (soniq, python-stdio, node-stdio, python-unix, node-unix, python-attach, node-attach, ceiling, ceiling-500); default all")
-	sections := flag.String("sections", "shutdown,latency,pooler,sqlite,throughput,depth,sharing", "comma-separated sections to run (pooler: pickup latency direct and through PgBouncer, needs pgbouncer; sqlite: the embedded SQLite default beside Soniq's worker on SQLite)")
+	only := flag.String("only", "", "comma-separated variant keys to run (soniq, python-stdio, node-stdio, python-unix, node-unix, python-attach, node-attach, ceiling, ceiling-500, and the peers graphile-worker, pg-boss, pgqueuer, procrastinate); default all")
+	sections := flag.String("sections", "shutdown,latency,pooler,sqlite,peers,throughput,depth,sharing", "comma-separated sections to run (pooler: pickup latency direct and through PgBouncer, needs pgbouncer; sqlite: the embedded SQLite default beside Soniq's worker on SQLite; peers: graphile-worker, pg-boss, PgQueuer and Procrastinate beside the sidecar's stdio rows, needs -peer-installs)")
 	flag.IntVar(&c.soniqN, "soniq-n", 5000, "jobs per throughput run of the Soniq worker (fewer than -n: it is 20-50 times slower, and a shallower queue only flatters it)")
 	depths := flag.String("depths", "10000,100000,1000000", "queue depths of the depth curve")
 	sidecarCounts := flag.String("sidecars", "1,2,4", "sidecar counts of the sharing curve (same total budget)")
@@ -91,6 +100,14 @@ func main() {
 	sqliteDepths := flag.String("sqlite-depths", "1000,10000,50000", "queue depths of the SQLite curve")
 	flag.IntVar(&c.sqliteDrain, "sqlite-drain", 3000, "completions a point of the SQLite curve is taken over, at most")
 	flag.DurationVar(&c.sqliteWindow, "sqlite-window", 6*time.Second, "bound of one point of the SQLite curve, from the jobs' commit")
+	peerInstalls := flag.String("peer-installs", "", "where each peer is installed, KEY=PATH separated by commas: the directory holding node_modules for graphile-worker and pg-boss, the virtualenv's python for pgqueuer and procrastinate (bench/run.sh makes them from bench/peers/*)")
+	flag.IntVar(&c.peersN, "peers-n", 10000, "jobs per throughput run of every row of the peers section")
+	flag.IntVar(&c.peersSlowN, "peers-slow-n", 3000, "jobs per throughput run of the peers that fetch one job per statement (Procrastinate): about 10 times slower, it would take most of the section's time at -peers-n")
+	flag.IntVar(&c.peersRuns, "peers-runs", 2, "rounds of the peers section (each row: one start, its latency, then its drain)")
+	flag.Float64Var(&c.peersLatSecs, "peers-latency-seconds", 4, "duration of the pickup-latency phase of a peers run (at -latency-rate)")
+	flag.BoolVar(&c.peersStrict, "peers-strict", false, "fail the bench when a run of the peers section fails (bench-smoke: the peers' harnesses must not rot)")
+	flag.IntVar(&c.pgBossLocal, "pgboss-local", 1, "pg-boss: the per-process budget split as localConcurrency × batchSize, this many workers (1 × 32 drained fastest of 1 × 32, 2 × 16, 4 × 8 and 8 × 4 in trials: about 1.7×, 2.5× and 3.5× the others)")
+	flag.IntVar(&c.pgQueuerBatch, "pgqueuer-batch", 0, "PgQueuer: batch_size (default half the per-process budget, the largest PgQueuer allows with max_concurrent_tasks = the budget)")
 	renderOnly := flag.String("render", "", "only rewrite this report from the JSON it embeds (goals, analysis), measuring nothing")
 	flag.Parse()
 	if *renderOnly != "" {
@@ -107,6 +124,9 @@ func main() {
 	}
 	if err == nil {
 		c.sqliteDepths, err = ints(*sqliteDepths)
+	}
+	if err == nil {
+		c.peerPaths, err = keyPaths(*peerInstalls)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -152,6 +172,22 @@ func ints(list string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// keyPaths parses KEY=PATH,KEY=PATH for known peers.
+func keyPaths(list string) (map[string]string, error) {
+	m := map[string]string{}
+	for _, kv := range strings.Split(list, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || v == "" || peerByKey(k) == nil {
+			return nil, fmt.Errorf("-peer-installs: %q: want KEY=PATH with KEY one of graphile-worker, pg-boss, pgqueuer, procrastinate", kv)
+		}
+		m[k] = abs(v)
+	}
+	return m, nil
 }
 
 func set(list string) map[string]bool {
@@ -213,6 +249,7 @@ func run(ctx context.Context, c *config) error {
 		name string
 		run  func(context.Context) error
 	}{{"shutdown", b.shutdownSection}, {"latency", b.latencySection}, {"pooler", b.poolerSection}, {"sqlite", b.sqliteSection},
+		{"peers", b.peersSection},
 		{"throughput", b.throughputSection},
 		{"depth", b.depthSection}, {"sharing", b.shareSection}} {
 		if !c.sections[s.name] {

@@ -3,11 +3,14 @@
 # 2-core machine. Writes docs/benchmarks.md and docs/benchmarks.png.
 #
 #   bench/run.sh [DRIVER FLAGS...]   # e.g. bench/run.sh -n 2000 -runs 1 (a quick check)
+#   bench/run.sh -sections peers     # the native queues beside the sidecar alone (about 2 minutes)
 #
 # Needs Go, python3 with venv and pip (the Soniq release, the same release
-# with its SQLite extra, and matplotlib are installed into cached
-# virtualenvs), node, PostgreSQL 15 for .ci/pg.sh, and pgbouncer for the
-# pooler section (.ci/pgbouncer.sh; -sections leaves it out).
+# with its SQLite extra, PgQueuer, Procrastinate and matplotlib are
+# installed into cached virtualenvs), node and npm (graphile-worker and
+# pg-boss, from their package-lock.json files, into cached directories),
+# PostgreSQL 15 for .ci/pg.sh, and pgbouncer for the pooler section
+# (.ci/pgbouncer.sh; -sections leaves it out).
 # With BENCH_DATABASE_URL set, that server is used instead of a fresh one;
 # BENCH_OUT and BENCH_PNG move the report and the chart (for trial runs).
 # BENCH_QUICK=1 is a smoke run (about a minute): every section with tiny
@@ -33,6 +36,36 @@ venv() {
 }
 hash12() { sha256sum "$1" | cut -c1-12; }
 
+# The peers (section peers): each from its own pinned files under
+# bench/peers/KEY, in a cache directory of its own reused while they are
+# unchanged: a virtualenv for the Python ones, `npm ci` for the Node ones.
+nodedir() {
+  local dir="$1" src="$2"
+  if [[ -f "$dir/.installed" ]] && cmp -s "$dir/.installed" "$src/package-lock.json"; then return; fi
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  cp "$src/package.json" "$src/package-lock.json" "$dir/"
+  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
+  cp "$src/package-lock.json" "$dir/.installed"
+}
+# The four install side by side (mostly waiting on the registries), while
+# the Soniq virtualenvs are made and the binary builds.
+peer_installs=() peer_pids=() peer_keys=()
+for key in graphile-worker pg-boss pgqueuer procrastinate; do
+  src="bench/peers/$key"
+  if [[ -f "$src/package-lock.json" ]]; then
+    dir="$cache/peer-$key-$(cat "$src/package.json" "$src/package-lock.json" | sha256sum | cut -c1-12)"
+    nodedir "$dir" "$src" &
+    peer_installs+=("$key=$dir")
+  else
+    dir="$cache/peer-$key-venv-$(hash12 "$src/requirements.txt")"
+    venv "$dir" "$src/requirements.txt" &
+    peer_installs+=("$key=$dir/bin/python")
+  fi
+  peer_pids+=("$!") peer_keys+=("$key")
+done
+peer_installs="$(IFS=,; echo "${peer_installs[*]}")"
+
 soniq_reqs=integration/soniq-requirements.txt
 soniq_venv="$cache/soniq-venv-$(hash12 "$soniq_reqs")"
 chart_reqs=bench/chart-requirements.txt
@@ -52,17 +85,23 @@ sqlite_reqs="$work/soniq-sqlite-requirements.txt"
 cat "$soniq_reqs" bench/soniq-sqlite-requirements.txt >"$sqlite_reqs"
 soniq_sqlite_venv="$cache/soniq-sqlite-venv-$(hash12 "$sqlite_reqs")"
 venv "$soniq_sqlite_venv" "$sqlite_reqs"
+
 make --no-print-directory build BIN="$work/soniq-sidecar" >&2
 go build -o "$work/bench" ./bench
+for i in "${!peer_pids[@]}"; do
+  wait "${peer_pids[$i]}" || { echo "FATAL: installing the peer ${peer_keys[$i]} (bench/peers/${peer_keys[$i]}) failed" >&2; exit 1; }
+done
 
 out="${BENCH_OUT:-docs/benchmarks.md}" png="${BENCH_PNG:-docs/benchmarks.png}"
 quick=()
 if [[ -n "${BENCH_QUICK:-}" ]]; then
   out="${BENCH_OUT:-$work/benchmarks.md}" png="${BENCH_PNG:-$work/benchmarks.png}"
   quick=(-n 400 -soniq-n 100 -runs 1 -latency-seconds 0.5 -latency-runs 1 -shutdown-runs 1 -shutdown-timeout 1s -depths 1000,3000 -sidecars 1,2 -budget 2m
-    -sqlite-n 300 -sqlite-soniq-n 300 -sqlite-soniq-budget-n 20 -sqlite-depths 300,1000 -sqlite-drain 300 -sqlite-window 2s)
+    -sqlite-n 300 -sqlite-soniq-n 300 -sqlite-soniq-budget-n 20 -sqlite-depths 300,1000 -sqlite-drain 300 -sqlite-window 2s
+    -peers-n 200 -peers-slow-n 200 -peers-runs 1 -peers-latency-seconds 0.5 -peers-strict)
 fi
-args=(-sidecar "$work/soniq-sidecar" -soniq "$soniq_venv/bin/soniq" -soniq-sqlite "$soniq_sqlite_venv/bin/soniq" -python python3 -node node -out "$out" "${quick[@]}" "$@")
+args=(-sidecar "$work/soniq-sidecar" -soniq "$soniq_venv/bin/soniq" -soniq-sqlite "$soniq_sqlite_venv/bin/soniq" -python python3 -node node
+  -peer-installs "$peer_installs" -out "$out" "${quick[@]}" "$@")
 if [[ -n "${BENCH_DATABASE_URL:-}" ]]; then
   "$work/bench" -database-url "$BENCH_DATABASE_URL" "${args[@]}"
 else

@@ -367,57 +367,15 @@ func (b *bench) latencyRun(ctx context.Context, v variant, round int, extraEnv [
 		return run, err
 	}
 	defer ws.stop()
-	// The producer is Soniq-style: one INSERT and pg_notify per job, as
-	// Soniq's enqueue does (backends/postgres Enqueue mirrors it).
-	prod, err := postgres.Open(ctx, c.dbURL)
-	if err != nil {
-		return run, err
-	}
-	defer prod.Close()
-	if err := prod.Ping(ctx); err != nil {
-		return run, err
-	}
 	n := int(float64(c.latRate) * c.latSecs)
-	interval := time.Second / time.Duration(c.latRate)
-	begin := time.Now()
-	for i := range n {
-		if d := time.Until(begin.Add(time.Duration(i) * interval)); d > 0 {
-			time.Sleep(d)
-		}
-		// The clock starts before the INSERT is sent: enqueue-call to
-		// handler start, the producer's view.
-		args, _ := json.Marshal(map[string]int64{"t_us": time.Now().UnixMicro()})
-		if _, err := prod.Enqueue(ctx, backends.EnqueueParams{Name: "bench.latency", Args: args}); err != nil {
-			return run, err
-		}
+	if err := b.produceLatency(ctx, c.latRate, n); err != nil {
+		return run, err
 	}
 	if err := b.db.waitDrained(ctx, ws, 30*time.Second); err != nil {
 		return run, err
 	}
-	rows, err := b.db.pool.Query(ctx, `SELECT args::text, COALESCE(result::text, 'null') FROM soniq_jobs WHERE job_name = 'bench.latency' AND status = 'done'`)
+	lats, err := b.latencies(ctx)
 	if err != nil {
-		return run, err
-	}
-	defer rows.Close()
-	var lats []float64
-	for rows.Next() {
-		var a, res string
-		if err := rows.Scan(&a, &res); err != nil {
-			return run, err
-		}
-		var args struct {
-			T int64 `json:"t_us"`
-		}
-		if err := json.Unmarshal([]byte(a), &args); err != nil {
-			return run, err
-		}
-		started, err := startedUS(res)
-		if err != nil {
-			return run, err
-		}
-		lats = append(lats, float64(started-args.T)/1000)
-	}
-	if err := rows.Err(); err != nil {
 		return run, err
 	}
 	if len(lats) != n {
@@ -427,6 +385,64 @@ func (b *bench) latencyRun(ctx context.Context, v variant, round int, extraEnv [
 	run.N = n
 	run.P50, run.P95, run.P99, run.Max = pct(lats, 50), pct(lats, 95), pct(lats, 99), lats[len(lats)-1]
 	return run, nil
+}
+
+// produceLatency enqueues n bench.latency jobs, rate a second. The producer
+// is Soniq-style: one INSERT and pg_notify per job, as Soniq's enqueue does
+// (backends/postgres Enqueue mirrors it).
+func (b *bench) produceLatency(ctx context.Context, rate, n int) error {
+	prod, err := postgres.Open(ctx, b.c.dbURL)
+	if err != nil {
+		return err
+	}
+	defer prod.Close()
+	if err := prod.Ping(ctx); err != nil {
+		return err
+	}
+	interval := time.Second / time.Duration(rate)
+	begin := time.Now()
+	for i := range n {
+		if d := time.Until(begin.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d)
+		}
+		// The clock starts before the INSERT is sent: enqueue-call to
+		// handler start, the producer's view.
+		args, _ := json.Marshal(map[string]int64{"t_us": time.Now().UnixMicro()})
+		if _, err := prod.Enqueue(ctx, backends.EnqueueParams{Name: "bench.latency", Args: args}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// latencies reads the pickup latency (ms) of every done bench.latency job:
+// the handler's start, which it returns as its result, minus the
+// producer's t_us.
+func (b *bench) latencies(ctx context.Context) ([]float64, error) {
+	rows, err := b.db.pool.Query(ctx, `SELECT args::text, COALESCE(result::text, 'null') FROM soniq_jobs WHERE job_name = 'bench.latency' AND status = 'done'`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var lats []float64
+	for rows.Next() {
+		var a, res string
+		if err := rows.Scan(&a, &res); err != nil {
+			return nil, err
+		}
+		var args struct {
+			T int64 `json:"t_us"`
+		}
+		if err := json.Unmarshal([]byte(a), &args); err != nil {
+			return nil, err
+		}
+		started, err := startedUS(res)
+		if err != nil {
+			return nil, err
+		}
+		lats = append(lats, float64(started-args.T)/1000)
+	}
+	return lats, rows.Err()
 }
 
 // startedUS reads {"started_us": N} from a result, which Soniq may store

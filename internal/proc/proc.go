@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -60,6 +61,48 @@ func (g *Group) Start(argv, env []string, dir, logPath string) (*Proc, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", strings.Join(argv, " "), err)
 	}
+	return g.watch(cmd, logPath), nil
+}
+
+// StartPiped is Start for a process the driver talks to: its stdin and
+// stdout are pipes (the returned writer and reader; the reader reaches EOF
+// once the process and any child holding it have closed their end), its
+// stderr goes to logPath. The caller closes both.
+func (g *Group) StartPiped(argv, env []string, dir, logPath string) (*Proc, io.WriteCloser, io.ReadCloser, error) {
+	if len(argv) == 0 {
+		return nil, nil, nil, errors.New("start: empty command")
+	}
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("start %s: %w", argv[0], err)
+	}
+	defer f.Close()
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("start %s: %w", argv[0], err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, nil, nil, fmt.Errorf("start %s: %w", argv[0], err)
+	}
+	// The child holds its ends; the driver keeps only its own.
+	defer inR.Close()
+	defer outW.Close()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env, cmd.Dir, cmd.Stdin, cmd.Stdout, cmd.Stderr = env, dir, inR, outW, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		inW.Close()
+		outR.Close()
+		return nil, nil, nil, fmt.Errorf("start %s: %w", strings.Join(argv, " "), err)
+	}
+	return g.watch(cmd, logPath), inW, outR, nil
+}
+
+// watch registers a started command in the group and reaps it.
+func (g *Group) watch(cmd *exec.Cmd, logPath string) *Proc {
 	p := &Proc{cmd: cmd, PID: cmd.Process.Pid, Log: logPath, done: make(chan struct{})}
 	g.mu.Lock()
 	g.live[p] = struct{}{}
@@ -72,7 +115,7 @@ func (g *Group) Start(argv, env []string, dir, logPath string) (*Proc, error) {
 		g.mu.Unlock()
 		close(p.done)
 	}()
-	return p, nil
+	return p
 }
 
 // KillAll sends SIGKILL to every process of the group still running and to

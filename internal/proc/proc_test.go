@@ -1,7 +1,9 @@
 package proc
 
 import (
+	"bufio"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -95,5 +97,44 @@ func TestReadStatAndStatus(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("pid %d not among the children", p.PID)
+	}
+}
+
+// A piped process answers on its stdout, writes its stderr to the log, and
+// ends when its stdin closes; its stdout then reaches EOF.
+func TestStartPipedTalksAndEndsAtEOF(t *testing.T) {
+	g := NewGroup()
+	t.Cleanup(g.KillAll)
+	log := filepath.Join(t.TempDir(), "p.log")
+	script := `echo started >&2; while read -r line; do echo "got $line"; done; echo bye >&2`
+	p, in, out, err := g.StartPiped([]string{"/bin/sh", "-c", script}, nil, "", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = out.Close() })
+	rd := bufio.NewReader(out)
+	for _, word := range []string{"one", "two"} {
+		if _, err := io.WriteString(in, word+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line != "got "+word+"\n" {
+			t.Fatalf("read %q, want %q", line, "got "+word)
+		}
+	}
+	if err := in.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if rest, err := io.ReadAll(rd); err != nil || len(rest) != 0 {
+		t.Fatalf("after stdin closed: %q, %v; want EOF", rest, err)
+	}
+	if !p.Wait(5*time.Second) || p.ExitCode() != 0 {
+		t.Fatalf("exit: %v", p.Err())
+	}
+	if CountLines(log, "started") != 1 || CountLines(log, "bye") != 1 {
+		t.Fatalf("stderr not in the log: %q", Tail(log, 200))
 	}
 }

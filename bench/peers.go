@@ -1,0 +1,755 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/soniq-dev/soniq-sidecar/internal/proc"
+)
+
+// ---- the peers: native Postgres queues measured beside the sidecar ----
+//
+// Every row of the section, the sidecar's two stdio rows and each peer's,
+// is measured the same way in one start of its processes, in rounds that
+// alternate the rows:
+//
+//  1. its tables emptied; its processes started (the sidecar with its
+//     handler pool, or the peer's worker processes and its producer) and
+//     idle; a warm-up of a few jobs drained;
+//  2. pickup latency: a producer enqueues one job at a time at the latency
+//     rate, each with its own enqueue and the wall clock taken just before
+//     the call; the handler subtracts it at its start;
+//  3. throughput: the queue is filled with N no-op jobs by one bulk enqueue
+//     (the clock starts when it returned, i.e. at its commit), then the
+//     driver polls the row's "anything left to run?" query (pollDrained)
+//     and the clock stops at the first poll that finds nothing; CPU is read
+//     from /proc before the fill and at that poll, peak RSS after it;
+//  4. the processes stopped gracefully; every job must have run once.
+
+// peer is a native Postgres job queue run beside the sidecar.
+type peer struct {
+	Key   string // also its directory under bench/peers
+	Label string
+	Lang  string // node | python
+	// Pkg is the package whose installed version the report names.
+	Pkg string
+	// Settings says, for the report, which of its settings the bench uses
+	// and why (each peer's script says the same at its top).
+	Settings string
+	// open is true while a job is queued or running (the drain poll).
+	open string
+	// reset empties its tables between runs.
+	reset []string
+	// env is what its scripts get beyond the database URL and budget.
+	env func(c *config) []string
+	// slow: it drains -peers-slow-n jobs per run instead of -peers-n.
+	slow bool
+}
+
+var peers = []peer{
+	{
+		Key: "graphile-worker", Label: "graphile-worker", Lang: "node", Pkg: "graphile-worker",
+		Settings: "its documented high-throughput configuration (docs: Performance, \"with batching\"): `localQueue: {size: 500}`, " +
+			"`completeJobBatchDelay: 0`, `failJobBatchDelay: 0`, `maxPoolSize` = concurrency + 1; `concurrentJobs` = the per-process budget " +
+			"(it runs at most that many at a time, and locks up to 500 more per process in its local queue); " +
+			"filled with `addJobs` (one `add_jobs` call), latency jobs by `addJob`; logger at warning (it logs every job at info)",
+		open:  `SELECT EXISTS (SELECT 1 FROM graphile_worker._private_jobs)`,
+		reset: []string{`TRUNCATE graphile_worker._private_jobs, graphile_worker._private_job_queues`},
+	},
+	{
+		Key: "pg-boss", Label: "pg-boss", Lang: "node", Pkg: "pg-boss",
+		Settings: "LISTEN/NOTIFY (`useListenNotify` on the instance, `notify` on the queue), batch fetching with `burstWhenBatchFull` " +
+			"(without it a worker waits out its polling interval between full batches), `pollingIntervalSeconds: 0.5` (its minimum) as the " +
+			"fallback, the per-process budget as `localConcurrency` × `batchSize` = 1 × 32 (the fastest split in trials: " +
+			"2 × 16, 4 × 8 and 8 × 4 drained 1.7–3.5× slower), a pool of localConcurrency + 2; one queue for both kinds of job so one `work()` holds the whole budget; filled with `insert()` " +
+			"(one statement), latency jobs by `send()`",
+		open:  `SELECT EXISTS (SELECT 1 FROM pgboss.job WHERE name = 'bench' AND state IN ('created', 'retry', 'active'))`,
+		reset: []string{`TRUNCATE pgboss.job`},
+		env: func(c *config) []string {
+			return []string{fmt.Sprintf("BENCH_PGBOSS_LOCAL=%d", c.pgBossLocal)}
+		},
+	},
+	{
+		Key: "pgqueuer", Label: "PgQueuer (asyncpg)", Lang: "python", Pkg: "pgqueuer",
+		Settings: "its performance-tuning guide: the asyncpg driver, one direct connection for the QueueManager, uvloop (what its CLI runs on), " +
+			"`pgq autovac`'s autovacuum settings, default durable (logged) tables as the sidecar's; `max_concurrent_tasks` = the per-process " +
+			"budget and `batch_size` = half of it, the largest PgQueuer allows (4 and 8 cost more CPU per job in trials, and drained no faster); filled with one `enqueue()` call of lists (one statement), " +
+			"latency jobs by `enqueue()`",
+		open:  `SELECT EXISTS (SELECT 1 FROM pgqueuer)`,
+		reset: []string{`TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics`},
+		env: func(c *config) []string {
+			batch := c.pgQueuerBatch
+			if batch == 0 {
+				batch = max(1, c.conc/c.procs/2)
+			}
+			return []string{fmt.Sprintf("BENCH_PGQUEUER_BATCH=%d", batch)}
+		},
+	},
+	{
+		Key: "procrastinate", Label: "Procrastinate", Lang: "python", Pkg: "procrastinate",
+		Settings: "its documentation: `concurrency` = the per-process budget, a psycopg pool of concurrency + 1 (its advice for short jobs), " +
+			"LISTEN/NOTIFY (the default), psycopg's C implementation (`psycopg-binary`); it fetches one job per statement (no batch fetch); " +
+			"filled with `batch_defer_async` (one call), latency jobs by `defer_async`",
+		open:  `SELECT EXISTS (SELECT 1 FROM procrastinate_jobs WHERE status IN ('todo', 'doing'))`,
+		reset: []string{`TRUNCATE procrastinate_jobs CASCADE`, `DELETE FROM procrastinate_workers`},
+		slow:  true,
+	},
+}
+
+func peerByKey(key string) *peer {
+	for i := range peers {
+		if peers[i].Key == key {
+			return &peers[i]
+		}
+	}
+	return nil
+}
+
+// peerResult is one row of the section: a sidecar variant or a peer.
+type peerResult struct {
+	Key      string    `json:"key"`
+	Label    string    `json:"label"`
+	Kind     string    `json:"kind"` // sidecar | peer
+	SDK      string    `json:"sdk,omitempty"`
+	Version  string    `json:"version,omitempty"`
+	Settings string    `json:"settings,omitempty"`
+	N        int       `json:"jobs_per_run"`
+	Status   string    `json:"status,omitempty"`
+	Runs     []peerRun `json:"runs"`
+
+	// Medians over the runs without an error.
+	JobsPerS       float64 `json:"median_jobs_per_s,omitempty"`
+	P50            float64 `json:"median_p50_ms,omitempty"`
+	P95            float64 `json:"median_p95_ms,omitempty"`
+	P99            float64 `json:"median_p99_ms,omitempty"`
+	ProcCPU10k     float64 `json:"processes_cpu_s_per_10k,omitempty"`
+	SidecarCPU10k  float64 `json:"sidecar_cpu_s_per_10k,omitempty"`
+	PostgresCPU10k float64 `json:"postgres_cpu_s_per_10k,omitempty"`
+	RSSMB          float64 `json:"peak_rss_mb,omitempty"`
+	SidecarRSSMB   float64 `json:"sidecar_peak_rss_mb,omitempty"`
+
+	peer    *peer
+	variant variant
+}
+
+// peerRun is one start of a row's processes: its latency and its drain.
+type peerRun struct {
+	Round       int     `json:"round"`
+	JobsPerS    float64 `json:"jobs_per_s"`
+	Seconds     float64 `json:"seconds"`
+	ProcCPU     float64 `json:"processes_cpu_s"`               // the row's processes, children included
+	SidecarCPU  float64 `json:"sidecar_cpu_s,omitempty"`       // sidecar rows: the sidecar alone
+	PostgresCPU float64 `json:"postgres_cpu_s"`                // every server process
+	RSSKB       int     `json:"peak_rss_kb"`                   // sum of the row's processes' peak RSS
+	SidecarKB   int     `json:"sidecar_peak_rss_kb,omitempty"` // sidecar rows: the sidecar alone
+	LatencyN    int     `json:"latency_n"`
+	P50         float64 `json:"p50_ms"`
+	P95         float64 `json:"p95_ms"`
+	P99         float64 `json:"p99_ms"`
+	Max         float64 `json:"max_ms"`
+	Error       string  `json:"error,omitempty"`
+}
+
+// peerWarmup jobs run before anything is measured in a start.
+const peerWarmup = 8
+
+func (b *bench) peerRows() []*peerResult {
+	c := b.c
+	var rows []*peerResult
+	for _, sdk := range []string{"python", "node"} {
+		v := sidecarVariant(sdk, "stdio")
+		if c.want(v.Key) {
+			rows = append(rows, &peerResult{Key: v.Key, Label: v.Label, Kind: "sidecar", SDK: sdk, N: c.peersN, variant: v})
+		}
+	}
+	for i := range peers {
+		p := &peers[i]
+		if !c.want(p.Key) {
+			continue
+		}
+		r := &peerResult{Key: p.Key, Label: p.Label, Kind: "peer", SDK: p.Lang, Settings: p.Settings, N: c.peersN, peer: p}
+		if p.slow {
+			r.N = c.peersSlowN
+		}
+		if c.peerPaths[p.Key] == "" {
+			r.Status = "not measured: no installation given (-peer-installs " + p.Key + "=…)"
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+func (b *bench) peersSection(ctx context.Context) error {
+	c := b.c
+	rows := b.peerRows()
+	b.rep.Peers = rows
+	var active []*peerResult
+	for _, r := range rows {
+		if r.Status == "" && r.peer != nil {
+			r.Version = b.peerVersion(r.peer)
+			if err := b.peerSetup(ctx, r.peer); err != nil {
+				r.Status = "failed: setup: " + lastLine(err.Error())
+				logf("peers %s setup: %v", r.Key, err)
+			}
+		}
+		if r.Status == "" {
+			active = append(active, r)
+		} else if c.peersStrict {
+			return fmt.Errorf("peers: %s %s", r.Key, r.Status)
+		}
+	}
+	var roundTime time.Duration
+	for round := range c.peersRuns {
+		if round > 0 && c.remaining()-c.peersReserve() < roundTime+30*time.Second {
+			b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("peers: %d of %d rounds run; the next would have passed the %s bound", round, c.peersRuns, c.budget))
+			break
+		}
+		t0 := time.Now()
+		for i := range active {
+			r := active[(i+round)%len(active)]
+			run, err := b.peerRun(ctx, r, round)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			run.Round = round + 1
+			if err != nil {
+				run.Error = err.Error()
+				logf("peers %s round %d: %v", r.Key, round+1, err)
+				if c.peersStrict {
+					return fmt.Errorf("peers: %s round %d: %w", r.Key, round+1, err)
+				}
+			} else {
+				logf("peers %s round %d: %.0f jobs/s (%.2fs), latency p50 %.2f p99 %.2f ms, CPU %.2f + Postgres %.2f s, RSS %.0f MiB",
+					r.Key, round+1, run.JobsPerS, run.Seconds, run.P50, run.P99, run.ProcCPU, run.PostgresCPU, float64(run.RSSKB)/1024)
+			}
+			r.Runs = append(r.Runs, run)
+		}
+		roundTime = time.Since(t0)
+	}
+	for _, r := range active {
+		r.summarise()
+	}
+	// Leave the later sections a database holding only their own rows.
+	for _, r := range active {
+		if r.peer != nil {
+			if err := b.peerReset(ctx, r.peer); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// peerReset empties a peer's tables.
+func (b *bench) peerReset(ctx context.Context, p *peer) error {
+	for _, q := range append(append([]string{}, p.reset...), `CHECKPOINT`) {
+		if _, err := b.db.pool.Exec(ctx, q); err != nil {
+			return fmt.Errorf("reset %s: %s: %w", p.Key, q, err)
+		}
+	}
+	return nil
+}
+
+// peersReserve is the part of the budget the peers' rounds leave to the
+// sections after them.
+func (c *config) peersReserve() time.Duration {
+	if !c.sections["throughput"] && !c.sections["depth"] && !c.sections["sharing"] {
+		return 0
+	}
+	return c.budget * 45 / 100
+}
+
+func (r *peerResult) summarise() {
+	var tp, p50, p95, p99, proc, sc, pg, rss, srss []float64
+	for _, run := range r.Runs {
+		if run.Error != "" {
+			continue
+		}
+		per10k := 10000 / float64(r.N)
+		tp = append(tp, run.JobsPerS)
+		p50, p95, p99 = append(p50, run.P50), append(p95, run.P95), append(p99, run.P99)
+		proc, sc, pg = append(proc, run.ProcCPU*per10k), append(sc, run.SidecarCPU*per10k), append(pg, run.PostgresCPU*per10k)
+		rss, srss = append(rss, float64(run.RSSKB)/1024), append(srss, float64(run.SidecarKB)/1024)
+	}
+	if len(tp) == 0 {
+		r.Status = "failed: see the runs' errors"
+		return
+	}
+	r.JobsPerS, r.P50, r.P95, r.P99 = median(tp), median(p50), median(p95), median(p99)
+	r.ProcCPU10k, r.SidecarCPU10k, r.PostgresCPU10k = median(proc), median(sc), median(pg)
+	r.RSSMB, r.SidecarRSSMB = median(rss), median(srss)
+}
+
+// rowProcs is a started row: what the measuring needs of it.
+type rowProcs interface {
+	// bulk enqueues n no-op jobs at once; it returns the commit's time.
+	bulk(ctx context.Context, n int) (time.Time, error)
+	// latency enqueues n latency jobs, rate a second.
+	latency(ctx context.Context, rate, n int) error
+	// open says whether a job is left to run.
+	open(ctx context.Context) (bool, error)
+	// exited reports a process of the row that ended (nil while all run).
+	exited() error
+	// cpu is the CPU seconds of the row's processes (children included)
+	// and, for the sidecar, of the sidecar alone.
+	cpu() (all, sidecar float64)
+	// rss is the sum of the processes' peak RSS and the sidecar's own (kB).
+	rss() (all, sidecar int)
+	// finish stops the processes gracefully and returns how many no-op
+	// jobs ran and the pickup latencies (ms) of the latency jobs.
+	finish(ctx context.Context) (noop int, lats []float64, err error)
+	// stop ends whatever still runs (after a failure).
+	stop()
+}
+
+func (b *bench) peerRun(ctx context.Context, r *peerResult, round int) (peerRun, error) {
+	c := b.c
+	var run peerRun
+	tag := fmt.Sprintf("peers-%s-%d", r.Key, round)
+	var rp rowProcs
+	var err error
+	if r.peer == nil {
+		rp, err = b.startSidecarRow(ctx, r.variant, tag)
+	} else {
+		rp, err = b.startPeerRow(ctx, r.peer, tag)
+	}
+	if err != nil {
+		return run, err
+	}
+	defer rp.stop()
+
+	drain := func(timeout time.Duration) (time.Time, error) { return b.pollDrained(ctx, rp, timeout) }
+	if _, err := rp.bulk(ctx, peerWarmup); err != nil {
+		return run, fmt.Errorf("warm-up: %w", err)
+	}
+	if _, err := drain(30 * time.Second); err != nil {
+		return run, fmt.Errorf("warm-up: %w", err)
+	}
+
+	latN := max(1, int(float64(c.latRate)*c.peersLatSecs))
+	if err := rp.latency(ctx, c.latRate, latN); err != nil {
+		return run, fmt.Errorf("latency: %w", err)
+	}
+	if _, err := drain(30 * time.Second); err != nil {
+		return run, fmt.Errorf("latency: %w", err)
+	}
+
+	cpu0, sc0 := rp.cpu() // idle: everything above drained
+	t0, err := rp.bulk(ctx, r.N)
+	if err != nil {
+		return run, fmt.Errorf("fill: %w", err)
+	}
+	pg0 := b.db.serverCPU()
+	t1, err := drain(min(max(c.remaining(), 2*time.Minute), 5*time.Minute))
+	if err != nil {
+		return run, fmt.Errorf("drain: %w", err)
+	}
+	cpu1, sc1 := rp.cpu()
+	run.PostgresCPU = b.db.serverCPU() - pg0
+	run.ProcCPU, run.SidecarCPU = cpu1-cpu0, sc1-sc0
+	run.RSSKB, run.SidecarKB = rp.rss()
+	run.Seconds = t1.Sub(t0).Seconds()
+	if run.Seconds <= 0 {
+		return run, fmt.Errorf("drained before the fill returned (%.3fs)", run.Seconds)
+	}
+	run.JobsPerS = float64(r.N) / run.Seconds
+
+	noop, lats, err := rp.finish(ctx)
+	if err != nil {
+		return run, err
+	}
+	if want := peerWarmup + r.N; noop != want {
+		return run, fmt.Errorf("%d no-op jobs ran, want %d (each once)", noop, want)
+	}
+	if len(lats) != latN {
+		return run, fmt.Errorf("%d latency jobs ran, want %d", len(lats), latN)
+	}
+	slices.Sort(lats)
+	run.LatencyN = latN
+	run.P50, run.P95, run.P99, run.Max = pct(lats, 50), pct(lats, 95), pct(lats, 99), lats[len(lats)-1]
+	return run, nil
+}
+
+// pollDrained polls the row's open query and returns when the poll that
+// found nothing open was issued. The polls are 2 ms apart at first and
+// then a fiftieth of the time so far, at most 20 ms: the drain time is
+// known to within 2 % (or 2 ms), and a long drain is not polled more often
+// than it needs (the polls' cost lands in the Postgres CPU measured).
+func (b *bench) pollDrained(ctx context.Context, rp rowProcs, timeout time.Duration) (time.Time, error) {
+	begin := time.Now()
+	deadline := begin.Add(timeout)
+	for {
+		at := time.Now()
+		open, err := rp.open(ctx)
+		if err != nil {
+			return at, err
+		}
+		if !open {
+			return at, nil
+		}
+		if err := rp.exited(); err != nil {
+			return at, err
+		}
+		if at.After(deadline) {
+			return at, fmt.Errorf("jobs still open after %s", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return at, ctx.Err()
+		case <-time.After(min(20*time.Millisecond, max(2*time.Millisecond, time.Since(begin)/50))):
+		}
+	}
+}
+
+// ---- the sidecar's rows ----
+
+type sidecarRow struct {
+	b  *bench
+	ws *workers
+}
+
+func (b *bench) startSidecarRow(ctx context.Context, v variant, tag string) (*sidecarRow, error) {
+	if err := b.db.reset(ctx, true); err != nil {
+		return nil, err
+	}
+	ws, err := b.startVariant(ctx, v, tag, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &sidecarRow{b: b, ws: ws}, nil
+}
+
+func (s *sidecarRow) bulk(ctx context.Context, n int) (time.Time, error) {
+	err := s.b.db.enqueueBulk(ctx, "bench.noop", map[string]any{}, n)
+	return time.Now(), err
+}
+
+func (s *sidecarRow) latency(ctx context.Context, rate, n int) error {
+	return s.b.produceLatency(ctx, rate, n)
+}
+
+func (s *sidecarRow) open(ctx context.Context) (bool, error) {
+	var open bool
+	err := s.b.db.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM soniq_jobs
+	WHERE queue = 'default' AND status IN ('queued', 'processing'))`).Scan(&open)
+	return open, err
+}
+
+func (s *sidecarRow) exited() error { return exitedOf(s.ws.procs) }
+
+func (s *sidecarRow) cpu() (all, sidecar float64) {
+	own, ch := s.ws.cpu()
+	return own + ch, own
+}
+
+func (s *sidecarRow) rss() (all, sidecar int) {
+	pid := s.ws.procs[0].PID
+	sidecar = proc.StatusKB(pid, "VmHWM")
+	all = sidecar
+	for _, ch := range proc.Children(pid) {
+		all += proc.StatusKB(ch, "VmHWM")
+	}
+	return all, sidecar
+}
+
+func (s *sidecarRow) finish(ctx context.Context) (int, []float64, error) {
+	s.ws.stop()
+	var noop int
+	if err := s.b.db.pool.QueryRow(ctx, `SELECT count(*) FROM soniq_jobs WHERE job_name = 'bench.noop' AND status = 'done'`).Scan(&noop); err != nil {
+		return 0, nil, err
+	}
+	lats, err := s.b.latencies(ctx)
+	return noop, lats, err
+}
+
+func (s *sidecarRow) stop() { s.ws.stop() }
+
+func exitedOf(ws []*proc.Proc) error {
+	for _, w := range ws {
+		if w.Exited() {
+			return fmt.Errorf("pid %d exited during the run (%v); log tail:\n%s", w.PID, w.Err(), proc.Tail(w.Log, 3000))
+		}
+	}
+	return nil
+}
+
+// ---- a peer's rows ----
+
+// peerArgv is the command of one of a peer's scripts in mode (setup,
+// worker or client), and its environment.
+func (b *bench) peerArgv(p *peer, mode string) ([]string, []string) {
+	c := b.c
+	dir := filepath.Join(c.root, "bench", "peers", p.Key)
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
+		"BENCH_DATABASE_URL=" + c.dbURL, fmt.Sprintf("BENCH_CONCURRENCY=%d", c.conc/c.procs)}
+	if p.env != nil {
+		env = append(env, p.env(c)...)
+	}
+	switch p.Lang {
+	case "node":
+		env = append(env, "BENCH_PEER_MODULES="+c.peerPaths[p.Key])
+		return []string{c.node, filepath.Join(dir, "peer.mjs"), mode}, env
+	default:
+		env = append(env, "PYTHONUNBUFFERED=1")
+		return []string{c.peerPaths[p.Key], filepath.Join(dir, "peer.py"), mode}, env
+	}
+}
+
+// peerVersion reads the installed version of the peer's package.
+func (b *bench) peerVersion(p *peer) string {
+	path := b.c.peerPaths[p.Key]
+	if p.Lang == "node" {
+		raw, err := os.ReadFile(filepath.Join(path, "node_modules", p.Pkg, "package.json"))
+		if err != nil {
+			return "unknown"
+		}
+		var pkg struct {
+			Version string `json:"version"`
+		}
+		if json.Unmarshal(raw, &pkg) != nil || pkg.Version == "" {
+			return "unknown"
+		}
+		return pkg.Version
+	}
+	return output("", path, "-c", "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))", p.Pkg)
+}
+
+// peerSetup installs the peer's schema with its own tools (once a run).
+func (b *bench) peerSetup(ctx context.Context, p *peer) error {
+	argv, env := b.peerArgv(p, "setup")
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(sctx, argv[0], argv[1:]...)
+	cmd.Env, cmd.Dir = env, b.c.work
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s setup: %w\n%s", p.Key, err, out)
+	}
+	return nil
+}
+
+type peerRow struct {
+	b       *bench
+	p       *peer
+	workers []*proc.Proc
+	client  *proc.Proc
+	in      io.WriteCloser
+	lines   chan string // the client's stdout, a line at a time; closed at EOF
+}
+
+func (b *bench) startPeerRow(ctx context.Context, p *peer, tag string) (*peerRow, error) {
+	c := b.c
+	if err := b.peerReset(ctx, p); err != nil {
+		return nil, err
+	}
+	pr := &peerRow{b: b, p: p}
+	argv, env := b.peerArgv(p, "worker")
+	for i := range c.procs {
+		w, err := c.group.Start(argv, env, c.work, filepath.Join(c.work, fmt.Sprintf("%s-%d.log", tag, i)))
+		if err != nil {
+			pr.stop()
+			return nil, err
+		}
+		pr.workers = append(pr.workers, w)
+	}
+	cargv, cenv := b.peerArgv(p, "client")
+	cl, in, out, err := c.group.StartPiped(cargv, cenv, c.work, filepath.Join(c.work, tag+"-client.log"))
+	if err != nil {
+		pr.stop()
+		return nil, err
+	}
+	pr.client, pr.in = cl, in
+	pr.lines = make(chan string, 16)
+	go func() { // ends at the client's EOF (its exit or stop's kill)
+		defer close(pr.lines)
+		defer out.Close()
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			pr.lines <- sc.Text()
+		}
+	}()
+	for _, w := range pr.workers {
+		if err := proc.WaitLog(ctx, w, "BENCH-READY", 1, 60*time.Second); err != nil {
+			pr.stop()
+			return nil, err
+		}
+	}
+	if _, err := pr.expect(ctx, "BENCH-READY", 60*time.Second); err != nil {
+		pr.stop()
+		return nil, err
+	}
+	// Let the LISTEN connections and the fetch loops settle (as for the
+	// sidecar and the Soniq worker).
+	time.Sleep(300 * time.Millisecond)
+	return pr, nil
+}
+
+// expect reads the client's next line, which must start with prefix, and
+// returns the rest of it.
+func (pr *peerRow) expect(ctx context.Context, prefix string, timeout time.Duration) (string, error) {
+	select {
+	case line, ok := <-pr.lines:
+		if !ok {
+			status := "its output closed, the process still running"
+			if pr.client.Wait(2 * time.Second) {
+				status = fmt.Sprintf("exit: %v", pr.client.Err())
+			}
+			return "", fmt.Errorf("%s client ended (%s); log tail:\n%s", pr.p.Key, status, proc.Tail(pr.client.Log, 3000))
+		}
+		rest, found := strings.CutPrefix(line, prefix)
+		if !found {
+			return "", fmt.Errorf("%s client said %q, want %s", pr.p.Key, line, prefix)
+		}
+		return strings.TrimSpace(rest), nil
+	case <-time.After(timeout):
+		return "", fmt.Errorf("%s client: no %s within %s; log tail:\n%s", pr.p.Key, prefix, timeout, proc.Tail(pr.client.Log, 3000))
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+func (pr *peerRow) command(line string) error {
+	if _, err := io.WriteString(pr.in, line+"\n"); err != nil {
+		return fmt.Errorf("%s client: %w", pr.p.Key, err)
+	}
+	return nil
+}
+
+func (pr *peerRow) bulk(ctx context.Context, n int) (time.Time, error) {
+	if err := pr.command(fmt.Sprintf("noop %d", n)); err != nil {
+		return time.Time{}, err
+	}
+	rest, err := pr.expect(ctx, "committed ", 2*time.Minute)
+	if err != nil {
+		return time.Time{}, err
+	}
+	us, err := strconv.ParseInt(rest, 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s client: commit time %q: %w", pr.p.Key, rest, err)
+	}
+	return time.UnixMicro(us), nil
+}
+
+func (pr *peerRow) latency(ctx context.Context, rate, n int) error {
+	if err := pr.command(fmt.Sprintf("latency %d %d", rate, n)); err != nil {
+		return err
+	}
+	_, err := pr.expect(ctx, "done", time.Duration(n/rate+30)*time.Second)
+	return err
+}
+
+func (pr *peerRow) open(ctx context.Context) (bool, error) {
+	var open bool
+	err := pr.b.db.pool.QueryRow(ctx, pr.p.open).Scan(&open)
+	return open, err
+}
+
+func (pr *peerRow) exited() error { return exitedOf(pr.workers) }
+
+func (pr *peerRow) cpu() (all, sidecar float64) {
+	for _, w := range pr.workers {
+		own, ch := proc.TreeCPU(w.PID)
+		all += own + ch
+	}
+	return all, 0
+}
+
+func (pr *peerRow) rss() (all, sidecar int) {
+	for _, w := range pr.workers {
+		all += proc.StatusKB(w.PID, "VmHWM")
+		for _, ch := range proc.Children(w.PID) {
+			all += proc.StatusKB(ch, "VmHWM")
+		}
+	}
+	return all, 0
+}
+
+// peerTally is the line a peer's worker prints when it stops.
+type peerTally struct {
+	Noop      int     `json:"noop"`
+	LatencyUS []int64 `json:"latency_us"`
+}
+
+func (pr *peerRow) finish(ctx context.Context) (int, []float64, error) {
+	for _, w := range pr.workers {
+		_ = w.Signal(syscall.SIGTERM)
+	}
+	var errs []error
+	for _, w := range pr.workers {
+		// One SIGTERM each (sent above): a graceful stop, awaited.
+		select {
+		case <-w.Done():
+		case <-time.After(20 * time.Second):
+			_ = syscall.Kill(-w.PID, syscall.SIGKILL)
+			<-w.Done()
+			errs = append(errs, fmt.Errorf("%s worker pid %d did not exit within 20s of SIGTERM; killed; log tail:\n%s", pr.p.Key, w.PID, proc.Tail(w.Log, 3000)))
+			continue
+		}
+		if w.Err() != nil {
+			errs = append(errs, fmt.Errorf("%s worker pid %d: %v; log tail:\n%s", pr.p.Key, w.PID, w.Err(), proc.Tail(w.Log, 3000)))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return 0, nil, err
+	}
+	noop := 0
+	var lats []float64
+	for _, w := range pr.workers {
+		t, err := readTally(w.Log)
+		if err != nil {
+			return 0, nil, fmt.Errorf("%s worker pid %d: %w; log tail:\n%s", pr.p.Key, w.PID, err, proc.Tail(w.Log, 3000))
+		}
+		noop += t.Noop
+		for _, us := range t.LatencyUS {
+			lats = append(lats, float64(us)/1000)
+		}
+	}
+	pr.closeClient()
+	return noop, lats, nil
+}
+
+func readTally(log string) (peerTally, error) {
+	var t peerTally
+	raw, err := os.ReadFile(log)
+	if err != nil {
+		return t, err
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if js, ok := strings.CutPrefix(line, "BENCH-RESULT "); ok {
+			return t, json.Unmarshal([]byte(js), &t)
+		}
+	}
+	return t, errors.New("no BENCH-RESULT line at exit")
+}
+
+// closeClient ends the producer: its stdin closes and it exits.
+func (pr *peerRow) closeClient() {
+	if pr.client == nil {
+		return
+	}
+	_ = pr.in.Close()
+	if err := pr.client.Stop(10 * time.Second); err != nil {
+		logf("%v", err)
+	}
+	pr.client = nil
+}
+
+func (pr *peerRow) stop() {
+	for _, w := range pr.workers {
+		if err := w.Stop(20 * time.Second); err != nil {
+			logf("%v", err)
+		}
+	}
+	pr.closeClient()
+}
