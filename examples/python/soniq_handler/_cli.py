@@ -34,7 +34,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _socket_path(text: str) -> str:
     if not text:
-        raise argparse.ArgumentTypeError("--listen needs a socket path")
+        raise argparse.ArgumentTypeError("needs a socket path")
     return text
 
 
@@ -63,7 +63,11 @@ def listen_option(argv: Sequence[str]) -> Optional[str]:
     own and left alone. Raises UsageError for a --listen without a path."""
     parser = _Parser(prog=PROG, add_help=False, allow_abbrev=False)
     _add_listen(parser)
-    known, _ = parser.parse_known_args(list(argv))
+    try:
+        known, _ = parser.parse_known_args(list(argv))
+    except UsageError:
+        # Nothing else can be wrong: no value, or an empty one.
+        raise UsageError("--listen needs a socket path") from None
     listen: Optional[str] = known.listen
     return listen
 
