@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -342,6 +343,31 @@ func TestAttachPodBothSignalled(t *testing.T) {
 			assert.Empty(t, cancelFrames(p.framesSent(), id))
 			assert.Equal(t, 0, h.wait(10*time.Second))
 		})
+	})
+}
+
+// A draining handler exits only once its last result is written: the
+// sidecar ends the session of an idle draining handler after acknowledging
+// its results, not before (the handler would exit with a result it cannot
+// know was written). The database answers slowly here, so the write takes
+// far longer than the session's end would.
+func TestAttachPodHandlerSIGTERMWaitsForTheWrite(t *testing.T) {
+	forEachPodSDK(t, func(t *testing.T, s sdk) {
+		p := newPod(t, s, manifestOpts{})
+		u, err := url.Parse(p.dbURL)
+		require.NoError(t, err)
+		proxy := newCutProxy(t, u.Host)
+		proxy.latency = 150 * time.Millisecond
+		u.Host = proxy.ln.Addr().String()
+		h := p.startHandler(t)
+		sc := p.startSidecar(map[string]string{"SONIQ_DATABASE_URL": u.String()})
+		attachedTo(t, sc)
+		a := p.enqueue("t.sleep_sync", `{"seconds":1}`, 0)
+		p.waitStarted(t, a)
+		h.signal(syscall.SIGTERM)
+		assert.Equal(t, 0, h.wait(20*time.Second), "the handler exits 0 once its job ended")
+		assert.Equal(t, backends.StatusDone, p.job(a).Status, "its result was written before the handler left")
+		assert.NotContains(t, strings.Join(h.stderr(), "\n"), "undelivered")
 	})
 }
 

@@ -26,6 +26,9 @@ type cutProxy struct {
 	down   bool
 	conns  []net.Conn
 	wg     sync.WaitGroup
+	// latency delays everything sent to the database: a slow database,
+	// for real as far as the client can tell. Set before the first use.
+	latency time.Duration
 }
 
 func newCutProxy(t *testing.T, target string) *cutProxy {
@@ -64,8 +67,31 @@ func (p *cutProxy) serve() {
 		p.conns = append(p.conns, c, up)
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go func() { defer p.wg.Done(); _, _ = io.Copy(up, c); _ = up.Close() }()
+		go func() { defer p.wg.Done(); _, _ = p.copyUp(up, c); _ = up.Close() }()
 		go func() { defer p.wg.Done(); _, _ = io.Copy(c, up); _ = c.Close() }()
+	}
+}
+
+// copyUp forwards the client's bytes to the database, each read after the
+// proxy's latency.
+func (p *cutProxy) copyUp(up io.Writer, c io.Reader) (int64, error) {
+	if p.latency == 0 {
+		return io.Copy(up, c)
+	}
+	buf := make([]byte, 32<<10)
+	var n int64
+	for {
+		k, err := c.Read(buf)
+		if k > 0 {
+			time.Sleep(p.latency)
+			if _, werr := up.Write(buf[:k]); werr != nil {
+				return n, werr
+			}
+			n += int64(k)
+		}
+		if err != nil {
+			return n, err
+		}
 	}
 }
 

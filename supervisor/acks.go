@@ -26,7 +26,7 @@ const ackWaitMax = 5 * time.Second
 func (l *loop) startAcks(p *process, h *session.Hello) {
 	p.acks = h.Acks
 	if p.acks {
-		l.s.acking.Store(true)
+		l.host.acking()
 		p.send(&session.Ack{})
 	}
 }
@@ -86,11 +86,24 @@ func (l *loop) stopAcked(p *process) {
 	l.stopProcess(p, p.stopGrace)
 }
 
-// deferStop: at STOPPED, an attached process with results still being
-// written is stopped once they are acknowledged (at most ackWaitMax).
+// stopIdle stops a retiring process that holds no job, once the results it
+// sent are acknowledged: ending its session first would make a draining
+// handler exit with results it cannot know were written.
+func (l *loop) stopIdle(p *process) {
+	if !l.deferStop(p, l.cfg.StopGrace) {
+		l.stopProcess(p, l.cfg.StopGrace)
+	}
+}
+
+// deferStop: an attached process with results still being written (at
+// STOPPED, or retiring and idle) is stopped once they are acknowledged (at
+// most ackWaitMax).
 func (l *loop) deferStop(p *process, grace time.Duration) bool {
 	if !p.acks || p.unacked == 0 || p.state == procStopping || p.state == procDead {
 		return false
+	}
+	if p.stopAfterAcks {
+		return true // already waiting
 	}
 	p.stopAfterAcks, p.stopGrace = true, grace
 	p.ackTimer = time.AfterFunc(ackWaitMax, func() { l.emit(ackTimeoutEvent{proc: p}) })

@@ -45,7 +45,7 @@ func (l *loop) initAttach(pl *pool) {
 			pl.endpoints = append(pl.endpoints, p)
 		}
 	}
-	l.s.setReady(pl.h.Name, l.attachNotReady(pl))
+	l.host.setReady(pl.h.Name, l.attachNotReady(pl))
 }
 
 // attachNotReady is the /readyz reason of an attach handler with no
@@ -121,10 +121,10 @@ func (l *loop) onDraining(p *process) {
 	l.log.Info("attached handler is draining: no more jobs go to it", "handler", p.pool.h.Name, "endpoint", p.endpoint, "jobs", len(p.tasks))
 	l.setProcState(p, procRetiring)
 	if len(p.tasks) == 0 {
-		l.stopProcess(p, l.cfg.StopGrace)
+		l.stopIdle(p)
 	}
 	if len(p.pool.ready()) == 0 {
-		l.s.setReady(p.pool.h.Name, "every attached endpoint is draining; "+l.attachNotReady(p.pool))
+		l.host.setReady(p.pool.h.Name, "every attached endpoint is draining; "+l.attachNotReady(p.pool))
 	}
 }
 

@@ -54,7 +54,7 @@ func (l *loop) maybeClaim(pl *pool) {
 	}
 	pl.claiming, pl.more = true, false
 	l.claims++
-	params := backends.ClaimParams{WorkerID: l.s.workerID, Queues: l.cfg.Settings.Queues, Names: names, Limit: free}
+	params := backends.ClaimParams{WorkerID: l.host.workerID, Queues: l.cfg.Settings.Queues, Names: names, Limit: free}
 	allNames, writtenAt := len(names) == len(pl.allNames), l.writer.written.Load()
 	b := l.cfg.Backend
 	l.wg.Add(1)
@@ -179,7 +179,7 @@ func (l *loop) maybeClaimUnknown() {
 		return
 	}
 	l.unknownClaiming = true
-	params := backends.ClaimParams{WorkerID: l.s.workerID, Queues: l.cfg.Settings.Queues, ExcludeNames: l.servedNames, Limit: 100}
+	params := backends.ClaimParams{WorkerID: l.host.workerID, Queues: l.cfg.Settings.Queues, ExcludeNames: l.servedNames, Limit: 100}
 	b := l.cfg.Backend
 	l.wg.Add(1)
 	go func() {
@@ -246,7 +246,7 @@ func (l *loop) start(t *task, p *process) {
 		p.syncHeld++
 	}
 	p.jobsRun++
-	frame := newJobFrame(t.job, l.s.workerID)
+	frame := newJobFrame(t.job, l.host.workerID)
 	frame.Traceparent = l.startSpan(t)
 	if timeout := t.spec.EffectiveTimeout(l.cfg.Settings); timeout > 0 {
 		dl := t.startedAt.Add(timeout).UnixMilli()

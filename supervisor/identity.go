@@ -33,14 +33,14 @@ func (l *loop) onWorkerLost(cause error) {
 		held = append(held, id)
 	}
 	slices.Sort(held)
-	s := l.s
+	reregister, emit := l.host.reregister, l.emit
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		defer cancel()
-		lost, err := s.reregister(ctx, held)
-		s.emit(reregisteredEvent{ids: lost, err: err})
+		lost, err := reregister(ctx, held)
+		emit(reregisteredEvent{ids: lost, err: err})
 	}()
 }
 
@@ -77,7 +77,7 @@ func (l *loop) onReregistered(ids []string, err error) {
 	l.reregistering = false
 	if err != nil {
 		l.log.Warn("registering the worker row again failed; claiming stays paused, retrying at the next heartbeat",
-			"worker_id", l.s.workerID, "cause", l.lostCause.Error(), "err", err)
+			"worker_id", l.host.workerID, "cause", l.lostCause.Error(), "err", err)
 		return
 	}
 	for _, id := range ids {
@@ -86,7 +86,7 @@ func (l *loop) onReregistered(ids []string, err error) {
 		}
 	}
 	l.log.Warn("this sidecar's worker row was lost (another worker recovered its jobs after missing its heartbeats: a frozen VM or a network partition?); registered it again before claiming",
-		"worker_id", l.s.workerID, "hostname", l.s.workerHostname(), "cause", l.lostCause.Error(),
+		"worker_id", l.host.workerID, "hostname", l.host.hostname(), "cause", l.lostCause.Error(),
 		"jobs_requeued", ids, "jobs_kept", len(l.live))
 	for _, pl := range l.pools {
 		pl.more = true

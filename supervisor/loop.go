@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -134,8 +135,8 @@ func restartDelay(failures int) time.Duration {
 
 // loop is the supervisor's single-threaded core.
 type loop struct {
-	s   *Supervisor // its identity, readiness and state, set from the loop
-	cfg *Config
+	host loopHost // what the loop reads from and reports to its Supervisor
+	cfg  *Config
 	// Injected rather than reached through s: what the loop reports with.
 	log     *slog.Logger
 	metrics *Metrics
@@ -168,8 +169,39 @@ type loop struct {
 	ackWait map[string]*process
 }
 
+// loopHost is the Supervisor as the loop sees it: its worker id and
+// channels, and the callbacks that publish readiness and state to the
+// other goroutines. The loop holds no pointer back to the Supervisor.
+type loopHost struct {
+	workerID string
+	events   <-chan event
+	shutdown <-chan struct{}
+	// setReady marks a handler ready ("") or not, saying why.
+	setReady func(handler, why string)
+	// setState publishes the shutdown state to State().
+	setState func(State)
+	// acking: a handler acknowledges results (the writer reports settled ids).
+	acking func()
+	// hostname is the worker row's hostname as registered.
+	hostname func() string
+	// reregister registers the worker row again and returns the held
+	// job ids that are no longer this worker's.
+	reregister func(ctx context.Context, held []string) ([]string, error)
+}
+
+func (s *Supervisor) loopHost() loopHost {
+	return loopHost{
+		workerID: s.workerID, events: s.events, shutdown: s.shutdown,
+		setReady:   s.setReady,
+		setState:   func(st State) { s.state.Store(int32(st)) },
+		acking:     func() { s.acking.Store(true) },
+		hostname:   s.workerHostname,
+		reregister: s.reregister,
+	}
+}
+
 func newLoop(s *Supervisor, w *resultWriter, sp *transport.Spawner, wg *sync.WaitGroup) *loop {
-	l := &loop{s: s, cfg: &s.cfg, log: s.log, metrics: s.metrics, tracer: s.tracer, emit: s.emit,
+	l := &loop{host: s.loopHost(), cfg: &s.cfg, log: s.log, metrics: s.metrics, tracer: s.tracer, emit: s.emit,
 		writer: w, sp: sp, wg: wg, live: map[string]*task{}}
 	for i := range s.cfg.Manifest.Handlers {
 		h := &s.cfg.Manifest.Handlers[i]
@@ -203,9 +235,9 @@ func (l *loop) run() error {
 			return l.fatal
 		}
 		select {
-		case e := <-l.s.events:
+		case e := <-l.host.events:
 			l.handle(e)
-		case <-l.s.shutdown:
+		case <-l.host.shutdown:
 			l.onShutdownRequest()
 		case <-poll.C:
 			poll.Reset(jitterPoll(l.cfg.Settings.PollInterval))
@@ -299,7 +331,7 @@ func (l *loop) handle(e event) {
 
 func (l *loop) setState(s State) {
 	l.state = s
-	l.s.state.Store(int32(s))
+	l.host.setState(s)
 	l.metrics.state(s)
 }
 

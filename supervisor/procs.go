@@ -90,7 +90,7 @@ func (l *loop) startFailed(pl *pool, slot int, why, reason string) {
 	l.metrics.restart(pl.h.Name, reason)
 	if pl.failures >= crashLoopThreshold && !pl.crashLoop {
 		pl.crashLoop = true
-		l.s.setReady(pl.h.Name, "crash loop: "+why)
+		l.host.setReady(pl.h.Name, "crash loop: "+why)
 		l.log.Error("handler is crash-looping: not ready, its jobs are not claimed until a process starts; retrying with backoff up to 30s",
 			"handler", pl.h.Name, "failures", pl.failures, "last_error", why)
 	} else if !pl.crashLoop {
@@ -199,7 +199,7 @@ func (l *loop) onHello(p *process, hello *protocol.Hello) {
 		l.log.Info("handler recovered from its crash loop", "handler", pl.h.Name, p.who())
 	}
 	pl.crashLoop = false
-	l.s.setReady(pl.h.Name, "")
+	l.host.setReady(pl.h.Name, "")
 	l.log.Info("handler process ready", "handler", pl.h.Name, p.who(), "sdk", hello.SDK,
 		"concurrency", p.capacity(), "sync_concurrency", p.syncCapacity())
 	l.tryDispatch(pl)
@@ -257,7 +257,7 @@ func (l *loop) onExit(p *process, err error) {
 	if len(pl.ready()) == 0 && !expected {
 		// A recycled process is replaced at once; only a failure makes
 		// the handler not ready.
-		l.s.setReady(pl.h.Name, l.notReadyReason(pl))
+		l.host.setReady(pl.h.Name, l.notReadyReason(pl))
 	}
 	switch {
 	case expected:

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -20,5 +21,16 @@ func TestProcessStateTransitions(t *testing.T) {
 		for _, to := range all {
 			assert.Equal(t, allowed[[2]procState{from, to}], from.canBecome(to), "%s → %s", from, to)
 		}
+	}
+}
+
+// The loop is given what it needs (loopHost) and holds no pointer back to
+// its Supervisor: everything it shares with other goroutines goes through
+// a callback or a channel.
+func TestLoopHoldsNoPointerToTheSupervisor(t *testing.T) {
+	typ := reflect.TypeFor[loop]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		assert.NotEqual(t, reflect.TypeFor[*Supervisor](), f.Type, "loop.%s", f.Name)
 	}
 }

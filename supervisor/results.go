@@ -41,7 +41,7 @@ func (l *loop) onResult(p *process, r *protocol.Result) {
 		l.ackLater(p, r.ID)
 	}
 	if p.state == procRetiring && len(p.tasks) == 0 {
-		l.stopProcess(p, l.cfg.StopGrace)
+		l.stopIdle(p)
 	}
 	l.tryDispatch(p.pool)
 	l.maybeClaim(p.pool)

@@ -93,13 +93,13 @@ func OpenWith(ctx context.Context, rawURL string, opts Options) (backends.Backen
 			return nil, badURL{err}
 		}
 		if err != nil {
-			return nil, fmt.Errorf("open postgres database %s: %w", Redact(rawURL), err)
+			return nil, err // it names the server and database it tried, password redacted
 		}
 		return b, nil
 	default:
 		b, err := sqlite.Open(ctx, tg.arg)
 		if err != nil {
-			return nil, fmt.Errorf("open sqlite database %s: %w", tg.arg, err)
+			return nil, err // it names the file
 		}
 		return b, nil
 	}

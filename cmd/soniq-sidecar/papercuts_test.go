@@ -77,3 +77,15 @@ func TestJobShowsTheRow(t *testing.T) {
 	code, _, _ = c.run("job")
 	assert.Equal(t, exitUsage, code)
 }
+
+// An error names what failed once: "open sqlite database X: opening sqlite
+// database X for writing: …" said it twice.
+func TestOpenErrorsDoNotStutter(t *testing.T) {
+	c := newCLI(t, nil)
+	code, _, errOut := c.run("status", "--database-url", "sqlite:"+filepath.Join(c.dir, "no", "such", "dir", "x.db"))
+	assert.Equal(t, 1, code)
+	assert.Equal(t, 1, strings.Count(errOut, "sqlite database"), errOut)
+	code, _, errOut = c.run("status", "--database-url", "postgres://nobody@127.0.0.1:1/x?connect_timeout=2")
+	assert.Equal(t, 1, code)
+	assert.Equal(t, 1, strings.Count(errOut, "postgres"), errOut)
+}
