@@ -357,7 +357,7 @@ func TestAttachPodHandlerSIGTERMWaitsForTheWrite(t *testing.T) {
 		u, err := url.Parse(p.dbURL)
 		require.NoError(t, err)
 		proxy := newCutProxy(t, u.Host)
-		proxy.latency = 150 * time.Millisecond
+		proxy.setLatency(150 * time.Millisecond)
 		u.Host = proxy.ln.Addr().String()
 		h := p.startHandler(t)
 		sc := p.startSidecar(map[string]string{"SONIQ_DATABASE_URL": u.String()})

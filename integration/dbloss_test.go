@@ -27,7 +27,7 @@ type cutProxy struct {
 	conns  []net.Conn
 	wg     sync.WaitGroup
 	// latency delays everything sent to the database: a slow database,
-	// for real as far as the client can tell. Set before the first use.
+	// for real as far as the client can tell (setLatency; read under mu).
 	latency time.Duration
 }
 
@@ -65,17 +65,25 @@ func (p *cutProxy) serve() {
 			continue
 		}
 		p.conns = append(p.conns, c, up)
+		latency := p.latency
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go func() { defer p.wg.Done(); _, _ = p.copyUp(up, c); _ = up.Close() }()
+		go func() { defer p.wg.Done(); _, _ = copyUp(up, c, latency); _ = up.Close() }()
 		go func() { defer p.wg.Done(); _, _ = io.Copy(c, up); _ = c.Close() }()
 	}
 }
 
-// copyUp forwards the client's bytes to the database, each read after the
-// proxy's latency.
-func (p *cutProxy) copyUp(up io.Writer, c io.Reader) (int64, error) {
-	if p.latency == 0 {
+// setLatency makes every connection made from now on a slow one.
+func (p *cutProxy) setLatency(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.latency = d
+}
+
+// copyUp forwards the client's bytes to the database, each read after
+// latency.
+func copyUp(up io.Writer, c io.Reader, latency time.Duration) (int64, error) {
+	if latency == 0 {
 		return io.Copy(up, c)
 	}
 	buf := make([]byte, 32<<10)
@@ -83,7 +91,7 @@ func (p *cutProxy) copyUp(up io.Writer, c io.Reader) (int64, error) {
 	for {
 		k, err := c.Read(buf)
 		if k > 0 {
-			time.Sleep(p.latency)
+			time.Sleep(latency)
 			if _, werr := up.Write(buf[:k]); werr != nil {
 				return n, werr
 			}
