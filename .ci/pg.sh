@@ -3,9 +3,17 @@
 #
 #   eval "$(.ci/pg.sh start DIR)"   # prints `export SONIQ_TEST_DATABASE_URL=...` on stdout
 #   .ci/pg.sh stop DIR
+#   .ci/pg.sh restart DIR [fast|immediate] [DOWN_SECONDS]
+#                                   # stop the server (every connection is cut;
+#                                   # immediate = a crash, recovery at start),
+#                                   # keep it down DOWN_SECONDS (default 0), start it
+#                                   # again on the same port with the same data
 #   .ci/pg.sh run CMD ARGS...       # run CMD with a fresh server, then remove it
 #
-# PG_MAX_CONNECTIONS sets max_connections (default 300).
+# PG_MAX_CONNECTIONS sets max_connections (default 300). PG_SYNCHRONOUS_COMMIT
+# (default off: fast, but an immediate stop loses the last commits) set to on
+# keeps every acknowledged commit through `restart DIR immediate` (fsync stays
+# off: the machine itself does not crash).
 #
 # Postgres refuses to run as root, so when we are root the cluster is owned by
 # and started as the unprivileged `postgres` user (created if missing).
@@ -13,7 +21,8 @@ set -euo pipefail
 
 PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
 cmd="${1:-}"; dir="${2:-}"
-[[ -n "$cmd" && -n "$dir" ]] || { echo "usage: $0 start|stop DIR | run CMD..." >&2; exit 2; }
+usage() { echo "usage: $0 start|stop DIR | restart DIR [fast|immediate] [DOWN_SECONDS] | run CMD..." >&2; exit 2; }
+[[ -n "$cmd" && -n "$dir" ]] || usage
 
 as_owner() {
   if [[ "$(id -u)" == 0 ]]; then
@@ -44,7 +53,7 @@ port = $port
 unix_socket_directories = ''
 max_connections = ${PG_MAX_CONNECTIONS:-300}
 fsync = off
-synchronous_commit = off
+synchronous_commit = ${PG_SYNCHRONOUS_COMMIT:-off}
 full_page_writes = off
 CONF
   as_owner "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 start >&2 \
@@ -57,6 +66,17 @@ stop)
   fi
   rm -rf "$dir"
   ;;
+restart)
+  mode="${3:-fast}"; down="${4:-0}"
+  [[ "$mode" == fast || "$mode" == immediate ]] || usage
+  [[ "$down" =~ ^[0-9]+(\.[0-9]+)?$ ]] || usage
+  [[ -d "$dir/data" ]] || { echo "FATAL: no server in $dir (start it first)" >&2; exit 1; }
+  as_owner "$PG_BIN/pg_ctl" -D "$dir/data" -m "$mode" -w -t 60 stop >&2 \
+    || { echo "FATAL: postgres did not stop" >&2; exit 1; }
+  sleep "$down"
+  as_owner "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 start >&2 \
+    || { tail -n 30 "$dir/postgres.log" >&2; echo "FATAL: postgres did not start again" >&2; exit 1; }
+  ;;
 run)
   shift
   tmp="$(mktemp -d "${TMPDIR:-/tmp}/soniq-pg.XXXXXX")"
@@ -66,5 +86,5 @@ run)
   export SONIQ_TEST_DATABASE_URL
   "$@"
   ;;
-*) echo "usage: $0 start|stop DIR | run CMD..." >&2; exit 2 ;;
+*) usage ;;
 esac

@@ -4,6 +4,9 @@
 #
 #   eval "$(.ci/pgbouncer.sh start DIR POSTGRES_URL)"   # prints `export SONIQ_TEST_PGBOUNCER_URL=...`
 #   .ci/pgbouncer.sh stop DIR
+#   .ci/pgbouncer.sh restart DIR   # start it again from DIR's configuration, on the
+#                                  # same port (after it was killed: a stopped one is
+#                                  # stopped first)
 #   .ci/pgbouncer.sh run CMD ARGS...   # around CMD, in front of $SONIQ_TEST_DATABASE_URL
 #
 # Every database of the server is reachable through it (a `*` entry), each
@@ -15,7 +18,7 @@ set -euo pipefail
 
 PGBOUNCER="${PGBOUNCER:-$(command -v pgbouncer || echo /usr/sbin/pgbouncer)}"
 cmd="${1:-}"
-usage() { echo "usage: $0 start DIR POSTGRES_URL | stop DIR | run CMD..." >&2; exit 2; }
+usage() { echo "usage: $0 start DIR POSTGRES_URL | stop DIR | restart DIR | run CMD..." >&2; exit 2; }
 [[ -n "$cmd" ]] || usage
 
 RUN_USER=postgres
@@ -24,6 +27,35 @@ as_owner() {
     runuser -u "$RUN_USER" -- "$@"
   else
     "$@"
+  fi
+}
+
+# launch DIR: run pgbouncer from DIR/pgbouncer.ini and wait until it accepts
+# connections; prints the export line.
+launch() {
+  local dir="$1" port user
+  port="$(sed -n 's/^listen_port = //p' "$dir/pgbouncer.ini")"
+  user="$(sed -n 's/^admin_users = //p' "$dir/pgbouncer.ini")"
+  as_owner "$PGBOUNCER" -d "$dir/pgbouncer.ini" >&2 \
+    || { cat "$dir/pgbouncer.log" >&2 2>/dev/null; echo "FATAL: pgbouncer did not start" >&2; exit 1; }
+  # Ready when it accepts connections.
+  for _ in $(seq 100); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      echo "export SONIQ_TEST_PGBOUNCER_URL='postgres://$user@127.0.0.1:$port/postgres?sslmode=disable'"
+      return 0
+    fi
+    sleep 0.1
+  done
+  cat "$dir/pgbouncer.log" >&2; echo "FATAL: pgbouncer is not accepting connections on 127.0.0.1:$port" >&2; exit 1
+}
+
+# halt DIR: stop the pgbouncer of DIR, if it runs.
+halt() {
+  local dir="$1" pid
+  if [[ -f "$dir/pgbouncer.pid" ]]; then
+    pid="$(cat "$dir/pgbouncer.pid")"
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   fi
 }
 
@@ -69,27 +101,21 @@ pidfile = $dir/pgbouncer.pid
 CONF
   printf '"%s" ""\n' "$user" >"$dir/userlist.txt"
   if [[ "$(id -u)" == 0 ]]; then chown -R "$RUN_USER" "$dir"; fi
-  as_owner "$PGBOUNCER" -d "$dir/pgbouncer.ini" >&2 \
-    || { cat "$dir/pgbouncer.log" >&2 2>/dev/null; echo "FATAL: pgbouncer did not start" >&2; exit 1; }
-  # Ready when it accepts connections.
-  for _ in $(seq 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      echo "export SONIQ_TEST_PGBOUNCER_URL='postgres://$user@127.0.0.1:$port/postgres?sslmode=disable'"
-      exit 0
-    fi
-    sleep 0.1
-  done
-  cat "$dir/pgbouncer.log" >&2; echo "FATAL: pgbouncer is not accepting connections on 127.0.0.1:$port" >&2; exit 1
+  launch "$dir"
   ;;
 stop)
   dir="${2:-}"
   [[ -n "$dir" ]] || usage
-  if [[ -f "$dir/pgbouncer.pid" ]]; then
-    pid="$(cat "$dir/pgbouncer.pid")"
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  fi
+  halt "$dir"
   rm -rf "$dir"
+  ;;
+restart)
+  dir="${2:-}"
+  [[ -n "$dir" && -f "$dir/pgbouncer.ini" ]] || { echo "FATAL: no pgbouncer configuration in ${dir:-?} (start it first)" >&2; exit 1; }
+  [[ -x "$PGBOUNCER" ]] || { echo "FATAL: pgbouncer not found (apt-get install pgbouncer, or set PGBOUNCER)" >&2; exit 1; }
+  halt "$dir"
+  rm -f "$dir/pgbouncer.pid"   # left by a killed one
+  launch "$dir" >/dev/null
   ;;
 run)
   shift

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/soniq-dev/soniq-sidecar/internal/proc"
 )
 
 // Attach rows: the handler processes run on their own (as the worker
@@ -58,7 +60,7 @@ func (b *bench) writeAttachManifest(v variant, tag string) (string, error) {
 
 // startHandlers starts an attach variant's handler processes and waits
 // until each listens.
-func (b *bench) startHandlers(ctx context.Context, v variant, tag string, readyIn time.Duration) ([]*worker, error) {
+func (b *bench) startHandlers(ctx context.Context, v variant, tag string, readyIn time.Duration) ([]*proc.Proc, error) {
 	argv, kv, err := b.handlerCommand(v.SDK)
 	if err != nil {
 		return nil, err
@@ -67,23 +69,23 @@ func (b *bench) startHandlers(ctx context.Context, v variant, tag string, readyI
 	for i := 0; i < len(kv); i += 2 {
 		env = append(env, kv[i]+"="+kv[i+1])
 	}
-	var hs []*worker
-	fail := func(err error) ([]*worker, error) {
+	var hs []*proc.Proc
+	fail := func(err error) ([]*proc.Proc, error) {
 		for _, h := range hs {
-			_ = h.stop(5 * time.Second)
+			_ = h.Stop(5 * time.Second)
 		}
 		return nil, err
 	}
 	for i, sock := range b.sockets(tag) {
 		_ = os.Remove(sock)
-		h, err := start(append(append([]string{}, argv...), "--listen", sock), env, b.c.work, filepath.Join(b.c.work, fmt.Sprintf("%s-handler-%d.log", tag, i)))
+		h, err := b.c.group.Start(append(append([]string{}, argv...), "--listen", sock), env, b.c.work, filepath.Join(b.c.work, fmt.Sprintf("%s-handler-%d.log", tag, i)))
 		if err != nil {
 			return fail(err)
 		}
 		hs = append(hs, h)
 	}
 	for _, h := range hs {
-		if err := waitLog(ctx, h, "listening on", 1, readyIn); err != nil {
+		if err := proc.WaitLog(ctx, h, "listening on", 1, readyIn); err != nil {
 			return fail(err)
 		}
 	}

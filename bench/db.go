@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/soniq-dev/soniq-sidecar/internal/proc"
 )
 
 // database is the driver's own connection to the throw-away server: setup,
@@ -40,8 +42,8 @@ func openDB(ctx context.Context, url string) (*database, error) {
 	// of the checkpointer (only when the server runs on this machine).
 	var pid int
 	if err := pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'`).Scan(&pid); err == nil {
-		if st, err := readStat(pid); err == nil {
-			d.postmaster = st.ppid
+		if st, err := proc.ReadStat(pid); err == nil {
+			d.postmaster = st.PPID
 		}
 	}
 	return d, nil
@@ -146,8 +148,8 @@ func (d *database) waitDrained(ctx context.Context, ws *workers, timeout time.Du
 		}
 		if ws != nil {
 			for _, w := range ws.procs {
-				if w.exited() {
-					return fmt.Errorf("pid %d exited during the run (%v); log tail:\n%s", w.pid, w.err, tail(w.log, 3000))
+				if w.Exited() {
+					return fmt.Errorf("pid %d exited during the run (%v); log tail:\n%s", w.PID, w.Err(), proc.Tail(w.Log, 3000))
 				}
 			}
 		}
@@ -177,10 +179,10 @@ func (d *database) lastDone(ctx context.Context) (time.Time, int, error) {
 
 // waitSoniqWorkers waits until every Soniq worker registered its row (it
 // does so after its LISTEN is set up, just before its claim loops start).
-func (d *database) waitSoniqWorkers(ctx context.Context, ws []*worker, timeout time.Duration) error {
+func (d *database) waitSoniqWorkers(ctx context.Context, ws []*proc.Proc, timeout time.Duration) error {
 	pids := make([]int32, len(ws))
 	for i, w := range ws {
-		pids[i] = int32(w.pid)
+		pids[i] = int32(w.PID)
 	}
 	return waitRegistered(ctx, ws, timeout, func() (int, error) {
 		var n int
@@ -191,7 +193,7 @@ func (d *database) waitSoniqWorkers(ctx context.Context, ws []*worker, timeout t
 
 // waitRegistered polls registered (how many of ws have their active worker
 // row) until it counts them all, failing early when a worker exits.
-func waitRegistered(ctx context.Context, ws []*worker, timeout time.Duration, registered func() (int, error)) error {
+func waitRegistered(ctx context.Context, ws []*proc.Proc, timeout time.Duration, registered func() (int, error)) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		n, err := registered()
@@ -202,12 +204,12 @@ func waitRegistered(ctx context.Context, ws []*worker, timeout time.Duration, re
 			return nil
 		}
 		for _, w := range ws {
-			if w.exited() {
-				return fmt.Errorf("soniq worker pid %d exited (%v); log tail:\n%s", w.pid, w.err, tail(w.log, 3000))
+			if w.Exited() {
+				return fmt.Errorf("soniq worker pid %d exited (%v); log tail:\n%s", w.PID, w.Err(), proc.Tail(w.Log, 3000))
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("soniq workers not registered within %s; log tail:\n%s", timeout, tail(ws[0].log, 3000))
+			return fmt.Errorf("soniq workers not registered within %s; log tail:\n%s", timeout, proc.Tail(ws[0].Log, 3000))
 		}
 		select {
 		case <-ctx.Done():
@@ -222,7 +224,7 @@ func (d *database) serverCPU() float64 {
 	if d.postmaster == 0 {
 		return 0
 	}
-	own, ch := treeCPU(d.postmaster)
+	own, ch := proc.TreeCPU(d.postmaster)
 	return own + ch
 }
 

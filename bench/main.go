@@ -18,6 +18,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/soniq-dev/soniq-sidecar/internal/proc"
 )
 
 // config is everything a run needs; flags fill it.
@@ -32,8 +34,9 @@ type config struct {
 	work      string // scratch directory (manifests, logs)
 	n         int
 	runs      int
-	conc      int // total concurrency budget
-	procs     int // handler processes (and Soniq worker processes)
+	conc      int         // total concurrency budget
+	procs     int         // handler processes (and Soniq worker processes)
+	group     *proc.Group // every process the driver started
 	latRate   int
 	latSecs   float64
 	latRuns   int
@@ -121,6 +124,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: --concurrency must be a multiple of --processes")
 		os.Exit(2)
 	}
+	c.group = proc.NewGroup()
 	c.startedAt = time.Now()
 	c.deadline = c.startedAt.Add(c.budget)
 
@@ -131,7 +135,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		code = 1
 	}
-	killAll()
+	c.group.KillAll()
 	os.Exit(code)
 }
 
@@ -355,10 +359,10 @@ func (b *bench) sidecarEnv(extra []string) []string {
 // workers is what one variant started: the sidecar, or the Soniq workers.
 type workers struct {
 	v     variant
-	procs []*worker
+	procs []*proc.Proc
 	// handlers: an attach variant's handler processes (not the sidecar's
 	// children), stopped after it.
-	handlers []*worker
+	handlers []*proc.Proc
 }
 
 // startVariant starts a sidecar or the Soniq workers and waits until they
@@ -385,13 +389,13 @@ func (b *bench) startVariantWithin(ctx context.Context, v variant, tag string, e
 			return nil, err
 		}
 		argv := []string{c.sidecar, "run", "--manifest", m, "--metrics-addr=", "--log-format", "json"}
-		w, err := start(argv, b.sidecarEnv(extraEnv), c.work, filepath.Join(c.work, tag+".log"))
+		w, err := b.c.group.Start(argv, b.sidecarEnv(extraEnv), c.work, filepath.Join(c.work, tag+".log"))
 		if err != nil {
 			ws.stop()
 			return nil, err
 		}
 		ws.procs = append(ws.procs, w)
-		if err := waitLog(ctx, w, `"handler process ready"`, c.procs, readyIn); err != nil {
+		if err := proc.WaitLog(ctx, w, `"handler process ready"`, c.procs, readyIn); err != nil {
 			ws.stop()
 			return nil, err
 		}
@@ -404,7 +408,7 @@ func (b *bench) startVariantWithin(ctx context.Context, v variant, tag string, e
 		}, extraEnv...))
 		for i := range c.procs {
 			argv := []string{c.soniq, "worker", "--concurrency", fmt.Sprint(per), "--jobs-modules", "soniq_bench_jobs", "--log-level", "WARNING"}
-			w, err := start(argv, env, filepath.Join(c.root, "bench", "handlers"), filepath.Join(c.work, fmt.Sprintf("%s-%d.log", tag, i)))
+			w, err := b.c.group.Start(argv, env, filepath.Join(c.root, "bench", "handlers"), filepath.Join(c.work, fmt.Sprintf("%s-%d.log", tag, i)))
 			if err != nil {
 				ws.stop()
 				return nil, err
@@ -425,15 +429,15 @@ func (b *bench) startVariantWithin(ctx context.Context, v variant, tag string, e
 
 func (ws *workers) stop() {
 	for _, w := range ws.procs {
-		w.signal(syscall.SIGTERM)
+		_ = w.Signal(syscall.SIGTERM)
 	}
 	for _, w := range ws.procs {
-		if err := w.stop(20 * time.Second); err != nil {
+		if err := w.Stop(20 * time.Second); err != nil {
 			logf("%v", err)
 		}
 	}
 	for _, w := range ws.handlers {
-		if err := w.stop(20 * time.Second); err != nil {
+		if err := w.Stop(20 * time.Second); err != nil {
 			logf("%v", err)
 		}
 	}
@@ -442,12 +446,12 @@ func (ws *workers) stop() {
 // cpu returns the CPU seconds of the started processes and of their children.
 func (ws *workers) cpu() (own, children float64) {
 	for _, w := range ws.procs {
-		o, ch := treeCPU(w.pid)
+		o, ch := proc.TreeCPU(w.PID)
 		own += o
 		children += ch
 	}
 	for _, w := range ws.handlers {
-		children += cpuOf(w.pid)
+		children += proc.CPU(w.PID)
 	}
 	return own, children
 }

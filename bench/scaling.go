@@ -15,6 +15,7 @@ import (
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/backends/postgres"
+	"github.com/soniq-dev/soniq-sidecar/internal/proc"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
@@ -76,7 +77,7 @@ func (b *bench) aloneRun(ctx context.Context, v variant, n int) (tpRun, error) {
 	}
 	slots := make(chan struct{}, per)
 	werr := make(chan error, 1)
-	cpu0 := cpuOf(cmd.Process.Pid)
+	cpu0 := proc.CPU(cmd.Process.Pid)
 	t0 := time.Now()
 	go func() {
 		w := bufio.NewWriterSize(stdin, 1<<16)
@@ -121,7 +122,7 @@ func (b *bench) aloneRun(ctx context.Context, v variant, n int) (tpRun, error) {
 		}
 	}
 	run.Seconds = time.Since(t0).Seconds()
-	run.HandlerCPU = cpuOf(cmd.Process.Pid) - cpu0
+	run.HandlerCPU = proc.CPU(cmd.Process.Pid) - cpu0
 	run.JobsPerS = float64(n) / run.Seconds
 	if err := <-werr; err != nil {
 		return run, err
@@ -230,7 +231,7 @@ func (b *bench) depthRun(ctx context.Context, v variant, depth int) (depthPoint,
 		if done >= p.Drained {
 			break
 		}
-		if time.Now().After(deadline) || ws.procs[0].exited() {
+		if time.Now().After(deadline) || ws.procs[0].Exited() {
 			return p, fmt.Errorf("%d of %d jobs done after %s", done, p.Drained, time.Since(t0).Round(time.Second))
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -314,7 +315,7 @@ func (b *bench) shareRun(ctx context.Context, r *shareResult, round int) (float6
 		if err != nil {
 			return 0, err
 		}
-		w, err := start([]string{c.sidecar, "run", "--manifest", m, "--metrics-addr=", "--log-format", "json", "--instance", fmt.Sprintf("bench%d", i)},
+		w, err := b.c.group.Start([]string{c.sidecar, "run", "--manifest", m, "--metrics-addr=", "--log-format", "json", "--instance", fmt.Sprintf("bench%d", i)},
 			b.sidecarEnv(nil), c.work, filepath.Join(c.work, fmt.Sprintf("share-%d-%d-%d.log", r.Sidecars, round, i)))
 		if err != nil {
 			return 0, err
@@ -322,7 +323,7 @@ func (b *bench) shareRun(ctx context.Context, r *shareResult, round int) (float6
 		all.procs = append(all.procs, w)
 	}
 	for _, w := range all.procs {
-		if err := waitLog(ctx, w, `"handler process ready"`, r.Processes, 60*time.Second); err != nil {
+		if err := proc.WaitLog(ctx, w, `"handler process ready"`, r.Processes, 60*time.Second); err != nil {
 			return 0, err
 		}
 	}

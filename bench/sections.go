@@ -12,6 +12,7 @@ import (
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/backends/postgres"
+	"github.com/soniq-dev/soniq-sidecar/internal/proc"
 )
 
 // ---- 1, 2, 5: throughput, the database's ceiling, cost ----
@@ -208,10 +209,10 @@ func (b *bench) throughputRun(ctx context.Context, v variant, round int) (tpRun,
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		err = ceilingRun(cctx, c.dbURL, v.Batch, func() {
-			cpu0, pg0 = cpuOf(syscall.Getpid()), b.db.serverCPU()
+			cpu0, pg0 = proc.CPU(syscall.Getpid()), b.db.serverCPU()
 			t0 = time.Now()
 		}, func() {
-			run.DriverCPU = cpuOf(syscall.Getpid()) - cpu0
+			run.DriverCPU = proc.CPU(syscall.Getpid()) - cpu0
 			run.PostgresCPU = b.db.serverCPU() - pg0
 		})
 		if err != nil {
@@ -246,7 +247,7 @@ func (b *bench) throughputRun(ctx context.Context, v variant, round int) (tpRun,
 	run.PostgresCPU = b.db.serverCPU() - pg0
 	if v.Kind == "sidecar" {
 		run.SidecarCPU, run.HandlerCPU = own1-own0, ch1-ch0
-		run.PeakRSSKB = statusKB(ws.procs[0].pid, "VmHWM")
+		run.PeakRSSKB = proc.StatusKB(ws.procs[0].PID, "VmHWM")
 	} else {
 		run.WorkerCPU = own1 - own0 + ch1 - ch0
 	}
@@ -546,17 +547,17 @@ func (b *bench) shutdownRun(ctx context.Context, v variant, round int) (shutRun,
 	run.InFlight = c.conc
 	t0 := time.Now()
 	for _, w := range ws.procs {
-		w.signal(syscall.SIGTERM)
+		_ = w.Signal(syscall.SIGTERM)
 	}
 	var last time.Time
 	for _, w := range ws.procs {
 		select {
-		case <-w.done:
+		case <-w.Done():
 		case <-time.After(c.shutTO + 30*time.Second):
-			return run, fmt.Errorf("pid %d still running %s after SIGTERM", w.pid, c.shutTO+30*time.Second)
+			return run, fmt.Errorf("pid %d still running %s after SIGTERM", w.PID, c.shutTO+30*time.Second)
 		}
-		if w.exit.After(last) {
-			last = w.exit
+		if w.ExitedAt().After(last) {
+			last = w.ExitedAt()
 		}
 	}
 	run.ExitS = last.Sub(t0).Seconds()

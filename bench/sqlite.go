@@ -14,6 +14,8 @@ import (
 
 	// The "sqlite" database/sql driver: the library the sidecar embeds.
 	_ "modernc.org/sqlite"
+
+	"github.com/soniq-dev/soniq-sidecar/internal/proc"
 )
 
 // ---- 7: the embedded SQLite default beside Soniq's worker on SQLite ----
@@ -298,12 +300,12 @@ func (b *bench) startSQLite(ctx context.Context, sv sqliteVariant, path, tag str
 			return nil, err
 		}
 		argv := []string{c.sidecar, "run", "--manifest", m, "--metrics-addr=", "--log-format", "json", "--database-url", "sqlite:" + path}
-		w, err := start(argv, b.sidecarEnv([]string{poll}), c.work, filepath.Join(c.work, tag+".log"))
+		w, err := b.c.group.Start(argv, b.sidecarEnv([]string{poll}), c.work, filepath.Join(c.work, tag+".log"))
 		if err != nil {
 			return nil, err
 		}
 		ws.procs = append(ws.procs, w)
-		if err := waitLog(ctx, w, `"handler process ready"`, sv.procs, 60*time.Second); err != nil {
+		if err := proc.WaitLog(ctx, w, `"handler process ready"`, sv.procs, 60*time.Second); err != nil {
 			ws.stop()
 			return nil, err
 		}
@@ -313,7 +315,7 @@ func (b *bench) startSQLite(ctx context.Context, sv sqliteVariant, path, tag str
 		env := b.sidecarEnv([]string{"SONIQ_DATABASE_URL=" + path, poll, "PYTHONPATH=" + filepath.Join(c.root, "bench", "handlers")})
 		for i := range sv.procs {
 			argv := []string{c.soniqSQLite, "worker", "--concurrency", fmt.Sprint(sv.per), "--jobs-modules", "soniq_bench_jobs", "--log-level", "WARNING"}
-			w, err := start(argv, env, filepath.Join(c.root, "bench", "handlers"), filepath.Join(c.work, fmt.Sprintf("%s-%d.log", tag, i)))
+			w, err := b.c.group.Start(argv, env, filepath.Join(c.root, "bench", "handlers"), filepath.Join(c.work, fmt.Sprintf("%s-%d.log", tag, i)))
 			if err != nil {
 				ws.stop()
 				return nil, err
@@ -396,8 +398,8 @@ func (f *sqliteFile) waitDrained(ctx context.Context, ws *workers, timeout time.
 // exitedErr reports a started process that is gone.
 func (ws *workers) exitedErr() error {
 	for _, w := range ws.procs {
-		if w.exited() {
-			return fmt.Errorf("pid %d exited during the run (%v); log tail:\n%s", w.pid, w.err, tail(w.log, 3000))
+		if w.Exited() {
+			return fmt.Errorf("pid %d exited during the run (%v); log tail:\n%s", w.PID, w.Err(), proc.Tail(w.Log, 3000))
 		}
 	}
 	return nil
@@ -459,10 +461,10 @@ func rateOver(times []time.Time, k int) (float64, float64, error) {
 
 // waitSQLiteWorkers waits until every Soniq worker registered its row in
 // the file (which its first connection also creates).
-func waitSQLiteWorkers(ctx context.Context, path string, ws []*worker, timeout time.Duration) error {
+func waitSQLiteWorkers(ctx context.Context, path string, ws []*proc.Proc, timeout time.Duration) error {
 	pids := make([]string, len(ws))
 	for i, w := range ws {
-		pids[i] = fmt.Sprint(w.pid)
+		pids[i] = fmt.Sprint(w.PID)
 	}
 	q := `SELECT count(*) FROM soniq_workers WHERE status = 'active' AND pid IN (` + strings.Join(pids, ",") + `)`
 	return waitRegistered(ctx, ws, timeout, func() (int, error) {
@@ -515,13 +517,13 @@ func (b *bench) sqliteRun(ctx context.Context, sv sqliteVariant, tag string) (sq
 	own1, ch1 := ws.cpu()
 	if sv.v.Kind == "sidecar" {
 		run.SidecarCPU, run.HandlerCPU = own1-own0, ch1-ch0
-		run.PeakRSSKB = statusKB(ws.procs[0].pid, "VmHWM")
+		run.PeakRSSKB = proc.StatusKB(ws.procs[0].PID, "VmHWM")
 	} else {
 		run.WorkerCPU = own1 - own0 + ch1 - ch0
 	}
 	ws.stop()
 	for _, w := range ws.procs {
-		run.Locked += countLines(w.log, "database is locked")
+		run.Locked += proc.CountLines(w.Log, "database is locked")
 	}
 	times, claims, repeated, err := f.done(ctx)
 	if err != nil {

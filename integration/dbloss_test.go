@@ -27,14 +27,20 @@ type cutProxy struct {
 	conns  []net.Conn
 	wg     sync.WaitGroup
 	// latency delays everything sent to the database: a slow database,
-	// for real as far as the client can tell (setLatency; read under mu).
+	// for real as far as the client can tell (newSlowProxy).
 	latency time.Duration
 }
 
 func newCutProxy(t *testing.T, target string) *cutProxy {
+	return newSlowProxy(t, target, 0)
+}
+
+// newSlowProxy is a cutProxy that delays what it sends to the database by
+// latency.
+func newSlowProxy(t *testing.T, target string, latency time.Duration) *cutProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &cutProxy{t: t, ln: ln, target: target}
+	p := &cutProxy{t: t, ln: ln, target: target, latency: latency}
 	p.wg.Add(1)
 	go p.serve()
 	t.Cleanup(func() {
@@ -65,25 +71,17 @@ func (p *cutProxy) serve() {
 			continue
 		}
 		p.conns = append(p.conns, c, up)
-		latency := p.latency
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go func() { defer p.wg.Done(); _, _ = copyUp(up, c, latency); _ = up.Close() }()
+		go func() { defer p.wg.Done(); _, _ = p.copyUp(up, c); _ = up.Close() }()
 		go func() { defer p.wg.Done(); _, _ = io.Copy(c, up); _ = c.Close() }()
 	}
 }
 
-// setLatency makes every connection made from now on a slow one.
-func (p *cutProxy) setLatency(d time.Duration) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.latency = d
-}
-
-// copyUp forwards the client's bytes to the database, each read after
-// latency.
-func copyUp(up io.Writer, c io.Reader, latency time.Duration) (int64, error) {
-	if latency == 0 {
+// copyUp forwards the client's bytes to the database, each read after the
+// proxy's latency.
+func (p *cutProxy) copyUp(up io.Writer, c io.Reader) (int64, error) {
+	if p.latency == 0 {
 		return io.Copy(up, c)
 	}
 	buf := make([]byte, 32<<10)
@@ -91,7 +89,7 @@ func copyUp(up io.Writer, c io.Reader, latency time.Duration) (int64, error) {
 	for {
 		k, err := c.Read(buf)
 		if k > 0 {
-			time.Sleep(latency)
+			time.Sleep(p.latency)
 			if _, werr := up.Write(buf[:k]); werr != nil {
 				return n, werr
 			}

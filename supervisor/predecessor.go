@@ -40,6 +40,42 @@ func (s *Supervisor) beatWindow(w backends.Worker) time.Duration {
 }
 
 // registerAtStart registers the worker row, taking over dead predecessors
+// registerWaitMax bounds how long Run waits for a database that becomes
+// unreachable while it registers (a restart, a failover, a pooler's login
+// retry): as long as `run` waits for one at start.
+const registerWaitMax = time.Minute
+
+// errStoppedBeforeStart: a shutdown request came while Run waited to
+// register.
+var errStoppedBeforeStart = errors.New("stopped before the worker was registered")
+
+// registerWaiting is registerAtStart, retried with backoff (250 ms
+// doubling to 5 s) while the database is unreachable, for at most
+// registerWaitMax; a shutdown request ends the wait. Other errors are final.
+func (s *Supervisor) registerWaiting(ctx context.Context) ([]backends.Job, error) {
+	deadline := time.Now().Add(registerWaitMax)
+	delay := 250 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		jobs, err := s.registerAtStart(ctx)
+		if err == nil || !errors.Is(err, backends.ErrUnreachable) || time.Now().After(deadline) {
+			return jobs, err
+		}
+		s.log.Warn("registering the worker row: the database is unreachable; retrying",
+			"worker_id", s.workerID, "attempt", attempt, "retry_in", delay, "err", err)
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-s.shutdown:
+			t.Stop()
+			return nil, errStoppedBeforeStart
+		case <-ctx.Done():
+			t.Stop()
+			return nil, errStoppedBeforeStart
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
 // of this identity, and returns the rows it inherited from them.
 func (s *Supervisor) registerAtStart(ctx context.Context) ([]backends.Job, error) {
 	bg := context.WithoutCancel(ctx)

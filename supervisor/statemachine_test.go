@@ -45,6 +45,9 @@ type fakeWorld struct {
 	claims  []fakeClaim        // every claim of a handler's jobs (claimhold_test.go)
 	runErr  chan error
 	stopped time.Time
+	// unreachableAtStart: how many registrations find the database
+	// unreachable before one gets through (registerwait_test.go).
+	unreachableAtStart int
 }
 
 // fakeRun is one job frame a fake process received.

@@ -300,7 +300,11 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	// service restart, whatever the pid) is taken over: the rows it held
 	// become this sidecar's, and the loop keeps those its attached handlers
 	// still run or report results for, and gives the others back.
-	inherited, err := s.registerAtStart(ctx)
+	inherited, err := s.registerWaiting(ctx)
+	if errors.Is(err, errStoppedBeforeStart) {
+		s.log.Info("stopped before the worker was registered; nothing was claimed", "worker_id", s.workerID)
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("registering worker %s: %w", s.workerID, err)
 	}

@@ -12,7 +12,9 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -317,7 +319,26 @@ func (b *Backend) wrap(err error, format string, args ...any) error {
 		// undefined_table on one of Soniq's: say how to fix it.
 		return fmt.Errorf(format+": %w (%w)", append(args, backends.ErrNoSchema, redactedError{err: err, password: b.password})...)
 	}
+	if unreachable(err) {
+		// The caller may wait it out (a restart, a failover) rather than
+		// give up.
+		return fmt.Errorf(format+": %w: %w", append(args, backends.ErrUnreachable, redactedError{err: err, password: b.password})...)
+	}
 	return fmt.Errorf(format+": %w", append(args, redactedError{err: err, password: b.password})...)
+}
+
+// unreachable reports whether err says the server could not be reached or
+// could not serve a connection (as opposed to refusing a statement): no
+// connection, a connection that broke, or a server starting, stopping or
+// full.
+func unreachable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57P") || pe.Code == "53300"
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	return errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // redactedError hides a password that an underlying error message (for

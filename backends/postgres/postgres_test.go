@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -578,4 +581,31 @@ func TestClaimPlanIgnoresStaleStatistics(t *testing.T) {
 	assert.NotContains(t, plan, "Bitmap", plan)
 	assert.NotContains(t, plan, "Seq Scan", plan)
 	assert.Equal(t, 1, strings.Count(plan, "Sort Key"), "only the 64 claimed rows are sorted:\n%s", plan)
+}
+
+// What a caller may wait out (ErrUnreachable) and what it must not: a
+// server that cannot serve connections now, against a statement refused.
+func TestUnreachableErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"pooler login retry", &pgconn.PgError{Code: "08P01", Message: "server login has been failing, try again later (server_login_retry)"}, true},
+		{"cannot connect now", &pgconn.PgError{Code: "57P03"}, true},
+		{"admin shutdown", &pgconn.PgError{Code: "57P01"}, true},
+		{"too many clients", &pgconn.PgError{Code: "53300"}, true},
+		{"a broken connection", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), true},
+		{"refused", &net.OpError{Op: "dial", Err: errors.New("connection refused")}, true},
+		{"query cancelled", &pgconn.PgError{Code: "57014"}, false},
+		{"undefined table", &pgconn.PgError{Code: "42P01"}, false},
+		{"unique violation", &pgconn.PgError{Code: "23505"}, false},
+		{"a bug", errors.New("number of field descriptions must equal number of destinations"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, unreachable(tc.err))
+			b := &Backend{}
+			assert.Equal(t, tc.want, errors.Is(b.wrap(tc.err, "claim"), backends.ErrUnreachable))
+		})
+	}
 }
