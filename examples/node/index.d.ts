@@ -25,6 +25,16 @@ export interface AppOptions {
   maxFrameBytes?: number;
 }
 
+export interface RunOptions {
+  /**
+   * Attach mode's socket path: the process serves a Unix socket of its own, across sidecar
+   * sessions, until SIGTERM. `null`: the transport the sidecar chose ($SONIQ_TRANSPORT),
+   * whatever the command line says. Left out: run() is a script's entry point and reads the
+   * script's command line, `--listen PATH` (or `--listen=PATH`), else $SONIQ_LISTEN.
+   */
+  listen?: string | null;
+}
+
 export interface JobOptions<Args = JsonObject> {
   /**
    * Required, as in the manifest (a capability the handler declares, never assumed).
@@ -127,10 +137,11 @@ export class App {
   use(fn: Middleware): this;
   /**
    * Serves the registered jobs over $SONIQ_TRANSPORT (stdio unless the manifest says unix) and
-   * exits the process when the sidecar shuts it down. Throws if no job is registered or if it
-   * is called twice.
+   * exits the process when the sidecar shuts it down; with a `listen` path (attach mode) serves
+   * a socket of its own until SIGTERM. Throws if no job is registered, if `listen` is not a
+   * path, or if it is called twice.
    */
-  run(): void;
+  run(options?: RunOptions): void;
 }
 
 /** Fails the job without retries: it is dead-lettered at once. */

@@ -11,6 +11,7 @@ const net = require('node:net');
 const path = require('node:path');
 const { SessionCore, sessionService, ACK_WAIT_MS } = require('./session');
 const { requirePeer, decodeHealthRequest, unaryDef, tracer, PROTO_PATH } = require('./unix');
+const { log } = require('./runtime');
 
 const EXIT_USAGE = 2; // a bad --listen, or its path in use or not a socket
 // The service name the sidecar checks, and the server as a whole.
@@ -22,10 +23,6 @@ const SOCKET_MODE = 0o660;
 const STOP_GRACE_MS = 2000;
 // HealthCheckResponse{status}, by hand like the request (unix.js).
 const HEALTH = { SERVING: Buffer.from([0x08, 0x01]), NOT_SERVING: Buffer.from([0x08, 0x02]) };
-
-function log(...parts) {
-  process.stderr.write(`soniq-handler[${process.pid}]: ${parts.join(' ')}\n`);
-}
 
 function fail(text) {
   log(text);
@@ -91,7 +88,9 @@ async function checkPath(p) {
   }
 }
 
-async function serve(app, protocolVersion, socketPath) {
+// Serves sessions on the socket at socketPath until SIGTERM (or SIGINT) and then until no job is
+// held; then exits the process 0.
+async function serve(rt, protocolVersion, socketPath) {
   const what = '--listen/SONIQ_LISTEN';
   const grpc = requirePeer('@grpc/grpc-js', what);
   const protoLoader = requirePeer('@grpc/proto-loader', what);
@@ -101,7 +100,7 @@ async function serve(app, protocolVersion, socketPath) {
   let exiting = false;
   let ackWait = null; // the bounded wait for the last acknowledgements
   const health = new Map(HEALTH_SERVICES.map((name) => [name, 'SERVING']));
-  const core = new SessionCore(app, protocolVersion, grpc, {
+  const core = new SessionCore(rt, protocolVersion, grpc, {
     attach: true,
     trace: tracer(process.env.HANDLER_TRACE_FRAMES),
     onChange: () => maybeExit(),
@@ -109,7 +108,7 @@ async function serve(app, protocolVersion, socketPath) {
 
   // Told to stop and nothing held: end the session, let the last messages go out, exit 0.
   function maybeExit() {
-    if (!core.draining || core.held.size > 0 || exiting) return;
+    if (!core.draining || rt.count > 0 || exiting) return;
     // The last results are acknowledged once the sidecar has written them; a short wait, so
     // that none is left to a session that ends.
     if (core.awaitingAcks() && ackWait !== 'over') {
@@ -135,7 +134,7 @@ async function serve(app, protocolVersion, socketPath) {
     });
   }
 
-  const limit = app.maxFrameBytes + 64 * 1024; // a frame's worth of payload plus the envelope
+  const limit = rt.maxFrameBytes + 64 * 1024; // a frame's worth of payload plus the envelope
   server = new grpc.Server({ 'grpc.max_receive_message_length': limit, 'grpc.max_send_message_length': limit });
   server.addService(sessionService(grpc, protoLoader, PROTO_PATH), { Session: (call) => core.handle(call) });
   server.addService({
@@ -175,7 +174,7 @@ async function serve(app, protocolVersion, socketPath) {
   // kill (the default until a handler is installed).
   const stop = (signal) => {
     if (core.draining) return;
-    log(`${signal}: draining (no new job; exiting once the ${core.held.size} job(s) held have ended)`);
+    log(`${signal}: draining (no new job; exiting once the ${rt.count} job(s) held have ended)`);
     // NOT_SERVING before anything else: probes and sidecars see it at once.
     for (const name of HEALTH_SERVICES) health.set(name, 'NOT_SERVING');
     core.beginDraining();

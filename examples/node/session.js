@@ -11,25 +11,17 @@
 // protocol error, reported as on stdio.
 
 const { decode, ProtocolError } = require('./protocol');
+const { Ledger, MAX_KEPT_RESULTS, draining, log, shuttingDown } = require('./runtime');
 
 const EXIT_PROTOCOL_ERROR = 4;
-// Results of jobs that ended while no session was open, or that were sent on a session that
-// ended before acknowledging them, wait for the next one; at most this many (the oldest is
-// dropped first, with a WARN line). A sidecar sends a process far fewer jobs than this (its
-// concurrency), so only a process left alone for long gets there.
-const MAX_KEPT_RESULTS = 1000;
 // How long a handler told to stop waits, once it holds no job, for the open session to
 // acknowledge the results it sent.
 const ACK_WAIT_MS = 5000;
 
 const STATUS = { done: 'DONE', failed: 'FAILED', snooze: 'SNOOZE', cancelled: 'CANCELLED' };
 
-function log(...parts) {
-  process.stderr.write(`soniq-handler[${process.pid}]: ${parts.join(' ')}\n`);
-}
-
 // The Result message of a result frame (the stdio encoding, already checked by
-// App._encodeResult).
+// Runtime.encodeResult).
 function resultMessage(frame) {
   const msg = { id: frame.id, status: STATUS[frame.status] };
   if (frame.status === 'done') {
@@ -101,7 +93,7 @@ function sessionErrorText(err) {
 
 // One session: its stream and what the handler knows of it.
 class Session {
-  constructor(call) {
+  constructor(call, sent = null) {
     this.call = call;
     const peer = String(call.getPeer?.() ?? '');
     // A Unix socket's peer has no address (gRPC says "unix:" or nothing).
@@ -109,11 +101,8 @@ class Session {
     this.opened = new Date();
     this.shutdown = false; // the sidecar sent shutdown or closed its side
     this.ended = false; // no more messages can go out on it
-    this.acks = false; // the sidecar said it acknowledges results (an Ack)
-    // Whether a message came from the sidecar yet: one that acknowledges results sends an Ack
-    // first, so anything else first means it never will.
-    this.heard = false;
-    this.unacked = new Map(); // id -> result message sent on it and not acknowledged yet
+    this.sent = sent; // the results sent on it and not acknowledged yet (runtime.js Sent)
+    this.jobs = new Set(); // ids of the jobs it brought that are still held
   }
 
   describe() {
@@ -133,25 +122,22 @@ class Session {
   }
 }
 
-// The Session RPC and the jobs it runs, for the life of the process. `attach`: the process
-// serves a socket of its own and lives across sessions; otherwise (spawned) the first
-// session's end is the process's (onChange tells the transport) and no other is taken.
+// The Session RPC over a Runtime, for the life of the process: the jobs of each session go to
+// the Runtime, their results to the session open when they end (attach mode: kept in the Ledger
+// until acknowledged). `attach`: the process serves a socket of its own and lives across
+// sessions; otherwise (spawned) the first session's end is the process's (onChange tells the
+// transport) and no other is taken.
 class SessionCore {
-  constructor(app, protocolVersion, grpc, { attach, onChange = () => {}, trace = () => {} }) {
-    this.app = app;
+  constructor(rt, protocolVersion, grpc, { attach, onChange = () => {}, trace = () => {} }) {
+    this.rt = rt;
     this.protocolVersion = protocolVersion;
     this.grpc = grpc;
     this.attach = attach;
     this.onChange = onChange;
+    rt.onChange = () => this.onChange(); // a job ended
     this.trace = trace; // $HANDLER_TRACE_FRAMES, as for the per-call RPCs
-    this.held = new Map(); // id -> entry: every job taken until its result is out
-    this.waiting = []; // entries over the concurrency limit, in arrival order
-    this.running = 0;
+    this.ledger = new Ledger(attach);
     this.current = null; // the open Session
-    this.kept = new Map(); // id -> result message waiting for a session (attach mode), oldest first
-    // A sidecar acknowledged results once: from then on a session that ends with results
-    // unacknowledged hands them to the next one.
-    this.peerAcks = false;
     this.draining = false; // SIGTERM (attach mode): no new job
     this.sessionEnded = false; // spawned: the one session is over
   }
@@ -170,15 +156,12 @@ class SessionCore {
       call.emit('error', { code: status.FAILED_PRECONDITION, details: "this process's session has ended; it is exiting" });
       return;
     }
-    const s = new Session(call);
+    const hello = this.hello();
+    const { sent, kept } = this.ledger.open();
+    const s = new Session(call, sent);
     this.current = s;
-    s.write({ hello: this.hello() });
-    const kept = this.kept;
-    this.kept = new Map();
-    for (const [id, msg] of kept) {
-      s.write(msg);
-      s.unacked.set(id, msg);
-    }
+    s.write({ hello });
+    for (const frame of kept) s.write({ result: resultMessage(frame) });
     if (this.draining) s.write({ draining: {} });
     call.on('data', (m) => this._onMessage(s, m));
     // The sidecar closed its side: as EOF on stdin, the session ends once it holds no job of it.
@@ -189,29 +172,28 @@ class SessionCore {
   }
 
   hello() {
-    const h = this.app.hello(this.protocolVersion);
+    const h = this.rt.hello(this.protocolVersion);
+    const running = this.rt.held();
+    const held = new Set(running.map((r) => r.id));
     return {
       protocol: h.protocol, sdk: h.sdk, pid: h.pid, jobs: h.jobs, concurrency: h.concurrency,
-      running: [...this.held.values()].map((e) => ({ id: e.msg.id, name: e.msg.name })),
-      kept: [...this.kept.keys()].filter((id) => !this.held.has(id)),
+      running,
+      kept: [...this.ledger.kept.keys()].filter((id) => !held.has(id)),
       acks: this.attach,
     };
   }
 
   _onMessage(s, m) {
     if (s.ended) return;
-    if (!s.heard) {
-      s.heard = true;
-      if (m.message !== 'ack') s.unacked.clear(); // an older sidecar: it never acknowledges
-    }
+    this.ledger.heard(s.sent, m.message === 'ack');
     if (m.message === 'ack') {
       // Not a stdio frame: the sidecar settled these results.
-      this._acked(s, m.ack?.ids ?? []);
+      if (this.ledger.acked(s.sent, m.ack?.ids ?? [])) this.onChange();
       return;
     }
     let frame;
     try {
-      frame = decode(frameOf(m), { maxFrameBytes: this.app.maxFrameBytes });
+      frame = decode(frameOf(m), { maxFrameBytes: this.rt.maxFrameBytes });
     } catch (err) {
       if (!(err instanceof ProtocolError)) throw err;
       this._protocolError(s, err);
@@ -220,7 +202,7 @@ class SessionCore {
     this.trace(frame);
     switch (frame.type) {
       case 'job': return this._onJob(s, frame);
-      case 'cancel': return this._onCancel(frame);
+      case 'cancel': return this.rt.cancel(frame.id, frame.reason);
       case 'ping': return s.write({ pong: { seq: String(frame.seq) } });
       case 'shutdown': return this._shutdown(s);
       default:
@@ -243,93 +225,35 @@ class SessionCore {
   }
 
   _onJob(s, msg) {
-    if (this.held.has(msg.id)) {
-      log(`job ${msg.id} received while already in flight; ignoring the duplicate`);
-      return;
-    }
+    if (this.rt.duplicate(msg.id)) return;
     if (this.draining) {
       // Told to stop: the attempt goes back at once, not counted as a failure.
-      s.write({ result: resultMessage({ id: msg.id, status: 'snooze', seconds: 0, reason: 'handler draining' }) });
+      s.write({ result: resultMessage(draining(msg.id)) });
       return;
     }
     if (s.shutdown) {
       // As on stdio: a job that slips in after shutdown goes back for a retry.
       log(`job ${msg.id} (${msg.name}) received after shutdown; refusing it`);
-      s.write({
-        result: resultMessage({
-          id: msg.id, status: 'failed',
-          error: { type: 'ShuttingDown', message: 'handler process is shutting down', traceback: null, retryable: true },
-        }),
-      });
+      s.write({ result: resultMessage(shuttingDown(msg.id)) });
       return;
     }
-    const handler = this.app.handlers.get(msg.name);
-    const entry = { controller: new AbortController(), cancellable: handler ? handler.cancellable : true, msg, handler, session: s };
-    this.held.set(msg.id, entry);
-    if (this.running < this.app.concurrency) this._start(entry);
-    else this.waiting.push(entry);
+    s.jobs.add(msg.id);
+    this.rt.start(msg, (_frame, text) => this._finished(s, JSON.parse(text)));
   }
 
-  _onCancel(msg) {
-    const entry = this.held.get(msg.id);
-    if (!entry) return; // unknown or already finished
-    if (!entry.cancellable) {
-      log(`cancel (${msg.reason}) for non-cancellable job ${msg.id} (${entry.msg.name}) ignored; it runs to completion`);
-      return;
+  // A job's result, reported by the Runtime (`frame` parsed from its stdio encoding: the value
+  // as the sidecar gets it on stdio): to the session open now (kept there until it
+  // acknowledges it), else (attach mode) kept for the next one.
+  _finished(s, frame) {
+    s.jobs.delete(frame.id);
+    const current = this.current;
+    if (current && !current.ended) {
+      current.write({ result: resultMessage(frame) });
+      this.ledger.sent(current.sent, frame);
+    } else {
+      this.ledger.keep(frame, 'ended with no session open');
     }
-    if (!entry.controller.signal.aborted) entry.controller.abort(msg.reason);
-  }
-
-  _start(entry) {
-    this.running++;
-    this.app._execute(entry)
-      .catch((err) => ({
-        type: 'result', id: entry.msg.id, status: 'failed',
-        error: { type: err?.name || 'Error', message: String(err?.message ?? err), traceback: err?.stack ?? null, retryable: true },
-      }))
-      .then((result) => this._finish(entry, result));
-  }
-
-  _finish(entry, result) {
-    this.held.delete(entry.msg.id);
-    this.running--;
-    while (this.running < this.app.concurrency && this.waiting.length > 0) this._start(this.waiting.shift());
-    // Same limits as stdio: an unserialisable or oversized result fails the job.
-    this._deliver({ result: resultMessage(JSON.parse(this.app._encodeResult(result))) });
-    if (entry.session) this._maybeEnd(entry.session);
-    this.onChange();
-  }
-
-  // To the session open now (kept there until it acknowledges it), else (attach mode) kept
-  // for the next one.
-  _deliver(msg) {
-    const s = this.current;
-    if (s && !s.ended) {
-      s.write(msg);
-      if (this.attach && (s.acks || !s.heard)) s.unacked.set(msg.result.id, msg);
-      return;
-    }
-    this._keep(msg, 'ended with no session open');
-  }
-
-  _keep(msg, why) {
-    if (!this.attach) return; // spawned: there is no next session
-    const id = msg.result.id;
-    this.kept.delete(id);
-    if (this.kept.size >= MAX_KEPT_RESULTS) {
-      const lost = this.kept.keys().next().value;
-      this.kept.delete(lost);
-      log(`WARN: more than ${MAX_KEPT_RESULTS} results wait for a session; the result of job ${lost} is dropped`);
-    }
-    this.kept.set(id, msg);
-    log(`job ${id} ${why}; its result waits for the next session`);
-  }
-
-  _acked(s, ids) {
-    s.acks = true;
-    this.peerAcks = true;
-    for (const id of ids) s.unacked.delete(id);
-    if (ids.length > 0) this.onChange();
+    this._maybeEnd(s);
   }
 
   _shutdown(s) {
@@ -338,9 +262,7 @@ class SessionCore {
   }
 
   _maybeEnd(s) {
-    if (!s.shutdown) return;
-    for (const e of this.held.values()) if (e.session === s) return;
-    s.end();
+    if (s.shutdown && s.jobs.size === 0) s.end();
   }
 
   // The session is over: ended by us, or broken.
@@ -352,9 +274,8 @@ class SessionCore {
     // Results written on it that the sidecar may never have received or recorded (the session
     // broke with them in flight, or before they were written) go to the next session, when
     // the sidecar acknowledges results.
-    if (s.acks || this.peerAcks) for (const msg of s.unacked.values()) this._keep(msg, 'had its result unacknowledged when the session ended');
-    s.unacked.clear();
-    for (const e of this.held.values()) if (e.session === s) e.session = null;
+    this.ledger.closed(s.sent, 'had its result unacknowledged when the session ended');
+    s.jobs.clear();
     if (!this.attach) this.sessionEnded = true;
     this.onChange();
   }
@@ -375,13 +296,13 @@ class SessionCore {
   // The open session acknowledges results and has not acknowledged some it was sent.
   awaitingAcks() {
     const s = this.current;
-    return Boolean(s && !s.ended && s.acks && s.unacked.size > 0);
+    return Boolean(s && !s.ended && Ledger.awaiting(s.sent));
   }
 
   // Ids of results no session received (or acknowledged).
   lostResults() {
     const s = this.current;
-    return [...this.kept.keys(), ...(s && s.acks ? s.unacked.keys() : [])];
+    return this.ledger.lost(s ? s.sent : null);
   }
 }
 

@@ -14,6 +14,7 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const { SessionCore, sessionService } = require('./session');
+const { log } = require('./runtime');
 
 const MAGIC_COOKIE_KEY = 'SONIQ_PLUGIN_MAGIC_COOKIE';
 const MAGIC_COOKIE_VALUE = 'soniq-handler-v1';
@@ -21,10 +22,6 @@ const CORE_PROTOCOL_VERSION = 1; // go-plugin's own protocol
 // The package ships its own copy of protocol/handler.proto (test/package.test.js keeps the
 // two equal), so an installed package needs nothing from the repository.
 const PROTO_PATH = process.env.SONIQ_HANDLER_PROTO || path.join(__dirname, 'proto', 'handler.proto');
-
-function log(...parts) {
-  process.stderr.write(`soniq-handler[${process.pid}]: ${parts.join(' ')}\n`);
-}
 
 // The health service's two messages, by hand (one string field in, one enum field out), so
 // no health proto file or extra package is needed.
@@ -95,7 +92,9 @@ function requirePeer(name, what = 'SONIQ_TRANSPORT=unix') {
   }
 }
 
-function serve(app, protocolVersion, guard) {
+// Serves the Runtime over gRPC until the sidecar shuts it down (the session ends, or
+// GRPCController.Shutdown), then exits the process 0.
+function serve(rt, protocolVersion, guard) {
   if (process.env[MAGIC_COOKIE_KEY] !== MAGIC_COOKIE_VALUE) {
     log(`SONIQ_TRANSPORT=unix: this process is a go-plugin handler and must be started by soniq-sidecar (${MAGIC_COOKIE_KEY} is not set as expected)`);
     process.exit(1);
@@ -124,7 +123,7 @@ function serve(app, protocolVersion, guard) {
 
   // The Session stream carries every message; its end ends the process, as EOF on stdin does
   // on stdio.
-  const core = new SessionCore(app, protocolVersion, grpc, {
+  const core = new SessionCore(rt, protocolVersion, grpc, {
     attach: false,
     trace,
     onChange: () => {
@@ -134,7 +133,7 @@ function serve(app, protocolVersion, guard) {
   });
 
   const maybeExit = () => {
-    if (!draining || core.held.size > 0) return;
+    if (!draining || rt.count > 0) return;
     // Let the last messages (and the Shutdown reply) go out, then exit 0.
     server.tryShutdown(() => process.exit(0));
   };
@@ -145,7 +144,7 @@ function serve(app, protocolVersion, guard) {
     },
   };
 
-  const limit = app.maxFrameBytes + 64 * 1024; // a frame's worth of payload plus the envelope
+  const limit = rt.maxFrameBytes + 64 * 1024; // a frame's worth of payload plus the envelope
   server = new grpc.Server({ 'grpc.max_receive_message_length': limit, 'grpc.max_send_message_length': limit });
   // Session's own definition (64-bit integers as strings).
   const service = sessionService(grpc, protoLoader, PROTO_PATH);

@@ -81,12 +81,19 @@ test('proto/handler.proto in the package is protocol/handler.proto', () => {
   assert.equal(fs.readFileSync(path.join(ROOT, 'proto', 'handler.proto'), 'utf8'), fs.readFileSync(REPO_PROTO, 'utf8'));
 });
 
+test('the example image (Dockerfile) copies every module of the package', () => {
+  const copied = fs.readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8').split('\n')
+    .filter((l) => l.startsWith('COPY ')).flatMap((l) => l.split(/\s+/).slice(1, -1));
+  const modules = require('../package.json').files.filter((f) => f.endsWith('.js'));
+  assert.deepEqual(modules.filter((f) => !copied.includes(f)), []);
+});
+
 test('the tarball holds the SDK, its types and the proto, and no tests', () => {
   const { packed, installed, dir } = project();
   const files = packed.files.map((f) => f.path).sort();
   assert.deepEqual(files, [
-    'README.md', 'index.d.ts', 'index.js', 'listen.js', 'package.json', 'probe.js', 'proto/handler.proto', 'protocol.d.ts', 'protocol.js',
-    'session.js', 'unix.js',
+    'README.md', 'index.d.ts', 'index.js', 'listen.js', 'outcomes.js', 'package.json', 'probe.js', 'proto/handler.proto', 'protocol.d.ts',
+    'protocol.js', 'runtime.js', 'session.js', 'stdio.js', 'unix.js',
   ]);
   assert.equal(fs.readFileSync(path.join(installed, 'proto', 'handler.proto'), 'utf8'), fs.readFileSync(REPO_PROTO, 'utf8'));
   // The gRPC packages are optional peers: a plain install does not bring them.

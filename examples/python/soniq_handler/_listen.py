@@ -13,15 +13,15 @@ import os
 import signal
 import socket
 import stat
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, List, Optional
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
-from ._session import ACK_WAIT_SECONDS, SessionCore, session_method
-from .app import EXIT_USAGE, App, _log
+from ._runtime import ACK_WAIT_SECONDS, Runtime, log
+from ._session import SessionCore, session_method
+from ._types import EXIT_USAGE
 
 # The service name the sidecar checks, and the server as a whole.
 HEALTH_SERVICES = ("plugin", "")
@@ -32,27 +32,27 @@ SOCKET_MODE = 0o660
 STOP_GRACE_SECONDS = 2.0
 
 
-def _check_path(app: App, path: str) -> None:
+def _check_path(rt: Runtime, path: str) -> None:
     """The socket path is usable: its directory exists; nothing lives there
     but, at most, a stale socket (removed)."""
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
-        raise app._fail(EXIT_USAGE, f"--listen {path}: directory {parent} does not exist")
+        raise rt.fail(EXIT_USAGE, f"--listen {path}: directory {parent} does not exist")
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return
     if not stat.S_ISSOCK(st.st_mode):
-        raise app._fail(EXIT_USAGE, f"--listen {path}: the path exists and is not a socket; not replacing it")
+        raise rt.fail(EXIT_USAGE, f"--listen {path}: the path exists and is not a socket; not replacing it")
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         probe.settimeout(2)
         probe.connect(path)
     except OSError as e:
         if e.errno not in (errno.ECONNREFUSED, errno.ENOENT):
-            raise app._fail(EXIT_USAGE, f"--listen {path}: cannot tell whether the socket is in use: {e}") from None
+            raise rt.fail(EXIT_USAGE, f"--listen {path}: cannot tell whether the socket is in use: {e}") from None
         # Nobody answers: left over from an earlier run.
-        _log(f"removing stale socket {path} (nobody answers on it)")
+        log(f"removing stale socket {path} (nobody answers on it)")
         try:
             os.unlink(path)
         except FileNotFoundError:
@@ -60,7 +60,7 @@ def _check_path(app: App, path: str) -> None:
         return
     finally:
         probe.close()
-    raise app._fail(EXIT_USAGE, f"--listen {path}: another process is serving on this socket")
+    raise rt.fail(EXIT_USAGE, f"--listen {path}: another process is serving on this socket")
 
 
 def _bind(server: Any, path: str) -> None:
@@ -77,11 +77,11 @@ def _bind(server: Any, path: str) -> None:
     os.chmod(path, SOCKET_MODE)
 
 
-async def serve(app: App, version: int, path: str) -> None:
+async def serve(rt: Runtime, version: int, path: str) -> None:
     """Serves sessions on the socket at ``path`` until SIGTERM (or SIGINT)
     and then until no job is held; returns (run() exits 0)."""
-    _check_path(app, path)
-    limit = app._max_frame_bytes + (64 << 10)  # a frame's worth of payload plus the envelope
+    _check_path(rt, path)
+    limit = rt.max_frame_bytes + (64 << 10)  # a frame's worth of payload plus the envelope
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", limit),
@@ -90,7 +90,7 @@ async def serve(app: App, version: int, path: str) -> None:
     )
     loop = asyncio.get_running_loop()
     changed = asyncio.Event()
-    core = SessionCore(app, version, attach=True, on_change=changed.set)
+    core = SessionCore(rt, version, attach=True, on_change=changed.set)
     server.add_generic_rpc_handlers(
         [grpc.method_handlers_generic_handler("soniq.handler.v1.Handler", {"Session": session_method(core)})]
     )
@@ -99,7 +99,6 @@ async def serve(app: App, version: int, path: str) -> None:
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     bound = False
-    executor = app._executor = ThreadPoolExecutor(max_workers=app.sync_concurrency, thread_name_prefix="soniq-sync")
     signals: List[signal.Signals] = []
     try:
         # Handlers first: a SIGTERM that lands right after the "listening on"
@@ -107,7 +106,7 @@ async def serve(app: App, version: int, path: str) -> None:
         def stop(signame: str) -> None:
             if core.draining:
                 return
-            _log(f"{signame}: draining (no new job; exiting once the {len(core.held)} job(s) held have ended)")
+            log(f"{signame}: draining (no new job; exiting once the {rt.count} job(s) held have ended)")
             # NOT_SERVING before anything else: probes and sidecars see it at once.
             for name in HEALTH_SERVICES:
                 loop.create_task(health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING))
@@ -119,9 +118,9 @@ async def serve(app: App, version: int, path: str) -> None:
         _bind(server, path)
         bound = True
         await server.start()
-        _log(f"listening on unix socket {path} (attach mode: one session at a time; SIGTERM drains and exits)")
+        log(f"listening on unix socket {path} (attach mode: one session at a time; SIGTERM drains and exits)")
 
-        while not (core.draining and not core.held):
+        while not (core.draining and rt.count == 0):
             changed.clear()
             await changed.wait()
         # The last results are acknowledged once the sidecar has written
@@ -133,15 +132,14 @@ async def serve(app: App, version: int, path: str) -> None:
                 await asyncio.wait_for(changed.wait(), deadline - loop.time())
             except asyncio.TimeoutError:
                 break
-        await app._hooks_idle()  # after_job / on_error hooks still running
+        await rt.hooks_idle()  # after_job / on_error hooks still running
         for job_id in core.lost_results():
-            _log(f"WARN: exiting with the result of job {job_id} undelivered (no session was open)")
+            log(f"WARN: exiting with the result of job {job_id} undelivered (no session was open)")
         core.end_current()
         await server.stop(grace=STOP_GRACE_SECONDS)
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
-        executor.shutdown(wait=False)
         if bound:
             try:
                 os.unlink(path)

@@ -19,33 +19,14 @@ import json
 import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Set, Union
 
 import grpc
 
 from . import handler_pb2 as pb
 from . import protocol
-from .app import (
-    EXIT_PROTOCOL_ERROR,
-    SDK_NAME,
-    App,
-    _failed,
-    _job_context,
-    _log,
-    _quote,
-    _result,
-    _Running,
-    _safe_str,
-)
-
-# Results of jobs that ended while no session was open, or that were sent on a
-# session that ended before acknowledging them, wait for the next one; at most
-# this many (the oldest is dropped first, with a warning). A sidecar holds far
-# fewer jobs than this per process (its concurrency).
-MAX_KEPT_RESULTS = 1000
-# How long a handler told to stop waits, once it holds no job, for the open
-# session to acknowledge the results it sent.
-ACK_WAIT_SECONDS = 5.0
+from ._runtime import Ledger, Runtime, Sent, draining, log, quote, shutting_down
+from ._types import EXIT_PROTOCOL_ERROR
 
 _STATUS = {
     "done": pb.Result.DONE,
@@ -121,15 +102,6 @@ def frame_of(msg: pb.SidecarMessage) -> bytes:
     return json.dumps(frame, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
 
 
-@dataclass
-class _Held:
-    """A job this process holds, and the session it came on."""
-
-    running: _Running
-    task: "asyncio.Task[protocol.ResultFrame]"
-    session: "Optional[_Session]"
-
-
 class _End:
     """Ends a session's writer: with OK, or with an error status."""
 
@@ -138,22 +110,25 @@ class _End:
         self.details = details
 
 
-_Out = Union[pb.HandlerMessage, _End]
+@dataclass
+class _Result:
+    """A result for a session's writer, made a message as it is written."""
+
+    frame: protocol.ResultFrame
+
+
+_Out = Union[pb.HandlerMessage, _Result, _End]
 
 
 class _Session:
-    def __init__(self, peer: str) -> None:
+    def __init__(self, peer: str, sent: Sent) -> None:
         self.peer = peer
         self.opened = datetime.now(timezone.utc)
         self.outbox: "asyncio.Queue[_Out]" = asyncio.Queue()
         self.shutdown = False  # the sidecar sent shutdown (or closed its side)
         self.ended = False
-        self.acks = False  # the sidecar said it acknowledges results (an Ack)
-        # Whether a message came from the sidecar yet: one that acknowledges
-        # results sends an Ack first, so anything else first means it never will.
-        self.heard = False
-        # Results sent on this session and not acknowledged yet, by job id.
-        self.unacked: "Dict[str, pb.HandlerMessage]" = {}
+        self.sent = sent  # the results sent on it and not acknowledged yet
+        self.jobs: Set[str] = set()  # ids of the jobs it brought that are still held
 
     def describe(self) -> str:
         # A Unix socket's peer has no address: gRPC says just "unix:".
@@ -182,31 +157,30 @@ class _Trace:
 
 
 class SessionCore:
-    """The Session RPC and the jobs it runs, for the life of the process.
+    """The Session RPC over a Runtime, for the life of the process: the jobs
+    of each session go to the Runtime, their results to the session open
+    when they end (attach mode: kept in the Ledger until acknowledged).
 
     ``attach``: the process serves a socket of its own and lives across
-    sessions; otherwise (spawned) the first session's end calls ``on_end``
-    and no other session is taken.
+    sessions; otherwise (spawned) the first session's end is the process's
+    (``session_ended``) and no other session is taken. ``on_change`` is
+    called when a job ended, a session ended, results were acknowledged or
+    serving failed: the transport checks whether it is done.
     """
 
     def __init__(
-        self, app: App, version: int, attach: bool, on_change: Optional[Callable[[], None]] = None
+        self, rt: Runtime, version: int, attach: bool, on_change: Optional[Callable[[], None]] = None
     ) -> None:
-        self.app = app
+        self.rt = rt
         self.version = version
         self.attach = attach
-        self.on_change = on_change  # a job ended, a session ended: idle checks
-        self.held: Dict[str, _Held] = {}
+        self.on_change = on_change
+        rt.on_change = self._changed
+        self.ledger = Ledger(attach)
         self.current: Optional[_Session] = None
-        # Results waiting for a session (attach mode), by job id, oldest first.
-        self.kept: "Dict[str, pb.HandlerMessage]" = {}
-        # A sidecar acknowledged results once: from then on a session that
-        # ends with results unacknowledged hands them to the next one.
-        self.peer_acks = False
         self.draining = False  # SIGTERM (attach mode): no new job
         self.sessions = 0  # sessions opened so far
         self.session_ended = False  # spawned mode: the one session is over
-        self.slots = asyncio.Semaphore(app.concurrency)
         self.trace = _Trace(os.environ.get("HANDLER_TRACE_FRAMES"))
 
     # ------------------------------------------------------------------ RPC
@@ -215,20 +189,20 @@ class SessionCore:
         open_ = self.current
         if open_ is not None:
             text = f"a session is already open ({open_.describe()}); one session at a time"
-            _log(f"WARN: Session from {context.peer() or 'an unknown peer'} refused: {text}")
+            log(f"WARN: Session from {context.peer() or 'an unknown peer'} refused: {text}")
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, text)
         if not self.attach and self.session_ended:
             await context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION, "this process's session has ended; it is exiting"
             )
-        s = _Session(str(context.peer() or ""))
+        hello = self._hello()
+        sent, kept = self.ledger.open()
+        s = _Session(str(context.peer() or ""), sent)
         self.current = s
         self.sessions += 1
-        s.outbox.put_nowait(pb.HandlerMessage(hello=self._hello()))
-        kept, self.kept = self.kept, {}
-        for job_id, msg in kept.items():
-            s.outbox.put_nowait(msg)
-            s.unacked[job_id] = msg  # until the sidecar says whether it acknowledges
+        s.outbox.put_nowait(pb.HandlerMessage(hello=hello))
+        for frame in kept:
+            s.outbox.put_nowait(_Result(frame))
         if self.draining:
             s.outbox.put_nowait(pb.HandlerMessage(draining=pb.Draining()))
         reader = asyncio.ensure_future(self._read(s, requests))
@@ -239,22 +213,25 @@ class SessionCore:
                     if out.code is not None:
                         await context.abort(out.code, out.details)
                     return
+                if isinstance(out, _Result):
+                    out = pb.HandlerMessage(result=result_message(out.frame))
                 await context.write(out)
         finally:
             reader.cancel()
             self._close(s)
 
     def _hello(self) -> pb.Hello:
-        app = self.app
+        h = self.rt.hello(self.version)
+        held = self.rt.held()
         return pb.Hello(
-            protocol=self.version,
-            sdk=SDK_NAME,
-            pid=os.getpid(),
-            jobs=[pb.HelloJob(name=j["name"], cancellable=j["cancellable"]) for j in app.jobs],
-            concurrency=app.concurrency,
-            sync_concurrency=app.sync_concurrency,
-            running=[pb.RunningJob(id=i, name=h.running.ctx.name) for i, h in self.held.items()],
-            kept=[i for i in self.kept if i not in self.held],
+            protocol=h["protocol"],
+            sdk=h["sdk"],
+            pid=h["pid"],
+            jobs=[pb.HelloJob(name=j["name"], cancellable=j["cancellable"]) for j in h["jobs"]],
+            concurrency=h["concurrency"],
+            sync_concurrency=h["sync_concurrency"],
+            running=[pb.RunningJob(id=i, name=name) for i, name in held],
+            kept=[i for i in self.ledger.kept if i not in dict(held)],
             acks=self.attach,
         )
 
@@ -263,20 +240,19 @@ class SessionCore:
             async for msg in requests:
                 if s.ended:
                     return
-                if not s.heard:
-                    s.heard = True
-                    if msg.WhichOneof("message") != "ack":
-                        s.unacked.clear()  # an older sidecar: it never acknowledges
-                if msg.WhichOneof("message") == "ack":
+                is_ack = msg.WhichOneof("message") == "ack"
+                self.ledger.heard(s.sent, is_ack)
+                if is_ack:
                     # Not a stdio frame: the sidecar settled these results.
-                    self._acked(s, list(msg.ack.ids))
+                    if self.ledger.acked(s.sent, list(msg.ack.ids)):
+                        self._changed()
                     continue
                 try:
                     line = frame_of(msg)
                     self.trace(line)
-                    frame = protocol.decode(line, self.app._max_frame_bytes)
+                    frame = protocol.decode(line, self.rt.max_frame_bytes)
                 except protocol.ProtocolError as e:
-                    self._protocol_error(s, f"protocol error: {e} in message {_quote(_text(msg))}")
+                    self._protocol_error(s, f"protocol error: {e} in message {quote(_text(msg))}")
                     return
                 self._dispatch(s, frame)
         except (asyncio.CancelledError, grpc.RpcError, grpc.aio.AioRpcError):
@@ -289,17 +265,17 @@ class SessionCore:
     def _protocol_error(self, s: _Session, text: str) -> None:
         if not self.attach:
             # As on stdio: the process cannot go on (exits 4 under run()).
-            self.app._fail(EXIT_PROTOCOL_ERROR, text)
+            self.rt.fail(EXIT_PROTOCOL_ERROR, text)
         else:
             # The process outlives its sidecars: this session ends, its jobs run on.
-            _log(f"{text}; session ended")
+            log(f"{text}; session ended")
         s.end(grpc.StatusCode.INVALID_ARGUMENT, text)
 
     def _dispatch(self, s: _Session, frame: protocol.Frame) -> None:
         if frame["type"] == "job":
             self._job(s, frame)
         elif frame["type"] == "cancel":
-            self._cancel(frame["id"], frame["reason"])
+            self.rt.cancel(frame["id"], frame["reason"])
         elif frame["type"] == "ping":
             s.outbox.put_nowait(pb.HandlerMessage(pong=pb.Pong(seq=frame["seq"])))
         elif frame["type"] == "shutdown":
@@ -309,90 +285,30 @@ class SessionCore:
 
     def _job(self, s: _Session, msg: protocol.JobFrame) -> None:
         job_id = msg["id"]
-        if job_id in self.held:
-            _log(f"job {job_id} is already running here; duplicate message ignored")
+        if self.rt.duplicate(job_id):
             return
         if self.draining:
             # Told to stop: the attempt goes back at once, not counted as a failure.
-            s.outbox.put_nowait(self._message(_result(job_id, "snooze", seconds=0, reason="handler draining")))
+            s.outbox.put_nowait(_Result(draining(job_id)))
             return
         if s.shutdown:
             # As on stdio: a job that slips in after shutdown goes back for a retry.
-            frame = _failed(job_id, "ShuttingDown", "handler process is shutting down", None, True)
-            s.outbox.put_nowait(self._message(frame))
+            s.outbox.put_nowait(_Result(shutting_down(job_id)))
             return
-        running = _Running(self.app._handlers.get(msg["name"]), msg["args"], _job_context(msg))
-        task = asyncio.ensure_future(self._run(running))
-        self.held[job_id] = _Held(running, task, s)
-        task.add_done_callback(lambda t: self._finish(job_id, t))
+        s.jobs.add(job_id)
+        self.rt.start(msg, lambda frame, _data: self._finished(s, frame))
 
-    async def _run(self, running: _Running) -> protocol.ResultFrame:
-        # At most `concurrency` at once; the sidecar never sends more.
-        async with self.slots:
-            return await self.app._execute(running)
-
-    def _cancel(self, job_id: str, reason: str) -> None:
-        held = self.held.get(job_id)
-        if held is None:
-            return  # unknown or already finished: nothing to do
-        if not held.running.cancellable:
-            _log(f"cancel ({reason}) for sync job {job_id} ignored: sync jobs are not cancellable")
-            return
-        held.running.cancel_reason = reason
-        held.task.cancel()  # _finish reports it
-
-    def _finish(self, job_id: str, task: "asyncio.Task[protocol.ResultFrame]") -> None:
-        held = self.held.pop(job_id, None)
-        if task.cancelled():
-            if held is None or held.running.cancel_reason is None:
-                return  # not our cancel: the event loop itself is going away
-            frame = _result(job_id, "cancelled")
-        elif (e := task.exception()) is not None:  # _execute catches everything; be safe
-            frame = _failed(job_id, type(e).__name__, _safe_str(e), None, True)
+    def _finished(self, s: _Session, frame: protocol.ResultFrame) -> None:
+        """A job's result, reported by the Runtime: to the session open now
+        (kept there until it acknowledges it), else kept for the next one."""
+        s.jobs.discard(frame["id"])
+        current = self.current
+        if current is not None and not current.ended:
+            current.outbox.put_nowait(_Result(frame))
+            self.ledger.sent(current.sent, frame)
         else:
-            frame = task.result()
-        frame = self.app._checked_result(frame)[0]
-        if held is not None:
-            self.app._settle(held.running, frame)
-        self._deliver(self._message(frame))
-        if held is not None and held.session is not None:
-            self._maybe_end(held.session)
-        self._changed()
-
-    def _message(self, frame: protocol.ResultFrame) -> pb.HandlerMessage:
-        return pb.HandlerMessage(result=result_message(frame))
-
-    def _deliver(self, msg: pb.HandlerMessage) -> None:
-        """To the session open now (kept there until it acknowledges it),
-        else kept for the next one."""
-        s = self.current
-        if s is not None and not s.ended:
-            s.outbox.put_nowait(msg)
-            if self.attach and (s.acks or not s.heard):
-                s.unacked[msg.result.id] = msg
-            return
-        self._keep(msg, "ended with no session open")
-
-    def _keep(self, msg: pb.HandlerMessage, why: str) -> None:
-        if not self.attach:
-            return  # spawned: there is no next session
-        job_id = msg.result.id
-        self.kept.pop(job_id, None)
-        if len(self.kept) >= MAX_KEPT_RESULTS:
-            lost = next(iter(self.kept))
-            del self.kept[lost]
-            _log(f"WARN: more than {MAX_KEPT_RESULTS} results wait for a session; "
-                 f"the result of job {lost} is dropped")
-        self.kept[job_id] = msg
-        _log(f"job {job_id} {why}; its result waits for the next session")
-
-    def _acked(self, s: _Session, ids: List[str]) -> None:
-        s.acks = True
-        self.peer_acks = True
-        for job_id in ids:
-            s.unacked.pop(job_id, None)
-        if ids:
-            self._changed()
+            self.ledger.keep(frame, "ended with no session open")
+        self._maybe_end(s)
 
     # ------------------------------------------------------------- sessions
 
@@ -401,7 +317,7 @@ class SessionCore:
         self._maybe_end(s)
 
     def _maybe_end(self, s: _Session) -> None:
-        if s.shutdown and not any(h.session is s for h in self.held.values()):
+        if s.shutdown and not s.jobs:
             s.end()
 
     def _close(self, s: _Session) -> None:
@@ -413,19 +329,13 @@ class SessionCore:
         # never written, and, when the sidecar acknowledges results, those
         # written that it may never have received or recorded (the session
         # broke with them in flight, or before they were written).
-        pending: Dict[str, pb.HandlerMessage] = {}
+        unsent: List[protocol.ResultFrame] = []
         while not s.outbox.empty():
             out = s.outbox.get_nowait()
-            if isinstance(out, pb.HandlerMessage) and out.WhichOneof("message") == "result":
-                pending[out.result.id] = out
-        if s.acks or self.peer_acks:
-            pending = {**s.unacked, **pending}
-        s.unacked = {}
-        for msg in pending.values():
-            self._keep(msg, "had its result unsent or unacknowledged when the session ended")
-        for h in self.held.values():
-            if h.session is s:
-                h.session = None
+            if isinstance(out, _Result):
+                unsent.append(out.frame)
+        self.ledger.closed(s.sent, unsent, "had its result unsent or unacknowledged when the session ended")
+        s.jobs.clear()
         if not self.attach:
             self.session_ended = True
         self._changed()
@@ -456,13 +366,12 @@ class SessionCore:
         """The open session acknowledges results and has not acknowledged
         some it was sent."""
         s = self.current
-        return s is not None and not s.ended and s.acks and bool(s.unacked)
+        return s is not None and not s.ended and self.ledger.awaiting(s.sent)
 
     def lost_results(self) -> List[str]:
         """Ids of results no session received (or acknowledged)."""
         s = self.current
-        unacked = list(s.unacked) if s is not None and s.acks else []
-        return list(self.kept) + unacked
+        return self.ledger.lost(s.sent if s is not None else None)
 
 
 def _text(msg: pb.SidecarMessage) -> bytes:

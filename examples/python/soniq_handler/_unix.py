@@ -20,15 +20,15 @@ import os
 import shutil
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, List, Optional, Tuple
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
+from ._runtime import Runtime
 from ._session import SessionCore, session_method
-from .app import EXIT_NO_COMMON_PROTOCOL, App
+from ._types import EXIT_NO_COMMON_PROTOCOL
 
 # go-plugin's handshake: the sidecar sets this variable to this value; a
 # process started by hand (without it) explains itself and exits.
@@ -42,20 +42,19 @@ class _Server:
     process: its end ends the process, as EOF on stdin does on stdio) and
     plugin.GRPCController's Shutdown, the sidecar's last resort."""
 
-    def __init__(self, app: App, version: int) -> None:
-        self.app = app
+    def __init__(self, rt: Runtime, version: int) -> None:
+        self.rt = rt
         self.draining = False
         self.drained = asyncio.Event()
-        self.core = SessionCore(app, version, attach=False, on_change=self._session_changed)
+        self.core = SessionCore(rt, version, attach=False, on_change=self._session_changed)
 
     def _session_changed(self) -> None:
-        if self.core.session_ended or self.app._failure is not None:
+        if self.core.session_ended or self.rt.failure is not None:
             self.draining = True
         self._check_drained()
 
     def _check_drained(self) -> None:
-        failed = self.app._failure is not None
-        if failed or (self.draining and not self.core.held):
+        if self.rt.failure is not None or (self.draining and self.rt.count == 0):
             self.drained.set()
 
     # ------------------------------------------------------ plugin.GRPCController
@@ -90,23 +89,23 @@ def _socket_path() -> Tuple[str, Optional[str]]:
     return os.path.join(base, f"handler-{os.getpid()}.sock"), own
 
 
-async def serve(app: App, version: int) -> None:
-    """Serves the App over gRPC until the sidecar shuts it down, then returns
-    (App.serve, App.run)."""
+async def serve(rt: Runtime, version: int) -> None:
+    """Serves the Runtime over gRPC until the sidecar shuts it down, then
+    returns (App.serve, App.run)."""
     if os.environ.get(MAGIC_COOKIE_KEY) != MAGIC_COOKIE_VALUE:
-        raise app._fail(
+        raise rt.fail(
             EXIT_NOT_A_PLUGIN,
             "SONIQ_TRANSPORT=unix: this process is a go-plugin handler and must be started by "
             f"soniq-sidecar ({MAGIC_COOKIE_KEY} is not set as expected)",
         )
     offered = os.environ.get("PLUGIN_PROTOCOL_VERSIONS", str(version))
     if str(version) not in [v.strip() for v in offered.split(",")]:
-        raise app._fail(
+        raise rt.fail(
             EXIT_NO_COMMON_PROTOCOL, f"go-plugin offers app protocol versions {offered!r}; this SDK speaks {version}"
         )
     path, own_dir = _socket_path()
     try:
-        await _serve(app, version, path)
+        await _serve(rt, version, path)
     finally:
         for p in (path,):
             try:
@@ -117,33 +116,29 @@ async def serve(app: App, version: int) -> None:
             shutil.rmtree(own_dir, ignore_errors=True)
 
 
-async def _serve(app: App, version: int, path: str) -> None:
-    limit = app._max_frame_bytes + (64 << 10)  # a frame's worth of payload plus the envelope
+async def _serve(rt: Runtime, version: int, path: str) -> None:
+    limit = rt.max_frame_bytes + (64 << 10)  # a frame's worth of payload plus the envelope
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", limit),
         ]
     )
-    srv = _Server(app, version)
+    srv = _Server(rt, version)
     server.add_generic_rpc_handlers(_generic_handlers(srv))
     health = health_aio.HealthServicer()
     await health.set("plugin", health_pb2.HealthCheckResponse.SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     server.add_insecure_port(f"unix:{path}")
-    executor = app._executor = ThreadPoolExecutor(max_workers=app.sync_concurrency, thread_name_prefix="soniq-sync")
-    try:
-        await server.start()
-        _handshake(f"{CORE_PROTOCOL_VERSION}|{version}|unix|{path}|grpc")
-        await srv.drained.wait()
-        if app._failure is not None:
-            raise app._failure  # serve() only: run() has exited already
-        await app._hooks_idle()  # after_job / on_error hooks still running
-        # Every job has ended and its response was handed to gRPC; let the last
-        # responses (and the Shutdown reply) go out before closing.
-        await server.stop(grace=2)
-    finally:
-        executor.shutdown(wait=False)
+    await server.start()
+    _handshake(f"{CORE_PROTOCOL_VERSION}|{version}|unix|{path}|grpc")
+    await srv.drained.wait()
+    if rt.failure is not None:
+        raise rt.failure  # serve() only: run() has exited already
+    await rt.hooks_idle()  # after_job / on_error hooks still running
+    # Every job has ended and its response was handed to gRPC; let the last
+    # responses (and the Shutdown reply) go out before closing.
+    await server.stop(grace=2)
 
 
 def _handshake(line: str) -> None:

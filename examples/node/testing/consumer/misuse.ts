@@ -2,7 +2,7 @@
 // tsc fails with "Unused '@ts-expect-error' directive".
 import {
   App, PermanentError, ProtocolError, Snooze, decode, encode, negotiateVersion, protectStdout,
-  type JobContext, type ProtocolErrorCode,
+  type JobContext, type ProtocolErrorCode, type RunOptions,
 } from 'soniq-handler';
 import { DEFAULT_MAX_FRAME_BYTES } from 'soniq-handler/protocol';
 // @ts-expect-error the transport module is internal, not exported
@@ -88,3 +88,10 @@ app.onError((ctx, err) => {
   // @ts-expect-error ctx.createdAt may be null
   void ctx.createdAt.getTime();
 });
+
+const spawned: RunOptions = { listen: null };
+void spawned;
+// @ts-expect-error listen is a socket path
+app.run({ listen: 1 });
+// @ts-expect-error a misspelt run option is not silently ignored
+app.run({ socket: '/run/soniq/h.sock' });

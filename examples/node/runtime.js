@@ -1,0 +1,390 @@
+'use strict';
+// The job machinery of a handler process, whatever carries its messages. Every transport
+// (stdio.js, the unix socket go-plugin spawns and attach mode's sockets through session.js)
+// hands the jobs it receives to one Runtime and passes on the results it reports. The Runtime
+//
+// - holds every job from its job message to its result: at most `concurrency` run at once,
+//   the others wait in arrival order;
+// - runs each as a Soniq worker does: beforeJob hooks, `validate`, the middleware chain around
+//   the handler, then afterJob (or onError) hooks;
+// - cancels the cancellable ones (ctx.signal aborts with the reason);
+// - settles each result: checked (JSON, the frame limit; a result that cannot be sent fails
+//   the job instead), then reported once through the callback the transport gave with the job.
+//
+// Its interface, all a transport uses:
+//
+//   rt.onChange = callback          // a job ended: the transport checks whether it is done
+//   rt.hello(protocol)              // the hello frame
+//   rt.duplicate(id)                // held already (logged)?
+//   rt.start(jobFrame, report)      // report(resultFrame, encodedText) once
+//   rt.cancel(id, reason)
+//   rt.held(), rt.count, rt.maxFrameBytes
+//
+// Ledger keeps attach mode's results until a session acknowledges them (docs/protocol.md, "The
+// Session stream and attach mode"); Registry is what App registers.
+
+const { encode } = require('./protocol');
+const { PermanentError, isSnooze } = require('./outcomes');
+const { version: VERSION } = require('./package.json');
+
+const SDK = `soniq-node/${VERSION}`;
+const MAX_ERROR_TEXT = 64 * 1024;
+// Results of jobs that ended while no session was open, or that were sent on a session that
+// ended before acknowledging them, wait for the next one; at most this many (the oldest is
+// dropped first, with a WARN line). A sidecar sends a process far fewer jobs than this (its
+// concurrency), so only a process left alone for long gets there.
+const MAX_KEPT_RESULTS = 1000;
+
+function log(...parts) {
+  process.stderr.write(`soniq-handler[${process.pid}]: ${parts.join(' ')}\n`);
+}
+
+// ---------------------------------------------------------------------------------------
+// Errors -> protocol error objects
+
+function errorPayload(err, retryable) {
+  if (err instanceof Error || (err !== null && typeof err === 'object' && 'message' in err)) {
+    let type = typeof err.name === 'string' && err.name ? err.name : '';
+    const ctor = err.constructor && typeof err.constructor.name === 'string' ? err.constructor.name : '';
+    if ((!type || type === 'Error') && ctor && ctor !== 'Object') type = ctor;
+    return {
+      type: type || 'Error',
+      message: truncate(String(err.message), MAX_ERROR_TEXT),
+      traceback: typeof err.stack === 'string' ? truncate(err.stack, MAX_ERROR_TEXT) : null,
+      retryable: retryable && err.retryable !== false,
+    };
+  }
+  // Something that is not an Error was thrown (`throw 'oops'`).
+  let message;
+  try {
+    message = typeof err === 'string' ? err : JSON.stringify(err) ?? String(err);
+  } catch {
+    message = String(err);
+  }
+  return { type: err === null ? 'null' : typeof err, message: truncate(message, MAX_ERROR_TEXT), traceback: null, retryable };
+}
+
+// A failed validation: permanent, in Soniq's words ("Corrupted argument data: ..."), without
+// the validator's stack; the reason lets the sidecar dead-letter it as invalid_arguments.
+function validationError(err) {
+  const e = errorPayload(err, false);
+  return {
+    ...e, message: truncate(`Corrupted argument data: ${e.message}`, MAX_ERROR_TEXT), traceback: null, retryable: false,
+    reason: 'invalid_arguments',
+  };
+}
+
+// One line about something thrown, for the log.
+function describeThrown(err) {
+  const e = errorPayload(err, true);
+  return `${e.type}: ${String(e.message).split('\n')[0]}`;
+}
+
+// Epoch milliseconds from a job frame as a Date; null when absent.
+function dateOrNull(ms) {
+  return ms === null || ms === undefined ? null : new Date(ms);
+}
+
+function truncate(s, max) {
+  if (typeof s !== 'string' || s.length <= max) return s;
+  return `${s.slice(0, max)}... [truncated ${s.length - max} chars]`;
+}
+
+// ---------------------------------------------------------------------------------------
+// Result frames a transport sends on its own
+
+// A job that slipped in after shutdown: handed back for a retry.
+function shuttingDown(id) {
+  return {
+    type: 'result', id, status: 'failed',
+    error: { type: 'ShuttingDown', message: 'handler process is shutting down', traceback: null, retryable: true },
+  };
+}
+
+// A job that came while draining (attach mode): back at once, not counted as a failure.
+function draining(id) {
+  return { type: 'result', id, status: 'snooze', seconds: 0, reason: 'handler draining' };
+}
+
+// ---------------------------------------------------------------------------------------
+// Registry and Runtime
+
+// What an App registers: handlers by name ({fn, cancellable, validate}), middleware (the first
+// registered outermost) and hooks by kind, each in registration order.
+class Registry {
+  constructor() {
+    this.handlers = new Map();
+    this.hooks = { beforeJob: [], afterJob: [], onError: [] };
+    this.middleware = [];
+  }
+
+  // The `jobs` list of hello, in registration order.
+  jobs() {
+    return [...this.handlers].map(([name, h]) => ({ name, cancellable: h.cancellable }));
+  }
+}
+
+class Runtime {
+  constructor(registry, { concurrency, maxFrameBytes }) {
+    this.registry = registry;
+    this.concurrency = concurrency;
+    this.maxFrameBytes = maxFrameBytes;
+    this.onChange = () => {};
+    this.jobs = new Map(); // id -> entry {controller, cancellable, msg, handler, report}, until its result is reported
+    this.waiting = []; // entries over the concurrency limit, in arrival order
+    this.running = 0;
+  }
+
+  hello(protocol) {
+    return {
+      type: 'hello',
+      protocol,
+      sdk: SDK,
+      pid: process.pid,
+      jobs: this.registry.jobs(),
+      concurrency: this.concurrency,
+    };
+  }
+
+  // Whether job `id` is held already (its second job message is ignored).
+  duplicate(id) {
+    if (!this.jobs.has(id)) return false;
+    log(`job ${id} received while already in flight; ignoring the duplicate`);
+    return true;
+  }
+
+  // Takes a job: it runs as soon as a slot is free and `report(frame, text)` gets its result
+  // once, checked and encoded. The transport has checked `duplicate` and whether it takes jobs.
+  start(msg, report) {
+    if (this.jobs.has(msg.id)) throw new Error(`job ${msg.id} is held already`);
+    const handler = this.registry.handlers.get(msg.name);
+    const entry = { controller: new AbortController(), cancellable: handler ? handler.cancellable : true, msg, handler, report };
+    this.jobs.set(msg.id, entry);
+    if (this.running < this.concurrency) this._start(entry);
+    else this.waiting.push(entry);
+  }
+
+  cancel(id, reason) {
+    const entry = this.jobs.get(id);
+    if (!entry) return; // unknown or already finished; the result is on its way or sent
+    if (!entry.cancellable) {
+      log(`cancel (${reason}) for non-cancellable job ${id} (${entry.msg.name}) ignored; it runs to completion`);
+      return;
+    }
+    // A job still waiting for a slot sees it when it starts, and reports itself cancelled.
+    if (!entry.controller.signal.aborted) entry.controller.abort(reason);
+  }
+
+  // Every job held, started or waiting for a slot.
+  held() {
+    return [...this.jobs.values()].map((e) => ({ id: e.msg.id, name: e.msg.name }));
+  }
+
+  get count() {
+    return this.jobs.size;
+  }
+
+  // The result as it is reported, and its encoding: one that cannot be encoded, or is over the
+  // frame limit, fails the job instead (every transport).
+  encodeResult(result) {
+    let text;
+    try {
+      text = encode(result);
+    } catch (err) {
+      const error = errorPayload(err, false);
+      error.message = `result of job ${result.id} is not JSON-serialisable: ${error.message}`;
+      return this.encodeResult({ type: 'result', id: result.id, status: 'failed', error });
+    }
+    if (Buffer.byteLength(text) <= this.maxFrameBytes) return { frame: result, text };
+    const frame = {
+      type: 'result', id: result.id, status: 'failed',
+      error: { type: 'ResultTooLarge', message: `result frame of ${Buffer.byteLength(text)} bytes exceeds the ${this.maxFrameBytes}-byte frame limit`, traceback: null, retryable: false },
+    };
+    return { frame, text: encode(frame) };
+  }
+
+  _start(entry) {
+    this.running++;
+    this._execute(entry)
+      .catch((err) => ({
+        type: 'result', id: entry.msg.id, status: 'failed', error: errorPayload(err, true),
+      }))
+      .then((result) => this._finish(entry, result));
+  }
+
+  _finish(entry, result) {
+    this.jobs.delete(entry.msg.id);
+    this.running--;
+    const { frame, text } = this.encodeResult(result);
+    entry.report(frame, text);
+    while (this.running < this.concurrency && this.waiting.length > 0) this._start(this.waiting.shift());
+    this.onChange();
+  }
+
+  async _execute(entry) {
+    const { msg, handler, controller } = entry;
+    const base = { type: 'result', id: msg.id };
+    if (!handler) {
+      return {
+        ...base, status: 'failed',
+        error: { type: 'UnknownJob', message: `no handler registered for job ${JSON.stringify(msg.name)} in this process`, traceback: null, retryable: false },
+      };
+    }
+    if (entry.cancellable && controller.signal.aborted) return { ...base, status: 'cancelled' };
+    const ctx = Object.freeze({
+      id: msg.id,
+      name: msg.name,
+      attempt: msg.attempt,
+      maxAttempts: msg.max_attempts,
+      queue: msg.queue,
+      deadline: msg.deadline === null ? null : new Date(msg.deadline),
+      traceparent: msg.traceparent,
+      workerId: msg.worker_id ?? null,
+      scheduledAt: dateOrNull(msg.scheduled_at),
+      createdAt: dateOrNull(msg.created_at),
+      signal: controller.signal,
+    });
+    const started = performance.now();
+    await this._runHooks('beforeJob', ctx, [ctx]);
+    let args = msg.args;
+    if (handler.validate) {
+      try {
+        const validated = await handler.validate(msg.args);
+        if (validated !== undefined) args = validated;
+      } catch (err) {
+        return { ...base, status: 'failed', error: validationError(err) };
+      }
+    }
+    if (entry.cancellable && controller.signal.aborted) return { ...base, status: 'cancelled' };
+    let value;
+    try {
+      value = await this._chain(handler.fn, ctx, args);
+    } catch (err) {
+      const cancelled = entry.cancellable && controller.signal.aborted;
+      // A job timeout is a failure of the job (Soniq calls on_error for it); a cancel at
+      // shutdown gives the job back to the queue, which is not.
+      if (!cancelled || controller.signal.reason === 'job_timeout') await this._runHooks('onError', ctx, [ctx, err]);
+      if (cancelled) return { ...base, status: 'cancelled' };
+      return { ...base, status: 'failed', error: errorPayload(err, !(err instanceof PermanentError)) };
+    }
+    if (isSnooze(value)) {
+      return { ...base, status: 'snooze', seconds: value.seconds, reason: value.reason ?? null };
+    }
+    const result = value === undefined ? null : value;
+    await this._runHooks('afterJob', ctx, [ctx, { result, durationMs: performance.now() - started }]);
+    return { ...base, status: 'done', result };
+  }
+
+  async _runHooks(kind, ctx, args) {
+    for (const fn of this.registry.hooks[kind]) {
+      try {
+        await fn(...args);
+      } catch (err) {
+        log(`${kind} hook failed for job ${ctx.id} (${ctx.name}): ${describeThrown(err)}; ignored`);
+      }
+    }
+  }
+
+  // The middleware chain around the handler, as it is when the job starts.
+  _chain(fn, ctx, args) {
+    const mws = this.registry.middleware.slice();
+    const dispatch = async (i, a) => {
+      if (i === mws.length) return fn(a, ctx);
+      return mws[i](ctx, a, (next) => dispatch(i + 1, next === undefined ? a : next));
+    };
+    return dispatch(0, args);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Results kept for sessions
+
+// One session's side of the acknowledgements: whether its sidecar acknowledges results, and the
+// results sent on it that it has not acknowledged yet.
+class Sent {
+  constructor() {
+    this.acks = false; // the sidecar said it acknowledges results (an Ack)
+    // Whether a message came from the sidecar yet: one that acknowledges results sends an Ack
+    // first, so anything else first means it never will.
+    this.heard = false;
+    this.unacked = new Map(); // id -> result frame
+  }
+}
+
+// Results of attach mode, each kept until a session acknowledges it. One that ends with no
+// session open, or that was sent on a session that ended without acknowledging it, waits here
+// for the next session (`kept`, oldest first, at most `limit`). A spawned process (`attach`
+// false) has no next session: nothing is kept.
+class Ledger {
+  constructor(attach, limit = MAX_KEPT_RESULTS) {
+    this.attach = attach;
+    this.limit = limit;
+    this.kept = new Map(); // id -> result frame
+    // A sidecar acknowledged results once: from then on a session that ends with results
+    // unacknowledged hands them to the next one.
+    this.peerAcks = false;
+  }
+
+  // A session opens: the results kept for it, to send it, tracked as unacknowledged until its
+  // sidecar says whether it acknowledges.
+  open() {
+    const sent = new Sent();
+    const kept = [...this.kept.values()];
+    this.kept = new Map();
+    for (const frame of kept) sent.unacked.set(frame.id, frame);
+    return { sent, kept };
+  }
+
+  // A message came on the session (`isAck`: an Ack).
+  heard(s, isAck) {
+    if (s.heard) return;
+    s.heard = true;
+    if (!isAck) s.unacked.clear(); // an older sidecar: it never acknowledges
+  }
+
+  // A result went out on the session.
+  sent(s, frame) {
+    if (this.attach && (s.acks || !s.heard)) s.unacked.set(frame.id, frame);
+  }
+
+  // The sidecar settled these results; true if it named any.
+  acked(s, ids) {
+    s.acks = true;
+    this.peerAcks = true;
+    for (const id of ids) s.unacked.delete(id);
+    return ids.length > 0;
+  }
+
+  // The session is over: the results written on it that the sidecar may never have received or
+  // recorded go to the next session, when the sidecar acknowledges results.
+  closed(s, why) {
+    if (s.acks || this.peerAcks) for (const frame of s.unacked.values()) this.keep(frame, why);
+    s.unacked.clear();
+  }
+
+  keep(frame, why) {
+    if (!this.attach) return; // spawned: there is no next session
+    this.kept.delete(frame.id);
+    if (this.kept.size >= this.limit) {
+      const lost = this.kept.keys().next().value;
+      this.kept.delete(lost);
+      log(`WARN: more than ${this.limit} results wait for a session; the result of job ${lost} is dropped`);
+    }
+    this.kept.set(frame.id, frame);
+    log(`job ${frame.id} ${why}; its result waits for the next session`);
+  }
+
+  // The session acknowledges results and has not acknowledged some it was sent.
+  static awaiting(s) {
+    return Boolean(s && s.acks && s.unacked.size > 0);
+  }
+
+  // Ids of results no session received (or acknowledged).
+  lost(s) {
+    return [...this.kept.keys(), ...(s && s.acks ? s.unacked.keys() : [])];
+  }
+}
+
+module.exports = {
+  Runtime, Registry, Ledger, Sent, SDK, MAX_KEPT_RESULTS, log, shuttingDown, draining,
+};

@@ -1,0 +1,199 @@
+"""The stdio transport: NDJSON frames on the process's stdin and stdout
+(docs/protocol.md), the default when the sidecar spawns the handler. The jobs
+themselves run in the Runtime; this module moves the protocol off fds 0 and 1,
+reads and splits frames, acts on them and writes the results."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Tuple
+
+from . import protocol
+from ._runtime import Runtime, log, quote, shutting_down
+from ._types import EXIT_PROTOCOL_ERROR, EXIT_SIDECAR_GONE
+
+
+@dataclass
+class _Channel:
+    """The private protocol file descriptors (see _protect_stdio)."""
+
+    rfd: int
+    wfd: int
+    write_lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+async def serve(rt: Runtime, version: int) -> None:
+    """Serves the protocol on stdin/stdout until the sidecar shuts the process
+    down (or closes stdin) and every job held has reported its result and its
+    hooks have returned; raises the Runtime's ServeError when it cannot go on."""
+    await _Stdio(rt, _protect_stdio()).serve(version)
+
+
+class _Stdio:
+    def __init__(self, rt: Runtime, chan: _Channel) -> None:
+        self.rt = rt
+        self.chan = chan
+        self.draining = False
+        self.inbox: asyncio.Queue[Tuple[str, Any]] = asyncio.Queue()
+
+    async def serve(self, version: int) -> None:
+        rt = self.rt
+        rt.on_change = self._wake  # a job ended, hooks ended, serving failed
+        reader = threading.Thread(
+            target=_read_frames,
+            args=(self.chan.rfd, rt.max_frame_bytes, asyncio.get_running_loop(), self.inbox),
+            name="soniq-stdin",
+            daemon=True,
+        )
+        reader.start()
+        self._send(protocol.encode(rt.hello(version)))
+        while True:
+            if rt.failure is not None:
+                raise rt.failure
+            if self.draining and rt.idle:
+                return
+            kind, data = await self.inbox.get()
+            if kind == "eof":
+                # Same as shutdown: nothing more can arrive; the loop ends
+                # once the jobs in flight have written their results.
+                self.draining = True
+            elif kind == "error":
+                rt.fail(EXIT_PROTOCOL_ERROR, f"protocol error: {data}")
+            elif kind == "line":
+                self._dispatch(data)
+            # "wake" only makes the loop check its conditions again.
+
+    def _wake(self) -> None:
+        self.inbox.put_nowait(("wake", None))
+
+    def _dispatch(self, line: bytes) -> None:
+        """Acts on one frame from the sidecar; a malformed one ends serving
+        with status 4 (under run() the process exits at once, from inside
+        the loop, so no running sync thread can delay the exit)."""
+        rt = self.rt
+        try:
+            msg = protocol.decode(line, rt.max_frame_bytes)
+        except protocol.ProtocolError as e:
+            rt.fail(EXIT_PROTOCOL_ERROR, f"protocol error: {e} in frame {quote(line)}")
+            return
+        if msg["type"] == "job":
+            if rt.duplicate(msg["id"]):
+                return
+            if self.draining:
+                # The sidecar does not send jobs after shutdown; if one slips
+                # through, hand it back for a retry rather than dropping it.
+                self._send(protocol.encode(shutting_down(msg["id"])))
+                return
+            rt.start(msg, self._report)
+        elif msg["type"] == "cancel":
+            rt.cancel(msg["id"], msg["reason"])
+        elif msg["type"] == "ping":
+            self._send(protocol.encode({"type": "pong", "seq": msg["seq"]}))
+        elif msg["type"] == "shutdown":
+            self.draining = True
+        else:
+            rt.fail(EXIT_PROTOCOL_ERROR, f"protocol error: unexpected {msg['type']!r} frame from the sidecar")
+
+    def _report(self, frame: protocol.ResultFrame, data: bytes) -> None:
+        self._send(data)
+
+    def _send(self, data: bytes) -> None:
+        if self.rt.failure is not None:
+            return  # serving is giving up: nothing more goes out
+        buf = memoryview(data + b"\n")
+        # One frame per locked section: frames never interleave, and os.write
+        # on the raw fd has no user-space buffer, so each frame is "flushed".
+        with self.chan.write_lock:
+            try:
+                while buf:
+                    n = os.write(self.chan.wfd, buf)
+                    buf = buf[n:]
+            except BrokenPipeError:
+                # Nobody reads our frames any more: the sidecar is gone.
+                self.rt.fail(EXIT_SIDECAR_GONE, "stdout closed by the sidecar; exiting")
+
+
+def _protect_stdio() -> _Channel:
+    """Moves the protocol off fds 0 and 1 so user code cannot disturb it.
+
+    stdout: the pipe to the sidecar is duplicated to a private fd that only the
+    SDK writes to; fd 1 then becomes a copy of stderr and sys.stdout is rebound
+    to sys.stderr. A stray print(), os.write(1, ...) or a child process writing
+    to its stdout now lands in the log instead of corrupting the frame stream.
+
+    stdin: likewise duplicated to a private fd, and fd 0 replaced by /dev/null,
+    so neither input() nor a subprocess that inherits stdin can swallow frames.
+
+    os.dup() returns non-inheritable fds, so subprocesses never see the
+    private ones.
+    """
+    for stream in (sys.stdout, sys.__stdout__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    wfd = os.dup(1)
+    rfd = os.dup(0)
+    os.dup2(2, 1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    sys.stdout = sys.stderr
+    sys.stdin = open(os.devnull)  # noqa: SIM115 - lives as long as the process
+    return _Channel(rfd=rfd, wfd=wfd)
+
+
+def _read_frames(
+    fd: int, max_frame_bytes: int, loop: asyncio.AbstractEventLoop, inbox: asyncio.Queue[Tuple[str, Any]]
+) -> None:
+    """Reader thread: splits the private stdin into lines for the event loop.
+
+    It uses os.read on the raw fd rather than a buffered file: this thread is
+    a daemon still blocked in read when the process exits, and a daemon thread
+    holding a BufferedReader's lock at interpreter shutdown is a fatal error.
+    """
+
+    def put(item: Tuple[str, Any]) -> None:
+        try:
+            loop.call_soon_threadsafe(inbox.put_nowait, item)
+        except RuntimeError:
+            pass  # the loop is closed: the process is exiting
+
+    buf = bytearray()
+    # A line may carry one "\r" before its "\n" that does not count.
+    limit = max_frame_bytes + 1
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except InterruptedError:
+            continue
+        except OSError as e:
+            put(("error", f"reading stdin: {e}"))
+            return
+        if not chunk:
+            if buf:
+                # Every frame ends with "\n": bytes after the last one are a
+                # truncated frame, not something to run.
+                log(f"partial last line before EOF ignored: {quote(bytes(buf))}")
+            put(("eof", None))
+            return
+        start = len(buf)
+        buf += chunk
+        while True:
+            nl = buf.find(b"\n", start)
+            if nl < 0:
+                break
+            line = bytes(buf[:nl])
+            del buf[: nl + 1]
+            start = 0
+            if line == b"" or line == b"\r":
+                continue  # empty lines are ignored
+            put(("line", line))
+        if len(buf) > limit:
+            put(("error", f"oversize: a frame exceeds {max_frame_bytes} bytes"))
+            return

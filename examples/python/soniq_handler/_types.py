@@ -1,0 +1,106 @@
+"""The SDK's public value types: what a handler knows about its job
+(JobContext), the outcomes it can give besides a value (Snooze,
+PermanentError), the error serving ends with (ServeError) and the exit
+statuses the sidecar tells apart. Kept apart from app.py so that the runtime
+and the transports use them without importing the App."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Awaitable, Callable, Dict, Optional, Type, Union
+
+from ._version import __version__
+
+SDK_NAME = f"soniq-python/{__version__}"
+
+# Exit statuses the sidecar can tell apart.
+EXIT_OK = 0
+EXIT_NO_COMMON_PROTOCOL = 3
+EXIT_PROTOCOL_ERROR = 4
+EXIT_SIDECAR_GONE = 1
+EXIT_CANNOT_START = 1
+EXIT_USAGE = 2  # a bad command line; attach mode: its socket path in use or not a socket
+
+
+class ServeError(Exception):
+    """App.serve() cannot start or go on: no common protocol version, a
+    malformed frame from the sidecar, the sidecar gone... ``exit_code`` is the
+    status App.run() exits with for it (the sidecar tells them apart)."""
+
+    __module__ = "soniq_handler"
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class PermanentError(Exception):
+    """Raise to fail a job without retrying it (dead-lettered at once)."""
+
+    __module__ = "soniq_handler"
+    retryable = False
+
+
+class Snooze(Exception):
+    """Return (or raise) ``Snooze(seconds, reason)`` to run the job again later
+    without counting a failure."""
+
+    __module__ = "soniq_handler"
+
+    def __init__(self, seconds: float, reason: Optional[str] = None) -> None:
+        if type(seconds) not in (int, float) or not seconds >= 0:
+            raise ValueError(f"Snooze seconds must be a number >= 0, got {seconds!r}")
+        if reason is not None and not isinstance(reason, str):
+            raise TypeError("Snooze reason must be a string or None")
+        super().__init__(seconds, reason)
+        self.seconds = seconds
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"Snooze({self.seconds!r}, {self.reason!r})"
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What a handler knows about the job it runs, besides its args.
+
+    ``worker_id``, ``scheduled_at`` and ``created_at`` are those of the job's
+    row, as a Soniq worker's JobContext has them: the id of the sidecar that
+    claimed it ("" when the sidecar does not say), and timezone-aware UTC
+    datetimes (None for a row without one: ``scheduled_at`` is None for a job
+    queued to run at once).
+    """
+
+    id: str
+    name: str
+    attempt: int
+    max_attempts: int
+    queue: str
+    deadline: Optional[datetime]  # timezone-aware UTC, None = no deadline
+    traceparent: Optional[str]
+    deadline_ms: Optional[int] = None  # the raw epoch milliseconds
+    worker_id: str = ""
+    scheduled_at: Optional[datetime] = None
+    created_at: Optional[datetime] = None
+
+    # Soniq's JobContext calls the first two job_id and job_name: code written
+    # for a Soniq worker (a middleware, say) reads them unchanged.
+    @property
+    def job_id(self) -> str:
+        return self.id
+
+    @property
+    def job_name(self) -> str:
+        return self.name
+
+
+# call_next of a middleware: runs the rest of the chain (in the end the
+# handler) for that context and returns what the handler returned.
+CallNext = Callable[[JobContext], Awaitable[Any]]
+# A middleware: ``async def mw(ctx, call_next)`` wraps every job's handler.
+Middleware = Callable[[JobContext, CallNext], Awaitable[Any]]
+# validate= of @app.job: a callable taking the job's args and returning the
+# args the handler gets (raising when they are invalid), or a pydantic model
+# class (any class with pydantic v2's model_validate/model_dump).
+Validator = Union[Callable[[Dict[str, Any]], Any], Type[Any]]

@@ -1,0 +1,339 @@
+"""In-process checks of the Runtime, the job machinery every transport calls
+(start, cancel, report, hooks, slots, fail/close), and of the Ledger that
+keeps attach mode's results until a session acknowledges them. Real asyncio
+tasks and a real thread pool: no transport, the report callback is the
+transport."""
+
+import asyncio
+import threading
+
+import pytest
+
+import soniq_handler
+from soniq_handler import protocol
+from soniq_handler._runtime import Ledger, Registry, Runtime, encode_result, result, validator
+
+
+def job(job_id, name, args=None):
+    return {
+        "type": "job", "id": job_id, "name": name, "args": args or {}, "attempt": 2, "max_attempts": 5,
+        "queue": "default", "deadline": None, "traceparent": None, "worker_id": None, "scheduled_at": None,
+        "created_at": None,
+    }
+
+
+class Harness:
+    """A Runtime over a Registry, its reports recorded in order."""
+
+    def __init__(self, concurrency=2, sync_concurrency=1, max_frame_bytes=protocol.DEFAULT_MAX_FRAME_BYTES):
+        self.reg = Registry()
+        self.rt = Runtime(self.reg, concurrency=concurrency, sync_concurrency=sync_concurrency,
+                          max_frame_bytes=max_frame_bytes)
+        self.reports = []
+        self.events = []  # hooks, in the order they ran
+        self.changes = 0
+        self.rt.on_change = self._changed
+        self.reported = asyncio.Event()
+
+    def _changed(self):
+        self.changes += 1
+
+    def report(self, frame, data):
+        assert protocol.decode(data) == frame  # the encoding is the frame's
+        self.reports.append(frame)
+        self.reported.set()
+
+    def start(self, job_id, name, args=None):
+        self.rt.start(job(job_id, name, args), self.report)
+
+    async def until(self, n, timeout=5):
+        async def wait():
+            while len(self.reports) < n:
+                self.reported.clear()
+                await self.reported.wait()
+
+        await asyncio.wait_for(wait(), timeout)
+        return {f["id"]: f for f in self.reports}
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_slots_hold_extra_jobs_in_arrival_order():
+    async def main():
+        h = Harness(concurrency=1)
+        gate = asyncio.Event()
+        started = []
+
+        async def work(args):
+            started.append(args["n"])
+            await gate.wait()
+            return args["n"]
+
+        h.reg.add_job("w", work, None)
+        h.rt.open()
+        for n in range(3):
+            h.start(f"j{n}", "w", {"n": n})
+        await asyncio.sleep(0.05)
+        assert started == [0]  # one slot
+        assert h.rt.held() == [("j0", "w"), ("j1", "w"), ("j2", "w")] and h.rt.count == 3
+        gate.set()
+        got = await h.until(3)
+        assert [f["id"] for f in h.reports] == ["j0", "j1", "j2"] and started == [0, 1, 2]
+        assert got["j2"]["status"] == "done" and got["j2"]["result"] == 2
+        assert h.rt.count == 0 and h.rt.idle
+        h.rt.close()
+
+    run(main())
+
+
+def test_cancel_waiting_job_reports_at_once_and_it_never_runs():
+    async def main():
+        h = Harness(concurrency=1)
+        gate = asyncio.Event()
+        before = []
+        h.reg.add_hook("before_job", lambda name, job_id, attempt: before.append(job_id))
+
+        async def work(args):
+            await gate.wait()
+
+        h.reg.add_job("w", work, None)
+        h.rt.open()
+        h.start("a", "w")
+        h.start("b", "w")
+        await asyncio.sleep(0.05)
+        h.rt.cancel("b", "shutdown_timeout")
+        assert h.reports == [result("b", "cancelled")]  # at once: it only waited
+        gate.set()
+        await h.until(2)
+        assert before == ["a"]
+        h.rt.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize("reason, hook_runs", [("job_timeout", True), ("shutdown_timeout", False)])
+def test_cancel_running_async_job(reason, hook_runs):
+    async def main():
+        h = Harness()
+        errors = []
+        h.reg.add_hook("on_error", lambda *a: errors.append(a))
+        cancelled = asyncio.Event()
+
+        async def hang(args, ctx):
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+
+        h.reg.add_job("hang", hang, None)
+        h.rt.open()
+        h.start("h1", "hang")
+        await asyncio.sleep(0.05)
+        h.rt.cancel("h1", reason)
+        got = await h.until(1)
+        assert got["h1"]["status"] == "cancelled" and cancelled.is_set()
+        await h.rt.hooks_idle()
+        assert errors == ([("hang", "h1", "Job timed out", 2)] if hook_runs else [])
+        h.rt.close()
+
+    run(main())
+
+
+def test_sync_jobs_are_not_cancelled_and_run_in_the_pool():
+    async def main():
+        h = Harness(sync_concurrency=1)
+        release = threading.Event()
+
+        def blocking(args):
+            release.wait(5)
+            return threading.current_thread().name
+
+        h.reg.add_job("s", blocking, None)
+        h.rt.open()
+        h.start("s1", "s")
+        await asyncio.sleep(0.05)
+        h.rt.cancel("s1", "job_timeout")  # ignored (logged)
+        release.set()
+        got = await h.until(1)
+        assert got["s1"]["status"] == "done" and got["s1"]["result"].startswith("soniq-sync")
+        h.rt.close()
+
+    run(main())
+
+
+def test_outcomes_of_a_job():
+    async def main():
+        h = Harness(max_frame_bytes=4096)
+        h.reg.add_job("snooze", lambda args: soniq_handler.Snooze(3, "later"), None)
+        h.reg.add_job("permanent", lambda args: (_ for _ in ()).throw(soniq_handler.PermanentError("no")), None)
+        h.reg.add_job("odd", lambda args: {1, 2}, None)  # JSON cannot carry a set
+        h.reg.add_job("big", lambda args: "x" * 5000, None)
+        h.reg.add_job("checked", lambda args: args, validator("checked", lambda a: {"n": int(a["n"])}))
+        h.rt.open()
+        for job_id, name, args in [("1", "snooze", {}), ("2", "permanent", {}), ("3", "odd", {}), ("4", "big", {}),
+                                   ("5", "checked", {"n": "7"}), ("6", "checked", {}), ("7", "nope", {})]:
+            h.start(job_id, name, args)
+        got = await h.until(7)
+        assert (got["1"]["status"], got["1"]["seconds"], got["1"]["reason"]) == ("snooze", 3, "later")
+        assert got["2"]["error"]["type"] == "PermanentError" and got["2"]["error"]["retryable"] is False
+        assert got["3"]["error"]["type"] == "TypeError" and "not JSON-serialisable" in got["3"]["error"]["message"]
+        assert got["4"]["error"]["type"] == "ResultTooLarge"
+        assert got["5"]["result"] == {"n": 7}
+        assert got["6"]["error"]["reason"] == "invalid_arguments"
+        assert got["6"]["error"]["message"].startswith("Corrupted argument data: ")
+        assert got["7"]["error"]["type"] == "UnknownJob"
+        h.rt.close()
+
+    run(main())
+
+
+def test_after_job_hooks_run_after_the_report_and_count_as_busy():
+    async def main():
+        h = Harness()
+        gate = asyncio.Event()
+        seen = []
+
+        async def after(name, job_id, duration_ms):
+            seen.append((job_id, len(h.reports)))  # the result was reported first
+            await gate.wait()
+
+        h.reg.add_hook("after_job", after)
+        h.reg.add_job("ok", lambda args: 1, None)
+        h.rt.open()
+        h.start("a", "ok")
+        await h.until(1)
+        await asyncio.sleep(0.05)
+        assert seen == [("a", 1)]
+        assert h.rt.count == 0 and not h.rt.idle  # a hook still runs
+        changes = h.changes
+        gate.set()
+        await h.rt.hooks_idle()
+        await asyncio.sleep(0)
+        assert h.rt.idle and h.changes > changes  # its end is a change too
+        h.rt.close()
+
+    run(main())
+
+
+def test_duplicate_and_start_of_a_held_job():
+    async def main():
+        h = Harness()
+        gate = asyncio.Event()
+
+        async def wait(args):
+            await gate.wait()
+
+        h.reg.add_job("w", wait, None)
+        h.rt.open()
+        assert not h.rt.duplicate("d")
+        h.start("d", "w")
+        assert h.rt.duplicate("d")
+        with pytest.raises(ValueError):
+            h.start("d", "w")
+        gate.set()
+        await h.until(1)
+        assert not h.rt.duplicate("d")
+        h.rt.close()
+
+    run(main())
+
+
+def test_fail_then_close_abandons_what_is_held():
+    async def main():
+        h = Harness()
+        cancelled = asyncio.Event()
+
+        async def hang(args):
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+
+        h.reg.add_job("hang", hang, None)
+        h.rt.open()
+        h.start("h", "hang")
+        await asyncio.sleep(0.05)
+        changes = h.changes
+        err = h.rt.fail(4, "protocol error: test")
+        assert isinstance(err, soniq_handler.ServeError) and err.exit_code == 4
+        assert h.rt.failure is err and h.changes == changes + 1
+        assert h.rt.fail(1, "later") is err  # the first failure stays
+        h.rt.close()
+        await asyncio.wait_for(cancelled.wait(), 5)
+        await asyncio.sleep(0)
+        assert h.reports == []  # nothing is reported after a failure
+
+    run(main())
+
+
+def test_hello_and_jobs():
+    reg = Registry()
+    reg.add_job("a", lambda args: None, None)
+
+    async def b(args, ctx):
+        pass
+
+    reg.add_job("b", b, None)
+    rt = Runtime(reg, concurrency=3, sync_concurrency=2, max_frame_bytes=1 << 20)
+    hello = rt.hello(1)
+    assert protocol.decode(protocol.encode(hello)) == hello
+    assert hello["jobs"] == [{"name": "a", "cancellable": False}, {"name": "b", "cancellable": True}]
+    assert (hello["concurrency"], hello["sync_concurrency"], hello["sdk"]) == (3, 2, soniq_handler.app.SDK_NAME)
+
+
+def test_encode_result_keeps_a_good_frame():
+    frame = result("x", "done", value={"a": [1, 2.5]})
+    assert encode_result(frame, 1 << 20) == (frame, protocol.encode(frame))
+
+
+# ------------------------------------------------------------------ Ledger
+
+
+def done(job_id):
+    return result(job_id, "done", value=job_id)
+
+
+def test_ledger_results_wait_until_acknowledged():
+    led = Ledger(attach=True)
+    s, kept = led.open()
+    assert kept == []
+    led.sent(s, done("a"))  # before the sidecar said anything: tracked
+    led.heard(s, is_ack=True)
+    assert led.acked(s, []) is False and Ledger.awaiting(s)
+    led.sent(s, done("b"))
+    assert led.acked(s, ["a"]) is True
+    assert list(s.unacked) == ["b"] and led.lost(s) == ["b"]
+    # The session breaks: b goes to the next one, with what was never written.
+    led.closed(s, [done("c")], "unacknowledged")
+    assert list(led.kept) == ["b", "c"]
+    t, kept = led.open()
+    assert [f["id"] for f in kept] == ["b", "c"] and led.kept == {}
+    assert list(t.unacked) == ["b", "c"]  # until the new sidecar says whether it acknowledges
+
+
+def test_ledger_with_a_sidecar_that_never_acknowledges():
+    led = Ledger(attach=True)
+    s, _ = led.open()
+    led.sent(s, done("a"))
+    led.heard(s, is_ack=False)  # anything but an Ack first: it never will
+    assert s.unacked == {}
+    led.sent(s, done("b"))
+    assert s.unacked == {} and not Ledger.awaiting(s)
+    led.closed(s, [], "gone")
+    assert led.kept == {}  # it was trusted with what it received
+
+
+def test_ledger_keeps_at_most_its_limit_and_nothing_when_spawned():
+    led = Ledger(attach=True, limit=2)
+    for job_id in "abc":
+        led.keep(done(job_id), "no session")
+    assert list(led.kept) == ["b", "c"]  # the oldest dropped
+    spawned = Ledger(attach=False)
+    spawned.keep(done("a"), "no session")
+    s, _ = spawned.open()
+    spawned.sent(s, done("b"))
+    assert spawned.kept == {} and s.unacked == {}
