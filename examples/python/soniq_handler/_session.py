@@ -127,6 +127,7 @@ class _Session:
         self.outbox: "asyncio.Queue[_Out]" = asyncio.Queue()
         self.shutdown = False  # the sidecar sent shutdown (or closed its side)
         self.ended = False
+        self.closed = False  # _close has run
         self.sent = sent  # the results sent on it and not acknowledged yet
         self.jobs: Set[str] = set()  # ids of the jobs it brought that are still held
 
@@ -210,6 +211,12 @@ class SessionCore:
             while True:
                 out = await s.outbox.get()
                 if isinstance(out, _End):
+                    # The socket is free for the next session before the
+                    # status reaches this one's peer: awaiting abort lets
+                    # other RPCs run, and a sidecar that reconnects at once
+                    # must not be refused as if this session were open.
+                    reader.cancel()
+                    self._close(s)
                     if out.code is not None:
                         await context.abort(out.code, out.details)
                     return
@@ -322,6 +329,9 @@ class SessionCore:
 
     def _close(self, s: _Session) -> None:
         """The session is over (ended, refused by us, or broken)."""
+        if s.closed:
+            return
+        s.closed = True
         s.ended = True
         if self.current is s:
             self.current = None
