@@ -246,7 +246,7 @@ func (c *checker) explain(e Execution) string {
 		case faultSidecarStop:
 			// The job started before the stop ended (its frame was sent
 			// before it), and the stop was long enough for recovery.
-			if f.Dur >= c.r.recoverableStop() && !e.Start.After(f.At.Add(f.Dur+c.r.Slack)) {
+			if dur := c.stopSpan(f); dur >= c.r.recoverableStop() && !e.Start.After(f.At.Add(dur+c.r.Slack)) {
 				return "stop"
 			}
 		}
@@ -265,6 +265,29 @@ func (c *checker) explain(e Execution) string {
 		}
 	}
 	return ""
+}
+
+// stopResumeMax is the longest resume between two stops of one sidecar
+// that still counts as one stop: too short for a heartbeat to reach the
+// database (the nemesis may SIGSTOP a sidecar again a millisecond after
+// its SIGCONT).
+const stopResumeMax = 100 * time.Millisecond
+
+// stopSpan is how long the sidecar stopped by f stayed stopped: f's own
+// stop, and the stops of the same process that followed it with resumes
+// shorter than stopResumeMax.
+func (c *checker) stopSpan(f Fault) time.Duration {
+	end := f.At.Add(f.Dur)
+	for extended := true; extended; {
+		extended = false
+		for _, g := range c.h.Faults {
+			if g.Kind == faultSidecarStop && g.PID == f.PID && g.At.After(f.At) && !g.At.Before(end) &&
+				g.At.Sub(end) <= stopResumeMax && g.At.Add(g.Dur).After(end) {
+				end, extended = g.At.Add(g.Dur), true
+			}
+		}
+	}
+	return end.Sub(f.At)
 }
 
 // executionsOfUnknownJobs: an execution of a job the producer never
