@@ -9,7 +9,6 @@ package integration
 // binary exported during the run.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -24,7 +23,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -50,29 +48,11 @@ func toolPath(t *testing.T, envVar, name string) string {
 	return p
 }
 
-// lockedBuffer is an io.Writer safe for a process's output and the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // promServer is a Prometheus server on loopback, in a temporary directory,
 // stopped when the test ends.
 type promServer struct {
 	base string // http://127.0.0.1:PORT
-	log  *lockedBuffer
+	log  *syncBuffer
 }
 
 // promJob is the scrape job the sidecar is scraped under.
@@ -102,7 +82,7 @@ scrape_configs:
 		require.NoError(t, err)
 		addr := l.Addr().String()
 		require.NoError(t, l.Close())
-		out := &lockedBuffer{}
+		out := &syncBuffer{}
 		cmd := exec.Command(bin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, fmt.Sprintf("data%d", attempt)),
 			"--web.listen-address="+addr, "--storage.tsdb.retention.time=1h", "--log.level=info")
 		cmd.Stdout, cmd.Stderr = out, out
