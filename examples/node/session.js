@@ -18,6 +18,10 @@ const EXIT_PROTOCOL_ERROR = 4;
 // acknowledge the results it sent.
 const ACK_WAIT_MS = 5000;
 
+// A Results message holds at most this many results, and their frames add up to at most the
+// frame limit: it stays within the stream's message size.
+const MAX_BATCH = 256;
+
 const STATUS = { done: 'DONE', failed: 'FAILED', snooze: 'SNOOZE', cancelled: 'CANCELLED' };
 
 // The Result message of a result frame (the stdio encoding, already checked by
@@ -103,6 +107,10 @@ class Session {
     this.ended = false; // no more messages can go out on it
     this.sent = sent; // the results sent on it and not acknowledged yet (runtime.js Sent)
     this.jobs = new Set(); // ids of the jobs it brought that are still held
+    this.batches = false; // the sidecar sent a Jobs message: it takes Results
+    this.maxFrameBytes = Infinity; // bounds a Results message (set by the core)
+    this.results = []; // results waiting for this turn of the event loop to end
+    this.resultBytes = 0;
   }
 
   describe() {
@@ -110,12 +118,37 @@ class Session {
   }
 
   write(msg) {
-    if (!this.ended) this.call.write(msg);
+    if (this.ended) return;
+    this.flush();
+    this.call.write(msg);
+  }
+
+  // A result. A stream message costs far more than the result it carries: once the sidecar
+  // takes Results, the results of one turn of the event loop go out as one message.
+  writeResult(msg, bytes) {
+    if (this.ended) return;
+    if (!this.batches) {
+      this.call.write({ result: msg });
+      return;
+    }
+    if (this.results.length >= MAX_BATCH || (this.results.length > 0 && this.resultBytes + bytes > this.maxFrameBytes)) this.flush();
+    if (this.results.length === 0) setImmediate(() => this.flush());
+    this.results.push(msg);
+    this.resultBytes += bytes;
+  }
+
+  flush() {
+    const results = this.results;
+    if (results.length === 0 || this.ended) return;
+    this.results = [];
+    this.resultBytes = 0;
+    this.call.write(results.length === 1 ? { result: results[0] } : { results: { results } });
   }
 
   // Ends the stream: OK, or with a gRPC error status.
   end(code, details) {
     if (this.ended) return;
+    if (code === undefined) this.flush();
     this.ended = true;
     if (code === undefined) this.call.end();
     else this.call.emit('error', { code, details });
@@ -159,9 +192,10 @@ class SessionCore {
     const hello = this.hello();
     const { sent, kept } = this.ledger.open();
     const s = new Session(call, sent);
+    s.maxFrameBytes = this.rt.maxFrameBytes;
     this.current = s;
     s.write({ hello });
-    for (const frame of kept) s.write({ result: resultMessage(frame) });
+    for (const frame of kept) s.writeResult(resultMessage(frame), 0);
     if (this.draining) s.write({ draining: {} });
     call.on('data', (m) => this._onMessage(s, m));
     // The sidecar closed its side: as EOF on stdin, the session ends once it holds no job of it.
@@ -180,17 +214,35 @@ class SessionCore {
       running,
       kept: [...this.ledger.kept.keys()].filter((id) => !held.has(id)),
       acks: this.attach,
+      batches: true,
     };
   }
 
   _onMessage(s, m) {
     if (s.ended) return;
+    if (m.message === 'jobs') {
+      // Sent empty right after the hello: the sidecar takes Results. That says nothing about
+      // acknowledgements.
+      s.batches = true;
+      const jobs = m.jobs?.jobs ?? [];
+      if (jobs.length > 0) this.ledger.heard(s.sent, false);
+      for (const job of jobs) {
+        if (s.ended) return;
+        this._onFrame(s, { message: 'job', job });
+      }
+      return;
+    }
     this.ledger.heard(s.sent, m.message === 'ack');
     if (m.message === 'ack') {
       // Not a stdio frame: the sidecar settled these results.
       if (this.ledger.acked(s.sent, m.ack?.ids ?? [])) this.onChange();
       return;
     }
+    this._onFrame(s, m);
+  }
+
+  // One message that stands for a stdio frame: checked as that frame, then acted on.
+  _onFrame(s, m) {
     let frame;
     try {
       frame = decode(frameOf(m), { maxFrameBytes: this.rt.maxFrameBytes });
@@ -228,27 +280,27 @@ class SessionCore {
     if (this.rt.duplicate(msg.id)) return;
     if (this.draining) {
       // Told to stop: the attempt goes back at once, not counted as a failure.
-      s.write({ result: resultMessage(draining(msg.id)) });
+      s.writeResult(resultMessage(draining(msg.id)), 0);
       return;
     }
     if (s.shutdown) {
       // As on stdio: a job that slips in after shutdown goes back for a retry.
       log(`job ${msg.id} (${msg.name}) received after shutdown; refusing it`);
-      s.write({ result: resultMessage(shuttingDown(msg.id)) });
+      s.writeResult(resultMessage(shuttingDown(msg.id)), 0);
       return;
     }
     s.jobs.add(msg.id);
-    this.rt.start(msg, (_frame, text) => this._finished(s, JSON.parse(text)));
+    this.rt.start(msg, (_frame, text) => this._finished(s, JSON.parse(text), Buffer.byteLength(text)));
   }
 
   // A job's result, reported by the Runtime (`frame` parsed from its stdio encoding: the value
   // as the sidecar gets it on stdio): to the session open now (kept there until it
   // acknowledges it), else (attach mode) kept for the next one.
-  _finished(s, frame) {
+  _finished(s, frame, bytes) {
     s.jobs.delete(frame.id);
     const current = this.current;
     if (current && !current.ended) {
-      current.write({ result: resultMessage(frame) });
+      current.writeResult(resultMessage(frame), bytes);
       this.ledger.sent(current.sent, frame);
     } else {
       this.ledger.keep(frame, 'ended with no session open');

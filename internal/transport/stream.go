@@ -42,33 +42,84 @@ func (c *streamConn) run() {
 		defer close(c.recvDone)
 		c.receive()
 	}()
-	for m := range c.l.out {
+	var next protocol.Message // taken from l.out while gathering jobs
+	for {
+		m := next
+		next = nil
+		if m == nil {
+			var ok bool
+			if m, ok = <-c.l.out; !ok {
+				break
+			}
+		}
 		select {
 		case <-c.recvDone:
 			continue // nothing reaches the handler any more; the exit is reported by the transport
 		default:
 		}
 		if job, ok := m.(*protocol.Job); ok {
-			// Args the handler's decoder would refuse (or gRPC could not
-			// marshal: not UTF-8) would end the session: report the one
-			// job instead, as the stdio writer does.
-			if err := jobUnsendable(job, c.l.env.MaxFrameBytes); err != nil {
-				c.l.ev.Unsendable(job, err)
-				continue
-			}
+			// A stream message costs far more than the job it carries: the
+			// jobs waiting behind this one go with it.
+			var jobs []*protocol.Job
+			jobs, next = c.gather(job)
+			c.sendJobs(jobs)
+			continue
 		}
 		err := c.s.Send(m)
 		if _, ok := m.(*protocol.Shutdown); ok && err == nil {
 			c.shutdownSent.Store(true)
 		}
-		if err != nil {
-			if errors.Is(err, session.ErrUnsendable) {
-				c.l.ev.Unsendable(m, err)
-			}
-			// A broken stream: the receiver reports why.
-		}
+		// A failed send: the stream is broken, and the receiver reports why.
 	}
 	<-c.recvDone
+}
+
+// gather returns first and the jobs queued right behind it (those the
+// handler's decoder would refuse are reported, not returned), and the
+// message after them, if it was taken from l.out.
+func (c *streamConn) gather(first *protocol.Job) ([]*protocol.Job, protocol.Message) {
+	jobs := make([]*protocol.Job, 0, 1+len(c.l.out))
+	job := first
+	for {
+		// Args the handler's decoder would refuse (or gRPC could not
+		// marshal: not UTF-8) would end the session: report the one job
+		// instead, as the stdio writer does.
+		if err := jobUnsendable(job, c.l.env.MaxFrameBytes); err != nil {
+			c.l.ev.Unsendable(job, err)
+		} else {
+			jobs = append(jobs, job)
+		}
+		select {
+		case m, ok := <-c.l.out:
+			if !ok {
+				return jobs, nil
+			}
+			var isJob bool
+			if job, isJob = m.(*protocol.Job); !isJob {
+				return jobs, m
+			}
+		default:
+			return jobs, nil
+		}
+	}
+}
+
+// sendJobs sends jobs in as few stream messages as the session allows. If
+// the session refuses the batch because one of them could not be sent,
+// each is sent alone, so that only that one is reported.
+func (c *streamConn) sendJobs(jobs []*protocol.Job) {
+	if len(jobs) == 0 {
+		return
+	}
+	err := c.s.Send(&session.Jobs{Jobs: jobs})
+	if !errors.Is(err, session.ErrUnsendable) {
+		return // sent, or the stream is broken: the receiver reports why
+	}
+	for _, j := range jobs {
+		if err := c.s.Send(j); errors.Is(err, session.ErrUnsendable) {
+			c.l.ev.Unsendable(j, err)
+		}
+	}
 }
 
 func (c *streamConn) receive() {

@@ -83,7 +83,7 @@ func (x Result_Status) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Result_Status.Descriptor instead.
 func (Result_Status) EnumDescriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{11, 0}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{13, 0}
 }
 
 // SidecarMessage: one sidecar → handler frame of a Session.
@@ -96,6 +96,7 @@ type SidecarMessage struct {
 	//	*SidecarMessage_Ping
 	//	*SidecarMessage_Shutdown
 	//	*SidecarMessage_Ack
+	//	*SidecarMessage_Jobs
 	Message       isSidecarMessage_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -183,6 +184,15 @@ func (x *SidecarMessage) GetAck() *Ack {
 	return nil
 }
 
+func (x *SidecarMessage) GetJobs() *Jobs {
+	if x != nil {
+		if x, ok := x.Message.(*SidecarMessage_Jobs); ok {
+			return x.Jobs
+		}
+	}
+	return nil
+}
+
 type isSidecarMessage_Message interface {
 	isSidecarMessage_Message()
 }
@@ -218,6 +228,14 @@ type SidecarMessage_Ack struct {
 	Ack *Ack `protobuf:"bytes,5,opt,name=ack,proto3,oneof"`
 }
 
+type SidecarMessage_Jobs struct {
+	// Several jobs in one message, only to a handler whose hello set
+	// `batches`: each exactly as a Job message alone, in order. Sent empty
+	// right after the hello, it says that this sidecar accepts Results; a
+	// sidecar that sends no Jobs message takes Result messages only.
+	Jobs *Jobs `protobuf:"bytes,6,opt,name=jobs,proto3,oneof"`
+}
+
 func (*SidecarMessage_Job) isSidecarMessage_Message() {}
 
 func (*SidecarMessage_Cancel) isSidecarMessage_Message() {}
@@ -228,6 +246,8 @@ func (*SidecarMessage_Shutdown) isSidecarMessage_Message() {}
 
 func (*SidecarMessage_Ack) isSidecarMessage_Message() {}
 
+func (*SidecarMessage_Jobs) isSidecarMessage_Message() {}
+
 // HandlerMessage: one handler → sidecar frame of a Session.
 type HandlerMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -237,6 +257,7 @@ type HandlerMessage struct {
 	//	*HandlerMessage_Result
 	//	*HandlerMessage_Pong
 	//	*HandlerMessage_Draining
+	//	*HandlerMessage_Results
 	Message       isHandlerMessage_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -315,6 +336,15 @@ func (x *HandlerMessage) GetDraining() *Draining {
 	return nil
 }
 
+func (x *HandlerMessage) GetResults() *Results {
+	if x != nil {
+		if x, ok := x.Message.(*HandlerMessage_Results); ok {
+			return x.Results
+		}
+	}
+	return nil
+}
+
 type isHandlerMessage_Message interface {
 	isHandlerMessage_Message()
 }
@@ -342,6 +372,12 @@ type HandlerMessage_Draining struct {
 	Draining *Draining `protobuf:"bytes,4,opt,name=draining,proto3,oneof"`
 }
 
+type HandlerMessage_Results struct {
+	// Several results in one message, each exactly as a Result message
+	// alone, in order; only once the sidecar has sent a Jobs message.
+	Results *Results `protobuf:"bytes,5,opt,name=results,proto3,oneof"`
+}
+
 func (*HandlerMessage_Hello) isHandlerMessage_Message() {}
 
 func (*HandlerMessage_Result) isHandlerMessage_Message() {}
@@ -349,6 +385,101 @@ func (*HandlerMessage_Result) isHandlerMessage_Message() {}
 func (*HandlerMessage_Pong) isHandlerMessage_Message() {}
 
 func (*HandlerMessage_Draining) isHandlerMessage_Message() {}
+
+func (*HandlerMessage_Results) isHandlerMessage_Message() {}
+
+// Jobs and Results batch the messages that come one per job: a stream
+// message costs far more than the frame it carries (above all in Python
+// and Node), so a sender puts whatever is waiting into one message. A
+// batch holds at most 256 entries and its entries' frames add up to at
+// most the frame limit: it stays within the stream's message size.
+type Jobs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Jobs          []*Job                 `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Jobs) Reset() {
+	*x = Jobs{}
+	mi := &file_protocol_handler_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Jobs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Jobs) ProtoMessage() {}
+
+func (x *Jobs) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_handler_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Jobs.ProtoReflect.Descriptor instead.
+func (*Jobs) Descriptor() ([]byte, []int) {
+	return file_protocol_handler_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Jobs) GetJobs() []*Job {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+type Results struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*Result              `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Results) Reset() {
+	*x = Results{}
+	mi := &file_protocol_handler_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Results) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Results) ProtoMessage() {}
+
+func (x *Results) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_handler_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Results.ProtoReflect.Descriptor instead.
+func (*Results) Descriptor() ([]byte, []int) {
+	return file_protocol_handler_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Results) GetResults() []*Result {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
 
 type Ping struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -360,7 +491,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_protocol_handler_proto_msgTypes[2]
+	mi := &file_protocol_handler_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -372,7 +503,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[2]
+	mi := &file_protocol_handler_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -385,7 +516,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{2}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Ping) GetSeq() int64 {
@@ -404,7 +535,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_protocol_handler_proto_msgTypes[3]
+	mi := &file_protocol_handler_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -416,7 +547,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[3]
+	mi := &file_protocol_handler_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -429,7 +560,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{3}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Pong) GetSeq() int64 {
@@ -447,7 +578,7 @@ type Shutdown struct {
 
 func (x *Shutdown) Reset() {
 	*x = Shutdown{}
-	mi := &file_protocol_handler_proto_msgTypes[4]
+	mi := &file_protocol_handler_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -459,7 +590,7 @@ func (x *Shutdown) String() string {
 func (*Shutdown) ProtoMessage() {}
 
 func (x *Shutdown) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[4]
+	mi := &file_protocol_handler_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -472,7 +603,7 @@ func (x *Shutdown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shutdown.ProtoReflect.Descriptor instead.
 func (*Shutdown) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{4}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{6}
 }
 
 type Ack struct {
@@ -484,7 +615,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_protocol_handler_proto_msgTypes[5]
+	mi := &file_protocol_handler_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -496,7 +627,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[5]
+	mi := &file_protocol_handler_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -509,7 +640,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{5}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Ack) GetIds() []string {
@@ -527,7 +658,7 @@ type Draining struct {
 
 func (x *Draining) Reset() {
 	*x = Draining{}
-	mi := &file_protocol_handler_proto_msgTypes[6]
+	mi := &file_protocol_handler_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -539,7 +670,7 @@ func (x *Draining) String() string {
 func (*Draining) ProtoMessage() {}
 
 func (x *Draining) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[6]
+	mi := &file_protocol_handler_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -552,7 +683,7 @@ func (x *Draining) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Draining.ProtoReflect.Descriptor instead.
 func (*Draining) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{6}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{8}
 }
 
 // RunningJob: a job a handler serving its own socket still runs from an
@@ -568,7 +699,7 @@ type RunningJob struct {
 
 func (x *RunningJob) Reset() {
 	*x = RunningJob{}
-	mi := &file_protocol_handler_proto_msgTypes[7]
+	mi := &file_protocol_handler_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -580,7 +711,7 @@ func (x *RunningJob) String() string {
 func (*RunningJob) ProtoMessage() {}
 
 func (x *RunningJob) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[7]
+	mi := &file_protocol_handler_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -593,7 +724,7 @@ func (x *RunningJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunningJob.ProtoReflect.Descriptor instead.
 func (*RunningJob) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{7}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RunningJob) GetId() string {
@@ -636,14 +767,17 @@ type Hello struct {
 	// Session only: the handler keeps every result until a session
 	// acknowledges it (Ack), and offers the unacknowledged ones again to the
 	// next session (`kept`).
-	Acks          bool `protobuf:"varint,9,opt,name=acks,proto3" json:"acks,omitempty"`
+	Acks bool `protobuf:"varint,9,opt,name=acks,proto3" json:"acks,omitempty"`
+	// Session only: the handler takes Jobs messages, and sends Results once
+	// the sidecar has sent one.
+	Batches       bool `protobuf:"varint,10,opt,name=batches,proto3" json:"batches,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_protocol_handler_proto_msgTypes[8]
+	mi := &file_protocol_handler_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -655,7 +789,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[8]
+	mi := &file_protocol_handler_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -668,7 +802,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{8}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Hello) GetProtocol() int32 {
@@ -734,6 +868,13 @@ func (x *Hello) GetAcks() bool {
 	return false
 }
 
+func (x *Hello) GetBatches() bool {
+	if x != nil {
+		return x.Batches
+	}
+	return false
+}
+
 type HelloJob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -744,7 +885,7 @@ type HelloJob struct {
 
 func (x *HelloJob) Reset() {
 	*x = HelloJob{}
-	mi := &file_protocol_handler_proto_msgTypes[9]
+	mi := &file_protocol_handler_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -756,7 +897,7 @@ func (x *HelloJob) String() string {
 func (*HelloJob) ProtoMessage() {}
 
 func (x *HelloJob) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[9]
+	mi := &file_protocol_handler_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -769,7 +910,7 @@ func (x *HelloJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloJob.ProtoReflect.Descriptor instead.
 func (*HelloJob) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{9}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *HelloJob) GetName() string {
@@ -813,7 +954,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_protocol_handler_proto_msgTypes[10]
+	mi := &file_protocol_handler_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -825,7 +966,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[10]
+	mi := &file_protocol_handler_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -838,7 +979,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{10}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Job) GetId() string {
@@ -939,7 +1080,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_protocol_handler_proto_msgTypes[11]
+	mi := &file_protocol_handler_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1092,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[11]
+	mi := &file_protocol_handler_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1105,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{11}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Result) GetId() string {
@@ -1028,7 +1169,7 @@ type ResultError struct {
 
 func (x *ResultError) Reset() {
 	*x = ResultError{}
-	mi := &file_protocol_handler_proto_msgTypes[12]
+	mi := &file_protocol_handler_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1181,7 @@ func (x *ResultError) String() string {
 func (*ResultError) ProtoMessage() {}
 
 func (x *ResultError) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[12]
+	mi := &file_protocol_handler_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1194,7 @@ func (x *ResultError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultError.ProtoReflect.Descriptor instead.
 func (*ResultError) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{12}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ResultError) GetType() string {
@@ -1103,7 +1244,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_protocol_handler_proto_msgTypes[13]
+	mi := &file_protocol_handler_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1115,7 +1256,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_handler_proto_msgTypes[13]
+	mi := &file_protocol_handler_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1128,7 +1269,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_protocol_handler_proto_rawDescGZIP(), []int{13}
+	return file_protocol_handler_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelRequest) GetId() string {
@@ -1149,20 +1290,26 @@ var File_protocol_handler_proto protoreflect.FileDescriptor
 
 const file_protocol_handler_proto_rawDesc = "" +
 	"\n" +
-	"\x16protocol/handler.proto\x12\x10soniq.handler.v1\"\x94\x02\n" +
+	"\x16protocol/handler.proto\x12\x10soniq.handler.v1\"\xc2\x02\n" +
 	"\x0eSidecarMessage\x12)\n" +
 	"\x03job\x18\x01 \x01(\v2\x15.soniq.handler.v1.JobH\x00R\x03job\x129\n" +
 	"\x06cancel\x18\x02 \x01(\v2\x1f.soniq.handler.v1.CancelRequestH\x00R\x06cancel\x12,\n" +
 	"\x04ping\x18\x03 \x01(\v2\x16.soniq.handler.v1.PingH\x00R\x04ping\x128\n" +
 	"\bshutdown\x18\x04 \x01(\v2\x1a.soniq.handler.v1.ShutdownH\x00R\bshutdown\x12)\n" +
-	"\x03ack\x18\x05 \x01(\v2\x15.soniq.handler.v1.AckH\x00R\x03ackB\t\n" +
-	"\amessage\"\xe8\x01\n" +
+	"\x03ack\x18\x05 \x01(\v2\x15.soniq.handler.v1.AckH\x00R\x03ack\x12,\n" +
+	"\x04jobs\x18\x06 \x01(\v2\x16.soniq.handler.v1.JobsH\x00R\x04jobsB\t\n" +
+	"\amessage\"\x9f\x02\n" +
 	"\x0eHandlerMessage\x12/\n" +
 	"\x05hello\x18\x01 \x01(\v2\x17.soniq.handler.v1.HelloH\x00R\x05hello\x122\n" +
 	"\x06result\x18\x02 \x01(\v2\x18.soniq.handler.v1.ResultH\x00R\x06result\x12,\n" +
 	"\x04pong\x18\x03 \x01(\v2\x16.soniq.handler.v1.PongH\x00R\x04pong\x128\n" +
-	"\bdraining\x18\x04 \x01(\v2\x1a.soniq.handler.v1.DrainingH\x00R\bdrainingB\t\n" +
-	"\amessage\"\x18\n" +
+	"\bdraining\x18\x04 \x01(\v2\x1a.soniq.handler.v1.DrainingH\x00R\bdraining\x125\n" +
+	"\aresults\x18\x05 \x01(\v2\x19.soniq.handler.v1.ResultsH\x00R\aresultsB\t\n" +
+	"\amessage\"1\n" +
+	"\x04Jobs\x12)\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x15.soniq.handler.v1.JobR\x04jobs\"=\n" +
+	"\aResults\x122\n" +
+	"\aresults\x18\x01 \x03(\v2\x18.soniq.handler.v1.ResultR\aresults\"\x18\n" +
 	"\x04Ping\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\"\x18\n" +
 	"\x04Pong\x12\x10\n" +
@@ -1176,7 +1323,7 @@ const file_protocol_handler_proto_rawDesc = "" +
 	"\n" +
 	"RunningJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"\xa4\x02\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\xbe\x02\n" +
 	"\x05Hello\x12\x1a\n" +
 	"\bprotocol\x18\x01 \x01(\x05R\bprotocol\x12\x10\n" +
 	"\x03sdk\x18\x02 \x01(\tR\x03sdk\x12\x10\n" +
@@ -1186,7 +1333,9 @@ const file_protocol_handler_proto_rawDesc = "" +
 	"\x10sync_concurrency\x18\x06 \x01(\x05R\x0fsyncConcurrency\x126\n" +
 	"\arunning\x18\a \x03(\v2\x1c.soniq.handler.v1.RunningJobR\arunning\x12\x12\n" +
 	"\x04kept\x18\b \x03(\tR\x04kept\x12\x12\n" +
-	"\x04acks\x18\t \x01(\bR\x04acks\"@\n" +
+	"\x04acks\x18\t \x01(\bR\x04acks\x12\x18\n" +
+	"\abatches\x18\n" +
+	" \x01(\bR\abatches\"@\n" +
 	"\bHelloJob\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vcancellable\x18\x02 \x01(\bR\vcancellable\"\xb2\x03\n" +
@@ -1258,45 +1407,51 @@ func file_protocol_handler_proto_rawDescGZIP() []byte {
 }
 
 var file_protocol_handler_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_protocol_handler_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_protocol_handler_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_protocol_handler_proto_goTypes = []any{
 	(Result_Status)(0),     // 0: soniq.handler.v1.Result.Status
 	(*SidecarMessage)(nil), // 1: soniq.handler.v1.SidecarMessage
 	(*HandlerMessage)(nil), // 2: soniq.handler.v1.HandlerMessage
-	(*Ping)(nil),           // 3: soniq.handler.v1.Ping
-	(*Pong)(nil),           // 4: soniq.handler.v1.Pong
-	(*Shutdown)(nil),       // 5: soniq.handler.v1.Shutdown
-	(*Ack)(nil),            // 6: soniq.handler.v1.Ack
-	(*Draining)(nil),       // 7: soniq.handler.v1.Draining
-	(*RunningJob)(nil),     // 8: soniq.handler.v1.RunningJob
-	(*Hello)(nil),          // 9: soniq.handler.v1.Hello
-	(*HelloJob)(nil),       // 10: soniq.handler.v1.HelloJob
-	(*Job)(nil),            // 11: soniq.handler.v1.Job
-	(*Result)(nil),         // 12: soniq.handler.v1.Result
-	(*ResultError)(nil),    // 13: soniq.handler.v1.ResultError
-	(*CancelRequest)(nil),  // 14: soniq.handler.v1.CancelRequest
+	(*Jobs)(nil),           // 3: soniq.handler.v1.Jobs
+	(*Results)(nil),        // 4: soniq.handler.v1.Results
+	(*Ping)(nil),           // 5: soniq.handler.v1.Ping
+	(*Pong)(nil),           // 6: soniq.handler.v1.Pong
+	(*Shutdown)(nil),       // 7: soniq.handler.v1.Shutdown
+	(*Ack)(nil),            // 8: soniq.handler.v1.Ack
+	(*Draining)(nil),       // 9: soniq.handler.v1.Draining
+	(*RunningJob)(nil),     // 10: soniq.handler.v1.RunningJob
+	(*Hello)(nil),          // 11: soniq.handler.v1.Hello
+	(*HelloJob)(nil),       // 12: soniq.handler.v1.HelloJob
+	(*Job)(nil),            // 13: soniq.handler.v1.Job
+	(*Result)(nil),         // 14: soniq.handler.v1.Result
+	(*ResultError)(nil),    // 15: soniq.handler.v1.ResultError
+	(*CancelRequest)(nil),  // 16: soniq.handler.v1.CancelRequest
 }
 var file_protocol_handler_proto_depIdxs = []int32{
-	11, // 0: soniq.handler.v1.SidecarMessage.job:type_name -> soniq.handler.v1.Job
-	14, // 1: soniq.handler.v1.SidecarMessage.cancel:type_name -> soniq.handler.v1.CancelRequest
-	3,  // 2: soniq.handler.v1.SidecarMessage.ping:type_name -> soniq.handler.v1.Ping
-	5,  // 3: soniq.handler.v1.SidecarMessage.shutdown:type_name -> soniq.handler.v1.Shutdown
-	6,  // 4: soniq.handler.v1.SidecarMessage.ack:type_name -> soniq.handler.v1.Ack
-	9,  // 5: soniq.handler.v1.HandlerMessage.hello:type_name -> soniq.handler.v1.Hello
-	12, // 6: soniq.handler.v1.HandlerMessage.result:type_name -> soniq.handler.v1.Result
-	4,  // 7: soniq.handler.v1.HandlerMessage.pong:type_name -> soniq.handler.v1.Pong
-	7,  // 8: soniq.handler.v1.HandlerMessage.draining:type_name -> soniq.handler.v1.Draining
-	10, // 9: soniq.handler.v1.Hello.jobs:type_name -> soniq.handler.v1.HelloJob
-	8,  // 10: soniq.handler.v1.Hello.running:type_name -> soniq.handler.v1.RunningJob
-	0,  // 11: soniq.handler.v1.Result.status:type_name -> soniq.handler.v1.Result.Status
-	13, // 12: soniq.handler.v1.Result.error:type_name -> soniq.handler.v1.ResultError
-	1,  // 13: soniq.handler.v1.Handler.Session:input_type -> soniq.handler.v1.SidecarMessage
-	2,  // 14: soniq.handler.v1.Handler.Session:output_type -> soniq.handler.v1.HandlerMessage
-	14, // [14:15] is the sub-list for method output_type
-	13, // [13:14] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	13, // 0: soniq.handler.v1.SidecarMessage.job:type_name -> soniq.handler.v1.Job
+	16, // 1: soniq.handler.v1.SidecarMessage.cancel:type_name -> soniq.handler.v1.CancelRequest
+	5,  // 2: soniq.handler.v1.SidecarMessage.ping:type_name -> soniq.handler.v1.Ping
+	7,  // 3: soniq.handler.v1.SidecarMessage.shutdown:type_name -> soniq.handler.v1.Shutdown
+	8,  // 4: soniq.handler.v1.SidecarMessage.ack:type_name -> soniq.handler.v1.Ack
+	3,  // 5: soniq.handler.v1.SidecarMessage.jobs:type_name -> soniq.handler.v1.Jobs
+	11, // 6: soniq.handler.v1.HandlerMessage.hello:type_name -> soniq.handler.v1.Hello
+	14, // 7: soniq.handler.v1.HandlerMessage.result:type_name -> soniq.handler.v1.Result
+	6,  // 8: soniq.handler.v1.HandlerMessage.pong:type_name -> soniq.handler.v1.Pong
+	9,  // 9: soniq.handler.v1.HandlerMessage.draining:type_name -> soniq.handler.v1.Draining
+	4,  // 10: soniq.handler.v1.HandlerMessage.results:type_name -> soniq.handler.v1.Results
+	13, // 11: soniq.handler.v1.Jobs.jobs:type_name -> soniq.handler.v1.Job
+	14, // 12: soniq.handler.v1.Results.results:type_name -> soniq.handler.v1.Result
+	12, // 13: soniq.handler.v1.Hello.jobs:type_name -> soniq.handler.v1.HelloJob
+	10, // 14: soniq.handler.v1.Hello.running:type_name -> soniq.handler.v1.RunningJob
+	0,  // 15: soniq.handler.v1.Result.status:type_name -> soniq.handler.v1.Result.Status
+	15, // 16: soniq.handler.v1.Result.error:type_name -> soniq.handler.v1.ResultError
+	1,  // 17: soniq.handler.v1.Handler.Session:input_type -> soniq.handler.v1.SidecarMessage
+	2,  // 18: soniq.handler.v1.Handler.Session:output_type -> soniq.handler.v1.HandlerMessage
+	18, // [18:19] is the sub-list for method output_type
+	17, // [17:18] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_protocol_handler_proto_init() }
@@ -1310,23 +1465,25 @@ func file_protocol_handler_proto_init() {
 		(*SidecarMessage_Ping)(nil),
 		(*SidecarMessage_Shutdown)(nil),
 		(*SidecarMessage_Ack)(nil),
+		(*SidecarMessage_Jobs)(nil),
 	}
 	file_protocol_handler_proto_msgTypes[1].OneofWrappers = []any{
 		(*HandlerMessage_Hello)(nil),
 		(*HandlerMessage_Result)(nil),
 		(*HandlerMessage_Pong)(nil),
 		(*HandlerMessage_Draining)(nil),
+		(*HandlerMessage_Results)(nil),
 	}
-	file_protocol_handler_proto_msgTypes[10].OneofWrappers = []any{}
-	file_protocol_handler_proto_msgTypes[11].OneofWrappers = []any{}
 	file_protocol_handler_proto_msgTypes[12].OneofWrappers = []any{}
+	file_protocol_handler_proto_msgTypes[13].OneofWrappers = []any{}
+	file_protocol_handler_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_protocol_handler_proto_rawDesc), len(file_protocol_handler_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -46,6 +46,7 @@ func convertHello(h *handlerpb.Hello, maxFrame int) (*Hello, error) {
 		out.Kept = append(out.Kept, id)
 	}
 	out.Acks = h.GetAcks()
+	out.Batches = h.GetBatches()
 	return out, nil
 }
 
@@ -65,6 +66,8 @@ func convert(m *handlerpb.HandlerMessage, maxFrame int) (protocol.Message, error
 		return &Draining{}, nil
 	case *handlerpb.HandlerMessage_Hello:
 		return nil, fmt.Errorf("a second hello")
+	case *handlerpb.HandlerMessage_Results:
+		return nil, fmt.Errorf("a Results message (handled by Recv)")
 	}
 	return nil, fmt.Errorf("a HandlerMessage with no message set")
 }
@@ -80,8 +83,15 @@ func viaFrame(m protocol.Message, maxFrame int) (protocol.Message, error) {
 
 // checkJob refuses a job the handler's decoder would refuse (its args not a
 // JSON object, not UTF-8, over the frame limit): sent, it would end the
-// session with a protocol error instead of failing the one job.
-func checkJob(j *protocol.Job, maxFrame int) error {
-	_, err := viaFrame(j, maxFrame)
-	return err
+// session with a protocol error instead of failing the one job. It returns
+// the size of the job's frame.
+func checkJob(j *protocol.Job, maxFrame int) (int, error) {
+	frame, err := protocol.Marshal(j)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := protocol.DecodeLimit(frame, maxFrame); err != nil {
+		return 0, err
+	}
+	return len(frame), nil
 }

@@ -78,6 +78,22 @@ type Ack struct{ IDs []string }
 // Type implements protocol.Message.
 func (*Ack) Type() protocol.Type { return TypeAck }
 
+// TypeJobs is the type of the Jobs message, which has no stdio frame.
+const TypeJobs protocol.Type = "jobs"
+
+// Jobs sends several jobs at once: as one stream message (or a few, each
+// within the stream's message size) to a handler whose hello set Batches,
+// else one message per job. Each job is checked as Send checks a job alone.
+type Jobs struct{ Jobs []*protocol.Job }
+
+// Type implements protocol.Message.
+func (*Jobs) Type() protocol.Type { return TypeJobs }
+
+// maxBatch bounds the entries of one Jobs or Results message; with the
+// frame limit on their total it keeps a batch within the stream's message
+// size.
+const maxBatch = 256
+
 // RunningJob is a job the handler still runs from an earlier session.
 type RunningJob struct {
 	ID   string
@@ -93,6 +109,10 @@ type Hello struct {
 	Running []RunningJob
 	Kept    []string
 	Acks    bool
+	// Batches: the handler takes Jobs messages and sends Results (several
+	// results in one message) once the sidecar has sent it one. Open sends
+	// it an empty one: this package takes Results.
+	Batches bool
 }
 
 // Options tune Open. The zero value is usable.
@@ -119,6 +139,10 @@ type Session struct {
 	cancel   context.CancelFunc
 	hello    *Hello
 	maxFrame int
+
+	// pending holds the rest of a Results message for the next Recvs
+	// (Recv is called from one goroutine at a time).
+	pending []protocol.Message
 
 	sendMu sync.Mutex
 	mu     sync.Mutex
@@ -165,6 +189,13 @@ func Open(ctx context.Context, path string, opt Options) (*Session, error) {
 		return nil, err
 	}
 	s.hello = hello
+	if hello.Batches {
+		// An empty Jobs message: this sidecar takes Results.
+		if err := s.send(&handlerpb.SidecarMessage{Message: &handlerpb.SidecarMessage_Jobs{Jobs: &handlerpb.Jobs{}}}); err != nil {
+			_ = s.Close()
+			return nil, fmt.Errorf("session with %s: after the hello: %w", path, err)
+		}
+	}
 	return s, nil
 }
 
@@ -204,6 +235,12 @@ func (s *Session) Recv() (protocol.Message, error) {
 	if s.isClosed() {
 		return nil, ErrClosed
 	}
+	if len(s.pending) > 0 {
+		m := s.pending[0]
+		s.pending[0] = nil
+		s.pending = s.pending[1:]
+		return m, nil
+	}
 	m, err := s.stream.Recv()
 	if err == io.EOF {
 		return nil, io.EOF
@@ -214,6 +251,9 @@ func (s *Session) Recv() (protocol.Message, error) {
 		}
 		return nil, fmt.Errorf("receiving: %w", classify(err))
 	}
+	if rs := m.GetResults(); rs != nil {
+		return s.recvResults(rs)
+	}
 	msg, err := convert(m, s.maxFrame)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrProtocol, err)
@@ -221,18 +261,44 @@ func (s *Session) Recv() (protocol.Message, error) {
 	return msg, nil
 }
 
-// Send sends a *protocol.Job, *protocol.Cancel, *protocol.Ping,
+// recvResults checks every result of a Results message (one that fails is
+// a protocol error, as it would be alone) and returns the first; Recv
+// returns the others next.
+func (s *Session) recvResults(rs *handlerpb.Results) (protocol.Message, error) {
+	switch {
+	case !s.hello.Batches:
+		return nil, fmt.Errorf("%w: a Results message, but the hello did not offer batches", ErrProtocol)
+	case len(rs.GetResults()) == 0:
+		return nil, fmt.Errorf("%w: a Results message with no result", ErrProtocol)
+	case len(rs.GetResults()) > maxBatch:
+		return nil, fmt.Errorf("%w: a Results message with %d results (at most %d)", ErrProtocol, len(rs.GetResults()), maxBatch)
+	}
+	out := make([]protocol.Message, 0, len(rs.GetResults()))
+	for i, r := range rs.GetResults() {
+		msg, err := r.ToProtocol(r.GetId(), s.maxFrame)
+		if err != nil {
+			return nil, fmt.Errorf("%w: results[%d]: %w", ErrProtocol, i, err)
+		}
+		out = append(out, msg)
+	}
+	s.pending = out[1:]
+	return out[0], nil
+}
+
+// Send sends a *protocol.Job, *Jobs, *protocol.Cancel, *protocol.Ping,
 // *protocol.Shutdown or *Ack. A job the handler's decoder would refuse is not sent
-// (ErrUnsendable); a failed send means the stream is broken (ErrBroken:
+// (ErrUnsendable; for *Jobs, none of them is sent); a failed send means the stream is broken (ErrBroken:
 // Recv tells why).
 func (s *Session) Send(m protocol.Message) error {
 	var out *handlerpb.SidecarMessage
 	switch m := m.(type) {
 	case *protocol.Job:
-		if err := checkJob(m, s.maxFrame); err != nil {
+		if _, err := checkJob(m, s.maxFrame); err != nil {
 			return fmt.Errorf("job %s: %w: %w", m.ID, ErrUnsendable, err)
 		}
 		out = &handlerpb.SidecarMessage{Message: &handlerpb.SidecarMessage_Job{Job: handlerpb.FromJob(m)}}
+	case *Jobs:
+		return s.sendJobs(m.Jobs)
 	case *protocol.Cancel:
 		out = &handlerpb.SidecarMessage{Message: &handlerpb.SidecarMessage_Cancel{
 			Cancel: &handlerpb.CancelRequest{Id: m.ID, Reason: string(m.Reason)}}}
@@ -245,6 +311,51 @@ func (s *Session) Send(m protocol.Message) error {
 	default:
 		return fmt.Errorf("sending %T: not a sidecar message", m)
 	}
+	if err := s.send(out); err != nil {
+		return fmt.Errorf("sending %s: %w", m.Type(), err)
+	}
+	return nil
+}
+
+// sendJobs checks every job, then sends them in as few messages as the
+// batch bounds allow (one message per job to a handler without batches).
+func (s *Session) sendJobs(jobs []*protocol.Job) error {
+	sizes := make([]int, len(jobs))
+	for i, j := range jobs {
+		n, err := checkJob(j, s.maxFrame)
+		if err != nil {
+			return fmt.Errorf("job %s: %w: %w", j.ID, ErrUnsendable, err)
+		}
+		sizes[i] = n
+	}
+	if !s.hello.Batches {
+		for _, j := range jobs {
+			if err := s.send(&handlerpb.SidecarMessage{Message: &handlerpb.SidecarMessage_Job{Job: handlerpb.FromJob(j)}}); err != nil {
+				return fmt.Errorf("sending job %s: %w", j.ID, err)
+			}
+		}
+		return nil
+	}
+	for start := 0; start < len(jobs); {
+		end, total := start, 0
+		for end < len(jobs) && end-start < maxBatch && (end == start || total+sizes[end] <= s.maxFrame) {
+			total += sizes[end]
+			end++
+		}
+		batch := &handlerpb.Jobs{Jobs: make([]*handlerpb.Job, 0, end-start)}
+		for _, j := range jobs[start:end] {
+			batch.Jobs = append(batch.Jobs, handlerpb.FromJob(j))
+		}
+		if err := s.send(&handlerpb.SidecarMessage{Message: &handlerpb.SidecarMessage_Jobs{Jobs: batch}}); err != nil {
+			return fmt.Errorf("sending %d jobs: %w", end-start, err)
+		}
+		start = end
+	}
+	return nil
+}
+
+// send puts one message on the stream.
+func (s *Session) send(out *handlerpb.SidecarMessage) error {
 	if s.isClosed() {
 		return ErrClosed
 	}
@@ -253,7 +364,7 @@ func (s *Session) Send(m protocol.Message) error {
 	s.sendMu.Unlock()
 	if err != nil {
 		// io.EOF: the stream ended; its status comes from Recv.
-		return fmt.Errorf("sending %s: %w: %v", m.Type(), ErrBroken, err)
+		return fmt.Errorf("%w: %v", ErrBroken, err)
 	}
 	return nil
 }
@@ -304,6 +415,8 @@ func kind(m *handlerpb.HandlerMessage) string {
 		return "pong"
 	case *handlerpb.HandlerMessage_Draining:
 		return "draining"
+	case *handlerpb.HandlerMessage_Results:
+		return "results"
 	}
 	return "an empty message"
 }

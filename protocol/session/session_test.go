@@ -2,10 +2,13 @@ package session
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -209,6 +212,12 @@ func TestSessionErrors(t *testing.T) {
 		{name: "negative pong", recvErr: ErrProtocol, frame: true, text: "seq", serve: sendAfterHello(
 			&handlerpb.HandlerMessage{Message: &handlerpb.HandlerMessage_Pong{Pong: &handlerpb.Pong{Seq: -1}}})},
 		{name: "second hello", recvErr: ErrProtocol, text: "second hello", serve: sendAfterHello(goodHello())},
+		{name: "results without batches", recvErr: ErrProtocol, text: "did not offer batches", serve: sendAfterHello(
+			results(&handlerpb.Result{Id: "j", Status: handlerpb.Result_DONE}))},
+		{name: "empty results", recvErr: ErrProtocol, text: "no result", serve: sendAfterHelloWith(batchHello(),
+			results())},
+		{name: "a bad result in a batch", recvErr: ErrProtocol, frame: true, text: "results[1]: result: protocol: invalid_value at seconds", serve: sendAfterHelloWith(batchHello(),
+			results(&handlerpb.Result{Id: "j1", Status: handlerpb.Result_DONE}, &handlerpb.Result{Id: "j2", Status: handlerpb.Result_SNOOZE, Seconds: -1}))},
 		{name: "empty message", recvErr: ErrProtocol, text: "no message", serve: sendAfterHello(&handlerpb.HandlerMessage{})},
 		{name: "broken after hello", recvErr: ErrBroken, text: "protocol error: bad", serve: func(s stream) error {
 			_ = s.Send(goodHello())
@@ -253,8 +262,12 @@ func TestSessionErrors(t *testing.T) {
 }
 
 func sendAfterHello(m *handlerpb.HandlerMessage) func(stream) error {
+	return sendAfterHelloWith(goodHello(), m)
+}
+
+func sendAfterHelloWith(hello, m *handlerpb.HandlerMessage) func(stream) error {
 	return func(s stream) error {
-		if err := s.Send(goodHello()); err != nil {
+		if err := s.Send(hello); err != nil {
 			return err
 		}
 		_ = s.Send(m)
@@ -353,3 +366,148 @@ func TestSessionClose(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// batchHello is goodHello offering batches.
+func batchHello() *handlerpb.HandlerMessage {
+	h := goodHello()
+	h.GetHello().Batches = true
+	return h
+}
+
+func results(rs ...*handlerpb.Result) *handlerpb.HandlerMessage {
+	return &handlerpb.HandlerMessage{Message: &handlerpb.HandlerMessage_Results{Results: &handlerpb.Results{Results: rs}}}
+}
+
+// TestSessionBatches: to a handler that offers batches, Open announces
+// that it takes Results (an empty Jobs message), Send(&Jobs) sends the jobs
+// in as few messages as the frame limit allows, and the results of one
+// Results message come out of Recv one by one, in order. To a handler that
+// does not offer them, the same jobs go one message each.
+func TestSessionBatches(t *testing.T) {
+	const maxFrame = 4096
+	big := `{"pad":"` + strings.Repeat("x", 1500) + `"}` // three such frames exceed 4096 bytes
+	var jobs []*protocol.Job
+	for i, args := range []string{`{}`, big, big, big, `{"a":1}`} {
+		jobs = append(jobs, &protocol.Job{ID: fmt.Sprintf("j%d", i), Name: "a", Args: json.RawMessage(args),
+			Attempt: 1, MaxAttempts: 3, Queue: "default"})
+	}
+	for _, offer := range []bool{true, false} {
+		t.Run(fmt.Sprintf("batches=%v", offer), func(t *testing.T) {
+			got := make(chan []string, 10) // the ids of each message the handler received
+			path := serve(t, func(s stream) error {
+				hello := goodHello()
+				hello.GetHello().Batches = offer
+				if err := s.Send(hello); err != nil {
+					return err
+				}
+				var ids []string
+				for len(ids) < len(jobs) {
+					m, err := s.Recv()
+					if err != nil {
+						return err
+					}
+					var msg []string
+					switch {
+					case m.GetJobs() != nil && len(m.GetJobs().GetJobs()) == 0:
+						msg = []string{"(accepts results)"}
+					case m.GetJobs() != nil:
+						for _, j := range m.GetJobs().GetJobs() {
+							msg = append(msg, j.GetId())
+						}
+					case m.GetJob() != nil:
+						msg = []string{m.GetJob().GetId()}
+					default:
+						continue // the empty Ack of a sidecar that acknowledges
+					}
+					got <- msg
+					if msg[0] != "(accepts results)" {
+						ids = append(ids, msg...)
+					}
+				}
+				if offer {
+					_ = s.Send(results(&handlerpb.Result{Id: "j0", Status: handlerpb.Result_DONE},
+						&handlerpb.Result{Id: "j1", Status: handlerpb.Result_FAILED, Error: &handlerpb.ResultError{Type: "E", Message: "m"}}))
+					_ = s.Send(&handlerpb.HandlerMessage{Message: &handlerpb.HandlerMessage_Pong{Pong: &handlerpb.Pong{Seq: 7}}})
+				}
+				<-s.Context().Done()
+				return nil
+			})
+			s := open(t, path, Options{MaxFrameBytes: maxFrame})
+			if s.Hello().Batches != offer {
+				t.Fatalf("hello's Batches = %v, want %v", s.Hello().Batches, offer)
+			}
+			if err := s.Send(&Jobs{Jobs: jobs}); err != nil {
+				t.Fatalf("Send(Jobs): %v", err)
+			}
+			want := [][]string{{"(accepts results)"}, {"j0", "j1", "j2"}, {"j3", "j4"}}
+			if !offer {
+				want = [][]string{{"j0"}, {"j1"}, {"j2"}, {"j3"}, {"j4"}}
+			}
+			for i, w := range want {
+				select {
+				case m := <-got:
+					if !slices.Equal(m, w) {
+						t.Fatalf("message %d carried %v, want %v", i, m, w)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatalf("message %d never came", i)
+				}
+			}
+			if !offer {
+				return
+			}
+			var out []string
+			for range 3 {
+				m, err := s.Recv()
+				if err != nil {
+					t.Fatalf("Recv: %v", err)
+				}
+				switch m := m.(type) {
+				case *protocol.Result:
+					out = append(out, m.ID+" "+string(m.Status))
+				case *protocol.Pong:
+					out = append(out, fmt.Sprintf("pong %d", m.Seq))
+				}
+			}
+			if w := []string{"j0 done", "j1 failed", "pong 7"}; !slices.Equal(out, w) {
+				t.Fatalf("received %v, want %v", out, w)
+			}
+		})
+	}
+}
+
+// TestSessionJobsUnsendable: a batch holding a job the handler's decoder
+// would refuse is not sent at all.
+func TestSessionJobsUnsendable(t *testing.T) {
+	got := make(chan int, 10)
+	path := serve(t, func(s stream) error {
+		if err := s.Send(batchHello()); err != nil {
+			return err
+		}
+		for {
+			m, err := s.Recv()
+			if err != nil {
+				return nil
+			}
+			if m.GetJobs() != nil {
+				got <- len(m.GetJobs().GetJobs())
+			}
+		}
+	})
+	s := open(t, path, Options{})
+	good := &protocol.Job{ID: "g", Name: "a", Args: json.RawMessage(`{}`), Attempt: 1, MaxAttempts: 1, Queue: "q"}
+	bad := &protocol.Job{ID: "b", Name: "a", Args: json.RawMessage(`[1]`), Attempt: 1, MaxAttempts: 1, Queue: "q"}
+	err := s.Send(&Jobs{Jobs: []*protocol.Job{good, bad}})
+	if !errors.Is(err, ErrUnsendable) || !strings.Contains(err.Error(), "job b") {
+		t.Fatalf("Send: %v, want ErrUnsendable naming job b", err)
+	}
+	if n := <-got; n != 0 {
+		t.Fatalf("first Jobs message carried %d jobs, want the empty announcement", n)
+	}
+	if err := s.Send(&Jobs{Jobs: []*protocol.Job{good}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := <-got; n != 1 {
+		t.Fatalf("the next Jobs message carried %d jobs, want 1 (nothing of the refused batch)", n)
+	}
+}

@@ -19,7 +19,7 @@ import json
 import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable, Dict, List, Optional, Set, Union
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
 
 import grpc
 
@@ -62,6 +62,15 @@ def result_message(frame: protocol.ResultFrame) -> pb.Result:
     return msg
 
 
+_JOB_OPTIONAL = (
+    ("deadline_ms", "deadline"),
+    ("traceparent", "traceparent"),
+    ("worker_id", "worker_id"),
+    ("scheduled_at_ms", "scheduled_at"),
+    ("created_at_ms", "created_at"),
+)
+
+
 def frame_of(msg: pb.SidecarMessage) -> bytes:
     """The stdio frame a SidecarMessage stands for, as bytes for
     ``protocol.decode``. A job's args_json is put into the frame as it came
@@ -72,13 +81,7 @@ def frame_of(msg: pb.SidecarMessage) -> bytes:
         j = msg.job
         head: Dict[str, Any] = {"type": "job", "id": j.id, "name": j.name}
         tail: Dict[str, Any] = {"attempt": j.attempt, "max_attempts": j.max_attempts, "queue": j.queue}
-        for field, key in (
-            ("deadline_ms", "deadline"),
-            ("traceparent", "traceparent"),
-            ("worker_id", "worker_id"),
-            ("scheduled_at_ms", "scheduled_at"),
-            ("created_at_ms", "created_at"),
-        ):
+        for field, key in _JOB_OPTIONAL:
             if j.HasField(field):
                 tail[key] = getattr(j, field)
         text = json.dumps(head, ensure_ascii=False, separators=(",", ":"))[:-1]
@@ -102,6 +105,26 @@ def frame_of(msg: pb.SidecarMessage) -> bytes:
     return json.dumps(frame, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
 
 
+def job_frame(j: pb.Job, max_frame_bytes: int) -> protocol.Frame:
+    """A Job message decoded as its stdio frame would be, without writing
+    and parsing that frame's text: its args are parsed with the frame's
+    rules and the object gets the frame's checks. A job whose frame could
+    come near the frame limit takes the exact way (``frame_of``)."""
+    text_chars = len(j.args_json) + len(j.id) + len(j.name) + len(j.queue) + len(j.traceparent) + len(j.worker_id)
+    if 6 * text_chars + 512 > max_frame_bytes:  # a char escapes to at most 6 bytes
+        return protocol.decode(frame_of(pb.SidecarMessage(job=j)), max_frame_bytes)
+    obj: Dict[str, Any] = {"type": "job", "id": j.id, "name": j.name}
+    if j.args_json != "":
+        obj["args"] = protocol.parse_json(j.args_json)
+    obj["attempt"] = j.attempt
+    obj["max_attempts"] = j.max_attempts
+    obj["queue"] = j.queue
+    for field, key in _JOB_OPTIONAL:
+        if j.HasField(field):
+            obj[key] = getattr(j, field)
+    return protocol.check(obj)
+
+
 class _End:
     """Ends a session's writer: with OK, or with an error status."""
 
@@ -119,6 +142,10 @@ class _Result:
 
 _Out = Union[pb.HandlerMessage, _Result, _End]
 
+# A Results message holds at most this many results, and their messages add
+# up to at most the frame limit: it stays within the stream's message size.
+MAX_BATCH = 256
+
 
 class _Session:
     def __init__(self, peer: str, sent: Sent) -> None:
@@ -130,6 +157,7 @@ class _Session:
         self.closed = False  # _close has run
         self.sent = sent  # the results sent on it and not acknowledged yet
         self.jobs: Set[str] = set()  # ids of the jobs it brought that are still held
+        self.batches = False  # the sidecar sent a Jobs message: it takes Results
 
     def describe(self) -> str:
         # A Unix socket's peer has no address: gRPC says just "unix:".
@@ -150,6 +178,7 @@ class _Trace:
 
     def __init__(self, path: Optional[str]) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if path else None
+        self.on = self.fd is not None
 
     def __call__(self, line: bytes) -> None:
         if self.fd is not None:
@@ -207,9 +236,11 @@ class SessionCore:
         if self.draining:
             s.outbox.put_nowait(pb.HandlerMessage(draining=pb.Draining()))
         reader = asyncio.ensure_future(self._read(s, requests))
+        carry: Optional[_Out] = None  # taken from the outbox while batching
         try:
             while True:
-                out = await s.outbox.get()
+                out = carry if carry is not None else await s.outbox.get()
+                carry = None
                 if isinstance(out, _End):
                     # The socket is free for the next session before the
                     # status reaches this one's peer: awaiting abort lets
@@ -221,11 +252,36 @@ class SessionCore:
                         await context.abort(out.code, out.details)
                     return
                 if isinstance(out, _Result):
-                    out = pb.HandlerMessage(result=result_message(out.frame))
+                    out, carry = self._results(s, out)
                 await context.write(out)
         finally:
             reader.cancel()
             self._close(s)
+
+    def _results(self, s: _Session, first: _Result) -> Tuple[pb.HandlerMessage, Optional[_Out]]:
+        """``first`` as a message, with the results queued behind it when
+        the sidecar takes Results (a stream message costs far more than the
+        result it carries); and what was taken from the outbox after them."""
+        msg = result_message(first.frame)
+        if not s.batches or s.outbox.empty():
+            return pb.HandlerMessage(result=msg), None
+        batch = [msg]
+        size = msg.ByteSize()
+        carry: Optional[_Out] = None
+        while len(batch) < MAX_BATCH and not s.outbox.empty():
+            nxt = s.outbox.get_nowait()
+            if not isinstance(nxt, _Result):
+                carry = nxt
+                break
+            msg = result_message(nxt.frame)
+            size += msg.ByteSize()
+            if size > self.rt.max_frame_bytes:
+                carry = nxt  # the next message's first
+                break
+            batch.append(msg)
+        if len(batch) == 1:
+            return pb.HandlerMessage(result=batch[0]), carry
+        return pb.HandlerMessage(results=pb.Results(results=batch)), carry
 
     def _hello(self) -> pb.Hello:
         h = self.rt.hello(self.version)
@@ -240,6 +296,7 @@ class SessionCore:
             running=[pb.RunningJob(id=i, name=name) for i, name in held],
             kept=[i for i in self.ledger.kept if i not in dict(held)],
             acks=self.attach,
+            batches=True,
         )
 
     async def _read(self, s: _Session, requests: Any) -> None:
@@ -247,27 +304,49 @@ class SessionCore:
             async for msg in requests:
                 if s.ended:
                     return
-                is_ack = msg.WhichOneof("message") == "ack"
+                kind = msg.WhichOneof("message")
+                if kind == "jobs":
+                    # Sent empty right after the hello: the sidecar takes
+                    # Results. That says nothing about acknowledgements.
+                    s.batches = True
+                    if not msg.jobs.jobs:
+                        continue
+                    self.ledger.heard(s.sent, False)
+                    for job in msg.jobs.jobs:
+                        if not self._take(s, pb.SidecarMessage(job=job)):
+                            return
+                    continue
+                is_ack = kind == "ack"
                 self.ledger.heard(s.sent, is_ack)
                 if is_ack:
                     # Not a stdio frame: the sidecar settled these results.
                     if self.ledger.acked(s.sent, list(msg.ack.ids)):
                         self._changed()
                     continue
-                try:
-                    line = frame_of(msg)
-                    self.trace(line)
-                    frame = protocol.decode(line, self.rt.max_frame_bytes)
-                except protocol.ProtocolError as e:
-                    self._protocol_error(s, f"protocol error: {e} in message {quote(_text(msg))}")
+                if not self._take(s, msg):
                     return
-                self._dispatch(s, frame)
         except (asyncio.CancelledError, grpc.RpcError, grpc.aio.AioRpcError):
             # The stream broke, or the session ended: nothing more to read.
             return
         # The sidecar closed its side: as EOF on stdin, the session ends once
         # it holds no job of it.
         self._shutdown(s)
+
+    def _take(self, s: _Session, msg: pb.SidecarMessage) -> bool:
+        """Checks one message as its stdio frame and acts on it; False after
+        a protocol error (the session is over)."""
+        try:
+            if msg.WhichOneof("message") == "job" and not self.trace.on:
+                frame = job_frame(msg.job, self.rt.max_frame_bytes)
+            else:
+                line = frame_of(msg)
+                self.trace(line)
+                frame = protocol.decode(line, self.rt.max_frame_bytes)
+        except protocol.ProtocolError as e:
+            self._protocol_error(s, f"protocol error: {e} in message {quote(_text(msg))}")
+            return False
+        self._dispatch(s, frame)
+        return True
 
     def _protocol_error(self, s: _Session, text: str) -> None:
         if not self.attach:

@@ -8,30 +8,46 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SidecarMessage(_message.Message):
-    __slots__ = ("job", "cancel", "ping", "shutdown", "ack")
+    __slots__ = ("job", "cancel", "ping", "shutdown", "ack", "jobs")
     JOB_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     PING_FIELD_NUMBER: _ClassVar[int]
     SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
     job: Job
     cancel: CancelRequest
     ping: Ping
     shutdown: Shutdown
     ack: Ack
-    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., cancel: _Optional[_Union[CancelRequest, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., shutdown: _Optional[_Union[Shutdown, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ...) -> None: ...
+    jobs: Jobs
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., cancel: _Optional[_Union[CancelRequest, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., shutdown: _Optional[_Union[Shutdown, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., jobs: _Optional[_Union[Jobs, _Mapping]] = ...) -> None: ...
 
 class HandlerMessage(_message.Message):
-    __slots__ = ("hello", "result", "pong", "draining")
+    __slots__ = ("hello", "result", "pong", "draining", "results")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     PONG_FIELD_NUMBER: _ClassVar[int]
     DRAINING_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     result: Result
     pong: Pong
     draining: Draining
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., draining: _Optional[_Union[Draining, _Mapping]] = ...) -> None: ...
+    results: Results
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., draining: _Optional[_Union[Draining, _Mapping]] = ..., results: _Optional[_Union[Results, _Mapping]] = ...) -> None: ...
+
+class Jobs(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[Job]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ...) -> None: ...
+
+class Results(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[Result]
+    def __init__(self, results: _Optional[_Iterable[_Union[Result, _Mapping]]] = ...) -> None: ...
 
 class Ping(_message.Message):
     __slots__ = ("seq",)
@@ -68,7 +84,7 @@ class RunningJob(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("protocol", "sdk", "pid", "jobs", "concurrency", "sync_concurrency", "running", "kept", "acks")
+    __slots__ = ("protocol", "sdk", "pid", "jobs", "concurrency", "sync_concurrency", "running", "kept", "acks", "batches")
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     SDK_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
@@ -78,6 +94,7 @@ class Hello(_message.Message):
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     KEPT_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
     protocol: int
     sdk: str
     pid: int
@@ -87,7 +104,8 @@ class Hello(_message.Message):
     running: _containers.RepeatedCompositeFieldContainer[RunningJob]
     kept: _containers.RepeatedScalarFieldContainer[str]
     acks: bool
-    def __init__(self, protocol: _Optional[int] = ..., sdk: _Optional[str] = ..., pid: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[HelloJob, _Mapping]]] = ..., concurrency: _Optional[int] = ..., sync_concurrency: _Optional[int] = ..., running: _Optional[_Iterable[_Union[RunningJob, _Mapping]]] = ..., kept: _Optional[_Iterable[str]] = ..., acks: _Optional[bool] = ...) -> None: ...
+    batches: bool
+    def __init__(self, protocol: _Optional[int] = ..., sdk: _Optional[str] = ..., pid: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[HelloJob, _Mapping]]] = ..., concurrency: _Optional[int] = ..., sync_concurrency: _Optional[int] = ..., running: _Optional[_Iterable[_Union[RunningJob, _Mapping]]] = ..., kept: _Optional[_Iterable[str]] = ..., acks: _Optional[bool] = ..., batches: _Optional[bool] = ...) -> None: ...
 
 class HelloJob(_message.Message):
     __slots__ = ("name", "cancellable")

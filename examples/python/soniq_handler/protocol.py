@@ -38,6 +38,8 @@ __all__ = [
     "ResultFrame",
     "ResultStatus",
     "ShutdownFrame",
+    "parse_json",
+    "check",
     "decode",
     "encode",
     "encode_value",
@@ -387,12 +389,25 @@ def decode(line: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Frame
         text = line.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ProtocolError(INVALID_UTF8, None, str(e)) from None
+    return check(parse_json(text))
+
+
+def parse_json(text: str) -> Any:
+    """One JSON value, parsed as ``decode`` parses a frame: no NaN or
+    Infinity, no number beyond a 64-bit float, no unpaired surrogate escape
+    (``INVALID_JSON`` otherwise)."""
     try:
         obj = json.loads(text, parse_constant=_reject_constant, parse_float=_parse_float, parse_int=_parse_int)
     except (ValueError, RecursionError) as e:
         raise ProtocolError(INVALID_JSON, None, str(e)) from None
     if "\\u" in text and _has_lone_surrogate(obj):
         raise ProtocolError(INVALID_JSON, None, "unpaired UTF-16 surrogate escape")
+    return obj
+
+
+def check(obj: Any) -> Frame:
+    """The checks ``decode`` applies to a parsed frame: returns the
+    canonical decoded message."""
     if type(obj) is not dict:
         raise ProtocolError(NOT_OBJECT, None, "a frame must be a JSON object")
     if "type" not in obj:
