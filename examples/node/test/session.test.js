@@ -207,6 +207,51 @@ test('attach: results a session received but did not acknowledge go to the next 
   await e.c.sync(3); // nothing is sent again before the pong
 });
 
+test('attach: batches: a Jobs message in, Results out; the empty Jobs says nothing of acknowledgements', async () => {
+  const h = await listen();
+  const { c, hello } = await session(h.sock);
+  assert.equal(hello.batches, true);
+  c.send({ jobs: {} }); // as the sidecar does right after the hello: it takes Results
+  c.send({ ack: {} }); // and acknowledges results
+  const ids = Array.from({ length: 40 }, (_, i) => `c${i}`);
+  c.send({ jobs: { jobs: ids.map((id) => ({ id, name: 'examples.add', args_json: '{"a":1,"b":2}', attempt: 1, max_attempts: 3, queue: 'default' })) } });
+  const got = [];
+  let messages = 0;
+  while (got.length < ids.length) {
+    const m = await c.next();
+    messages += 1;
+    assert.ok(m.message === 'result' || m.message === 'results', JSON.stringify(m));
+    const batch = m.message === 'result' ? [m.result] : m.results.results;
+    assert.ok(batch.length >= 1);
+    for (const r of batch) got.push([r.id, r.status, JSON.parse(r.result_json).sum]);
+  }
+  assert.deepEqual(got.sort(), ids.map((id) => [id, 'DONE', 3]).sort());
+  assert.ok(messages < ids.length, `results of one turn of the event loop go out together (${messages} messages)`);
+  c.close(); // unacknowledged: the next hello keeps them all, so the Ack after the empty Jobs counted
+  const d = await session(h.sock);
+  assert.deepEqual([...d.hello.kept].sort(), [...ids].sort());
+});
+
+test('attach: a sidecar that sends no Jobs message gets Result messages only', async () => {
+  const h = await listen();
+  const { c } = await session(h.sock);
+  for (let i = 0; i < 20; i += 1) c.job(`e${i}`, 'examples.add', { a: 1, b: 1 });
+  for (let i = 0; i < 20; i += 1) await c.result();
+});
+
+test('attach: a bad job in a Jobs message ends the session; the jobs after it never run', async () => {
+  const h = await listen();
+  const { c } = await session(h.sock);
+  c.send({ jobs: {} });
+  const job = (id, args) => ({ id, name: 'examples.add', args_json: args, attempt: 1, max_attempts: 3, queue: 'default' });
+  c.send({ jobs: { jobs: [job('f0', '{"a":1,"b":2}'), job('f1', '[1]'), job('f2', '{"a":1,"b":2}')] } });
+  const end = await c._until(() => c.end ?? undefined, 'end of the session', 10000);
+  assert.equal(end.code, grpc.status.INVALID_ARGUMENT);
+  assert.match(end.details, /^protocol error: wrong_type at args/);
+  const ids = c.msgs.flatMap((m) => (m.message === 'result' ? [m.result.id] : m.message === 'results' ? m.results.results.map((r) => r.id) : []));
+  assert.ok(!ids.includes('f2'), JSON.stringify(ids));
+});
+
 test('attach: a sidecar that never acknowledges is trusted with the results it received', async () => {
   const h = await listen();
   const { c } = await session(h.sock);

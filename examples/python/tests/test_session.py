@@ -225,6 +225,60 @@ def test_acknowledged_results_are_not_sent_again(listening):
     d.close()
 
 
+def test_batches_jobs_in_and_results_out(listening):
+    # The hello offers batches; a sidecar that sends a Jobs message (empty
+    # first, as the sidecar does) gets Results. Every job of a Jobs message
+    # runs; each result comes once, alone or with others.
+    c, hello = open_session(listening.sock)
+    assert hello.batches
+    c.send(jobs=pb.Jobs())
+    c.send(ack=pb.Ack())
+    c.send(jobs=pb.Jobs(jobs=[job(f"c{i}") for i in range(40)]))
+    got, messages = [], 0
+    while len(got) < 40:
+        m = c.recv()
+        messages += 1
+        kind = m.WhichOneof("message")
+        assert kind in ("result", "results"), m
+        batch = [m.result] if kind == "result" else list(m.results.results)
+        assert len(batch) >= 1
+        got += [(r.id, r.status, json.loads(r.result_json)) for r in batch]
+    assert sorted(got) == sorted((f"c{i}", pb.Result.DONE, {"sum": 3}) for i in range(40))
+    assert messages < 40, "results of one turn of the loop go out together"
+    # The empty Jobs message said nothing of acknowledgements: the Ack that
+    # followed it counts, so unacknowledged results are kept for the next session.
+    c.close()
+    d, hello = open_session(listening.sock)
+    assert sorted(hello.kept) == sorted(f"c{i}" for i in range(40))
+    d.close()
+
+
+def test_results_wait_for_a_jobs_message(listening):
+    # A sidecar that never sends Jobs (an older one) gets Result messages only.
+    c, hello = open_session(listening.sock)
+    c.send(ack=pb.Ack())
+    for i in range(20):
+        c.send(job=job(f"e{i}"))
+    kinds = {c.recv().WhichOneof("message") for _ in range(20)}
+    assert kinds == {"result"}
+    c.close()
+
+
+def test_a_bad_job_in_a_batch_ends_the_session_after_the_good_ones(listening):
+    c, _ = open_session(listening.sock)
+    c.send(jobs=pb.Jobs())
+    c.send(jobs=pb.Jobs(jobs=[job("f0"), job("f1", args='[1]'), job("f2")]))
+    ids = []
+    with pytest.raises(grpc.RpcError) as info:
+        while True:
+            m = c.recv()
+            ids += [m.result.id] if m.WhichOneof("message") == "result" else [r.id for r in m.results.results]
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details().startswith("protocol error: wrong_type at args"), info.value.details()
+    assert "f2" not in ids
+    c.close()
+
+
 def test_a_sidecar_that_never_acknowledges_is_trusted_with_what_it_received(listening):
     # An older sidecar sends no Ack: a result it received is not sent again.
     c, _ = open_session(listening.sock)
