@@ -140,6 +140,18 @@ export const DEFAULT_MAX_FRAME_BYTES: number;
 export function decode(line: Uint8Array | string, options?: DecodeOptions): Message;
 
 /**
+ * A job that arrives as a structured message (the Session stream's Job) rather than as frame
+ * text, checked exactly as its frame would be: `job` holds the string fields, `argsText` the
+ * args' JSON text (undefined: no args), `ints` the integer fields as the decimal text they
+ * would have in the frame. The frame size limit is the caller's check. Throws ProtocolError.
+ */
+export function decodeJobMessage(
+  job: { id: string; name: string; queue: string; traceparent?: string; worker_id?: string },
+  argsText: string | undefined,
+  ints: Record<string, string>,
+): JobMessage;
+
+/**
  * The canonical JSON text of a message (no trailing '\n'). Throws TypeError for an unknown
  * type or a value JSON cannot hold.
  */

@@ -450,6 +450,37 @@ function decode(line, { maxFrameBytes = DEFAULT_MAX_FRAME_BYTES } = {}) {
   return DECODERS[type](new Reader(obj, parsed.raw, ''));
 }
 
+// A job that arrives as a structured message (the Session stream's Job) rather than as frame
+// text: checked exactly as its frame would be, without writing that frame and parsing it again.
+// `job` holds the string fields, `argsText` the args' JSON text (undefined: no args), `ints` the
+// integer fields as decimal text, as they would stand in the frame. Sizes are the caller's
+// check (the frame limit).
+function decodeJobMessage(job, argsText, ints) {
+  const obj = { type: 'job', id: job.id, name: job.name };
+  let raw = new WeakMap();
+  if (argsText !== undefined) {
+    let parsed;
+    try {
+      parsed = parseJSON(argsText);
+    } catch (e) {
+      if (e instanceof JSONSyntaxError) throw new ProtocolError('invalid_json', null, e.message);
+      throw e;
+    }
+    obj.args = parsed.value;
+    raw = parsed.raw;
+  }
+  const top = new Map();
+  for (const [key, text] of Object.entries(ints)) {
+    obj[key] = Number(text);
+    top.set(key, text);
+  }
+  obj.queue = job.queue;
+  if (job.traceparent !== undefined) obj.traceparent = job.traceparent;
+  if (job.worker_id !== undefined) obj.worker_id = job.worker_id;
+  raw.set(obj, top);
+  return DECODERS.job(new Reader(obj, raw, ''));
+}
+
 // ---------------------------------------------------------------------------------------
 // Encoding
 
@@ -530,5 +561,6 @@ module.exports = {
   DEFAULT_MAX_FRAME_BYTES,
   ProtocolError,
   decode,
+  decodeJobMessage,
   encode,
 };

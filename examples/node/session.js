@@ -10,7 +10,7 @@
 // protocol.decode, so both transports accept exactly the same messages; one that fails is a
 // protocol error, reported as on stdio.
 
-const { decode, ProtocolError } = require('./protocol');
+const { decode, decodeJobMessage, ProtocolError } = require('./protocol');
 const { Ledger, MAX_KEPT_RESULTS, draining, log, shuttingDown } = require('./runtime');
 
 const EXIT_PROTOCOL_ERROR = 4;
@@ -85,6 +85,25 @@ function frameOf(m) {
     case 'shutdown': return '{"type":"shutdown"}';
     default: throw new ProtocolError('unknown_type', null, 'a SidecarMessage with no message set');
   }
+}
+
+// A Job message decoded as its frame would be (frameOf, then decode), without writing and
+// parsing that frame's text. A job whose frame could come near the frame limit takes the exact
+// way.
+function decodeJob(j, maxFrameBytes) {
+  const args = j.args_json ?? '';
+  const chars = args.length + (j.id ?? '').length + (j.name ?? '').length + (j.queue ?? '').length
+    + (j.traceparent ?? '').length + (j.worker_id ?? '').length;
+  if (6 * chars + 512 > maxFrameBytes) return decode(frameOf({ message: 'job', job: j }), { maxFrameBytes });
+  const ints = { attempt: int(j.attempt), max_attempts: int(j.max_attempts) };
+  for (const [field, key] of [['deadline_ms', 'deadline'], ['scheduled_at_ms', 'scheduled_at'], ['created_at_ms', 'created_at']]) {
+    if (j[field] !== undefined && j[field] !== null) ints[key] = int(j[field]);
+  }
+  const strings = { id: j.id ?? '', name: j.name ?? '', queue: j.queue ?? '' };
+  for (const key of ['traceparent', 'worker_id']) {
+    if (j[key] !== undefined && j[key] !== null) strings[key] = j[key];
+  }
+  return decodeJobMessage(strings, args === '' ? undefined : args, ints);
 }
 
 // A protocol error on a Session, worded as both SDKs word it (docs/protocol.md):
@@ -245,7 +264,7 @@ class SessionCore {
   _onFrame(s, m) {
     let frame;
     try {
-      frame = decode(frameOf(m), { maxFrameBytes: this.rt.maxFrameBytes });
+      frame = m.message === 'job' ? decodeJob(m.job, this.rt.maxFrameBytes) : decode(frameOf(m), { maxFrameBytes: this.rt.maxFrameBytes });
     } catch (err) {
       if (!(err instanceof ProtocolError)) throw err;
       this._protocolError(s, err);
@@ -358,4 +377,4 @@ class SessionCore {
   }
 }
 
-module.exports = { SessionCore, sessionService, resultMessage, frameOf, MAX_KEPT_RESULTS, ACK_WAIT_MS };
+module.exports = { SessionCore, sessionService, resultMessage, frameOf, decodeJob, MAX_KEPT_RESULTS, ACK_WAIT_MS };
