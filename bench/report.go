@@ -203,6 +203,34 @@ func (r *report) evaluate(cores int) {
 		add(g)
 	}
 
+	// The pod topology (attach) and spawned unix handlers against stdio,
+	// per SDK: throughput in the same rounds, and pickup latency.
+	for _, sdk := range []string{"python", "node"} {
+		stdio, stdioLat := r.tp(sdk+"-stdio"), r.lat(sdk+"-stdio")
+		for _, tr := range []string{"attach", "unix"} {
+			t := r.tp(sdk + "-" + tr)
+			g := goal{Name: "throughput, " + labelOr(t.Label, sdk+"-"+tr) + " vs the same SDK over stdio", Target: "≥ 90 %"}
+			if t.Status == "" && ok(t.Median) && ok(stdio.Median) {
+				f := t.Median / stdio.Median
+				g.Measured, g.Met = fmt.Sprintf("%.0f %% (%.0f vs %.0f jobs/s)", 100*f, t.Median, stdio.Median), yes(f >= 0.9)
+				if f < 0.9 && ok(t.SidecarCPU10k) && ok(stdio.SidecarCPU10k) {
+					g.Note = fmt.Sprintf("per 10,000 jobs: sidecar %.2f vs %.2f CPU-s, handlers %.2f vs %.2f", t.SidecarCPU10k, stdio.SidecarCPU10k, t.HandlerCPU10k, stdio.HandlerCPU10k)
+				}
+			} else {
+				g.Measured, g.Met = nm, nm
+			}
+			add(g)
+			l := r.lat(sdk + "-" + tr)
+			g = goal{Name: "pickup latency p99 at 50 jobs/s, " + labelOr(t.Label, sdk+"-"+tr) + " vs the same SDK over stdio", Target: "≤ stdio's"}
+			if l != nil && stdioLat != nil && l.Status == "" && ok(l.P99) && ok(stdioLat.P99) {
+				g.Measured, g.Met = fmt.Sprintf("%.2f vs %.2f ms (p50 %.2f vs %.2f)", l.P99, stdioLat.P99, l.P50, stdioLat.P50), yes(l.P99 <= stdioLat.P99)
+			} else {
+				g.Measured, g.Met = nm, nm
+			}
+			add(g)
+		}
+	}
+
 	for _, key := range []string{"python-stdio", "node-stdio"} {
 		t := r.tp(key)
 		g := goal{Name: "sidecar CPU per 10,000 jobs, " + labelOr(t.Label, key) + " (throughput section)", Target: "≤ 0.30 CPU-s"}
