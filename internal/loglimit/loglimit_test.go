@@ -40,10 +40,12 @@ func TestRepeatedLines(t *testing.T) {
 		{"a line repeated within the window is written once, then summarised", func(log *slog.Logger) {
 			for i := range 116 {
 				log.Warn("claiming jobs failed", "err", fmt.Sprintf("dial 127.0.0.1:%d: connection refused", 40000+i))
-				time.Sleep(100 * time.Millisecond)
+				// 101 ms, not 100: no line falls on the very instant a
+				// window ends, where the order of the two is undefined.
+				time.Sleep(101 * time.Millisecond)
 			}
 		}, []string{
-			// 116 lines over 11.6 s: one per 5 s window, each window's
+			// 116 lines over 11.7 s: one per 5 s window, each window's
 			// repeats summarised when it ends.
 			"claiming jobs failed", "claiming jobs failed ×49",
 			"claiming jobs failed", "claiming jobs failed ×49",
