@@ -10,7 +10,7 @@ import os
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Tuple
+from typing import Any, List, Tuple
 
 from . import protocol
 from ._runtime import Runtime, log, quote, shutting_down
@@ -39,6 +39,9 @@ class _Stdio:
         self.chan = chan
         self.draining = False
         self.inbox: asyncio.Queue[Tuple[str, Any]] = asyncio.Queue()
+        # Frames to write, written together once the event loop has run what
+        # is ready (one write for the results of one turn, not one each).
+        self.out: List[bytes] = []
 
     async def serve(self, version: int) -> None:
         rt = self.rt
@@ -53,8 +56,10 @@ class _Stdio:
         self._send(protocol.encode(rt.hello(version)))
         while True:
             if rt.failure is not None:
+                self._flush()
                 raise rt.failure
             if self.draining and rt.idle:
+                self._flush()
                 return
             kind, data = await self.inbox.get()
             if kind == "eof":
@@ -62,9 +67,11 @@ class _Stdio:
                 # once the jobs in flight have written their results.
                 self.draining = True
             elif kind == "error":
+                self._flush()  # the results before it go out first (rt.fail may exit at once)
                 rt.fail(EXIT_PROTOCOL_ERROR, f"protocol error: {data}")
-            elif kind == "line":
-                self._dispatch(data)
+            elif kind == "lines":
+                for line in data:
+                    self._dispatch(line)
             # "wake" only makes the loop check its conditions again.
 
     def _wake(self) -> None:
@@ -78,6 +85,7 @@ class _Stdio:
         try:
             msg = protocol.decode(line, rt.max_frame_bytes)
         except protocol.ProtocolError as e:
+            self._flush()  # the results before it go out first (rt.fail may exit at once)
             rt.fail(EXIT_PROTOCOL_ERROR, f"protocol error: {e} in frame {quote(line)}")
             return
         if msg["type"] == "job":
@@ -96,6 +104,7 @@ class _Stdio:
         elif msg["type"] == "shutdown":
             self.draining = True
         else:
+            self._flush()
             rt.fail(EXIT_PROTOCOL_ERROR, f"protocol error: unexpected {msg['type']!r} frame from the sidecar")
 
     def _report(self, frame: protocol.ResultFrame, data: bytes) -> None:
@@ -104,9 +113,18 @@ class _Stdio:
     def _send(self, data: bytes) -> None:
         if self.rt.failure is not None:
             return  # serving is giving up: nothing more goes out
+        if not self.out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self.out.append(data)
+
+    def _flush(self) -> None:
+        if not self.out:
+            return
+        data = b"\n".join(self.out)
+        self.out.clear()
         buf = memoryview(data + b"\n")
-        # One frame per locked section: frames never interleave, and os.write
-        # on the raw fd has no user-space buffer, so each frame is "flushed".
+        # Whole frames per locked section: frames never interleave, and
+        # os.write on the raw fd has no user-space buffer, so they are out.
         with self.chan.write_lock:
             try:
                 while buf:
@@ -184,6 +202,7 @@ def _read_frames(
             return
         start = len(buf)
         buf += chunk
+        lines = []  # the frames of this read go to the loop together
         while True:
             nl = buf.find(b"\n", start)
             if nl < 0:
@@ -193,7 +212,9 @@ def _read_frames(
             start = 0
             if line == b"" or line == b"\r":
                 continue  # empty lines are ignored
-            put(("line", line))
+            lines.append(line)
+        if lines:
+            put(("lines", lines))
         if len(buf) > limit:
             put(("error", f"oversize: a frame exceeds {max_frame_bytes} bytes"))
             return
