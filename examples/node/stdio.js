@@ -33,7 +33,8 @@ function protectStdout() {
   return stdoutGuard;
 }
 
-// One serialised writer for protocol frames: one write per frame (frames never interleave),
+// One serialised writer for protocol frames: frames never interleave; the frames queued in one
+// turn of the event loop go out in one write (a write per result was a system call per job);
 // waits for 'drain' when the pipe is full.
 class FrameWriter {
   constructor(stream, write) {
@@ -41,6 +42,7 @@ class FrameWriter {
     this.write = write;
     this.queue = [];
     this.busy = false;
+    this.scheduled = false;
     this.idleWaiters = [];
     this.pending = 0;
   }
@@ -51,18 +53,30 @@ class FrameWriter {
     this.pending++;
     return new Promise((resolve) => {
       this.queue.push({ text, resolve });
-      this._pump();
+      if (!this.scheduled) {
+        this.scheduled = true;
+        setImmediate(() => {
+          this.scheduled = false;
+          this._pump();
+        });
+      }
     });
+  }
+
+  // Writes what is queued now, for an exit that cannot wait for the next turn.
+  flushNow() {
+    this._pump();
   }
 
   async _pump() {
     if (this.busy) return;
     this.busy = true;
     while (this.queue.length > 0) {
-      const item = this.queue.shift();
-      const ok = this.write(item.text, () => {
-        this.pending--;
-        item.resolve();
+      const items = this.queue.splice(0);
+      const text = items.length === 1 ? items[0].text : items.map((i) => i.text).join('');
+      const ok = this.write(text, () => {
+        this.pending -= items.length;
+        for (const i of items) i.resolve();
         this._checkIdle();
       });
       if (!ok) {
@@ -175,6 +189,7 @@ class Stdio {
     if (this.exiting) return;
     this.exiting = true;
     log(`protocol error from sidecar: ${err.message}; exiting with status ${EXIT_PROTOCOL_ERROR}`);
+    this.writer.flushNow(); // the results before it go out first
     process.exit(EXIT_PROTOCOL_ERROR);
   }
 
