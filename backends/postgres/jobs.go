@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 )
@@ -312,42 +313,50 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 		return nil, fmt.Errorf("complete: worker id %q is not a uuid", workerID)
 	}
 	var (
-		doneIDs, doneResults           []string
-		doneResultValid                []bool
-		doneTTLs                       []float64
-		deleteIDs                      []string
-		retryIDs, retryErrs            []string
-		retryDelays                    []float64
-		deadIDs, deadErrs, deadReasons []string
-		snoozeIDs, snoozeErrs          []string
-		snoozeDelays                   []float64
+		// The ids go out as binary uuids: pgx cannot encode a []string
+		// as a binary uuid[], and its fallback to text first builds (and
+		// drops) an error quoting the whole array, on every batch.
+		doneIDs, deleteIDs, retryIDs []pgtype.UUID
+		deadIDs, snoozeIDs           []pgtype.UUID
+		doneResults                  []string
+		doneResultValid              []bool
+		doneTTLs                     []float64
+		retryErrs                    []string
+		retryDelays                  []float64
+		deadErrs, deadReasons        []string
+		snoozeErrs                   []string
+		snoozeDelays                 []float64
 	)
-	seen := make(map[string]bool, len(cs))
+	seen := make(map[pgtype.UUID]bool, len(cs))
 	for _, c := range cs {
 		// An id that cannot be a uuid matches no row; a repeated id would
 		// make one statement touch a row twice. The first completion wins.
-		if !isUUID(c.JobID) || seen[strings.ToLower(c.JobID)] {
+		if !isUUID(c.JobID) {
 			continue
 		}
-		seen[strings.ToLower(c.JobID)] = true
+		id := parseUUID(c.JobID)
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
 		switch c.Outcome {
 		case backends.OutcomeDone:
 			if c.ResultTTL <= 0 {
-				deleteIDs = append(deleteIDs, c.JobID)
+				deleteIDs = append(deleteIDs, id)
 				continue
 			}
 			res, err := storableJSON(strings.TrimSpace(string(c.Result)))
 			if err != nil {
 				return nil, fmt.Errorf("complete job %s: %w", c.JobID, err)
 			}
-			doneIDs = append(doneIDs, c.JobID)
+			doneIDs = append(doneIDs, id)
 			// JSON null is stored as SQL NULL, as Soniq skips writing a
 			// None result.
 			doneResultValid = append(doneResultValid, res != "" && res != "null")
 			doneResults = append(doneResults, res)
 			doneTTLs = append(doneTTLs, c.ResultTTL.Seconds())
 		case backends.OutcomeRetry:
-			retryIDs = append(retryIDs, c.JobID)
+			retryIDs = append(retryIDs, id)
 			retryErrs = append(retryErrs, backends.TruncateError(c.Error))
 			retryDelays = append(retryDelays, max(c.Delay.Seconds(), 0))
 		case backends.OutcomeDeadLetter:
@@ -355,7 +364,7 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 			if reason == "" {
 				reason = backends.ReasonMaxRetriesExceeded
 			}
-			deadIDs = append(deadIDs, c.JobID)
+			deadIDs = append(deadIDs, id)
 			deadErrs = append(deadErrs, backends.TruncateError(c.Error))
 			deadReasons = append(deadReasons, reason)
 		case backends.OutcomeSnooze:
@@ -363,7 +372,7 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 			if c.Reason != "" {
 				msg = "SNOOZE: " + c.Reason
 			}
-			snoozeIDs = append(snoozeIDs, c.JobID)
+			snoozeIDs = append(snoozeIDs, id)
 			snoozeErrs = append(snoozeErrs, backends.TruncateError(msg))
 			snoozeDelays = append(snoozeDelays, min(max(c.Delay, 0), backends.MaxSnooze).Seconds())
 		default:
