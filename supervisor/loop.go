@@ -45,9 +45,11 @@ func (t *task) endSpan(outcome string, err string) {
 	if t.span == nil {
 		return
 	}
-	t.span.SetAttributes(attribute.String("soniq.outcome", outcome))
-	if err != "" {
-		t.span.SetStatus(codes.Error, firstLine(err))
+	if t.span.IsRecording() {
+		t.span.SetAttributes(attribute.String("soniq.outcome", outcome))
+		if err != "" {
+			t.span.SetStatus(codes.Error, firstLine(err))
+		}
 	}
 	t.span.End()
 	t.span = nil

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"testing"
@@ -82,4 +83,27 @@ func TestDecodedRawValuesDoNotAliasTheFrame(t *testing.T) {
 			t.Fatalf("%s: raw value changed with the frame's buffer: %q", frame, raw)
 		}
 	}
+}
+
+// FuzzAppendCompactAgreesWithCompact: for every value scanJSON accepts, the
+// encoder's own compaction writes what json.Compact writes.
+func FuzzAppendCompactAgreesWithCompact(f *testing.F) {
+	for _, s := range []string{
+		`{}`, `{"a": 1, "b": [1, 2, {"c": "x y"}]}`, " {\n\t\"k\" : \"v \\\" \\\\ \" ,\r\n \"n\" : -1.5e+3 } ",
+		`[true, false, null]`, `"plain"`, `{"a": "\u00e9\ud83d\ude00 ", "b": {}}`, `  12  `,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if scanJSON(raw, maxFrameDepth, nil).kind != argsOK {
+			return
+		}
+		var want bytes.Buffer
+		if err := json.Compact(&want, raw); err != nil {
+			t.Fatalf("scanJSON accepts %q, json.Compact refuses it: %v", raw, err)
+		}
+		if got := appendCompact([]byte("x"), raw); string(got[1:]) != want.String() {
+			t.Fatalf("%q: compacted to %q, json.Compact gives %q", raw, got[1:], want.String())
+		}
+	})
 }
