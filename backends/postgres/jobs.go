@@ -33,13 +33,15 @@ func jobColumns(p string) string {
 // scanJob reads one row selected with jobColumns. Columns Soniq leaves
 // nullable (attempts, queue, ...) read as the schema defaults when NULL.
 func scanJob(row pgx.Row) (backends.Job, error) {
+	// The nullable columns read into pgtype values rather than pointers:
+	// a pointer is a heap allocation per non-NULL column and row.
 	var (
 		j                           backends.Job
 		args, result                []byte
-		attempts, maxAttempts, prio *int32
-		queue                       *string
-		unique                      *bool
-		createdAt, updatedAt        *time.Time
+		attempts, maxAttempts, prio pgtype.Int4
+		queue                       pgtype.Text
+		unique                      pgtype.Bool
+		createdAt, updatedAt        pgtype.Timestamptz
 	)
 	err := row.Scan(&j.ID, &j.Name, &args, &j.ArgsHash, &j.Status, &attempts, &maxAttempts,
 		&queue, &prio, &unique, &j.DedupKey, &j.ScheduledAt, &j.ExpiresAt,
@@ -47,18 +49,30 @@ func scanJob(row pgx.Row) (backends.Job, error) {
 	if err != nil {
 		return backends.Job{}, err
 	}
+	if createdAt.InfinityModifier != pgtype.Finite || updatedAt.InfinityModifier != pgtype.Finite {
+		// What scanning into a time.Time refused, as before.
+		return backends.Job{}, fmt.Errorf("job %s: created_at or updated_at is infinite", j.ID)
+	}
 	j.Args = json.RawMessage(args)
 	if result != nil {
 		j.Result = json.RawMessage(result)
 	}
-	j.Attempts = int(deref(attempts, 0))
-	j.MaxAttempts = int(deref(maxAttempts, 3))
-	j.Priority = int(deref(prio, 100))
-	j.Queue = deref(queue, "default")
-	j.UniqueJob = deref(unique, false)
-	j.CreatedAt = deref(createdAt, time.Time{})
-	j.UpdatedAt = deref(updatedAt, time.Time{})
+	j.Attempts = int(orDefault(attempts.Int32, attempts.Valid, 0))
+	j.MaxAttempts = int(orDefault(maxAttempts.Int32, maxAttempts.Valid, 3))
+	j.Priority = int(orDefault(prio.Int32, prio.Valid, 100))
+	j.Queue = orDefault(queue.String, queue.Valid, "default")
+	j.UniqueJob = orDefault(unique.Bool, unique.Valid, false)
+	j.CreatedAt = orDefault(createdAt.Time, createdAt.Valid, time.Time{})
+	j.UpdatedAt = orDefault(updatedAt.Time, updatedAt.Valid, time.Time{})
 	return j, nil
+}
+
+// orDefault is v when valid (the column was not NULL), else def.
+func orDefault[T any](v T, valid bool, def T) T {
+	if !valid {
+		return def
+	}
+	return v
 }
 
 func deref[T any](p *T, def T) T {
