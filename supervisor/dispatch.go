@@ -55,18 +55,46 @@ func (l *loop) maybeClaim(pl *pool) {
 	pl.claiming, pl.more = true, false
 	l.claims++
 	params := backends.ClaimParams{WorkerID: l.host.workerID, Queues: l.cfg.Settings.Queues, Names: names, Limit: free}
-	allNames, writtenAt := len(names) == len(pl.allNames), l.writer.written.Load()
+	if pl.claimReqs == nil {
+		pl.claimReqs = make(chan claimReq, 1)
+		l.wg.Add(1)
+		go func() { defer l.wg.Done(); l.claimer(pl) }()
+	}
+	// Never blocks: one claim of a pool is in flight at a time.
+	pl.claimReqs <- claimReq{params: params, allNames: len(names) == len(pl.allNames), writtenAt: l.writer.written.Load()}
+}
+
+// claimReq is one claim for a pool's claimer.
+type claimReq struct {
+	params    backends.ClaimParams
+	allNames  bool
+	writtenAt int64
+}
+
+// claimer is a pool's claim goroutine, from its first claim until the loop
+// returns (stopClaimers). One goroutine for all of a pool's claims, rather
+// than one per claim: a new goroutine's stack grew through pgx's call depth
+// on every claim, a few percent of the sidecar's CPU at full load.
+func (l *loop) claimer(pl *pool) {
 	b := l.cfg.Backend
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
+	for req := range pl.claimReqs {
 		// Detached and never cancelled: a claim that committed must reach
 		// the loop, or its rows would stay processing under a live worker.
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
-		jobs, err := b.Claim(ctx, params)
+		jobs, err := b.Claim(ctx, req.params)
 		cancel()
-		l.emit(claimedEvent{pool: pl, jobs: jobs, limit: params.Limit, err: err, allNames: allNames, writtenAt: writtenAt})
-	}()
+		l.emit(claimedEvent{pool: pl, jobs: jobs, limit: req.params.Limit, err: err, allNames: req.allNames, writtenAt: req.writtenAt})
+	}
+}
+
+// stopClaimers ends the pools' claim goroutines; no claim is in flight.
+func (l *loop) stopClaimers() {
+	for _, pl := range l.pools {
+		if pl.claimReqs != nil {
+			close(pl.claimReqs)
+			pl.claimReqs = nil
+		}
+	}
 }
 
 func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {

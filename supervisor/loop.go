@@ -68,7 +68,8 @@ type pool struct {
 	crashLoop  bool
 	started    bool // a process of this pool was started once
 	claiming   bool
-	more       bool // there may be runnable rows: claim when capacity allows
+	claimReqs  chan claimReq // to the pool's claimer; nil until its first claim
+	more       bool          // there may be runnable rows: claim when capacity allows
 	// The last claim got every row it asked for; the next one waits for a
 	// quarter of the budget to be free, from heldSince for at most
 	// claimHoldMax (holdClaim).
@@ -228,6 +229,7 @@ func (l *loop) run() error {
 			l.spawn(pl, slot)
 		}
 	}
+	defer l.stopClaimers()
 	poll := time.NewTimer(jitterPoll(l.cfg.Settings.PollInterval))
 	defer poll.Stop()
 	tick := time.NewTicker(l.cfg.PingInterval)
