@@ -260,6 +260,10 @@ func (l *loop) handle(e event) {
 	switch e := e.(type) {
 	case frameEvent:
 		l.onFrame(e.proc, e.msg)
+	case framesEvent:
+		for _, m := range e.msgs {
+			l.onFrame(e.proc, m)
+		}
 	case protocolErrorEvent:
 		l.breakProcess(e.proc, "protocol_error", fmt.Sprintf("protocol error from handler %s process %d: %v", e.proc.pool.h.Name, e.proc.pid, e.err))
 	case exitEvent:
