@@ -114,7 +114,8 @@ func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
 	if pl.full {
 		pl.more = true
 	}
-	for _, j := range jobs {
+	for i := range jobs {
+		j := &jobs[i]
 		spec := pl.h.Job(j.Name)
 		t := &task{job: j, pool: pl, spec: spec, state: taskPending}
 		switch {

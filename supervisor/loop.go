@@ -28,7 +28,7 @@ const (
 
 // task is one claimed job.
 type task struct {
-	job       backends.Job
+	job       *backends.Job // a row of its claim (tasks share their claim's slice)
 	pool      *pool
 	spec      *config.JobSpec
 	proc      *process

@@ -33,37 +33,54 @@ func jobColumns(p string) string {
 // scanJob reads one row selected with jobColumns. Columns Soniq leaves
 // nullable (attempts, queue, ...) read as the schema defaults when NULL.
 func scanJob(row pgx.Row) (backends.Job, error) {
-	// The nullable columns read into pgtype values rather than pointers:
-	// a pointer is a heap allocation per non-NULL column and row.
-	var (
-		j                           backends.Job
-		args, result                []byte
-		attempts, maxAttempts, prio pgtype.Int4
-		queue                       pgtype.Text
-		unique                      pgtype.Bool
-		createdAt, updatedAt        pgtype.Timestamptz
-	)
-	err := row.Scan(&j.ID, &j.Name, &args, &j.ArgsHash, &j.Status, &attempts, &maxAttempts,
-		&queue, &prio, &unique, &j.DedupKey, &j.ScheduledAt, &j.ExpiresAt,
-		&j.LastError, &result, &j.ProducerID, &createdAt, &updatedAt, &j.WorkerID)
-	if err != nil {
+	return newJobScanner().scan(row)
+}
+
+// jobScanner reads rows selected with jobColumns into one set of
+// destinations, so that a claim's rows cost no allocation beyond their
+// values: scanning into fresh locals made every one of them escape to the
+// heap, for every row.
+type jobScanner struct {
+	j                           backends.Job
+	args, result                []byte
+	attempts, maxAttempts, prio pgtype.Int4
+	queue                       pgtype.Text
+	unique                      pgtype.Bool
+	createdAt, updatedAt        pgtype.Timestamptz
+	dest                        []any
+}
+
+func newJobScanner() *jobScanner {
+	s := &jobScanner{}
+	s.dest = []any{&s.j.ID, &s.j.Name, &s.args, &s.j.ArgsHash, &s.j.Status, &s.attempts, &s.maxAttempts,
+		&s.queue, &s.prio, &s.unique, &s.j.DedupKey, &s.j.ScheduledAt, &s.j.ExpiresAt,
+		&s.j.LastError, &s.result, &s.j.ProducerID, &s.createdAt, &s.updatedAt, &s.j.WorkerID}
+	return s
+}
+
+// scan reads the row. Every destination is reset first: nothing of the
+// previous row is reused (the values returned keep their own memory).
+func (s *jobScanner) scan(row pgx.Row) (backends.Job, error) {
+	s.j, s.args, s.result = backends.Job{}, nil, nil
+	if err := row.Scan(s.dest...); err != nil {
 		return backends.Job{}, err
 	}
-	if createdAt.InfinityModifier != pgtype.Finite || updatedAt.InfinityModifier != pgtype.Finite {
+	j := s.j
+	if s.createdAt.InfinityModifier != pgtype.Finite || s.updatedAt.InfinityModifier != pgtype.Finite {
 		// What scanning into a time.Time refused, as before.
 		return backends.Job{}, fmt.Errorf("job %s: created_at or updated_at is infinite", j.ID)
 	}
-	j.Args = json.RawMessage(args)
-	if result != nil {
-		j.Result = json.RawMessage(result)
+	j.Args = json.RawMessage(s.args)
+	if s.result != nil {
+		j.Result = json.RawMessage(s.result)
 	}
-	j.Attempts = int(orDefault(attempts.Int32, attempts.Valid, 0))
-	j.MaxAttempts = int(orDefault(maxAttempts.Int32, maxAttempts.Valid, 3))
-	j.Priority = int(orDefault(prio.Int32, prio.Valid, 100))
-	j.Queue = orDefault(queue.String, queue.Valid, "default")
-	j.UniqueJob = orDefault(unique.Bool, unique.Valid, false)
-	j.CreatedAt = orDefault(createdAt.Time, createdAt.Valid, time.Time{})
-	j.UpdatedAt = orDefault(updatedAt.Time, updatedAt.Valid, time.Time{})
+	j.Attempts = int(orDefault(s.attempts.Int32, s.attempts.Valid, 0))
+	j.MaxAttempts = int(orDefault(s.maxAttempts.Int32, s.maxAttempts.Valid, 3))
+	j.Priority = int(orDefault(s.prio.Int32, s.prio.Valid, 100))
+	j.Queue = orDefault(s.queue.String, s.queue.Valid, "default")
+	j.UniqueJob = orDefault(s.unique.Bool, s.unique.Valid, false)
+	j.CreatedAt = orDefault(s.createdAt.Time, s.createdAt.Valid, time.Time{})
+	j.UpdatedAt = orDefault(s.updatedAt.Time, s.updatedAt.Valid, time.Time{})
 	return j, nil
 }
 
@@ -244,8 +261,9 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 	})
 	var jobs []backends.Job
 	batch.Queue(sql, args...).Query(func(rows pgx.Rows) error {
+		sc := newJobScanner()
 		var err error
-		jobs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (backends.Job, error) { return scanJob(r) })
+		jobs, err = pgx.AppendRows(make([]backends.Job, 0, p.Limit), rows, func(r pgx.CollectableRow) (backends.Job, error) { return sc.scan(r) })
 		return err
 	})
 	if err := b.pool.SendBatch(ctx, batch).Close(); err != nil {
