@@ -43,7 +43,8 @@ func decode(frame []byte) (Message, *FrameError) {
 	// The common case, a valid frame holding one object whose keys have no
 	// escapes, is split in place: no map, no copies of its values.
 	if scanJSON(frame, maxFrameDepth, nil).kind == argsOK {
-		if members, ok := splitObject(frame); ok {
+		var buf [maxSplitMembers]member
+		if members, ok := splitObject(frame, buf[:0]); ok {
 			return decodeFields(fields{kv: members})
 		}
 	}
@@ -334,14 +335,14 @@ const maxSplitMembers = 16
 
 // splitObject splits b, which scanJSON accepted, into its top-level
 // members when it is an object of at most maxSplitMembers members whose
-// keys hold no escape; ok is false otherwise (the caller then decodes
-// with encoding/json).
-func splitObject(b []byte) (members []member, ok bool) {
+// keys hold no escape, appended to members (the caller's room for
+// maxSplitMembers); false otherwise (the caller then decodes with
+// encoding/json).
+func splitObject(b []byte, members []member) ([]member, bool) {
 	i := skipSpace(b, 0)
 	if i == len(b) || b[i] != '{' {
 		return nil, false
 	}
-	members = make([]member, 0, 8)
 	i = skipSpace(b, i+1)
 	if b[i] == '}' {
 		return members, true

@@ -27,7 +27,7 @@ func FuzzSplitObjectAgreesWithUnmarshal(f *testing.F) {
 		if !utf8.Valid(frame) || scanJSON(frame, maxFrameDepth, nil).kind != argsOK {
 			return
 		}
-		members, ok := splitObject(frame)
+		members, ok := splitObject(frame, nil)
 		if !ok {
 			return
 		}
