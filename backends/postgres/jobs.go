@@ -296,29 +296,67 @@ const plannerSettings = `set_config('enable_sort', 'off', true), set_config('ena
 // claimPlannerHints precedes the result writes in their implicit transaction.
 const claimPlannerHints = `SELECT ` + plannerSettings
 
-// claimStatement builds the claim for p: the statement and its arguments.
+// claimStatement is the claim for p: the statement and its arguments.
 func claimStatement(p backends.ClaimParams) (string, []any) {
+	args := make([]any, 2, 5)
+	args[0], args[1] = p.WorkerID, p.Limit
+	var filters int
+	if len(p.Queues) > 0 {
+		filters |= claimByQueue
+		args = append(args, p.Queues)
+	}
+	if len(p.Names) > 0 {
+		filters |= claimByName
+		args = append(args, p.Names)
+	}
+	if len(p.ExcludeNames) > 0 {
+		filters |= claimExcluding
+		args = append(args, p.ExcludeNames)
+	}
+	return claimStatements[filters], args
+}
+
+// The filters a claim may add, as bits of an index into claimStatements.
+const (
+	claimByQueue = 1 << iota
+	claimByName
+	claimExcluding
+)
+
+// claimStatements holds the claim's text for every combination of filters,
+// built once rather than per claim.
+var claimStatements = func() (sqls [8]string) {
+	for f := range sqls {
+		sqls[f] = buildClaimStatement(f)
+	}
+	return sqls
+}()
+
+// buildClaimStatement writes the claim with the filters f; its arguments
+// are the worker id, the limit, then one array per filter in the order of
+// the bits.
+func buildClaimStatement(f int) string {
 	// Filters are added only when set so the planner sees plain predicates
 	// it can match to idx_soniq_jobs_queue_status_priority.
-	args := []any{p.WorkerID, p.Limit}
 	var where strings.Builder
 	where.WriteString("status = 'queued' AND (scheduled_at IS NULL OR scheduled_at <= now())")
 	// Its row was locked active by the prelude, or nothing is claimed.
 	where.WriteString(" AND EXISTS (SELECT 1 FROM soniq_workers WHERE id = $1::uuid AND status = 'active')")
-	addFilter := func(cond string, v []string) {
-		args = append(args, v)
-		fmt.Fprintf(&where, " AND "+cond, len(args))
+	n := 2
+	addFilter := func(cond string) {
+		n++
+		fmt.Fprintf(&where, " AND "+cond, n)
 	}
-	if len(p.Queues) > 0 {
-		addFilter("queue = ANY($%d::text[])", p.Queues)
+	if f&claimByQueue != 0 {
+		addFilter("queue = ANY($%d::text[])")
 	}
-	if len(p.Names) > 0 {
-		addFilter("job_name = ANY($%d::text[])", p.Names)
+	if f&claimByName != 0 {
+		addFilter("job_name = ANY($%d::text[])")
 	}
-	if len(p.ExcludeNames) > 0 {
-		addFilter("job_name <> ALL($%d::text[])", p.ExcludeNames)
+	if f&claimExcluding != 0 {
+		addFilter("job_name <> ALL($%d::text[])")
 	}
-	sql := `WITH picked AS (
+	return `WITH picked AS (
 	SELECT id FROM soniq_jobs WHERE ` + where.String() + `
 	ORDER BY priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC
 	LIMIT $2
@@ -331,7 +369,6 @@ func claimStatement(p backends.ClaimParams) (string, []any) {
 )
 SELECT ` + jobColumns("") + ` FROM claimed
 ORDER BY priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC`
-	return sql, args
 }
 
 // Complete applies guarded terminal writes: one statement per outcome kind,
