@@ -276,7 +276,9 @@ func (l *loop) start(t *task, p *process) {
 	}
 	p.jobsRun++
 	frame := newJobFrame(t.job, l.host.workerID)
-	frame.Traceparent = l.startSpan(t)
+	if l.spans {
+		frame.Traceparent = l.startSpan(t)
+	}
 	if timeout := t.spec.EffectiveTimeout(l.cfg.Settings); timeout > 0 {
 		dl := t.startedAt.Add(timeout).UnixMilli()
 		frame.Deadline = &dl

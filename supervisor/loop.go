@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
@@ -144,6 +145,7 @@ type loop struct {
 	log     *slog.Logger
 	metrics *Metrics
 	tracer  trace.Tracer
+	spans   bool             // false: tracer is a noop.Tracer, no span is started
 	emit    func(event) bool // queues an event for the loop (from any goroutine)
 	writer  *resultWriter
 	sp      *transport.Spawner
@@ -204,7 +206,8 @@ func (s *Supervisor) loopHost() loopHost {
 }
 
 func newLoop(s *Supervisor, w *resultWriter, sp *transport.Spawner, wg *sync.WaitGroup) *loop {
-	l := &loop{host: s.loopHost(), cfg: &s.cfg, log: s.log, metrics: s.metrics, tracer: s.tracer, emit: s.emit,
+	_, noSpans := s.tracer.(noop.Tracer)
+	l := &loop{host: s.loopHost(), cfg: &s.cfg, log: s.log, metrics: s.metrics, tracer: s.tracer, spans: !noSpans, emit: s.emit,
 		writer: w, sp: sp, wg: wg, live: map[string]*task{}}
 	for i := range s.cfg.Manifest.Handlers {
 		h := &s.cfg.Manifest.Handlers[i]
