@@ -166,6 +166,8 @@ type procEvents struct {
 
 func (e procEvents) Frame(m protocol.Message) { e.emit(frameEvent{proc: e.p, msg: m}) }
 
+var _ transport.FrameBatcher = procEvents{}
+
 // Frames is transport.FrameBatcher: the frames the reader found together.
 func (e procEvents) Frames(ms []protocol.Message) { e.emit(framesEvent{proc: e.p, msgs: ms}) }
 func (e procEvents) ProtocolError(err error)      { e.emit(protocolErrorEvent{proc: e.p, err: err}) }
