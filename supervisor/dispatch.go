@@ -21,7 +21,10 @@ func (l *loop) maybeClaim(pl *pool) {
 		return
 	}
 	free, syncFree, pendingSync, budget := 0, 0, 0, 0
-	for _, p := range pl.ready() {
+	for _, p := range pl.procs { // the ready ones (not pl.ready(): no slice per call, per result)
+		if p == nil || p.state != procReady {
+			continue
+		}
 		if pl.isolated[p] != nil {
 			continue // takes no other job while its suspect runs
 		}
