@@ -40,6 +40,14 @@ func decode(frame []byte) (Message, *FrameError) {
 	if !utf8.Valid(frame) {
 		return nil, &FrameError{Code: CodeInvalidUTF8, Detail: "frame is not valid UTF-8"}
 	}
+	// The common case, a valid frame holding one object whose keys have no
+	// escapes, is split in place: no map, no copies of its values.
+	if scanJSON(frame, maxFrameDepth, nil).kind == argsOK {
+		var buf [maxSplitMembers]member
+		if members, ok := splitObject(frame, buf[:0]); ok {
+			return decodeFields(fields{kv: members})
+		}
+	}
 	var top map[string]json.RawMessage
 	err := json.Unmarshal(frame, &top)
 	var typeErr *json.UnmarshalTypeError
@@ -57,7 +65,11 @@ func decode(frame []byte) (Message, *FrameError) {
 	if top == nil { // the frame is "null"
 		return nil, &FrameError{Code: CodeNotObject, Detail: "frame is a JSON null, not an object"}
 	}
-	f := fields{m: top}
+	return decodeFields(fields{m: top})
+}
+
+// decodeFields decodes a frame's top-level members from its type on.
+func decodeFields(f fields) (Message, *FrameError) {
 	typ, _, ferr := f.str("type", true)
 	if ferr != nil {
 		return nil, ferr
@@ -176,6 +188,7 @@ func decodeJob(f fields) (Message, *FrameError) {
 	if j.Args, ferr = f.value("args", true, '{', "object"); ferr != nil {
 		return nil, ferr
 	}
+	j.Args = bytes.Clone(j.Args) // the frame's buffer is reused
 	if n, _, ferr = f.integer("attempt", true, 1); ferr != nil {
 		return nil, ferr
 	}
@@ -218,8 +231,8 @@ func decodeResult(f fields) (Message, *FrameError) {
 	r.Status = Status(status)
 	switch r.Status {
 	case StatusDone:
-		if raw, ok := f.m["result"]; ok && kindOf(raw) != 'n' {
-			r.Result = raw
+		if raw, ok := f.get("result"); ok && kindOf(raw) != 'n' {
+			r.Result = bytes.Clone(raw) // the frame's buffer is reused
 		}
 	case StatusFailed:
 		raw, ferr := f.value("error", true, '{', "object")
@@ -288,17 +301,116 @@ func decodeCancel(f fields) (Message, *FrameError) {
 		Detail: strconv.Quote(reason) + " is not one of job_timeout, shutdown_timeout"}
 }
 
-// fields reads the members of one JSON object; prefix is the path of nested objects.
+// fields reads the members of one JSON object, from m or, when m is nil,
+// from kv (split in place by splitObject); prefix is the path of nested
+// objects.
 type fields struct {
 	m      map[string]json.RawMessage
+	kv     []member
 	prefix string
+}
+
+// member is one member of an object split in place: its key (without
+// quotes, holding no escape) and its raw value, both slices of the frame.
+type member struct{ key, value []byte }
+
+// get returns a member's raw value. Of repeated keys the last one counts,
+// as encoding/json does when it fills a map.
+func (f fields) get(name string) (json.RawMessage, bool) {
+	if f.m != nil {
+		raw, ok := f.m[name]
+		return raw, ok
+	}
+	for i := len(f.kv) - 1; i >= 0; i-- {
+		if string(f.kv[i].key) == name {
+			return f.kv[i].value, true
+		}
+	}
+	return nil, false
+}
+
+// maxSplitMembers bounds the members splitObject returns; a frame with
+// more (no frame of the protocol has) takes the general path.
+const maxSplitMembers = 16
+
+// splitObject splits b, which scanJSON accepted, into its top-level
+// members when it is an object of at most maxSplitMembers members whose
+// keys hold no escape, appended to members (the caller's room for
+// maxSplitMembers); false otherwise (the caller then decodes with
+// encoding/json).
+func splitObject(b []byte, members []member) ([]member, bool) {
+	i := skipSpace(b, 0)
+	if i == len(b) || b[i] != '{' {
+		return nil, false
+	}
+	i = skipSpace(b, i+1)
+	if b[i] == '}' {
+		return members, true
+	}
+	for {
+		// b[i] is the key's opening quote (b is valid JSON).
+		end, _ := scanString(b, i)
+		key := b[i+1 : end-1]
+		if bytes.IndexByte(key, '\\') >= 0 || len(members) == maxSplitMembers {
+			return nil, false
+		}
+		i = skipSpace(b, skipSpace(b, end)+1) // past the ':'
+		end = skipValue(b, i)
+		members = append(members, member{key: key, value: b[i:end]})
+		i = skipSpace(b, end)
+		if b[i] == '}' {
+			return members, true
+		}
+		i = skipSpace(b, i+1) // past the ','
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipValue returns the index after the valid JSON value starting at b[i].
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		end, _ := scanString(b, i)
+		return end
+	case '{', '[':
+		depth := 0
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				end, _ := scanString(b, i)
+				i = end - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return i
+	}
+	for i < len(b) {
+		switch b[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+		i++
+	}
+	return i
 }
 
 // value returns the raw value of a field whose JSON kind must be kind (see kindOf); want
 // names the expected type in the error. A missing required field is missing_field; a missing or null
 // optional field returns nil; null for a required field is wrong_type.
 func (f fields) value(name string, required bool, kind byte, want string) (json.RawMessage, *FrameError) {
-	raw, ok := f.m[name]
+	raw, ok := f.get(name)
 	if !ok || (!required && kindOf(raw) == 'n') {
 		if required {
 			return nil, &FrameError{Code: CodeMissingField, Field: f.prefix + name, Detail: "required field is missing"}

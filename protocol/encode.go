@@ -159,11 +159,40 @@ func appendMessage(b []byte, m Message) ([]byte, error) {
 }
 
 func appendRaw(b []byte, raw json.RawMessage, field string) ([]byte, error) {
+	if scanJSON(raw, maxFrameDepth, nil).kind == argsOK {
+		return appendCompact(b, raw), nil
+	}
+	// What scanJSON refuses (a number beyond a 64-bit float, an unpaired
+	// surrogate escape) may still be JSON: encoding/json decides.
 	buf := bytes.NewBuffer(b)
 	if err := json.Compact(buf, raw); err != nil {
 		return nil, fmt.Errorf("protocol: encode %s: %w", field, err)
 	}
 	return buf.Bytes(), nil
+}
+
+// appendCompact appends raw, a JSON value scanJSON accepted, without the
+// whitespace between its tokens (what json.Compact does, without its
+// per-byte state machine: a jsonb column's text has a space after every
+// ',' and ':').
+func appendCompact(b []byte, raw []byte) []byte {
+	for i := 0; i < len(raw); {
+		switch c := raw[i]; c {
+		case ' ', '\t', '\n', '\r':
+			i++
+		case '"':
+			end, _ := scanString(raw, i)
+			b = append(b, raw[i:end]...)
+			i = end
+		default:
+			start := i
+			for i < len(raw) && raw[i] != '"' && raw[i] != ' ' && raw[i] != '\t' && raw[i] != '\n' && raw[i] != '\r' {
+				i++
+			}
+			b = append(b, raw[start:i]...)
+		}
+	}
+	return b
 }
 
 // appendFloat formats like encoding/json (and like JavaScript and Python for the values

@@ -53,6 +53,14 @@ func (d *Decoder) Decode() (Message, error) {
 	return m, nil
 }
 
+// Buffered reports whether a whole line (a frame or an empty line) is
+// already read from the stream and buffered: the next Decode then does not
+// wait for the stream.
+func (d *Decoder) Buffered() bool {
+	b, _ := d.r.Peek(d.r.Buffered())
+	return bytes.IndexByte(b, '\n') >= 0
+}
+
 // ReadFrame returns the next non-empty line without its terminator, unvalidated. The
 // slice is valid until the next call. Errors are as for Decode.
 func (d *Decoder) ReadFrame() ([]byte, error) {

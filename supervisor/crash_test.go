@@ -174,10 +174,10 @@ func TestOnKillSparesSyncAndRunningJobs(t *testing.T) {
 		{"idle: signalled", func(*process) {}, []syscall.Signal{syscall.SIGTERM}},
 		{"holding a sync job: never", func(p *process) { p.syncHeld = 1 }, nil},
 		{"holding a running async job: not yet", func(p *process) {
-			p.tasks["j1"] = &task{job: backends.Job{ID: "j1"}, state: taskRunning}
+			p.tasks["j1"] = &task{job: &backends.Job{ID: "j1"}, state: taskRunning}
 		}, nil},
 		{"holding only an abandoned job: signalled", func(p *process) {
-			p.tasks["j1"] = &task{job: backends.Job{ID: "j1"}, state: taskAbandoned}
+			p.tasks["j1"] = &task{job: &backends.Job{ID: "j1"}, state: taskAbandoned}
 		}, []syscall.Signal{syscall.SIGTERM}},
 	}
 	for _, tt := range tests {
@@ -215,7 +215,7 @@ func TestRetire(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newCrashRig(t)
 		p := r.ready(t)
-		p.tasks["j1"] = &task{job: backends.Job{ID: "j1"}, state: taskRunning}
+		p.tasks["j1"] = &task{job: &backends.Job{ID: "j1"}, state: taskRunning}
 		r.l.retire(p)
 		assert.Equal(t, procRetiring, p.state, "busy: takes no new job, stops when idle")
 		assert.False(t, p.out.Closed())

@@ -21,7 +21,10 @@ func (l *loop) maybeClaim(pl *pool) {
 		return
 	}
 	free, syncFree, pendingSync, budget := 0, 0, 0, 0
-	for _, p := range pl.ready() {
+	for _, p := range pl.procs { // the ready ones (not pl.ready(): no slice per call, per result)
+		if p == nil || p.state != procReady {
+			continue
+		}
 		if pl.isolated[p] != nil {
 			continue // takes no other job while its suspect runs
 		}
@@ -55,18 +58,46 @@ func (l *loop) maybeClaim(pl *pool) {
 	pl.claiming, pl.more = true, false
 	l.claims++
 	params := backends.ClaimParams{WorkerID: l.host.workerID, Queues: l.cfg.Settings.Queues, Names: names, Limit: free}
-	allNames, writtenAt := len(names) == len(pl.allNames), l.writer.written.Load()
+	if pl.claimReqs == nil {
+		pl.claimReqs = make(chan claimReq, 1)
+		l.wg.Add(1)
+		go func() { defer l.wg.Done(); l.claimer(pl) }()
+	}
+	// Never blocks: one claim of a pool is in flight at a time.
+	pl.claimReqs <- claimReq{params: params, allNames: len(names) == len(pl.allNames), writtenAt: l.writer.written.Load()}
+}
+
+// claimReq is one claim for a pool's claimer.
+type claimReq struct {
+	params    backends.ClaimParams
+	allNames  bool
+	writtenAt int64
+}
+
+// claimer is a pool's claim goroutine, from its first claim until the loop
+// returns (stopClaimers). One goroutine for all of a pool's claims, rather
+// than one per claim: a new goroutine's stack grew through pgx's call depth
+// on every claim, a few percent of the sidecar's CPU at full load.
+func (l *loop) claimer(pl *pool) {
 	b := l.cfg.Backend
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
+	for req := range pl.claimReqs {
 		// Detached and never cancelled: a claim that committed must reach
 		// the loop, or its rows would stay processing under a live worker.
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
-		jobs, err := b.Claim(ctx, params)
+		jobs, err := b.Claim(ctx, req.params)
 		cancel()
-		l.emit(claimedEvent{pool: pl, jobs: jobs, limit: params.Limit, err: err, allNames: allNames, writtenAt: writtenAt})
-	}()
+		l.emit(claimedEvent{pool: pl, jobs: jobs, limit: req.params.Limit, err: err, allNames: req.allNames, writtenAt: req.writtenAt})
+	}
+}
+
+// stopClaimers ends the pools' claim goroutines; no claim is in flight.
+func (l *loop) stopClaimers() {
+	for _, pl := range l.pools {
+		if pl.claimReqs != nil {
+			close(pl.claimReqs)
+			pl.claimReqs = nil
+		}
+	}
 }
 
 func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
@@ -86,7 +117,8 @@ func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
 	if pl.full {
 		pl.more = true
 	}
-	for _, j := range jobs {
+	for i := range jobs {
+		j := &jobs[i]
 		spec := pl.h.Job(j.Name)
 		t := &task{job: j, pool: pl, spec: spec, state: taskPending}
 		switch {
@@ -247,7 +279,9 @@ func (l *loop) start(t *task, p *process) {
 	}
 	p.jobsRun++
 	frame := newJobFrame(t.job, l.host.workerID)
-	frame.Traceparent = l.startSpan(t)
+	if l.spans {
+		frame.Traceparent = l.startSpan(t)
+	}
 	if timeout := t.spec.EffectiveTimeout(l.cfg.Settings); timeout > 0 {
 		dl := t.startedAt.Add(timeout).UnixMilli()
 		frame.Deadline = &dl
@@ -269,8 +303,12 @@ func (l *loop) start(t *task, p *process) {
 func (l *loop) startSpan(t *task) *string {
 	_, span := l.tracer.Start(context.Background(), "process "+t.job.Name,
 		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithTimestamp(t.startedAt),
-		trace.WithAttributes(
+		trace.WithTimestamp(t.startedAt))
+	// The attributes are built only for a span that records: with tracing
+	// off (the no-op tracer) they were most of this function's cost, per
+	// job. No sampler the sidecar can be configured with reads them.
+	if span.IsRecording() {
+		span.SetAttributes(
 			attribute.String("messaging.system", "soniq"),
 			attribute.String("messaging.operation.type", "process"),
 			attribute.String("messaging.operation.name", "process"),
@@ -280,7 +318,8 @@ func (l *loop) startSpan(t *task) *string {
 			attribute.Int("soniq.job.attempt", t.job.Attempts),
 			attribute.String("soniq.handler", t.pool.h.Name),
 			attribute.Int("soniq.handler.pid", t.proc.pid),
-		))
+		)
+	}
 	t.span = span
 	sc := span.SpanContext()
 	if !sc.IsValid() {

@@ -20,6 +20,11 @@ type (
 		proc *process
 		msg  protocol.Message
 	}
+	// framesEvent: frames a handler process sent together, in order.
+	framesEvent struct {
+		proc *process
+		msgs []protocol.Message
+	}
 	// protocolErrorEvent: a handler process broke the protocol.
 	protocolErrorEvent struct {
 		proc *process
@@ -115,6 +120,7 @@ type (
 )
 
 func (frameEvent) isEvent()           {}
+func (framesEvent) isEvent()          {}
 func (protocolErrorEvent) isEvent()   {}
 func (exitEvent) isEvent()            {}
 func (stdoutClosedEvent) isEvent()    {}

@@ -28,7 +28,8 @@ func (l *loop) inherit(jobs []backends.Job) {
 	l.inherited = map[string]*task{}
 	var wait time.Duration
 	var back []string
-	for _, j := range jobs {
+	for i := range jobs {
+		j := &jobs[i]
 		pl, spec := l.attachPoolFor(j.Name)
 		if pl == nil {
 			back = append(back, j.ID)

@@ -20,7 +20,7 @@ var (
 // newJobFrame is the job frame for a claimed row: what the handler runs and
 // the row's context (who claimed it, when it was created and scheduled).
 // workerID is this sidecar's id, used when the row does not name one.
-func newJobFrame(j backends.Job, workerID string) *protocol.Job {
+func newJobFrame(j *backends.Job, workerID string) *protocol.Job {
 	f := &protocol.Job{ID: j.ID, Name: j.Name, Args: j.Args, Attempt: j.Attempts,
 		MaxAttempts: j.MaxAttempts, Queue: j.Queue}
 	// The claim wrote this sidecar's id into the row; the row is the truth

@@ -55,7 +55,7 @@ func TestNewJobFrame(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			j := base
 			tc.edit(&j)
-			f := newJobFrame(j, tc.self)
+			f := newJobFrame(&j, tc.self)
 			assert.Equal(t, "j1", f.ID)
 			assert.Equal(t, 2, f.Attempt)
 			assert.Equal(t, 5, f.MaxAttempts)

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
@@ -28,7 +29,7 @@ const (
 
 // task is one claimed job.
 type task struct {
-	job       backends.Job
+	job       *backends.Job // a row of its claim (tasks share their claim's slice)
 	pool      *pool
 	spec      *config.JobSpec
 	proc      *process
@@ -45,9 +46,11 @@ func (t *task) endSpan(outcome string, err string) {
 	if t.span == nil {
 		return
 	}
-	t.span.SetAttributes(attribute.String("soniq.outcome", outcome))
-	if err != "" {
-		t.span.SetStatus(codes.Error, firstLine(err))
+	if t.span.IsRecording() {
+		t.span.SetAttributes(attribute.String("soniq.outcome", outcome))
+		if err != "" {
+			t.span.SetStatus(codes.Error, firstLine(err))
+		}
 	}
 	t.span.End()
 	t.span = nil
@@ -66,7 +69,8 @@ type pool struct {
 	crashLoop  bool
 	started    bool // a process of this pool was started once
 	claiming   bool
-	more       bool // there may be runnable rows: claim when capacity allows
+	claimReqs  chan claimReq // to the pool's claimer; nil until its first claim
+	more       bool          // there may be runnable rows: claim when capacity allows
 	// The last claim got every row it asked for; the next one waits for a
 	// quarter of the budget to be free, from heldSince for at most
 	// claimHoldMax (holdClaim).
@@ -141,6 +145,7 @@ type loop struct {
 	log     *slog.Logger
 	metrics *Metrics
 	tracer  trace.Tracer
+	spans   bool             // false: tracer is a noop.Tracer, no span is started
 	emit    func(event) bool // queues an event for the loop (from any goroutine)
 	writer  *resultWriter
 	sp      *transport.Spawner
@@ -201,7 +206,8 @@ func (s *Supervisor) loopHost() loopHost {
 }
 
 func newLoop(s *Supervisor, w *resultWriter, sp *transport.Spawner, wg *sync.WaitGroup) *loop {
-	l := &loop{host: s.loopHost(), cfg: &s.cfg, log: s.log, metrics: s.metrics, tracer: s.tracer, emit: s.emit,
+	_, noSpans := s.tracer.(noop.Tracer)
+	l := &loop{host: s.loopHost(), cfg: &s.cfg, log: s.log, metrics: s.metrics, tracer: s.tracer, spans: !noSpans, emit: s.emit,
 		writer: w, sp: sp, wg: wg, live: map[string]*task{}}
 	for i := range s.cfg.Manifest.Handlers {
 		h := &s.cfg.Manifest.Handlers[i]
@@ -226,6 +232,7 @@ func (l *loop) run() error {
 			l.spawn(pl, slot)
 		}
 	}
+	defer l.stopClaimers()
 	poll := time.NewTimer(jitterPoll(l.cfg.Settings.PollInterval))
 	defer poll.Stop()
 	tick := time.NewTicker(l.cfg.PingInterval)
@@ -256,6 +263,10 @@ func (l *loop) handle(e event) {
 	switch e := e.(type) {
 	case frameEvent:
 		l.onFrame(e.proc, e.msg)
+	case framesEvent:
+		for _, m := range e.msgs {
+			l.onFrame(e.proc, m)
+		}
 	case protocolErrorEvent:
 		l.breakProcess(e.proc, "protocol_error", fmt.Sprintf("protocol error from handler %s process %d: %v", e.proc.pool.h.Name, e.proc.pid, e.err))
 	case exitEvent:

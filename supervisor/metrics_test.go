@@ -153,9 +153,9 @@ func TestHandlerJobsInProgress(t *testing.T) {
 	billing := &pool{h: &config.Handler{Name: "billing"}}
 	mail := &pool{h: &config.Handler{Name: "mail"}}
 	tasks := []*task{
-		{job: backends.Job{Queue: "default", Name: "billing.charge"}, pool: billing, startedAt: time.Now()},
-		{job: backends.Job{Queue: "default", Name: "billing.receipt"}, pool: billing, startedAt: time.Now()},
-		{job: backends.Job{Queue: "mail", Name: "mail.send"}, pool: mail, startedAt: time.Now()},
+		{job: &backends.Job{Queue: "default", Name: "billing.charge"}, pool: billing, startedAt: time.Now()},
+		{job: &backends.Job{Queue: "default", Name: "billing.receipt"}, pool: billing, startedAt: time.Now()},
+		{job: &backends.Job{Queue: "mail", Name: "mail.send"}, pool: mail, startedAt: time.Now()},
 	}
 	for _, tk := range tasks {
 		m.jobStarted(tk)

@@ -165,11 +165,16 @@ type procEvents struct {
 }
 
 func (e procEvents) Frame(m protocol.Message) { e.emit(frameEvent{proc: e.p, msg: m}) }
-func (e procEvents) ProtocolError(err error)  { e.emit(protocolErrorEvent{proc: e.p, err: err}) }
-func (e procEvents) StdoutClosed()            { e.emit(stdoutClosedEvent{proc: e.p}) }
-func (e procEvents) WriteFailed(err error)    { e.emit(stdinFailedEvent{proc: e.p, err: err}) }
-func (e procEvents) Refused(err error)        { e.emit(attachRefusedEvent{proc: e.p, err: err}) }
-func (e procEvents) Exited(err error)         { e.emit(exitEvent{proc: e.p, err: err}) }
+
+var _ transport.FrameBatcher = procEvents{}
+
+// Frames is transport.FrameBatcher: the frames the reader found together.
+func (e procEvents) Frames(ms []protocol.Message) { e.emit(framesEvent{proc: e.p, msgs: ms}) }
+func (e procEvents) ProtocolError(err error)      { e.emit(protocolErrorEvent{proc: e.p, err: err}) }
+func (e procEvents) StdoutClosed()                { e.emit(stdoutClosedEvent{proc: e.p}) }
+func (e procEvents) WriteFailed(err error)        { e.emit(stdinFailedEvent{proc: e.p, err: err}) }
+func (e procEvents) Refused(err error)            { e.emit(attachRefusedEvent{proc: e.p, err: err}) }
+func (e procEvents) Exited(err error)             { e.emit(exitEvent{proc: e.p, err: err}) }
 func (e procEvents) Unsendable(m protocol.Message, err error) {
 	e.emit(unsendableEvent{proc: e.p, msg: m, err: err})
 }

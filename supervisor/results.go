@@ -50,13 +50,13 @@ func (l *loop) onResult(p *process, r *protocol.Result) {
 
 // record turns a handler's result into the row's terminal write.
 func (l *loop) record(t *task, r *protocol.Result) {
-	l.apply(t, resultOutcome(t.job, t.spec, r, l.cfg.Settings.ResultTTL, randFloat))
+	l.apply(t, resultOutcome(*t.job, t.spec, r, l.cfg.Settings.ResultTTL, randFloat))
 }
 
 // fail applies the retry policy to a failure the sidecar saw (a timeout, a
 // crash) or the handler reported.
 func (l *loop) fail(t *task, text string, retryable bool, status string) {
-	l.apply(t, failureOutcome(t.job, t.spec.Retry, text, retryable, status, randFloat))
+	l.apply(t, failureOutcome(*t.job, t.spec.Retry, text, retryable, status, randFloat))
 }
 
 // apply reports an outcome (metrics, span, log) and queues its write.

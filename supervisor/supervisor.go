@@ -72,6 +72,12 @@ type Config struct {
 	MaxFrameBytes int
 	// Metrics receives the supervisor's measurements; nil records nothing.
 	Metrics *Metrics
+	// Tracer starts a span per job execution; nil uses the global
+	// provider's (otel.Tracer(InstrumentationScope)). A noop.Tracer
+	// (go.opentelemetry.io/otel/trace/noop) turns spans off: none is
+	// started, which saves the per-job work of a span that records
+	// nothing.
+	Tracer trace.Tracer
 
 	// Timings below default to production values; tests shorten them.
 	PingInterval time.Duration // default 5s
@@ -160,6 +166,9 @@ func New(cfg Config) (*Supervisor, error) {
 	if cfg.StopGrace <= 0 {
 		cfg.StopGrace = 5 * time.Second
 	}
+	if cfg.Tracer == nil {
+		cfg.Tracer = otel.Tracer(InstrumentationScope)
+	}
 	if cfg.WaitWarn <= 0 {
 		cfg.WaitWarn = 30 * time.Second
 	}
@@ -182,7 +191,7 @@ func New(cfg Config) (*Supervisor, error) {
 		log:      cfg.Logger,
 		workerID: cfg.WorkerID,
 		metrics:  cfg.Metrics,
-		tracer:   otel.Tracer(InstrumentationScope),
+		tracer:   cfg.Tracer,
 		events:   make(chan event, 1024),
 		loopDone: make(chan struct{}),
 		shutdown: make(chan struct{}, 8),

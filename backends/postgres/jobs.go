@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 )
@@ -32,32 +33,63 @@ func jobColumns(p string) string {
 // scanJob reads one row selected with jobColumns. Columns Soniq leaves
 // nullable (attempts, queue, ...) read as the schema defaults when NULL.
 func scanJob(row pgx.Row) (backends.Job, error) {
-	var (
-		j                           backends.Job
-		args, result                []byte
-		attempts, maxAttempts, prio *int32
-		queue                       *string
-		unique                      *bool
-		createdAt, updatedAt        *time.Time
-	)
-	err := row.Scan(&j.ID, &j.Name, &args, &j.ArgsHash, &j.Status, &attempts, &maxAttempts,
-		&queue, &prio, &unique, &j.DedupKey, &j.ScheduledAt, &j.ExpiresAt,
-		&j.LastError, &result, &j.ProducerID, &createdAt, &updatedAt, &j.WorkerID)
-	if err != nil {
+	return newJobScanner().scan(row)
+}
+
+// jobScanner reads rows selected with jobColumns into one set of
+// destinations, so that a claim's rows cost no allocation beyond their
+// values: scanning into fresh locals made every one of them escape to the
+// heap, for every row.
+type jobScanner struct {
+	j                           backends.Job
+	args, result                []byte
+	attempts, maxAttempts, prio pgtype.Int4
+	queue                       pgtype.Text
+	unique                      pgtype.Bool
+	createdAt, updatedAt        pgtype.Timestamptz
+	dest                        []any
+}
+
+func newJobScanner() *jobScanner {
+	s := &jobScanner{}
+	s.dest = []any{&s.j.ID, &s.j.Name, &s.args, &s.j.ArgsHash, &s.j.Status, &s.attempts, &s.maxAttempts,
+		&s.queue, &s.prio, &s.unique, &s.j.DedupKey, &s.j.ScheduledAt, &s.j.ExpiresAt,
+		&s.j.LastError, &s.result, &s.j.ProducerID, &s.createdAt, &s.updatedAt, &s.j.WorkerID}
+	return s
+}
+
+// scan reads the row. Every destination is reset first: nothing of the
+// previous row is reused (the values returned keep their own memory).
+func (s *jobScanner) scan(row pgx.Row) (backends.Job, error) {
+	s.j, s.args, s.result = backends.Job{}, nil, nil
+	if err := row.Scan(s.dest...); err != nil {
 		return backends.Job{}, err
 	}
-	j.Args = json.RawMessage(args)
-	if result != nil {
-		j.Result = json.RawMessage(result)
+	j := s.j
+	if s.createdAt.InfinityModifier != pgtype.Finite || s.updatedAt.InfinityModifier != pgtype.Finite {
+		// What scanning into a time.Time refused, as before.
+		return backends.Job{}, fmt.Errorf("job %s: created_at or updated_at is infinite", j.ID)
 	}
-	j.Attempts = int(deref(attempts, 0))
-	j.MaxAttempts = int(deref(maxAttempts, 3))
-	j.Priority = int(deref(prio, 100))
-	j.Queue = deref(queue, "default")
-	j.UniqueJob = deref(unique, false)
-	j.CreatedAt = deref(createdAt, time.Time{})
-	j.UpdatedAt = deref(updatedAt, time.Time{})
+	j.Args = json.RawMessage(s.args)
+	if s.result != nil {
+		j.Result = json.RawMessage(s.result)
+	}
+	j.Attempts = int(orDefault(s.attempts.Int32, s.attempts.Valid, 0))
+	j.MaxAttempts = int(orDefault(s.maxAttempts.Int32, s.maxAttempts.Valid, 3))
+	j.Priority = int(orDefault(s.prio.Int32, s.prio.Valid, 100))
+	j.Queue = orDefault(s.queue.String, s.queue.Valid, "default")
+	j.UniqueJob = orDefault(s.unique.Bool, s.unique.Valid, false)
+	j.CreatedAt = orDefault(s.createdAt.Time, s.createdAt.Valid, time.Time{})
+	j.UpdatedAt = orDefault(s.updatedAt.Time, s.updatedAt.Valid, time.Time{})
 	return j, nil
+}
+
+// orDefault is v when valid (the column was not NULL), else def.
+func orDefault[T any](v T, valid bool, def T) T {
+	if !valid {
+		return def
+	}
+	return v
 }
 
 func deref[T any](p *T, def T) T {
@@ -229,8 +261,9 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 	})
 	var jobs []backends.Job
 	batch.Queue(sql, args...).Query(func(rows pgx.Rows) error {
+		sc := newJobScanner()
 		var err error
-		jobs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (backends.Job, error) { return scanJob(r) })
+		jobs, err = pgx.AppendRows(make([]backends.Job, 0, p.Limit), rows, func(r pgx.CollectableRow) (backends.Job, error) { return sc.scan(r) })
 		return err
 	})
 	if err := b.pool.SendBatch(ctx, batch).Close(); err != nil {
@@ -263,29 +296,67 @@ const plannerSettings = `set_config('enable_sort', 'off', true), set_config('ena
 // claimPlannerHints precedes the result writes in their implicit transaction.
 const claimPlannerHints = `SELECT ` + plannerSettings
 
-// claimStatement builds the claim for p: the statement and its arguments.
+// claimStatement is the claim for p: the statement and its arguments.
 func claimStatement(p backends.ClaimParams) (string, []any) {
+	args := make([]any, 2, 5)
+	args[0], args[1] = p.WorkerID, p.Limit
+	var filters int
+	if len(p.Queues) > 0 {
+		filters |= claimByQueue
+		args = append(args, p.Queues)
+	}
+	if len(p.Names) > 0 {
+		filters |= claimByName
+		args = append(args, p.Names)
+	}
+	if len(p.ExcludeNames) > 0 {
+		filters |= claimExcluding
+		args = append(args, p.ExcludeNames)
+	}
+	return claimStatements[filters], args
+}
+
+// The filters a claim may add, as bits of an index into claimStatements.
+const (
+	claimByQueue = 1 << iota
+	claimByName
+	claimExcluding
+)
+
+// claimStatements holds the claim's text for every combination of filters,
+// built once rather than per claim.
+var claimStatements = func() (sqls [8]string) {
+	for f := range sqls {
+		sqls[f] = buildClaimStatement(f)
+	}
+	return sqls
+}()
+
+// buildClaimStatement writes the claim with the filters f; its arguments
+// are the worker id, the limit, then one array per filter in the order of
+// the bits.
+func buildClaimStatement(f int) string {
 	// Filters are added only when set so the planner sees plain predicates
 	// it can match to idx_soniq_jobs_queue_status_priority.
-	args := []any{p.WorkerID, p.Limit}
 	var where strings.Builder
 	where.WriteString("status = 'queued' AND (scheduled_at IS NULL OR scheduled_at <= now())")
 	// Its row was locked active by the prelude, or nothing is claimed.
 	where.WriteString(" AND EXISTS (SELECT 1 FROM soniq_workers WHERE id = $1::uuid AND status = 'active')")
-	addFilter := func(cond string, v []string) {
-		args = append(args, v)
-		fmt.Fprintf(&where, " AND "+cond, len(args))
+	n := 2
+	addFilter := func(cond string) {
+		n++
+		fmt.Fprintf(&where, " AND "+cond, n)
 	}
-	if len(p.Queues) > 0 {
-		addFilter("queue = ANY($%d::text[])", p.Queues)
+	if f&claimByQueue != 0 {
+		addFilter("queue = ANY($%d::text[])")
 	}
-	if len(p.Names) > 0 {
-		addFilter("job_name = ANY($%d::text[])", p.Names)
+	if f&claimByName != 0 {
+		addFilter("job_name = ANY($%d::text[])")
 	}
-	if len(p.ExcludeNames) > 0 {
-		addFilter("job_name <> ALL($%d::text[])", p.ExcludeNames)
+	if f&claimExcluding != 0 {
+		addFilter("job_name <> ALL($%d::text[])")
 	}
-	sql := `WITH picked AS (
+	return `WITH picked AS (
 	SELECT id FROM soniq_jobs WHERE ` + where.String() + `
 	ORDER BY priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC
 	LIMIT $2
@@ -298,7 +369,6 @@ func claimStatement(p backends.ClaimParams) (string, []any) {
 )
 SELECT ` + jobColumns("") + ` FROM claimed
 ORDER BY priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC`
-	return sql, args
 }
 
 // Complete applies guarded terminal writes: one statement per outcome kind,
@@ -312,42 +382,57 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 		return nil, fmt.Errorf("complete: worker id %q is not a uuid", workerID)
 	}
 	var (
-		doneIDs, doneResults           []string
-		doneResultValid                []bool
-		doneTTLs                       []float64
-		deleteIDs                      []string
-		retryIDs, retryErrs            []string
-		retryDelays                    []float64
-		deadIDs, deadErrs, deadReasons []string
-		snoozeIDs, snoozeErrs          []string
-		snoozeDelays                   []float64
+		// The ids go out as binary uuids: pgx cannot encode a []string
+		// as a binary uuid[], and its fallback to text first builds (and
+		// drops) an error quoting the whole array, on every batch.
+		doneIDs, deleteIDs, retryIDs []pgtype.UUID
+		deadIDs, snoozeIDs           []pgtype.UUID
+		doneResults                  []string
+		doneResultValid              []bool
+		doneTTLs                     []float64
+		retryErrs                    []string
+		retryDelays                  []float64
+		deadErrs, deadReasons        []string
+		snoozeErrs                   []string
+		snoozeDelays                 []float64
 	)
-	seen := make(map[string]bool, len(cs))
+	// Done (kept or deleted) is nearly every completion: room for all.
+	if c := cs[0]; c.Outcome == backends.OutcomeDone && c.ResultTTL > 0 {
+		doneIDs, doneResults = make([]pgtype.UUID, 0, len(cs)), make([]string, 0, len(cs))
+		doneResultValid, doneTTLs = make([]bool, 0, len(cs)), make([]float64, 0, len(cs))
+	} else if c.Outcome == backends.OutcomeDone {
+		deleteIDs = make([]pgtype.UUID, 0, len(cs))
+	}
+	seen := make(map[pgtype.UUID]bool, len(cs))
 	for _, c := range cs {
 		// An id that cannot be a uuid matches no row; a repeated id would
 		// make one statement touch a row twice. The first completion wins.
-		if !isUUID(c.JobID) || seen[strings.ToLower(c.JobID)] {
+		if !isUUID(c.JobID) {
 			continue
 		}
-		seen[strings.ToLower(c.JobID)] = true
+		id := parseUUID(c.JobID)
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
 		switch c.Outcome {
 		case backends.OutcomeDone:
 			if c.ResultTTL <= 0 {
-				deleteIDs = append(deleteIDs, c.JobID)
+				deleteIDs = append(deleteIDs, id)
 				continue
 			}
 			res, err := storableJSON(strings.TrimSpace(string(c.Result)))
 			if err != nil {
 				return nil, fmt.Errorf("complete job %s: %w", c.JobID, err)
 			}
-			doneIDs = append(doneIDs, c.JobID)
+			doneIDs = append(doneIDs, id)
 			// JSON null is stored as SQL NULL, as Soniq skips writing a
 			// None result.
 			doneResultValid = append(doneResultValid, res != "" && res != "null")
 			doneResults = append(doneResults, res)
 			doneTTLs = append(doneTTLs, c.ResultTTL.Seconds())
 		case backends.OutcomeRetry:
-			retryIDs = append(retryIDs, c.JobID)
+			retryIDs = append(retryIDs, id)
 			retryErrs = append(retryErrs, backends.TruncateError(c.Error))
 			retryDelays = append(retryDelays, max(c.Delay.Seconds(), 0))
 		case backends.OutcomeDeadLetter:
@@ -355,7 +440,7 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 			if reason == "" {
 				reason = backends.ReasonMaxRetriesExceeded
 			}
-			deadIDs = append(deadIDs, c.JobID)
+			deadIDs = append(deadIDs, id)
 			deadErrs = append(deadErrs, backends.TruncateError(c.Error))
 			deadReasons = append(deadReasons, reason)
 		case backends.OutcomeSnooze:
@@ -363,7 +448,7 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 			if c.Reason != "" {
 				msg = "SNOOZE: " + c.Reason
 			}
-			snoozeIDs = append(snoozeIDs, c.JobID)
+			snoozeIDs = append(snoozeIDs, id)
 			snoozeErrs = append(snoozeErrs, backends.TruncateError(msg))
 			snoozeDelays = append(snoozeDelays, min(max(c.Delay, 0), backends.MaxSnooze).Seconds())
 		default:
@@ -379,10 +464,15 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 	// so the guards are written as one IS TRUE expression (the same rows
 	// pass: a NULL is not TRUE either), which no other index can serve.
 	batch.Queue(claimPlannerHints)
-	var applied []string
+	// The statements return the ids they wrote as uuids (no string per
+	// row); they are matched back to the callers' ids below.
+	applied := make(map[pgtype.UUID]bool, len(cs))
 	collect := func(rows pgx.Rows) error {
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		applied = append(applied, ids...)
+		var id pgtype.UUID
+		_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+			applied[id] = true
+			return nil
+		})
 		return err
 	}
 	queue := func(sql string, args ...any) {
@@ -398,12 +488,12 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 	    updated_at = now()
 	FROM unnest($1::uuid[], $2::text[], $3::bool[], $4::float8[]) AS u(id, result, has_result, ttl)
 	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $5::uuid) IS TRUE
-	RETURNING j.id::text`, doneIDs, doneResults, doneResultValid, doneTTLs, workerID)
+	RETURNING j.id`, doneIDs, doneResults, doneResultValid, doneTTLs, workerID)
 	}
 	if len(deleteIDs) > 0 {
 		queue(`DELETE FROM soniq_jobs
 	WHERE id = ANY($1::uuid[]) AND (status = 'processing' AND worker_id = $2::uuid) IS TRUE
-	RETURNING id::text`, deleteIDs, workerID)
+	RETURNING id`, deleteIDs, workerID)
 	}
 	if len(retryIDs) > 0 {
 		queue(`UPDATE soniq_jobs j
@@ -414,7 +504,7 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 	    updated_at = now()
 	FROM unnest($1::uuid[], $2::text[], $3::float8[]) AS u(id, err, delay)
 	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid) IS TRUE
-	RETURNING j.id::text`, retryIDs, retryErrs, retryDelays, workerID)
+	RETURNING j.id`, retryIDs, retryErrs, retryDelays, workerID)
 	}
 	if len(snoozeIDs) > 0 {
 		queue(`UPDATE soniq_jobs j
@@ -426,7 +516,7 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 	    updated_at = now()
 	FROM unnest($1::uuid[], $2::text[], $3::float8[]) AS u(id, err, delay)
 	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid) IS TRUE
-	RETURNING j.id::text`, snoozeIDs, snoozeErrs, snoozeDelays, workerID)
+	RETURNING j.id`, snoozeIDs, snoozeErrs, snoozeDelays, workerID)
 	}
 	if len(deadIDs) > 0 {
 		// The delete and the insert are one statement, so the move is
@@ -450,21 +540,20 @@ ON CONFLICT (id) DO UPDATE SET
 	attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
 	dead_letter_reason = EXCLUDED.dead_letter_reason,
 	moved_to_dead_letter_at = EXCLUDED.moved_to_dead_letter_at
-RETURNING id::text`, deadIDs, deadErrs, deadReasons, workerID)
+RETURNING id::uuid`, deadIDs, deadErrs, deadReasons, workerID)
 	}
 	if err := b.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, b.wrap(err, "complete %d jobs for worker %s", len(cs), workerID)
 	}
-	// Report in the caller's order.
-	got := make(map[string]bool, len(applied))
-	for _, id := range applied {
-		got[id] = true
-	}
+	// Report in the caller's order, each id once.
 	out := make([]string, 0, len(applied))
 	for _, c := range cs {
-		if id := strings.ToLower(c.JobID); got[id] {
+		if !isUUID(c.JobID) {
+			continue
+		}
+		if id := parseUUID(c.JobID); applied[id] {
 			out = append(out, c.JobID)
-			delete(got, id)
+			delete(applied, id)
 		}
 	}
 	return out, nil

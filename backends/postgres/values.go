@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // isJSONObject reports whether raw is a single JSON object.
@@ -36,11 +38,39 @@ func isUUID(s string) bool {
 	return true
 }
 
+// parseUUID reads a uuid that isUUID accepted.
+func parseUUID(s string) pgtype.UUID {
+	u := pgtype.UUID{Valid: true}
+	j := 0
+	for i := 0; i < len(s); i += 2 {
+		if s[i] == '-' {
+			i--
+			continue
+		}
+		u.Bytes[j] = unhex(s[i])<<4 | unhex(s[i+1])
+		j++
+	}
+	return u
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c >= 'a':
+		return c - 'a' + 10
+	case c >= 'A':
+		return c - 'A' + 10
+	}
+	return c - '0'
+}
+
 // storableJSON makes a JSON value acceptable to jsonb, which rejects the
 // \u0000 escape and unpaired surrogate escapes that encoding/json (and
 // handlers) accept. Without this one such result would fail its whole
 // completion batch. Affected strings get U+FFFD; other values are untouched.
 func storableJSON(raw string) (string, error) {
+	if strings.IndexByte(raw, '\\') < 0 {
+		return raw, nil // no escape at all (most results): nothing to look for
+	}
 	if !strings.Contains(strings.ToLower(raw), `\u0000`) && !strings.Contains(strings.ToLower(raw), `\ud`) {
 		return raw, nil
 	}

@@ -262,7 +262,7 @@ func cmdRun(ctx context.Context, e env, args []string) error {
 			}
 			sup, err := supervisor.New(supervisor.Config{
 				Manifest: m, Settings: settings, Backend: b, Logger: log, Version: version, WorkerID: workerID, Instance: *instance,
-				DeadLetterUnknown: *deadLetterUnknown, Metrics: metrics, Once: *once,
+				DeadLetterUnknown: *deadLetterUnknown, Metrics: metrics, Once: *once, Tracer: jobTracer(e),
 			})
 			if err != nil {
 				return err

@@ -22,6 +22,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/soniq-dev/soniq-sidecar/supervisor"
 )
@@ -168,6 +170,16 @@ func setupTelemetry(ctx context.Context, e env, opts ...telemetryOption) (*super
 		}
 	}
 	return m, shutdown, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), nil
+}
+
+// jobTracer is the supervisor's tracer: the global provider's (nil) when
+// traces are exported, else a no-op one, with which the supervisor starts
+// no span at all (see supervisor.Config.Tracer).
+func jobTracer(e env) trace.Tracer {
+	if _, traces, err := otlpTargets(e); err == nil && !traces {
+		return noop.Tracer{}
+	}
+	return nil
 }
 
 // registerReadiness adds the soniq_ready gauge, read from ready whenever

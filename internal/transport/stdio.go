@@ -111,6 +111,9 @@ func readStderr(l *link, stderr io.Reader) {
 	lines.flush()
 }
 
+// maxFrameBatch bounds the frames reported in one batch.
+const maxFrameBatch = 64
+
 // readFrames is a process's stdout goroutine: it decodes frames into
 // reports until EOF or the read end is closed (after the exit, by
 // drainPipes). EOF while the process still runs is reported as
@@ -119,12 +122,26 @@ func readFrames(l *link, stdout io.Reader, exited <-chan struct{}) {
 	dec := protocol.NewDecoder(stdout)
 	dec.SetMaxFrameBytes(l.env.MaxFrameBytes)
 	broken := false
+	// Frames already read come in a batch (FrameBatcher), reported before
+	// anything that follows them.
+	fb, _ := l.ev.(FrameBatcher)
+	var batch []protocol.Message
+	flush := func() {
+		switch {
+		case len(batch) == 1:
+			l.ev.Frame(batch[0])
+		case len(batch) > 1:
+			fb.Frames(batch)
+		}
+		batch = nil
+	}
 	for {
 		m, err := dec.Decode()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
+			flush()
 			var fe *protocol.FrameError
 			if !errors.As(err, &fe) {
 				return // the pipe itself failed or was closed; the exit tells the rest
@@ -139,12 +156,17 @@ func readFrames(l *link, stdout io.Reader, exited <-chan struct{}) {
 			continue
 		}
 		if !m.Type().FromHandler() {
+			flush()
 			broken = true
 			l.ev.ProtocolError(fmt.Errorf("protocol: a %q frame travels from the sidecar to the handler, not back", m.Type()))
 			continue
 		}
-		l.ev.Frame(m)
+		batch = append(batch, m)
+		if fb == nil || len(batch) == maxFrameBatch || !dec.Buffered() {
+			flush()
+		}
 	}
+	flush()
 	if broken {
 		return // already being killed
 	}

@@ -70,6 +70,15 @@ type Events interface {
 	Exited(err error)
 }
 
+// FrameBatcher is an Events that also takes several frames at once: a
+// reader that finds more whole frames already read hands them over
+// together, in order, as if by one Frame call each. One report per batch
+// rather than per frame saves a hand-off between goroutines per result
+// under load.
+type FrameBatcher interface {
+	Frames(ms []protocol.Message)
+}
+
 // Conn is the caller's handle on a started connection, beyond its send
 // queue.
 type Conn interface {
