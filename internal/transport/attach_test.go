@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -267,4 +268,63 @@ func TestAttachTransportClosedBeforeAttaching(t *testing.T) {
 	err := a.exit(t)
 	assert.ErrorContains(t, err, "never attached to "+sock)
 	assert.False(t, errors.Is(err, ErrEndpointGone))
+}
+
+// Jobs queued together go to an attached handler in Jobs messages, and its
+// Results messages reach a FrameBatcher as batches, every result once.
+func TestAttachTransportBatches(t *testing.T) {
+	for _, sdk := range listenSDKs {
+		t.Run(sdk.name, func(t *testing.T) {
+			t.Parallel()
+			sock := socketPath(t)
+			ln := listen(t, sdk, sock)
+			ln.waitListening(t)
+			h := &config.Handler{Name: "attached", Attach: []string{sock}, StartupTimeout: 20 * time.Second, Concurrency: 64, Processes: 1}
+			ev := batchRecorder{recorder: make(recorder, 256), batches: make(chan int, 256)}
+			wg := &sync.WaitGroup{}
+			q := NewQueue(64)
+			c, err := Start(Env{MaxFrameBytes: protocol.DefaultMaxFrameBytes, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), WG: wg},
+				Spec{Handler: h, Endpoint: sock, Out: q.Out(), Events: ev})
+			require.NoError(t, err)
+			t.Cleanup(func() {
+				c.Signal(syscall.SIGKILL)
+				q.Close()
+				go func() {
+					for range ev.recorder {
+					}
+				}()
+				wg.Wait()
+			})
+			_, ok := frameMsg(<-ev.recorder).(*session.Hello)
+			require.True(t, ok, "the hello first")
+			const n = 48
+			for i := range n {
+				require.True(t, q.Send(&protocol.Job{ID: fmt.Sprintf("j%02d", i), Name: "examples.add",
+					Args: json.RawMessage(`{"a":1,"b":2}`), Attempt: 1, MaxAttempts: 1, Queue: "default"}))
+			}
+			seen := map[string]bool{}
+			for len(seen) < n {
+				select {
+				case e := <-ev.recorder:
+					if r, ok := frameMsg(e).(*protocol.Result); ok {
+						require.False(t, seen[r.ID], "result %s twice", r.ID)
+						assert.Equal(t, protocol.StatusDone, r.Status, r.ID)
+						seen[r.ID] = true
+					}
+				case <-time.After(20 * time.Second):
+					t.Fatalf("%d of %d results", len(seen), n)
+				}
+			}
+			largest := 0
+			for drained := false; !drained; {
+				select {
+				case b := <-ev.batches:
+					largest = max(largest, b)
+				default:
+					drained = true
+				}
+			}
+			assert.Greater(t, largest, 1, "results of one Results message reach the loop together")
+		})
+	}
 }

@@ -140,6 +140,20 @@ func (c *streamConn) receive() {
 		}
 		switch m.(type) {
 		case *protocol.Result, *protocol.Pong, *session.Draining:
+			if fb, ok := c.l.ev.(FrameBatcher); ok && c.s.Buffered() > 0 {
+				// The rest of a Results message: handed over together.
+				batch := make([]protocol.Message, 0, 1+c.s.Buffered())
+				batch = append(batch, m)
+				for c.s.Buffered() > 0 {
+					next, err := c.s.Recv() // buffered and checked: fails only once closed
+					if err != nil {
+						break
+					}
+					batch = append(batch, next)
+				}
+				fb.Frames(batch)
+				continue
+			}
 			c.l.ev.Frame(m)
 		default:
 			c.protocolError(fmt.Errorf("protocol: unexpected %s message", m.Type()))

@@ -261,6 +261,10 @@ func (s *Session) Recv() (protocol.Message, error) {
 	return msg, nil
 }
 
+// Buffered is the number of messages Recv returns next without reading
+// the stream: the rest of a Results message.
+func (s *Session) Buffered() int { return len(s.pending) }
+
 // recvResults checks every result of a Results message (one that fails is
 // a protocol error, as it would be alone) and returns the first; Recv
 // returns the others next.
