@@ -313,7 +313,7 @@ class SessionCore:
                         continue
                     self.ledger.heard(s.sent, False)
                     for job in msg.jobs.jobs:
-                        if not self._take(s, pb.SidecarMessage(job=job)):
+                        if not self._take(s, msg, job):
                             return
                     continue
                 is_ack = kind == "ack"
@@ -332,18 +332,23 @@ class SessionCore:
         # it holds no job of it.
         self._shutdown(s)
 
-    def _take(self, s: _Session, msg: pb.SidecarMessage) -> bool:
-        """Checks one message as its stdio frame and acts on it; False after
-        a protocol error (the session is over)."""
+    def _take(self, s: _Session, msg: pb.SidecarMessage, job: Optional[pb.Job] = None) -> bool:
+        """Checks one message (or ``job``, an entry of the Jobs message
+        ``msg``) as its stdio frame and acts on it; False after a protocol
+        error (the session is over)."""
+        if job is None and msg.WhichOneof("message") == "job":
+            job = msg.job
         try:
-            if msg.WhichOneof("message") == "job" and not self.trace.on:
-                frame = job_frame(msg.job, self.rt.max_frame_bytes)
+            if job is not None and not self.trace.on:
+                frame = job_frame(job, self.rt.max_frame_bytes)
             else:
-                line = frame_of(msg)
+                one = msg if job is None else pb.SidecarMessage(job=job)
+                line = frame_of(one)
                 self.trace(line)
                 frame = protocol.decode(line, self.rt.max_frame_bytes)
         except protocol.ProtocolError as e:
-            self._protocol_error(s, f"protocol error: {e} in message {quote(_text(msg))}")
+            bad = msg if job is None else pb.SidecarMessage(job=job)
+            self._protocol_error(s, f"protocol error: {e} in message {quote(_text(bad))}")
             return False
         self._dispatch(s, frame)
         return True
