@@ -125,10 +125,27 @@ type attachConn struct {
 
 func startAttachConn(t *testing.T, sock string) *attachConn {
 	t.Helper()
-	h := &config.Handler{Name: "attached", Attach: []string{sock}, StartupTimeout: 20 * time.Second, Concurrency: 2, Processes: 1}
-	a := &attachConn{q: NewQueue(8), events: make(recorder, 64), wg: &sync.WaitGroup{}}
+	return startAttachConnOpts(t, sock, attachOpts{concurrency: 2, queue: 8})
+}
+
+// attachOpts: the handler's concurrency, the send queue's size, and, when
+// batches is set, events that also take frames in batches (their sizes go
+// to batches).
+type attachOpts struct {
+	concurrency, queue int
+	batches            chan int
+}
+
+func startAttachConnOpts(t *testing.T, sock string, o attachOpts) *attachConn {
+	t.Helper()
+	h := &config.Handler{Name: "attached", Attach: []string{sock}, StartupTimeout: 20 * time.Second, Concurrency: o.concurrency, Processes: 1}
+	a := &attachConn{q: NewQueue(o.queue), events: make(recorder, 64), wg: &sync.WaitGroup{}}
+	var ev Events = a.events
+	if o.batches != nil {
+		ev = batchRecorder{recorder: a.events, batches: o.batches}
+	}
 	env := Env{MaxFrameBytes: protocol.DefaultMaxFrameBytes, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), WG: a.wg}
-	c, err := Start(env, Spec{Handler: h, Endpoint: sock, Out: a.q.Out(), Events: a.events})
+	c, err := Start(env, Spec{Handler: h, Endpoint: sock, Out: a.q.Out(), Events: ev})
 	require.NoError(t, err)
 	a.conn = c
 	t.Cleanup(func() {
@@ -279,46 +296,26 @@ func TestAttachTransportBatches(t *testing.T) {
 			sock := socketPath(t)
 			ln := listen(t, sdk, sock)
 			ln.waitListening(t)
-			h := &config.Handler{Name: "attached", Attach: []string{sock}, StartupTimeout: 20 * time.Second, Concurrency: 64, Processes: 1}
-			ev := batchRecorder{recorder: make(recorder, 256), batches: make(chan int, 256)}
-			wg := &sync.WaitGroup{}
-			q := NewQueue(64)
-			c, err := Start(Env{MaxFrameBytes: protocol.DefaultMaxFrameBytes, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), WG: wg},
-				Spec{Handler: h, Endpoint: sock, Out: q.Out(), Events: ev})
-			require.NoError(t, err)
-			t.Cleanup(func() {
-				c.Signal(syscall.SIGKILL)
-				q.Close()
-				go func() {
-					for range ev.recorder {
-					}
-				}()
-				wg.Wait()
-			})
-			_, ok := frameMsg(<-ev.recorder).(*session.Hello)
-			require.True(t, ok, "the hello first")
+			batches := make(chan int, 256)
+			a := startAttachConnOpts(t, sock, attachOpts{concurrency: 64, queue: 64, batches: batches})
+			a.hello(t)
 			const n = 48
 			for i := range n {
-				require.True(t, q.Send(&protocol.Job{ID: fmt.Sprintf("j%02d", i), Name: "examples.add",
+				require.True(t, a.q.Send(&protocol.Job{ID: fmt.Sprintf("j%02d", i), Name: "examples.add",
 					Args: json.RawMessage(`{"a":1,"b":2}`), Attempt: 1, MaxAttempts: 1, Queue: "default"}))
 			}
 			seen := map[string]bool{}
 			for len(seen) < n {
-				select {
-				case e := <-ev.recorder:
-					if r, ok := frameMsg(e).(*protocol.Result); ok {
-						require.False(t, seen[r.ID], "result %s twice", r.ID)
-						assert.Equal(t, protocol.StatusDone, r.Status, r.ID)
-						seen[r.ID] = true
-					}
-				case <-time.After(20 * time.Second):
-					t.Fatalf("%d of %d results", len(seen), n)
+				if r, ok := frameMsg(a.next(t, 20*time.Second)).(*protocol.Result); ok {
+					require.False(t, seen[r.ID], "result %s twice", r.ID)
+					assert.Equal(t, protocol.StatusDone, r.Status, r.ID)
+					seen[r.ID] = true
 				}
 			}
 			largest := 0
 			for drained := false; !drained; {
 				select {
-				case b := <-ev.batches:
+				case b := <-batches:
 					largest = max(largest, b)
 				default:
 					drained = true
