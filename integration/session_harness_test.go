@@ -49,7 +49,7 @@ var pythonAttach = attachSDK{
 		return []string{"python3", "-m", "soniq_handler", "probe", sock}
 	},
 	env: func(root string) map[string]string {
-		return map[string]string{"PYTHONPATH": filepath.Join(root, "examples/python")}
+		return map[string]string{"PYTHONPATH": filepath.Join(root, "examples/python") + string(os.PathListSeparator) + filepath.Join(root, "sdk/python")}
 	},
 	failType: "ValueError",
 }

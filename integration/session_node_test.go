@@ -19,7 +19,7 @@ var nodeAttach = attachSDK{
 		return []string{"node", filepath.Join(root, "examples/node/examples.js"), "--listen", sock}
 	},
 	probe: func(root, sock string) []string {
-		return []string{"node", filepath.Join(root, "examples/node/probe.js"), sock}
+		return []string{"node", filepath.Join(root, "sdk/node/probe.js"), sock}
 	},
 	env:      func(string) map[string]string { return nil },
 	failType: "Error",

@@ -1,14 +1,14 @@
 'use strict';
 // Hooks (beforeJob, afterJob, onError), middleware (use) and argument validation (validate),
-// driven frame by frame over stdio (testing/api_app.js): their order, what a throwing hook
+// driven frame by frame over stdio (test/support/api_app.js): their order, what a throwing hook
 // or middleware does, and what a failed validation sends.
 const nodeTest = require('node:test');
 const assert = require('node:assert/strict');
 const path = require('node:path');
-const { Handler, ROOT } = require('../testing/harness');
+const { Handler, ROOT } = require('./support/harness');
 const { App } = require('..');
 
-const APP = path.join(ROOT, 'testing', 'api_app.js');
+const APP = path.join(ROOT, 'test', 'support', 'api_app.js');
 const live = [];
 
 function test(name, fn) {

@@ -3,10 +3,11 @@ const nodeTest = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
-const { Handler, ROOT } = require('../testing/harness');
+const { Handler, ROOT } = require('./support/harness');
 
-const EXAMPLES = path.join(ROOT, 'examples.js');
-const FIXTURES = path.join(ROOT, 'testing');
+const EXAMPLES_DIR = path.join(ROOT, '..', '..', 'examples', 'node');
+const EXAMPLES = path.join(EXAMPLES_DIR, 'examples.js');
+const FIXTURES = path.join(ROOT, 'test', 'support');
 const live = [];
 
 function start(script = EXAMPLES, opts) {
@@ -28,7 +29,7 @@ function test(name, fn) {
 
 // The job list the manifest declares: [{name, cancellable}] in file order.
 function manifestJobs() {
-  const text = fs.readFileSync(path.join(ROOT, 'manifest.yaml'), 'utf8');
+  const text = fs.readFileSync(path.join(EXAMPLES_DIR, 'manifest.yaml'), 'utf8');
   const jobs = [];
   const re = /-\s+name:\s*(\S+)\s*\n\s+cancellable:\s*(true|false)/g;
   let m;
@@ -49,7 +50,7 @@ test('hello lists the manifest jobs with their cancellable flags', async () => {
   assert.equal(declared.length, 7);
   assert.deepEqual(hello.jobs, declared);
   assert.deepEqual(declared.filter((j) => !j.cancellable).map((j) => j.name), ['examples.sleep_sync']);
-  const manifest = fs.readFileSync(path.join(ROOT, 'manifest.yaml'), 'utf8');
+  const manifest = fs.readFileSync(path.join(EXAMPLES_DIR, 'manifest.yaml'), 'utf8');
   assert.match(manifest, /name: node-examples/);
   assert.match(manifest, /command: \[node, examples\.js\]/);
   assert.match(manifest, /processes: 2/);

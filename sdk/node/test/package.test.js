@@ -11,11 +11,11 @@ const os = require('node:os');
 const path = require('node:path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
-const { Handler, ROOT } = require('../testing/harness');
-const { openSession } = require('../testing/attach');
+const { Handler, ROOT } = require('./support/harness');
+const { openSession } = require('./support/attach');
 
 const REPO_PROTO = path.join(ROOT, '..', '..', 'protocol', 'handler.proto');
-const FIXTURE = path.join(ROOT, 'testing', 'consumer');
+const FIXTURE = path.join(ROOT, 'test', 'support', 'consumer');
 const PEERS = ['@grpc/grpc-js', '@grpc/proto-loader'];
 const COOKIE = { SONIQ_PLUGIN_MAGIC_COOKIE: 'soniq-handler-v1' };
 
@@ -81,11 +81,12 @@ test('proto/handler.proto in the package is protocol/handler.proto', () => {
   assert.equal(fs.readFileSync(path.join(ROOT, 'proto', 'handler.proto'), 'utf8'), fs.readFileSync(REPO_PROTO, 'utf8'));
 });
 
-test('the example image (Dockerfile) copies every module of the package', () => {
-  const copied = fs.readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8').split('\n')
+test('the example image (examples/node/Dockerfile) copies every module of the package from sdk/node', () => {
+  const dockerfile = path.join(ROOT, '..', '..', 'examples', 'node', 'Dockerfile');
+  const copied = fs.readFileSync(dockerfile, 'utf8').split('\n')
     .filter((l) => l.startsWith('COPY ')).flatMap((l) => l.split(/\s+/).slice(1, -1));
   const modules = require('../package.json').files.filter((f) => f.endsWith('.js'));
-  assert.deepEqual(modules.filter((f) => !copied.includes(f)), []);
+  assert.deepEqual(modules.filter((f) => !copied.includes(`sdk/node/${f}`)), []);
 });
 
 test('the tarball holds the SDK, its types and the proto, and no tests', () => {

@@ -9,8 +9,8 @@ const path = require('node:path');
 const { decode, encode } = require('../protocol');
 const { Runtime, Registry, Ledger, SDK } = require('../runtime');
 const { App, Snooze, PermanentError } = require('../index');
-const { Handler, ROOT } = require('../testing/harness');
-const { Listening, openSession, tempDir, waitFor } = require('../testing/attach');
+const { Handler, ROOT } = require('./support/harness');
+const { Listening, openSession, tempDir, waitFor } = require('./support/attach');
 
 function job(id, name, args = {}) {
   return { type: 'job', id, name, args, attempt: 2, max_attempts: 5, queue: 'default', deadline: null, traceparent: null };
@@ -209,7 +209,7 @@ test('ledger: at most its limit, the oldest dropped; a spawned process keeps not
 
 // -------------------------------------------------------------------- App.run({ listen })
 
-const RUN_APP = path.join(ROOT, 'testing', 'run_options_app.js');
+const RUN_APP = path.join(ROOT, 'test', 'support', 'run_options_app.js');
 
 test('run({ listen: 5 }) throws before serving', () => {
   const app = new App();

@@ -9,7 +9,7 @@ const nodeTest = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
-const { Listening, openSession, tempDir, grpc } = require('../testing/attach');
+const { Listening, openSession, tempDir, grpc } = require('./support/attach');
 
 const VECTORS = path.join(__dirname, '..', '..', '..', 'protocol', 'testdata', 'vectors.json');
 const file = JSON.parse(fs.readFileSync(VECTORS, 'utf8'));

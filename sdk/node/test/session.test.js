@@ -9,7 +9,7 @@ const net = require('node:net');
 const path = require('node:path');
 const {
   Proc, Listening, SessionClient, openSession, health, probe, waitFor, tempDir, grpc, EXAMPLES,
-} = require('../testing/attach');
+} = require('./support/attach');
 
 const dir = tempDir();
 let n = 0;

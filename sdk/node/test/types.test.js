@@ -1,6 +1,6 @@
 'use strict';
 // The hand-written .d.ts files: they compile on their own, an example TypeScript handler
-// compiles against them (and the mistakes in testing/consumer/misuse.ts do not), and they
+// compiles against them (and the mistakes in test/support/consumer/misuse.ts do not), and they
 // declare exactly what the modules export at run time.
 const test = require('node:test');
 const assert = require('node:assert/strict');
@@ -8,7 +8,7 @@ const { spawnSync } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
 const ts = require('typescript');
-const { Handler, ROOT } = require('../testing/harness');
+const { Handler, ROOT } = require('./support/harness');
 
 const TSC = require.resolve('typescript/bin/tsc');
 
@@ -18,16 +18,16 @@ function tsc(...args) {
 }
 
 test('index.d.ts and protocol.d.ts pass tsc --strict without @types/node', () => {
-  tsc('--noEmit', '-p', 'testing/tsconfig.dts.json');
+  tsc('--noEmit', '-p', 'test/support/tsconfig.dts.json');
 });
 
 test('tsc --noEmit: the example TypeScript handlers compile and every misuse is an error', () => {
-  tsc('--noEmit', '-p', 'testing/consumer/tsconfig.json');
+  tsc('--noEmit', '-p', 'test/support/consumer/tsconfig.json');
 });
 
-test('the TypeScript example in README.md is testing/consumer/readme.ts, which compiles above', () => {
+test('the TypeScript example in README.md is test/support/consumer/readme.ts, which compiles above', () => {
   const readme = fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8');
-  const example = fs.readFileSync(path.join(ROOT, 'testing/consumer/readme.ts'), 'utf8');
+  const example = fs.readFileSync(path.join(ROOT, 'test/support/consumer/readme.ts'), 'utf8');
   const block = /```ts\n([^]*?)```/.exec(readme);
   assert.ok(block, 'README.md has a ts block');
   assert.equal(block[1], example.slice(example.indexOf('\n') + 1));
@@ -89,7 +89,7 @@ test('App, JobContext, Snooze and PermanentError in index.d.ts match the objects
   assert.ok(declared('PermanentError').includes('retryable'));
 
   // ctx as a handler really gets it.
-  const h = new Handler(path.join(ROOT, 'testing/consumer/handler.js'));
+  const h = new Handler(path.join(ROOT, 'test/support/consumer/handler.js'));
   try {
     await h.hello();
     h.job('c1', 'pkg.ctx', {});

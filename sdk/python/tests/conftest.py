@@ -7,6 +7,6 @@ import pytest
 
 if importlib.util.find_spec("soniq_handler") is None:
     raise pytest.UsageError(
-        'soniq_handler is not installed: run `make deps-python` (pip install -e "examples/python[unix]" '
+        'soniq_handler is not installed: run `make deps-python` (pip install -e "sdk/python[unix]" '
         "into .venv) and the tests with .venv/bin/python -m pytest"
     )

@@ -3,7 +3,7 @@
 // validator notes what it saw under the job's id; `api.events` returns a job's notes. What a
 // job should go wrong at is in its id (`throwBefore`, `mwThrow`, ...).
 const { setTimeout: sleep } = require('node:timers/promises');
-const { App, PermanentError, Snooze } = require('../index');
+const { App, PermanentError, Snooze } = require('../../index');
 
 const app = new App({ concurrency: 4 });
 const events = new Map();

@@ -11,7 +11,8 @@ const protoLoader = require('@grpc/proto-loader');
 const { ROOT } = require('./harness');
 
 const REPO_PROTO = path.join(ROOT, '..', '..', 'protocol', 'handler.proto');
-const EXAMPLES = path.join(ROOT, 'examples.js');
+const EXAMPLES_DIR = path.join(ROOT, '..', '..', 'examples', 'node');
+const EXAMPLES = path.join(EXAMPLES_DIR, 'examples.js');
 const PROBE = path.join(ROOT, 'probe.js');
 
 let service;

@@ -2,9 +2,9 @@
 // Spawns a handler process and drives it frame by frame over its stdio.
 const { spawn } = require('node:child_process');
 const path = require('node:path');
-const { decode, encode } = require('../protocol');
+const { decode, encode } = require('../../protocol');
 
-const ROOT = path.join(__dirname, '..');
+const ROOT = path.join(__dirname, '..', '..');
 
 class Handler {
   constructor(script, { env = {}, cwd = ROOT } = {}) {

@@ -1,6 +1,6 @@
 'use strict';
 // App.run's `listen` option (test/runtime.test.js): $RUN_LISTEN is the option, "null" for null.
-const { App } = require('../index');
+const { App } = require('../../index');
 
 const app = new App({ concurrency: 2 });
 app.job('run.echo', async (args) => args, { cancellable: true });
