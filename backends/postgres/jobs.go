@@ -248,16 +248,20 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 	// must. JIT goes off too: the penalty those settings add to the cost of
 	// the final (unavoidable) sort would otherwise trigger a 0.5 s compile.
 	//
-	// The first statement also proves this worker alive (see
-	// backends.Backend.Claim): it refreshes the heartbeat of an active row
-	// and keeps that row locked until the claim commits, so a recovery
-	// waits for the claim and then sees a fresh heartbeat; the claim's own
-	// EXISTS guard claims nothing when the row was not active.
+	// The claim statement itself proves this worker alive (see
+	// backends.Backend.Claim): its first CTE refreshes the heartbeat of an
+	// active row and keeps that row locked until the claim commits, so a
+	// recovery waits for the claim and then sees a fresh heartbeat, and it
+	// takes rows only when that CTE found the row active. Deciding both on
+	// the claim's one snapshot matters: under READ COMMITTED each statement
+	// has its own, and a re-registration committed between a separate
+	// liveness check and the claim once let the claim take rows the check
+	// had refused, rows the caller then dropped while the worker lived on.
+	// The prelude only reads the row's status, to explain an empty claim.
 	batch := &pgx.Batch{}
-	var touched int
 	var status *string
 	batch.Queue(claimPrelude, p.WorkerID).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&touched, &status)
+		return row.Scan(&status)
 	})
 	var jobs []backends.Job
 	batch.Queue(sql, args...).Query(func(rows pgx.Rows) error {
@@ -269,8 +273,10 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 	if err := b.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, b.wrap(err, "claim jobs for worker %s", p.WorkerID)
 	}
+	// Rows taken are this worker's whatever the prelude saw: the claim's
+	// own check passed on the snapshot that took them.
 	switch {
-	case touched == 1:
+	case len(jobs) > 0 || (status != nil && *status == backends.WorkerActive):
 		return jobs, nil
 	case status == nil:
 		return nil, fmt.Errorf("claim jobs for worker %s: %w", p.WorkerID, notFound("worker", p.WorkerID))
@@ -279,12 +285,10 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 	}
 }
 
-// claimPrelude precedes the claim in its implicit transaction: the
-// liveness proof and the planner settings, in one statement.
-const claimPrelude = `WITH me AS (
-	UPDATE soniq_workers SET last_heartbeat = now() WHERE id = $1::uuid AND status = 'active' RETURNING 1
-)
-SELECT (SELECT count(*)::int FROM me), (SELECT status FROM soniq_workers WHERE id = $1::uuid)
+// claimPrelude precedes the claim in its implicit transaction: the planner
+// settings (they must be set before the claim is planned) and the worker
+// row's status, read only to tell an empty claim's reason.
+const claimPrelude = `SELECT (SELECT status FROM soniq_workers WHERE id = $1::uuid)
 FROM (SELECT ` + plannerSettings + `) AS settings`
 
 // plannerSettings turns off, for the current transaction only, the plans
@@ -340,8 +344,9 @@ func buildClaimStatement(f int) string {
 	// it can match to idx_soniq_jobs_queue_status_priority.
 	var where strings.Builder
 	where.WriteString("status = 'queued' AND (scheduled_at IS NULL OR scheduled_at <= now())")
-	// Its row was locked active by the prelude, or nothing is claimed.
-	where.WriteString(" AND EXISTS (SELECT 1 FROM soniq_workers WHERE id = $1::uuid AND status = 'active')")
+	// The worker row was found active and locked by this statement's
+	// first CTE, or nothing is claimed.
+	where.WriteString(" AND EXISTS (SELECT 1 FROM me)")
 	n := 2
 	addFilter := func(cond string) {
 		n++
@@ -356,7 +361,9 @@ func buildClaimStatement(f int) string {
 	if f&claimExcluding != 0 {
 		addFilter("job_name <> ALL($%d::text[])")
 	}
-	return `WITH picked AS (
+	return `WITH me AS (
+	UPDATE soniq_workers SET last_heartbeat = now() WHERE id = $1::uuid AND status = 'active' RETURNING 1
+), picked AS (
 	SELECT id FROM soniq_jobs WHERE ` + where.String() + `
 	ORDER BY priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC
 	LIMIT $2
