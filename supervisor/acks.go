@@ -4,7 +4,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/soniq-dev/soniq-sidecar/protocol/session"
+	"github.com/soniq-dev/soniq-sidecar/internal/session"
 )
 
 // Acknowledgements (attach mode). A handler that outlives its sidecars

@@ -6,7 +6,7 @@ import (
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
-	"github.com/soniq-dev/soniq-sidecar/protocol/session"
+	"github.com/soniq-dev/soniq-sidecar/internal/session"
 )
 
 // The rows a dead predecessor held (registerAtStart took them over: they

@@ -6,12 +6,12 @@ import (
 	"io"
 	"sync/atomic"
 
+	"github.com/soniq-dev/soniq-sidecar/internal/session"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
-	"github.com/soniq-dev/soniq-sidecar/protocol/session"
 )
 
 // streamConn carries one process's v1 messages over a Session stream
-// (protocol/session), for the unix transport, spawned and attached alike:
+// (internal/session), for the unix transport, spawned and attached alike:
 // one long-lived bidirectional stream instead of a call per job. The
 // sender turns l.out into messages; the receiver reports the handler's
 // messages. A message is put through the same checks as the
