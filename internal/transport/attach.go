@@ -82,7 +82,7 @@ func (a *attachProc) run() {
 	}
 	// The hello with its running jobs: the caller checks it as a spawned
 	// process's.
-	a.l.ev.Frame(s.Hello())
+	a.l.ev.Frame(sessionHello(s.Hello()))
 	recvDone := make(chan struct{})
 	var endErr error
 	sc := &streamConn{l: a.l, s: s, recvDone: recvDone,
