@@ -11,7 +11,7 @@ import (
 
 // Black-box tests of the Node SDK's attach mode: the example handler
 // (examples/node/examples.js) started by hand with --listen, driven through
-// protocol/session; the same tests as the Python SDK's.
+// internal/session; the same tests as the Python SDK's.
 
 var nodeAttach = attachSDK{
 	name: "node",
