@@ -88,10 +88,10 @@ test-go: deps-python deps-node
 # Includes the wheel built, installed in fresh virtualenvs and run from outside the
 # repository, and mypy --strict on the SDK (tests/test_packaging.py).
 test-python: deps-python
-	$(ON_VENV) $(VENV_PYTHON) -m pytest -q examples/python/tests
+	$(ON_VENV) $(VENV_PYTHON) -m pytest -q sdk/python/tests
 
 test-node: deps-node
-	cd examples/node && npm test --silent
+	cd sdk/node && npm test --silent
 
 # The alerting rules (deploy/prometheus): promtool's syntax and lint check, then its unit
 # tests, which fire and do not fire each alert. promtool comes with Debian's prometheus
@@ -106,12 +106,15 @@ test-prometheus:
 $(VENV_PYTHON):
 	$(PYTHON) -m venv $(VENV)
 
-# The SDK installed editable with its unix extra, plus the pinned test tools.
+# The SDK installed editable with its unix extra, the examples (an application of the
+# SDK) beside it, plus the pinned test tools.
 deps-python: $(VENV_PYTHON)
 	$(VENV_PYTHON) -m pip install -q --disable-pip-version-check \
-		-r examples/python/requirements-dev.txt -e 'examples/python[unix]'
+		-r sdk/python/requirements-dev.txt -e 'sdk/python[unix]' -e examples/python
 
+# The SDK's dev tree, and the examples' own install of it (a link to sdk/node).
 deps-node:
+	cd sdk/node && npm ci --no-audit --no-fund --silent
 	cd examples/node && npm ci --no-audit --no-fund --silent
 
 lint: vet fmt-check tidy-check staticcheck
@@ -138,7 +141,7 @@ demo: demo-python demo-node
 demo-python: build
 	scripts/demo.sh examples/python/manifest.yaml
 
-demo-node: build
+demo-node: build deps-node
 	scripts/demo.sh examples/node/manifest.yaml
 
 # The benchmarks: bounded to about 15 minutes; writes docs/benchmarks.md and
@@ -176,8 +179,8 @@ chaos-smoke: deps-python deps-node
 dist: build deps-python
 	rm -rf dist && mkdir -p dist
 	cp $(BIN) dist/
-	$(VENV_PYTHON) -m pip wheel -q --no-deps --disable-pip-version-check -w dist examples/python
-	cd examples/node && npm pack --silent --pack-destination ../../dist >/dev/null
+	$(VENV_PYTHON) -m pip wheel -q --no-deps --disable-pip-version-check -w dist sdk/python
+	cd sdk/node && npm pack --silent --pack-destination ../../dist >/dev/null
 	@ls -1 dist
 
 clean:
@@ -185,10 +188,10 @@ clean:
 
 # Regenerates the unix transport's code from protocol/handler.proto: the Go
 # messages and service (protocol/handlerpb) and the Python messages and their
-# type stub (examples/python/soniq_handler/handler_pb2.py and .pyi), and
+# type stub (sdk/python/soniq_handler/handler_pb2.py and .pyi), and
 # refreshes the copy the Node package ships and loads at run time
-# (examples/node/proto/). Needs protoc from grpcio-tools (the Python gencode
-# must match the protobuf runtime pinned in examples/python/requirements-dev.txt)
+# (sdk/node/proto/). Needs protoc from grpcio-tools (the Python gencode
+# must match the protobuf runtime pinned in sdk/python/requirements-dev.txt)
 # and the two Go plugins on PATH:
 #   $(VENV_PYTHON) -m pip install grpcio-tools==$(GRPCIO_TOOLS_VERSION)   (after make deps-python)
 #   $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
@@ -202,5 +205,5 @@ proto:
 		--go_out=. --go_opt=module=github.com/soniq-dev/soniq-sidecar \
 		--go-grpc_out=. --go-grpc_opt=module=github.com/soniq-dev/soniq-sidecar \
 		--python_out="$$tmp" --pyi_out="$$tmp" protocol/handler.proto && \
-	cp "$$tmp/protocol/handler_pb2.py" "$$tmp/protocol/handler_pb2.pyi" examples/python/soniq_handler/ && \
-	cp protocol/handler.proto examples/node/proto/handler.proto
+	cp "$$tmp/protocol/handler_pb2.py" "$$tmp/protocol/handler_pb2.pyi" sdk/python/soniq_handler/ && \
+	cp protocol/handler.proto sdk/node/proto/handler.proto

@@ -292,7 +292,10 @@ type Backend interface {
 	// stale-worker recovery can never requeue rows a live worker has just
 	// claimed, and a worker whose row was recovered (it was silent too
 	// long) claims nothing until it has registered again. It then returns
-	// ErrWorkerNotActive, or ErrNotFound when the row is gone.
+	// ErrWorkerNotActive, or ErrNotFound when the row is gone. Whether the
+	// worker is active and which rows it takes are decided together: a
+	// Claim that returns an error has taken no row, and every row it took
+	// is returned, even when the worker row changed meanwhile.
 	Claim(ctx context.Context, p ClaimParams) ([]Job, error)
 	// Complete applies a batch of guarded terminal writes (one statement
 	// per outcome kind, never one round trip per row) and returns the ids

@@ -35,10 +35,10 @@ func (b *bench) handlerCommand(sdk string) ([]string, []string, error) {
 	switch sdk {
 	case "python":
 		return []string{c.python, filepath.Join(c.root, "bench", "handlers", "py_handler.py")},
-			[]string{"PYTHONPATH", filepath.Join(c.root, "examples", "python"), "PYTHONUNBUFFERED", "1", "BENCH_CONCURRENCY", per}, nil
+			[]string{"PYTHONPATH", filepath.Join(c.root, "sdk", "python"), "PYTHONUNBUFFERED", "1", "BENCH_CONCURRENCY", per}, nil
 	case "node":
 		return []string{c.node, filepath.Join(c.root, "bench", "handlers", "node_handler.js")},
-			[]string{"BENCH_NODE_SDK", filepath.Join(c.root, "examples", "node", "index.js"), "BENCH_CONCURRENCY", per}, nil
+			[]string{"BENCH_NODE_SDK", filepath.Join(c.root, "sdk", "node", "index.js"), "BENCH_CONCURRENCY", per}, nil
 	}
 	return nil, nil, fmt.Errorf("unknown sdk %q", sdk)
 }

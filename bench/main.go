@@ -351,10 +351,10 @@ func (b *bench) writeManifestSized(v variant, tag string, procs, per int) (strin
 	switch v.SDK {
 	case "python":
 		command = []string{c.python, filepath.Join(c.root, "bench", "handlers", "py_handler.py")}
-		env = []string{"PYTHONPATH", filepath.Join(c.root, "examples", "python"), "PYTHONUNBUFFERED", "1"}
+		env = []string{"PYTHONPATH", filepath.Join(c.root, "sdk", "python"), "PYTHONUNBUFFERED", "1"}
 	case "node":
 		command = []string{c.node, filepath.Join(c.root, "bench", "handlers", "node_handler.js")}
-		env = []string{"BENCH_NODE_SDK", filepath.Join(c.root, "examples", "node", "index.js")}
+		env = []string{"BENCH_NODE_SDK", filepath.Join(c.root, "sdk", "node", "index.js")}
 	default:
 		return "", fmt.Errorf("unknown sdk %q", v.SDK)
 	}

@@ -33,10 +33,10 @@ func (b *bench) aloneRun(ctx context.Context, v variant, n int) (tpRun, error) {
 	switch v.SDK {
 	case "python":
 		argv = []string{c.python, filepath.Join(c.root, "bench", "handlers", "py_handler.py")}
-		env = []string{"PYTHONPATH=" + filepath.Join(c.root, "examples", "python"), "PYTHONUNBUFFERED=1"}
+		env = []string{"PYTHONPATH=" + filepath.Join(c.root, "sdk", "python"), "PYTHONUNBUFFERED=1"}
 	case "node":
 		argv = []string{c.node, filepath.Join(c.root, "bench", "handlers", "node_handler.js")}
-		env = []string{"BENCH_NODE_SDK=" + filepath.Join(c.root, "examples", "node", "index.js")}
+		env = []string{"BENCH_NODE_SDK=" + filepath.Join(c.root, "sdk", "node", "index.js")}
 	default:
 		return run, fmt.Errorf("unknown sdk %q", v.SDK)
 	}

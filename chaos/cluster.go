@@ -196,7 +196,7 @@ func (h *attachHandler) start(ctx context.Context) error {
 	_ = os.Remove(h.sock) // a killed handler leaves its socket file
 	c := h.c
 	env := append(baseEnv(),
-		"PYTHONPATH="+filepath.Join(c.cfg.root, "examples", "python"),
+		"PYTHONPATH="+filepath.Join(c.cfg.root, "sdk", "python"),
 		"CHAOS_HISTORY="+c.historyPath("attach"), "CHAOS_SIDECAR=attach",
 		"CHAOS_CONCURRENCY=8", "CHAOS_SYNC_CONCURRENCY=4")
 	argv := []string{c.cfg.python, "-u", filepath.Join(c.cfg.root, "chaos", "handlers", "chaos_handler.py"), "--listen", h.sock}
@@ -254,11 +254,11 @@ func (c *cluster) newSidecars() error {
 		"py": "version: 1\nhandlers:\n  - name: chaos-py\n" +
 			fmt.Sprintf("    command: [%s, \"-u\", %s]\n", q(c.cfg.python), q(filepath.Join(handlers, "chaos_handler.py"))) +
 			"    processes: 2\n    concurrency: 8\n    sync_concurrency: 4\n    startup_timeout: 30s\n" +
-			env("py", "PYTHONPATH", filepath.Join(c.cfg.root, "examples", "python")) + jobs,
+			env("py", "PYTHONPATH", filepath.Join(c.cfg.root, "sdk", "python")) + jobs,
 		"node": "version: 1\nhandlers:\n  - name: chaos-node\n" +
 			fmt.Sprintf("    command: [%s, %s]\n", q(c.cfg.node), q(filepath.Join(handlers, "chaos_handler.js"))) +
 			"    processes: 2\n    concurrency: 8\n    sync_concurrency: 4\n    startup_timeout: 30s\n" +
-			env("node", "CHAOS_NODE_SDK", filepath.Join(c.cfg.root, "examples", "node", "index.js")) + jobs,
+			env("node", "CHAOS_NODE_SDK", filepath.Join(c.cfg.root, "sdk", "node", "index.js")) + jobs,
 		"attach": "version: 1\nhandlers:\n  - name: chaos-attach\n" +
 			fmt.Sprintf("    attach: %s\n", q(c.handler.sock)) +
 			"    concurrency: 8\n    sync_concurrency: 4\n    startup_timeout: 30s\n" + jobs,

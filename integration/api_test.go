@@ -35,7 +35,7 @@ func apiWorld(t *testing.T, transport string) *world {
 	t.Helper()
 	w := newWorld(t, sdk{name: "node", transport: transport, command: nodeCommand, env: nodeEnv}, manifestOpts{})
 	cmd, _ := json.Marshal([]string{"node", filepath.Join(w.root, "integration/testdata/handlers/api_handlers.js")})
-	env, _ := json.Marshal(map[string]string{"TEST_NODE_SDK": filepath.Join(w.root, "examples/node")})
+	env, _ := json.Marshal(map[string]string{"TEST_NODE_SDK": filepath.Join(w.root, "sdk/node")})
 	manifest := fmt.Sprintf("version: 1\nhandlers:\n  - name: node-api\n    command: %s\n    transport: %s\n    processes: 1\n    concurrency: 4\n    startup_timeout: 20s\n    env: %s\n    jobs:\n",
 		cmd, transport, env)
 	for _, j := range apiJobs {

@@ -56,7 +56,7 @@ func faultWorld(t *testing.T, fh faultHandler) *world {
 	t.Helper()
 	w := newWorld(t, sdks[0], manifestOpts{})
 	cmd, _ := json.Marshal([]string{"python3", "-u", filepath.Join(w.root, "integration/testdata/handlers", fh.script)})
-	env, _ := json.Marshal(map[string]string{"TEST_RECORD": w.record, "PYTHONPATH": filepath.Join(w.root, "examples/python")})
+	env, _ := json.Marshal(map[string]string{"TEST_RECORD": w.record, "PYTHONPATH": filepath.Join(w.root, "sdk/python")})
 	var b strings.Builder
 	fmt.Fprintf(&b, "version: 1\nhandlers:\n  - name: faults\n    command: %s\n    transport: %s\n", cmd, fh.transport)
 	fmt.Fprintf(&b, "    processes: 1\n    concurrency: 2\n    sync_concurrency: 2\n    startup_timeout: 20s\n    env: %s\n    jobs:\n", env)

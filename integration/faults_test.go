@@ -335,7 +335,7 @@ func TestHandlerInterpreterFromAVirtualenv(t *testing.T) {
 	pkgs := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(pkgs, "soniq_venv_marker.py"), []byte("IN_VENV = True\n"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(strings.TrimSpace(string(purelib)), "soniq_test_paths.pth"),
-		[]byte(pkgs+"\n"+filepath.Join(w.root, "examples/python")+"\n"), 0o644))
+		[]byte(pkgs+"\n"+filepath.Join(w.root, "sdk/python")+"\n"), 0o644))
 	out, err = exec.Command("/bin/sh", "-c", `PATH=/usr/bin:/bin python3 -c "import soniq_venv_marker"`).CombinedOutput()
 	require.Error(t, err, "outside the venv the marker is not importable: %s", out)
 	wrapper := filepath.Join(pkgs, "handler.py")

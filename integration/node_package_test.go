@@ -1,8 +1,8 @@
 package integration
 
 // The Node SDK as people install it: the tarball `npm pack` makes of
-// examples/node, installed into a fresh project beside a handler, run by the
-// real binary with the manifest shape examples/node/README.md shows
+// sdk/node, installed into a fresh project beside a handler, run by the
+// real binary with the manifest shape sdk/node/README.md shows
 // (`command: [node, handler.js]` in the project, nothing inherited in the
 // child's environment), over both transports.
 
@@ -41,15 +41,15 @@ func npmIn(t *testing.T, dir string, args ...string) []byte {
 	return out
 }
 
-// nodePackageProject packs examples/node and installs the tarball, with the
-// gRPC packages at the versions examples/node locks, into a new project
-// holding examples/node/testing/consumer/handler.js. It returns the project.
+// nodePackageProject packs sdk/node and installs the tarball, with the
+// gRPC packages at the versions sdk/node locks, into a new project
+// holding sdk/node/test/support/consumer/handler.js. It returns the project.
 func nodePackageProject(t *testing.T, root string) string {
 	t.Helper()
 	if _, err := exec.LookPath("npm"); err != nil {
 		t.Fatalf("npm is required for the Node package test (not skipped: install it): %v", err)
 	}
-	sdkDir := filepath.Join(root, "examples", "node")
+	sdkDir := filepath.Join(root, "sdk", "node")
 	dir := t.TempDir()
 	var packed []struct {
 		Filename string `json:"filename"`
@@ -75,7 +75,7 @@ func nodePackageProject(t *testing.T, root string) string {
 	args := []string{"install", "--no-audit", "--no-fund", "--prefer-offline", filepath.Join(dir, packed[0].Filename)}
 	for _, p := range []string{"@grpc/grpc-js", "@grpc/proto-loader"} {
 		v := lock.Packages["node_modules/"+p].Version
-		require.NotEmpty(t, v, "%s in examples/node/package-lock.json", p)
+		require.NotEmpty(t, v, "%s in sdk/node/package-lock.json", p)
 		args = append(args, p+"@"+v)
 	}
 	npmIn(t, project, args...)

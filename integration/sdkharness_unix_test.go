@@ -22,8 +22,8 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
+	"github.com/soniq-dev/soniq-sidecar/internal/session"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
-	"github.com/soniq-dev/soniq-sidecar/protocol/session"
 )
 
 // startUnixHandler is startHandler for a `transport: unix` manifest: it starts the process

@@ -18,13 +18,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/soniq-dev/soniq-sidecar/internal/session"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
-	"github.com/soniq-dev/soniq-sidecar/protocol/session"
 )
 
 // The harness of the attach-mode tests: an SDK's example handler started by
 // hand with --listen (its own process, no sidecar), driven through the
-// protocol/session client. Each SDK describes itself with an attachSDK.
+// internal/session client. Each SDK describes itself with an attachSDK.
 
 // attachSDK says how to start an SDK's example handler in attach mode and
 // how to run its probe command.
@@ -49,7 +49,7 @@ var pythonAttach = attachSDK{
 		return []string{"python3", "-m", "soniq_handler", "probe", sock}
 	},
 	env: func(root string) map[string]string {
-		return map[string]string{"PYTHONPATH": filepath.Join(root, "examples/python")}
+		return map[string]string{"PYTHONPATH": filepath.Join(root, "examples/python") + string(os.PathListSeparator) + filepath.Join(root, "sdk/python")}
 	},
 	failType: "ValueError",
 }

@@ -11,7 +11,7 @@ import (
 
 // Black-box tests of the Node SDK's attach mode: the example handler
 // (examples/node/examples.js) started by hand with --listen, driven through
-// protocol/session; the same tests as the Python SDK's.
+// internal/session; the same tests as the Python SDK's.
 
 var nodeAttach = attachSDK{
 	name: "node",
@@ -19,7 +19,7 @@ var nodeAttach = attachSDK{
 		return []string{"node", filepath.Join(root, "examples/node/examples.js"), "--listen", sock}
 	},
 	probe: func(root, sock string) []string {
-		return []string{"node", filepath.Join(root, "examples/node/probe.js"), sock}
+		return []string{"node", filepath.Join(root, "sdk/node/probe.js"), sock}
 	},
 	env:      func(string) map[string]string { return nil },
 	failType: "Error",

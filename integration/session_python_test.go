@@ -14,12 +14,12 @@ import (
 	"github.com/stretchr/testify/require"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/soniq-dev/soniq-sidecar/internal/session"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
-	"github.com/soniq-dev/soniq-sidecar/protocol/session"
 )
 
 // Black-box tests of the Python SDK's attach mode: the example handler
-// started by hand with --listen, driven through protocol/session.
+// started by hand with --listen, driven through internal/session.
 
 // TestSessionPythonJobs: hello, a job that succeeds, one that fails,
 // ping/pong.

@@ -76,19 +76,19 @@ var (
 		return []string{"python3", "-u", filepath.Join(root, "integration/testdata/handlers/test_handlers.py")}
 	}
 	pythonEnv = func(root string) map[string]string {
-		return map[string]string{"PYTHONPATH": filepath.Join(root, "examples/python")}
+		return map[string]string{"PYTHONPATH": filepath.Join(root, "sdk/python")}
 	}
 	nodeCommand = func(root string) []string {
 		return []string{"node", filepath.Join(root, "integration/testdata/handlers/test_handlers.js")}
 	}
 	nodeEnv = func(root string) map[string]string {
-		return map[string]string{"TEST_NODE_SDK": filepath.Join(root, "examples/node")}
+		return map[string]string{"TEST_NODE_SDK": filepath.Join(root, "sdk/node")}
 	}
 )
 
 // sdks: every SDK over every transport (the unix one needs the SDKs' gRPC
 // packages: the Python SDK's unix extra, which make test-go's python3 (.venv)
-// has; npm ci in examples/node).
+// has; npm ci in sdk/node).
 var sdks = []sdk{
 	{name: "python", transport: "stdio", command: pythonCommand, env: pythonEnv},
 	{name: "python", transport: "unix", command: pythonCommand, env: pythonEnv},

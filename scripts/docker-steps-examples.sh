@@ -5,7 +5,8 @@
 # exec form serving a socket in /run/soniq with --listen, and that CMD (and the HEALTHCHECK
 # probe) really working: run here, from the build context, on a temporary socket path, it must
 # listen on a 0660 socket, the probe must pass, and SIGTERM must end it with status 0 and the
-# socket removed. Needs the examples' dependencies (make deps-python deps-node) and python3.
+# socket removed. The build context is the repository's root; the CMD runs here from the
+# Dockerfile's own directory, where the examples' manifests run them too. Needs the examples' dependencies (make deps-python deps-node) and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +28,7 @@ for arg in json.loads(m.group(1)):
 PY
 }
 
-check() { # context-dir
+check() { # example-dir
   local dir=$1 df=$1/Dockerfile
   [[ -f $df ]] || fail "$df is missing"
   # Base images pinned: name:version (a digit in the tag, not latest) or a digest.
@@ -39,13 +40,13 @@ check() { # context-dir
   user=$(grep -E '^USER ' "$df" | tail -1 | awk '{print $2}')
   [[ $user =~ ^[1-9][0-9]*(:[0-9]+)?$ ]] || fail "$df: the last USER must be a non-root numeric uid, got '${user:-none}'"
   if grep -vE '^\s*#' "$df" | grep -q 'soniq-sidecar'; then fail "$df: a handler image holds no sidecar binary"; fi
-  # Every COPY source (not --from another stage) exists in the build context.
+  # Every COPY source (not --from another stage) exists in the build context (the root).
   grep -E '^COPY ' "$df" | while read -r _ rest; do
     [[ $rest == *--from=* ]] && fail "$df: COPY --from: the handler image is built from its context only"
     local args=() a
     for a in $rest; do [[ $a == --* ]] || args+=("$a"); done
     for a in "${args[@]:0:${#args[@]}-1}"; do
-      [[ -e $dir/$a ]] || fail "$df: COPY source $a does not exist in $dir"
+      [[ -e $a ]] || fail "$df: COPY source $a does not exist in the repository"
     done
   done
 

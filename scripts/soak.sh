@@ -28,7 +28,7 @@ handlers:
     command: [python3, -u, $root/integration/testdata/handlers/test_handlers.py]
     processes: 2
     concurrency: 32
-    env: {PYTHONPATH: $root/examples/python}
+    env: {PYTHONPATH: $root/sdk/python}
     jobs:
       - {name: t.noop, cancellable: true}
       - {name: t.record, cancellable: true}

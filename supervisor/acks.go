@@ -4,7 +4,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/soniq-dev/soniq-sidecar/protocol/session"
+	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 )
 
 // Acknowledgements (attach mode). A handler that outlives its sidecars
@@ -23,11 +23,11 @@ import (
 const ackWaitMax = 5 * time.Second
 
 // startAcks: the hello of a session whose handler acknowledges results.
-func (l *loop) startAcks(p *process, h *session.Hello) {
+func (l *loop) startAcks(p *process, h *transport.SessionHello) {
 	p.acks = h.Acks
 	if p.acks {
 		l.host.acking()
-		p.send(&session.Ack{})
+		p.send(&transport.Ack{})
 	}
 }
 
@@ -49,7 +49,7 @@ func (l *loop) ackLater(p *process, id string) {
 // ackNow acknowledges a result that is settled without a write.
 func (l *loop) ackNow(p *process, id string) {
 	if p.acks && p.state != procDead {
-		p.send(&session.Ack{IDs: []string{id}})
+		p.send(&transport.Ack{IDs: []string{id}})
 	}
 }
 
@@ -69,7 +69,7 @@ func (l *loop) onSettled(ids []string) {
 	for p, ids := range by {
 		if p.state != procDead {
 			slices.Sort(ids)
-			p.send(&session.Ack{IDs: ids})
+			p.send(&transport.Ack{IDs: ids})
 		}
 		if p.stopAfterAcks && p.unacked == 0 {
 			l.stopAcked(p)

@@ -15,7 +15,6 @@ import (
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
-	"github.com/soniq-dev/soniq-sidecar/protocol/session"
 )
 
 // Attach mode, the loop's side: a handler whose processes run in a
@@ -79,7 +78,7 @@ func (l *loop) rescanAttach(pl *pool) {
 
 // onAttachHello: the hello of a session; the jobs it still runs from an
 // earlier session occupy capacity until their results arrive.
-func (l *loop) onAttachHello(p *process, h *session.Hello) {
+func (l *loop) onAttachHello(p *process, h *transport.SessionHello) {
 	p.foreign = map[string]bool{}
 	for _, r := range h.Running {
 		spec := p.pool.h.Job(r.Name)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
-	"github.com/soniq-dev/soniq-sidecar/protocol/session"
+	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 )
 
 // The rows a dead predecessor held (registerAtStart took them over: they
@@ -66,7 +66,7 @@ func (l *loop) attachPoolFor(name string) (*pool, *config.JobSpec) {
 // takeInherited keeps the predecessor's rows that a new session's hello
 // reports, running or finished: each becomes a task of p. The endpoint has
 // then reported all it holds.
-func (l *loop) takeInherited(p *process, h *session.Hello) {
+func (l *loop) takeInherited(p *process, h *transport.SessionHello) {
 	pl := p.pool
 	if pl.heard == nil {
 		pl.heard = map[string]bool{}

@@ -13,7 +13,6 @@ import (
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
-	"github.com/soniq-dev/soniq-sidecar/protocol/session"
 )
 
 func (l *loop) spawn(pl *pool, slot int) {
@@ -118,13 +117,13 @@ func (l *loop) onFrame(p *process, m protocol.Message) {
 			return
 		}
 		l.onHello(p, msg)
-	case *session.Hello:
+	case *transport.SessionHello:
 		if p.state != procStarting {
 			l.breakProcess(p, "protocol_error", fmt.Sprintf("protocol error from handler %s %s: a second hello", p.pool.h.Name, p.label()))
 			return
 		}
 		l.onAttachHello(p, msg)
-	case *session.Draining:
+	case *transport.Draining:
 		l.onDraining(p)
 	case *protocol.Result:
 		if p.hello == nil {

@@ -40,6 +40,14 @@ type Harness struct {
 	Migrate func(ctx context.Context) error
 	// TaskRegistry reads every soniq_task_registry row, in any order.
 	TaskRegistry func(ctx context.Context) ([]TaskRow, error)
+	// StallClaim, for a backend whose Claim runs more than one statement,
+	// holds back the next Claim's statement that takes rows (the ones
+	// before it run) until release is called; stalled returns once a
+	// Claim waits there. It lets the suite commit a change between the
+	// two, as another connection could at any time. nil when a Claim is
+	// one critical section with nothing to interleave (SQLite's write
+	// transaction, the memory backend's lock).
+	StallClaim func(ctx context.Context) (stalled func() error, release func() error, err error)
 }
 
 // TaskRow is one soniq_task_registry row.

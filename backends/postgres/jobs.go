@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -248,16 +247,20 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 	// must. JIT goes off too: the penalty those settings add to the cost of
 	// the final (unavoidable) sort would otherwise trigger a 0.5 s compile.
 	//
-	// The first statement also proves this worker alive (see
-	// backends.Backend.Claim): it refreshes the heartbeat of an active row
-	// and keeps that row locked until the claim commits, so a recovery
-	// waits for the claim and then sees a fresh heartbeat; the claim's own
-	// EXISTS guard claims nothing when the row was not active.
+	// The claim statement itself proves this worker alive (see
+	// backends.Backend.Claim): its first CTE refreshes the heartbeat of an
+	// active row and keeps that row locked until the claim commits, so a
+	// recovery waits for the claim and then sees a fresh heartbeat, and it
+	// takes rows only when that CTE found the row active. Deciding both on
+	// the claim's one snapshot matters: under READ COMMITTED each statement
+	// has its own, and a re-registration committed between a separate
+	// liveness check and the claim once let the claim take rows the check
+	// had refused, rows the caller then dropped while the worker lived on.
+	// The prelude only reads the row's status, to explain an empty claim.
 	batch := &pgx.Batch{}
-	var touched int
 	var status *string
 	batch.Queue(claimPrelude, p.WorkerID).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&touched, &status)
+		return row.Scan(&status)
 	})
 	var jobs []backends.Job
 	batch.Queue(sql, args...).Query(func(rows pgx.Rows) error {
@@ -269,8 +272,10 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 	if err := b.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, b.wrap(err, "claim jobs for worker %s", p.WorkerID)
 	}
+	// Rows taken are this worker's whatever the prelude saw: the claim's
+	// own check passed on the snapshot that took them.
 	switch {
-	case touched == 1:
+	case len(jobs) > 0 || (status != nil && *status == backends.WorkerActive):
 		return jobs, nil
 	case status == nil:
 		return nil, fmt.Errorf("claim jobs for worker %s: %w", p.WorkerID, notFound("worker", p.WorkerID))
@@ -279,12 +284,10 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 	}
 }
 
-// claimPrelude precedes the claim in its implicit transaction: the
-// liveness proof and the planner settings, in one statement.
-const claimPrelude = `WITH me AS (
-	UPDATE soniq_workers SET last_heartbeat = now() WHERE id = $1::uuid AND status = 'active' RETURNING 1
-)
-SELECT (SELECT count(*)::int FROM me), (SELECT status FROM soniq_workers WHERE id = $1::uuid)
+// claimPrelude precedes the claim in its implicit transaction: the planner
+// settings (they must be set before the claim is planned) and the worker
+// row's status, read only to tell an empty claim's reason.
+const claimPrelude = `SELECT (SELECT status FROM soniq_workers WHERE id = $1::uuid)
 FROM (SELECT ` + plannerSettings + `) AS settings`
 
 // plannerSettings turns off, for the current transaction only, the plans
@@ -340,8 +343,9 @@ func buildClaimStatement(f int) string {
 	// it can match to idx_soniq_jobs_queue_status_priority.
 	var where strings.Builder
 	where.WriteString("status = 'queued' AND (scheduled_at IS NULL OR scheduled_at <= now())")
-	// Its row was locked active by the prelude, or nothing is claimed.
-	where.WriteString(" AND EXISTS (SELECT 1 FROM soniq_workers WHERE id = $1::uuid AND status = 'active')")
+	// The worker row was found active and locked by this statement's
+	// first CTE, or nothing is claimed.
+	where.WriteString(" AND EXISTS (SELECT 1 FROM me)")
 	n := 2
 	addFilter := func(cond string) {
 		n++
@@ -356,7 +360,9 @@ func buildClaimStatement(f int) string {
 	if f&claimExcluding != 0 {
 		addFilter("job_name <> ALL($%d::text[])")
 	}
-	return `WITH picked AS (
+	return `WITH me AS (
+	UPDATE soniq_workers SET last_heartbeat = now() WHERE id = $1::uuid AND status = 'active' RETURNING 1
+), picked AS (
 	SELECT id FROM soniq_jobs WHERE ` + where.String() + `
 	ORDER BY priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC
 	LIMIT $2
@@ -369,264 +375,4 @@ func buildClaimStatement(f int) string {
 )
 SELECT ` + jobColumns("") + ` FROM claimed
 ORDER BY priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC`
-}
-
-// Complete applies guarded terminal writes: one statement per outcome kind,
-// all sent in one pipelined batch, which Postgres runs as one implicit
-// transaction (all applied or none).
-func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.Completion) ([]string, error) {
-	if len(cs) == 0 {
-		return nil, nil
-	}
-	if !isUUID(workerID) {
-		return nil, fmt.Errorf("complete: worker id %q is not a uuid", workerID)
-	}
-	var (
-		// The ids go out as binary uuids: pgx cannot encode a []string
-		// as a binary uuid[], and its fallback to text first builds (and
-		// drops) an error quoting the whole array, on every batch.
-		doneIDs, deleteIDs, retryIDs []pgtype.UUID
-		deadIDs, snoozeIDs           []pgtype.UUID
-		doneResults                  []string
-		doneResultValid              []bool
-		doneTTLs                     []float64
-		retryErrs                    []string
-		retryDelays                  []float64
-		deadErrs, deadReasons        []string
-		snoozeErrs                   []string
-		snoozeDelays                 []float64
-	)
-	// Done (kept or deleted) is nearly every completion: room for all.
-	if c := cs[0]; c.Outcome == backends.OutcomeDone && c.ResultTTL > 0 {
-		doneIDs, doneResults = make([]pgtype.UUID, 0, len(cs)), make([]string, 0, len(cs))
-		doneResultValid, doneTTLs = make([]bool, 0, len(cs)), make([]float64, 0, len(cs))
-	} else if c.Outcome == backends.OutcomeDone {
-		deleteIDs = make([]pgtype.UUID, 0, len(cs))
-	}
-	seen := make(map[pgtype.UUID]bool, len(cs))
-	for _, c := range cs {
-		// An id that cannot be a uuid matches no row; a repeated id would
-		// make one statement touch a row twice. The first completion wins.
-		if !isUUID(c.JobID) {
-			continue
-		}
-		id := parseUUID(c.JobID)
-		if seen[id] {
-			continue
-		}
-		seen[id] = true
-		switch c.Outcome {
-		case backends.OutcomeDone:
-			if c.ResultTTL <= 0 {
-				deleteIDs = append(deleteIDs, id)
-				continue
-			}
-			res, err := storableJSON(strings.TrimSpace(string(c.Result)))
-			if err != nil {
-				return nil, fmt.Errorf("complete job %s: %w", c.JobID, err)
-			}
-			doneIDs = append(doneIDs, id)
-			// JSON null is stored as SQL NULL, as Soniq skips writing a
-			// None result.
-			doneResultValid = append(doneResultValid, res != "" && res != "null")
-			doneResults = append(doneResults, res)
-			doneTTLs = append(doneTTLs, c.ResultTTL.Seconds())
-		case backends.OutcomeRetry:
-			retryIDs = append(retryIDs, id)
-			retryErrs = append(retryErrs, backends.TruncateError(c.Error))
-			retryDelays = append(retryDelays, max(c.Delay.Seconds(), 0))
-		case backends.OutcomeDeadLetter:
-			reason := c.Reason
-			if reason == "" {
-				reason = backends.ReasonMaxRetriesExceeded
-			}
-			deadIDs = append(deadIDs, id)
-			deadErrs = append(deadErrs, backends.TruncateError(c.Error))
-			deadReasons = append(deadReasons, reason)
-		case backends.OutcomeSnooze:
-			msg := "SNOOZE"
-			if c.Reason != "" {
-				msg = "SNOOZE: " + c.Reason
-			}
-			snoozeIDs = append(snoozeIDs, id)
-			snoozeErrs = append(snoozeErrs, backends.TruncateError(msg))
-			snoozeDelays = append(snoozeDelays, min(max(c.Delay, 0), backends.MaxSnooze).Seconds())
-		default:
-			return nil, fmt.Errorf("complete job %s: unknown outcome %d", c.JobID, c.Outcome)
-		}
-	}
-
-	batch := &pgx.Batch{}
-	// As for Claim: with stale statistics the planner hashes the whole
-	// table, or walks every row this worker ever ran through
-	// idx_soniq_jobs_worker_id, to join a few hundred ids. Primary-key
-	// lookups are what these statements need whatever the estimates say,
-	// so the guards are written as one IS TRUE expression (the same rows
-	// pass: a NULL is not TRUE either), which no other index can serve.
-	batch.Queue(claimPlannerHints)
-	// The statements return the ids they wrote as uuids (no string per
-	// row); they are matched back to the callers' ids below.
-	applied := make(map[pgtype.UUID]bool, len(cs))
-	collect := func(rows pgx.Rows) error {
-		var id pgtype.UUID
-		_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
-			applied[id] = true
-			return nil
-		})
-		return err
-	}
-	queue := func(sql string, args ...any) {
-		batch.Queue(sql, args...).Query(collect)
-	}
-	if len(doneIDs) > 0 {
-		// Results arrive as text and are cast, so an invalid JSON result
-		// fails loudly instead of being stored mangled.
-		queue(`UPDATE soniq_jobs j
-	SET status = 'done',
-	    result = CASE WHEN u.has_result THEN u.result::jsonb ELSE j.result END,
-	    expires_at = now() + make_interval(secs => u.ttl),
-	    updated_at = now()
-	FROM unnest($1::uuid[], $2::text[], $3::bool[], $4::float8[]) AS u(id, result, has_result, ttl)
-	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $5::uuid) IS TRUE
-	RETURNING j.id`, doneIDs, doneResults, doneResultValid, doneTTLs, workerID)
-	}
-	if len(deleteIDs) > 0 {
-		queue(`DELETE FROM soniq_jobs
-	WHERE id = ANY($1::uuid[]) AND (status = 'processing' AND worker_id = $2::uuid) IS TRUE
-	RETURNING id`, deleteIDs, workerID)
-	}
-	if len(retryIDs) > 0 {
-		queue(`UPDATE soniq_jobs j
-	SET status = 'queued',
-	    last_error = u.err,
-	    scheduled_at = CASE WHEN u.delay > 0 THEN now() + make_interval(secs => u.delay) END,
-	    worker_id = NULL,
-	    updated_at = now()
-	FROM unnest($1::uuid[], $2::text[], $3::float8[]) AS u(id, err, delay)
-	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid) IS TRUE
-	RETURNING j.id`, retryIDs, retryErrs, retryDelays, workerID)
-	}
-	if len(snoozeIDs) > 0 {
-		queue(`UPDATE soniq_jobs j
-	SET status = 'queued',
-	    attempts = GREATEST(COALESCE(j.attempts, 0) - 1, 0),
-	    last_error = u.err,
-	    scheduled_at = now() + make_interval(secs => u.delay),
-	    worker_id = NULL,
-	    updated_at = now()
-	FROM unnest($1::uuid[], $2::text[], $3::float8[]) AS u(id, err, delay)
-	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid) IS TRUE
-	RETURNING j.id`, snoozeIDs, snoozeErrs, snoozeDelays, workerID)
-	}
-	if len(deadIDs) > 0 {
-		// The delete and the insert are one statement, so the move is
-		// atomic without an explicit transaction. Columns Soniq's jobs
-		// table leaves nullable are NOT NULL in the dead-letter table,
-		// hence the defaults.
-		queue(`WITH u AS (
-	SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[]) AS u(id, err, reason)
-), moved AS (
-	DELETE FROM soniq_jobs j USING u
-	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid) IS TRUE
-	RETURNING j.id, j.job_name, j.args, j.queue, j.priority, j.max_attempts, j.attempts,
-	          j.created_at, u.err, u.reason
-)
-INSERT INTO soniq_dead_letter_jobs (id, job_name, args, queue, priority, max_attempts, attempts,
-	last_error, dead_letter_reason, original_created_at, moved_to_dead_letter_at, tags)
-SELECT id, job_name, args, COALESCE(queue, 'default'), COALESCE(priority, 100),
-	COALESCE(max_attempts, 3), COALESCE(attempts, 0), err, reason, COALESCE(created_at, now()), now(), NULL
-FROM moved
-ON CONFLICT (id) DO UPDATE SET
-	attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
-	dead_letter_reason = EXCLUDED.dead_letter_reason,
-	moved_to_dead_letter_at = EXCLUDED.moved_to_dead_letter_at
-RETURNING id::uuid`, deadIDs, deadErrs, deadReasons, workerID)
-	}
-	if err := b.pool.SendBatch(ctx, batch).Close(); err != nil {
-		return nil, b.wrap(err, "complete %d jobs for worker %s", len(cs), workerID)
-	}
-	// Report in the caller's order, each id once.
-	out := make([]string, 0, len(applied))
-	for _, c := range cs {
-		if !isUUID(c.JobID) {
-			continue
-		}
-		if id := parseUUID(c.JobID); applied[id] {
-			out = append(out, c.JobID)
-			delete(applied, id)
-		}
-	}
-	return out, nil
-}
-
-// Nack is the shutdown contract's nack_job over many ids.
-func (b *Backend) Nack(ctx context.Context, ids []string) ([]string, error) {
-	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !isUUID(id) })
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	rows, err := b.pool.Query(ctx, `UPDATE soniq_jobs
-	SET status = 'queued', worker_id = NULL, updated_at = now(), scheduled_at = now()
-	WHERE id = ANY($1::uuid[]) AND status = 'processing'
-	RETURNING id::text`, ids)
-	if err != nil {
-		return nil, b.wrap(err, "nack %d jobs", len(ids))
-	}
-	nacked, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, b.wrap(err, "nack %d jobs", len(ids))
-	}
-	return nacked, nil
-}
-
-// AdoptOrphans gives processing rows with no worker back to workerID.
-func (b *Backend) AdoptOrphans(ctx context.Context, workerID string, ids []string) ([]string, error) {
-	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !isUUID(id) })
-	if len(ids) == 0 || !isUUID(workerID) {
-		return nil, nil
-	}
-	rows, err := b.pool.Query(ctx, `UPDATE soniq_jobs SET worker_id = $1, updated_at = now()
-	WHERE id = ANY($2::uuid[]) AND status = 'processing' AND worker_id IS NULL
-	RETURNING id::text`, workerID, ids)
-	if err != nil {
-		return nil, b.wrap(err, "adopt %d orphaned jobs for worker %s", len(ids), workerID)
-	}
-	adopted, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, b.wrap(err, "adopt %d orphaned jobs for worker %s", len(ids), workerID)
-	}
-	return adopted, nil
-}
-
-// Stats is the queue-stats contract: one grouped count over soniq_jobs and the dead-letter
-// count, read in one statement so they share a snapshot.
-func (b *Backend) Stats(ctx context.Context) (backends.Stats, error) {
-	rows, err := b.pool.Query(ctx, `SELECT status, count(*) FROM soniq_jobs GROUP BY status
-	UNION ALL
-	SELECT 'dead_letter', count(*) FROM soniq_dead_letter_jobs`)
-	if err != nil {
-		return backends.Stats{}, b.wrap(err, "read queue stats")
-	}
-	var s backends.Stats
-	var status string
-	var n int64
-	_, err = pgx.ForEachRow(rows, []any{&status, &n}, func() error {
-		// soniq_jobs cannot hold 'dead_letter' (CHECK), so that row is
-		// always the dead-letter table's count.
-		s.Count(status, n)
-		return nil
-	})
-	if err != nil {
-		return backends.Stats{}, b.wrap(err, "read queue stats")
-	}
-	return s, nil
-}
-
-// DeleteExpired deletes done rows whose expires_at has passed.
-func (b *Backend) DeleteExpired(ctx context.Context) (int, error) {
-	tag, err := b.pool.Exec(ctx, `DELETE FROM soniq_jobs WHERE status = 'done' AND expires_at < now()`)
-	if err != nil {
-		return 0, b.wrap(err, "delete expired jobs")
-	}
-	return int(tag.RowsAffected()), nil
 }

@@ -111,7 +111,59 @@ func harness(b, raw *Backend) backendtest.Harness {
 			}
 			return out, nil
 		},
+		StallClaim: func(ctx context.Context) (func() error, func() error, error) {
+			return stallClaim(ctx, raw)
+		},
 	}
+}
+
+// stallClaim holds soniq_jobs in ACCESS EXCLUSIVE mode on a connection of
+// its own: a claim's statements that only read soniq_workers run, the one
+// that takes rows waits for the table's lock, and its snapshot is taken
+// after the lock is granted, so it sees whatever was committed meanwhile.
+// Its connections are not raw's pool's, so the claim gets the pool's idle
+// connection, the one the suite's earlier claims prepared their statements
+// on (a first preparation would wait for the lock before any statement ran).
+func stallClaim(ctx context.Context, raw *Backend) (stalled, release func() error, err error) {
+	cfg := raw.pool.Config().ConnConfig
+	locker, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("stall claim: connect: %w", err)
+	}
+	watcher, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		_ = locker.Close(ctx)
+		return nil, nil, fmt.Errorf("stall claim: connect: %w", err)
+	}
+	closeAll := func() { _ = locker.Close(ctx); _ = watcher.Close(ctx) }
+	tx, err := locker.Begin(ctx)
+	if err == nil {
+		_, err = tx.Exec(ctx, `LOCK TABLE soniq_jobs IN ACCESS EXCLUSIVE MODE`)
+	}
+	if err != nil {
+		closeAll()
+		return nil, nil, fmt.Errorf("stall claim: lock soniq_jobs: %w", err)
+	}
+	stalled = func() error {
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			var waiting int
+			if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+				WHERE relation = 'soniq_jobs'::regclass AND NOT granted`).Scan(&waiting); err != nil {
+				return fmt.Errorf("stall claim: read pg_locks: %w", err)
+			}
+			if waiting > 0 {
+				return nil
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return fmt.Errorf("stall claim: no claim waited for soniq_jobs within 30 s")
+	}
+	release = func() error {
+		defer closeAll()
+		return tx.Commit(ctx)
+	}
+	return stalled, release, nil
 }
 
 // Migrations through a transaction-mode pooler would lose Soniq's session

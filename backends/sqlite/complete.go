@@ -230,3 +230,72 @@ func (b *Backend) deadLetterBatch(ctx context.Context, tx *sql.Tx, workerID, ts 
 	*applied = append(*applied, moved...)
 	return nil
 }
+
+// Nack is the shutdown contract's nack_job for many ids in one statement.
+// Soniq's SQLite nack_job writes its ISO now() where the contract says
+// NOW()/CURRENT_TIMESTAMP; so does this, keeping scheduled_at comparable.
+func (b *Backend) Nack(ctx context.Context, ids []string) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	idsJSON, err := json.Marshal(ids)
+	if err != nil {
+		return nil, fmt.Errorf("nacking jobs: encoding ids: %w", err)
+	}
+	ts := formatTime(now())
+	var nacked []string
+	err = b.inWriteTx(ctx, "nacking jobs", func(tx *sql.Tx) error {
+		var err error
+		nacked, err = queryIDs(ctx, tx, `UPDATE soniq_jobs
+			SET status = 'queued', worker_id = NULL, updated_at = ?, scheduled_at = ?
+			WHERE id IN (SELECT value FROM json_each(?)) AND status = 'processing'
+			RETURNING id`, ts, ts, string(idsJSON))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return inInputOrder(ids, nacked), nil
+}
+
+// AdoptOrphans gives processing rows with no worker back to workerID.
+func (b *Backend) AdoptOrphans(ctx context.Context, workerID string, ids []string) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	idsJSON, err := json.Marshal(ids)
+	if err != nil {
+		return nil, fmt.Errorf("adopting orphaned jobs: encoding ids: %w", err)
+	}
+	var adopted []string
+	err = b.inWriteTx(ctx, "adopting orphaned jobs for worker "+workerID, func(tx *sql.Tx) error {
+		var err error
+		adopted, err = queryIDs(ctx, tx, `UPDATE soniq_jobs SET worker_id = ?, updated_at = ?
+			WHERE id IN (SELECT value FROM json_each(?)) AND status = 'processing' AND worker_id IS NULL
+			RETURNING id`, workerID, formatTime(now()), string(idsJSON))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return inInputOrder(ids, adopted), nil
+}
+
+// inInputOrder returns the members of got in the order of want, each once.
+func inInputOrder(want, got []string) []string {
+	if len(got) == 0 {
+		return nil
+	}
+	set := make(map[string]struct{}, len(got))
+	for _, id := range got {
+		set[id] = struct{}{}
+	}
+	out := make([]string, 0, len(got))
+	for _, id := range want {
+		if _, ok := set[id]; ok {
+			out = append(out, id)
+			delete(set, id)
+		}
+	}
+	return out
+}

@@ -295,3 +295,21 @@ CREATE TABLE IF NOT EXISTS soniq_task_registry (
 CREATE INDEX IF NOT EXISTS idx_soniq_task_registry_task_name
     ON soniq_task_registry (task_name);
 `
+
+// queryIDs runs a statement returning one id column and collects it.
+func queryIDs(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}

@@ -1,7 +1,7 @@
 'use strict';
 // Benchmark handlers for soniq-sidecar, written with the Node example SDK.
 // The benchmark driver (bench/main.go) runs this file from a generated
-// manifest; BENCH_NODE_SDK names examples/node/index.js.
+// manifest; BENCH_NODE_SDK names sdk/node/index.js.
 const { setTimeout: sleep } = require('node:timers/promises');
 const { App } = require(process.env.BENCH_NODE_SDK);
 

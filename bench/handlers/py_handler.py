@@ -1,7 +1,7 @@
 """Benchmark handlers for soniq-sidecar, written with the Python example SDK.
 
 The benchmark driver (bench/main.go) runs this file as the command of a
-generated manifest; PYTHONPATH points at examples/python.
+generated manifest; PYTHONPATH points at sdk/python.
 """
 
 import asyncio

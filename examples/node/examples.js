@@ -1,7 +1,7 @@
 'use strict';
 // Example handlers served by soniq-sidecar (see manifest.yaml). Run: node examples.js
 const { setTimeout: sleep } = require('node:timers/promises');
-const { App, Snooze, PermanentError } = require('./index');
+const { App, Snooze, PermanentError } = require('soniq-handler');
 
 const app = new App({ concurrency: 8 });
 

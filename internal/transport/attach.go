@@ -7,13 +7,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/soniq-dev/soniq-sidecar/protocol/session"
+	"github.com/soniq-dev/soniq-sidecar/internal/session"
 )
 
 // Attach mode: a handler whose processes run in a container of their own
 // and serve the Handler service on a Unix socket (the SDKs' --listen). The
 // sidecar spawns and signals nothing for it: each endpoint is one process,
-// a Session stream (protocol/session, a plain gRPC client: go-plugin's
+// a Session stream (internal/session, a plain gRPC client: go-plugin's
 // reattach expects a process it started) is its life, and the end of the
 // connection is its exit. The caller treats it like any other process: the
 // hello is checked against the manifest, pings and jobs go over the
@@ -82,7 +82,7 @@ func (a *attachProc) run() {
 	}
 	// The hello with its running jobs: the caller checks it as a spawned
 	// process's.
-	a.l.ev.Frame(s.Hello())
+	a.l.ev.Frame(sessionHello(s.Hello()))
 	recvDone := make(chan struct{})
 	var endErr error
 	sc := &streamConn{l: a.l, s: s, recvDone: recvDone,

@@ -20,8 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
+	"github.com/soniq-dev/soniq-sidecar/internal/session"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
-	"github.com/soniq-dev/soniq-sidecar/protocol/session"
 )
 
 // The attach transport against the SDKs' example handlers serving a socket
@@ -37,7 +37,7 @@ type listenSDK struct {
 var listenSDKs = []listenSDK{
 	{"python", func(_, sock string) []string {
 		return []string{"python3", "-u", "-m", "soniq_handler_examples", "--listen", sock}
-	}, func(root string) []string { return []string{"PYTHONPATH=" + filepath.Join(root, "examples/python")} }},
+	}, func(root string) []string { return []string{"PYTHONPATH=" + filepath.Join(root, "examples/python") + string(os.PathListSeparator) + filepath.Join(root, "sdk/python")} }},
 	{"node", func(root, sock string) []string {
 		return []string{"node", filepath.Join(root, "examples/node/examples.js"), "--listen", sock}
 	}, func(string) []string { return nil }},
@@ -178,10 +178,10 @@ func (a *attachConn) next(t *testing.T, timeout time.Duration) event {
 }
 
 // hello waits for the session's hello.
-func (a *attachConn) hello(t *testing.T) *session.Hello {
+func (a *attachConn) hello(t *testing.T) *SessionHello {
 	t.Helper()
 	e := a.next(t, 20*time.Second)
-	h, ok := frameMsg(e).(*session.Hello)
+	h, ok := frameMsg(e).(*SessionHello)
 	require.True(t, ok, "first event %#v, want the session's hello", e)
 	return h
 }
@@ -322,6 +322,52 @@ func TestAttachTransportBatches(t *testing.T) {
 				}
 			}
 			assert.Greater(t, largest, 1, "results of one Results message reach the loop together")
+		})
+	}
+}
+
+// The Session stream's own messages cross the transport as its types: an
+// Ack taken from the queue reaches the handler (the result it settles is
+// not kept for the next session; one left unacknowledged is, and the next
+// hello says so), and the handler's draining arrives as *Draining.
+func TestAttachTransportAcksKeptResultsAndDraining(t *testing.T) {
+	for _, sdk := range listenSDKs {
+		t.Run(sdk.name, func(t *testing.T) {
+			t.Parallel()
+			sock := socketPath(t)
+			ln := listen(t, sdk, sock)
+			ln.waitListening(t)
+			job := func(id string) *protocol.Job {
+				return &protocol.Job{ID: id, Name: "examples.add", Args: json.RawMessage(`{"a":1,"b":2}`), Attempt: 1, MaxAttempts: 1, Queue: "default"}
+			}
+			result := func(a *attachConn, id string) {
+				t.Helper()
+				r, ok := frameMsg(a.next(t, 10*time.Second)).(*protocol.Result)
+				require.True(t, ok, "want the result of %s", id)
+				require.Equal(t, id, r.ID)
+			}
+
+			a := startAttachConn(t, sock)
+			hello := a.hello(t)
+			require.True(t, hello.Acks, "the SDK keeps results until acknowledged")
+			assert.Empty(t, hello.Kept)
+			require.True(t, a.q.Send(&Ack{})) // this sidecar acknowledges results
+			require.True(t, a.q.Send(job("settled")))
+			result(a, "settled")
+			require.True(t, a.q.Send(&Ack{IDs: []string{"settled"}}))
+			require.True(t, a.q.Send(job("unsettled")))
+			result(a, "unsettled")
+			a.q.Close()
+			require.NoError(t, a.exit(t))
+
+			b := startAttachConn(t, sock)
+			hello = b.hello(t)
+			assert.Equal(t, []string{"unsettled"}, hello.Kept, "only the unacknowledged result is kept")
+			assert.Empty(t, hello.Running)
+			result(b, "unsettled")
+			require.NoError(t, syscall.Kill(ln.cmd.Process.Pid, syscall.SIGTERM))
+			_, ok := frameMsg(b.next(t, 10*time.Second)).(*Draining)
+			assert.True(t, ok, "the handler's draining is reported as *Draining")
 		})
 	}
 }

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
+	"github.com/soniq-dev/soniq-sidecar/internal/session"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
-	"github.com/soniq-dev/soniq-sidecar/protocol/session"
 )
 
 // Probed is what Probe saw of a handler.

@@ -6,12 +6,12 @@ import (
 	"io"
 	"sync/atomic"
 
+	"github.com/soniq-dev/soniq-sidecar/internal/session"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
-	"github.com/soniq-dev/soniq-sidecar/protocol/session"
 )
 
 // streamConn carries one process's v1 messages over a Session stream
-// (protocol/session), for the unix transport, spawned and attached alike:
+// (internal/session), for the unix transport, spawned and attached alike:
 // one long-lived bidirectional stream instead of a call per job. The
 // sender turns l.out into messages; the receiver reports the handler's
 // messages. A message is put through the same checks as the
@@ -65,7 +65,7 @@ func (c *streamConn) run() {
 			c.sendJobs(jobs)
 			continue
 		}
-		err := c.s.Send(m)
+		err := c.s.Send(toSession(m))
 		if _, ok := m.(*protocol.Shutdown); ok && err == nil {
 			c.shutdownSent.Store(true)
 		}
@@ -140,6 +140,7 @@ func (c *streamConn) receive() {
 		}
 		switch m.(type) {
 		case *protocol.Result, *protocol.Pong, *session.Draining:
+			m = fromSession(m)
 			if fb, ok := c.l.ev.(FrameBatcher); ok && c.s.Buffered() > 0 {
 				// The rest of a Results message: handed over together.
 				batch := make([]protocol.Message, 0, 1+c.s.Buffered())
@@ -149,7 +150,7 @@ func (c *streamConn) receive() {
 					if err != nil {
 						break
 					}
-					batch = append(batch, next)
+					batch = append(batch, fromSession(next))
 				}
 				fb.Frames(batch)
 				continue

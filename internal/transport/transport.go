@@ -49,7 +49,7 @@ type Spec struct {
 // only Unsendable, for a frame queued after it, may follow.
 type Events interface {
 	// Frame: a frame from the handler (a hello first; an attach handler's
-	// hello is a *session.Hello).
+	// hello is a *SessionHello, and its session may report *Draining).
 	Frame(m protocol.Message)
 	// ProtocolError: the handler broke the protocol; the caller should
 	// close Out and kill the process.

@@ -17,15 +17,15 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/soniq-dev/soniq-sidecar/internal/session"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 	"github.com/soniq-dev/soniq-sidecar/protocol/handlerpb"
-	"github.com/soniq-dev/soniq-sidecar/protocol/session"
 )
 
 // The unix transport: the handler is a go-plugin gRPC plugin serving
 // soniq.handler.v1.Handler (protocol/handler.proto) on a Unix socket in a
 // private directory. After go-plugin's handshake and health check the
-// sidecar opens one Session stream (protocol/session) that carries the v1
+// sidecar opens one Session stream (internal/session) that carries the v1
 // messages for the process's whole life, exactly as stdio's pipes do (see
 // docs/protocol.md): hello, job, cancel, ping/pong, result; `shutdown`
 // ends the session, and a spawned handler exits when its session ends.

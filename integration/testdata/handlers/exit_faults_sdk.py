@@ -1,4 +1,4 @@
-"""A handler on the Python SDK (examples/python), for either transport, whose
+"""A handler on the Python SDK (sdk/python), for either transport, whose
 sync job x.orphan_exit misbehaves on its first attempt: it starts a helper
 that calls setsid and inherits the process's stdio (after the SDK's stdout
 protection, fds 1 and 2 are both the stderr pipe), then the process exits with

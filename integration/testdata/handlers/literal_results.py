@@ -1,4 +1,4 @@
-"""A handler on the Python SDK (examples/python), for either transport, that
+"""A handler on the Python SDK (sdk/python), for either transport, that
 returns the Python value its args spell as a literal: what the sidecar stores
 for it must read back through Soniq like what a Soniq worker stores for the
 same value (soniq_interop_test.go)."""

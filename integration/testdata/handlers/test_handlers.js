@@ -1,5 +1,5 @@
 'use strict';
-// Handlers for the integration tests, on the Node SDK (examples/node).
+// Handlers for the integration tests, on the Node SDK (sdk/node).
 const fs = require('node:fs');
 const path = require('node:path');
 const { setTimeout: sleep } = require('node:timers/promises');

@@ -1,4 +1,4 @@
-"""Handlers for the integration tests, on the Python SDK (examples/python)."""
+"""Handlers for the integration tests, on the Python SDK (sdk/python)."""
 import asyncio
 import os
 import sys

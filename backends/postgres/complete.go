@@ -1,0 +1,240 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+)
+
+// Complete applies guarded terminal writes: one statement per outcome kind,
+// all sent in one pipelined batch, which Postgres runs as one implicit
+// transaction (all applied or none).
+func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.Completion) ([]string, error) {
+	if len(cs) == 0 {
+		return nil, nil
+	}
+	if !isUUID(workerID) {
+		return nil, fmt.Errorf("complete: worker id %q is not a uuid", workerID)
+	}
+	var (
+		// The ids go out as binary uuids: pgx cannot encode a []string
+		// as a binary uuid[], and its fallback to text first builds (and
+		// drops) an error quoting the whole array, on every batch.
+		doneIDs, deleteIDs, retryIDs []pgtype.UUID
+		deadIDs, snoozeIDs           []pgtype.UUID
+		doneResults                  []string
+		doneResultValid              []bool
+		doneTTLs                     []float64
+		retryErrs                    []string
+		retryDelays                  []float64
+		deadErrs, deadReasons        []string
+		snoozeErrs                   []string
+		snoozeDelays                 []float64
+	)
+	// Done (kept or deleted) is nearly every completion: room for all.
+	if c := cs[0]; c.Outcome == backends.OutcomeDone && c.ResultTTL > 0 {
+		doneIDs, doneResults = make([]pgtype.UUID, 0, len(cs)), make([]string, 0, len(cs))
+		doneResultValid, doneTTLs = make([]bool, 0, len(cs)), make([]float64, 0, len(cs))
+	} else if c.Outcome == backends.OutcomeDone {
+		deleteIDs = make([]pgtype.UUID, 0, len(cs))
+	}
+	seen := make(map[pgtype.UUID]bool, len(cs))
+	for _, c := range cs {
+		// An id that cannot be a uuid matches no row; a repeated id would
+		// make one statement touch a row twice. The first completion wins.
+		if !isUUID(c.JobID) {
+			continue
+		}
+		id := parseUUID(c.JobID)
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		switch c.Outcome {
+		case backends.OutcomeDone:
+			if c.ResultTTL <= 0 {
+				deleteIDs = append(deleteIDs, id)
+				continue
+			}
+			res, err := storableJSON(strings.TrimSpace(string(c.Result)))
+			if err != nil {
+				return nil, fmt.Errorf("complete job %s: %w", c.JobID, err)
+			}
+			doneIDs = append(doneIDs, id)
+			// JSON null is stored as SQL NULL, as Soniq skips writing a
+			// None result.
+			doneResultValid = append(doneResultValid, res != "" && res != "null")
+			doneResults = append(doneResults, res)
+			doneTTLs = append(doneTTLs, c.ResultTTL.Seconds())
+		case backends.OutcomeRetry:
+			retryIDs = append(retryIDs, id)
+			retryErrs = append(retryErrs, backends.TruncateError(c.Error))
+			retryDelays = append(retryDelays, max(c.Delay.Seconds(), 0))
+		case backends.OutcomeDeadLetter:
+			reason := c.Reason
+			if reason == "" {
+				reason = backends.ReasonMaxRetriesExceeded
+			}
+			deadIDs = append(deadIDs, id)
+			deadErrs = append(deadErrs, backends.TruncateError(c.Error))
+			deadReasons = append(deadReasons, reason)
+		case backends.OutcomeSnooze:
+			msg := "SNOOZE"
+			if c.Reason != "" {
+				msg = "SNOOZE: " + c.Reason
+			}
+			snoozeIDs = append(snoozeIDs, id)
+			snoozeErrs = append(snoozeErrs, backends.TruncateError(msg))
+			snoozeDelays = append(snoozeDelays, min(max(c.Delay, 0), backends.MaxSnooze).Seconds())
+		default:
+			return nil, fmt.Errorf("complete job %s: unknown outcome %d", c.JobID, c.Outcome)
+		}
+	}
+
+	batch := &pgx.Batch{}
+	// As for Claim: with stale statistics the planner hashes the whole
+	// table, or walks every row this worker ever ran through
+	// idx_soniq_jobs_worker_id, to join a few hundred ids. Primary-key
+	// lookups are what these statements need whatever the estimates say,
+	// so the guards are written as one IS TRUE expression (the same rows
+	// pass: a NULL is not TRUE either), which no other index can serve.
+	batch.Queue(claimPlannerHints)
+	// The statements return the ids they wrote as uuids (no string per
+	// row); they are matched back to the callers' ids below.
+	applied := make(map[pgtype.UUID]bool, len(cs))
+	collect := func(rows pgx.Rows) error {
+		var id pgtype.UUID
+		_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+			applied[id] = true
+			return nil
+		})
+		return err
+	}
+	queue := func(sql string, args ...any) {
+		batch.Queue(sql, args...).Query(collect)
+	}
+	if len(doneIDs) > 0 {
+		// Results arrive as text and are cast, so an invalid JSON result
+		// fails loudly instead of being stored mangled.
+		queue(`UPDATE soniq_jobs j
+	SET status = 'done',
+	    result = CASE WHEN u.has_result THEN u.result::jsonb ELSE j.result END,
+	    expires_at = now() + make_interval(secs => u.ttl),
+	    updated_at = now()
+	FROM unnest($1::uuid[], $2::text[], $3::bool[], $4::float8[]) AS u(id, result, has_result, ttl)
+	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $5::uuid) IS TRUE
+	RETURNING j.id`, doneIDs, doneResults, doneResultValid, doneTTLs, workerID)
+	}
+	if len(deleteIDs) > 0 {
+		queue(`DELETE FROM soniq_jobs
+	WHERE id = ANY($1::uuid[]) AND (status = 'processing' AND worker_id = $2::uuid) IS TRUE
+	RETURNING id`, deleteIDs, workerID)
+	}
+	if len(retryIDs) > 0 {
+		queue(`UPDATE soniq_jobs j
+	SET status = 'queued',
+	    last_error = u.err,
+	    scheduled_at = CASE WHEN u.delay > 0 THEN now() + make_interval(secs => u.delay) END,
+	    worker_id = NULL,
+	    updated_at = now()
+	FROM unnest($1::uuid[], $2::text[], $3::float8[]) AS u(id, err, delay)
+	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid) IS TRUE
+	RETURNING j.id`, retryIDs, retryErrs, retryDelays, workerID)
+	}
+	if len(snoozeIDs) > 0 {
+		queue(`UPDATE soniq_jobs j
+	SET status = 'queued',
+	    attempts = GREATEST(COALESCE(j.attempts, 0) - 1, 0),
+	    last_error = u.err,
+	    scheduled_at = now() + make_interval(secs => u.delay),
+	    worker_id = NULL,
+	    updated_at = now()
+	FROM unnest($1::uuid[], $2::text[], $3::float8[]) AS u(id, err, delay)
+	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid) IS TRUE
+	RETURNING j.id`, snoozeIDs, snoozeErrs, snoozeDelays, workerID)
+	}
+	if len(deadIDs) > 0 {
+		// The delete and the insert are one statement, so the move is
+		// atomic without an explicit transaction. Columns Soniq's jobs
+		// table leaves nullable are NOT NULL in the dead-letter table,
+		// hence the defaults.
+		queue(`WITH u AS (
+	SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[]) AS u(id, err, reason)
+), moved AS (
+	DELETE FROM soniq_jobs j USING u
+	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid) IS TRUE
+	RETURNING j.id, j.job_name, j.args, j.queue, j.priority, j.max_attempts, j.attempts,
+	          j.created_at, u.err, u.reason
+)
+INSERT INTO soniq_dead_letter_jobs (id, job_name, args, queue, priority, max_attempts, attempts,
+	last_error, dead_letter_reason, original_created_at, moved_to_dead_letter_at, tags)
+SELECT id, job_name, args, COALESCE(queue, 'default'), COALESCE(priority, 100),
+	COALESCE(max_attempts, 3), COALESCE(attempts, 0), err, reason, COALESCE(created_at, now()), now(), NULL
+FROM moved
+ON CONFLICT (id) DO UPDATE SET
+	attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
+	dead_letter_reason = EXCLUDED.dead_letter_reason,
+	moved_to_dead_letter_at = EXCLUDED.moved_to_dead_letter_at
+RETURNING id::uuid`, deadIDs, deadErrs, deadReasons, workerID)
+	}
+	if err := b.pool.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, b.wrap(err, "complete %d jobs for worker %s", len(cs), workerID)
+	}
+	// Report in the caller's order, each id once.
+	out := make([]string, 0, len(applied))
+	for _, c := range cs {
+		if !isUUID(c.JobID) {
+			continue
+		}
+		if id := parseUUID(c.JobID); applied[id] {
+			out = append(out, c.JobID)
+			delete(applied, id)
+		}
+	}
+	return out, nil
+}
+
+// Nack is the shutdown contract's nack_job over many ids.
+func (b *Backend) Nack(ctx context.Context, ids []string) ([]string, error) {
+	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !isUUID(id) })
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := b.pool.Query(ctx, `UPDATE soniq_jobs
+	SET status = 'queued', worker_id = NULL, updated_at = now(), scheduled_at = now()
+	WHERE id = ANY($1::uuid[]) AND status = 'processing'
+	RETURNING id::text`, ids)
+	if err != nil {
+		return nil, b.wrap(err, "nack %d jobs", len(ids))
+	}
+	nacked, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, b.wrap(err, "nack %d jobs", len(ids))
+	}
+	return nacked, nil
+}
+
+// AdoptOrphans gives processing rows with no worker back to workerID.
+func (b *Backend) AdoptOrphans(ctx context.Context, workerID string, ids []string) ([]string, error) {
+	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !isUUID(id) })
+	if len(ids) == 0 || !isUUID(workerID) {
+		return nil, nil
+	}
+	rows, err := b.pool.Query(ctx, `UPDATE soniq_jobs SET worker_id = $1, updated_at = now()
+	WHERE id = ANY($2::uuid[]) AND status = 'processing' AND worker_id IS NULL
+	RETURNING id::text`, workerID, ids)
+	if err != nil {
+		return nil, b.wrap(err, "adopt %d orphaned jobs for worker %s", len(ids), workerID)
+	}
+	adopted, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, b.wrap(err, "adopt %d orphaned jobs for worker %s", len(ids), workerID)
+	}
+	return adopted, nil
+}

@@ -1,0 +1,248 @@
+'use strict';
+// The Runtime in process, the job machinery every transport calls (start, cancel, report,
+// slots, hooks), and the Ledger that keeps attach mode's results until a session acknowledges
+// them. Real handlers and promises; the report callback stands for the transport. Then App.run's
+// `listen` option, in real processes.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const path = require('node:path');
+const { decode, encode } = require('../protocol');
+const { Runtime, Registry, Ledger, SDK } = require('../runtime');
+const { App, Snooze, PermanentError } = require('../index');
+const { Handler, ROOT } = require('./support/harness');
+const { Listening, openSession, tempDir, waitFor } = require('./support/attach');
+
+function job(id, name, args = {}) {
+  return { type: 'job', id, name, args, attempt: 2, max_attempts: 5, queue: 'default', deadline: null, traceparent: null };
+}
+
+// A Runtime over a Registry, its reports recorded in order.
+function harness({ concurrency = 2, maxFrameBytes = 1 << 20 } = {}) {
+  const reg = new Registry();
+  const rt = new Runtime(reg, { concurrency, maxFrameBytes });
+  const h = { reg, rt, reports: [], events: [], changes: 0, waiters: [] };
+  rt.onChange = () => { h.changes++; };
+  h.add = (name, fn, { cancellable = true, validate } = {}) => reg.handlers.set(name, { fn, cancellable, validate });
+  h.start = (id, name, args) => rt.start(job(id, name, args), (frame, text) => {
+    assert.deepEqual(decode(text), decode(encode(frame))); // the text is the frame's encoding
+    h.reports.push(frame);
+    for (const w of h.waiters.splice(0)) w();
+  });
+  h.until = async (n) => {
+    await waitFor(() => h.reports.length >= n, () => JSON.stringify(h.reports), 5000);
+    return Object.fromEntries(h.reports.map((f) => [f.id, f]));
+  };
+  return h;
+}
+
+function gate() {
+  let open;
+  const p = new Promise((resolve) => { open = resolve; });
+  return { p, open };
+}
+
+const tick = () => new Promise((resolve) => setTimeout(resolve, 20));
+
+test('runtime: slots hold extra jobs in arrival order; held() and count', async () => {
+  const h = harness({ concurrency: 1 });
+  const g = gate();
+  const started = [];
+  h.add('w', async ({ n }) => { started.push(n); await g.p; return n; });
+  for (let n = 0; n < 3; n++) h.start(`j${n}`, 'w', { n });
+  await tick();
+  assert.deepEqual(started, [0]);
+  assert.deepEqual(h.rt.held(), [{ id: 'j0', name: 'w' }, { id: 'j1', name: 'w' }, { id: 'j2', name: 'w' }]);
+  assert.equal(h.rt.count, 3);
+  g.open();
+  const got = await h.until(3);
+  assert.deepEqual(h.reports.map((f) => f.id), ['j0', 'j1', 'j2']);
+  assert.deepEqual(got.j2, { type: 'result', id: 'j2', status: 'done', result: 2 });
+  assert.equal(h.rt.count, 0);
+  assert.equal(h.changes, 3); // one change per job that ended
+});
+
+for (const [reason, hookRuns] of [['job_timeout', true], ['shutdown_timeout', false]]) {
+  test(`runtime: a cancel (${reason}) aborts ctx.signal; onError ${hookRuns ? 'runs' : 'does not run'}`, async () => {
+    const h = harness();
+    const errors = [];
+    h.reg.hooks.onError.push((ctx) => errors.push(ctx.id));
+    h.add('hang', (args, ctx) => new Promise((_, reject) => {
+      ctx.signal.addEventListener('abort', () => reject(new Error(`aborted: ${ctx.signal.reason}`)));
+    }));
+    h.start('h1', 'hang');
+    await tick();
+    h.rt.cancel('h1', reason);
+    const got = await h.until(1);
+    assert.equal(got.h1.status, 'cancelled');
+    assert.deepEqual(errors, hookRuns ? ['h1'] : []);
+  });
+}
+
+test('runtime: a job cancelled while it waits for a slot never runs', async () => {
+  const h = harness({ concurrency: 1 });
+  const g = gate();
+  const before = [];
+  h.reg.hooks.beforeJob.push((ctx) => before.push(ctx.id));
+  h.add('w', () => g.p);
+  h.start('a', 'w');
+  h.start('b', 'w');
+  h.rt.cancel('b', 'shutdown_timeout');
+  g.open();
+  const got = await h.until(2);
+  assert.equal(got.b.status, 'cancelled');
+  assert.deepEqual(before, ['a']);
+});
+
+test('runtime: a non-cancellable job ignores a cancel and reports its real result', async () => {
+  const h = harness();
+  const g = gate();
+  let signal;
+  h.add('s', async (args, ctx) => { signal = ctx.signal; await g.p; return 'real'; }, { cancellable: false });
+  h.start('s1', 's');
+  await tick();
+  h.rt.cancel('s1', 'job_timeout');
+  g.open();
+  const got = await h.until(1);
+  assert.equal(got.s1.result, 'real');
+  assert.equal(signal.aborted, false);
+});
+
+test('runtime: outcomes; a result that cannot be sent fails the job', async () => {
+  const h = harness({ maxFrameBytes: 4096 });
+  h.add('snooze', () => new Snooze(3, 'later'));
+  h.add('permanent', () => { throw new PermanentError('no'); });
+  h.add('bigint', () => ({ n: 10n }));
+  h.add('big', () => 'x'.repeat(5000));
+  h.add('checked', (args) => args, { validate: (a) => ({ n: Number(a.n) }) });
+  h.add('invalid', (args) => args, { validate: () => { throw new Error('bad'); } });
+  for (const [id, name, args] of [['1', 'snooze'], ['2', 'permanent'], ['3', 'bigint'], ['4', 'big'], ['5', 'checked', { n: '7' }],
+    ['6', 'invalid'], ['7', 'nope']]) h.start(id, name, args);
+  const got = await h.until(7);
+  assert.deepEqual([got['1'].status, got['1'].seconds, got['1'].reason], ['snooze', 3, 'later']);
+  assert.equal(got['2'].error.type, 'PermanentError');
+  assert.equal(got['2'].error.retryable, false);
+  assert.match(got['3'].error.message, /^result of job 3 is not JSON-serialisable/);
+  assert.equal(got['4'].error.type, 'ResultTooLarge');
+  assert.deepEqual(got['5'].result, { n: 7 });
+  assert.equal(got['6'].error.reason, 'invalid_arguments');
+  assert.equal(got['6'].error.message, 'Corrupted argument data: bad');
+  assert.equal(got['7'].error.type, 'UnknownJob');
+});
+
+test('runtime: hooks and middleware run in order, afterJob before the result is reported', async () => {
+  const h = harness();
+  const seen = [];
+  h.reg.hooks.beforeJob.push((ctx) => seen.push(`before ${ctx.id} attempt ${ctx.attempt}`));
+  h.reg.hooks.afterJob.push((ctx, info) => seen.push(`after ${ctx.id} ${JSON.stringify(info.result)} reports=${h.reports.length}`));
+  h.reg.middleware.push(async (ctx, args, next) => { seen.push('outer'); return { wrapped: await next() }; });
+  h.reg.middleware.push((ctx, args, next) => { seen.push('inner'); return next({ v: 2 }); });
+  h.add('ok', (args) => args.v);
+  h.start('a', 'ok', { v: 1 });
+  const got = await h.until(1);
+  assert.deepEqual(got.a.result, { wrapped: 2 });
+  assert.deepEqual(seen, ['before a attempt 2', 'outer', 'inner', 'after a {"wrapped":2} reports=0']);
+});
+
+test('runtime: duplicate(), start of a held job, hello', async () => {
+  const h = harness({ concurrency: 3 });
+  const g = gate();
+  h.add('w', () => g.p, { cancellable: false });
+  assert.equal(h.rt.duplicate('d'), false);
+  h.start('d', 'w');
+  assert.equal(h.rt.duplicate('d'), true);
+  assert.throws(() => h.start('d', 'w'), /held already/);
+  g.open();
+  await h.until(1);
+  assert.equal(h.rt.duplicate('d'), false);
+  const hello = h.rt.hello(1);
+  assert.deepEqual(decode(encode(hello)), { ...hello, sync_concurrency: null }); // a valid frame (Node announces no pool)
+  assert.deepEqual(hello, { type: 'hello', protocol: 1, sdk: SDK, pid: process.pid, jobs: [{ name: 'w', cancellable: false }], concurrency: 3 });
+});
+
+// ---------------------------------------------------------------------------------- Ledger
+
+const done = (id) => ({ type: 'result', id, status: 'done', result: id });
+
+test('ledger: results wait until acknowledged, then go to the next session', () => {
+  const led = new Ledger(true);
+  const { sent: s, kept } = led.open();
+  assert.deepEqual(kept, []);
+  led.sent(s, done('a')); // before the sidecar said anything: tracked
+  led.heard(s, true);
+  assert.equal(led.acked(s, []), false);
+  assert.equal(Ledger.awaiting(s), true);
+  led.sent(s, done('b'));
+  assert.equal(led.acked(s, ['a']), true);
+  assert.deepEqual([...s.unacked.keys()], ['b']);
+  assert.deepEqual(led.lost(s), ['b']);
+  led.closed(s, 'unacknowledged');
+  assert.deepEqual([...led.kept.keys()], ['b']);
+  const next = led.open();
+  assert.deepEqual(next.kept.map((f) => f.id), ['b']);
+  assert.equal(led.kept.size, 0);
+  assert.deepEqual([...next.sent.unacked.keys()], ['b']);
+});
+
+test('ledger: a sidecar that never acknowledges is trusted with what it received', () => {
+  const led = new Ledger(true);
+  const { sent: s } = led.open();
+  led.sent(s, done('a'));
+  led.heard(s, false);
+  assert.equal(s.unacked.size, 0);
+  led.sent(s, done('b'));
+  assert.equal(Ledger.awaiting(s), false);
+  led.closed(s, 'gone');
+  assert.equal(led.kept.size, 0);
+});
+
+test('ledger: at most its limit, the oldest dropped; a spawned process keeps nothing', () => {
+  const led = new Ledger(true, 2);
+  for (const id of ['a', 'b', 'c']) led.keep(done(id), 'no session');
+  assert.deepEqual([...led.kept.keys()], ['b', 'c']);
+  const spawned = new Ledger(false);
+  spawned.keep(done('a'), 'no session');
+  const { sent } = spawned.open();
+  spawned.sent(sent, done('b'));
+  assert.equal(spawned.kept.size, 0);
+  assert.equal(sent.unacked.size, 0);
+});
+
+// -------------------------------------------------------------------- App.run({ listen })
+
+const RUN_APP = path.join(ROOT, 'test', 'support', 'run_options_app.js');
+
+test('run({ listen: 5 }) throws before serving', () => {
+  const app = new App();
+  app.job('x', () => 1, { cancellable: true });
+  assert.throws(() => app.run({ listen: 5 }), /listen must be a socket path/);
+  assert.throws(() => app.run({ listen: '' }), /listen must be a socket path/);
+});
+
+test('run({ listen: null }) serves the transport the sidecar chose, whatever $SONIQ_LISTEN says', async () => {
+  const h = new Handler(RUN_APP, { env: { RUN_LISTEN: 'null', SONIQ_LISTEN: path.join(tempDir(), 'no.sock') } });
+  try {
+    const hello = await h.hello();
+    assert.deepEqual(hello.jobs, [{ name: 'run.echo', cancellable: true }]);
+    h.job('e1', 'run.echo', { a: 1 });
+    assert.deepEqual((await h.result('e1')).result, { a: 1 });
+    h.send({ type: 'shutdown' });
+    assert.equal((await h.exit()).code, 0);
+  } finally {
+    h.kill();
+  }
+});
+
+test('run({ listen: PATH }) serves a socket of its own', async () => {
+  const sock = path.join(tempDir(), 'run.sock');
+  const h = new Listening(sock, { script: RUN_APP, args: [], env: { RUN_LISTEN: sock } });
+  try {
+    await h.listening();
+    const { c, hello } = await openSession(sock);
+    assert.deepEqual(hello.jobs, [{ name: 'run.echo', cancellable: true }]);
+    c.close();
+    h.child.kill('SIGTERM');
+    assert.equal((await h.exit()).code, 0);
+  } finally {
+    h.kill();
+  }
+});
