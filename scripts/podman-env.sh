@@ -31,7 +31,7 @@ SONIQ_PODMAN_CACHE="${SONIQ_PODMAN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/soniq-
 BASE_PREFIX="${SONIQ_BASE_PREFIX:-localhost/soniq-local}"
 APT_SOURCES="${SONIQ_APT_SOURCES:-}"
 
-fatal() { echo "FATAL: podman-env: $*" >&2; exit 1; }
+fatal() { echo "FATAL: ${SAY_PREFIX:-podman-env}: $*" >&2; exit 1; }
 say() { echo "${SAY_PREFIX:-podman-env}: $*" >&2; }
 
 podman_env() {
