@@ -38,6 +38,19 @@ docker-steps: build
 images:
 	scripts/images.sh
 
+# The pod specs in a real container engine: podman runs deploy/kubernetes/attach.yaml and
+# deployment.yaml with the images just built, against a Postgres the pods reach
+# (integration/pod_test.go, build tag podman: jobs, probes, a restarted worker, a killed
+# sidecar, the shutdown contract on `podman pod stop`). POD_TESTS selects (a -run pattern).
+POD_TESTS ?= ^TestPod(Attach|SingleImage)$$
+POD_TEST := scripts/podman-env.sh exec $(GO) test -tags podman -count=1 -timeout 15m -v -run '$(POD_TESTS)' ./integration
+test-pod: images
+ifeq ($(SONIQ_TEST_DATABASE_URL),)
+	.ci/pg.sh run $(POD_TEST)
+else
+	$(POD_TEST)
+endif
+
 # The module must build for the platforms the binary ships on (arm64 images)
 # and for macOS, where developers build it (the sidecar itself supervises
 # handlers on Linux only: see internal/transport/spawn_other.go). Build only, no

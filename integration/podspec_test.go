@@ -61,9 +61,25 @@ type podOverlay struct {
 	volume func(emptyDir string, fsGroup int) (string, error)
 }
 
-// apply returns the overlaid YAML of src (one or more documents) and the overlaid pod spec of
-// its Deployment (for the probes, which it keeps as they are).
-func (o podOverlay) apply(src []byte) ([]byte, map[string]any, error) {
+// overlaid is a deploy/kubernetes file after the overlay.
+type overlaid struct {
+	yaml       []byte
+	podSpec    map[string]any // the Deployment's pod template spec: containers, probes
+	deployment string         // the Deployment's name (podman names the pod NAME-pod-0)
+}
+
+// apply returns the overlaid src (one or more YAML documents). The probes stay as they are,
+// but for a named port, replaced by its number (the ports themselves are dropped).
+func (o podOverlay) apply(src []byte) (overlaid, error) {
+	var res overlaid
+	ys, ps, name, err := o.applyDocs(src)
+	if err != nil {
+		return res, err
+	}
+	return overlaid{yaml: ys, podSpec: ps, deployment: name}, nil
+}
+
+func (o podOverlay) applyDocs(src []byte) ([]byte, map[string]any, string, error) {
 	var docs []map[string]any
 	dec := yaml.NewDecoder(bytes.NewReader(src))
 	for {
@@ -73,57 +89,59 @@ func (o podOverlay) apply(src []byte) ([]byte, map[string]any, error) {
 			break
 		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("parsing: %w", err)
+			return nil, nil, "", fmt.Errorf("parsing: %w", err)
 		}
 		if d != nil {
 			docs = append(docs, d)
 		}
 	}
 	var podSpec map[string]any
+	var deployment string
 	usedCommands, usedEnv := map[string]bool{}, map[string]bool{}
 	for _, d := range docs {
 		switch d["kind"] {
 		case "ConfigMap":
 			if err := o.configMap(d); err != nil {
-				return nil, nil, err
+				return nil, nil, "", err
 			}
 		case "Deployment":
 			if podSpec != nil {
-				return nil, nil, errors.New("more than one Deployment")
+				return nil, nil, "", errors.New("more than one Deployment")
 			}
 			meta, _ := d["metadata"].(map[string]any)
 			name, _ := meta["name"].(string)
 			if name == "" {
-				return nil, nil, errors.New("the Deployment has no metadata.name")
+				return nil, nil, "", errors.New("the Deployment has no metadata.name")
 			}
-			meta["name"] = name + o.suffix
+			deployment = name + o.suffix
+			meta["name"] = deployment
 			spec, _ := d["spec"].(map[string]any)
 			tmpl, _ := spec["template"].(map[string]any)
 			ps, _ := tmpl["spec"].(map[string]any)
 			if ps == nil {
-				return nil, nil, errors.New("the Deployment has no spec.template.spec")
+				return nil, nil, "", errors.New("the Deployment has no spec.template.spec")
 			}
 			spec["replicas"] = 1
 			if err := o.podSpec(ps, usedCommands, usedEnv); err != nil {
-				return nil, nil, fmt.Errorf("Deployment %s: %w", name, err)
+				return nil, nil, "", fmt.Errorf("Deployment %s: %w", name, err)
 			}
 			podSpec = ps
 		default:
-			return nil, nil, fmt.Errorf("kind %v: the overlay knows ConfigMap and Deployment only", d["kind"])
+			return nil, nil, "", fmt.Errorf("kind %v: the overlay knows ConfigMap and Deployment only", d["kind"])
 		}
 	}
 	if podSpec == nil {
-		return nil, nil, errors.New("no Deployment")
+		return nil, nil, "", errors.New("no Deployment")
 	}
 	for c := range o.commands {
 		if !usedCommands[c] {
-			return nil, nil, fmt.Errorf("a command for container %q, which the file does not have", c)
+			return nil, nil, "", fmt.Errorf("a command for container %q, which the file does not have", c)
 		}
 	}
 	for c, vars := range o.env {
 		for k := range vars {
 			if !usedEnv[c+"/"+k] {
-				return nil, nil, fmt.Errorf("a value for %s of container %q, which the file does not set", k, c)
+				return nil, nil, "", fmt.Errorf("a value for %s of container %q, which the file does not set", k, c)
 			}
 		}
 	}
@@ -131,13 +149,13 @@ func (o podOverlay) apply(src []byte) ([]byte, map[string]any, error) {
 	enc := yaml.NewEncoder(&out)
 	for _, d := range docs {
 		if err := enc.Encode(d); err != nil {
-			return nil, nil, err
+			return nil, nil, "", err
 		}
 	}
 	if err := enc.Close(); err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
-	return out.Bytes(), podSpec, nil
+	return out.Bytes(), podSpec, deployment, nil
 }
 
 func (o podOverlay) configMap(d map[string]any) error {
@@ -223,7 +241,24 @@ func (o podOverlay) podSpec(ps map[string]any, usedCommands, usedEnv map[string]
 			return fmt.Errorf("container %s: no local image for %q", name, image)
 		}
 		cm["image"] = local
+		ports := map[string]any{}
+		for _, p := range list(cm["ports"]) {
+			pm, _ := p.(map[string]any)
+			if n, ok := pm["name"].(string); ok {
+				ports[n] = pm["containerPort"]
+			}
+		}
 		delete(cm, "ports")
+		for _, kind := range []string{"startupProbe", "livenessProbe", "readinessProbe"} {
+			pr, _ := cm[kind].(map[string]any)
+			h, _ := pr["httpGet"].(map[string]any)
+			if named, ok := h["port"].(string); ok {
+				if ports[named] == nil {
+					return fmt.Errorf("container %s: %s names port %q, which the container does not declare", name, kind, named)
+				}
+				h["port"] = ports[named]
+			}
+		}
 		if cmd, ok := o.commands[name]; ok {
 			if cm["command"] == nil {
 				return fmt.Errorf("container %s has no command to replace", name)
@@ -300,14 +335,14 @@ func TestPodOverlayOnTheDeployFiles(t *testing.T) {
 		o := o
 		o.commands = map[string][]string{"worker": {"python", "-m", "soniq_handler_examples", "--listen", "/run/soniq/billing.sock"}}
 		o.env = map[string]map[string]string{"soniq-sidecar": {"SONIQ_SHUTDOWN_TIMEOUT": "4"}}
-		out, ps, err := o.apply(src)
+		res, err := o.apply(src)
 		require.NoError(t, err)
-		s := string(out)
+		s, ps := string(res.yaml), res.podSpec
 		assert.NotContains(t, s, "registry.example.com")
 		assert.NotContains(t, s, "ghcr.io")
 		assert.NotContains(t, s, "secretKeyRef")
 		assert.NotContains(t, s, "emptyDir")
-		assert.Contains(t, s, "name: billing-worker-x\n")
+		assert.Equal(t, "billing-worker-x", res.deployment)
 		assert.Contains(t, s, "examples.sleep_sync")
 		assert.NotContains(t, s, "billing.charge")
 		assert.Equal(t, map[string]int{"soniq-socket": 2000}, volumes)
@@ -322,17 +357,18 @@ func TestPodOverlayOnTheDeployFiles(t *testing.T) {
 		assert.Equal(t, []any{2000}, ps["securityContext"].(map[string]any)["supplementalGroups"])
 		// The probes are the file's.
 		side := list(ps["containers"])[1].(map[string]any)
-		assert.Equal(t, "/readyz", side["readinessProbe"].(map[string]any)["httpGet"].(map[string]any)["path"])
+		assert.Equal(t, map[string]any{"path": "/readyz", "port": 9464}, side["readinessProbe"].(map[string]any)["httpGet"],
+			"a named port becomes its number")
 	})
 	t.Run("deployment", func(t *testing.T) {
 		src, err := os.ReadFile(filepath.Join(root, "deploy/kubernetes/deployment.yaml"))
 		require.NoError(t, err)
 		o := o
 		o.commands = map[string][]string{"app": {"python", "-m", "http.server"}}
-		out, _, err := o.apply(src)
+		res, err := o.apply(src)
 		require.NoError(t, err)
-		assert.NotContains(t, string(out), "gunicorn")
-		assert.Contains(t, string(out), "localhost/soniq-python-app:dev")
+		assert.NotContains(t, string(res.yaml), "gunicorn")
+		assert.Contains(t, string(res.yaml), "localhost/soniq-python-app:dev")
 	})
 	t.Run("bad input", func(t *testing.T) {
 		src, err := os.ReadFile(filepath.Join(root, "deploy/kubernetes/attach.yaml"))
@@ -351,13 +387,17 @@ func TestPodOverlayOnTheDeployFiles(t *testing.T) {
 		} {
 			o := o
 			c.edit(&o)
-			_, _, err := o.apply(src)
+			_, err := o.apply(src)
 			require.Error(t, err, c.name)
 			assert.Contains(t, err.Error(), c.want, c.name)
 		}
-		_, _, err = o.apply([]byte("kind: Service\n"))
+		_, err = o.apply([]byte("kind: Service\n"))
 		assert.ErrorContains(t, err, "kind Service")
-		_, _, err = o.apply([]byte("kind: ConfigMap\n"))
+		_, err = o.apply([]byte("kind: ConfigMap\n"))
 		assert.ErrorContains(t, err, "no Deployment")
+		bad := strings.Replace(string(src), "port: metrics}", "port: metricz}", 1)
+		require.NotEqual(t, string(src), bad)
+		_, err = o.apply([]byte(bad))
+		assert.ErrorContains(t, err, `names port "metricz", which the container does not declare`)
 	})
 }
