@@ -27,8 +27,9 @@ RUN make build
 
 FROM ${RUNTIME_IMAGE}
 COPY --from=build /src/bin/soniq-sidecar /soniq-sidecar
-# 65532: distroless's nonroot user.
-USER nonroot:nonroot
+# 65532: distroless's nonroot user, by number: the kubelet starts a container under
+# runAsNonRoot only when it can tell the user is not root, which a name does not tell it.
+USER 65532:65532
 # /metrics, /healthz and /readyz (--metrics-addr, default :9464).
 EXPOSE 9464
 ENTRYPOINT ["/soniq-sidecar"]

@@ -183,6 +183,7 @@ func playPod(t *testing.T, file string, o podOverlay, hostURL string) *kubePod {
 	})
 	// Podman logs healthcheck timers it cannot make without systemd: harmless here, the
 	// test runs the probes itself.
+	p.verifyRunAsNonRoot()
 	// On the podman network, whose gateway the database forwarder listens on.
 	_, err = podman(t, "kube", "play", "--network", "podman", path)
 	require.NoError(t, err)
@@ -200,6 +201,41 @@ func playPod(t *testing.T, file string, o podOverlay, hostURL string) *kubePod {
 	t.Cleanup(func() { _ = b.Close() })
 	p.db = b
 	return p
+}
+
+// verifyRunAsNonRoot is the kubelet's check before it starts a container whose effective
+// securityContext says runAsNonRoot (podman does not check it): the user must be known to be
+// non-root, from runAsUser or else from the image's USER, which must then be numeric.
+func (p *kubePod) verifyRunAsNonRoot() {
+	t := p.t
+	t.Helper()
+	podSC, _ := p.spec["securityContext"].(map[string]any)
+	for _, c := range append(list(p.spec["initContainers"]), list(p.spec["containers"])...) {
+		cm := c.(map[string]any)
+		sc, _ := cm["securityContext"].(map[string]any)
+		pick := func(k string) any {
+			if v, ok := sc[k]; ok {
+				return v
+			}
+			return podSC[k]
+		}
+		if pick("runAsNonRoot") != true {
+			continue
+		}
+		if uid, ok := pick("runAsUser").(int); ok {
+			assert.NotZero(t, uid, "container %s: runAsNonRoot with runAsUser 0", cm["name"])
+			continue
+		}
+		image := cm["image"].(string)
+		user := mustPodman(t, "image", "inspect", image, "--format", "{{.Config.User}}")
+		name, _, _ := strings.Cut(user, ":")
+		uid, err := strconv.Atoi(name)
+		if err != nil {
+			t.Errorf("container %s: the kubelet refuses to start it: runAsNonRoot and image %s has non-numeric user (%s), cannot verify user is non-root", cm["name"], image, name)
+			continue
+		}
+		assert.NotZero(t, uid, "container %s: runAsNonRoot and image %s runs as root", cm["name"], image)
+	}
 }
 
 func (p *kubePod) containers() []string {
