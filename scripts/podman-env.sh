@@ -37,8 +37,11 @@ say() { echo "${SAY_PREFIX:-podman-env}: $*" >&2; }
 podman_env() {
   local tool
   for tool in podman buildah; do
-    command -v "$tool" >/dev/null 2>&1 || fatal "$tool is required (apt-get install podman buildah runc)"
+    command -v "$tool" >/dev/null 2>&1 || fatal "$tool is required (apt-get install podman buildah runc catatonit mmdebstrap)"
   done
+  # A pod's infra container: podman builds its pause image from catatonit, no registry needed.
+  command -v catatonit >/dev/null 2>&1 || [[ -x /usr/libexec/podman/catatonit ]] \
+    || fatal "catatonit is required for pods (apt-get install catatonit)"
   local runtime="${SONIQ_PODMAN_RUNTIME:-}"
   if [[ -z $runtime ]]; then
     runtime=$(command -v runc || true)
@@ -185,10 +188,14 @@ static_base() {
 
 bases() {
   debian_base
+  # Python's and Node's apt installs side by side (mostly downloads and unpacking).
+  local py node
+  python_base & py=$!
+  node_base & node=$!
   golang_base
   static_base
-  python_base
-  node_base
+  wait "$py" || fatal "making the Python base failed"
+  wait "$node" || fatal "making the Node base failed"
   # The build arguments that select them (scripts/images.sh passes these).
   echo "GO_IMAGE=$BASE_PREFIX/golang:1.26"
   echo "RUNTIME_IMAGE=$BASE_PREFIX/static:nonroot"
