@@ -63,12 +63,30 @@ func podImages(t *testing.T) map[string]string {
 		"registry.example.com/billing":    "localhost/soniq-python-examples:" + tag,
 		"registry.example.com/myapp":      "localhost/soniq-python-app:" + tag,
 	}
-	for _, image := range images {
+	for _, image := range append(mapValues(images), nodeWorkerImage()) {
 		if _, err := podman(t, "image", "exists", image); err != nil {
 			t.Fatalf("image %s is missing: run make images first (make test-pod does)", image)
 		}
 	}
 	return images
+}
+
+// nodeWorkerImage is the Node examples' worker image, which stands in for attach.yaml's
+// worker in the Node run.
+func nodeWorkerImage() string {
+	tag := os.Getenv("SONIQ_IMAGE_TAG")
+	if tag == "" {
+		tag = "dev"
+	}
+	return "localhost/soniq-node-examples:" + tag
+}
+
+func mapValues(m map[string]string) []string {
+	var out []string
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
 }
 
 // podman runs podman and returns its trimmed output.
@@ -173,6 +191,9 @@ func playPod(t *testing.T, file string, o podOverlay, hostURL string) *kubePod {
 	path := filepath.Join(t.TempDir(), file)
 	require.NoError(t, os.WriteFile(path, res.yaml, 0o644))
 	p := &kubePod{t: t, name: res.deployment + "-pod-0", spec: res.podSpec}
+	for _, cm := range res.configMaps {
+		t.Cleanup(func() { _, _ = podman(t, "volume", "rm", "-f", cm) })
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, c := range p.containers() {
@@ -551,8 +572,8 @@ func (p *kubePod) signalledTogether(at, start time.Time) {
 	for _, c := range p.containers() {
 		var re string
 		switch {
-		case strings.Contains(p.inspect(c, "{{.ImageName}}"), "python-examples"):
-			re = `SIGTERM: draining`
+		case strings.Contains(p.inspect(c, "{{.ImageName}}"), "-examples"):
+			re = `SIGTERM: draining` // both SDKs
 		default:
 			continue
 		}
@@ -563,20 +584,48 @@ func (p *kubePod) signalledTogether(at, start time.Time) {
 	}
 }
 
+// attach.yaml with the Python examples' image as the worker, as the file has it, and with the
+// Node examples' image in its place (its probe program replaced). The example handlers stand
+// in for the application's module.
 func TestPodAttach(t *testing.T) {
 	t.Parallel()
-	images := podImages(t)
-	hostURL, podURL := podDatabase(t, images["ghcr.io/soniq-dev/soniq-sidecar"])
 	const sock = "/run/soniq/billing.sock"
+	for _, w := range []struct {
+		sdk     string
+		image   string // "": the file's worker image, mapped
+		command []string
+		probe   []string
+	}{
+		{sdk: "python", command: []string{"python", "-m", "soniq_handler_examples", "--listen", sock}},
+		{sdk: "node", image: nodeWorkerImage(), command: []string{"node", "examples.js", "--listen", sock},
+			probe: []string{"node", "node_modules/soniq-handler/probe.js"}},
+	} {
+		t.Run(w.sdk, func(t *testing.T) {
+			t.Parallel()
+			images := podImages(t)
+			o := podOverlay{
+				images:   map[string]string{},
+				jobs:     exampleJobs(t, w.sdk),
+				commands: map[string][]string{"worker": w.command},
+			}
+			for k, v := range images {
+				o.images[k] = v
+			}
+			if w.image != "" {
+				o.images["registry.example.com/billing"] = w.image
+				o.probeCommands = map[string][]string{"worker": w.probe}
+			}
+			testPodAttach(t, o, sock)
+		})
+	}
+}
+
+func testPodAttach(t *testing.T, o podOverlay, sock string) {
+	hostURL, podURL := podDatabase(t, o.images["ghcr.io/soniq-dev/soniq-sidecar"])
 	shutdownTimeout := 4 * time.Second
-	p := playPod(t, "attach.yaml", podOverlay{
-		images:      images,
-		databaseURL: podURL,
-		jobs:        exampleJobs(t),
-		// The example handlers stand in for the application's module.
-		commands: map[string][]string{"worker": {"python", "-m", "soniq_handler_examples", "--listen", sock}},
-		env:      map[string]map[string]string{"soniq-sidecar": {"SONIQ_SHUTDOWN_TIMEOUT": fmt.Sprint(shutdownTimeout.Seconds())}},
-	}, hostURL)
+	o.databaseURL = podURL
+	o.env = map[string]map[string]string{"soniq-sidecar": {"SONIQ_SHUTDOWN_TIMEOUT": fmt.Sprint(shutdownTimeout.Seconds())}}
+	p := playPod(t, "attach.yaml", o, hostURL)
 
 	// The socket the worker made on the shared volume: group fsGroup, 0660.
 	st := mustPodman(t, "exec", p.container("worker"), "stat", "-c", "%a %u %g", sock)

@@ -32,6 +32,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -47,11 +48,17 @@ type podOverlay struct {
 	images map[string]string
 	// databaseURL replaces every secretKeyRef to the soniq-database Secret.
 	databaseURL string
-	// suffix is appended to the Deployment's name (the pods' names and hostnames), so that
-	// runs on one machine do not collide.
+	// suffix is appended to the names of the Deployment (the pods' names and hostnames) and
+	// of the ConfigMaps (and the volumes naming them), so that runs on one machine do not
+	// collide: podman keeps a ConfigMap as a named volume of the host, shared by every pod
+	// that names it, whatever file it came from.
 	suffix string
 	// commands replaces the command of the named containers.
 	commands map[string][]string
+	// probeCommands replaces, in the exec probes of the named containers, the program: the
+	// arguments up to and including "probe" (python -m soniq_handler probe), keeping the
+	// socket and options after it; another SDK's worker has another probe program.
+	probeCommands map[string][]string
 	// env replaces environment values of the named containers (container → name → value).
 	env map[string]map[string]string
 	// jobs replaces the jobs of every handler of the manifests in ConfigMaps.
@@ -66,6 +73,7 @@ type overlaid struct {
 	yaml       []byte
 	podSpec    map[string]any // the Deployment's pod template spec: containers, probes
 	deployment string         // the Deployment's name (podman names the pod NAME-pod-0)
+	configMaps []string       // the ConfigMaps' names (podman's volumes of those names)
 }
 
 // apply returns the overlaid src (one or more YAML documents). The probes stay as they are,
@@ -76,7 +84,13 @@ func (o podOverlay) apply(src []byte) (overlaid, error) {
 	if err != nil {
 		return res, err
 	}
-	return overlaid{yaml: ys, podSpec: ps, deployment: name}, nil
+	res = overlaid{yaml: ys, podSpec: ps, deployment: name}
+	for _, v := range list(ps["volumes"]) {
+		if cm, _ := v.(map[string]any)["configMap"].(map[string]any); cm != nil {
+			res.configMaps = append(res.configMaps, fmt.Sprint(cm["name"]))
+		}
+	}
+	return res, nil
 }
 
 func (o podOverlay) applyDocs(src []byte) ([]byte, map[string]any, string, error) {
@@ -104,6 +118,11 @@ func (o podOverlay) applyDocs(src []byte) ([]byte, map[string]any, string, error
 			if err := o.configMap(d); err != nil {
 				return nil, nil, "", err
 			}
+			meta, _ := d["metadata"].(map[string]any)
+			if meta["name"] == nil {
+				return nil, nil, "", errors.New("a ConfigMap has no metadata.name")
+			}
+			meta["name"] = fmt.Sprint(meta["name"]) + o.suffix
 		case "Deployment":
 			if podSpec != nil {
 				return nil, nil, "", errors.New("more than one Deployment")
@@ -136,6 +155,11 @@ func (o podOverlay) applyDocs(src []byte) ([]byte, map[string]any, string, error
 	for c := range o.commands {
 		if !usedCommands[c] {
 			return nil, nil, "", fmt.Errorf("a command for container %q, which the file does not have", c)
+		}
+	}
+	for c := range o.probeCommands {
+		if !usedCommands[c+"/probe"] {
+			return nil, nil, "", fmt.Errorf("a probe command for container %q, which the file does not have", c)
 		}
 	}
 	for c, vars := range o.env {
@@ -214,6 +238,9 @@ func (o podOverlay) podSpec(ps map[string]any, usedCommands, usedEnv map[string]
 	}
 	for _, v := range list(ps["volumes"]) {
 		vm, _ := v.(map[string]any)
+		if cm, _ := vm["configMap"].(map[string]any); cm != nil {
+			cm["name"] = fmt.Sprint(cm["name"]) + o.suffix
+		}
 		if _, ok := vm["emptyDir"]; !ok {
 			continue
 		}
@@ -266,6 +293,24 @@ func (o podOverlay) podSpec(ps map[string]any, usedCommands, usedEnv map[string]
 			cm["command"] = cmd
 			usedCommands[name] = true
 		}
+		if prog, ok := o.probeCommands[name]; ok {
+			replaced := 0
+			for _, kind := range []string{"startupProbe", "livenessProbe", "readinessProbe"} {
+				pr, _ := cm[kind].(map[string]any)
+				ex, _ := pr["exec"].(map[string]any)
+				argv := list(ex["command"])
+				i := slices.Index(argv, any("probe"))
+				if i < 0 {
+					continue
+				}
+				ex["command"] = append(slices.Clone(toAny(prog)), argv[i+1:]...)
+				replaced++
+			}
+			if replaced == 0 {
+				return fmt.Errorf("container %s has no exec probe running \"probe\" to replace", name)
+			}
+			usedCommands[name+"/probe"] = true
+		}
 		for _, e := range list(cm["env"]) {
 			em, _ := e.(map[string]any)
 			k, _ := em["name"].(string)
@@ -291,15 +336,24 @@ func (o podOverlay) podSpec(ps map[string]any, usedCommands, usedEnv map[string]
 	return nil
 }
 
+func toAny(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}
+
 func list(v any) []any {
 	l, _ := v.([]any)
 	return l
 }
 
-// exampleJobs are the jobs the example handlers serve, as their manifest lists them.
-func exampleJobs(t testing.TB) []any {
+// exampleJobs are the jobs the example handlers of sdk (python, node) serve, as their
+// manifest lists them.
+func exampleJobs(t testing.TB, sdk string) []any {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "examples/python/manifest-unix.yaml"))
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "examples", sdk, "manifest-unix.yaml"))
 	require.NoError(t, err)
 	var m struct {
 		Handlers []struct {
@@ -323,7 +377,7 @@ func TestPodOverlayOnTheDeployFiles(t *testing.T) {
 		},
 		databaseURL: "postgres://u@10.0.0.1:5432/db",
 		suffix:      "-x",
-		jobs:        exampleJobs(t),
+		jobs:        exampleJobs(t, "python"),
 		volume: func(name string, g int) (string, error) {
 			volumes[name] = g
 			return "vol-" + name, nil
@@ -343,6 +397,8 @@ func TestPodOverlayOnTheDeployFiles(t *testing.T) {
 		assert.NotContains(t, s, "secretKeyRef")
 		assert.NotContains(t, s, "emptyDir")
 		assert.Equal(t, "billing-worker-x", res.deployment)
+		assert.Equal(t, []string{"billing-soniq-manifest-x"}, res.configMaps)
+		assert.Contains(t, s, "name: billing-soniq-manifest-x\n")
 		assert.Contains(t, s, "examples.sleep_sync")
 		assert.NotContains(t, s, "billing.charge")
 		assert.Equal(t, map[string]int{"soniq-socket": 2000}, volumes)
@@ -359,6 +415,13 @@ func TestPodOverlayOnTheDeployFiles(t *testing.T) {
 		side := list(ps["containers"])[1].(map[string]any)
 		assert.Equal(t, map[string]any{"path": "/readyz", "port": 9464}, side["readinessProbe"].(map[string]any)["httpGet"],
 			"a named port becomes its number")
+
+		o.probeCommands = map[string][]string{"worker": {"node", "probe.js"}}
+		res, err = o.apply(src)
+		require.NoError(t, err)
+		worker := list(res.podSpec["containers"])[0].(map[string]any)
+		assert.Equal(t, []any{"node", "probe.js", "/run/soniq/billing.sock", "--timeout", "5"},
+			worker["livenessProbe"].(map[string]any)["exec"].(map[string]any)["command"])
 	})
 	t.Run("deployment", func(t *testing.T) {
 		src, err := os.ReadFile(filepath.Join(root, "deploy/kubernetes/deployment.yaml"))
@@ -384,6 +447,9 @@ func TestPodOverlayOnTheDeployFiles(t *testing.T) {
 				o.env = map[string]map[string]string{"soniq-sidecar": {"SONIQ_NOPE": "1"}}
 			}, "SONIQ_NOPE of container \"soniq-sidecar\", which the file does not set"},
 			{"no database URL", func(o *podOverlay) { o.databaseURL = "" }, "needs the database URL"},
+			{"probe command of a container without one", func(o *podOverlay) {
+				o.probeCommands = map[string][]string{"soniq-sidecar": {"node", "probe.js"}}
+			}, `container soniq-sidecar has no exec probe running "probe"`},
 		} {
 			o := o
 			c.edit(&o)
@@ -393,7 +459,7 @@ func TestPodOverlayOnTheDeployFiles(t *testing.T) {
 		}
 		_, err = o.apply([]byte("kind: Service\n"))
 		assert.ErrorContains(t, err, "kind Service")
-		_, err = o.apply([]byte("kind: ConfigMap\n"))
+		_, err = o.apply([]byte("kind: ConfigMap\nmetadata: {name: m}\n"))
 		assert.ErrorContains(t, err, "no Deployment")
 		bad := strings.Replace(string(src), "port: metrics}", "port: metricz}", 1)
 		require.NotEqual(t, string(src), bad)
