@@ -22,7 +22,8 @@
 #                                 (65532), CA certificates and time zones, /tmp
 #   soniq-local/python:3.11       Debian's python3 (3.11): `python` and `pip` on PATH, pip
 #                                 allowed to install into it as in the python image
-#   soniq-local/node:18           Debian's nodejs (18) and npm, a `node` user 1000 as in the node image
+#   soniq-local/node:host         the host's node and npm in /usr/local, a `node` user 1000, as in
+#                                 the node image
 # Each carries a label with a hash of its recipe (its function below and, for Go, `go version`): a
 # changed recipe is remade, an unchanged one is reused, so re-runs take seconds.
 set -euo pipefail
@@ -124,19 +125,30 @@ CMD ["python3"]
 EOF
 }
 
+# The host's Node runtime (node and its npm), copied into the Debian base where the node image
+# has them (/usr/local): Debian's own npm is some 400 packages, minutes to install.
 node_base() {
-  local image="$BASE_PREFIX/node:18" hash
-  hash=$(recipe node_base "$(recipe debian_base)")
+  local image="$BASE_PREFIX/node:host" hash node npm
+  node=$(command -v node || true)
+  [[ -n $node ]] || fatal "node is required (the Node base copies the host's runtime)"
+  node=$(readlink -f "$node")
+  npm="$("$node" "$(dirname "$node")/../lib/node_modules/npm/bin/npm-cli.js" root -g 2>/dev/null || true)/npm"
+  [[ -f $npm/bin/npm-cli.js ]] || npm="$(npm root -g 2>/dev/null)/npm"
+  [[ -f $npm/bin/npm-cli.js ]] || fatal "npm is required (the Node base copies the host's)"
+  hash=$(recipe node_base "$(recipe debian_base)" "$("$node" --version)" "$(node "$npm/bin/npm-cli.js" --version)")
   fresh "$image" "$hash" && return
-  derived "$image" "$hash" <<'EOF'
-ARG DEBIAN
-FROM ${DEBIAN}
-RUN apt-get update -qq \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null \
-    && rm -rf /var/lib/apt/lists/* \
-    && groupadd --gid 1000 node && useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash node
-CMD ["node"]
-EOF
+  say "making $image from the host's node $("$node" --version)"
+  local c
+  c=$(buildah from --pull-never "$BASE_PREFIX/debian:bookworm")
+  buildah copy -q "$c" "$node" /usr/local/bin/node >/dev/null
+  buildah copy -q "$c" "$npm" /usr/local/lib/node_modules/npm >/dev/null
+  buildah run "$c" -- sh -c 'ln -s ../lib/node_modules/npm/bin/npm-cli.js /usr/local/bin/npm \
+    && ln -s ../lib/node_modules/npm/bin/npx-cli.js /usr/local/bin/npx \
+    && groupadd --gid 1000 node && useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash node \
+    && node --version >/dev/null && npm --version >/dev/null' \
+    || { buildah rm "$c" >/dev/null; fatal "the host's node does not run in the Debian base (another libc?)"; }
+  buildah config --cmd node --label "soniq.recipe=$hash" "$c"
+  buildah commit -q --rm "$c" "$image" >/dev/null
 }
 
 # The host's Go toolchain, copied into the Debian base.
@@ -188,19 +200,18 @@ static_base() {
 
 bases() {
   debian_base
-  # Python's and Node's apt installs side by side (mostly downloads and unpacking).
-  local py node
+  # Python's apt install (downloads and unpacking) beside the others.
+  local py
   python_base & py=$!
-  node_base & node=$!
   golang_base
   static_base
+  node_base
   wait "$py" || fatal "making the Python base failed"
-  wait "$node" || fatal "making the Node base failed"
   # The build arguments that select them (scripts/images.sh passes these).
   echo "GO_IMAGE=$BASE_PREFIX/golang:1.26"
   echo "RUNTIME_IMAGE=$BASE_PREFIX/static:nonroot"
   echo "PYTHON_IMAGE=$BASE_PREFIX/python:3.11"
-  echo "NODE_IMAGE=$BASE_PREFIX/node:18"
+  echo "NODE_IMAGE=$BASE_PREFIX/node:host"
 }
 
 # Sourced: define the functions only.
