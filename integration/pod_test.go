@@ -218,6 +218,7 @@ func playPod(t *testing.T, file string, o podOverlay, hostURL string) *kubePod {
 			p.waitProbe(c, kind, true, 60*time.Second, "")
 		}
 	}
+	p.checkUsers()
 	// The kubelet kills an exec probe at its timeoutSeconds (default 1): a probe that passes
 	// only sometimes within it fails a pod on a busy node. Several runs, each within it.
 	for _, c := range p.containers() {
@@ -269,6 +270,42 @@ func (p *kubePod) verifyRunAsNonRoot() {
 			continue
 		}
 		assert.NotZero(t, uid, "container %s: runAsNonRoot and image %s runs as root", cm["name"], image)
+	}
+}
+
+// checkUsers checks that pid 1 of every container runs as the user its securityContext (or
+// else its image) says, with the pod's fsGroup among its groups.
+func (p *kubePod) checkUsers() {
+	t := p.t
+	t.Helper()
+	podSC, _ := p.spec["securityContext"].(map[string]any)
+	for _, c := range list(p.spec["containers"]) {
+		cm := c.(map[string]any)
+		name := cm["name"].(string)
+		sc, _ := cm["securityContext"].(map[string]any)
+		want := ""
+		if u, ok := sc["runAsUser"].(int); ok {
+			want = strconv.Itoa(u)
+		} else if u, ok := podSC["runAsUser"].(int); ok {
+			want = strconv.Itoa(u)
+		} else {
+			user := mustPodman(t, "image", "inspect", cm["image"].(string), "--format", "{{.Config.User}}")
+			want, _, _ = strings.Cut(user, ":")
+		}
+		status, err := os.ReadFile("/proc/" + p.inspect(name, "{{.State.Pid}}") + "/status")
+		require.NoError(t, err)
+		var uid, groups string
+		for _, l := range strings.Split(string(status), "\n") {
+			if f := strings.Fields(l); len(f) > 1 && f[0] == "Uid:" {
+				uid = f[1]
+			} else if len(f) > 0 && f[0] == "Groups:" {
+				groups = " " + strings.Join(f[1:], " ") + " "
+			}
+		}
+		assert.Equal(t, want, uid, "container %s: pid 1's user", name)
+		if g, ok := podSC["fsGroup"].(int); ok {
+			assert.Contains(t, groups, fmt.Sprintf(" %d ", g), "container %s: fsGroup among pid 1's groups", name)
+		}
 	}
 }
 
