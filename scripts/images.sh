@@ -40,8 +40,13 @@ PYTHON_APP_IMAGE="localhost/soniq-python-app:$TAG"
 
 start=$SECONDS
 declare -A base=()
+# Local bases are never pulled (a missing one is an error, not a registry lookup); public ones
+# are pulled when missing.
+PULL=missing
 if [[ -z "${SONIQ_IMAGES_PUBLIC_BASES:-}" ]]; then
-  while IFS='=' read -r k v; do base[$k]=$v; done < <(bases)
+  args_out=$(bases) || exit 1
+  while IFS='=' read -r k v; do base[$k]=$v; done <<<"$args_out"
+  PULL=never
 fi
 for k in GO_IMAGE RUNTIME_IMAGE PYTHON_IMAGE NODE_IMAGE; do
   [[ -n "${!k:-}" ]] && base[$k]=${!k}
@@ -51,7 +56,7 @@ args() { local k; for k in "$@"; do [[ -n "${base[$k]:-}" ]] && printf -- '--bui
 build() { # image dockerfile context [podman build args...]
   local image=$1 df=$2 ctx=$3; shift 3
   local t=$SECONDS
-  podman build -q --pull=never --format docker -f "$df" -t "$image" "$@" "$ctx" >/dev/null \
+  podman build -q --pull="$PULL" --format docker -f "$df" -t "$image" "$@" "$ctx" >/dev/null \
     || fatal "podman build of $df failed (rerun without -q: podman build -f $df $ctx)"
   say "built $image from $df in $(( SECONDS - t ))s"
 }
@@ -68,7 +73,7 @@ build "$SIDECAR_IMAGE" Dockerfile . "${a[@]}" --build-arg "VERSION=$version" \
 deps="$SONIQ_PODMAN_CACHE/deps"
 mkdir -p "$deps/wheels" "$deps/npm"
 pyimage=${base[PYTHON_IMAGE]:-python:3.11.7-slim-bookworm}
-pyver=$(podman run --rm --pull=never --user 0 --entrypoint '' "$pyimage" python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
+pyver=$(podman run --rm --pull="$PULL" --user 0 --entrypoint '' "$pyimage" python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
   || fatal "cannot run python3 in $pyimage"
 python3 -c '
 import sys, tomllib
@@ -89,7 +94,7 @@ build "$PYTHON_EXAMPLES_IMAGE" examples/python/Dockerfile . "${a[@]}" \
 # scratch copy of the repository's layout: the examples depend on ../../sdk/node), and the
 # base's global npmrc saying offline.
 nodeimage=${base[NODE_IMAGE]:-node:20.20.2-bookworm-slim}
-npmrc=$(podman run --rm --pull=never --user 0 --entrypoint '' "$nodeimage" npm config get globalconfig) \
+npmrc=$(podman run --rm --pull="$PULL" --user 0 --entrypoint '' "$nodeimage" npm config get globalconfig) \
   || fatal "cannot run npm in $nodeimage"
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
