@@ -137,6 +137,9 @@ type History struct {
 	Incarnations []Incarnation
 	RSS          []RSSSample
 	Outages      []Outage
+	// Holders describes who held each row still processing at the end of
+	// the drain, by job id (read before the sidecars were stopped).
+	Holders map[string]string
 	// Problems the harness saw itself: a sidecar that did not exit after
 	// SIGTERM, exited with an error, exited on its own, did not become ready.
 	Problems []string
