@@ -401,7 +401,7 @@ func firstLine(s string) string {
 func (rep *Report) Summary(seed int64, seconds time.Duration) string {
 	var fs []string
 	total := 0
-	for _, k := range faultKinds() {
+	for _, k := range append(faultKinds(), faultCPUHog) {
 		fs = append(fs, fmt.Sprintf("%s=%d", k, rep.Faults[k]))
 		total += rep.Faults[k]
 	}
