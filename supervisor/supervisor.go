@@ -32,6 +32,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/completer"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
@@ -89,6 +90,12 @@ type Config struct {
 	// state machine against in-process fake handlers on a fake clock.
 	startTransport func(transport.Env, transport.Spec) (transport.Conn, error)
 }
+
+// writeTimeout bounds one database call the engine makes itself (a claim,
+// a registration, marking the worker stopped); the completer has its own
+// bound for result writes. It exists only so a wedged database cannot hold
+// the sidecar forever; it is not a time budget.
+const writeTimeout = 30 * time.Second
 
 // DefaultInstance is the instance name of a sidecar that sets none.
 const DefaultInstance = "soniq-sidecar"
@@ -326,33 +333,36 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() { defer wg.Done(); s.heartbeat(hbCtx) }()
 
-	writer := newResultWriter(s.cfg.Backend, s.workerID, s.log, func() {
-		// An empty queue name wakes every pool.
-		select {
-		case s.events <- wakeEvent{}:
-		default: // the loop is busy; the next poll will do
-		}
-	})
-	// Attached handlers forget a result once it is settled (acks.go).
-	writer.settled = func(ids []string) {
-		if s.acking.Load() {
-			s.emit(settledEvent{ids: ids})
-		}
+	writerCfg := completer.Config{Backend: s.cfg.Backend, WorkerID: s.workerID, Log: s.log,
+		// A batch smaller than a quarter of the in-flight budget lingers
+		// briefly while results flow.
+		LingerBatch: (total + 3) / 4,
+		Requeued: func() {
+			// An empty queue name wakes every pool.
+			select {
+			case s.events <- wakeEvent{}:
+			default: // the loop is busy; the next poll will do
+			}
+		},
+		// Attached handlers forget a result once it is settled (acks.go).
+		Settled: func(ids []string) {
+			if s.acking.Load() {
+				s.emit(settledEvent{ids: ids})
+			}
+		},
 	}
-	// A batch smaller than a quarter of the in-flight budget lingers
-	// briefly while results flow (lingerMax).
-	writer.lingerBatch = (total + 3) / 4
 	if s.cfg.Once {
 		// Claim again after every write: a retry written back to the
 		// queue is due, and the claim after the last write ends the run.
-		writer.afterWrite = func() {
+		writerCfg.AfterWrite = func() {
 			select {
 			case s.events <- wakeEvent{}:
 			default:
 			}
 		}
 	}
-	go writer.run()
+	writer := completer.New(writerCfg)
+	writer.Start()
 
 	maintCtx, stopMaintenance := context.WithCancel(bg)
 	wg.Add(1)
@@ -389,8 +399,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	stopSubscription()
 
 	// Every result the loop decided is with the writer; wait for it.
-	writer.close()
-	<-writer.done
+	writer.Stop()
 	stopMaintenance()
 	endCtx, cancelEnd := context.WithTimeout(bg, writeTimeout)
 	if err := s.cfg.Backend.SetWorkerStatus(endCtx, s.workerID, backends.WorkerStopped); err != nil {
