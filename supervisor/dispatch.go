@@ -5,6 +5,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/maintenance"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
@@ -103,7 +105,7 @@ func (l *loop) stopClaimers() {
 func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
 	pl.claiming = false
 	l.claims--
-	if workerRowLost(err) {
+	if maintenance.WorkerRowLost(err) {
 		l.onWorkerLost(err)
 		return
 	}
@@ -225,7 +227,7 @@ func (l *loop) maybeClaimUnknown() {
 
 func (l *loop) onUnknownClaimed(jobs []backends.Job, err error) {
 	l.unknownClaiming = false
-	if workerRowLost(err) {
+	if maintenance.WorkerRowLost(err) {
 		l.onWorkerLost(err)
 		return
 	}
@@ -331,4 +333,20 @@ func (l *loop) startSpan(t *task) *string {
 		return &tp
 	}
 	return nil
+}
+
+// subscribe forwards new-job notifications to the loop as wake-ups.
+func (s *Supervisor) subscribe(ctx context.Context) {
+	ch, err := s.cfg.Backend.Subscribe(ctx)
+	if errors.Is(err, backends.ErrNoWakeups) {
+		s.log.Info("polling only: no new-job notifications", "poll_interval", s.cfg.Settings.PollInterval, "reason", err)
+		return
+	}
+	if err != nil {
+		s.log.Warn("new-job notifications unavailable; polling only", "poll_interval", s.cfg.Settings.PollInterval, "err", err)
+		return
+	}
+	for q := range ch {
+		s.emit(wakeEvent{queue: q})
+	}
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/internal/completer"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
+	"github.com/soniq-dev/soniq-sidecar/internal/maintenance"
 	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
@@ -329,9 +330,11 @@ func (s *Supervisor) Run(ctx context.Context) error {
 
 	// Owned goroutines, stopped in reverse order below.
 	var wg sync.WaitGroup
-	hbCtx, stopHeartbeat := context.WithCancel(bg)
-	wg.Add(1)
-	go func() { defer wg.Done(); s.heartbeat(hbCtx) }()
+	heartbeat := maintenance.NewHeartbeat(maintenance.HeartbeatConfig{Backend: s.cfg.Backend, WorkerID: s.workerID,
+		Interval: s.cfg.Settings.HeartbeatInterval, Log: s.log,
+		// The loop stops claiming and registers again.
+		Lost: func(err error) { s.emit(workerLostEvent{err: err}) }})
+	heartbeat.Start(bg)
 
 	writerCfg := completer.Config{Backend: s.cfg.Backend, WorkerID: s.workerID, Log: s.log,
 		// A batch smaller than a quarter of the in-flight budget lingers
@@ -364,14 +367,14 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	writer := completer.New(writerCfg)
 	writer.Start()
 
-	maintCtx, stopMaintenance := context.WithCancel(bg)
-	wg.Add(1)
-	go func() { defer wg.Done(); s.maintain(maintCtx) }()
-
+	maintainer := s.newMaintainer()
+	maintainer.Start(bg)
+	var stats *maintenance.StatsPoller
 	if s.metrics != nil {
-		wg.Add(1)
-		go func() { defer wg.Done(); s.pollStats(maintCtx) }()
+		stats = maintenance.NewStatsPoller(s.cfg.Backend, s.metrics.setQueueStats)
+		stats.Start(bg)
 	}
+	maintCtx, stopMaintenance := context.WithCancel(bg)
 	wg.Add(1)
 	go func() { defer wg.Done(); s.watchFleet(maintCtx) }()
 	if ci, ok := s.cfg.Backend.(backends.ClaimIndexer); ok {
@@ -400,17 +403,28 @@ func (s *Supervisor) Run(ctx context.Context) error {
 
 	// Every result the loop decided is with the writer; wait for it.
 	writer.Stop()
+	maintainer.Stop()
+	if stats != nil {
+		stats.Stop()
+	}
 	stopMaintenance()
 	endCtx, cancelEnd := context.WithTimeout(bg, writeTimeout)
 	if err := s.cfg.Backend.SetWorkerStatus(endCtx, s.workerID, backends.WorkerStopped); err != nil {
 		s.log.Error("marking the worker stopped failed", "worker_id", s.workerID, "err", err)
 	}
 	cancelEnd()
-	stopHeartbeat()
+	heartbeat.Stop()
 	wg.Wait()
 	sp.Stop()
 	s.log.Info("stopped", "state", StateStopped.String(), "worker_id", s.workerID)
 	return loopErr
+}
+
+// newMaintainer is the leader's maintenance pass, counted in the metrics.
+func (s *Supervisor) newMaintainer() *maintenance.Maintainer {
+	return maintenance.NewMaintainer(maintenance.MaintainerConfig{Backend: s.cfg.Backend, WorkerID: s.workerID,
+		Interval: s.cfg.Settings.CleanupInterval, HeartbeatTimeout: s.cfg.Settings.HeartbeatTimeout,
+		Log: s.log, Recovered: s.metrics.staleRecovered})
 }
 
 // setIdentity sets the worker row this sidecar registers: its hostname is

@@ -1,111 +1,85 @@
-package supervisor
-
-// The goroutines Run owns besides the loop: heartbeats, registration,
-// maintenance, queue statistics and new-job notifications.
+// Package maintenance holds the engine's background services other than
+// the result writer: the heartbeat, the leader's maintenance pass
+// (stale-worker recovery, expired rows) and the queue statistics poller.
+//
+// Each is a type made from a config, started with Start(ctx) and ended
+// with Stop, which returns once its one goroutine has. They read and write
+// the backend and report through the callbacks they were given; none
+// knows the engine's loop, pools or tasks.
+package maintenance
 
 import (
 	"context"
-	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 )
 
-// every runs f now (when first is set) and then every interval until ctx
-// ends: the shape of each periodic goroutine Run owns.
-func every(ctx context.Context, interval time.Duration, first bool, f func(context.Context)) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	if first {
-		f(ctx)
+// DefaultInterval is the maintenance interval of a config that sets none
+// (Soniq's cleanup_interval default).
+const DefaultInterval = 5 * time.Minute
+
+// passTimeout bounds one maintenance pass, leadership included. It exists
+// only so a wedged database cannot hold a pass forever.
+const passTimeout = 30 * time.Second
+
+// MaintainerConfig is what a Maintainer maintains with. Backend and
+// WorkerID are required.
+type MaintainerConfig struct {
+	Backend  backends.Backend
+	WorkerID string
+	// Interval is the time between passes (cleanup_interval); 0 means
+	// DefaultInterval.
+	Interval time.Duration
+	// HeartbeatTimeout is how long a worker may be silent before its
+	// rows are recovered (heartbeat_timeout).
+	HeartbeatTimeout time.Duration
+	Log              *slog.Logger
+	// Recovered is called (from the Maintainer's goroutine) after a pass
+	// recovered silent workers: how many, and how many of their jobs were
+	// queued again.
+	Recovered func(workers, jobs int)
+}
+
+// Maintainer runs stale-worker recovery and expired-row deletion on one
+// worker of the database at a time: each pass first takes the backend's
+// maintenance leadership (Soniq's advisory lock on Postgres, so sidecars
+// and Soniq's own workers elect one between them) and does nothing if
+// another holds it.
+type Maintainer struct {
+	service
+	cfg MaintainerConfig
+}
+
+// NewMaintainer prepares a Maintainer; nothing runs before Start.
+func NewMaintainer(cfg MaintainerConfig) *Maintainer {
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			f(ctx)
-		}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-}
-
-// heartbeat keeps soniq_workers.last_heartbeat fresh in every state until
-// Run is about to return (DRAINING, FORCE_TIMEOUT_PATH and WAIT_FOR_THREAD
-// included: Soniq's own worker stops early, the contract says not to).
-func (s *Supervisor) heartbeat(ctx context.Context) {
-	every(ctx, s.cfg.Settings.HeartbeatInterval, false, s.beatOnce)
-}
-
-func (s *Supervisor) beatOnce(ctx context.Context) {
-	hctx, cancel := context.WithTimeout(ctx, max(s.cfg.Settings.HeartbeatInterval, time.Second))
-	err := s.cfg.Backend.Heartbeat(hctx, s.workerID)
-	cancel()
-	switch {
-	case err == nil || ctx.Err() != nil:
-	case workerRowLost(err):
-		// Another worker recovered our jobs (we were silent too long: a
-		// frozen VM, a partition) or another program took our row. The
-		// loop stops claiming and registers again.
-		s.emit(workerLostEvent{err: err})
-	default:
-		s.log.Warn("heartbeat failed", "worker_id", s.workerID, "err", err)
+	if cfg.Recovered == nil {
+		cfg.Recovered = func(int, int) {}
 	}
+	return &Maintainer{cfg: cfg}
 }
 
-// register upserts this sidecar's worker row and its task names.
-func (s *Supervisor) register(ctx context.Context) error {
-	return s.registerWith(ctx, func(w backends.Worker) error { return s.cfg.Backend.RegisterWorker(ctx, w) })
+// Start runs a pass now and every Interval until ctx ends or Stop is
+// called.
+func (m *Maintainer) Start(ctx context.Context) {
+	m.start(ctx, func(ctx context.Context) { every(ctx, m.cfg.Interval, true, m.pass) })
 }
 
-// registerWith registers this sidecar's worker row with do, then its task
-// names. When another worker row holds the row's (hostname, pid) (a Soniq
-// worker given the same hostname, or another live sidecar in the pod with
-// the same instance name), the row is registered under a hostname made
-// unique by the worker id instead: never taking the other row, never
-// stalling.
-func (s *Supervisor) registerWith(ctx context.Context, do func(backends.Worker) error) error {
-	s.identityMu.Lock()
-	defer s.identityMu.Unlock()
-	w := s.identity
-	err := do(w)
-	if errors.Is(err, backends.ErrIdentityTaken) {
-		alt := w
-		alt.Hostname = w.Hostname + "#" + w.ID[:min(8, len(w.ID))]
-		s.log.Warn("another worker row has this sidecar's hostname and pid; registering under a hostname made unique by the worker id (give every sidecar that shares a hostname its own --instance)",
-			"worker_id", w.ID, "hostname", w.Hostname, "pid", w.PID, "registered_as", alt.Hostname, "err", err)
-		if err = do(alt); err == nil {
-			s.identity = alt
-		}
-	}
-	if err != nil {
-		return err
-	}
-	return s.cfg.Backend.RegisterTasks(ctx, w.ID, s.taskNames)
-}
-
-func (s *Supervisor) workerHostname() string {
-	s.identityMu.Lock()
-	defer s.identityMu.Unlock()
-	return s.identity.Hostname
-}
-
-// maintain runs stale-worker recovery and expired-row cleanup on one
-// sidecar at a time (the leader), once at start and every cleanup interval.
-func (s *Supervisor) maintain(ctx context.Context) {
-	interval := s.cfg.Settings.CleanupInterval
-	if interval <= 0 {
-		interval = 5 * time.Minute
-	}
-	every(ctx, interval, true, s.maintainOnce)
-}
-
-func (s *Supervisor) maintainOnce(ctx context.Context) {
-	mctx, cancel := context.WithTimeout(ctx, writeTimeout)
+func (m *Maintainer) pass(ctx context.Context) {
+	mctx, cancel := context.WithTimeout(ctx, passTimeout)
 	defer cancel()
-	release, ok, err := s.cfg.Backend.TryLeader(mctx)
+	b, log := m.cfg.Backend, m.cfg.Log
+	release, ok, err := b.TryLeader(mctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			s.log.Warn("maintenance: leader election failed", "err", err)
+			log.Warn("maintenance: leader election failed", "err", err)
 		}
 		return
 	}
@@ -116,49 +90,22 @@ func (s *Supervisor) maintainOnce(ctx context.Context) {
 	// Logged inside the tenure (after taking, before giving up), so the
 	// logged spans of a fleet never overlap unless two leaders did.
 	start := time.Now()
-	s.log.Info("maintenance: leader", "worker_id", s.workerID)
+	log.Info("maintenance: leader", "worker_id", m.cfg.WorkerID)
 	defer func() {
-		s.log.Info("maintenance: leadership released", "worker_id", s.workerID, "held", time.Since(start))
+		log.Info("maintenance: leadership released", "worker_id", m.cfg.WorkerID, "held", time.Since(start))
 	}()
-	workers, jobs, err := s.cfg.Backend.RecoverStaleWorkers(mctx, s.cfg.Settings.HeartbeatTimeout, s.workerID)
+	workers, jobs, err := b.RecoverStaleWorkers(mctx, m.cfg.HeartbeatTimeout, m.cfg.WorkerID)
 	if err != nil {
-		s.log.Warn("maintenance: stale-worker recovery failed", "err", err)
+		log.Warn("maintenance: stale-worker recovery failed", "err", err)
 	} else if workers > 0 {
-		s.metrics.staleRecovered(workers, jobs)
-		s.log.Warn("maintenance: recovered stale workers; their jobs are queued again",
-			"workers", workers, "jobs", jobs, "heartbeat_timeout", s.cfg.Settings.HeartbeatTimeout)
+		m.cfg.Recovered(workers, jobs)
+		log.Warn("maintenance: recovered stale workers; their jobs are queued again",
+			"workers", workers, "jobs", jobs, "heartbeat_timeout", m.cfg.HeartbeatTimeout)
 	}
-	n, err := s.cfg.Backend.DeleteExpired(mctx)
+	n, err := b.DeleteExpired(mctx)
 	if err != nil {
-		s.log.Warn("maintenance: deleting expired results failed", "err", err)
+		log.Warn("maintenance: deleting expired results failed", "err", err)
 	} else if n > 0 {
-		s.log.Info("maintenance: deleted expired results", "rows", n)
-	}
-}
-
-// pollStats refreshes the soniq_queue_jobs gauge from the stats contract.
-func (s *Supervisor) pollStats(ctx context.Context) {
-	every(ctx, 15*time.Second, true, func(ctx context.Context) {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		if st, err := s.cfg.Backend.Stats(sctx); err == nil {
-			s.metrics.setQueueStats(st)
-		}
-	})
-}
-
-// subscribe forwards new-job notifications to the loop as wake-ups.
-func (s *Supervisor) subscribe(ctx context.Context) {
-	ch, err := s.cfg.Backend.Subscribe(ctx)
-	if errors.Is(err, backends.ErrNoWakeups) {
-		s.log.Info("polling only: no new-job notifications", "poll_interval", s.cfg.Settings.PollInterval, "reason", err)
-		return
-	}
-	if err != nil {
-		s.log.Warn("new-job notifications unavailable; polling only", "poll_interval", s.cfg.Settings.PollInterval, "err", err)
-		return
-	}
-	for q := range ch {
-		s.emit(wakeEvent{queue: q})
+		log.Info("maintenance: deleted expired results", "rows", n)
 	}
 }
