@@ -32,9 +32,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
-	"github.com/soniq-dev/soniq-sidecar/internal/completer"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
-	"github.com/soniq-dev/soniq-sidecar/internal/maintenance"
 	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
@@ -142,7 +140,7 @@ type Supervisor struct {
 	notReady   map[string]string // handler → why it has no ready process
 	startedRun atomic.Bool
 
-	claimIndexMissing atomic.Bool // see watchClaimIndex
+	claimIndexMissing atomic.Bool // see Advisories
 	// acking is set once a handler that wants acknowledgements said hello
 	// (acks.go): only then does the writer report what it settled.
 	acking atomic.Bool
@@ -330,57 +328,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 
 	// Owned goroutines, stopped in reverse order below.
 	var wg sync.WaitGroup
-	heartbeat := maintenance.NewHeartbeat(maintenance.HeartbeatConfig{Backend: s.cfg.Backend, WorkerID: s.workerID,
-		Interval: s.cfg.Settings.HeartbeatInterval, Log: s.log,
-		// The loop stops claiming and registers again.
-		Lost: func(err error) { s.emit(workerLostEvent{err: err}) }})
-	heartbeat.Start(bg)
-
-	writerCfg := completer.Config{Backend: s.cfg.Backend, WorkerID: s.workerID, Log: s.log,
-		// A batch smaller than a quarter of the in-flight budget lingers
-		// briefly while results flow.
-		LingerBatch: (total + 3) / 4,
-		Requeued: func() {
-			// An empty queue name wakes every pool.
-			select {
-			case s.events <- wakeEvent{}:
-			default: // the loop is busy; the next poll will do
-			}
-		},
-		// Attached handlers forget a result once it is settled (acks.go).
-		Settled: func(ids []string) {
-			if s.acking.Load() {
-				s.emit(settledEvent{ids: ids})
-			}
-		},
-	}
-	if s.cfg.Once {
-		// Claim again after every write: a retry written back to the
-		// queue is due, and the claim after the last write ends the run.
-		writerCfg.AfterWrite = func() {
-			select {
-			case s.events <- wakeEvent{}:
-			default:
-			}
-		}
-	}
-	writer := completer.New(writerCfg)
-	writer.Start()
-
-	maintainer := s.newMaintainer()
-	maintainer.Start(bg)
-	var stats *maintenance.StatsPoller
-	if s.metrics != nil {
-		stats = maintenance.NewStatsPoller(s.cfg.Backend, s.metrics.setQueueStats)
-		stats.Start(bg)
-	}
-	maintCtx, stopMaintenance := context.WithCancel(bg)
-	wg.Add(1)
-	go func() { defer wg.Done(); s.watchFleet(maintCtx) }()
-	if ci, ok := s.cfg.Backend.(backends.ClaimIndexer); ok {
-		wg.Add(1)
-		go func() { defer wg.Done(); s.watchClaimIndex(maintCtx, ci) }()
-	}
+	svc := s.startServices(bg, total)
 
 	subCtx, stopSubscription := context.WithCancel(bg)
 	wg.Add(1)
@@ -388,7 +336,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 
 	sp := transport.StartSpawner()
 
-	l := newLoop(s, writer, sp, &wg)
+	l := newLoop(s, svc.writer, sp, &wg)
 	l.inherit(inherited)
 	go func() {
 		select {
@@ -402,29 +350,19 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	stopSubscription()
 
 	// Every result the loop decided is with the writer; wait for it.
-	writer.Stop()
-	maintainer.Stop()
-	if stats != nil {
-		stats.Stop()
-	}
-	stopMaintenance()
+	svc.writer.Stop()
+	svc.stopWatchers()
 	endCtx, cancelEnd := context.WithTimeout(bg, writeTimeout)
 	if err := s.cfg.Backend.SetWorkerStatus(endCtx, s.workerID, backends.WorkerStopped); err != nil {
 		s.log.Error("marking the worker stopped failed", "worker_id", s.workerID, "err", err)
 	}
 	cancelEnd()
-	heartbeat.Stop()
+	// Beats go on until the row is marked stopped.
+	svc.heartbeat.Stop()
 	wg.Wait()
 	sp.Stop()
 	s.log.Info("stopped", "state", StateStopped.String(), "worker_id", s.workerID)
 	return loopErr
-}
-
-// newMaintainer is the leader's maintenance pass, counted in the metrics.
-func (s *Supervisor) newMaintainer() *maintenance.Maintainer {
-	return maintenance.NewMaintainer(maintenance.MaintainerConfig{Backend: s.cfg.Backend, WorkerID: s.workerID,
-		Interval: s.cfg.Settings.CleanupInterval, HeartbeatTimeout: s.cfg.Settings.HeartbeatTimeout,
-		Log: s.log, Recovered: s.metrics.staleRecovered})
 }
 
 // setIdentity sets the worker row this sidecar registers: its hostname is
@@ -471,4 +409,21 @@ func jitterPoll(d time.Duration) time.Duration {
 func randFloat() float64 {
 	r, _ := rand.Int(rand.Reader, big.NewInt(1<<53))
 	return float64(r.Int64()) / (1 << 53)
+}
+
+// claimIndexAdvice is the detail /readyz shows while the index is missing.
+const claimIndexAdvice = "warning: the claim-order index soniq_sidecar_claim_order is missing, so every claim sorts every queued row; run `soniq-sidecar migrate` to create it"
+
+func (s *Supervisor) setClaimIndexMissing(missing bool) {
+	s.claimIndexMissing.Store(missing)
+	s.metrics.claimIndex(missing)
+}
+
+// Advisories are conditions an operator should fix that do not make the
+// sidecar unready (shown by /readyz under "ready").
+func (s *Supervisor) Advisories() []string {
+	if s.claimIndexMissing.Load() {
+		return []string{claimIndexAdvice}
+	}
+	return nil
 }

@@ -1,7 +1,8 @@
-package supervisor
+package maintenance
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
@@ -10,54 +11,62 @@ import (
 // A Postgres database set up by Soniq's own tools (or by `migrate
 // --no-claim-index`) has no index matching the claim order, so every claim
 // sorts every queued row and throughput falls as the queue deepens.
-// watchClaimIndex says so once, with the fix, and keeps a gauge and a
-// /readyz detail an operator can alert on. Readiness itself is not
-// affected: the sidecar works, only slower.
+// ClaimIndexWatcher says so once, with the fix, and reports each check so
+// the engine keeps a gauge and a /readyz detail an operator can alert on.
+// Readiness itself is not affected: the sidecar works, only slower.
 
 // claimIndexCheckEvery bounds how often the catalog is read; an index an
 // operator adds later clears the gauge at the next check.
 const claimIndexCheckEvery = 5 * time.Minute
 
-// claimIndexAdvice is the detail /readyz shows while the index is missing.
-const claimIndexAdvice = "warning: the claim-order index soniq_sidecar_claim_order is missing, so every claim sorts every queued row; run `soniq-sidecar migrate` to create it"
+// checkTimeout bounds one read of the catalog or the worker table; a
+// check that fails is tried again at the next tick.
+const checkTimeout = 10 * time.Second
 
-func (s *Supervisor) watchClaimIndex(ctx context.Context, ci backends.ClaimIndexer) {
-	t := time.NewTicker(claimIndexCheckEvery)
-	defer t.Stop()
-	warned := false
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		ok, err := ci.HasClaimIndex(cctx)
-		cancel()
-		if err == nil {
-			s.setClaimIndexMissing(!ok)
-			if !ok && !warned {
-				s.log.Warn("the claim-order index is missing: every claim sorts every queued row, so claims slow down as the queue grows; run `soniq-sidecar migrate` (it builds the index concurrently, without blocking Soniq or the sidecar)",
-					"index", "soniq_sidecar_claim_order")
-			}
-			if ok && warned {
-				s.log.Info("the claim-order index is present now", "index", "soniq_sidecar_claim_order")
-			}
-			warned = !ok
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+// ClaimIndexWatcher checks for the claim-order index at start and every
+// five minutes.
+type ClaimIndexWatcher struct {
+	service
+	ci      backends.ClaimIndexer
+	log     *slog.Logger
+	missing func(bool)
 }
 
-func (s *Supervisor) setClaimIndexMissing(missing bool) {
-	s.claimIndexMissing.Store(missing)
-	s.metrics.claimIndex(missing)
+// NewClaimIndexWatcher prepares a watcher that calls missing (from its
+// goroutine) with the result of every check that succeeded; nothing runs
+// before Start.
+func NewClaimIndexWatcher(ci backends.ClaimIndexer, log *slog.Logger, missing func(bool)) *ClaimIndexWatcher {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &ClaimIndexWatcher{ci: ci, log: log, missing: missing}
 }
 
-// Advisories are conditions an operator should fix that do not make the
-// sidecar unready (shown by /readyz under "ready").
-func (s *Supervisor) Advisories() []string {
-	if s.claimIndexMissing.Load() {
-		return []string{claimIndexAdvice}
+// Start checks now and every five minutes until ctx ends or Stop is
+// called.
+func (w *ClaimIndexWatcher) Start(ctx context.Context) {
+	w.start(ctx, func(ctx context.Context) {
+		warned := false
+		every(ctx, claimIndexCheckEvery, true, func(ctx context.Context) { warned = w.check(ctx, warned) })
+	})
+}
+
+// check reads the catalog once; warned says whether the index was missing
+// at the last check, and check returns whether it is now.
+func (w *ClaimIndexWatcher) check(ctx context.Context, warned bool) bool {
+	cctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	ok, err := w.ci.HasClaimIndex(cctx)
+	cancel()
+	if err != nil {
+		return warned
 	}
-	return nil
+	w.missing(!ok)
+	if !ok && !warned {
+		w.log.Warn("the claim-order index is missing: every claim sorts every queued row, so claims slow down as the queue grows; run `soniq-sidecar migrate` (it builds the index concurrently, without blocking Soniq or the sidecar)",
+			"index", "soniq_sidecar_claim_order")
+	}
+	if ok && warned {
+		w.log.Info("the claim-order index is present now", "index", "soniq_sidecar_claim_order")
+	}
+	return !ok
 }
