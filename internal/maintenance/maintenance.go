@@ -1,6 +1,8 @@
 // Package maintenance holds the engine's background services other than
 // the result writer: the heartbeat, the leader's maintenance pass
-// (stale-worker recovery, expired rows) and the queue statistics poller.
+// (stale-worker recovery, expired rows), the queue statistics poller, and
+// the watchers of the worker table (foreign workers on this worker's
+// queues) and of the claim-order index.
 //
 // Each is a type made from a config, started with Start(ctx) and ended
 // with Stop, which returns once its one goroutine has. They read and write
