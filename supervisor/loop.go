@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/completer"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 )
@@ -147,7 +148,7 @@ type loop struct {
 	tracer  trace.Tracer
 	spans   bool             // false: tracer is a noop.Tracer, no span is started
 	emit    func(event) bool // queues an event for the loop (from any goroutine)
-	writer  *resultWriter
+	writer  *completer.Completer
 	sp      *transport.Spawner
 	wg      *sync.WaitGroup
 
@@ -205,7 +206,7 @@ func (s *Supervisor) loopHost() loopHost {
 	}
 }
 
-func newLoop(s *Supervisor, w *resultWriter, sp *transport.Spawner, wg *sync.WaitGroup) *loop {
+func newLoop(s *Supervisor, w *completer.Completer, sp *transport.Spawner, wg *sync.WaitGroup) *loop {
 	_, noSpans := s.tracer.(noop.Tracer)
 	l := &loop{host: s.loopHost(), cfg: &s.cfg, log: s.log, metrics: s.metrics, tracer: s.tracer, spans: !noSpans, emit: s.emit,
 		writer: w, sp: sp, wg: wg, live: map[string]*task{}}

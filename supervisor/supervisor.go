@@ -90,6 +90,12 @@ type Config struct {
 	startTransport func(transport.Env, transport.Spec) (transport.Conn, error)
 }
 
+// writeTimeout bounds one database call the engine makes itself (a claim,
+// a registration, marking the worker stopped); the completer has its own
+// bound for result writes. It exists only so a wedged database cannot hold
+// the sidecar forever; it is not a time budget.
+const writeTimeout = 30 * time.Second
+
 // DefaultInstance is the instance name of a sidecar that sets none.
 const DefaultInstance = "soniq-sidecar"
 
@@ -134,7 +140,7 @@ type Supervisor struct {
 	notReady   map[string]string // handler → why it has no ready process
 	startedRun atomic.Bool
 
-	claimIndexMissing atomic.Bool // see watchClaimIndex
+	claimIndexMissing atomic.Bool // see Advisories
 	// acking is set once a handler that wants acknowledgements said hello
 	// (acks.go): only then does the writer report what it settled.
 	acking atomic.Bool
@@ -322,52 +328,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 
 	// Owned goroutines, stopped in reverse order below.
 	var wg sync.WaitGroup
-	hbCtx, stopHeartbeat := context.WithCancel(bg)
-	wg.Add(1)
-	go func() { defer wg.Done(); s.heartbeat(hbCtx) }()
-
-	writer := newResultWriter(s.cfg.Backend, s.workerID, s.log, func() {
-		// An empty queue name wakes every pool.
-		select {
-		case s.events <- wakeEvent{}:
-		default: // the loop is busy; the next poll will do
-		}
-	})
-	// Attached handlers forget a result once it is settled (acks.go).
-	writer.settled = func(ids []string) {
-		if s.acking.Load() {
-			s.emit(settledEvent{ids: ids})
-		}
-	}
-	// A batch smaller than a quarter of the in-flight budget lingers
-	// briefly while results flow (lingerMax).
-	writer.lingerBatch = (total + 3) / 4
-	if s.cfg.Once {
-		// Claim again after every write: a retry written back to the
-		// queue is due, and the claim after the last write ends the run.
-		writer.afterWrite = func() {
-			select {
-			case s.events <- wakeEvent{}:
-			default:
-			}
-		}
-	}
-	go writer.run()
-
-	maintCtx, stopMaintenance := context.WithCancel(bg)
-	wg.Add(1)
-	go func() { defer wg.Done(); s.maintain(maintCtx) }()
-
-	if s.metrics != nil {
-		wg.Add(1)
-		go func() { defer wg.Done(); s.pollStats(maintCtx) }()
-	}
-	wg.Add(1)
-	go func() { defer wg.Done(); s.watchFleet(maintCtx) }()
-	if ci, ok := s.cfg.Backend.(backends.ClaimIndexer); ok {
-		wg.Add(1)
-		go func() { defer wg.Done(); s.watchClaimIndex(maintCtx, ci) }()
-	}
+	svc := s.startServices(bg, total)
 
 	subCtx, stopSubscription := context.WithCancel(bg)
 	wg.Add(1)
@@ -375,7 +336,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 
 	sp := transport.StartSpawner()
 
-	l := newLoop(s, writer, sp, &wg)
+	l := newLoop(s, svc.writer, sp, &wg)
 	l.inherit(inherited)
 	go func() {
 		select {
@@ -389,15 +350,15 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	stopSubscription()
 
 	// Every result the loop decided is with the writer; wait for it.
-	writer.close()
-	<-writer.done
-	stopMaintenance()
+	svc.writer.Stop()
+	svc.stopWatchers()
 	endCtx, cancelEnd := context.WithTimeout(bg, writeTimeout)
 	if err := s.cfg.Backend.SetWorkerStatus(endCtx, s.workerID, backends.WorkerStopped); err != nil {
 		s.log.Error("marking the worker stopped failed", "worker_id", s.workerID, "err", err)
 	}
 	cancelEnd()
-	stopHeartbeat()
+	// Beats go on until the row is marked stopped.
+	svc.heartbeat.Stop()
 	wg.Wait()
 	sp.Stop()
 	s.log.Info("stopped", "state", StateStopped.String(), "worker_id", s.workerID)
@@ -448,4 +409,21 @@ func jitterPoll(d time.Duration) time.Duration {
 func randFloat() float64 {
 	r, _ := rand.Int(rand.Reader, big.NewInt(1<<53))
 	return float64(r.Int64()) / (1 << 53)
+}
+
+// claimIndexAdvice is the detail /readyz shows while the index is missing.
+const claimIndexAdvice = "warning: the claim-order index soniq_sidecar_claim_order is missing, so every claim sorts every queued row; run `soniq-sidecar migrate` to create it"
+
+func (s *Supervisor) setClaimIndexMissing(missing bool) {
+	s.claimIndexMissing.Store(missing)
+	s.metrics.claimIndex(missing)
+}
+
+// Advisories are conditions an operator should fix that do not make the
+// sidecar unready (shown by /readyz under "ready").
+func (s *Supervisor) Advisories() []string {
+	if s.claimIndexMissing.Load() {
+		return []string{claimIndexAdvice}
+	}
+	return nil
 }

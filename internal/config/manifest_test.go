@@ -378,7 +378,7 @@ func TestParseManifestDuration(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := parseManifestDuration(tt.in)
+			got, err := ParseDuration(tt.in)
 			if tt.wantErr != "" {
 				require.ErrorContains(t, err, tt.wantErr)
 				return

@@ -123,9 +123,11 @@ func settingsQueuesLine(top map[string]yamlEntry) (int, bool) {
 
 func (d *manifestDecoder) settings(n *yaml.Node, field string) ManifestSettings {
 	var s ManifestSettings
-	keys := []string{queuesKey}
+	var keys []string
 	for _, sd := range settingTable {
-		keys = append(keys, sd.key)
+		if sd.engine() {
+			keys = append(keys, sd.key)
+		}
 	}
 	fields, ok := d.mapping(n, field, keys...)
 	if !ok {
@@ -134,7 +136,7 @@ func (d *manifestDecoder) settings(n *yaml.Node, field string) ManifestSettings 
 	s.where = map[string]string{}
 	for _, sd := range settingTable {
 		e, ok := fields[sd.key]
-		if !ok {
+		if !ok || sd.manifest == nil {
 			continue
 		}
 		f := fieldPath(field, sd.key)
@@ -149,10 +151,10 @@ func (d *manifestDecoder) settings(n *yaml.Node, field string) ManifestSettings 
 		*sd.manifest(&s) = &v
 		s.where[sd.key] = fmt.Sprintf("%s:%d", d.file, derefAlias(e.val).Line)
 	}
-	if e, ok := fields["queues"]; ok {
-		if q, ok := d.queueList(e.val, fieldPath(field, "queues")); ok {
+	if e, ok := fields[queuesKey]; ok {
+		if q, ok := d.queueList(e.val, fieldPath(field, queuesKey)); ok {
 			s.Queues = q
-			s.where["queues"] = fmt.Sprintf("%s:%d", d.file, e.key.Line)
+			s.where[queuesKey] = fmt.Sprintf("%s:%d", d.file, e.key.Line)
 		}
 	}
 	return s
