@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/audit"
 	"github.com/soniq-dev/soniq-sidecar/internal/completer"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/internal/transport"
@@ -173,6 +174,8 @@ type loop struct {
 	// ackWait: results being written, by job id, and the process to
 	// acknowledge them to (acks.go).
 	ackWait map[string]*process
+	// audit weighs the self-audit's readings (audit.go).
+	audit audit.Tracker
 }
 
 // loopHost is the Supervisor as the loop sees it: its worker id and
@@ -328,6 +331,8 @@ func (l *loop) handle(e event) {
 		l.settleInherited(true, "startup_timeout elapsed")
 	case settledEvent:
 		l.onSettled(e.ids)
+	case auditEvent:
+		l.onAudit(e.reading)
 	case ackTimeoutEvent:
 		l.onAckTimeout(e.proc)
 	case graceExpiredEvent:

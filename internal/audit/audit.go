@@ -14,6 +14,7 @@ package audit
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
@@ -38,6 +39,42 @@ type Service struct {
 	WorkerID string
 	Interval time.Duration
 	Report   func(Reading)
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Start runs the service on a goroutine of its own until ctx ends or Stop
+// is called. A second Start does nothing.
+func (s *Service) Start(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done != nil {
+		return
+	}
+	ctx, s.cancel = context.WithCancel(ctx)
+	done := make(chan struct{})
+	s.done = done
+	go func() {
+		defer close(done)
+		if err := s.Run(ctx); err != nil && s.Report != nil {
+			s.Report(Reading{At: time.Now(), Err: err})
+		}
+	}()
+}
+
+// Stop ends the service and returns once its goroutine has; it does
+// nothing if it never started.
+func (s *Service) Stop() {
+	s.mu.Lock()
+	cancel, done := s.cancel, s.done
+	s.mu.Unlock()
+	if done == nil {
+		return
+	}
+	cancel()
+	<-done
 }
 
 // Run reads until ctx is done; it returns nil then.

@@ -148,3 +148,20 @@ func TestServiceRefusesNoInterval(t *testing.T) {
 	s := &Service{Interval: 0}
 	assert.ErrorContains(t, s.Run(t.Context()), "interval must be > 0")
 }
+
+func TestServiceStartStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		n := 0
+		s := &Service{Backend: &fakeReader{}, WorkerID: "w", Interval: time.Second, Report: func(Reading) { mu.Lock(); n++; mu.Unlock() }}
+		s.Stop() // never started: nothing to do
+		s.Start(t.Context())
+		s.Start(t.Context()) // a second Start does nothing
+		time.Sleep(2500 * time.Millisecond)
+		s.Stop()
+		s.Stop()
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Equal(t, 2, n)
+	})
+}

@@ -9,6 +9,7 @@ package completer
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -158,6 +159,20 @@ func (w *Completer) Pending() int {
 // Written is how many batches the Completer has written. A claim issued
 // after the last one has seen every row the Completer put back.
 func (w *Completer) Written() int64 { return w.written.Load() }
+
+// Holds reports whether a write for job id is waiting or being written. A
+// row it holds is still processing in the database although its result is
+// decided: the self-audit must not take it for an orphan.
+func (w *Completer) Holds(id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, c := range w.completions {
+		if c.JobID == id {
+			return true
+		}
+	}
+	return slices.Contains(w.nacks, id)
+}
 
 // Hurry makes the Completer write at once from now on, without lingering:
 // shutdown began, and what it still writes (final results, NACKs) is due.
