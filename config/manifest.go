@@ -1,99 +1,107 @@
 package config
 
 import (
-	"bytes"
-	"errors"
-	"fmt"
-	"io"
-	"os"
-	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 )
 
-// Transport names how the sidecar talks to a handler's processes (docs/protocol.md).
+// Transport names how the sidecar talks to a handler's processes
+// (docs/protocol.md).
 type Transport string
 
 // The two transports of protocol version 1.
 const (
+	// TransportStdio: NDJSON frames over the child's stdin and stdout.
 	TransportStdio Transport = "stdio"
-	TransportUnix  Transport = "unix"
+	// TransportUnix: gRPC over a Unix socket, one Session stream per
+	// process (go-plugin starts a spawned child; an attached handler serves
+	// its own socket).
+	TransportUnix Transport = "unix"
 )
 
-// Handler defaults (docs/manifest.md).
-const (
-	defaultProcesses       = 1
-	defaultConcurrency     = 8
-	defaultSyncConcurrency = 4
-	defaultStartupTimeout  = 10 * time.Second
-)
-
-// Manifest is a validated manifest with every default filled in. Paths in it
-// are absolute.
+// Manifest is a loaded, validated manifest with every default filled in:
+// the handlers to run, the jobs each serves and their branch (cancellable
+// or not), and the optional settings. Paths in it are absolute. Its format
+// is docs/manifest.md.
 type Manifest struct {
-	// Path is the manifest file's absolute path; Dir is its directory, the
-	// base for relative paths in it.
-	Path     string
-	Dir      string
-	Version  int
+	// Path is the manifest file's absolute path.
+	Path string
+	// Dir is the manifest's directory, the base of the relative paths in
+	// it.
+	Dir string
+	// Version is the manifest format's version (1).
+	Version int
+	// Settings is the optional `settings:` block.
 	Settings ManifestSettings
+	// Handlers are the pools of handler processes, in declaration order.
 	Handlers []Handler
 }
 
-// ManifestSettings holds the manifest's optional `settings:` block; nil means
-// "not given here", so a lower layer (the default) applies. ResolveSettings
-// layers it under the environment and flags.
+// ManifestSettings is the manifest's optional `settings:` block. A nil
+// field is not given here, so a lower layer (the default) applies;
+// resolving the settings lays the environment and the flags over it.
 type ManifestSettings struct {
-	ShutdownTimeout   *time.Duration
-	SyncHandlerGrace  *time.Duration
-	JobTimeout        *time.Duration
-	HeartbeatInterval *time.Duration
-	HeartbeatTimeout  *time.Duration
-	CleanupInterval   *time.Duration
-	PollInterval      *time.Duration
-	ResultTTL         *time.Duration
-	// Queues comes from `settings.queues` or the top-level `queues:` (one of
-	// the two at most); nil means all queues.
+	ShutdownTimeout   *time.Duration // shutdown_timeout
+	SyncHandlerGrace  *time.Duration // sync_handler_grace_seconds
+	JobTimeout        *time.Duration // job_timeout
+	HeartbeatInterval *time.Duration // heartbeat_interval
+	HeartbeatTimeout  *time.Duration // heartbeat_timeout
+	CleanupInterval   *time.Duration // cleanup_interval
+	PollInterval      *time.Duration // poll_interval
+	ResultTTL         *time.Duration // result_ttl
+	// Queues comes from `settings.queues` or the top-level `queues:` (one
+	// of the two at most); nil means all queues.
 	Queues []string
-
-	// where maps a setting's manifest key to "file:line", so errors found
-	// when layers are combined can still point at the manifest.
-	where map[string]string
+	// Where maps the key of each setting the block sets to the file:line
+	// it is on, so errors found when the layers are combined can point at
+	// the manifest. Loading a manifest fills it; it may be nil.
+	Where map[string]string
 }
 
 // Handler is one pool of long-lived handler processes.
 type Handler struct {
+	// Name is the handler's name: lower-case letters, digits, '.', '_'
+	// and '-'.
 	Name string
 	// Command is the argv; Command[0] is absolute when the manifest gave a
 	// relative path containing a '/', and a bare name (looked up in PATH)
-	// otherwise.
+	// otherwise. Empty for an attached handler.
 	Command []string
 	// Attach lists the Unix socket endpoints (paths or globs, absolute) of
-	// handler processes the sidecar attaches to instead of spawning them
-	// (attach.go); each endpoint is one process. Empty for a spawned
-	// handler.
-	Attach          []string
-	Transport       Transport
-	Processes       int
-	Concurrency     int
+	// handler processes the sidecar attaches to instead of spawning them;
+	// each endpoint is one process. Empty for a spawned handler.
+	Attach []string
+	// Transport is how the sidecar talks to the handler's processes
+	// (default stdio; attached handlers use unix).
+	Transport Transport
+	// Processes is the number of processes of a spawned handler (default
+	// 1).
+	Processes int
+	// Concurrency is the number of jobs one process runs at once (default
+	// 8).
+	Concurrency int
+	// SyncConcurrency is the number of sync (non-cancellable) jobs one
+	// process runs at once (default 4).
 	SyncConcurrency int
 	// Env is the child's whole environment apart from the SONIQ_* protocol
 	// variables. Never nil.
 	Env map[string]string
 	// EnvFrom names variables of the sidecar's own environment passed
-	// through to the child when set (env wins for a name in both).
-	EnvFrom        []string
+	// through to the child when set (Env wins for a name in both).
+	EnvFrom []string
+	// StartupTimeout is the time a process has to say hello (default 10s).
 	StartupTimeout time.Duration
-	MaxJobs        int // recycle after about this many jobs; 0 = never
-	MaxMemoryMB    int // soft RSS limit; 0 = none
+	// MaxJobs recycles a process after about this many jobs; 0 = never.
+	MaxJobs int
+	// MaxMemoryMB is a soft limit on a process's resident size: above it
+	// the process is recycled when idle, never killed while busy; 0 = none.
+	MaxMemoryMB int
 	// Workdir is the child's working directory (absolute); it defaults to
 	// the manifest's directory.
 	Workdir string
-	Jobs    []JobSpec
+	// Jobs are the job names the handler serves.
+	Jobs []JobSpec
 	// Line is where the handler is declared, for later errors such as a
 	// hello that disagrees with the manifest.
 	Line int
@@ -101,27 +109,38 @@ type Handler struct {
 
 // JobSpec is one job name a handler serves.
 type JobSpec struct {
+	// Name is the job's name, as producers enqueue it.
 	Name string
-	// Cancellable selects the contract's branch: true = async (cancel and
-	// NACK at shutdown_timeout), false = sync (never interrupted).
+	// Cancellable selects the shutdown contract's branch: true = async
+	// (cancelled and NACKed at shutdown_timeout), false = sync (never
+	// interrupted).
 	Cancellable bool
 	// Timeout applies only when TimeoutSet; otherwise the resolved
 	// settings' job timeout does (see EffectiveTimeout). 0 = none.
 	Timeout    time.Duration
 	TimeoutSet bool
-	Retry      RetryPolicy
-	Line       int
+	// Retry is when a failed attempt is tried again.
+	Retry RetryPolicy
+	// Line is where the job is declared.
+	Line int
 }
 
 // ManifestError is one problem in a manifest, located by file, line and
-// field path (e.g. handlers[0].jobs[1].timeout).
+// field path. Loading a manifest reports every problem it finds, each a
+// *ManifestError, joined (errors.Join); errors.As finds the first.
 type ManifestError struct {
-	File  string // the path as the caller gave it
-	Line  int    // 1-based; 0 when unknown
-	Field string // empty when the problem is not about one field
-	Msg   string
+	// File is the manifest's path as the caller gave it.
+	File string
+	// Line is 1-based; 0 when unknown (the file cannot be read).
+	Line int
+	// Field is the field's path, e.g. handlers[0].jobs[1].timeout; empty
+	// when the problem is not about one field.
+	Field string
+	// Msg says what is wrong.
+	Msg string
 }
 
+// Error is "file:line: field: message".
 func (e *ManifestError) Error() string {
 	var b strings.Builder
 	b.WriteString(e.File)
@@ -177,87 +196,9 @@ func (j *JobSpec) EffectiveTimeout(s Settings) time.Duration {
 	return s.JobTimeout
 }
 
-// LoadManifest reads, validates and completes a YAML or JSON manifest (JSON
-// is parsed as YAML). Every error is a *ManifestError; several are joined
-// with errors.Join so one run reports all of them.
-func LoadManifest(path string) (*Manifest, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, &ManifestError{File: path, Msg: fmt.Sprintf("cannot read manifest: %v", unwrapPathError(err))}
-	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return nil, &ManifestError{File: path, Msg: fmt.Sprintf("cannot resolve path: %v", err)}
-	}
-	return parseManifest(data, path, abs)
-}
+// IsGlob reports whether an attach entry is a pattern rather than a path.
+func IsGlob(p string) bool { return strings.ContainsAny(p, "*?[") }
 
-func unwrapPathError(err error) error {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
-}
-
-var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
-// parseManifest does the work of LoadManifest; name is used in messages and
-// abs to resolve relative paths.
-func parseManifest(data []byte, name, abs string) (*Manifest, error) {
-	root, err := decodeSingleDocument(data)
-	if err != nil {
-		me := &ManifestError{File: name, Msg: err.Error()}
-		if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
-			me.Line, _ = strconv.Atoi(m[1])
-			me.Msg = "invalid YAML: " + m[2]
-			if zeroBasedYAMLError(m[2]) {
-				me.Line++
-			}
-		}
-		return nil, me
-	}
-	d := &manifestDecoder{file: name, dir: filepath.Dir(abs)}
-	m := d.manifest(root)
-	if len(d.errs) > 0 {
-		return nil, errors.Join(d.errs...)
-	}
-	m.Path = abs
-	m.Dir = d.dir
-	return m, nil
-}
-
-// zeroBasedYAMLError reports whether a go-yaml message comes from its
-// parser (not its scanner): go-yaml numbers those lines from 0.
-func zeroBasedYAMLError(msg string) bool {
-	switch msg {
-	case "did not find expected key", "did not find expected node content",
-		"did not find expected '-' indicator", "did not find expected ',' or ']'",
-		"did not find expected ',' or '}'":
-		return true
-	}
-	return false
-}
-
-// decodeSingleDocument parses exactly one YAML document; a second one is
-// almost always a mistake (two manifests pasted together).
-func decodeSingleDocument(data []byte) (*yaml.Node, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, errors.New("empty manifest")
-		}
-		return nil, err
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		return nil, fmt.Errorf("yaml: line %d: a manifest holds one document, found a second", extra.Line)
-	} else if !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
-		return doc.Content[0], nil
-	}
-	return nil, errors.New("empty manifest")
-}
+// Attached reports whether the sidecar attaches to this handler's
+// processes instead of spawning them.
+func (h *Handler) Attached() bool { return len(h.Attach) > 0 }
