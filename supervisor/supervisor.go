@@ -2,9 +2,10 @@
 // in a Go program: the handler process pools, the claim-and-dispatch loop,
 // retries, heartbeats, maintenance and the shutdown state machine of
 // docs/shutdown.md. LoadManifest and ResolveSettings read the same
-// manifest and settings as the soniq-sidecar command; New and Run run
-// them against any backends.Backend; Shutdown applies the shutdown
-// contract. docs/embedding.md states what is stable.
+// manifest and settings as the soniq-sidecar command, into the config
+// package's types; New and Run run them against any backends.Backend;
+// Shutdown applies the shutdown contract. docs/embedding.md states what is
+// stable.
 //
 // All mutable state lives in one event loop goroutine (Run); process pipes,
 // timers, claims and database writes run in goroutines Run owns and report
@@ -32,7 +33,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
-	"github.com/soniq-dev/soniq-sidecar/internal/config"
+	"github.com/soniq-dev/soniq-sidecar/config"
 	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
@@ -45,8 +46,8 @@ const InstrumentationScope = "github.com/soniq-dev/soniq-sidecar/supervisor"
 
 // Config is what Run needs. Manifest, Settings and Backend are required.
 type Config struct {
-	Manifest *Manifest
-	Settings Settings
+	Manifest *config.Manifest
+	Settings config.Settings
 	Backend  backends.Backend
 	Logger   *slog.Logger
 	// Version is recorded on the worker row.
@@ -192,7 +193,7 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	// A library caller may pass a partial Settings: intervals of 0 would
 	// spin or panic, so they take Soniq's defaults.
-	def := config.DefaultSettings()
+	def := defaultSettings()
 	for _, d := range []struct{ v, def *time.Duration }{
 		{&cfg.Settings.HeartbeatInterval, &def.HeartbeatInterval},
 		{&cfg.Settings.HeartbeatTimeout, &def.HeartbeatTimeout},

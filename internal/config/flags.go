@@ -34,7 +34,7 @@ type Options struct {
 // fills them in.
 type Flags struct {
 	cmd       Command
-	overrides FlagOverrides
+	overrides SettingOverrides
 	given     map[string]any // command settings by key, parsed
 }
 
@@ -90,7 +90,7 @@ func (f *Flags) set(sp *setting, raw string) error {
 }
 
 // Overrides are the engine settings given as flags, for ResolveSettings.
-func (f *Flags) Overrides() FlagOverrides { return f.overrides }
+func (f *Flags) Overrides() SettingOverrides { return f.overrides }
 
 // Options resolves the settings of the command line that the command
 // reads: flag > environment > default. Every bad value in the environment
@@ -111,7 +111,7 @@ func (f *Flags) Options(lookupEnv func(string) (string, bool)) (Options, error) 
 			if raw, set := lookupEnv(sp.env); set {
 				var err error
 				if v, err = sp.parse(raw, true); err != nil {
-					errs = append(errs, &SettingError{Name: sp.env, Value: raw, Msg: err.Error()})
+					errs = append(errs, &SettingError{Setting: sp.key, Source: SourceEnvironment, Name: sp.env, Value: raw, Msg: err.Error()})
 					continue
 				}
 				ok = v != nil

@@ -452,7 +452,7 @@ func TestManifestDocExample(t *testing.T) {
 	assert.Equal(t, filepath.Join(root, "deploy", "sidecar", "bin", "node"), m.Handlers[1].Command[0])
 	assert.Equal(t, []string{"billing", "default"}, m.Settings.Queues)
 
-	s, err := ResolveSettings(m, nil, FlagOverrides{})
+	s, err := ResolveSettings(m, nil, SettingOverrides{})
 	require.NoError(t, err)
 	assert.Equal(t, 5*time.Minute, m.Handlers[0].Job("billing.pdf.render").EffectiveTimeout(s))
 	assert.Equal(t, time.Minute, s.SyncHandlerGrace)

@@ -9,27 +9,6 @@ import (
 	"time"
 )
 
-// Settings are the sidecar's resolved runtime settings (docs/manifest.md, "Settings").
-type Settings struct {
-	ShutdownTimeout time.Duration
-	// SyncHandlerGrace is the flat extra wait for sync jobs once
-	// shutdown_timeout has expired. Unless set explicitly (SyncGraceSet) it
-	// equals the resolved JobTimeout, as in Soniq; when that is 0 (no job
-	// timeout) the grace is 0 too: no extra grace, straight to
-	// WAIT_FOR_THREAD, where sync jobs are still never killed.
-	SyncHandlerGrace  time.Duration
-	JobTimeout        time.Duration // 0 = no timeout
-	HeartbeatInterval time.Duration
-	HeartbeatTimeout  time.Duration
-	CleanupInterval   time.Duration
-	PollInterval      time.Duration
-	ResultTTL         time.Duration // 0 = delete done rows at the next cleanup
-	SyncGraceSet      bool
-	// Queues restricts claiming to these queues; nil means all queues (the
-	// sidecar claims only the job names it serves in any case).
-	Queues []string
-}
-
 // DefaultSettings returns Soniq's defaults for every setting.
 func DefaultSettings() Settings {
 	var s Settings
@@ -41,40 +20,11 @@ func DefaultSettings() Settings {
 	return s
 }
 
-// FlagOverrides carries the command-line values that outrank everything
-// else; a nil field was not given.
-type FlagOverrides struct {
-	// Queues is the raw --queues value, a comma-separated list parsed like
-	// SONIQ_QUEUES.
-	Queues *string
-
-	ShutdownTimeout   *time.Duration
-	SyncHandlerGrace  *time.Duration
-	JobTimeout        *time.Duration
-	HeartbeatInterval *time.Duration
-	HeartbeatTimeout  *time.Duration
-	CleanupInterval   *time.Duration
-	PollInterval      *time.Duration
-	ResultTTL         *time.Duration
-}
-
-// SettingError is a bad setting value from the environment, a flag, or a
-// combination of layers. It is a configuration error (exit code 2).
-type SettingError struct {
-	Name  string // SONIQ_JOB_TIMEOUT, --queues, or a setting's manifest key
-	Value string
-	Msg   string
-}
-
-func (e *SettingError) Error() string {
-	return fmt.Sprintf("%s=%q: %s", e.Name, e.Value, e.Msg)
-}
-
 // ResolveSettings layers flag > environment > manifest `settings:` > default
 // (docs/manifest.md). m may be nil (no manifest) and lookupEnv nil (no environment,
 // e.g. os.LookupEnv in main, a map in tests). Every bad value is reported,
 // joined, each naming its variable or flag and the value.
-func ResolveSettings(m *Manifest, lookupEnv func(string) (string, bool), flags FlagOverrides) (Settings, error) {
+func ResolveSettings(m *Manifest, lookupEnv func(string) (string, bool), flags SettingOverrides) (Settings, error) {
 	s := DefaultSettings()
 	if lookupEnv == nil {
 		lookupEnv = func(string) (string, bool) { return "", false }
@@ -85,7 +35,7 @@ func ResolveSettings(m *Manifest, lookupEnv func(string) (string, bool), flags F
 	}
 	var errs []error
 	// from records where each value came from, for cross-field messages.
-	from := map[string]string{}
+	from := map[string]origin{}
 
 	for _, sp := range settingTable {
 		if sp.field == nil {
@@ -94,23 +44,23 @@ func ResolveSettings(m *Manifest, lookupEnv func(string) (string, bool), flags F
 		dst := sp.field(&s)
 		if v := *sp.manifest(&ms); v != nil {
 			*dst = *v
-			from[sp.key] = "manifest " + ms.where[sp.key]
+			from[sp.key] = origin{SourceManifest, "manifest " + ms.Where[sp.key]}
 		}
 		if raw, ok := lookupEnv(sp.env); ok && strings.TrimSpace(raw) != "" {
 			// Empty counts as unset, so `SONIQ_X=` in a compose file is harmless.
 			if v, err := envSeconds(raw, sp.zeroValid); err != nil {
-				errs = append(errs, &SettingError{Name: sp.env, Value: raw, Msg: err.Error()})
+				errs = append(errs, &SettingError{Setting: sp.key, Source: SourceEnvironment, Name: sp.env, Value: raw, Msg: err.Error()})
 			} else {
 				*dst = v
-				from[sp.key] = sp.env
+				from[sp.key] = origin{SourceEnvironment, sp.env}
 			}
 		}
 		if v := *sp.override(&flags); v != nil {
 			if err := checkDuration(*v, sp.zeroValid); err != nil {
-				errs = append(errs, &SettingError{Name: sp.flag, Value: v.String(), Msg: err.Error()})
+				errs = append(errs, &SettingError{Setting: sp.key, Source: SourceFlag, Name: sp.flag, Value: v.String(), Msg: err.Error()})
 			} else {
 				*dst = *v
-				from[sp.key] = sp.flag
+				from[sp.key] = origin{SourceFlag, sp.flag}
 			}
 		}
 		if sp.key == "sync_handler_grace_seconds" {
@@ -125,14 +75,14 @@ func ResolveSettings(m *Manifest, lookupEnv func(string) (string, bool), flags F
 	s.Queues = ms.Queues
 	if raw, ok := lookupEnv(queues.env); ok && strings.TrimSpace(raw) != "" {
 		if q, err := parseQueueList(raw); err != nil {
-			errs = append(errs, &SettingError{Name: queues.env, Value: raw, Msg: err.Error()})
+			errs = append(errs, &SettingError{Setting: queues.key, Source: SourceEnvironment, Name: queues.env, Value: raw, Msg: err.Error()})
 		} else {
 			s.Queues = q
 		}
 	}
 	if flags.Queues != nil && strings.TrimSpace(*flags.Queues) != "" {
 		if q, err := parseQueueList(*flags.Queues); err != nil {
-			errs = append(errs, &SettingError{Name: queues.flag, Value: *flags.Queues, Msg: err.Error()})
+			errs = append(errs, &SettingError{Setting: queues.key, Source: SourceFlag, Name: queues.flag, Value: *flags.Queues, Msg: err.Error()})
 		} else {
 			s.Queues = q
 		}
@@ -166,10 +116,11 @@ const AllowShortHeartbeatEnv = "SONIQ_ALLOW_SHORT_HEARTBEAT_TIMEOUT"
 // checkHeartbeat refuses heartbeat settings under which a live worker, a
 // sidecar or a Soniq worker, could be recovered as stale and its jobs run
 // twice.
-func checkHeartbeat(s Settings, from map[string]string, lookupEnv func(string) (string, bool)) []error {
+func checkHeartbeat(s Settings, from map[string]origin, lookupEnv func(string) (string, bool)) []error {
 	var errs []error
 	timeoutErr := func(msg string, args ...any) {
-		errs = append(errs, &SettingError{Name: "heartbeat_timeout", Value: s.HeartbeatTimeout.String(),
+		errs = append(errs, &SettingError{Setting: "heartbeat_timeout", Source: from["heartbeat_timeout"].layer(),
+			Name: "heartbeat_timeout", Value: s.HeartbeatTimeout.String(),
 			Msg: fmt.Sprintf("(from %s) ", settingSource(from, "heartbeat_timeout")) + fmt.Sprintf(msg, args...)})
 	}
 	if s.HeartbeatTimeout < heartbeatMargin*s.HeartbeatInterval {
@@ -186,16 +137,32 @@ func checkHeartbeat(s Settings, from map[string]string, lookupEnv func(string) (
 			"(set %s=true only if no Soniq worker ever uses this database)", soniqMinHeartbeatTimeout, soniqMaxHeartbeatInterval, AllowShortHeartbeatEnv)
 	}
 	if s.HeartbeatInterval > soniqMinHeartbeatTimeout/heartbeatMargin {
-		errs = append(errs, &SettingError{Name: "heartbeat_interval", Value: s.HeartbeatInterval.String(), Msg: fmt.Sprintf(
-			"(from %s) must be at most %s: a Soniq worker may recover workers silent for %s, and this sidecar must beat at least %d times in that window",
-			settingSource(from, "heartbeat_interval"), soniqMinHeartbeatTimeout/heartbeatMargin, soniqMinHeartbeatTimeout, heartbeatMargin)})
+		errs = append(errs, &SettingError{Setting: "heartbeat_interval", Source: from["heartbeat_interval"].layer(),
+			Name: "heartbeat_interval", Value: s.HeartbeatInterval.String(), Msg: fmt.Sprintf(
+				"(from %s) must be at most %s: a Soniq worker may recover workers silent for %s, and this sidecar must beat at least %d times in that window",
+				settingSource(from, "heartbeat_interval"), soniqMinHeartbeatTimeout/heartbeatMargin, soniqMinHeartbeatTimeout, heartbeatMargin)})
 	}
 	return errs
 }
 
-func settingSource(from map[string]string, key string) string {
+// origin is where a setting's value came from: the layer, and how an
+// error names it ("manifest m.yaml:4", SONIQ_JOB_TIMEOUT, --job-timeout).
+type origin struct {
+	source Source
+	desc   string
+}
+
+// layer is the origin's layer; the zero origin is the default.
+func (o origin) layer() Source {
+	if o.source == "" {
+		return SourceDefault
+	}
+	return o.source
+}
+
+func settingSource(from map[string]origin, key string) string {
 	if f, ok := from[key]; ok {
-		return f
+		return f.desc
 	}
 	return "the default"
 }

@@ -30,7 +30,7 @@ func TestDefaultSettings(t *testing.T) {
 		ResultTTL:         300 * time.Second,
 	}, DefaultSettings())
 
-	s, err := ResolveSettings(nil, nil, FlagOverrides{})
+	s, err := ResolveSettings(nil, nil, SettingOverrides{})
 	require.NoError(t, err)
 	assert.Equal(t, DefaultSettings(), s, "no manifest, environment or flags: the defaults")
 }
@@ -50,7 +50,7 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 		name  string
 		m     *Manifest
 		env   map[string]string
-		flags FlagOverrides
+		flags SettingOverrides
 		want  Settings
 	}{
 		{
@@ -78,7 +78,7 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 			name: "flags over environment",
 			m:    m,
 			env:  env,
-			flags: FlagOverrides{
+			flags: SettingOverrides{
 				Queues:          manifestPtr("critical"),
 				JobTimeout:      manifestPtr(time.Duration(0)),
 				ShutdownTimeout: manifestPtr(3 * time.Second),
@@ -93,7 +93,7 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 		{
 			name:  "an empty --queues leaves the lower layers",
 			env:   map[string]string{"SONIQ_QUEUES": "a,b"},
-			flags: FlagOverrides{Queues: manifestPtr(" ")},
+			flags: SettingOverrides{Queues: manifestPtr(" ")},
 			want: func() Settings {
 				s := DefaultSettings()
 				s.Queues = []string{"a", "b"}
@@ -114,16 +114,16 @@ func TestResolveSettingsSyncGrace(t *testing.T) {
 	tests := []struct {
 		name      string
 		env       map[string]string
-		flags     FlagOverrides
+		flags     SettingOverrides
 		wantGrace time.Duration
 		wantSet   bool
 	}{
-		{"defaults to the default job timeout", nil, FlagOverrides{}, 300 * time.Second, false},
-		{"follows a resolved job timeout", map[string]string{"SONIQ_JOB_TIMEOUT": "42"}, FlagOverrides{}, 42 * time.Second, false},
-		{"no job timeout means no extra grace", map[string]string{"SONIQ_JOB_TIMEOUT": "0"}, FlagOverrides{}, 0, false},
-		{"explicit grace wins", map[string]string{"SONIQ_JOB_TIMEOUT": "42", "SONIQ_SYNC_HANDLER_GRACE_SECONDS": "7"}, FlagOverrides{}, 7 * time.Second, true},
-		{"explicit zero grace", map[string]string{"SONIQ_SYNC_HANDLER_GRACE_SECONDS": "0"}, FlagOverrides{}, 0, true},
-		{"flag grace", nil, FlagOverrides{SyncHandlerGrace: manifestPtr(time.Second)}, time.Second, true},
+		{"defaults to the default job timeout", nil, SettingOverrides{}, 300 * time.Second, false},
+		{"follows a resolved job timeout", map[string]string{"SONIQ_JOB_TIMEOUT": "42"}, SettingOverrides{}, 42 * time.Second, false},
+		{"no job timeout means no extra grace", map[string]string{"SONIQ_JOB_TIMEOUT": "0"}, SettingOverrides{}, 0, false},
+		{"explicit grace wins", map[string]string{"SONIQ_JOB_TIMEOUT": "42", "SONIQ_SYNC_HANDLER_GRACE_SECONDS": "7"}, SettingOverrides{}, 7 * time.Second, true},
+		{"explicit zero grace", map[string]string{"SONIQ_SYNC_HANDLER_GRACE_SECONDS": "0"}, SettingOverrides{}, 0, true},
+		{"flag grace", nil, SettingOverrides{SyncHandlerGrace: manifestPtr(time.Second)}, time.Second, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -153,7 +153,7 @@ func TestResolveSettingsErrors(t *testing.T) {
 	tests := []struct {
 		name  string
 		env   map[string]string
-		flags FlagOverrides
+		flags SettingOverrides
 		want  []string // exact Error() of each reported error, in order
 	}{
 		{
@@ -186,7 +186,7 @@ func TestResolveSettingsErrors(t *testing.T) {
 		},
 		{
 			name:  "bad flags",
-			flags: FlagOverrides{ShutdownTimeout: manifestPtr(time.Duration(0)), ResultTTL: manifestPtr(-time.Second)},
+			flags: SettingOverrides{ShutdownTimeout: manifestPtr(time.Duration(0)), ResultTTL: manifestPtr(-time.Second)},
 			want: []string{
 				`--shutdown-timeout="0s": must be greater than zero`,
 				`--result-ttl="-1s": must not be negative`,
@@ -229,9 +229,9 @@ func TestResolveSettingsErrors(t *testing.T) {
 func TestResolveSettingsCrossFieldNamesManifest(t *testing.T) {
 	m := &Manifest{Settings: ManifestSettings{
 		HeartbeatTimeout: manifestPtr(3 * time.Second),
-		where:            map[string]string{"heartbeat_timeout": "m.yaml:4"},
+		Where:            map[string]string{"heartbeat_timeout": "m.yaml:4"},
 	}}
-	_, err := ResolveSettings(m, nil, FlagOverrides{})
+	_, err := ResolveSettings(m, nil, SettingOverrides{})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "(from manifest m.yaml:4) must be at least 2 × heartbeat_interval 5s (from the default)")
 }
@@ -250,7 +250,7 @@ func TestResolveSettingsHeartbeatAccepted(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := ResolveSettings(nil, lookupFromMap(tt.env), FlagOverrides{})
+			s, err := ResolveSettings(nil, lookupFromMap(tt.env), SettingOverrides{})
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, [2]time.Duration{s.HeartbeatInterval, s.HeartbeatTimeout})
 		})
@@ -277,6 +277,53 @@ func TestParseQueueList(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+// Every setting error is a *SettingError naming the setting and the layer
+// the bad value came from, found with errors.As among joined errors.
+func TestSettingErrorNamesTheSettingAndItsSource(t *testing.T) {
+	zero := time.Duration(0)
+	bad := "a b"
+	tests := []struct {
+		name      string
+		m         *Manifest
+		env       map[string]string
+		overrides SettingOverrides
+		want      []SettingError // Setting, Source and Name of each, in order
+	}{
+		{name: "environment", env: map[string]string{"SONIQ_JOB_TIMEOUT": "5m"},
+			want: []SettingError{{Setting: "job_timeout", Source: SourceEnvironment, Name: "SONIQ_JOB_TIMEOUT"}}},
+		{name: "flag", overrides: SettingOverrides{PollInterval: &zero},
+			want: []SettingError{{Setting: "poll_interval", Source: SourceFlag, Name: "--poll-interval"}}},
+		{name: "queues from both", env: map[string]string{"SONIQ_QUEUES": "a b"}, overrides: SettingOverrides{Queues: &bad},
+			want: []SettingError{
+				{Setting: "queues", Source: SourceEnvironment, Name: "SONIQ_QUEUES"},
+				{Setting: "queues", Source: SourceFlag, Name: "--queues"},
+			}},
+		{name: "a combination, from the manifest",
+			m: &Manifest{Settings: ManifestSettings{HeartbeatTimeout: manifestPtr(3 * time.Second),
+				Where: map[string]string{"heartbeat_timeout": "m.yaml:4"}}},
+			want: []SettingError{{Setting: "heartbeat_timeout", Source: SourceManifest, Name: "heartbeat_timeout"}}},
+		{name: "a combination, from the environment", env: map[string]string{"SONIQ_HEARTBEAT_INTERVAL": "45"},
+			want: []SettingError{{Setting: "heartbeat_interval", Source: SourceEnvironment, Name: "heartbeat_interval"}}},
+		{name: "a combination, from the default", env: map[string]string{"SONIQ_HEARTBEAT_INTERVAL": "200"},
+			want: []SettingError{{Setting: "heartbeat_timeout", Source: SourceDefault, Name: "heartbeat_timeout"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ResolveSettings(tt.m, lookupFromMap(tt.env), tt.overrides)
+			require.Error(t, err)
+			var first *SettingError
+			require.ErrorAs(t, err, &first)
+			var got []SettingError
+			for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+				var se *SettingError
+				require.ErrorAs(t, e, &se)
+				got = append(got, SettingError{Setting: se.Setting, Source: se.Source, Name: se.Name})
+			}
 			assert.Equal(t, tt.want, got)
 		})
 	}

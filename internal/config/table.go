@@ -39,7 +39,7 @@ const (
 // decoder, ResolveSettings, RegisterFlags and Flags.Options all read it.
 type setting struct {
 	// key is the manifest key under settings: for a setting the manifest
-	// can set, else the setting's name (the Options field it fills).
+	// can set, else the setting's name in the same style (database_wait).
 	key  string
 	env  string // "" when no environment variable sets it
 	flag string // with its dashes, as errors name it; "" when no flag sets it
@@ -63,7 +63,7 @@ type setting struct {
 	// the value.
 	field    func(*Settings) *time.Duration
 	manifest func(*ManifestSettings) **time.Duration
-	override func(*FlagOverrides) **time.Duration
+	override func(*SettingOverrides) **time.Duration
 	// Command settings: the Options field (*string, *bool or
 	// *time.Duration).
 	option func(*Options) any
@@ -76,84 +76,84 @@ var settingTable = []setting{
 		help:     "after SIGTERM, how long in-flight jobs may drain before async jobs are cancelled and NACKed",
 		field:    func(s *Settings) *time.Duration { return &s.ShutdownTimeout },
 		manifest: func(m *ManifestSettings) **time.Duration { return &m.ShutdownTimeout },
-		override: func(f *FlagOverrides) **time.Duration { return &f.ShutdownTimeout }},
+		override: func(f *SettingOverrides) **time.Duration { return &f.ShutdownTimeout }},
 	{key: "sync_handler_grace_seconds", env: "SONIQ_SYNC_HANDLER_GRACE_SECONDS", flag: "--sync-handler-grace", zeroValid: true,
 		def: 300 * time.Second, defHelp: "the resolved job timeout",
 		help:     "extra wait for sync jobs once shutdown_timeout has expired",
 		field:    func(s *Settings) *time.Duration { return &s.SyncHandlerGrace },
 		manifest: func(m *ManifestSettings) **time.Duration { return &m.SyncHandlerGrace },
-		override: func(f *FlagOverrides) **time.Duration { return &f.SyncHandlerGrace }},
+		override: func(f *SettingOverrides) **time.Duration { return &f.SyncHandlerGrace }},
 	{key: "job_timeout", env: "SONIQ_JOB_TIMEOUT", flag: "--job-timeout", zeroValid: true, def: 300 * time.Second,
 		help:     "default timeout of jobs that set none; 0 = no timeout",
 		field:    func(s *Settings) *time.Duration { return &s.JobTimeout },
 		manifest: func(m *ManifestSettings) **time.Duration { return &m.JobTimeout },
-		override: func(f *FlagOverrides) **time.Duration { return &f.JobTimeout }},
+		override: func(f *SettingOverrides) **time.Duration { return &f.JobTimeout }},
 	{key: "heartbeat_interval", env: "SONIQ_HEARTBEAT_INTERVAL", flag: "--heartbeat-interval", def: 5 * time.Second,
 		help:     "how often the worker row is heartbeated",
 		field:    func(s *Settings) *time.Duration { return &s.HeartbeatInterval },
 		manifest: func(m *ManifestSettings) **time.Duration { return &m.HeartbeatInterval },
-		override: func(f *FlagOverrides) **time.Duration { return &f.HeartbeatInterval }},
+		override: func(f *SettingOverrides) **time.Duration { return &f.HeartbeatInterval }},
 	{key: "heartbeat_timeout", env: "SONIQ_HEARTBEAT_TIMEOUT", flag: "--heartbeat-timeout", def: 300 * time.Second,
 		help:     "silence after which a worker counts as stale and its jobs are recovered",
 		field:    func(s *Settings) *time.Duration { return &s.HeartbeatTimeout },
 		manifest: func(m *ManifestSettings) **time.Duration { return &m.HeartbeatTimeout },
-		override: func(f *FlagOverrides) **time.Duration { return &f.HeartbeatTimeout }},
+		override: func(f *SettingOverrides) **time.Duration { return &f.HeartbeatTimeout }},
 	{key: "cleanup_interval", env: "SONIQ_CLEANUP_INTERVAL", flag: "--cleanup-interval", def: 300 * time.Second,
 		help:     "how often maintenance runs",
 		field:    func(s *Settings) *time.Duration { return &s.CleanupInterval },
 		manifest: func(m *ManifestSettings) **time.Duration { return &m.CleanupInterval },
-		override: func(f *FlagOverrides) **time.Duration { return &f.CleanupInterval }},
+		override: func(f *SettingOverrides) **time.Duration { return &f.CleanupInterval }},
 	{key: "poll_interval", env: "SONIQ_POLL_INTERVAL", flag: "--poll-interval", def: 5 * time.Second,
 		help:     "polling fallback when no new-job notification arrives",
 		field:    func(s *Settings) *time.Duration { return &s.PollInterval },
 		manifest: func(m *ManifestSettings) **time.Duration { return &m.PollInterval },
-		override: func(f *FlagOverrides) **time.Duration { return &f.PollInterval }},
+		override: func(f *SettingOverrides) **time.Duration { return &f.PollInterval }},
 	{key: "result_ttl", env: "SONIQ_RESULT_TTL", flag: "--result-ttl", zeroValid: true, def: 300 * time.Second,
 		help:     "how long done rows are kept; 0 = removed at the next cleanup",
 		field:    func(s *Settings) *time.Duration { return &s.ResultTTL },
 		manifest: func(m *ManifestSettings) **time.Duration { return &m.ResultTTL },
-		override: func(f *FlagOverrides) **time.Duration { return &f.ResultTTL }},
+		override: func(f *SettingOverrides) **time.Duration { return &f.ResultTTL }},
 	{key: queuesKey, env: "SONIQ_QUEUES", flag: "--queues", kind: kindQueues, defHelp: "all",
 		help: "comma-separated `queues` to claim from"},
 
-	{key: "DatabaseURL", env: "SONIQ_DATABASE_URL", flag: "--database-url", kind: kindText, defHelp: "sqlite:soniq.db",
+	{key: "database_url", env: "SONIQ_DATABASE_URL", flag: "--database-url", kind: kindText, defHelp: "sqlite:soniq.db",
 		help: "database `URL`", uses: CommandRun | CommandData, flagIn: CommandRun | CommandData,
 		option: func(o *Options) any { return &o.DatabaseURL }},
-	{key: "DatabasePooler", env: "SONIQ_DATABASE_POOLER", flag: "--database-pooler", kind: kindText, defHelp: "session",
+	{key: "database_pooler", env: "SONIQ_DATABASE_POOLER", flag: "--database-pooler", kind: kindText, defHelp: "session",
 		help: "how --database-url is reached, a `mode`: session, or transaction when it goes through a transaction-mode pooler such as PgBouncer (see docs/operations.md)",
 		uses: CommandRun | CommandData, flagIn: CommandRun,
 		option: func(o *Options) any { return &o.DatabasePooler }},
-	{key: "ListenURL", env: "SONIQ_DATABASE_LISTEN_URL", flag: "--listen-url", kind: kindText, defHelp: "none",
+	{key: "database_listen_url", env: "SONIQ_DATABASE_LISTEN_URL", flag: "--listen-url", kind: kindText, defHelp: "none",
 		help: "optional postgres:// `URL` for the one LISTEN connection, straight to Postgres or a session-mode pool",
 		uses: CommandRun | CommandData, flagIn: CommandRun,
 		option: func(o *Options) any { return &o.ListenURL }},
-	{key: "Manifest", env: "SONIQ_MANIFEST", flag: "--manifest", kind: kindText, defHelp: DefaultManifest + " if it exists",
+	{key: "manifest", env: "SONIQ_MANIFEST", flag: "--manifest", kind: kindText, defHelp: DefaultManifest + " if it exists",
 		help: "manifest `file`", uses: CommandRun, flagIn: CommandRun,
 		option: func(o *Options) any { return &o.Manifest }},
-	{key: "Instance", env: "SONIQ_INSTANCE", flag: "--instance", kind: kindText, defHelp: "soniq-sidecar",
+	{key: "instance", env: "SONIQ_INSTANCE", flag: "--instance", kind: kindText, defHelp: "soniq-sidecar",
 		help: "this sidecar's `name` among programs sharing its hostname and pid, e.g. two sidecars in one pod",
 		uses: CommandRun, flagIn: CommandRun,
 		option: func(o *Options) any { return &o.Instance }},
 	// 60 s: long enough for a database that starts beside the sidecar (a
 	// pod, a compose file), short enough that a wrong address fails the
 	// deploy.
-	{key: "DatabaseWait", env: "SONIQ_DATABASE_WAIT", flag: "--database-wait", zeroValid: true, def: 60 * time.Second,
+	{key: "database_wait", env: "SONIQ_DATABASE_WAIT", flag: "--database-wait", zeroValid: true, def: 60 * time.Second,
 		help: "how long to retry an unreachable database at start", uses: CommandRun, flagIn: CommandRun,
 		option: func(o *Options) any { return &o.DatabaseWait }},
-	{key: "MetricsFinalScrapeWait", env: "SONIQ_METRICS_FINAL_SCRAPE_WAIT", flag: "--metrics-final-scrape-wait", zeroValid: true, defHelp: "0: off",
+	{key: "metrics_final_scrape_wait", env: "SONIQ_METRICS_FINAL_SCRAPE_WAIT", flag: "--metrics-final-scrape-wait", zeroValid: true, defHelp: "0: off",
 		help: "after shutdown NACKs, hold the exit (at most this long) until /metrics has been scraped once more, so Prometheus sees them; only when something has scraped /metrics before",
 		uses: CommandRun, flagIn: CommandRun,
 		option: func(o *Options) any { return &o.MetricsFinalScrapeWait }},
-	{key: "MetricsAddr", flag: "--metrics-addr", kind: kindText, emptyIsValue: true, defText: ":9464",
+	{key: "metrics_addr", flag: "--metrics-addr", kind: kindText, emptyIsValue: true, defText: ":9464",
 		help: "HTTP `address` for /metrics, /healthz and /readyz (empty disables)", uses: CommandRun, flagIn: CommandRun,
 		option: func(o *Options) any { return &o.MetricsAddr }},
-	{key: "LogFormat", flag: "--log-format", kind: kindText, defText: "auto",
+	{key: "log_format", flag: "--log-format", kind: kindText, defText: "auto",
 		help: "the log `format`: auto (text on a terminal, else JSON), text or json", uses: CommandRun, flagIn: CommandRun,
 		option: func(o *Options) any { return &o.LogFormat }},
-	{key: "Once", flag: "--once", kind: kindBool,
+	{key: "once", flag: "--once", kind: kindBool,
 		help: "run the jobs that are due, then stop as on SIGTERM and exit 0 (for cron and CI)", uses: CommandRun, flagIn: CommandRun,
 		option: func(o *Options) any { return &o.Once }},
-	{key: "DeadLetterUnknown", flag: "--dead-letter-unknown", kind: kindBool,
+	{key: "dead_letter_unknown", flag: "--dead-letter-unknown", kind: kindBool,
 		help: "dead-letter jobs whose name no handler serves (only for a sidecar that owns its queues)", uses: CommandRun, flagIn: CommandRun,
 		option: func(o *Options) any { return &o.DeadLetterUnknown }},
 }
