@@ -48,6 +48,7 @@ type ManifestSettings struct {
 	HeartbeatInterval *time.Duration // heartbeat_interval
 	HeartbeatTimeout  *time.Duration // heartbeat_timeout
 	CleanupInterval   *time.Duration // cleanup_interval
+	AuditInterval     *time.Duration // audit_interval
 	PollInterval      *time.Duration // poll_interval
 	ResultTTL         *time.Duration // result_ttl
 	// Queues comes from `settings.queues` or the top-level `queues:` (one

@@ -27,6 +27,11 @@ type Settings struct {
 	HeartbeatTimeout time.Duration
 	// CleanupInterval is how often the maintenance pass runs.
 	CleanupInterval time.Duration
+	// AuditInterval is how often the self-audit reads the rows processing
+	// under this worker; a row the sidecar does not hold at two readings
+	// is given back to the queue. Negative (only programmatically) turns
+	// the audit off.
+	AuditInterval time.Duration
 	// PollInterval is the polling fallback when no new-job notification
 	// arrives.
 	PollInterval time.Duration
@@ -54,6 +59,7 @@ type SettingOverrides struct {
 	HeartbeatInterval *time.Duration
 	HeartbeatTimeout  *time.Duration
 	CleanupInterval   *time.Duration
+	AuditInterval     *time.Duration
 	PollInterval      *time.Duration
 	ResultTTL         *time.Duration
 }

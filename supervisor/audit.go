@@ -22,7 +22,7 @@ func (auditEvent) isEvent() {}
 
 // newAudit is the reading service, reporting to the loop.
 func (s *Supervisor) newAudit() *audit.Service {
-	return &audit.Service{Backend: s.cfg.Backend, WorkerID: s.workerID, Interval: s.cfg.AuditInterval,
+	return &audit.Service{Backend: s.cfg.Backend, WorkerID: s.workerID, Interval: s.cfg.Settings.AuditInterval,
 		Report: func(r audit.Reading) { s.emit(auditEvent{reading: r}) }}
 }
 
@@ -47,12 +47,12 @@ func (l *loop) onAudit(r audit.Reading) {
 		l.audit.Reset()
 		return
 	}
-	orphans := l.audit.Observe(r.Rows, r.At, l.cfg.AuditInterval/2, l.knows)
+	orphans := l.audit.Observe(r.Rows, r.At, l.cfg.Settings.AuditInterval/2, l.knows)
 	if len(orphans) == 0 {
 		return
 	}
 	backend, workerID, log, metrics := l.cfg.Backend, l.host.workerID, l.log, l.metrics
-	interval, wake := l.cfg.AuditInterval, l.emit
+	interval, wake := l.cfg.Settings.AuditInterval, l.emit
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()

@@ -46,7 +46,7 @@ func (w *fakeWorld) logged(msg string) []map[string]any {
 func TestAuditReleasesAnOrphanAndLeavesRunningJobsAlone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newFakeWorld(t, fakeSettings(30*time.Second, time.Minute), 8, 4, nil)
-		w.sup.cfg.AuditInterval = 10 * time.Second
+		w.sup.cfg.Settings.AuditInterval = 10 * time.Second
 		long := w.enqueue("async.sleep", 100) // runs through many readings
 		w.run(1)
 		orphan := orphanFor(t, w)
@@ -84,7 +84,7 @@ func TestAuditReleasesAnOrphanAndLeavesRunningJobsAlone(t *testing.T) {
 func TestAuditOffLeavesTheOrphan(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newFakeWorld(t, fakeSettings(30*time.Second, time.Minute), 8, 4, nil)
-		w.sup.cfg.AuditInterval = -1
+		w.sup.cfg.Settings.AuditInterval = -1
 		w.enqueue("async.sleep", 1)
 		w.run(1)
 		orphan := orphanFor(t, w)
@@ -123,7 +123,7 @@ func TestAuditLeavesAResultBeingWrittenAlone(t *testing.T) {
 		w := newFakeWorld(t, fakeSettings(30*time.Second, time.Minute), 8, 4, nil)
 		stall := &stallingCompletes{Backend: w.sup.cfg.Backend, release: make(chan struct{})}
 		w.sup.cfg.Backend = stall
-		w.sup.cfg.AuditInterval = 10 * time.Second
+		w.sup.cfg.Settings.AuditInterval = 10 * time.Second
 		id := w.enqueue("async.sleep", 1)
 		w.run(1)
 		// Its result is with the writer from 1 s on; the row stays

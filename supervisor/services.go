@@ -49,7 +49,7 @@ func (s *Supervisor) startServices(ctx context.Context, total int) *services {
 		Interval: s.cfg.Settings.CleanupInterval, Log: s.log, Foreign: s.metrics.foreignWorkers})
 	fleet.Start(ctx)
 	svc.watchers = append(svc.watchers, fleet)
-	if s.cfg.AuditInterval > 0 {
+	if s.cfg.Settings.AuditInterval > 0 {
 		a := s.newAudit()
 		a.Start(ctx)
 		svc.watchers = append(svc.watchers, a)

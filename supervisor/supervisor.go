@@ -85,12 +85,6 @@ type Config struct {
 	PingTimeout  time.Duration // default 30s: a silent process holding no sync job is killed
 	StopGrace    time.Duration // shutdown frame → SIGTERM (default 5s), SIGTERM → SIGKILL likewise
 	WaitWarn     time.Duration // WAIT_FOR_THREAD reminder period (default 30s)
-	// AuditInterval is how often the self-audit reads the rows processing
-	// under this worker (default 60s; negative turns it off). A row the
-	// sidecar does not hold at two readings is given back to the queue, so
-	// no row stays processing under a live worker for more than about two
-	// intervals without a handler running it.
-	AuditInterval time.Duration
 
 	// startTransport replaces transport.Start in unit tests, which run the
 	// state machine against in-process fake handlers on a fake clock.
@@ -102,9 +96,6 @@ type Config struct {
 // bound for result writes. It exists only so a wedged database cannot hold
 // the sidecar forever; it is not a time budget.
 const writeTimeout = 30 * time.Second
-
-// DefaultAuditInterval is the self-audit's reading period by default.
-const DefaultAuditInterval = time.Minute
 
 // DefaultInstance is the instance name of a sidecar that sets none.
 const DefaultInstance = "soniq-sidecar"
@@ -188,9 +179,6 @@ func New(cfg Config) (*Supervisor, error) {
 	if cfg.WaitWarn <= 0 {
 		cfg.WaitWarn = 30 * time.Second
 	}
-	if cfg.AuditInterval == 0 {
-		cfg.AuditInterval = DefaultAuditInterval
-	}
 	// A library caller may pass a partial Settings: intervals of 0 would
 	// spin or panic, so they take Soniq's defaults.
 	def := defaultSettings()
@@ -204,6 +192,9 @@ func New(cfg Config) (*Supervisor, error) {
 		if *d.v <= 0 {
 			*d.v = *d.def
 		}
+	}
+	if cfg.Settings.AuditInterval == 0 { // negative turns the audit off
+		cfg.Settings.AuditInterval = def.AuditInterval
 	}
 	s := &Supervisor{
 		cfg:      cfg,

@@ -26,6 +26,7 @@ func TestDefaultSettings(t *testing.T) {
 		HeartbeatInterval: 5 * time.Second,
 		HeartbeatTimeout:  300 * time.Second,
 		CleanupInterval:   300 * time.Second,
+		AuditInterval:     60 * time.Second,
 		PollInterval:      5 * time.Second,
 		ResultTTL:         300 * time.Second,
 	}, DefaultSettings())
@@ -59,7 +60,7 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 			want: Settings{
 				ShutdownTimeout: 45 * time.Second, SyncHandlerGrace: 10 * time.Second, SyncGraceSet: true,
 				JobTimeout: 2 * time.Minute, HeartbeatInterval: 2500 * time.Millisecond, HeartbeatTimeout: time.Minute,
-				CleanupInterval: time.Minute, PollInterval: 500 * time.Millisecond, ResultTTL: 0,
+				CleanupInterval: time.Minute, AuditInterval: time.Minute, PollInterval: 500 * time.Millisecond, ResultTTL: 0,
 				Queues: []string{"billing", "default"},
 			},
 		},
@@ -70,7 +71,7 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 			want: Settings{
 				ShutdownTimeout: 12500 * time.Millisecond, SyncHandlerGrace: 10 * time.Second, SyncGraceSet: true,
 				JobTimeout: 90 * time.Second, HeartbeatInterval: 2500 * time.Millisecond, HeartbeatTimeout: time.Minute,
-				CleanupInterval: time.Minute, PollInterval: 250 * time.Millisecond, ResultTTL: 0,
+				CleanupInterval: time.Minute, AuditInterval: time.Minute, PollInterval: 250 * time.Millisecond, ResultTTL: 0,
 				Queues: []string{"urgent", "default"},
 			},
 		},
@@ -86,7 +87,7 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 			want: Settings{
 				ShutdownTimeout: 3 * time.Second, SyncHandlerGrace: 10 * time.Second, SyncGraceSet: true,
 				JobTimeout: 0, HeartbeatInterval: 2500 * time.Millisecond, HeartbeatTimeout: time.Minute,
-				CleanupInterval: time.Minute, PollInterval: 250 * time.Millisecond, ResultTTL: 0,
+				CleanupInterval: time.Minute, AuditInterval: time.Minute, PollInterval: 250 * time.Millisecond, ResultTTL: 0,
 				Queues: []string{"critical"},
 			},
 		},
