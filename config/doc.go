@@ -7,6 +7,7 @@
 //
 // supervisor.LoadManifest reads and validates a manifest file and
 // supervisor.ResolveSettings layers the settings as the soniq-sidecar
-// command does; docs/manifest.md is the format. The package holds types
-// only and imports nothing of the module.
+// command does; docs/manifest.md is the format. The package holds the
+// types and their methods only (a job's effective timeout, a retry
+// policy's delays), and imports nothing of the module.
 package config
