@@ -35,8 +35,8 @@ type Settings struct {
 	// PollInterval is the polling fallback when no new-job notification
 	// arrives.
 	PollInterval time.Duration
-	// ResultTTL is how long done rows are kept; 0 = deleted at the next
-	// maintenance pass.
+	// ResultTTL is how long done rows are kept; 0 = deleted by the
+	// completion's own statement, as Soniq's worker does.
 	ResultTTL time.Duration
 	// SyncGraceSet says SyncHandlerGrace was set by a layer, not derived
 	// from JobTimeout.

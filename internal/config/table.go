@@ -114,7 +114,7 @@ var settingTable = []setting{
 		manifest: func(m *ManifestSettings) **time.Duration { return &m.PollInterval },
 		override: func(f *SettingOverrides) **time.Duration { return &f.PollInterval }},
 	{key: "result_ttl", env: "SONIQ_RESULT_TTL", flag: "--result-ttl", zeroValid: true, def: 300 * time.Second,
-		help:     "how long done rows are kept; 0 = removed at the next cleanup",
+		help:     "how long done rows are kept; 0 = deleted at completion",
 		field:    func(s *Settings) *time.Duration { return &s.ResultTTL },
 		manifest: func(m *ManifestSettings) **time.Duration { return &m.ResultTTL },
 		override: func(f *SettingOverrides) **time.Duration { return &f.ResultTTL }},
