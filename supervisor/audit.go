@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/audit"
+	"github.com/soniq-dev/soniq-sidecar/internal/maintenance"
 )
 
 // The self-audit: every AuditInterval the rows processing under this
@@ -13,17 +13,18 @@ import (
 // does not know at two readings at least half an interval apart (and at
 // the same attempt) is an orphan: whatever left it there, nobody else will
 // ever take it back while this worker heartbeats, so it is given back to
-// the queue. See internal/audit for the decision.
+// the queue. See internal/maintenance (audit.go) for the decision.
 
 // auditEvent carries one reading to the loop.
-type auditEvent struct{ reading audit.Reading }
+type auditEvent struct{ reading maintenance.AuditReading }
 
 func (auditEvent) isEvent() {}
 
 // newAudit is the reading service, reporting to the loop.
-func (s *Supervisor) newAudit() *audit.Service {
-	return &audit.Service{Backend: s.cfg.Backend, WorkerID: s.workerID, Interval: s.cfg.Settings.AuditInterval,
-		Report: func(r audit.Reading) { s.emit(auditEvent{reading: r}) }}
+func (s *Supervisor) newAudit() *maintenance.Auditor {
+	return maintenance.NewAuditor(maintenance.AuditConfig{Backend: s.cfg.Backend, WorkerID: s.workerID,
+		Interval: s.cfg.Settings.AuditInterval,
+		Report:   func(r maintenance.AuditReading) { s.emit(auditEvent{reading: r}) }})
 }
 
 // knows reports whether the sidecar holds job id in any way: claimed or
@@ -35,7 +36,7 @@ func (l *loop) knows(id string) bool {
 }
 
 // onAudit weighs one reading and gives the orphans back.
-func (l *loop) onAudit(r audit.Reading) {
+func (l *loop) onAudit(r maintenance.AuditReading) {
 	if r.Err != nil {
 		// The heartbeat and the claims report a database in trouble; the
 		// next reading tries again.

@@ -15,8 +15,8 @@ import (
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/config"
-	"github.com/soniq-dev/soniq-sidecar/internal/audit"
 	"github.com/soniq-dev/soniq-sidecar/internal/completer"
+	"github.com/soniq-dev/soniq-sidecar/internal/maintenance"
 	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 )
 
@@ -175,7 +175,7 @@ type loop struct {
 	// acknowledge them to (acks.go).
 	ackWait map[string]*process
 	// audit weighs the self-audit's readings (audit.go).
-	audit audit.Tracker
+	audit maintenance.AuditTracker
 }
 
 // loopHost is the Supervisor as the loop sees it: its worker id and

@@ -1,114 +1,80 @@
-// Package audit is a worker's self-audit: the defence against every bug
-// that could leave a job processing under a live worker that is not
-// running it. Such a row is never recovered by anyone else (the worker
-// heartbeats, so no stale-worker recovery takes it), so it would wait
-// forever. The worker periodically reads the rows processing under its id
-// and compares them with the jobs it knows it holds; a row it does not
-// know, seen so at two reads at least a grace apart and at the same
-// attempt, is an orphan and is given back to the queue.
-//
-// The package holds the reading service (Service) and the decision
-// (Tracker); what the worker knows, and the give-back, are the engine's.
-package audit
+package maintenance
 
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 )
 
-// Reader is what the service reads the rows with.
-type Reader interface {
+// The self-audit: the defence against every bug that could leave a job
+// processing under a live worker that is not running it. Such a row is
+// never recovered by anyone else (the worker heartbeats, so no
+// stale-worker recovery takes it), so it would wait forever. The worker
+// periodically reads the rows processing under its id and compares them
+// with the jobs it knows it holds; a row it does not know, seen so at two
+// reads at least a grace apart and at the same attempt, is an orphan and is
+// given back to the queue. Auditor reads, AuditTracker decides; what the
+// worker holds, and the give-back, are the engine's.
+
+// AuditReader is what an Auditor reads the rows with.
+type AuditReader interface {
 	ProcessingJobs(ctx context.Context, workerID string) ([]backends.Job, error)
 }
 
-// Reading is one read of the rows processing under the worker.
-type Reading struct {
+// AuditReading is one read of the rows processing under the worker.
+type AuditReading struct {
 	Rows []backends.Job
 	At   time.Time // when the read started: the rows are no older
 	Err  error
 }
 
-// Service reads the worker's processing rows every Interval and hands each
-// reading to Report, which must not block (the engine queues it).
-type Service struct {
-	Backend  Reader
+// AuditConfig is what an Auditor reads with. Every field is required.
+type AuditConfig struct {
+	Backend  AuditReader
 	WorkerID string
 	Interval time.Duration
-	Report   func(Reading)
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	// Report receives each reading, from the Auditor's goroutine; it must
+	// not block (the engine queues it for its loop).
+	Report func(AuditReading)
 }
 
-// Start runs the service on a goroutine of its own until ctx ends or Stop
-// is called. A second Start does nothing.
-func (s *Service) Start(ctx context.Context) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.done != nil {
+// Auditor reads the rows processing under the worker every Interval.
+type Auditor struct {
+	service
+	cfg AuditConfig
+}
+
+// NewAuditor prepares an Auditor; nothing runs before Start.
+func NewAuditor(cfg AuditConfig) *Auditor { return &Auditor{cfg: cfg} }
+
+// Start reads every interval (the first a whole interval from now: at
+// start the engine is still sorting out what it holds) until ctx ends or
+// Stop is called.
+func (a *Auditor) Start(ctx context.Context) {
+	a.start(ctx, func(ctx context.Context) { every(ctx, a.cfg.Interval, false, a.read) })
+}
+
+// read is one reading. It is bounded by the interval, so a database that
+// hangs delays the next reading instead of stacking them.
+func (a *Auditor) read(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, a.cfg.Interval)
+	defer cancel()
+	at := time.Now()
+	rows, err := a.cfg.Backend.ProcessingJobs(rctx, a.cfg.WorkerID)
+	if ctx.Err() != nil {
 		return
 	}
-	ctx, s.cancel = context.WithCancel(ctx)
-	done := make(chan struct{})
-	s.done = done
-	go func() {
-		defer close(done)
-		if err := s.Run(ctx); err != nil && s.Report != nil {
-			s.Report(Reading{At: time.Now(), Err: err})
-		}
-	}()
+	if err != nil {
+		err = fmt.Errorf("self-audit: read the rows processing under worker %s: %w", a.cfg.WorkerID, err)
+	}
+	a.cfg.Report(AuditReading{Rows: rows, At: at, Err: err})
 }
 
-// Stop ends the service and returns once its goroutine has; it does
-// nothing if it never started.
-func (s *Service) Stop() {
-	s.mu.Lock()
-	cancel, done := s.cancel, s.done
-	s.mu.Unlock()
-	if done == nil {
-		return
-	}
-	cancel()
-	<-done
-}
-
-// Run reads until ctx is done; it returns nil then.
-func (s *Service) Run(ctx context.Context) error {
-	if s.Interval <= 0 {
-		return fmt.Errorf("audit: interval must be > 0, got %s", s.Interval)
-	}
-	t := time.NewTicker(s.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		// A read is bounded by the interval, so a database that hangs
-		// delays the next reading instead of stacking them.
-		rctx, cancel := context.WithTimeout(ctx, s.Interval)
-		at := time.Now()
-		rows, err := s.Backend.ProcessingJobs(rctx, s.WorkerID)
-		cancel()
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			err = fmt.Errorf("self-audit: read the rows processing under worker %s: %w", s.WorkerID, err)
-		}
-		s.Report(Reading{Rows: rows, At: at, Err: err})
-	}
-}
-
-// Tracker decides which rows are orphans. Its zero value is ready; it is
+// AuditTracker decides which rows are orphans. Its zero value is ready; it is
 // not safe for concurrent use (the engine's loop owns it).
-type Tracker struct {
+type AuditTracker struct {
 	suspects map[string]suspect
 }
 
@@ -121,7 +87,7 @@ type suspect struct {
 // returns the orphans: rows unknown at this reading and at an earlier one
 // at least grace before it, at the same attempt. A row known, gone, or
 // claimed again (another attempt) in between is no suspect any more.
-func (t *Tracker) Observe(rows []backends.Job, at time.Time, grace time.Duration, known func(id string) bool) []backends.Job {
+func (t *AuditTracker) Observe(rows []backends.Job, at time.Time, grace time.Duration, known func(id string) bool) []backends.Job {
 	next := make(map[string]suspect, len(t.suspects))
 	var orphans []backends.Job
 	for _, j := range rows {
@@ -145,7 +111,7 @@ func (t *Tracker) Observe(rows []backends.Job, at time.Time, grace time.Duration
 
 // Reset forgets every suspect: what the worker knows changed wholesale (its
 // row was registered again, or it took over a predecessor's rows).
-func (t *Tracker) Reset() { t.suspects = nil }
+func (t *AuditTracker) Reset() { t.suspects = nil }
 
 // Suspects is how many rows are unknown and waiting for their second look.
-func (t *Tracker) Suspects() int { return len(t.suspects) }
+func (t *AuditTracker) Suspects() int { return len(t.suspects) }

@@ -2,7 +2,8 @@
 // the result writer: the heartbeat, the leader's maintenance pass
 // (stale-worker recovery, expired rows), the queue statistics poller, and
 // the watchers of the worker table (foreign workers on this worker's
-// queues) and of the claim-order index.
+// queues) and of the claim-order index, and the self-audit's reader (the
+// rows processing under this worker, for the engine to weigh).
 //
 // Each is a type made from a config, started with Start(ctx) and ended
 // with Stop, which returns once its one goroutine has. They read and write
