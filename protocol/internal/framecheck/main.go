@@ -4,9 +4,11 @@
 // -max-frame-bytes. For each frame it writes one JSON line to stdout: what
 // the sidecar got from it, or why it refused it. The SDKs' property tests
 // pipe the real handler process into it, so "a frame the sidecar accepts" is
-// decided by the sidecar's code rather than by a copy of its rules.
+// decided by the sidecar's code rather than by a copy of its rules. A
+// result's value is given as its JSON text, so that a verdict line stays
+// shallow however deep the value nests.
 //
-//	{"ok":true,"type":"result","id":"j1","status":"done","result":{"a":1}}
+//	{"ok":true,"type":"result","id":"j1","status":"done","result":"{\"a\":1}"}
 //	{"ok":true,"type":"result","id":"j2","status":"failed","error":{"type":"TypeError","message":"…","retryable":false}}
 //	{"ok":true,"type":"pong","seq":3}
 //	{"ok":false,"code":"invalid_json","error":"protocol: invalid_json: …"}
@@ -30,13 +32,13 @@ import (
 )
 
 type verdict struct {
-	OK     bool            `json:"ok"`
-	Code   string          `json:"code,omitempty"`
-	Error  any             `json:"error,omitempty"`
-	Type   string          `json:"type,omitempty"`
-	ID     string          `json:"id,omitempty"`
-	Status string          `json:"status,omitempty"`
-	Result json.RawMessage `json:"result,omitempty"`
+	OK     bool    `json:"ok"`
+	Code   string  `json:"code,omitempty"`
+	Error  any     `json:"error,omitempty"`
+	Type   string  `json:"type,omitempty"`
+	ID     string  `json:"id,omitempty"`
+	Status string  `json:"status,omitempty"`
+	Result *string `json:"result,omitempty"` // done: the value's JSON text; absent for null
 	// Seconds is a snooze's; Seq a pong's.
 	Seconds *float64 `json:"seconds,omitempty"`
 	Reason  *string  `json:"reason,omitempty"`
@@ -96,7 +98,11 @@ func describe(m protocol.Message, err error) verdict {
 	v := verdict{OK: true, Type: string(m.Type())}
 	switch m := m.(type) {
 	case *protocol.Result:
-		v.ID, v.Status, v.Result = m.ID, string(m.Status), m.Result
+		v.ID, v.Status = m.ID, string(m.Status)
+		if m.Result != nil {
+			text := string(m.Result)
+			v.Result = &text
+		}
 		if m.Error != nil {
 			v.Error = resultError{Type: m.Error.Type, Message: m.Error.Message, Traceback: m.Error.Traceback,
 				Retryable: m.Error.Retryable, Reason: string(m.Error.Reason)}

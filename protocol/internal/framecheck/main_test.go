@@ -38,7 +38,7 @@ func TestVerdicts(t *testing.T) {
 	require.Equal(t, 1, status, "a refused frame ends the stream, as in the sidecar")
 	require.Len(t, got, 6)
 	require.Equal(t, map[string]any{"ok": true, "type": "result", "id": "a", "status": "done",
-		"result": map[string]any{"x": []any{1.0, 2.5}}}, got[0])
+		"result": `{"x":[1,2.5]}`}, got[0])
 	require.Equal(t, map[string]any{"type": "E", "message": "m", "retryable": false}, got[1]["error"])
 	require.Equal(t, 7.0, got[2]["seq"])
 	require.Equal(t, true, got[3]["ok"])

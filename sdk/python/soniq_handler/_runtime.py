@@ -46,10 +46,10 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Deque, Dict, Iterable, List, NoReturn, Optional, Set, Tuple, Type
+from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, NoReturn, Optional, Set, Tuple, Type
 
 from . import protocol
-from ._types import SDK_NAME, CallNext, JobContext, ServeError, Snooze, Validator
+from ._types import EXIT_CANNOT_START, SDK_NAME, CallNext, JobContext, ServeError, Snooze, Validator
 
 # The callback a transport gives with each job: the job's result frame as it
 # is reported (checked) and its encoding on stdio.
@@ -241,17 +241,28 @@ def result(
 def failed(
     job_id: str, etype: str, message: str, tb: Optional[str], retryable: bool, reason: Optional[str] = None
 ) -> protocol.ResultFrame:
+    # Cut, and made UTF-8 (lone surrogates replaced): whatever an exception
+    # carries, its failure can always be written.
     return result(
         job_id,
         "failed",
         error={
-            "type": _truncate_head(etype),
-            "message": _truncate_head(message),
-            "traceback": None if tb is None else _truncate_tail(tb),
+            "type": _utf8(_truncate_head(etype)),
+            "message": _utf8(_truncate_head(message)),
+            "traceback": None if tb is None else _utf8(_truncate_tail(tb)),
             "retryable": retryable,
             "reason": reason,
         },
     )
+
+
+def raised(job_id: str, e: BaseException, with_traceback: bool = True) -> protocol.ResultFrame:
+    """The failure of a job that raised ``e``: its class name, message and
+    traceback, retryable unless it says ``retryable = False``. Nothing ``e``
+    does (a __str__ or a ``retryable`` property that raises or recurses)
+    keeps the failure from being written."""
+    tb = _format_traceback(e) if with_traceback else None
+    return failed(job_id, type_name(e), safe_str(e), tb, _retryable(e))
 
 
 def shutting_down(job_id: str) -> protocol.ResultFrame:
@@ -265,14 +276,43 @@ def draining(job_id: str) -> protocol.ResultFrame:
 
 
 def _snooze(job_id: str, s: Snooze) -> protocol.ResultFrame:
-    return result(job_id, "snooze", seconds=s.seconds, reason=s.reason)
+    reason = None if s.reason is None else _utf8(_truncate_head(s.reason))
+    return result(job_id, "snooze", seconds=s.seconds, reason=reason)
 
 
 def safe_str(e: BaseException) -> str:
+    """str(e); a __str__ that raises or recurses must not lose the result."""
     try:
-        return str(e)
-    except Exception as inner:  # a broken __str__ must not lose the result
-        return f"<str() of {type(e).__name__} failed: {type(inner).__name__}>"
+        text = str(e)
+    except BaseException as inner:  # noqa: B036 - user code runs here, whatever it raises
+        return f"<str() of {type_name(e)} failed: {type_name(inner)}>"
+    return str.__str__(text)  # an exact str, whatever subclass __str__ returned
+
+
+def type_name(obj: object) -> str:
+    try:
+        name = type(obj).__name__
+    except BaseException:  # noqa: B036 - a metaclass can make even this raise
+        return "object"
+    return name if type(name) is str else "object"
+
+
+def _retryable(e: BaseException) -> bool:
+    try:
+        retryable = getattr(e, "retryable", True)
+    except BaseException:  # noqa: B036 - a property that raises: the default
+        return True
+    return retryable if isinstance(retryable, bool) else True
+
+
+def _utf8(text: str) -> str:
+    """``text`` with lone surrogates (which UTF-8 cannot carry) replaced by
+    U+FFFD; surrogate pairs become the character they stand for."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _truncate_head(text: str) -> str:
@@ -293,11 +333,14 @@ def _truncate_tail(text: str) -> str:
 _PLUMBING_FILES = frozenset({__file__, getattr(sys.modules.get("concurrent.futures.thread"), "__file__", "")})
 
 
-def _format_traceback(e: BaseException) -> str:
-    tb = e.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename in _PLUMBING_FILES:
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(e), e, tb or e.__traceback__))
+def _format_traceback(e: BaseException) -> Optional[str]:
+    try:
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename in _PLUMBING_FILES:
+            tb = tb.tb_next
+        return "".join(traceback.format_exception(type(e), e, tb or e.__traceback__))
+    except BaseException:  # noqa: B036 - e's own methods run here; the failure goes out without it
+        return None
 
 
 def error_text(error: protocol.ErrorInfo) -> str:
@@ -308,25 +351,161 @@ def error_text(error: protocol.ErrorInfo) -> str:
     return text
 
 
+# What a result that cannot be written becomes: a failure that is not retried.
+# The same args give the same value and the same failure, so a retry would run
+# the handler (and its side effects) again for nothing; the job is
+# dead-lettered with the cause, to be replayed once the handler is fixed.
+UNENCODABLE_RETRYABLE = False
+
+
 def encode_result(frame: protocol.ResultFrame, max_frame_bytes: int) -> Tuple[protocol.ResultFrame, bytes]:
-    """The result as it is reported, encoded: a value JSON cannot carry or
-    one over the frame limit fails the job instead (every transport)."""
+    """The result as it is reported, encoded. A value that cannot be written
+    (a type JSON cannot carry, a cycle, nesting too deep, a method of it
+    that raises, memory) or one over the frame limit fails the job instead,
+    with the cause in the message; a failure over the limit keeps its type
+    and retryability and is cut to fit. Never raises for anything in the
+    frame (every transport reports what this returns)."""
     try:
         data = protocol.encode(frame)
-    except (TypeError, ValueError) as e:
-        # The handler returned something JSON cannot carry.
-        frame = failed(frame["id"], "TypeError", f"job result is not JSON-serialisable: {e}", None, False)
+    except BaseException as e:  # noqa: B036 - the value's own methods run here, whatever they raise
+        frame = unencodable(frame, e)
         data = protocol.encode(frame)
     if len(data) > max_frame_bytes:
-        frame = failed(
-            frame["id"],
-            "ResultTooLarge",
-            f"encoded result is {len(data)} bytes, over the {max_frame_bytes}-byte frame limit",
-            None,
-            False,
-        )
-        data = protocol.encode(frame)
+        frame, data = _fit(frame, len(data), max_frame_bytes)
     return frame, data
+
+
+def unencodable(frame: protocol.ResultFrame, e: BaseException) -> protocol.ResultFrame:
+    """The failure that replaces a result whose encoding raised ``e``."""
+    try:
+        cause = _encoding_cause(frame.get("result"), e)
+    except BaseException:  # noqa: B036 - the value's methods run again here
+        cause = safe_str(e)
+    if not cause:
+        cause = type_name(e)
+    return failed(frame["id"], type_name(e), f"job result is not JSON-serialisable: {cause}", None,
+                  UNENCODABLE_RETRYABLE)
+
+
+def _encoding_cause(value: Any, e: BaseException) -> str:
+    """Why ``value`` could not be written, in words: for a RecursionError or
+    a value nested too deep, whether it contains itself (and where) or how
+    deep it goes."""
+    if not isinstance(e, (RecursionError, protocol.DepthError)):
+        return safe_str(e)
+    cycle, depth = _shape(value)
+    if cycle is not None:
+        return f"it contains itself: {cycle}"
+    if depth >= protocol.MAX_DEPTH:
+        return f"it is nested {depth} levels deep, over the {protocol.MAX_DEPTH - 1} a result may have"
+    if isinstance(e, RecursionError) and depth > sys.getrecursionlimit() // 2:
+        return (
+            f"it is nested {depth} levels deep, deeper than the interpreter's recursion limit "
+            f"({sys.getrecursionlimit()}) lets the encoder go"
+        )
+    return safe_str(e)  # a method of the value recursed
+
+
+def _shape(value: Any) -> Tuple[Optional[str], int]:
+    """(where ``value`` first contains itself, or None; how deep its lists
+    and dicts nest), found without recursion."""
+    path: List[str] = ["result"]  # how each container on the walk is reached
+    on_path: Dict[int, int] = {}  # id of a container on the walk -> its index in `path`
+    stack: List[Tuple[int, Iterator[Tuple[str, Any]]]] = []
+    depth = 0
+
+    def enter(v: Any) -> Optional[str]:
+        nonlocal depth
+        if not isinstance(v, (dict, list, tuple)):
+            return None
+        if id(v) in on_path:
+            return f"{_path_text(path)} is {_path_text(path[: on_path[id(v)] + 1])}"
+        on_path[id(v)] = len(path) - 1
+        items: Iterator[Tuple[str, Any]]
+        if isinstance(v, dict):
+            items = ((f"[{_key_text(k)}]", x) for k, x in v.items())
+        else:
+            items = ((f"[{i}]", x) for i, x in enumerate(v))
+        stack.append((id(v), items))
+        depth = max(depth, len(stack))
+        return None
+
+    found = enter(value)
+    while stack and found is None:
+        vid, items = stack[-1]
+        step = next(items, None)
+        if step is None:
+            stack.pop()
+            del on_path[vid]
+            path.pop()
+            continue
+        path.append(step[0])
+        found = enter(step[1])
+        if len(stack) < len(path):  # not a container: nothing below it
+            path.pop()
+    return found, depth
+
+
+def _key_text(key: Any) -> str:
+    if isinstance(key, str):
+        return repr(key) if len(key) <= 40 else repr(key[:40])[:-1] + "...'"
+    return f"<{type_name(key)}>"
+
+
+def _path_text(path: List[str]) -> str:
+    if len(path) <= 12:
+        return "".join(path)
+    return "".join(path[:6]) + f"...({len(path) - 11} more)..." + "".join(path[-5:])
+
+
+def _fit(frame: protocol.ResultFrame, size: int, max_frame_bytes: int) -> Tuple[protocol.ResultFrame, bytes]:
+    """A frame of ``size`` bytes, over the limit, made to fit: a failure
+    loses its traceback and has its message cut (so that it stays the
+    handler's failure, with its retryability), a snooze its reason; anything
+    else, or what still does not fit, becomes a ResultTooLarge failure."""
+    job_id = frame["id"]
+    error = frame["error"]
+    if frame["status"] == "failed" and error is not None:
+        cut: protocol.ResultFrame = {**frame, "error": {**error, "message": "", "traceback": None}}
+        room = max_frame_bytes - len(protocol.encode(cut)) - 80
+        if room > 0:
+            message = _cut_to_fit(error["message"], room, max_frame_bytes)
+            cut = {**frame, "error": {**error, "message": message, "traceback": None}}
+            data = protocol.encode(cut)
+            if len(data) <= max_frame_bytes:
+                return cut, data
+    elif frame["status"] == "snooze" and frame["reason"] is not None:
+        cut = {**frame, "reason": None}
+        data = protocol.encode(cut)
+        if len(data) <= max_frame_bytes:
+            return cut, data
+    too_large = failed(
+        job_id,
+        "ResultTooLarge",
+        f"encoded result is {size} bytes, over the {max_frame_bytes}-byte frame limit",
+        None,
+        False,
+    )
+    return too_large, protocol.encode(too_large)
+
+
+def _cut_to_fit(text: str, room: int, max_frame_bytes: int) -> str:
+    """The longest head of ``text`` whose JSON encoding takes at most
+    ``room`` bytes, marked as cut."""
+
+    def size(n: int) -> int:
+        return len(protocol.encode_value(text[:n]).encode("utf-8"))
+
+    if size(len(text)) <= room:
+        return text
+    lo, hi = 0, min(len(text), room)
+    while lo < hi:  # the largest n with size(n) <= room
+        mid = (lo + hi + 1) // 2
+        if size(mid) <= room:
+            lo = mid
+        else:
+            hi = mid - 1
+    return f"{text[:lo]}... [cut to fit the {max_frame_bytes}-byte frame limit]"
 
 
 # ----------------------------------------------------------------- runtime
@@ -508,20 +687,33 @@ class Runtime:
         self._active -= 1
         if job is None or (task.cancelled() and job.cancel_reason is None):
             return  # not our cancel: the event loop itself is going away, or serving failed
-        if task.cancelled():
-            frame = result(job_id, "cancelled")
-        elif (e := task.exception()) is not None:  # _execute catches everything; be safe
-            frame = failed(job_id, type(e).__name__, safe_str(e), None, True)
-        else:
-            frame = task.result()
-        self._report(job, frame)
-        while self._waiting and self._active < self.concurrency:
-            self._launch(self._waiting.popleft())
-        self.on_change()
+        try:
+            if task.cancelled():
+                frame = result(job_id, "cancelled")
+            elif (e := task.exception()) is not None:  # _execute catches everything; be safe
+                frame = raised(job_id, e, with_traceback=False)
+            else:
+                frame = task.result()
+            self._report(job, frame)
+        finally:
+            # Whatever happened above, the slot is free again.
+            while self._waiting and self._active < self.concurrency:
+                self._launch(self._waiting.popleft())
+            self.on_change()
 
     def _report(self, job: _Job, frame: protocol.ResultFrame) -> None:
-        frame, data = encode_result(frame, self.max_frame_bytes)
-        job.report(frame, data)
+        """Reports a job's result (checked and encoded), then settles it. A
+        transport that cannot take it ends serving: nothing else would ever
+        send that result, and the sidecar settles the jobs of a process that
+        exits."""
+        try:
+            frame, data = encode_result(frame, self.max_frame_bytes)
+            job.report(frame, data)
+        except Exception as e:
+            tb = _format_traceback(e) or ""
+            self.fail(EXIT_CANNOT_START, f"could not report the result of job {job.ctx.id}: "
+                      f"{type_name(e)}: {safe_str(e)}\n{tb}".rstrip())
+            return
         self._settle(job, frame)
 
     async def _execute(self, job: _Job) -> protocol.ResultFrame:
@@ -553,17 +745,13 @@ class Runtime:
         except Snooze as s:
             return _snooze(ctx.id, s)
         except BaseException as e:  # noqa: B902 - a handler's failure never kills the process
-            retryable = getattr(e, "retryable", True)
-            return failed(
-                ctx.id,
-                type(e).__name__,
-                safe_str(e),
-                _format_traceback(e),
-                retryable if isinstance(retryable, bool) else True,
-            )
-        if isinstance(value, Snooze):
-            return _snooze(ctx.id, value)
-        return result(ctx.id, "done", value=value)
+            return raised(ctx.id, e)
+        done = result(ctx.id, "done", value=value)
+        try:
+            is_snooze = isinstance(value, Snooze)
+        except BaseException as e:  # noqa: B036 - a __class__ that raises: the value cannot be written either
+            return unencodable(done, e)
+        return _snooze(ctx.id, value) if is_snooze else done
 
     def _chain(self, handler: Handler, args: Any) -> CallNext:
         """The handler wrapped in the middleware, first registered outermost."""
@@ -591,8 +779,8 @@ class Runtime:
                 if inspect.isawaitable(value):
                     await value
             except Exception as e:
-                tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
-                log(f"{event} hook {_callable_name(fn)} failed (ignored): {type(e).__name__}: {safe_str(e)}\n{tb}")
+                tb = (_format_traceback(e) or "").rstrip()
+                log(f"{event} hook {_callable_name(fn)} failed (ignored): {type_name(e)}: {safe_str(e)}\n{tb}")
 
     def _settle(self, job: _Job, frame: protocol.ResultFrame) -> None:
         """Once a job's result is reported: its after_job or on_error hooks,

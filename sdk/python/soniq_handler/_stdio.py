@@ -133,6 +133,10 @@ class _Stdio:
             except BrokenPipeError:
                 # Nobody reads our frames any more: the sidecar is gone.
                 self.rt.fail(EXIT_SIDECAR_GONE, "stdout closed by the sidecar; exiting")
+            except OSError as e:
+                # Frames that cannot be written leave their jobs unanswered:
+                # exiting hands them to the sidecar's crash handling.
+                self.rt.fail(EXIT_SIDECAR_GONE, f"writing to the sidecar failed: {e}; exiting")
 
 
 def _protect_stdio() -> _Channel:
