@@ -27,9 +27,9 @@ Its interface, all a transport uses (called on the event loop's thread)::
     rt.held(), rt.count, rt.idle, await rt.hooks_idle()
     rt.fail(code, message) -> ServeError;  rt.failure
 
-``Ledger`` and ``Sent`` keep attach mode's results until a session
-acknowledges them (see docs/protocol.md, "The Session stream and attach
-mode"); ``Registry`` is what App registers (handlers, middleware, hooks).
+What an App registers is a ``Registry`` (_registry.py); the result frames
+and the check each passes before it is reported are in _results.py; the
+results attach mode keeps for a session, in _ledger.py.
 """
 
 from __future__ import annotations
@@ -39,476 +39,32 @@ import contextvars
 import functools
 import inspect
 import os
-import sys
 import time
-import traceback
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, NoReturn, Optional, Set, Tuple, Type
+from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from . import protocol
-from ._types import EXIT_CANNOT_START, SDK_NAME, CallNext, JobContext, ServeError, Snooze, Validator
+from ._log import exit_now, log
+from ._registry import Handler, Registry, job_context
+from ._results import (
+    encode_result,
+    error_text,
+    failed,
+    format_traceback,
+    raised,
+    result,
+    safe_str,
+    snoozed,
+    type_name,
+    unencodable,
+)
+from ._types import EXIT_CANNOT_START, SDK_NAME, CallNext, JobContext, ServeError, Snooze
 
 # The callback a transport gives with each job: the job's result frame as it
 # is reported (checked) and its encoding on stdio.
 Report = Callable[[protocol.ResultFrame, bytes], None]
-
-# Error texts are cut to this many characters so that a failed result stays far
-# below the frame limit whatever the exception carries.
-MAX_ERROR_TEXT = 64 * 1024
-# Results of jobs that ended while no session was open, or that were sent on a
-# session that ended before acknowledging them, wait for the next one; at most
-# this many (the oldest is dropped first, with a warning). A sidecar holds far
-# fewer jobs than this per process (its concurrency).
-MAX_KEPT_RESULTS = 1000
-# How long a handler told to stop waits, once it holds no job, for the open
-# session to acknowledge the results it sent.
-ACK_WAIT_SECONDS = 5.0
-HOOK_EVENTS = ("before_job", "after_job", "on_error")
-
-
-def log(message: str) -> None:
-    try:
-        sys.stderr.write(f"soniq-handler[{os.getpid()}]: {message}\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
-
-
-def exit_now(code: int) -> NoReturn:
-    """Exits at once, for the error paths. os._exit skips joining threads: a
-    sync handler still running after a protocol error must not keep the
-    process alive."""
-    for stream in (sys.stderr, sys.__stderr__):
-        try:
-            if stream is not None:
-                stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
-
-
-def quote(line: bytes, limit: int = 200) -> str:
-    text = repr(line[:limit])
-    return text + ("..." if len(line) > limit else "")
-
-
-# ---------------------------------------------------------------- registry
-
-
-@dataclass
-class Handler:
-    name: str
-    func: Callable[..., Any]
-    is_async: bool
-    wants_ctx: bool
-    validate: Optional[Callable[[Dict[str, Any]], Any]] = None
-
-
-class Registry:
-    """What an App registers: job handlers by name, middleware (first
-    registered outermost) and hooks by event, each in registration order."""
-
-    def __init__(self) -> None:
-        self.handlers: Dict[str, Handler] = {}
-        self.middleware: List[Callable[..., Any]] = []
-        self.hooks: Dict[str, List[Callable[..., Any]]] = {event: [] for event in HOOK_EVENTS}
-
-    def add_job(self, name: str, func: Callable[..., Any], validate: Optional[Callable[[Dict[str, Any]], Any]]) -> None:
-        if name in self.handlers:
-            raise ValueError(f"job {name!r} is already registered")
-        if not callable(func):
-            raise TypeError(f"handler for {name!r} is not callable")
-        self.handlers[name] = Handler(name, func, _is_async(func), _wants_ctx(func), validate)
-
-    def add_middleware(self, fn: Callable[..., Any]) -> None:
-        if not callable(fn):
-            raise TypeError(f"middleware must be callable, got {fn!r}")
-        self.middleware.append(fn)
-
-    def add_hook(self, event: str, fn: Callable[..., Any]) -> None:
-        if not callable(fn):
-            raise TypeError(f"{event} hook must be callable, got {fn!r}")
-        self.hooks[event].append(fn)
-
-    @property
-    def jobs(self) -> List[protocol.HelloJob]:
-        """The ``jobs`` list of hello, in registration order."""
-        return [{"name": h.name, "cancellable": h.is_async} for h in self.handlers.values()]
-
-
-def validator(name: str, validate: Optional[Validator]) -> Optional[Callable[[Dict[str, Any]], Any]]:
-    """validate= of @app.job as a function of the args. A pydantic model is
-    recognised by its methods, so pydantic is never imported here (the SDK
-    works without it)."""
-    if validate is None:
-        return None
-    if isinstance(validate, type):
-        if not (callable(getattr(validate, "model_validate", None)) and callable(getattr(validate, "model_dump", None))):
-            raise TypeError(
-                f"validate= of job {name!r}: {validate.__name__} is a class but not a pydantic (v2) model; "
-                "pass a pydantic model class or a callable that returns the args"
-            )
-        model: Type[Any] = validate
-
-        def check(args: Dict[str, Any]) -> Any:
-            # As a Soniq worker does: the handler gets the model's dump.
-            return model(**args).model_dump()
-
-        return check
-    if not callable(validate):
-        raise TypeError(f"validate= of job {name!r} must be a callable or a pydantic model class, got {validate!r}")
-    return validate
-
-
-def _wants_ctx(func: Callable[..., Any]) -> bool:
-    """True if ``func`` can be called as func(args, ctx), False for func(args)."""
-    try:
-        sig = inspect.signature(func)
-    except (TypeError, ValueError):
-        return True
-    positional = 0
-    for p in sig.parameters.values():
-        if p.kind == p.VAR_POSITIONAL:
-            return True
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-            positional += 1
-    return positional >= 2
-
-
-def _is_async(func: Callable[..., Any]) -> bool:
-    if inspect.iscoroutinefunction(func):
-        return True
-    call = getattr(func, "__call__", None)  # callable objects with async __call__
-    return call is not None and inspect.iscoroutinefunction(call)
-
-
-def job_context(msg: protocol.JobFrame) -> JobContext:
-    """The JobContext of a decoded job frame (any transport's)."""
-    return JobContext(
-        id=msg["id"],
-        name=msg["name"],
-        attempt=msg["attempt"],
-        max_attempts=msg["max_attempts"],
-        queue=msg["queue"],
-        deadline=_deadline_datetime(msg["deadline"]),
-        traceparent=msg["traceparent"],
-        deadline_ms=msg["deadline"],
-        worker_id=msg["worker_id"] or "",
-        scheduled_at=_deadline_datetime(msg["scheduled_at"]),
-        created_at=_deadline_datetime(msg["created_at"]),
-    )
-
-
-def _deadline_datetime(ms: Optional[int]) -> Optional[datetime]:
-    if ms is None:
-        return None
-    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
-    try:
-        return epoch + timedelta(milliseconds=ms)
-    except OverflowError:
-        # Outside datetime's years 1..9999: clamp rather than fail the job.
-        return datetime.max.replace(tzinfo=timezone.utc) if ms > 0 else datetime.min.replace(
-            tzinfo=timezone.utc
-        )
-
-
-# ----------------------------------------------------------- result frames
-
-
-def result(
-    job_id: str,
-    status: protocol.ResultStatus,
-    *,
-    value: Any = None,
-    error: Optional[protocol.ErrorInfo] = None,
-    seconds: Optional[float] = None,
-    reason: Optional[str] = None,
-) -> protocol.ResultFrame:
-    return {
-        "type": "result",
-        "id": job_id,
-        "status": status,
-        "result": value,
-        "error": error,
-        "seconds": seconds,
-        "reason": reason,
-    }
-
-
-def failed(
-    job_id: str, etype: str, message: str, tb: Optional[str], retryable: bool, reason: Optional[str] = None
-) -> protocol.ResultFrame:
-    # Cut, and made UTF-8 (lone surrogates replaced): whatever an exception
-    # carries, its failure can always be written.
-    return result(
-        job_id,
-        "failed",
-        error={
-            "type": _utf8(_truncate_head(etype)),
-            "message": _utf8(_truncate_head(message)),
-            "traceback": None if tb is None else _utf8(_truncate_tail(tb)),
-            "retryable": retryable,
-            "reason": reason,
-        },
-    )
-
-
-def raised(job_id: str, e: BaseException, with_traceback: bool = True) -> protocol.ResultFrame:
-    """The failure of a job that raised ``e``: its class name, message and
-    traceback, retryable unless it says ``retryable = False``. Nothing ``e``
-    does (a __str__ or a ``retryable`` property that raises or recurses)
-    keeps the failure from being written."""
-    tb = _format_traceback(e) if with_traceback else None
-    return failed(job_id, type_name(e), safe_str(e), tb, _retryable(e))
-
-
-def shutting_down(job_id: str) -> protocol.ResultFrame:
-    """A job that slipped in after shutdown: handed back for a retry."""
-    return failed(job_id, "ShuttingDown", "handler process is shutting down", None, True)
-
-
-def draining(job_id: str) -> protocol.ResultFrame:
-    """A job that came while draining (attach mode): back at once, not counted as a failure."""
-    return result(job_id, "snooze", seconds=0, reason="handler draining")
-
-
-def _snooze(job_id: str, s: Snooze) -> protocol.ResultFrame:
-    reason = None if s.reason is None else _utf8(_truncate_head(s.reason))
-    return result(job_id, "snooze", seconds=s.seconds, reason=reason)
-
-
-def safe_str(e: BaseException) -> str:
-    """str(e); a __str__ that raises or recurses must not lose the result."""
-    try:
-        text = str(e)
-    except BaseException as inner:  # noqa: B036 - user code runs here, whatever it raises
-        return f"<str() of {type_name(e)} failed: {type_name(inner)}>"
-    return str.__str__(text)  # an exact str, whatever subclass __str__ returned
-
-
-def type_name(obj: object) -> str:
-    try:
-        name = type(obj).__name__
-    except BaseException:  # noqa: B036 - a metaclass can make even this raise
-        return "object"
-    return name if type(name) is str else "object"
-
-
-def _retryable(e: BaseException) -> bool:
-    try:
-        retryable = getattr(e, "retryable", True)
-    except BaseException:  # noqa: B036 - a property that raises: the default
-        return True
-    return retryable if isinstance(retryable, bool) else True
-
-
-def _utf8(text: str) -> str:
-    """``text`` with lone surrogates (which UTF-8 cannot carry) replaced by
-    U+FFFD; surrogate pairs become the character they stand for."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-
-
-def _truncate_head(text: str) -> str:
-    if len(text) <= MAX_ERROR_TEXT:
-        return text
-    return f"{text[:MAX_ERROR_TEXT]}... [truncated {len(text) - MAX_ERROR_TEXT} chars]"
-
-
-def _truncate_tail(text: str) -> str:
-    # For tracebacks the end (the innermost frames, the exception) matters most.
-    if len(text) <= MAX_ERROR_TEXT:
-        return text
-    return f"[truncated {len(text) - MAX_ERROR_TEXT} chars] ...{text[-MAX_ERROR_TEXT:]}"
-
-
-# Frames of the SDK and of the thread pool that lead into the handler: noise in
-# a job's traceback, so they are cut from its top.
-_PLUMBING_FILES = frozenset({__file__, getattr(sys.modules.get("concurrent.futures.thread"), "__file__", "")})
-
-
-def _format_traceback(e: BaseException) -> Optional[str]:
-    try:
-        tb = e.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename in _PLUMBING_FILES:
-            tb = tb.tb_next
-        return "".join(traceback.format_exception(type(e), e, tb or e.__traceback__))
-    except BaseException:  # noqa: B036 - e's own methods run here; the failure goes out without it
-        return None
-
-
-def error_text(error: protocol.ErrorInfo) -> str:
-    """A failure as the sidecar writes it to the row's last_error."""
-    text = f"{error['type']}: {error['message']}"
-    if error["traceback"]:
-        text += "\n" + error["traceback"]
-    return text
-
-
-# What a result that cannot be written becomes: a failure that is not retried.
-# The same args give the same value and the same failure, so a retry would run
-# the handler (and its side effects) again for nothing; the job is
-# dead-lettered with the cause, to be replayed once the handler is fixed.
-UNENCODABLE_RETRYABLE = False
-
-
-def encode_result(frame: protocol.ResultFrame, max_frame_bytes: int) -> Tuple[protocol.ResultFrame, bytes]:
-    """The result as it is reported, encoded. A value that cannot be written
-    (a type JSON cannot carry, a cycle, nesting too deep, a method of it
-    that raises, memory) or one over the frame limit fails the job instead,
-    with the cause in the message; a failure over the limit keeps its type
-    and retryability and is cut to fit. Never raises for anything in the
-    frame (every transport reports what this returns)."""
-    try:
-        data = protocol.encode(frame)
-    except BaseException as e:  # noqa: B036 - the value's own methods run here, whatever they raise
-        frame = unencodable(frame, e)
-        data = protocol.encode(frame)
-    if len(data) > max_frame_bytes:
-        frame, data = _fit(frame, len(data), max_frame_bytes)
-    return frame, data
-
-
-def unencodable(frame: protocol.ResultFrame, e: BaseException) -> protocol.ResultFrame:
-    """The failure that replaces a result whose encoding raised ``e``."""
-    try:
-        cause = _encoding_cause(frame.get("result"), e)
-    except BaseException:  # noqa: B036 - the value's methods run again here
-        cause = safe_str(e)
-    if not cause:
-        cause = type_name(e)
-    return failed(frame["id"], type_name(e), f"job result is not JSON-serialisable: {cause}", None,
-                  UNENCODABLE_RETRYABLE)
-
-
-def _encoding_cause(value: Any, e: BaseException) -> str:
-    """Why ``value`` could not be written, in words: for a RecursionError or
-    a value nested too deep, whether it contains itself (and where) or how
-    deep it goes."""
-    if not isinstance(e, (RecursionError, protocol.DepthError)):
-        return safe_str(e)
-    cycle, depth = _shape(value)
-    if cycle is not None:
-        return f"it contains itself: {cycle}"
-    if depth >= protocol.MAX_DEPTH:
-        return f"it is nested {depth} levels deep, over the {protocol.MAX_DEPTH - 1} a result may have"
-    if isinstance(e, RecursionError) and depth > sys.getrecursionlimit() // 2:
-        return (
-            f"it is nested {depth} levels deep, deeper than the interpreter's recursion limit "
-            f"({sys.getrecursionlimit()}) lets the encoder go"
-        )
-    return safe_str(e)  # a method of the value recursed
-
-
-def _shape(value: Any) -> Tuple[Optional[str], int]:
-    """(where ``value`` first contains itself, or None; how deep its lists
-    and dicts nest), found without recursion."""
-    path: List[str] = ["result"]  # how each container on the walk is reached
-    on_path: Dict[int, int] = {}  # id of a container on the walk -> its index in `path`
-    stack: List[Tuple[int, Iterator[Tuple[str, Any]]]] = []
-    depth = 0
-
-    def enter(v: Any) -> Optional[str]:
-        nonlocal depth
-        if not isinstance(v, (dict, list, tuple)):
-            return None
-        if id(v) in on_path:
-            return f"{_path_text(path)} is {_path_text(path[: on_path[id(v)] + 1])}"
-        on_path[id(v)] = len(path) - 1
-        items: Iterator[Tuple[str, Any]]
-        if isinstance(v, dict):
-            items = ((f"[{_key_text(k)}]", x) for k, x in v.items())
-        else:
-            items = ((f"[{i}]", x) for i, x in enumerate(v))
-        stack.append((id(v), items))
-        depth = max(depth, len(stack))
-        return None
-
-    found = enter(value)
-    while stack and found is None:
-        vid, items = stack[-1]
-        step = next(items, None)
-        if step is None:
-            stack.pop()
-            del on_path[vid]
-            path.pop()
-            continue
-        path.append(step[0])
-        found = enter(step[1])
-        if len(stack) < len(path):  # not a container: nothing below it
-            path.pop()
-    return found, depth
-
-
-def _key_text(key: Any) -> str:
-    if isinstance(key, str):
-        return repr(key) if len(key) <= 40 else repr(key[:40])[:-1] + "...'"
-    return f"<{type_name(key)}>"
-
-
-def _path_text(path: List[str]) -> str:
-    if len(path) <= 12:
-        return "".join(path)
-    return "".join(path[:6]) + f"...({len(path) - 11} more)..." + "".join(path[-5:])
-
-
-def _fit(frame: protocol.ResultFrame, size: int, max_frame_bytes: int) -> Tuple[protocol.ResultFrame, bytes]:
-    """A frame of ``size`` bytes, over the limit, made to fit: a failure
-    loses its traceback and has its message cut (so that it stays the
-    handler's failure, with its retryability), a snooze its reason; anything
-    else, or what still does not fit, becomes a ResultTooLarge failure."""
-    job_id = frame["id"]
-    error = frame["error"]
-    if frame["status"] == "failed" and error is not None:
-        cut: protocol.ResultFrame = {**frame, "error": {**error, "message": "", "traceback": None}}
-        room = max_frame_bytes - len(protocol.encode(cut)) - 80
-        if room > 0:
-            message = _cut_to_fit(error["message"], room, max_frame_bytes)
-            cut = {**frame, "error": {**error, "message": message, "traceback": None}}
-            data = protocol.encode(cut)
-            if len(data) <= max_frame_bytes:
-                return cut, data
-    elif frame["status"] == "snooze" and frame["reason"] is not None:
-        cut = {**frame, "reason": None}
-        data = protocol.encode(cut)
-        if len(data) <= max_frame_bytes:
-            return cut, data
-    too_large = failed(
-        job_id,
-        "ResultTooLarge",
-        f"encoded result is {size} bytes, over the {max_frame_bytes}-byte frame limit",
-        None,
-        False,
-    )
-    return too_large, protocol.encode(too_large)
-
-
-def _cut_to_fit(text: str, room: int, max_frame_bytes: int) -> str:
-    """The longest head of ``text`` whose JSON encoding takes at most
-    ``room`` bytes, marked as cut."""
-
-    def size(n: int) -> int:
-        return len(protocol.encode_value(text[:n]).encode("utf-8"))
-
-    if size(len(text)) <= room:
-        return text
-    lo, hi = 0, min(len(text), room)
-    while lo < hi:  # the largest n with size(n) <= room
-        mid = (lo + hi + 1) // 2
-        if size(mid) <= room:
-            lo = mid
-        else:
-            hi = mid - 1
-    return f"{text[:lo]}... [cut to fit the {max_frame_bytes}-byte frame limit]"
-
-
-# ----------------------------------------------------------------- runtime
 
 
 @dataclass
@@ -710,7 +266,7 @@ class Runtime:
             frame, data = encode_result(frame, self.max_frame_bytes)
             job.report(frame, data)
         except Exception as e:
-            tb = _format_traceback(e) or ""
+            tb = format_traceback(e) or ""
             self.fail(EXIT_CANNOT_START, f"could not report the result of job {job.ctx.id}: "
                       f"{type_name(e)}: {safe_str(e)}\n{tb}".rstrip())
             return
@@ -743,7 +299,7 @@ class Runtime:
         except asyncio.CancelledError:
             raise  # reported by _finish as "cancelled"
         except Snooze as s:
-            return _snooze(ctx.id, s)
+            return snoozed(ctx.id, s)
         except BaseException as e:  # noqa: B902 - a handler's failure never kills the process
             return raised(ctx.id, e)
         done = result(ctx.id, "done", value=value)
@@ -751,7 +307,7 @@ class Runtime:
             is_snooze = isinstance(value, Snooze)
         except BaseException as e:  # noqa: B036 - a __class__ that raises: the value cannot be written either
             return unencodable(done, e)
-        return _snooze(ctx.id, value) if is_snooze else done
+        return snoozed(ctx.id, value) if is_snooze else done
 
     def _chain(self, handler: Handler, args: Any) -> CallNext:
         """The handler wrapped in the middleware, first registered outermost."""
@@ -779,7 +335,7 @@ class Runtime:
                 if inspect.isawaitable(value):
                     await value
             except Exception as e:
-                tb = (_format_traceback(e) or "").rstrip()
+                tb = (format_traceback(e) or "").rstrip()
                 log(f"{event} hook {_callable_name(fn)} failed (ignored): {type_name(e)}: {safe_str(e)}\n{tb}")
 
     def _settle(self, job: _Job, frame: protocol.ResultFrame) -> None:
@@ -828,99 +384,3 @@ def _wrap(mw: Callable[..., Any], call_next: CallNext) -> CallNext:
 
 def _callable_name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
-
-
-# ------------------------------------------------- results kept for sessions
-
-
-class Sent:
-    """One session's side of the acknowledgements: whether its sidecar
-    acknowledges results, and the results sent on it that it has not
-    acknowledged yet (by job id)."""
-
-    def __init__(self) -> None:
-        self.acks = False  # the sidecar said it acknowledges results (an Ack)
-        # Whether a message came from the sidecar yet: one that acknowledges
-        # results sends an Ack first, so anything else first means it never will.
-        self.heard = False
-        self.unacked: Dict[str, protocol.ResultFrame] = {}
-
-
-class Ledger:
-    """Results of attach mode, each kept until a session acknowledges it.
-
-    A result that ends with no session open, or that was sent on a session
-    that ended without acknowledging it, waits here for the next session
-    (``kept``, oldest first, at most ``limit``). A spawned process
-    (``attach`` false) has no next session: nothing is kept.
-    """
-
-    def __init__(self, attach: bool, limit: int = MAX_KEPT_RESULTS) -> None:
-        self.attach = attach
-        self.limit = limit
-        self.kept: Dict[str, protocol.ResultFrame] = {}
-        # A sidecar acknowledged results once: from then on a session that
-        # ends with results unacknowledged hands them to the next one.
-        self.peer_acks = False
-
-    def open(self) -> Tuple[Sent, List[protocol.ResultFrame]]:
-        """A session opens: the results kept for it, to send it, tracked as
-        unacknowledged until its sidecar says whether it acknowledges."""
-        sent = Sent()
-        kept, self.kept = self.kept, {}
-        sent.unacked.update(kept)
-        return sent, list(kept.values())
-
-    def heard(self, s: Sent, is_ack: bool) -> None:
-        """A message came on the session (``is_ack``: an Ack)."""
-        if not s.heard:
-            s.heard = True
-            if not is_ack:
-                s.unacked.clear()  # an older sidecar: it never acknowledges
-
-    def sent(self, s: Sent, frame: protocol.ResultFrame) -> None:
-        """A result went out on the session."""
-        if self.attach and (s.acks or not s.heard):
-            s.unacked[frame["id"]] = frame
-
-    def acked(self, s: Sent, ids: Iterable[str]) -> bool:
-        """The sidecar settled these results; True if it named any."""
-        s.acks = True
-        self.peer_acks = True
-        named = False
-        for job_id in ids:
-            named = True
-            s.unacked.pop(job_id, None)
-        return named
-
-    def closed(self, s: Sent, unsent: Iterable[protocol.ResultFrame], why: str) -> None:
-        """The session is over: the results queued for it and never written
-        (``unsent``) go to the next one, and, when the sidecar acknowledges
-        results, those written that it may never have received or recorded."""
-        pending = {frame["id"]: frame for frame in unsent}
-        if s.acks or self.peer_acks:
-            pending = {**s.unacked, **pending}
-        s.unacked = {}
-        for frame in pending.values():
-            self.keep(frame, why)
-
-    def keep(self, frame: protocol.ResultFrame, why: str) -> None:
-        if not self.attach:
-            return  # spawned: there is no next session
-        job_id = frame["id"]
-        self.kept.pop(job_id, None)
-        if len(self.kept) >= self.limit:
-            lost = next(iter(self.kept))
-            del self.kept[lost]
-            log(f"WARN: more than {self.limit} results wait for a session; the result of job {lost} is dropped")
-        self.kept[job_id] = frame
-        log(f"job {job_id} {why}; its result waits for the next session")
-
-    @staticmethod
-    def awaiting(s: Optional[Sent]) -> bool:
-        """The session acknowledges results and has not acknowledged some it was sent."""
-        return s is not None and s.acks and bool(s.unacked)
-
-    def lost(self, s: Optional[Sent]) -> List[str]:
-        """Ids of results no session received (or acknowledged)."""
-        return list(self.kept) + (list(s.unacked) if s is not None and s.acks else [])

@@ -25,7 +25,10 @@ import grpc
 
 from . import handler_pb2 as pb
 from . import protocol
-from ._runtime import Ledger, Runtime, Sent, draining, log, quote, shutting_down, unencodable
+from ._ledger import Ledger, Sent
+from ._log import log, quote
+from ._results import draining, shutting_down, unencodable
+from ._runtime import Runtime
 from ._types import EXIT_PROTOCOL_ERROR
 
 _STATUS = {

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, List, Tuple
 
 from . import protocol
-from ._runtime import Runtime, log, quote, shutting_down
+from ._log import log, quote
+from ._results import shutting_down
+from ._runtime import Runtime
 from ._types import EXIT_PROTOCOL_ERROR, EXIT_SIDECAR_GONE
 
 

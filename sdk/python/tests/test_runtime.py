@@ -12,7 +12,10 @@ import pytest
 
 import soniq_handler
 from soniq_handler import protocol
-from soniq_handler._runtime import Ledger, Registry, Runtime, encode_result, raised, result, validator
+from soniq_handler._ledger import Ledger
+from soniq_handler._registry import Registry, validator
+from soniq_handler._results import encode_result, raised, result
+from soniq_handler._runtime import Runtime
 
 
 def job(job_id, name, args=None):
