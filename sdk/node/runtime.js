@@ -171,16 +171,18 @@ function unencodable(id, err, value) {
   };
 }
 
-// How deep the arrays and plain objects of `value` nest, found without recursion (0 when it
-// cannot be told: its getters or traps throw, or it is too large to walk).
+// How deep the arrays and plain objects of `value` nest, found without recursion, each object
+// walked once (0 when it cannot be told: its getters or traps throw, or it is too large to walk).
 function nesting(value) {
   try {
     let deepest = 0;
     let budget = 1e6;
+    const seen = new Set();
     const stack = [[value, 0]];
     while (stack.length > 0 && budget-- > 0) {
       const [v, depth] = stack.pop();
-      if (v === null || typeof v !== 'object') continue;
+      if (v === null || typeof v !== 'object' || seen.has(v)) continue;
+      seen.add(v);
       deepest = Math.max(deepest, depth + 1);
       for (const x of Array.isArray(v) ? v : Object.values(v)) stack.push([x, depth + 1]);
     }

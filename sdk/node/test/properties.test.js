@@ -229,12 +229,12 @@ const throwRecipes = fc.record({
 function expect(r, payload) {
   const value = (v, depth = 0, big = false) => ({ kind: 'value', value: v, depth, big });
   switch (r.k) {
-    case 'json': return value(r.v, jsonDepth(r.v));
-    case 'args': return value(payload, jsonDepth(payload));
+    case 'json': return value(asSent(r.v), jsonDepth(r.v));
+    case 'args': return value(asSent(payload), jsonDepth(payload));
     case 'str': return value(r.ch.repeat(r.n), 0, true);
     case 'surrogate': return value((r.s.slice(0, r.at) + String.fromCharCode(r.code) + r.s.slice(r.at)).toWellFormed());
     case 'cycle': return { kind: 'throws' };
-    case 'fake_snooze': return value({ seconds: null, reason: null });
+    case 'fake_snooze': return value({ seconds: null, reason: null }, 1);
     case 'deep': {
       const leaf = expect(r.leaf, payload);
       if (leaf.kind === 'throws') return leaf;
@@ -243,8 +243,10 @@ function expect(r, payload) {
       return value(v, r.depth + (leaf.kind === 'value' ? leaf.depth : 0), leaf.big);
     }
     case 'array': case 'object': {
+      // Of a repeated key the last value counts, as in the handler's object; a Symbol key is not written.
+      const entries = [...new Map(r.k === 'object' ? r.entries.filter(([key]) => key !== '$symbol') : []).entries()];
       const parts = r.k === 'array' ? r.items.map((x) => [null, expect(x, payload)])
-        : r.entries.filter(([key]) => key !== '$symbol').map(([key, x]) => [key, expect(x, payload)]);
+        : entries.map(([key, x]) => [key, expect(x, payload)]);
       if (parts.some(([, p]) => p.kind === 'throws')) return { kind: 'throws' };
       const depth = 1 + Math.max(0, ...parts.map(([, p]) => (p.kind === 'value' ? p.depth : 0)));
       const big = parts.some(([, p]) => p.big);
@@ -252,15 +254,19 @@ function expect(r, payload) {
       const o = {};
       for (const [key, p] of parts) {
         if (p.kind === 'value') Object.defineProperty(o, key, { value: p.value, enumerable: true, writable: true, configurable: true });
-        else delete o[key]; // a later entry of the same key that is left out removes it
       }
       return value(o, depth, big);
     }
     default:
-      if (r.k in LOSSY) return value(LOSSY[r.k]);
+      if (r.k in LOSSY) return value(LOSSY[r.k], jsonDepth(LOSSY[r.k]));
       if (OMITTED.includes(r.k)) return { kind: 'omitted' };
       return { kind: 'throws' };
   }
+}
+
+// A value as it reaches the handler in a job's args (-0 is written 0).
+function asSent(v) {
+  return v === undefined ? undefined : JSON.parse(JSON.stringify(v));
 }
 
 function jsonDepth(v) {
@@ -288,6 +294,12 @@ function sameJSON(text, expected) {
 function checkReturn(v, recipe, payload) {
   const e = expect(recipe, payload);
   const atTop = (k) => recipe.k === k;
+  if (atTop('revoked') || atTop('trap_snooze')) {
+    // The handler's own promise reads `then` of what it resolves with, and that read throws:
+    // the job fails as a handler that threw.
+    assert.equal(v.status, 'failed', JSON.stringify(v));
+    return;
+  }
   if (e.kind === 'omitted' && atTop('undefined')) {
     assert.equal(v.status, 'done', JSON.stringify(v));
     assert.equal(v.result, undefined);
@@ -358,6 +370,6 @@ test('args come back as they were sent', async () => {
   await check(fc.asyncProperty(jsonValues, fc.boolean(), async (payload, sync) => {
     const v = await served().run(jobName(sync), { mode: 'return', recipe: { k: 'args' }, payload });
     assert.equal(v.status, 'done', JSON.stringify(v));
-    sameJSON(v.result ?? 'null', payload);
+    sameJSON(v.result ?? 'null', asSent(payload));
   }), { numRuns: 100 });
 });

@@ -287,15 +287,19 @@ def expect(r, payload):
     if k in ("json", "args"):
         v = r["v"] if k == "json" else payload
         return True, v, json_depth(v), False
-    if k in ("list", "tuple", "dict"):
-        parts = [expect(x, payload) for x in (r["items"] if k != "dict" else [v for _, v in r["items"]])]
+    if k in ("list", "tuple"):
+        parts = [expect(x, payload) for x in r["items"]]
         plain = all(p[0] for p in parts)
-        if k == "dict":
-            plain = plain and all(isinstance(key, str) for key, _ in r["items"])
-            value = {key: p[1] for (key, _), p in zip(r["items"], parts)} if plain else None
-        else:
-            value = [p[1] for p in parts] if plain else None
+        value = [p[1] for p in parts] if plain else None
         return plain, value, 1 + max((p[2] for p in parts), default=0), any(p[3] for p in parts)
+    if k == "dict":
+        if not all(isinstance(key, str) for key, _ in r["items"]):
+            return False, None, 0, False
+        items = dict(r["items"])  # of a repeated key the last value counts, as in the handler's dict
+        parts = {key: expect(x, payload) for key, x in items.items()}
+        plain = all(p[0] for p in parts.values())
+        value = {key: p[1] for key, p in parts.items()} if plain else None
+        return plain, value, 1 + max((p[2] for p in parts.values()), default=0), any(p[3] for p in parts.values())
     if k == "deep":
         plain, v, depth, big = expect(r["leaf"], payload)
         for _ in range(r["depth"] if plain else 0):
