@@ -180,10 +180,19 @@ chaos: build deps-python deps-node
 # The short run of make test: one fixed seed, 90 s of faults, stops of at most 5 s so
 # that a 90 s run on a loaded CI machine stays within the checker's time bounds (the
 # 4-minute runs of make chaos stop sidecars past the heartbeat timeout as well).
+# Then the regression seeds, seeds a run once failed on, with the settings they failed
+# with: 7 (default stops; an 11 s stop of a sidecar and a Postgres restart a second before
+# it resumed, under CPU load, orphaned two claimed rows). One busy process of CPU
+# contention each: the other parts of make test load the cores too.
 # Uses the binary make test built.
 CHAOS_SMOKE_SEED ?= 20260
+CHAOS_REGRESSION_SEEDS ?= 7
 chaos-smoke: deps-python deps-node
-	$(ON_VENV) CHAOS_SECONDS=90 CHAOS_SEED=$(CHAOS_SMOKE_SEED) CHAOS_STOP_MAX=5s $(GO) run ./chaos
+	$(ON_VENV) CHAOS_SECONDS=90 CHAOS_SEED=$(CHAOS_SMOKE_SEED) CHAOS_STOP_MAX=5s CHAOS_CPU_BUSY=1 $(GO) run ./chaos
+	@for seed in $(CHAOS_REGRESSION_SEEDS); do \
+		echo "chaos-smoke: regression seed $$seed"; \
+		$(ON_VENV) CHAOS_SECONDS=90 CHAOS_SEED=$$seed CHAOS_CPU_BUSY=1 $(GO) run ./chaos || exit 1; \
+	done
 
 # What a release ships, built locally into dist/ (never into the source tree): the
 # static binary, the Python SDK's wheel and the Node SDK's tarball. The image is

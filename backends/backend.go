@@ -314,6 +314,17 @@ type Backend interface {
 	// memory takes them back. Returns the adopted ids.
 	AdoptOrphans(ctx context.Context, workerID string, ids []string) (adopted []string, err error)
 
+	// ProcessingJobs returns the rows processing under workerID, in any
+	// order: what a worker's self-audit compares with the jobs it knows it
+	// runs.
+	ProcessingJobs(ctx context.Context, workerID string) ([]Job, error)
+	// ReleaseJobs gives back the rows of held that are still processing
+	// under workerID at the attempt held says, with Nack's writes (queued,
+	// no worker, scheduled now, attempts and last_error untouched). A row
+	// claimed again since (its attempts changed), finished, or held by
+	// another worker is left alone. Returns the ids released.
+	ReleaseJobs(ctx context.Context, workerID string, held []Job) (released []string, err error)
+
 	// Stats is the queue-stats contract (see Stats).
 	Stats(ctx context.Context) (Stats, error)
 

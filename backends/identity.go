@@ -45,9 +45,10 @@ func IdentityOf(meta json.RawMessage) (Identity, bool) {
 	return id, id.Valid()
 }
 
-// SameIdentity reports whether two worker rows' metadata name the same
-// complete identity.
-func SameIdentity(a, b json.RawMessage) bool {
+// IdentitiesMatch reports whether two worker rows' metadata name the same
+// complete identity. (Backend.SameIdentity finds the rows that share a
+// worker's identity in the database.)
+func IdentitiesMatch(a, b json.RawMessage) bool {
 	x, ok1 := IdentityOf(a)
 	y, ok2 := IdentityOf(b)
 	return ok1 && ok2 && x == y

@@ -54,6 +54,7 @@ const (
 	ruleNackNoShutdown  = "nack-no-shutdown" // a sidecar NACKed without having been asked to stop
 	ruleSidecar         = "sidecar"          // a sidecar misbehaved at start or stop (Problems)
 	ruleRSS             = "rss"              // a sidecar's memory grew or exceeded the ceiling
+	ruleOrphaned        = "orphaned"         // a row left processing under a live worker, which its self-audit gave back
 )
 
 // Violation is one broken rule.
@@ -310,6 +311,11 @@ func (c *checker) processes() {
 		for _, p := range in.Panics {
 			c.violate(rulePanic, "", "sidecar %s pid %d: %s (log %s)", in.Sidecar, in.PID, p, in.Log)
 		}
+		// The audit saved the job, but something left it there: a defect
+		// to find, not a pass.
+		for _, id := range in.Orphans {
+			c.violate(ruleOrphaned, id, "sidecar %s pid %d held it processing without running it; its self-audit gave it back (log %s)", in.Sidecar, in.PID, in.Log)
+		}
 		if len(in.Nacks) > 0 && in.TermAt.IsZero() {
 			ids := make([]string, 0, len(in.Nacks))
 			for id := range in.Nacks {
@@ -401,7 +407,7 @@ func firstLine(s string) string {
 func (rep *Report) Summary(seed int64, seconds time.Duration) string {
 	var fs []string
 	total := 0
-	for _, k := range faultKinds() {
+	for _, k := range append(faultKinds(), faultCPUHog) {
 		fs = append(fs, fmt.Sprintf("%s=%d", k, rep.Faults[k]))
 		total += rep.Faults[k]
 	}

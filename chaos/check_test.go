@@ -178,6 +178,10 @@ func TestCheckRules(t *testing.T) {
 		{name: "a panic in a sidecar's log", edit: func(h *History) {
 			h.Incarnations[1].Panics = []string{"panic: runtime error: index out of range"}
 		}, want: []string{rulePanic}},
+		{name: "a row the self-audit gave back", jobs: []Job{done("a", jobAsync, 0, 2)},
+			execs: []Execution{ex("a", 101, 1, 1.5, "ok")},
+			edit:  func(h *History) { h.Incarnations[0].Orphans = []string{"a"} },
+			want:  []string{ruleOrphaned}},
 		{name: "a problem the harness saw", edit: func(h *History) {
 			h.Problems = []string{"sidecar py pid 100 exited with status 1 after SIGTERM"}
 		}, want: []string{ruleSidecar}},

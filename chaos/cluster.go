@@ -300,6 +300,9 @@ func (s *sidecar) env() []string {
 		"SONIQ_HEARTBEAT_TIMEOUT="+secs(cfg.hbTimeout),
 		"SONIQ_ALLOW_SHORT_HEARTBEAT_TIMEOUT=true",
 		"SONIQ_CLEANUP_INTERVAL=1",
+		// Short, so an orphaned row is given back (and reported below)
+		// well within the drain.
+		"SONIQ_AUDIT_INTERVAL=5",
 		"SONIQ_SHUTDOWN_TIMEOUT="+secs(cfg.shutdownTimeout),
 		"SONIQ_SYNC_HANDLER_GRACE_SECONDS=10",
 		"SONIQ_JOB_TIMEOUT=30",

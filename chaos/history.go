@@ -96,6 +96,9 @@ type Incarnation struct {
 	Nacks   map[string]bool `json:"-"`
 	Panics  []string        `json:"-"`
 	RowLost []time.Time     `json:"-"`
+	// Orphans: job ids its self-audit gave back (held under its worker
+	// row, run by nobody).
+	Orphans []string `json:"-"`
 }
 
 // Outage is a time Postgres could not be reached by one path (direct, or
@@ -137,6 +140,9 @@ type History struct {
 	Incarnations []Incarnation
 	RSS          []RSSSample
 	Outages      []Outage
+	// Holders describes who held each row still processing at the end of
+	// the drain, by job id (read before the sidecars were stopped).
+	Holders map[string]string
 	// Problems the harness saw itself: a sidecar that did not exit after
 	// SIGTERM, exited with an error, exited on its own, did not become ready.
 	Problems []string
@@ -252,7 +258,7 @@ func scanSidecarLog(in *Incarnation) error {
 			in.Panics = append(in.Panics, line)
 			continue
 		}
-		if !strings.Contains(line, `"shutdown_nack"`) && !strings.Contains(line, "worker row was lost") {
+		if !strings.Contains(line, `"shutdown_nack"`) && !strings.Contains(line, "worker row was lost") && !strings.Contains(line, "self-audit: released") {
 			continue
 		}
 		var m struct {
@@ -268,6 +274,8 @@ func scanSidecarLog(in *Incarnation) error {
 			in.Nacks[m.JobID] = true
 		case strings.Contains(m.Msg, "worker row was lost"):
 			in.RowLost = append(in.RowLost, m.Time)
+		case strings.HasPrefix(m.Msg, "self-audit: released"):
+			in.Orphans = append(in.Orphans, m.JobID)
 		}
 	}
 	return sc.Err()

@@ -25,7 +25,7 @@ func (c *cluster) runNemesis(ctx context.Context, plan []Step, start time.Time) 
 		queues[s.name] = q
 		wg.Go(func() { s.serve(ctx, q) })
 	}
-	for _, name := range []string{"postgres", "pgbouncer"} {
+	for _, name := range []string{"postgres", "pgbouncer", "cpu"} {
 		q := make(chan Step, len(plan))
 		queues[name] = q
 		wg.Go(func() {
@@ -156,6 +156,8 @@ func (s *sidecar) apply(ctx context.Context, st Step) {
 func (c *cluster) applyInfra(ctx context.Context, st Step) {
 	rec := c.rec
 	switch st.Kind {
+	case faultCPUHog:
+		c.hogCPU(ctx, st)
 	case faultPGRestart:
 		at := time.Now()
 		rec.logf("restarting postgres (%s, down %s)", st.Mode, st.Dur.Round(time.Millisecond))

@@ -32,6 +32,8 @@ func (s Step) String() string {
 		out += fmt.Sprintf(" %s, down %s", s.Mode, s.Dur.Round(time.Millisecond))
 	case faultHandlerKill:
 		out += fmt.Sprintf(" draw %d picks the process, restart (attach) after %s", s.Pick, s.Dur.Round(time.Millisecond))
+	case faultCPUHog:
+		out += fmt.Sprintf(" %d busy processes for %s", s.Pick, s.Dur.Round(time.Millisecond))
 	default:
 		out += fmt.Sprintf(" restart after %s", s.Dur.Round(time.Millisecond))
 	}

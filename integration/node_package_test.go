@@ -60,7 +60,7 @@ func nodePackageProject(t *testing.T, root string) string {
 	project := filepath.Join(dir, "billing-handlers")
 	require.NoError(t, os.Mkdir(project, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(project, "package.json"), []byte(`{"name": "billing-handlers", "version": "1.0.0", "private": true}`+"\n"), 0o644))
-	handler, err := os.ReadFile(filepath.Join(sdkDir, "testing", "consumer", "handler.js"))
+	handler, err := os.ReadFile(filepath.Join(sdkDir, "test", "support", "consumer", "handler.js"))
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(project, "handler.js"), handler, 0o644))
 

@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/config"
+	"github.com/soniq-dev/soniq-sidecar/config"
 	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )

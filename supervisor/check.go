@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/soniq-dev/soniq-sidecar/config"
 	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
@@ -22,7 +23,7 @@ type CheckReport struct {
 // per handler; any report with an Err means the manifest must not be run.
 // Starting and stopping is the transport's (transport.Probe, the transport
 // `run` uses); the comparison is the loop's own (checkHello).
-func CheckHandlers(ctx context.Context, m *Manifest, log *slog.Logger) []CheckReport {
+func CheckHandlers(ctx context.Context, m *config.Manifest, log *slog.Logger) []CheckReport {
 	sp := transport.StartSpawner()
 	defer sp.Stop()
 	var out []CheckReport
@@ -37,7 +38,7 @@ func CheckHandlers(ctx context.Context, m *Manifest, log *slog.Logger) []CheckRe
 // CheckCommands reports the first spawned handler whose command could never
 // start (its executable or working directory missing, or not executable)
 // as a *StartError, without starting anything or touching a database.
-func CheckCommands(m *Manifest) error {
+func CheckCommands(m *config.Manifest) error {
 	for i := range m.Handlers {
 		h := &m.Handlers[i]
 		if err := transport.CheckCommand(h); err != nil {

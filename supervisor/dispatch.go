@@ -5,6 +5,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/maintenance"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
@@ -64,7 +66,7 @@ func (l *loop) maybeClaim(pl *pool) {
 		go func() { defer l.wg.Done(); l.claimer(pl) }()
 	}
 	// Never blocks: one claim of a pool is in flight at a time.
-	pl.claimReqs <- claimReq{params: params, allNames: len(names) == len(pl.allNames), writtenAt: l.writer.written.Load()}
+	pl.claimReqs <- claimReq{params: params, allNames: len(names) == len(pl.allNames), writtenAt: l.writer.Written()}
 }
 
 // claimReq is one claim for a pool's claimer.
@@ -103,7 +105,7 @@ func (l *loop) stopClaimers() {
 func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
 	pl.claiming = false
 	l.claims--
-	if workerRowLost(err) {
+	if maintenance.WorkerRowLost(err) {
 		l.onWorkerLost(err)
 		return
 	}
@@ -124,19 +126,19 @@ func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
 		switch {
 		case spec == nil:
 			// Cannot happen (the claim names only this pool's jobs); fail safe.
-			l.writer.nack(j.ID)
+			l.writer.Nack(j.ID)
 			continue
 		case j.Attempts > j.MaxAttempts:
 			// Repeated crashes pushed attempts past the maximum: dead-letter
 			// without running, as Soniq's worker does.
 			l.log.Error("job dead-lettered without running: attempts exceed max_attempts (it crashed repeatedly)",
 				"job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempts", j.Attempts, "max_attempts", j.MaxAttempts)
-			l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
+			l.writer.Complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
 				Reason: backends.ReasonMaxRetriesExceeded, Error: "Max attempts exceeded (job crashed repeatedly)"})
 			continue
 		case !protocol.IsJSONObject(j.Args):
 			l.log.Error("job dead-lettered: its args are not a JSON object", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue)
-			l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
+			l.writer.Complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
 				Reason: backends.ReasonInvalidArguments, Error: "args must be a JSON object, got: " + truncate(string(j.Args), 200)})
 			continue
 		case protocol.ArgsUnsendable(j.Args, l.cfg.MaxFrameBytes) != "":
@@ -145,7 +147,7 @@ func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
 			// retrying cannot help: dead-letter it with the reason.
 			why := protocol.ArgsUnsendable(j.Args, l.cfg.MaxFrameBytes)
 			l.log.Error("job dead-lettered: its args cannot be sent to a handler", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "reason", why)
-			l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
+			l.writer.Complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
 				Reason: backends.ReasonInvalidArguments, Error: why})
 			continue
 		}
@@ -225,7 +227,7 @@ func (l *loop) maybeClaimUnknown() {
 
 func (l *loop) onUnknownClaimed(jobs []backends.Job, err error) {
 	l.unknownClaiming = false
-	if workerRowLost(err) {
+	if maintenance.WorkerRowLost(err) {
 		l.onWorkerLost(err)
 		return
 	}
@@ -235,7 +237,7 @@ func (l *loop) onUnknownClaimed(jobs []backends.Job, err error) {
 	}
 	for _, j := range jobs {
 		l.log.Error("job not served by any handler: dead-lettered (--dead-letter-unknown)", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue)
-		l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
+		l.writer.Complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
 			Reason: backends.ReasonJobNotFound, Error: fmt.Sprintf("Job %s not registered.", j.Name)})
 	}
 }
@@ -331,4 +333,20 @@ func (l *loop) startSpan(t *task) *string {
 		return &tp
 	}
 	return nil
+}
+
+// subscribe forwards new-job notifications to the loop as wake-ups.
+func (s *Supervisor) subscribe(ctx context.Context) {
+	ch, err := s.cfg.Backend.Subscribe(ctx)
+	if errors.Is(err, backends.ErrNoWakeups) {
+		s.log.Info("polling only: no new-job notifications", "poll_interval", s.cfg.Settings.PollInterval, "reason", err)
+		return
+	}
+	if err != nil {
+		s.log.Warn("new-job notifications unavailable; polling only", "poll_interval", s.cfg.Settings.PollInterval, "err", err)
+		return
+	}
+	for q := range ch {
+		s.emit(wakeEvent{queue: q})
+	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/backends/sqlite"
+	"github.com/soniq-dev/soniq-sidecar/config"
 	"github.com/soniq-dev/soniq-sidecar/supervisor"
 )
 
@@ -24,7 +25,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	settings, err := supervisor.ResolveSettings(m, nil, supervisor.SettingOverrides{})
+	settings, err := supervisor.ResolveSettings(m, nil, config.SettingOverrides{})
 	if err != nil {
 		log.Fatal(err)
 	}

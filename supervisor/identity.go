@@ -17,12 +17,6 @@ import (
 // writing; the others were requeued (and maybe re-claimed elsewhere), so
 // their executions here are abandoned and their results discarded.
 
-// workerRowLost reports whether err (from a heartbeat or a claim) says this
-// sidecar's worker row is gone or no longer active.
-func workerRowLost(err error) bool {
-	return errors.Is(err, backends.ErrNotFound) || errors.Is(err, backends.ErrWorkerNotActive)
-}
-
 func (l *loop) onWorkerLost(cause error) {
 	if l.reregistering {
 		return
@@ -120,4 +114,41 @@ func (l *loop) abandonLost(t *task, why string) {
 		l.metrics.jobEnded(t, "lost")
 		t.endSpan("lost", "")
 	}
+}
+
+// register upserts this sidecar's worker row and its task names.
+func (s *Supervisor) register(ctx context.Context) error {
+	return s.registerWith(ctx, func(w backends.Worker) error { return s.cfg.Backend.RegisterWorker(ctx, w) })
+}
+
+// registerWith registers this sidecar's worker row with do, then its task
+// names. When another worker row holds the row's (hostname, pid) (a Soniq
+// worker given the same hostname, or another live sidecar in the pod with
+// the same instance name), the row is registered under a hostname made
+// unique by the worker id instead: never taking the other row, never
+// stalling.
+func (s *Supervisor) registerWith(ctx context.Context, do func(backends.Worker) error) error {
+	s.identityMu.Lock()
+	defer s.identityMu.Unlock()
+	w := s.identity
+	err := do(w)
+	if errors.Is(err, backends.ErrIdentityTaken) {
+		alt := w
+		alt.Hostname = w.Hostname + "#" + w.ID[:min(8, len(w.ID))]
+		s.log.Warn("another worker row has this sidecar's hostname and pid; registering under a hostname made unique by the worker id (give every sidecar that shares a hostname its own --instance)",
+			"worker_id", w.ID, "hostname", w.Hostname, "pid", w.PID, "registered_as", alt.Hostname, "err", err)
+		if err = do(alt); err == nil {
+			s.identity = alt
+		}
+	}
+	if err != nil {
+		return err
+	}
+	return s.cfg.Backend.RegisterTasks(ctx, w.ID, s.taskNames)
+}
+
+func (s *Supervisor) workerHostname() string {
+	s.identityMu.Lock()
+	defer s.identityMu.Unlock()
+	return s.identity.Hostname
 }

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
-	"github.com/soniq-dev/soniq-sidecar/internal/config"
+	"github.com/soniq-dev/soniq-sidecar/config"
 	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 )
 
@@ -33,7 +33,7 @@ func (l *loop) inherit(jobs []backends.Job) {
 		pl, spec := l.attachPoolFor(j.Name)
 		if pl == nil {
 			back = append(back, j.ID)
-			l.writer.nack(j.ID)
+			l.writer.Nack(j.ID)
 			continue
 		}
 		l.inherited[j.ID] = &task{job: j, pool: pl, spec: spec, state: taskPending}
@@ -119,7 +119,7 @@ func (l *loop) settleInherited(all bool, why string) {
 	slices.Sort(back)
 	for _, id := range back {
 		delete(l.inherited, id)
-		l.writer.nack(id)
+		l.writer.Nack(id)
 	}
 	if len(back) > 0 {
 		l.log.Info("gave back the predecessor's jobs no attached handler reports (neither running nor finished there): queued again, attempts unchanged",

@@ -14,7 +14,9 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
-	"github.com/soniq-dev/soniq-sidecar/internal/config"
+	"github.com/soniq-dev/soniq-sidecar/config"
+	"github.com/soniq-dev/soniq-sidecar/internal/completer"
+	"github.com/soniq-dev/soniq-sidecar/internal/maintenance"
 	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 )
 
@@ -147,7 +149,7 @@ type loop struct {
 	tracer  trace.Tracer
 	spans   bool             // false: tracer is a noop.Tracer, no span is started
 	emit    func(event) bool // queues an event for the loop (from any goroutine)
-	writer  *resultWriter
+	writer  *completer.Completer
 	sp      *transport.Spawner
 	wg      *sync.WaitGroup
 
@@ -172,6 +174,8 @@ type loop struct {
 	// ackWait: results being written, by job id, and the process to
 	// acknowledge them to (acks.go).
 	ackWait map[string]*process
+	// audit weighs the self-audit's readings (audit.go).
+	audit maintenance.AuditTracker
 }
 
 // loopHost is the Supervisor as the loop sees it: its worker id and
@@ -205,7 +209,7 @@ func (s *Supervisor) loopHost() loopHost {
 	}
 }
 
-func newLoop(s *Supervisor, w *resultWriter, sp *transport.Spawner, wg *sync.WaitGroup) *loop {
+func newLoop(s *Supervisor, w *completer.Completer, sp *transport.Spawner, wg *sync.WaitGroup) *loop {
 	_, noSpans := s.tracer.(noop.Tracer)
 	l := &loop{host: s.loopHost(), cfg: &s.cfg, log: s.log, metrics: s.metrics, tracer: s.tracer, spans: !noSpans, emit: s.emit,
 		writer: w, sp: sp, wg: wg, live: map[string]*task{}}
@@ -327,6 +331,8 @@ func (l *loop) handle(e event) {
 		l.settleInherited(true, "startup_timeout elapsed")
 	case settledEvent:
 		l.onSettled(e.ids)
+	case auditEvent:
+		l.onAudit(e.reading)
 	case ackTimeoutEvent:
 		l.onAckTimeout(e.proc)
 	case graceExpiredEvent:

@@ -30,6 +30,7 @@ type Metrics struct {
 	pickup      metric.Float64Histogram
 	staleWkrs   metric.Int64Counter
 	staleJobs   metric.Int64Counter
+	auditFreed  metric.Int64Counter
 	attach      attachMetrics
 
 	// lastNack is when the latest shutdown NACK was counted (unix ns; 0:
@@ -196,6 +197,11 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 		}, conns, waits, waitTime)
 		return e
 	})
+	mk(func() (e error) {
+		x.auditFreed, e = m.Int64Counter("soniq_audit_released",
+			metric.WithDescription("Jobs the self-audit found processing under this worker without the sidecar running them, and gave back to queued."))
+		return
+	})
 	mk(func() error { return x.initAttach(m) })
 	if err != nil {
 		return nil, fmt.Errorf("creating supervisor metrics: %w", err)
@@ -204,6 +210,7 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 	// first recovery is an increase a rate() or increase() can see.
 	x.staleWkrs.Add(context.Background(), 0)
 	x.staleJobs.Add(context.Background(), 0)
+	x.auditFreed.Add(context.Background(), 0)
 	return &x, nil
 }
 
@@ -356,6 +363,14 @@ func (m *Metrics) jobsClaimed(jobs []backends.Job) {
 		}
 		m.pickup.Record(ctx, max(j.UpdatedAt.Sub(due), 0).Seconds(), m.attrs(j.Queue, j.Name, ""))
 	}
+}
+
+// auditReleased counts orphaned rows the self-audit gave back.
+func (m *Metrics) auditReleased(n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.auditFreed.Add(context.Background(), int64(n))
 }
 
 // staleRecovered records a maintenance pass that recovered silent workers.

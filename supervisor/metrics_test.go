@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -100,40 +101,46 @@ func TestPickupDelayFromTheRowsTimestamps(t *testing.T) {
 // The maintenance pass counts the silent workers it recovers and the jobs it
 // puts back to queued, once each.
 func TestMaintenanceCountsRecoveredStaleWorkers(t *testing.T) {
-	ctx := context.Background()
-	mem := memory.New()
-	stale := backends.NewID()
-	require.NoError(t, mem.RegisterWorker(ctx, backends.Worker{ID: stale, Hostname: "gone", PID: 7, Status: "active", Concurrency: 1}))
-	for range 2 {
-		_, err := mem.Enqueue(ctx, backends.EnqueueParams{Name: "examples.add"})
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		mem := memory.New()
+		stale := backends.NewID()
+		require.NoError(t, mem.RegisterWorker(ctx, backends.Worker{ID: stale, Hostname: "gone", PID: 7, Status: "active", Concurrency: 1}))
+		for range 2 {
+			_, err := mem.Enqueue(ctx, backends.EnqueueParams{Name: "examples.add"})
+			require.NoError(t, err)
+		}
+		claimed, err := mem.Claim(ctx, backends.ClaimParams{WorkerID: stale, Names: []string{"examples.add"}, Limit: 2})
 		require.NoError(t, err)
-	}
-	claimed, err := mem.Claim(ctx, backends.ClaimParams{WorkerID: stale, Names: []string{"examples.add"}, Limit: 2})
-	require.NoError(t, err)
-	require.Len(t, claimed, 2)
-	require.NoError(t, mem.BackdateHeartbeat(ctx, stale, 10*time.Minute))
+		require.Len(t, claimed, 2)
+		require.NoError(t, mem.BackdateHeartbeat(ctx, stale, 10*time.Minute))
 
-	m, r := testMetrics(t)
-	settings := fakeSettings(30*time.Second, time.Minute)
-	settings.HeartbeatTimeout = time.Minute
-	sup, err := New(Config{Manifest: examplesManifest(t), Settings: settings, Backend: mem, Metrics: m})
-	require.NoError(t, err)
-	for _, name := range []string{"soniq_stale_workers_recovered", "soniq_stale_jobs_requeued"} {
-		_, ok := collected(t, r, name)
-		assert.True(t, ok, "%s is exported at 0 before any recovery", name)
-		assert.Zero(t, counterValue(t, r, name))
-	}
+		m, r := testMetrics(t)
+		settings := fakeSettings(30*time.Second, time.Minute)
+		settings.HeartbeatTimeout = time.Minute
+		sup, err := New(Config{Manifest: examplesManifest(t), Settings: settings, Backend: mem, Metrics: m})
+		require.NoError(t, err)
+		for _, name := range []string{"soniq_stale_workers_recovered", "soniq_stale_jobs_requeued"} {
+			_, ok := collected(t, r, name)
+			assert.True(t, ok, "%s is exported at 0 before any recovery", name)
+			assert.Zero(t, counterValue(t, r, name))
+		}
 
-	sup.maintainOnce(ctx)
-	assert.Equal(t, int64(1), counterValue(t, r, "soniq_stale_workers_recovered"))
-	assert.Equal(t, int64(2), counterValue(t, r, "soniq_stale_jobs_requeued"))
-	st, err := mem.Stats(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, int64(2), st.Queued, "the rows are queued again")
+		maint := sup.newMaintainer()
+		maint.Start(ctx) // a pass at once
+		t.Cleanup(maint.Stop)
+		synctest.Wait()
+		assert.Equal(t, int64(1), counterValue(t, r, "soniq_stale_workers_recovered"))
+		assert.Equal(t, int64(2), counterValue(t, r, "soniq_stale_jobs_requeued"))
+		st, err := mem.Stats(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, int64(2), st.Queued, "the rows are queued again")
 
-	sup.maintainOnce(ctx) // nothing left to recover
-	assert.Equal(t, int64(1), counterValue(t, r, "soniq_stale_workers_recovered"))
-	assert.Equal(t, int64(2), counterValue(t, r, "soniq_stale_jobs_requeued"))
+		time.Sleep(settings.CleanupInterval) // the next pass: nothing left to recover
+		synctest.Wait()
+		assert.Equal(t, int64(1), counterValue(t, r, "soniq_stale_workers_recovered"))
+		assert.Equal(t, int64(2), counterValue(t, r, "soniq_stale_jobs_requeued"))
+	})
 }
 
 func TestLastShutdownNack(t *testing.T) {

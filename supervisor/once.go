@@ -8,10 +8,10 @@ func (l *loop) checkOnce() {
 	if !l.cfg.Once || l.state != StateRunning || l.fatal != nil || l.reregistering || l.claims > 0 || l.unknownClaiming {
 		return
 	}
-	if len(l.live) > 0 || l.writer.pending() > 0 {
+	if len(l.live) > 0 || l.writer.Pending() > 0 {
 		return
 	}
-	written := l.writer.written.Load()
+	written := l.writer.Written()
 	for _, pl := range l.pools {
 		if len(pl.pending) > 0 {
 			return

@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
-	"github.com/soniq-dev/soniq-sidecar/internal/config"
+	"github.com/soniq-dev/soniq-sidecar/config"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 

@@ -78,7 +78,7 @@ func (l *loop) apply(t *task, o outcome) {
 	case c.Outcome == backends.OutcomeRetry:
 		l.log.Warn("job failed; will retry", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "max_attempts", j.MaxAttempts, "retry_in", c.Delay, "error", firstLine(o.err))
 	}
-	l.writer.complete(c)
+	l.writer.Complete(c)
 }
 
 func (l *loop) onJobTimeout(t *task) {

@@ -46,7 +46,7 @@ func (l *loop) onUnsendable(p *process, m protocol.Message, err error) {
 		t.endSpan("failed", text)
 		l.log.Error("job dead-lettered: its job frame could not be sent to the handler", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue,
 			"handler", p.pool.h.Name, p.who(), "err", err)
-		l.writer.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
+		l.writer.Complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
 			Reason: backends.ReasonInvalidArguments, Error: text})
 	}
 	if p.state == procRetiring && len(p.tasks) == 0 {

@@ -31,7 +31,7 @@ func (l *loop) enterDraining(why string) {
 	l.log.Info("state transition: claiming stopped, waiting for in-flight jobs", "state", StateDraining.String(),
 		"from", StateRunning.String(), "reason", why, "in_flight", len(l.live), "shutdown_timeout", l.cfg.Settings.ShutdownTimeout)
 	l.shutdownTimer = time.AfterFunc(l.cfg.Settings.ShutdownTimeout, func() { l.emit(shutdownTimeoutEvent{}) })
-	l.writer.hurry() // results written from here on are not held back
+	l.writer.Hurry() // results written from here on are not held back
 	l.checkDone()
 }
 
@@ -92,7 +92,7 @@ func (l *loop) nack(t *task, reason string) {
 		l.metrics.jobEnded(t, "nacked")
 	}
 	t.endSpan("nacked", "")
-	l.writer.nack(j.ID)
+	l.writer.Nack(j.ID)
 	l.metrics.shutdownNack(j.Queue, j.Name, reason)
 	l.log.Warn("shutdown_nack", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "reason", reason, "attempts", j.Attempts)
 }

@@ -488,3 +488,25 @@ func TestStateMachineClaimedNotYetRunningIsNacked(t *testing.T) {
 		assert.Equal(t, 1, w.jobsSent(), "it never ran")
 	})
 }
+
+// In DRAINING the loop hurries the writer: a result arriving right after
+// another is written when it arrives, not held back by the
+// completer's linger.
+func TestDrainingResultsAreNotHeldBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// Budget 8: a batch below 2 results would linger while results flow.
+		w := newFakeWorld(t, fakeSettings(30*time.Second, time.Minute), 8, 4, nil)
+		// The third job keeps the sidecar DRAINING (the writer closing
+		// would write at once anyway).
+		ids := []string{w.enqueue("async.sleep", 10), w.enqueue("async.sleep", 10.001), w.enqueue("async.sleep", 20)}
+		w.run(3)
+		w.sup.Shutdown()
+		w.wait()
+		runs, _ := w.snapshot()
+		require.Len(t, runs, 3)
+		for _, r := range runs {
+			require.Contains(t, ids, r.id)
+			assert.Equal(t, r.end.UTC(), w.job(r.id).UpdatedAt.UTC(), "job %s's row written when its result arrived", r.id)
+		}
+	})
+}

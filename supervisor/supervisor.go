@@ -2,9 +2,10 @@
 // in a Go program: the handler process pools, the claim-and-dispatch loop,
 // retries, heartbeats, maintenance and the shutdown state machine of
 // docs/shutdown.md. LoadManifest and ResolveSettings read the same
-// manifest and settings as the soniq-sidecar command; New and Run run
-// them against any backends.Backend; Shutdown applies the shutdown
-// contract. docs/embedding.md states what is stable.
+// manifest and settings as the soniq-sidecar command, into the config
+// package's types; New and Run run them against any backends.Backend;
+// Shutdown applies the shutdown contract. docs/embedding.md states what is
+// stable.
 //
 // All mutable state lives in one event loop goroutine (Run); process pipes,
 // timers, claims and database writes run in goroutines Run owns and report
@@ -32,7 +33,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
-	"github.com/soniq-dev/soniq-sidecar/internal/config"
+	"github.com/soniq-dev/soniq-sidecar/config"
 	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
@@ -45,8 +46,8 @@ const InstrumentationScope = "github.com/soniq-dev/soniq-sidecar/supervisor"
 
 // Config is what Run needs. Manifest, Settings and Backend are required.
 type Config struct {
-	Manifest *Manifest
-	Settings Settings
+	Manifest *config.Manifest
+	Settings config.Settings
 	Backend  backends.Backend
 	Logger   *slog.Logger
 	// Version is recorded on the worker row.
@@ -89,6 +90,12 @@ type Config struct {
 	// state machine against in-process fake handlers on a fake clock.
 	startTransport func(transport.Env, transport.Spec) (transport.Conn, error)
 }
+
+// writeTimeout bounds one database call the engine makes itself (a claim,
+// a registration, marking the worker stopped); the completer has its own
+// bound for result writes. It exists only so a wedged database cannot hold
+// the sidecar forever; it is not a time budget.
+const writeTimeout = 30 * time.Second
 
 // DefaultInstance is the instance name of a sidecar that sets none.
 const DefaultInstance = "soniq-sidecar"
@@ -134,7 +141,7 @@ type Supervisor struct {
 	notReady   map[string]string // handler → why it has no ready process
 	startedRun atomic.Bool
 
-	claimIndexMissing atomic.Bool // see watchClaimIndex
+	claimIndexMissing atomic.Bool // see Advisories
 	// acking is set once a handler that wants acknowledgements said hello
 	// (acks.go): only then does the writer report what it settled.
 	acking atomic.Bool
@@ -174,7 +181,7 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	// A library caller may pass a partial Settings: intervals of 0 would
 	// spin or panic, so they take Soniq's defaults.
-	def := config.DefaultSettings()
+	def := defaultSettings()
 	for _, d := range []struct{ v, def *time.Duration }{
 		{&cfg.Settings.HeartbeatInterval, &def.HeartbeatInterval},
 		{&cfg.Settings.HeartbeatTimeout, &def.HeartbeatTimeout},
@@ -185,6 +192,9 @@ func New(cfg Config) (*Supervisor, error) {
 		if *d.v <= 0 {
 			*d.v = *d.def
 		}
+	}
+	if cfg.Settings.AuditInterval == 0 { // negative turns the audit off
+		cfg.Settings.AuditInterval = def.AuditInterval
 	}
 	s := &Supervisor{
 		cfg:      cfg,
@@ -322,52 +332,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 
 	// Owned goroutines, stopped in reverse order below.
 	var wg sync.WaitGroup
-	hbCtx, stopHeartbeat := context.WithCancel(bg)
-	wg.Add(1)
-	go func() { defer wg.Done(); s.heartbeat(hbCtx) }()
-
-	writer := newResultWriter(s.cfg.Backend, s.workerID, s.log, func() {
-		// An empty queue name wakes every pool.
-		select {
-		case s.events <- wakeEvent{}:
-		default: // the loop is busy; the next poll will do
-		}
-	})
-	// Attached handlers forget a result once it is settled (acks.go).
-	writer.settled = func(ids []string) {
-		if s.acking.Load() {
-			s.emit(settledEvent{ids: ids})
-		}
-	}
-	// A batch smaller than a quarter of the in-flight budget lingers
-	// briefly while results flow (lingerMax).
-	writer.lingerBatch = (total + 3) / 4
-	if s.cfg.Once {
-		// Claim again after every write: a retry written back to the
-		// queue is due, and the claim after the last write ends the run.
-		writer.afterWrite = func() {
-			select {
-			case s.events <- wakeEvent{}:
-			default:
-			}
-		}
-	}
-	go writer.run()
-
-	maintCtx, stopMaintenance := context.WithCancel(bg)
-	wg.Add(1)
-	go func() { defer wg.Done(); s.maintain(maintCtx) }()
-
-	if s.metrics != nil {
-		wg.Add(1)
-		go func() { defer wg.Done(); s.pollStats(maintCtx) }()
-	}
-	wg.Add(1)
-	go func() { defer wg.Done(); s.watchFleet(maintCtx) }()
-	if ci, ok := s.cfg.Backend.(backends.ClaimIndexer); ok {
-		wg.Add(1)
-		go func() { defer wg.Done(); s.watchClaimIndex(maintCtx, ci) }()
-	}
+	svc := s.startServices(bg, total)
 
 	subCtx, stopSubscription := context.WithCancel(bg)
 	wg.Add(1)
@@ -375,7 +340,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 
 	sp := transport.StartSpawner()
 
-	l := newLoop(s, writer, sp, &wg)
+	l := newLoop(s, svc.writer, sp, &wg)
 	l.inherit(inherited)
 	go func() {
 		select {
@@ -389,15 +354,15 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	stopSubscription()
 
 	// Every result the loop decided is with the writer; wait for it.
-	writer.close()
-	<-writer.done
-	stopMaintenance()
+	svc.writer.Stop()
+	svc.stopWatchers()
 	endCtx, cancelEnd := context.WithTimeout(bg, writeTimeout)
 	if err := s.cfg.Backend.SetWorkerStatus(endCtx, s.workerID, backends.WorkerStopped); err != nil {
 		s.log.Error("marking the worker stopped failed", "worker_id", s.workerID, "err", err)
 	}
 	cancelEnd()
-	stopHeartbeat()
+	// Beats go on until the row is marked stopped.
+	svc.heartbeat.Stop()
 	wg.Wait()
 	sp.Stop()
 	s.log.Info("stopped", "state", StateStopped.String(), "worker_id", s.workerID)
@@ -448,4 +413,21 @@ func jitterPoll(d time.Duration) time.Duration {
 func randFloat() float64 {
 	r, _ := rand.Int(rand.Reader, big.NewInt(1<<53))
 	return float64(r.Int64()) / (1 << 53)
+}
+
+// claimIndexAdvice is the detail /readyz shows while the index is missing.
+const claimIndexAdvice = "warning: the claim-order index soniq_sidecar_claim_order is missing, so every claim sorts every queued row; run `soniq-sidecar migrate` to create it"
+
+func (s *Supervisor) setClaimIndexMissing(missing bool) {
+	s.claimIndexMissing.Store(missing)
+	s.metrics.claimIndex(missing)
+}
+
+// Advisories are conditions an operator should fix that do not make the
+// sidecar unready (shown by /readyz under "ready").
+func (s *Supervisor) Advisories() []string {
+	if s.claimIndexMissing.Load() {
+		return []string{claimIndexAdvice}
+	}
+	return nil
 }

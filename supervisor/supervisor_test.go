@@ -2,12 +2,9 @@ package supervisor
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"runtime"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,46 +56,6 @@ func TestRestartDelay(t *testing.T) {
 	for _, tc := range tests {
 		assert.Equal(t, tc.want, restartDelay(tc.failures), "failures=%d", tc.failures)
 	}
-}
-
-// flakyBackend fails Complete a given number of times, standing in for a
-// database that goes away and comes back (a fault that is hard to produce
-// for real inside a unit test; the integration suite uses real Postgres).
-type flakyBackend struct {
-	backends.Backend
-	failures atomic.Int32
-	calls    atomic.Int32
-}
-
-func (f *flakyBackend) Complete(ctx context.Context, worker string, cs []backends.Completion) ([]string, error) {
-	f.calls.Add(1)
-	if f.failures.Add(-1) >= 0 {
-		return nil, errors.New("connection refused")
-	}
-	return f.Backend.Complete(ctx, worker, cs)
-}
-
-func TestResultWriterRetriesUntilTheDatabaseAccepts(t *testing.T) {
-	ctx := context.Background()
-	mem := memory.New()
-	worker := backends.NewID()
-	require.NoError(t, mem.RegisterWorker(ctx, backends.Worker{ID: worker, Hostname: "h", PID: 1}))
-	j, err := mem.Enqueue(ctx, backends.EnqueueParams{Name: "x"})
-	require.NoError(t, err)
-	_, err = mem.Claim(ctx, backends.ClaimParams{WorkerID: worker, Limit: 1})
-	require.NoError(t, err)
-
-	fb := &flakyBackend{Backend: mem}
-	fb.failures.Store(3)
-	w := newResultWriter(fb, worker, slog.New(slog.DiscardHandler), nil)
-	go w.run()
-	w.complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDone, ResultTTL: time.Minute})
-	w.close()
-	<-w.done
-	assert.EqualValues(t, 4, fb.calls.Load(), "three failures, then the write")
-	got, err := mem.Get(ctx, j.ID)
-	require.NoError(t, err)
-	assert.Equal(t, backends.StatusDone, got.Status, "no result is lost to a passing outage")
 }
 
 func examplesManifest(t *testing.T) *config.Manifest {

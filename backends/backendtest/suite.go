@@ -36,6 +36,7 @@ func Run(t *testing.T, newHarness Factory) {
 	all = append(all, deadLetterCases()...)
 	all = append(all, workerCases()...)
 	all = append(all, claimRaceCases()...)
+	all = append(all, auditCases()...)
 	all = append(all, miscCases()...)
 	for _, tc := range all {
 		t.Run(tc.name, func(t *testing.T) {

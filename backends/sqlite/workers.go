@@ -103,7 +103,7 @@ func (b *Backend) SameIdentity(ctx context.Context, w backends.Worker) ([]backen
 			return nil, fmt.Errorf("%s: reading a row: %w", what, err)
 		}
 		r.Metadata = []byte(meta.String)
-		if !backends.SameIdentity(r.Metadata, w.Metadata) {
+		if !backends.IdentitiesMatch(r.Metadata, w.Metadata) {
 			continue
 		}
 		_ = json.Unmarshal([]byte(queues), &r.Queues)

@@ -8,15 +8,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/backends/connect"
+	"github.com/soniq-dev/soniq-sidecar/internal/config"
 )
 
 // newFlagSet returns a FlagSet whose errors become usage errors.
@@ -47,100 +46,23 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// databaseURL applies the precedence flag > SONIQ_DATABASE_URL > default.
-func databaseURL(e env, flagValue string) string {
-	if flagValue != "" {
-		return flagValue
-	}
-	if v, ok := e.lookupEnv("SONIQ_DATABASE_URL"); ok && v != "" {
-		return v
-	}
-	return connect.DefaultURL
-}
-
-// databaseOptions reads how Postgres is reached: SONIQ_DATABASE_POOLER
-// (session, the default, or transaction) and SONIQ_DATABASE_LISTEN_URL.
-// `run`'s flags of the same names are laid over the environment first.
-func databaseOptions(e env) connect.Options {
-	var o connect.Options
-	if v, ok := e.lookupEnv("SONIQ_DATABASE_POOLER"); ok {
-		o.Pooler = strings.TrimSpace(v)
-	}
-	if v, ok := e.lookupEnv("SONIQ_DATABASE_LISTEN_URL"); ok {
-		o.ListenURL = strings.TrimSpace(v)
-	}
-	return o
-}
-
-// withEnv returns e with the given variables set over its environment
-// (flags that outrank a variable of the same meaning).
-func withEnv(e env, set map[string]string) env {
-	base := e.lookupEnv
-	e.lookupEnv = func(k string) (string, bool) {
-		if v, ok := set[k]; ok {
-			return v, true
-		}
-		return base(k)
-	}
-	return e
-}
-
-// openBackend opens the configured database. Errors never carry the password.
-func openBackend(ctx context.Context, e env, flagValue string) (backends.Backend, error) {
-	url := databaseURL(e, flagValue)
-	// connect's errors already name the database (password redacted).
-	b, err := connect.OpenWith(ctx, url, databaseOptions(e))
-	if errors.Is(err, connect.ErrBadURL) {
-		return nil, usageError{err}
-	}
-	return b, err
-}
-
-// openForCommand opens the database for a command. On an embedded database
-// (SQLite) it creates Soniq's tables if needed, so a first `enqueue` on a
-// fresh file just works; a Postgres schema is left alone (see
-// connect.Embedded), and a missing one fails with backends.ErrNoSchema.
-func openForCommand(ctx context.Context, e env, flagValue string) (backends.Backend, error) {
-	url := databaseURL(e, flagValue)
-	path, isFile := connect.SQLitePath(url)
-	existed := true
-	if isFile {
-		_, err := os.Stat(path)
-		existed = err == nil
-	}
-	b, err := openBackend(ctx, e, flagValue)
-	if err != nil {
-		return nil, err
-	}
-	if isFile && !existed {
-		// A command run in the wrong directory would otherwise read an
-		// empty queue without a word.
-		abs, _ := filepath.Abs(path)
-		fmt.Fprintf(e.stderr, "soniq-sidecar: created %s (%s): no database file was there, so its queue starts empty "+
-			"(run from the directory that holds yours, or set --database-url / SONIQ_DATABASE_URL)\n", url, abs)
-	}
-	if connect.Embedded(url) {
-		if err := b.Migrate(ctx); err != nil {
-			b.Close()
-			return nil, fmt.Errorf("creating Soniq's tables: %w", err)
-		}
-	}
-	return b, nil
-}
-
 func cmdMigrate(ctx context.Context, e env, args []string) error {
 	fs := newFlagSet(e, "migrate")
-	dbURL := fs.String("database-url", "", "database URL (default $SONIQ_DATABASE_URL, else sqlite:soniq.db)")
+	db := config.RegisterFlags(fs, config.CommandData)
 	claimIndex := fs.Bool("claim-index", false, "Postgres: create the claim-order index (the default; an error on other backends)")
 	noClaimIndex := fs.Bool("no-claim-index", false, "Postgres: do not create the claim-order index (additive to Soniq's schema; see docs/operations.md)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
+	opts, err := db.Options(e.lookupEnv)
+	if err != nil {
+		return usageError{err}
+	}
 	if len(pos) > 0 {
 		return usageErrorf("migrate: unexpected argument %q", pos[0])
 	}
-	b, err := openBackend(ctx, e, *dbURL)
+	b, err := openBackend(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -148,7 +70,7 @@ func cmdMigrate(ctx context.Context, e env, args []string) error {
 	if err := b.Migrate(ctx); err != nil {
 		return fmt.Errorf("creating Soniq's tables: %w", err)
 	}
-	fmt.Fprintf(e.stdout, "migrated %s\n", connect.Redact(databaseURL(e, *dbURL)))
+	fmt.Fprintf(e.stdout, "migrated %s\n", connect.Redact(databaseURL(opts)))
 	if *claimIndex && *noClaimIndex {
 		return usageErrorf("migrate: --claim-index and --no-claim-index contradict each other")
 	}
@@ -213,30 +135,22 @@ func jsonKind(v any) string {
 	return fmt.Sprintf("%T", v)
 }
 
-// parseDelay accepts a Go duration ("90s", "5m") or plain seconds ("0.5").
+// parseDelay reads --delay as every duration is read: a Go duration
+// ("90s", "5m") or plain seconds ("0.5").
 func parseDelay(s string) (time.Duration, error) {
 	if s == "" {
 		return 0, nil
 	}
-	if f, err := strconv.ParseFloat(s, 64); err == nil {
-		if f < 0 {
-			return 0, fmt.Errorf("--delay %q is negative", s)
-		}
-		return time.Duration(f * float64(time.Second)), nil
-	}
-	d, err := time.ParseDuration(s)
+	d, err := config.ParseDuration(s)
 	if err != nil {
-		return 0, fmt.Errorf("--delay %q is neither a duration (30s, 5m) nor a number of seconds", s)
-	}
-	if d < 0 {
-		return 0, fmt.Errorf("--delay %q is negative", s)
+		return 0, fmt.Errorf("--delay %q: %w", s, err)
 	}
 	return d, nil
 }
 
 func cmdEnqueue(ctx context.Context, e env, args []string) error {
 	fs := newFlagSet(e, "enqueue")
-	dbURL := fs.String("database-url", "", "database URL")
+	db := config.RegisterFlags(fs, config.CommandData)
 	argsJSON := fs.String("args", "{}", "job arguments, a JSON object")
 	queue := fs.String("queue", "default", "queue")
 	priority := fs.Int("priority", 100, "priority (lower runs first)")
@@ -247,6 +161,10 @@ func cmdEnqueue(ctx context.Context, e env, args []string) error {
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
+	}
+	opts, err := db.Options(e.lookupEnv)
+	if err != nil {
+		return usageError{err}
 	}
 	if len(pos) != 1 {
 		return usageErrorf("enqueue: want exactly one job NAME, got %d arguments", len(pos))
@@ -269,7 +187,7 @@ func cmdEnqueue(ctx context.Context, e env, args []string) error {
 	if *queue == "" {
 		return usageErrorf("--queue must not be empty")
 	}
-	b, err := openForCommand(ctx, e, *dbURL)
+	b, err := openForCommand(ctx, e, opts)
 	if err != nil {
 		return err
 	}
@@ -299,16 +217,20 @@ func writeJSON(w io.Writer, v any) error {
 
 func cmdStatus(ctx context.Context, e env, args []string) error {
 	fs := newFlagSet(e, "status")
-	dbURL := fs.String("database-url", "", "database URL")
+	db := config.RegisterFlags(fs, config.CommandData)
 	asJSON := fs.Bool("json", false, "print the six canonical keys as one JSON object")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
+	opts, err := db.Options(e.lookupEnv)
+	if err != nil {
+		return usageError{err}
+	}
 	if len(pos) > 0 {
 		return usageErrorf("status: unexpected argument %q", pos[0])
 	}
-	b, err := openForCommand(ctx, e, *dbURL)
+	b, err := openForCommand(ctx, e, opts)
 	if err != nil {
 		return err
 	}
@@ -317,7 +239,7 @@ func cmdStatus(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err // the backend says what it was reading
 	}
-	fmt.Fprintf(e.stderr, "database %s\n", describeDatabase(databaseURL(e, *dbURL)))
+	fmt.Fprintf(e.stderr, "database %s\n", describeDatabase(databaseURL(opts)))
 	if *asJSON {
 		// Stats marshals its six keys in the canonical order (docs/compatibility.md).
 		out, err := json.Marshal(st)
@@ -341,12 +263,16 @@ func cmdDeadLetter(ctx context.Context, e env, args []string) error {
 	}
 	sub, rest := args[0], args[1:]
 	fs := newFlagSet(e, "dead-letter "+sub)
-	dbURL := fs.String("database-url", "", "database URL")
+	db := config.RegisterFlags(fs, config.CommandData)
 	limit := fs.Int("limit", 100, "list: at most N rows (0 = all)")
 	asJSON := fs.Bool("json", false, "list: print JSON lines")
 	pos, err := parseInterspersed(fs, rest)
 	if err != nil {
 		return err
+	}
+	opts, err := db.Options(e.lookupEnv)
+	if err != nil {
+		return usageError{err}
 	}
 	switch sub {
 	case "list":
@@ -360,7 +286,7 @@ func cmdDeadLetter(ctx context.Context, e env, args []string) error {
 	default:
 		return usageErrorf("dead-letter: unknown subcommand %q (want list, replay or purge)", sub)
 	}
-	b, err := openForCommand(ctx, e, *dbURL)
+	b, err := openForCommand(ctx, e, opts)
 	if err != nil {
 		return err
 	}
@@ -427,16 +353,20 @@ func firstLine(s *string, max int) string {
 // cmdJob prints one job's row: its status, attempts, last error and result.
 func cmdJob(ctx context.Context, e env, args []string) error {
 	fs := newFlagSet(e, "job")
-	dbURL := fs.String("database-url", "", "database URL")
+	db := config.RegisterFlags(fs, config.CommandData)
 	asJSON := fs.Bool("json", false, "print the whole row as one JSON object")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
+	opts, err := db.Options(e.lookupEnv)
+	if err != nil {
+		return usageError{err}
+	}
 	if len(pos) != 1 {
 		return usageErrorf("job: want one job id, got %d arguments", len(pos))
 	}
-	b, err := openForCommand(ctx, e, *dbURL)
+	b, err := openForCommand(ctx, e, opts)
 	if err != nil {
 		return err
 	}
@@ -444,7 +374,7 @@ func cmdJob(ctx context.Context, e env, args []string) error {
 	j, err := b.Get(ctx, pos[0])
 	if errors.Is(err, backends.ErrNotFound) {
 		// A dead-lettered job has left soniq_jobs for the dead-letter table.
-		return printDeadLetterJob(ctx, e, b, pos[0], *asJSON, databaseURL(e, *dbURL))
+		return printDeadLetterJob(ctx, e, b, pos[0], *asJSON, databaseURL(opts))
 	}
 	if err != nil {
 		return err

@@ -36,7 +36,7 @@ func exampleSupervisor(t *testing.T, b *memory.Backend) *supervisor.Supervisor {
 			return "5", true
 		}
 		return "", false
-	}, config.FlagOverrides{})
+	}, config.SettingOverrides{})
 	require.NoError(t, err)
 	sup, err := supervisor.New(supervisor.Config{Manifest: m, Settings: settings, Backend: b, Version: "test"})
 	require.NoError(t, err)

@@ -136,4 +136,14 @@ func TestScrapeTrackerAwaitsAScrapeAfterTheNacks(t *testing.T) {
 	finalScrape(newScrapeTracker(), time.Time{}, time.Minute, slog.New(slog.NewJSONHandler(&buf, nil)))
 	assert.Less(t, time.Since(start), 100*time.Millisecond)
 	assert.Empty(t, buf.String())
+
+	// A scrape that came after the NACKs before the exit was held is said
+	// too: the line means "a scrape saw them", whether or not it waited.
+	s := newScrapeTracker()
+	serve(s.wrap(ok))
+	nack := time.Now()
+	time.Sleep(time.Millisecond)
+	serve(s.wrap(ok))
+	finalScrape(s, nack, time.Minute, slog.New(slog.NewJSONHandler(&buf, nil)))
+	assert.Contains(t, buf.String(), "final /metrics scrape served after the shutdown NACKs")
 }

@@ -85,10 +85,3 @@ func (d *manifestDecoder) attachHandler(h *Handler, e yamlEntry, fields map[stri
 		}
 	}
 }
-
-// IsGlob reports whether an attach entry is a pattern rather than a path.
-func IsGlob(p string) bool { return strings.ContainsAny(p, "*?[") }
-
-// Attached reports whether the sidecar attaches to this handler's
-// processes instead of spawning them.
-func (h *Handler) Attached() bool { return len(h.Attach) > 0 }

@@ -378,7 +378,7 @@ func TestParseManifestDuration(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := parseManifestDuration(tt.in)
+			got, err := ParseDuration(tt.in)
 			if tt.wantErr != "" {
 				require.ErrorContains(t, err, tt.wantErr)
 				return
@@ -452,7 +452,7 @@ func TestManifestDocExample(t *testing.T) {
 	assert.Equal(t, filepath.Join(root, "deploy", "sidecar", "bin", "node"), m.Handlers[1].Command[0])
 	assert.Equal(t, []string{"billing", "default"}, m.Settings.Queues)
 
-	s, err := ResolveSettings(m, nil, FlagOverrides{})
+	s, err := ResolveSettings(m, nil, SettingOverrides{})
 	require.NoError(t, err)
 	assert.Equal(t, 5*time.Minute, m.Handlers[0].Job("billing.pdf.render").EffectiveTimeout(s))
 	assert.Equal(t, time.Minute, s.SyncHandlerGrace)

@@ -123,18 +123,20 @@ func settingsQueuesLine(top map[string]yamlEntry) (int, bool) {
 
 func (d *manifestDecoder) settings(n *yaml.Node, field string) ManifestSettings {
 	var s ManifestSettings
-	keys := []string{queuesKey}
+	var keys []string
 	for _, sd := range settingTable {
-		keys = append(keys, sd.key)
+		if sd.engine() {
+			keys = append(keys, sd.key)
+		}
 	}
 	fields, ok := d.mapping(n, field, keys...)
 	if !ok {
 		return s
 	}
-	s.where = map[string]string{}
+	s.Where = map[string]string{}
 	for _, sd := range settingTable {
 		e, ok := fields[sd.key]
-		if !ok {
+		if !ok || sd.manifest == nil {
 			continue
 		}
 		f := fieldPath(field, sd.key)
@@ -147,12 +149,12 @@ func (d *manifestDecoder) settings(n *yaml.Node, field string) ManifestSettings 
 			continue
 		}
 		*sd.manifest(&s) = &v
-		s.where[sd.key] = fmt.Sprintf("%s:%d", d.file, derefAlias(e.val).Line)
+		s.Where[sd.key] = fmt.Sprintf("%s:%d", d.file, derefAlias(e.val).Line)
 	}
-	if e, ok := fields["queues"]; ok {
-		if q, ok := d.queueList(e.val, fieldPath(field, "queues")); ok {
+	if e, ok := fields[queuesKey]; ok {
+		if q, ok := d.queueList(e.val, fieldPath(field, queuesKey)); ok {
 			s.Queues = q
-			s.where["queues"] = fmt.Sprintf("%s:%d", d.file, e.key.Line)
+			s.Where[queuesKey] = fmt.Sprintf("%s:%d", d.file, e.key.Line)
 		}
 	}
 	return s
@@ -490,3 +492,11 @@ func (d *manifestDecoder) retry(n *yaml.Node, field string) RetryPolicy {
 	}
 	return r
 }
+
+// Handler defaults (docs/manifest.md).
+const (
+	defaultProcesses       = 1
+	defaultConcurrency     = 8
+	defaultSyncConcurrency = 4
+	defaultStartupTimeout  = 10 * time.Second
+)

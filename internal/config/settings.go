@@ -2,178 +2,29 @@ package config
 
 import (
 	"errors"
-	"flag"
 	"fmt"
-	"math"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// Settings are the sidecar's resolved runtime settings (docs/manifest.md, "Settings").
-type Settings struct {
-	ShutdownTimeout time.Duration
-	// SyncHandlerGrace is the flat extra wait for sync jobs once
-	// shutdown_timeout has expired. Unless set explicitly (SyncGraceSet) it
-	// equals the resolved JobTimeout, as in Soniq; when that is 0 (no job
-	// timeout) the grace is 0 too: no extra grace, straight to
-	// WAIT_FOR_THREAD, where sync jobs are still never killed.
-	SyncHandlerGrace  time.Duration
-	JobTimeout        time.Duration // 0 = no timeout
-	HeartbeatInterval time.Duration
-	HeartbeatTimeout  time.Duration
-	CleanupInterval   time.Duration
-	PollInterval      time.Duration
-	ResultTTL         time.Duration // 0 = delete done rows at the next cleanup
-	SyncGraceSet      bool
-	// Queues restricts claiming to these queues; nil means all queues (the
-	// sidecar claims only the job names it serves in any case).
-	Queues []string
-}
-
 // DefaultSettings returns Soniq's defaults for every setting.
 func DefaultSettings() Settings {
 	var s Settings
 	for _, sp := range settingTable {
-		*sp.field(&s) = sp.def
+		if sp.field != nil {
+			*sp.field(&s) = sp.def
+		}
 	}
 	return s
-}
-
-// FlagOverrides carries the command-line values that outrank everything
-// else; a nil field was not given.
-type FlagOverrides struct {
-	// Queues is the raw --queues value, a comma-separated list parsed like
-	// SONIQ_QUEUES.
-	Queues *string
-
-	ShutdownTimeout   *time.Duration
-	SyncHandlerGrace  *time.Duration
-	JobTimeout        *time.Duration
-	HeartbeatInterval *time.Duration
-	HeartbeatTimeout  *time.Duration
-	CleanupInterval   *time.Duration
-	PollInterval      *time.Duration
-	ResultTTL         *time.Duration
-}
-
-// SettingError is a bad setting value from the environment, a flag, or a
-// combination of layers. It is a configuration error (exit code 2).
-type SettingError struct {
-	Name  string // SONIQ_JOB_TIMEOUT, --queues, or a setting's manifest key
-	Value string
-	Msg   string
-}
-
-func (e *SettingError) Error() string {
-	return fmt.Sprintf("%s=%q: %s", e.Name, e.Value, e.Msg)
-}
-
-// setting is one duration setting with its names in every layer: the
-// manifest key under settings:, the environment variable, the `run` flag.
-// settingTable is the only place a setting is named; the manifest decoder,
-// ResolveSettings, DefaultSettings and RegisterFlags all read it.
-type setting struct {
-	key       string // manifest key under settings:
-	env       string
-	flag      string // with its dashes, as errors name it
-	zeroValid bool
-	def       time.Duration
-	help      string
-	field     func(*Settings) *time.Duration
-	manifest  func(*ManifestSettings) **time.Duration
-	override  func(*FlagOverrides) **time.Duration
-}
-
-// settingTable lists the duration settings in the order of docs/manifest.md.
-var settingTable = []setting{
-	{"shutdown_timeout", "SONIQ_SHUTDOWN_TIMEOUT", "--shutdown-timeout", false, 30 * time.Second,
-		"after SIGTERM, how long in-flight jobs may drain before async jobs are cancelled and NACKed",
-		func(s *Settings) *time.Duration { return &s.ShutdownTimeout },
-		func(m *ManifestSettings) **time.Duration { return &m.ShutdownTimeout },
-		func(f *FlagOverrides) **time.Duration { return &f.ShutdownTimeout }},
-	{"sync_handler_grace_seconds", "SONIQ_SYNC_HANDLER_GRACE_SECONDS", "--sync-handler-grace", true, 300 * time.Second,
-		"extra wait for sync jobs once shutdown_timeout has expired",
-		func(s *Settings) *time.Duration { return &s.SyncHandlerGrace },
-		func(m *ManifestSettings) **time.Duration { return &m.SyncHandlerGrace },
-		func(f *FlagOverrides) **time.Duration { return &f.SyncHandlerGrace }},
-	{"job_timeout", "SONIQ_JOB_TIMEOUT", "--job-timeout", true, 300 * time.Second,
-		"default timeout of jobs that set none; 0 = no timeout",
-		func(s *Settings) *time.Duration { return &s.JobTimeout },
-		func(m *ManifestSettings) **time.Duration { return &m.JobTimeout },
-		func(f *FlagOverrides) **time.Duration { return &f.JobTimeout }},
-	{"heartbeat_interval", "SONIQ_HEARTBEAT_INTERVAL", "--heartbeat-interval", false, 5 * time.Second,
-		"how often the worker row is heartbeated",
-		func(s *Settings) *time.Duration { return &s.HeartbeatInterval },
-		func(m *ManifestSettings) **time.Duration { return &m.HeartbeatInterval },
-		func(f *FlagOverrides) **time.Duration { return &f.HeartbeatInterval }},
-	{"heartbeat_timeout", "SONIQ_HEARTBEAT_TIMEOUT", "--heartbeat-timeout", false, 300 * time.Second,
-		"silence after which a worker counts as stale and its jobs are recovered",
-		func(s *Settings) *time.Duration { return &s.HeartbeatTimeout },
-		func(m *ManifestSettings) **time.Duration { return &m.HeartbeatTimeout },
-		func(f *FlagOverrides) **time.Duration { return &f.HeartbeatTimeout }},
-	{"cleanup_interval", "SONIQ_CLEANUP_INTERVAL", "--cleanup-interval", false, 300 * time.Second,
-		"how often maintenance runs",
-		func(s *Settings) *time.Duration { return &s.CleanupInterval },
-		func(m *ManifestSettings) **time.Duration { return &m.CleanupInterval },
-		func(f *FlagOverrides) **time.Duration { return &f.CleanupInterval }},
-	{"poll_interval", "SONIQ_POLL_INTERVAL", "--poll-interval", false, 5 * time.Second,
-		"polling fallback when no new-job notification arrives",
-		func(s *Settings) *time.Duration { return &s.PollInterval },
-		func(m *ManifestSettings) **time.Duration { return &m.PollInterval },
-		func(f *FlagOverrides) **time.Duration { return &f.PollInterval }},
-	{"result_ttl", "SONIQ_RESULT_TTL", "--result-ttl", true, 300 * time.Second,
-		"how long done rows are kept; 0 = removed at the next cleanup",
-		func(s *Settings) *time.Duration { return &s.ResultTTL },
-		func(m *ManifestSettings) **time.Duration { return &m.ResultTTL },
-		func(f *FlagOverrides) **time.Duration { return &f.ResultTTL }},
-}
-
-// queuesSetting names the one list-valued setting in every layer.
-const (
-	queuesKey  = "queues"
-	queuesEnv  = "SONIQ_QUEUES"
-	queuesFlag = "--queues"
-)
-
-// RegisterFlags registers every setting as a flag of fs (a `run` flag: the
-// layer that outranks the environment and the manifest) and returns the
-// overrides the parsed flags fill in. Durations take a Go duration (90s,
-// 1m30s) or a number of seconds, as in the manifest.
-func RegisterFlags(fs *flag.FlagSet) *FlagOverrides {
-	o := &FlagOverrides{}
-	fs.Func(strings.TrimPrefix(queuesFlag, "--"), "comma-separated `queues` to claim from (default $"+queuesEnv+", else the manifest's "+queuesKey+", else all)", func(v string) error {
-		if v != "" {
-			o.Queues = &v
-		}
-		return nil
-	})
-	for _, sp := range settingTable {
-		dst := sp.override(o)
-		def := sp.def.String()
-		if sp.key == "sync_handler_grace_seconds" {
-			def = "the resolved job timeout"
-		}
-		fs.Func(strings.TrimPrefix(sp.flag, "--"), fmt.Sprintf("%s; a `duration` like 90s or 1.5 (default $%s, else the manifest's %s, else %s)", sp.help, sp.env, sp.key, def),
-			func(v string) error {
-				d, err := parseManifestDuration(strings.TrimSpace(v))
-				if err != nil {
-					return err
-				}
-				*dst = &d
-				return nil
-			})
-	}
-	return o
 }
 
 // ResolveSettings layers flag > environment > manifest `settings:` > default
 // (docs/manifest.md). m may be nil (no manifest) and lookupEnv nil (no environment,
 // e.g. os.LookupEnv in main, a map in tests). Every bad value is reported,
 // joined, each naming its variable or flag and the value.
-func ResolveSettings(m *Manifest, lookupEnv func(string) (string, bool), flags FlagOverrides) (Settings, error) {
+func ResolveSettings(m *Manifest, lookupEnv func(string) (string, bool), flags SettingOverrides) (Settings, error) {
 	s := DefaultSettings()
 	if lookupEnv == nil {
 		lookupEnv = func(string) (string, bool) { return "", false }
@@ -184,29 +35,32 @@ func ResolveSettings(m *Manifest, lookupEnv func(string) (string, bool), flags F
 	}
 	var errs []error
 	// from records where each value came from, for cross-field messages.
-	from := map[string]string{}
+	from := map[string]origin{}
 
 	for _, sp := range settingTable {
+		if sp.field == nil {
+			continue
+		}
 		dst := sp.field(&s)
 		if v := *sp.manifest(&ms); v != nil {
 			*dst = *v
-			from[sp.key] = "manifest " + ms.where[sp.key]
+			from[sp.key] = origin{SourceManifest, "manifest " + ms.Where[sp.key]}
 		}
 		if raw, ok := lookupEnv(sp.env); ok && strings.TrimSpace(raw) != "" {
 			// Empty counts as unset, so `SONIQ_X=` in a compose file is harmless.
 			if v, err := envSeconds(raw, sp.zeroValid); err != nil {
-				errs = append(errs, &SettingError{Name: sp.env, Value: raw, Msg: err.Error()})
+				errs = append(errs, &SettingError{Setting: sp.key, Source: SourceEnvironment, Name: sp.env, Value: raw, Msg: err.Error()})
 			} else {
 				*dst = v
-				from[sp.key] = sp.env
+				from[sp.key] = origin{SourceEnvironment, sp.env}
 			}
 		}
 		if v := *sp.override(&flags); v != nil {
 			if err := checkDuration(*v, sp.zeroValid); err != nil {
-				errs = append(errs, &SettingError{Name: sp.flag, Value: v.String(), Msg: err.Error()})
+				errs = append(errs, &SettingError{Setting: sp.key, Source: SourceFlag, Name: sp.flag, Value: v.String(), Msg: err.Error()})
 			} else {
 				*dst = *v
-				from[sp.key] = sp.flag
+				from[sp.key] = origin{SourceFlag, sp.flag}
 			}
 		}
 		if sp.key == "sync_handler_grace_seconds" {
@@ -217,17 +71,18 @@ func ResolveSettings(m *Manifest, lookupEnv func(string) (string, bool), flags F
 		s.SyncHandlerGrace = s.JobTimeout
 	}
 
+	queues := lookupSetting(queuesKey)
 	s.Queues = ms.Queues
-	if raw, ok := lookupEnv(queuesEnv); ok && strings.TrimSpace(raw) != "" {
+	if raw, ok := lookupEnv(queues.env); ok && strings.TrimSpace(raw) != "" {
 		if q, err := parseQueueList(raw); err != nil {
-			errs = append(errs, &SettingError{Name: queuesEnv, Value: raw, Msg: err.Error()})
+			errs = append(errs, &SettingError{Setting: queues.key, Source: SourceEnvironment, Name: queues.env, Value: raw, Msg: err.Error()})
 		} else {
 			s.Queues = q
 		}
 	}
 	if flags.Queues != nil && strings.TrimSpace(*flags.Queues) != "" {
 		if q, err := parseQueueList(*flags.Queues); err != nil {
-			errs = append(errs, &SettingError{Name: queuesFlag, Value: *flags.Queues, Msg: err.Error()})
+			errs = append(errs, &SettingError{Setting: queues.key, Source: SourceFlag, Name: queues.flag, Value: *flags.Queues, Msg: err.Error()})
 		} else {
 			s.Queues = q
 		}
@@ -261,10 +116,11 @@ const AllowShortHeartbeatEnv = "SONIQ_ALLOW_SHORT_HEARTBEAT_TIMEOUT"
 // checkHeartbeat refuses heartbeat settings under which a live worker, a
 // sidecar or a Soniq worker, could be recovered as stale and its jobs run
 // twice.
-func checkHeartbeat(s Settings, from map[string]string, lookupEnv func(string) (string, bool)) []error {
+func checkHeartbeat(s Settings, from map[string]origin, lookupEnv func(string) (string, bool)) []error {
 	var errs []error
 	timeoutErr := func(msg string, args ...any) {
-		errs = append(errs, &SettingError{Name: "heartbeat_timeout", Value: s.HeartbeatTimeout.String(),
+		errs = append(errs, &SettingError{Setting: "heartbeat_timeout", Source: from["heartbeat_timeout"].layer(),
+			Name: "heartbeat_timeout", Value: s.HeartbeatTimeout.String(),
 			Msg: fmt.Sprintf("(from %s) ", settingSource(from, "heartbeat_timeout")) + fmt.Sprintf(msg, args...)})
 	}
 	if s.HeartbeatTimeout < heartbeatMargin*s.HeartbeatInterval {
@@ -281,41 +137,34 @@ func checkHeartbeat(s Settings, from map[string]string, lookupEnv func(string) (
 			"(set %s=true only if no Soniq worker ever uses this database)", soniqMinHeartbeatTimeout, soniqMaxHeartbeatInterval, AllowShortHeartbeatEnv)
 	}
 	if s.HeartbeatInterval > soniqMinHeartbeatTimeout/heartbeatMargin {
-		errs = append(errs, &SettingError{Name: "heartbeat_interval", Value: s.HeartbeatInterval.String(), Msg: fmt.Sprintf(
-			"(from %s) must be at most %s: a Soniq worker may recover workers silent for %s, and this sidecar must beat at least %d times in that window",
-			settingSource(from, "heartbeat_interval"), soniqMinHeartbeatTimeout/heartbeatMargin, soniqMinHeartbeatTimeout, heartbeatMargin)})
+		errs = append(errs, &SettingError{Setting: "heartbeat_interval", Source: from["heartbeat_interval"].layer(),
+			Name: "heartbeat_interval", Value: s.HeartbeatInterval.String(), Msg: fmt.Sprintf(
+				"(from %s) must be at most %s: a Soniq worker may recover workers silent for %s, and this sidecar must beat at least %d times in that window",
+				settingSource(from, "heartbeat_interval"), soniqMinHeartbeatTimeout/heartbeatMargin, soniqMinHeartbeatTimeout, heartbeatMargin)})
 	}
 	return errs
 }
 
-func settingSource(from map[string]string, key string) string {
+// origin is where a setting's value came from: the layer, and how an
+// error names it ("manifest m.yaml:4", SONIQ_JOB_TIMEOUT, --job-timeout).
+type origin struct {
+	source Source
+	desc   string
+}
+
+// layer is the origin's layer; the zero origin is the default.
+func (o origin) layer() Source {
+	if o.source == "" {
+		return SourceDefault
+	}
+	return o.source
+}
+
+func settingSource(from map[string]origin, key string) string {
 	if f, ok := from[key]; ok {
-		return f
+		return f.desc
 	}
 	return "the default"
-}
-
-// envSeconds parses a Soniq-style duration: a number of seconds, fractions
-// allowed.
-func envSeconds(raw string, zeroValid bool) (time.Duration, error) {
-	v, err := secondsToDuration(raw)
-	if errors.Is(err, errNotANumber) {
-		return 0, errors.New("invalid duration: want a number of seconds, like 30 or 0.5")
-	}
-	if err != nil {
-		return 0, err
-	}
-	return v, checkDuration(v, zeroValid)
-}
-
-func checkDuration(v time.Duration, zeroValid bool) error {
-	switch {
-	case v < 0:
-		return errors.New("must not be negative")
-	case v == 0 && !zeroValid:
-		return errors.New("must be greater than zero")
-	}
-	return nil
 }
 
 // parseQueueList splits a comma-separated list as Soniq does, dropping
@@ -335,99 +184,4 @@ func parseQueueList(raw string) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// RetryPolicy is Soniq's default retry policy (soniq/core/retry.py,
-// compute_retry_delay_seconds, used by ExponentialBackoff) with a job's
-// retry_delay, retry_backoff, retry_max_delay and retry_jitter.
-type RetryPolicy struct {
-	// Delays is retry_delay: one delay, or one per attempt with the last
-	// repeating. Empty means 0.
-	Delays []time.Duration
-	// Backoff doubles the delay each attempt from Delays (from 1s when
-	// that is 0).
-	Backoff bool
-	// MaxDelay caps the delay when MaxDelaySet (Soniq's None = no cap).
-	MaxDelay    time.Duration
-	MaxDelaySet bool
-	// Jitter spreads a backoff delay uniformly over [d/2, d]; Soniq
-	// ignores it without Backoff.
-	Jitter bool
-}
-
-// DefaultRetryPolicy returns the defaults of Soniq's @app.job decorator
-// (soniq/core/registry.py): retry_delay=0, retry_backoff=False,
-// retry_max_delay=None, retry_jitter=True, i.e. retry at once.
-func DefaultRetryPolicy() RetryPolicy {
-	return RetryPolicy{Jitter: true}
-}
-
-// maxBackoffExponent mirrors Soniq's _MAX_EXPONENT, which keeps the
-// doubling finite for absurd attempt counts.
-const maxBackoffExponent = 62
-
-// Delay returns how long to wait before retrying after the attempt-th
-// attempt failed (1-based: the row's attempts count after the failure, as
-// Soniq passes it). rnd returns a float in [0, 1) and is injected for tests;
-// nil uses math/rand/v2.
-//
-// Soniq's docstring calls its jitter "full jitter", but its code draws
-// uniform(d/2, d); this follows the code, so Soniq workers and sidecars
-// sharing a queue spread retries alike.
-func (p RetryPolicy) Delay(attempt int, rnd func() float64) time.Duration {
-	if attempt < 1 {
-		attempt = 1
-	}
-	delay := 0.0 // seconds, as Soniq computes
-	if n := len(p.Delays); n > 0 {
-		delay = p.Delays[min(attempt-1, n-1)].Seconds()
-	}
-	if p.Backoff {
-		base := delay
-		if base <= 0 {
-			base = 1
-		}
-		delay = base * math.Exp2(float64(min(attempt-1, maxBackoffExponent)))
-	}
-	if p.MaxDelaySet {
-		delay = math.Min(delay, p.MaxDelay.Seconds())
-	}
-	if p.Backoff && p.Jitter && delay > 0 {
-		if rnd == nil {
-			rnd = rand.Float64
-		}
-		// random.uniform(a, b) is a + (b-a)*random().
-		delay = delay/2 + (delay-delay/2)*rnd()
-	}
-	if delay <= 0 {
-		return 0
-	}
-	if ns := delay * float64(time.Second); ns < math.MaxInt64 {
-		return time.Duration(math.Round(ns))
-	}
-	return time.Duration(math.MaxInt64)
-}
-
-// String renders the policy in manifest terms, for logs and `manifest check`.
-func (p RetryPolicy) String() string {
-	var b strings.Builder
-	b.WriteString("delay=")
-	switch len(p.Delays) {
-	case 0:
-		b.WriteString("0s")
-	case 1:
-		b.WriteString(p.Delays[0].String())
-	default:
-		parts := make([]string, len(p.Delays))
-		for i, d := range p.Delays {
-			parts[i] = d.String()
-		}
-		b.WriteString("[" + strings.Join(parts, ",") + "]")
-	}
-	b.WriteString(" backoff=" + strconv.FormatBool(p.Backoff))
-	if p.MaxDelaySet {
-		b.WriteString(" max_delay=" + p.MaxDelay.String())
-	}
-	b.WriteString(" jitter=" + strconv.FormatBool(p.Jitter))
-	return b.String()
 }

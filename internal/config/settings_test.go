@@ -2,7 +2,6 @@ package config
 
 import (
 	"errors"
-	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -27,11 +26,12 @@ func TestDefaultSettings(t *testing.T) {
 		HeartbeatInterval: 5 * time.Second,
 		HeartbeatTimeout:  300 * time.Second,
 		CleanupInterval:   300 * time.Second,
+		AuditInterval:     60 * time.Second,
 		PollInterval:      5 * time.Second,
 		ResultTTL:         300 * time.Second,
 	}, DefaultSettings())
 
-	s, err := ResolveSettings(nil, nil, FlagOverrides{})
+	s, err := ResolveSettings(nil, nil, SettingOverrides{})
 	require.NoError(t, err)
 	assert.Equal(t, DefaultSettings(), s, "no manifest, environment or flags: the defaults")
 }
@@ -51,7 +51,7 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 		name  string
 		m     *Manifest
 		env   map[string]string
-		flags FlagOverrides
+		flags SettingOverrides
 		want  Settings
 	}{
 		{
@@ -60,7 +60,7 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 			want: Settings{
 				ShutdownTimeout: 45 * time.Second, SyncHandlerGrace: 10 * time.Second, SyncGraceSet: true,
 				JobTimeout: 2 * time.Minute, HeartbeatInterval: 2500 * time.Millisecond, HeartbeatTimeout: time.Minute,
-				CleanupInterval: time.Minute, PollInterval: 500 * time.Millisecond, ResultTTL: 0,
+				CleanupInterval: time.Minute, AuditInterval: time.Minute, PollInterval: 500 * time.Millisecond, ResultTTL: 0,
 				Queues: []string{"billing", "default"},
 			},
 		},
@@ -71,7 +71,7 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 			want: Settings{
 				ShutdownTimeout: 12500 * time.Millisecond, SyncHandlerGrace: 10 * time.Second, SyncGraceSet: true,
 				JobTimeout: 90 * time.Second, HeartbeatInterval: 2500 * time.Millisecond, HeartbeatTimeout: time.Minute,
-				CleanupInterval: time.Minute, PollInterval: 250 * time.Millisecond, ResultTTL: 0,
+				CleanupInterval: time.Minute, AuditInterval: time.Minute, PollInterval: 250 * time.Millisecond, ResultTTL: 0,
 				Queues: []string{"urgent", "default"},
 			},
 		},
@@ -79,7 +79,7 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 			name: "flags over environment",
 			m:    m,
 			env:  env,
-			flags: FlagOverrides{
+			flags: SettingOverrides{
 				Queues:          manifestPtr("critical"),
 				JobTimeout:      manifestPtr(time.Duration(0)),
 				ShutdownTimeout: manifestPtr(3 * time.Second),
@@ -87,14 +87,14 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 			want: Settings{
 				ShutdownTimeout: 3 * time.Second, SyncHandlerGrace: 10 * time.Second, SyncGraceSet: true,
 				JobTimeout: 0, HeartbeatInterval: 2500 * time.Millisecond, HeartbeatTimeout: time.Minute,
-				CleanupInterval: time.Minute, PollInterval: 250 * time.Millisecond, ResultTTL: 0,
+				CleanupInterval: time.Minute, AuditInterval: time.Minute, PollInterval: 250 * time.Millisecond, ResultTTL: 0,
 				Queues: []string{"critical"},
 			},
 		},
 		{
 			name:  "an empty --queues leaves the lower layers",
 			env:   map[string]string{"SONIQ_QUEUES": "a,b"},
-			flags: FlagOverrides{Queues: manifestPtr(" ")},
+			flags: SettingOverrides{Queues: manifestPtr(" ")},
 			want: func() Settings {
 				s := DefaultSettings()
 				s.Queues = []string{"a", "b"}
@@ -115,16 +115,16 @@ func TestResolveSettingsSyncGrace(t *testing.T) {
 	tests := []struct {
 		name      string
 		env       map[string]string
-		flags     FlagOverrides
+		flags     SettingOverrides
 		wantGrace time.Duration
 		wantSet   bool
 	}{
-		{"defaults to the default job timeout", nil, FlagOverrides{}, 300 * time.Second, false},
-		{"follows a resolved job timeout", map[string]string{"SONIQ_JOB_TIMEOUT": "42"}, FlagOverrides{}, 42 * time.Second, false},
-		{"no job timeout means no extra grace", map[string]string{"SONIQ_JOB_TIMEOUT": "0"}, FlagOverrides{}, 0, false},
-		{"explicit grace wins", map[string]string{"SONIQ_JOB_TIMEOUT": "42", "SONIQ_SYNC_HANDLER_GRACE_SECONDS": "7"}, FlagOverrides{}, 7 * time.Second, true},
-		{"explicit zero grace", map[string]string{"SONIQ_SYNC_HANDLER_GRACE_SECONDS": "0"}, FlagOverrides{}, 0, true},
-		{"flag grace", nil, FlagOverrides{SyncHandlerGrace: manifestPtr(time.Second)}, time.Second, true},
+		{"defaults to the default job timeout", nil, SettingOverrides{}, 300 * time.Second, false},
+		{"follows a resolved job timeout", map[string]string{"SONIQ_JOB_TIMEOUT": "42"}, SettingOverrides{}, 42 * time.Second, false},
+		{"no job timeout means no extra grace", map[string]string{"SONIQ_JOB_TIMEOUT": "0"}, SettingOverrides{}, 0, false},
+		{"explicit grace wins", map[string]string{"SONIQ_JOB_TIMEOUT": "42", "SONIQ_SYNC_HANDLER_GRACE_SECONDS": "7"}, SettingOverrides{}, 7 * time.Second, true},
+		{"explicit zero grace", map[string]string{"SONIQ_SYNC_HANDLER_GRACE_SECONDS": "0"}, SettingOverrides{}, 0, true},
+		{"flag grace", nil, SettingOverrides{SyncHandlerGrace: manifestPtr(time.Second)}, time.Second, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -154,7 +154,7 @@ func TestResolveSettingsErrors(t *testing.T) {
 	tests := []struct {
 		name  string
 		env   map[string]string
-		flags FlagOverrides
+		flags SettingOverrides
 		want  []string // exact Error() of each reported error, in order
 	}{
 		{
@@ -187,7 +187,7 @@ func TestResolveSettingsErrors(t *testing.T) {
 		},
 		{
 			name:  "bad flags",
-			flags: FlagOverrides{ShutdownTimeout: manifestPtr(time.Duration(0)), ResultTTL: manifestPtr(-time.Second)},
+			flags: SettingOverrides{ShutdownTimeout: manifestPtr(time.Duration(0)), ResultTTL: manifestPtr(-time.Second)},
 			want: []string{
 				`--shutdown-timeout="0s": must be greater than zero`,
 				`--result-ttl="-1s": must not be negative`,
@@ -230,9 +230,9 @@ func TestResolveSettingsErrors(t *testing.T) {
 func TestResolveSettingsCrossFieldNamesManifest(t *testing.T) {
 	m := &Manifest{Settings: ManifestSettings{
 		HeartbeatTimeout: manifestPtr(3 * time.Second),
-		where:            map[string]string{"heartbeat_timeout": "m.yaml:4"},
+		Where:            map[string]string{"heartbeat_timeout": "m.yaml:4"},
 	}}
-	_, err := ResolveSettings(m, nil, FlagOverrides{})
+	_, err := ResolveSettings(m, nil, SettingOverrides{})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "(from manifest m.yaml:4) must be at least 2 × heartbeat_interval 5s (from the default)")
 }
@@ -251,75 +251,10 @@ func TestResolveSettingsHeartbeatAccepted(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := ResolveSettings(nil, lookupFromMap(tt.env), FlagOverrides{})
+			s, err := ResolveSettings(nil, lookupFromMap(tt.env), SettingOverrides{})
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, [2]time.Duration{s.HeartbeatInterval, s.HeartbeatTimeout})
 		})
-	}
-}
-
-func TestRetryPolicyDelay(t *testing.T) {
-	secs := func(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
-	list := []time.Duration{time.Second, 5 * time.Second, 30 * time.Second}
-	// Expected values were computed with Soniq's compute_retry_delay_seconds
-	// and an RNG whose random() returns rnd.
-	tests := []struct {
-		name    string
-		policy  RetryPolicy
-		attempt int
-		rnd     float64
-		want    time.Duration
-	}{
-		{"default retries at once", DefaultRetryPolicy(), 1, 0.5, 0},
-		{"default, later attempt", DefaultRetryPolicy(), 3, 0.5, 0},
-		{"fixed delay", RetryPolicy{Delays: []time.Duration{2 * time.Second}, Jitter: true}, 1, 0.5, 2 * time.Second},
-		{"fixed delay ignores jitter", RetryPolicy{Delays: []time.Duration{2 * time.Second}, Jitter: true}, 5, 0.5, 2 * time.Second},
-		{"backoff first attempt", RetryPolicy{Delays: []time.Duration{time.Second}, Backoff: true}, 1, 0.5, time.Second},
-		{"backoff doubles", RetryPolicy{Delays: []time.Duration{time.Second}, Backoff: true}, 4, 0.5, 8 * time.Second},
-		{"backoff from zero starts at 1s", RetryPolicy{Backoff: true}, 4, 0.5, 8 * time.Second},
-		{"backoff capped", RetryPolicy{Delays: []time.Duration{time.Second}, Backoff: true, MaxDelay: 5 * time.Minute, MaxDelaySet: true}, 10, 0.5, 300 * time.Second},
-		{"jitter low end is half", RetryPolicy{Delays: []time.Duration{time.Second}, Backoff: true, Jitter: true}, 4, 0, 4 * time.Second},
-		{"jitter middle", RetryPolicy{Delays: []time.Duration{time.Second}, Backoff: true, Jitter: true}, 4, 0.5, 6 * time.Second},
-		{"jitter high end", RetryPolicy{Delays: []time.Duration{time.Second}, Backoff: true, Jitter: true}, 4, 0.999, secs(7.996)},
-		{"jitter after cap", RetryPolicy{Delays: []time.Duration{time.Second}, Backoff: true, MaxDelay: 5 * time.Minute, MaxDelaySet: true, Jitter: true}, 10, 0.5, 225 * time.Second},
-		{"per-attempt list", RetryPolicy{Delays: list}, 2, 0.5, 5 * time.Second},
-		{"per-attempt list repeats last", RetryPolicy{Delays: list}, 7, 0.5, 30 * time.Second},
-		{"per-attempt list with backoff", RetryPolicy{Delays: list, Backoff: true}, 2, 0.5, 10 * time.Second},
-		{"cap without backoff", RetryPolicy{Delays: []time.Duration{10 * time.Second}, MaxDelaySet: true, MaxDelay: 4 * time.Second}, 3, 0.5, 4 * time.Second},
-		{"attempt below 1 counts as 1", RetryPolicy{Delays: []time.Duration{500 * time.Millisecond}, Backoff: true}, 0, 0.5, 500 * time.Millisecond},
-		{"sub-second jitter", RetryPolicy{Delays: []time.Duration{250 * time.Millisecond}, Backoff: true, Jitter: true}, 3, 0.5, 750 * time.Millisecond},
-		{"zero cap", RetryPolicy{Delays: []time.Duration{time.Second}, Backoff: true, MaxDelaySet: true, Jitter: true}, 2, 0.5, 0},
-		{"huge attempt saturates", RetryPolicy{Delays: []time.Duration{time.Second}, Backoff: true}, 1000, 0.5, time.Duration(math.MaxInt64)},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := tt.policy.Delay(tt.attempt, func() float64 { return tt.rnd })
-			assert.InDelta(t, float64(tt.want), float64(got), float64(time.Microsecond), "got %v, want %v", got, tt.want)
-		})
-	}
-}
-
-func TestRetryPolicyDelayDefaultRandom(t *testing.T) {
-	p := RetryPolicy{Delays: []time.Duration{time.Second}, Backoff: true, Jitter: true}
-	for range 100 {
-		d := p.Delay(3, nil)
-		require.GreaterOrEqual(t, d, 2*time.Second)
-		require.LessOrEqual(t, d, 4*time.Second)
-	}
-}
-
-func TestRetryPolicyString(t *testing.T) {
-	tests := []struct {
-		p    RetryPolicy
-		want string
-	}{
-		{DefaultRetryPolicy(), "delay=0s backoff=false jitter=true"},
-		{RetryPolicy{Delays: []time.Duration{time.Second}, Backoff: true, MaxDelay: 5 * time.Minute, MaxDelaySet: true},
-			"delay=1s backoff=true max_delay=5m0s jitter=false"},
-		{RetryPolicy{Delays: []time.Duration{time.Second, 2 * time.Second}}, "delay=[1s,2s] backoff=false jitter=false"},
-	}
-	for _, tt := range tests {
-		assert.Equal(t, tt.want, tt.p.String())
 	}
 }
 
@@ -343,6 +278,53 @@ func TestParseQueueList(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+// Every setting error is a *SettingError naming the setting and the layer
+// the bad value came from, found with errors.As among joined errors.
+func TestSettingErrorNamesTheSettingAndItsSource(t *testing.T) {
+	zero := time.Duration(0)
+	bad := "a b"
+	tests := []struct {
+		name      string
+		m         *Manifest
+		env       map[string]string
+		overrides SettingOverrides
+		want      []SettingError // Setting, Source and Name of each, in order
+	}{
+		{name: "environment", env: map[string]string{"SONIQ_JOB_TIMEOUT": "5m"},
+			want: []SettingError{{Setting: "job_timeout", Source: SourceEnvironment, Name: "SONIQ_JOB_TIMEOUT"}}},
+		{name: "flag", overrides: SettingOverrides{PollInterval: &zero},
+			want: []SettingError{{Setting: "poll_interval", Source: SourceFlag, Name: "--poll-interval"}}},
+		{name: "queues from both", env: map[string]string{"SONIQ_QUEUES": "a b"}, overrides: SettingOverrides{Queues: &bad},
+			want: []SettingError{
+				{Setting: "queues", Source: SourceEnvironment, Name: "SONIQ_QUEUES"},
+				{Setting: "queues", Source: SourceFlag, Name: "--queues"},
+			}},
+		{name: "a combination, from the manifest",
+			m: &Manifest{Settings: ManifestSettings{HeartbeatTimeout: manifestPtr(3 * time.Second),
+				Where: map[string]string{"heartbeat_timeout": "m.yaml:4"}}},
+			want: []SettingError{{Setting: "heartbeat_timeout", Source: SourceManifest, Name: "heartbeat_timeout"}}},
+		{name: "a combination, from the environment", env: map[string]string{"SONIQ_HEARTBEAT_INTERVAL": "45"},
+			want: []SettingError{{Setting: "heartbeat_interval", Source: SourceEnvironment, Name: "heartbeat_interval"}}},
+		{name: "a combination, from the default", env: map[string]string{"SONIQ_HEARTBEAT_INTERVAL": "200"},
+			want: []SettingError{{Setting: "heartbeat_timeout", Source: SourceDefault, Name: "heartbeat_timeout"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ResolveSettings(tt.m, lookupFromMap(tt.env), tt.overrides)
+			require.Error(t, err)
+			var first *SettingError
+			require.ErrorAs(t, err, &first)
+			var got []SettingError
+			for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+				var se *SettingError
+				require.ErrorAs(t, e, &se)
+				got = append(got, SettingError{Setting: se.Setting, Source: se.Source, Name: se.Name})
+			}
 			assert.Equal(t, tt.want, got)
 		})
 	}

@@ -7,10 +7,8 @@ package config
 import (
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -222,49 +220,12 @@ func (d *manifestDecoder) duration(n *yaml.Node, field string) (time.Duration, b
 		d.fail(n, field, "expected a duration (like 30s or 1m30s, or seconds), got %s", describeNode(n))
 		return 0, false
 	}
-	v, err := parseManifestDuration(n.Value)
+	v, err := ParseDuration(n.Value)
 	if err != nil {
 		d.fail(n, field, "%v", err)
 		return 0, false
 	}
 	return v, true
-}
-
-func parseManifestDuration(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if v, err := time.ParseDuration(s); err == nil {
-		if v < 0 {
-			return 0, fmt.Errorf("duration %q must not be negative", s)
-		}
-		return v, nil
-	}
-	if v, err := secondsToDuration(s); err == nil {
-		return v, nil
-	} else if !errors.Is(err, errNotANumber) {
-		return 0, err
-	}
-	return 0, fmt.Errorf("invalid duration %q (want a Go duration like 30s or 1m30s, or a number of seconds)", s)
-}
-
-var errNotANumber = errors.New("not a number")
-
-// secondsToDuration parses a plain number of seconds (fractions allowed),
-// the form Soniq uses in its environment variables.
-func secondsToDuration(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil && !errors.Is(err, strconv.ErrRange) {
-		return 0, errNotANumber
-	}
-	switch {
-	case math.IsNaN(f):
-		return 0, fmt.Errorf("invalid duration %q", s)
-	case f < 0:
-		return 0, fmt.Errorf("duration %q must not be negative", s)
-	case math.IsInf(f, 0) || f*float64(time.Second) >= math.MaxInt64:
-		return 0, fmt.Errorf("duration %q is too large", s)
-	}
-	return time.Duration(math.Round(f * float64(time.Second))), nil
 }
 
 // queueList reads a non-empty list of distinct queue names.

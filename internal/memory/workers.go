@@ -59,7 +59,7 @@ func (b *Backend) SameIdentity(ctx context.Context, w backends.Worker) ([]backen
 	t := now()
 	var out []backends.Worker
 	for id, r := range b.workers {
-		if id == w.ID || !backends.SameIdentity(r.Metadata, w.Metadata) {
+		if id == w.ID || !backends.IdentitiesMatch(r.Metadata, w.Metadata) {
 			continue
 		}
 		c := *r

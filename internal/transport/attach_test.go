@@ -37,7 +37,9 @@ type listenSDK struct {
 var listenSDKs = []listenSDK{
 	{"python", func(_, sock string) []string {
 		return []string{"python3", "-u", "-m", "soniq_handler_examples", "--listen", sock}
-	}, func(root string) []string { return []string{"PYTHONPATH=" + filepath.Join(root, "examples/python") + string(os.PathListSeparator) + filepath.Join(root, "sdk/python")} }},
+	}, func(root string) []string {
+		return []string{"PYTHONPATH=" + filepath.Join(root, "examples/python") + string(os.PathListSeparator) + filepath.Join(root, "sdk/python")}
+	}},
 	{"node", func(root, sock string) []string {
 		return []string{"node", filepath.Join(root, "examples/node/examples.js"), "--listen", sock}
 	}, func(string) []string { return nil }},

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/config"
+	"github.com/soniq-dev/soniq-sidecar/config"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 

@@ -133,6 +133,9 @@ export interface DecodeOptions {
 /** 16 MiB: the frame size limit unless the sidecar sets another. */
 export const DEFAULT_MAX_FRAME_BYTES: number;
 
+/** 10,000: how deep a frame may nest, its own object included; `encode` refuses deeper. */
+export const MAX_DEPTH: number;
+
 /**
  * Decodes one frame (without its '\n'; a trailing '\r' is stripped). A string is UTF-8
  * encoded first. Throws ProtocolError for anything the protocol does not accept.
@@ -153,6 +156,6 @@ export function decodeJobMessage(
 
 /**
  * The canonical JSON text of a message (no trailing '\n'). Throws TypeError for an unknown
- * type or a value JSON cannot hold.
+ * type or a value JSON cannot hold, RangeError for one nested deeper than MAX_DEPTH allows.
  */
 export function encode(msg: EncodableMessage): string;

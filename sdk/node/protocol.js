@@ -538,10 +538,42 @@ function encodeFields(obj, fields, prefix, special) {
   return `{${parts.join(',')}}`;
 }
 
+// How deep JSON text nests (strings skipped).
+function depthOf(text) {
+  let depth = 0;
+  let deepest = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22) {
+      for (i++; i < text.length; i++) {
+        const d = text.charCodeAt(i);
+        if (d === 0x5c) i++;
+        else if (d === 0x22) break;
+      }
+    } else if (c === 0x7b || c === 0x5b) {
+      if (++depth > deepest) deepest = depth;
+    } else if (c === 0x7d || c === 0x5d) {
+      depth--;
+    }
+  }
+  return deepest;
+}
+
 // encode(msg) -> canonical JSON text (no trailing '\n'): compact, keys in table order,
 // null/undefined fields omitted, fields the type does not define dropped. Throws TypeError
-// for an unknown type or a value JSON cannot represent.
+// for an unknown type or a value JSON cannot represent, RangeError for one nested deeper than
+// a frame may be (MAX_DEPTH levels, the frame's own object included: what decoders take).
 function encode(msg) {
+  const text = encodeFrame(msg);
+  // Only a text this long can nest that deep; JSON.stringify goes that deep only on a stack
+  // raised with --stack-size.
+  if (text.length > 2 * MAX_DEPTH && depthOf(text) > MAX_DEPTH) {
+    throw new RangeError(`nested deeper than the ${MAX_DEPTH} levels a frame may have`);
+  }
+  return text;
+}
+
+function encodeFrame(msg) {
   if (!isObject(msg)) throw new TypeError('encode expects a message object');
   const fields = has(FIELDS, msg.type) ? FIELDS[msg.type] : null;
   if (!fields) throw new TypeError(`unknown message type ${JSON.stringify(msg.type)}`);
@@ -559,6 +591,7 @@ function encode(msg) {
 
 module.exports = {
   DEFAULT_MAX_FRAME_BYTES,
+  MAX_DEPTH,
   ProtocolError,
   decode,
   decodeJobMessage,

@@ -41,27 +41,93 @@ function log(...parts) {
 
 // ---------------------------------------------------------------------------------------
 // Errors -> protocol error objects
+//
+// Whatever was thrown is read defensively: a getter, a Proxy trap, a toString, toJSON or
+// Symbol.toPrimitive that throws, a revoked Proxy, must not keep the failure from being
+// written (nor end the process): a failure always has a type and a message.
+
+// obj[key], or `fallback(err)` when reading it throws.
+function read(obj, key, fallback = () => undefined) {
+  try {
+    return obj[key];
+  } catch (err) {
+    return fallback(err);
+  }
+}
+
+// A thrown value (or any value) in words: its JSON when it has one, else String(), else its
+// tag; never throws.
+function describe(value) {
+  switch (typeof value) {
+    case 'string':
+      return value;
+    case 'undefined':
+    case 'symbol':
+    case 'bigint':
+    case 'number':
+    case 'boolean':
+      return String(value); // none of these runs user code
+    case 'function': {
+      const name = read(value, 'name');
+      return `[function ${typeof name === 'string' && name ? name : '(anonymous)'}]`;
+    }
+    default:
+  }
+  if (value === null) return 'null';
+  try {
+    const json = JSON.stringify(value);
+    if (typeof json === 'string') return json;
+  } catch {
+    // a cycle, a BigInt, a toJSON that throws: try the next way
+  }
+  return asText(value, false);
+}
+
+// String(value) for a message; describe() when that throws.
+function asText(value, tryJSON = true) {
+  if (typeof value === 'string') return value;
+  try {
+    return String(value);
+  } catch {
+    if (tryJSON) return describe(value);
+  }
+  try {
+    return Object.prototype.toString.call(value);
+  } catch {
+    return '[a value that cannot be printed]';
+  }
+}
 
 function errorPayload(err, retryable) {
-  if (err instanceof Error || (err !== null && typeof err === 'object' && 'message' in err)) {
-    let type = typeof err.name === 'string' && err.name ? err.name : '';
-    const ctor = err.constructor && typeof err.constructor.name === 'string' ? err.constructor.name : '';
-    if ((!type || type === 'Error') && ctor && ctor !== 'Object') type = ctor;
+  let isError = false;
+  try {
+    isError = err instanceof Error || (err !== null && typeof err === 'object' && 'message' in err);
+  } catch {
+    // a Proxy whose traps throw: described below as a value
+  }
+  if (isError) {
+    const name = read(err, 'name');
+    let type = typeof name === 'string' && name ? name : '';
+    const ctor = read(err, 'constructor');
+    const ctorName = ctor !== null && ctor !== undefined ? read(ctor, 'name') : undefined;
+    if ((!type || type === 'Error') && typeof ctorName === 'string' && ctorName && ctorName !== 'Object') type = ctorName;
+    const message = read(err, 'message', (inner) => `<reading its message threw ${describeBrief(inner)}>`);
+    const stack = read(err, 'stack');
     return {
-      type: type || 'Error',
-      message: truncate(String(err.message), MAX_ERROR_TEXT),
-      traceback: typeof err.stack === 'string' ? truncate(err.stack, MAX_ERROR_TEXT) : null,
-      retryable: retryable && err.retryable !== false,
+      type: truncate(type || 'Error', MAX_ERROR_TEXT),
+      message: truncate(asText(message), MAX_ERROR_TEXT),
+      traceback: typeof stack === 'string' ? truncate(stack, MAX_ERROR_TEXT) : null,
+      retryable: retryable && read(err, 'retryable') !== false,
     };
   }
   // Something that is not an Error was thrown (`throw 'oops'`).
-  let message;
-  try {
-    message = typeof err === 'string' ? err : JSON.stringify(err) ?? String(err);
-  } catch {
-    message = String(err);
-  }
-  return { type: err === null ? 'null' : typeof err, message: truncate(message, MAX_ERROR_TEXT), traceback: null, retryable };
+  return { type: err === null ? 'null' : typeof err, message: truncate(describe(err), MAX_ERROR_TEXT), traceback: null, retryable };
+}
+
+// What was thrown while reading what was thrown, in a few words (no second level of getters).
+function describeBrief(err) {
+  const name = err !== null && typeof err === 'object' ? read(err, 'name') : undefined;
+  return typeof name === 'string' ? name : typeof err;
 }
 
 // A failed validation: permanent, in Soniq's words ("Corrupted argument data: ..."), without
@@ -78,6 +144,91 @@ function validationError(err) {
 function describeThrown(err) {
   const e = errorPayload(err, true);
   return `${e.type}: ${String(e.message).split('\n')[0]}`;
+}
+
+// ---------------------------------------------------------------------------------------
+// Results that cannot be written
+
+// What a result that cannot be written becomes: a failure that is not retried. The same args
+// give the same value and the same failure, so a retry would run the handler (and its side
+// effects) again for nothing; the job is dead-lettered with the cause, to be replayed once the
+// handler is fixed (docs/protocol.md, "Result encoding failures").
+const UNENCODABLE_RETRYABLE = false;
+
+function unencodable(id, err, value) {
+  const e = errorPayload(err, false);
+  let cause = e.message;
+  if (e.type === 'RangeError' && /call stack/i.test(cause)) {
+    const depth = nesting(value);
+    if (depth > 1000) cause = `it is nested ${depth} levels deep, deeper than JSON.stringify can go here (${cause})`;
+  }
+  return {
+    type: 'result', id, status: 'failed',
+    error: {
+      type: e.type, message: truncate(`result of job ${id} is not JSON-serialisable: ${cause}`, MAX_ERROR_TEXT),
+      traceback: null, retryable: UNENCODABLE_RETRYABLE,
+    },
+  };
+}
+
+// How deep the arrays and plain objects of `value` nest, found without recursion, each object
+// walked once (0 when it cannot be told: its getters or traps throw, or it is too large to walk).
+function nesting(value) {
+  try {
+    let deepest = 0;
+    let budget = 1e6;
+    const seen = new Set();
+    const stack = [[value, 0]];
+    while (stack.length > 0 && budget-- > 0) {
+      const [v, depth] = stack.pop();
+      if (v === null || typeof v !== 'object' || seen.has(v)) continue;
+      seen.add(v);
+      deepest = Math.max(deepest, depth + 1);
+      for (const x of Array.isArray(v) ? v : Object.values(v)) stack.push([x, depth + 1]);
+    }
+    return stack.length === 0 ? deepest : 0;
+  } catch {
+    return 0;
+  }
+}
+
+// A frame over the limit made to fit: a failure loses its stack and has its message cut (it
+// stays the handler's failure, with its retryability), a snooze its reason; anything else, or
+// what still does not fit, becomes a ResultTooLarge failure.
+function fitFrame(frame, text, limit) {
+  const size = Buffer.byteLength(text);
+  if (frame.status === 'failed' && frame.error) {
+    const bare = encode({ ...frame, error: { ...frame.error, message: '', traceback: null } });
+    const room = limit - Buffer.byteLength(bare) - 80;
+    if (room > 0) {
+      const cut = { ...frame, error: { ...frame.error, message: cutToFit(String(frame.error.message), room, limit), traceback: null } };
+      const cutText = encode(cut);
+      if (Buffer.byteLength(cutText) <= limit) return { frame: cut, text: cutText };
+    }
+  } else if (frame.status === 'snooze' && frame.reason !== null && frame.reason !== undefined) {
+    const cut = { ...frame, reason: null };
+    const cutText = encode(cut);
+    if (Buffer.byteLength(cutText) <= limit) return { frame: cut, text: cutText };
+  }
+  const tooLarge = {
+    type: 'result', id: frame.id, status: 'failed',
+    error: { type: 'ResultTooLarge', message: `result frame of ${size} bytes exceeds the ${limit}-byte frame limit`, traceback: null, retryable: false },
+  };
+  return { frame: tooLarge, text: encode(tooLarge) };
+}
+
+// The longest head of `text` whose JSON encoding takes at most `room` bytes, marked as cut.
+function cutToFit(text, room, limit) {
+  const size = (n) => Buffer.byteLength(JSON.stringify(text.slice(0, n)));
+  if (size(text.length) <= room) return text;
+  let lo = 0;
+  let hi = Math.min(text.length, room);
+  while (lo < hi) {
+    const mid = Math.ceil((lo + hi) / 2);
+    if (size(mid) <= room) lo = mid;
+    else hi = mid - 1;
+  }
+  return `${text.slice(0, lo)}... [cut to fit the ${limit}-byte frame limit]`;
 }
 
 // Epoch milliseconds from a job frame as a Date; null when absent.
@@ -130,6 +281,12 @@ class Runtime {
     this.concurrency = concurrency;
     this.maxFrameBytes = maxFrameBytes;
     this.onChange = () => {};
+    // The transport could not take a job's result: nothing else would ever send it, so the
+    // process exits and the sidecar settles the jobs it held (tests replace this).
+    this.onReportError = (id, err) => {
+      log(`could not report the result of job ${id}: ${describeThrown(err)}; exiting`);
+      process.exit(1);
+    };
     this.jobs = new Map(); // id -> entry {controller, cancellable, msg, handler, report}, until its result is reported
     this.waiting = []; // entries over the concurrency limit, in arrival order
     this.running = 0;
@@ -189,23 +346,20 @@ class Runtime {
     return this.jobs.size;
   }
 
-  // The result as it is reported, and its encoding: one that cannot be encoded, or is over the
-  // frame limit, fails the job instead (every transport).
+  // The result as it is reported, and its encoding (every transport reports what this returns).
+  // A value that cannot be written (BigInt, a cycle, nesting too deep, a toJSON or getter that
+  // throws) or one over the frame limit fails the job instead, with the cause in the message; a
+  // failure over the limit keeps its type and retryability and is cut to fit. Never throws.
   encodeResult(result) {
     let text;
     try {
       text = encode(result);
     } catch (err) {
-      const error = errorPayload(err, false);
-      error.message = `result of job ${result.id} is not JSON-serialisable: ${error.message}`;
-      return this.encodeResult({ type: 'result', id: result.id, status: 'failed', error });
+      result = unencodable(result.id, err, result.result);
+      text = encode(result);
     }
-    if (Buffer.byteLength(text) <= this.maxFrameBytes) return { frame: result, text };
-    const frame = {
-      type: 'result', id: result.id, status: 'failed',
-      error: { type: 'ResultTooLarge', message: `result frame of ${Buffer.byteLength(text)} bytes exceeds the ${this.maxFrameBytes}-byte frame limit`, traceback: null, retryable: false },
-    };
-    return { frame, text: encode(frame) };
+    if (text.length <= this.maxFrameBytes / 3 || Buffer.byteLength(text) <= this.maxFrameBytes) return { frame: result, text };
+    return fitFrame(result, text, this.maxFrameBytes);
   }
 
   _start(entry) {
@@ -220,10 +374,16 @@ class Runtime {
   _finish(entry, result) {
     this.jobs.delete(entry.msg.id);
     this.running--;
-    const { frame, text } = this.encodeResult(result);
-    entry.report(frame, text);
-    while (this.running < this.concurrency && this.waiting.length > 0) this._start(this.waiting.shift());
-    this.onChange();
+    try {
+      const { frame, text } = this.encodeResult(result);
+      entry.report(frame, text);
+    } catch (err) {
+      this.onReportError(entry.msg.id, err);
+    } finally {
+      // Whatever happened above, the slot is free again.
+      while (this.running < this.concurrency && this.waiting.length > 0) this._start(this.waiting.shift());
+      this.onChange();
+    }
   }
 
   async _execute(entry) {
@@ -270,10 +430,27 @@ class Runtime {
       // shutdown gives the job back to the queue, which is not.
       if (!cancelled || entry.abortReason === 'job_timeout') await this._runHooks('onError', ctx, [ctx, err]);
       if (cancelled) return { ...base, status: 'cancelled' };
-      return { ...base, status: 'failed', error: errorPayload(err, !(err instanceof PermanentError)) };
+      let permanent = false;
+      try {
+        permanent = err instanceof PermanentError;
+      } catch {
+        // a revoked Proxy was thrown: not a PermanentError
+      }
+      return { ...base, status: 'failed', error: errorPayload(err, !permanent) };
     }
-    if (isSnooze(value)) {
-      return { ...base, status: 'snooze', seconds: value.seconds, reason: value.reason ?? null };
+    let snooze;
+    try {
+      snooze = isSnooze(value) && { seconds: value.seconds, reason: value.reason ?? null };
+    } catch (err) {
+      return unencodable(msg.id, err); // a Proxy whose traps throw cannot be written either
+    }
+    if (snooze) {
+      const { seconds, reason } = snooze;
+      // A Snooze checks these; one made to look like a Snooze may not have.
+      if (typeof seconds !== 'number' || !Number.isFinite(seconds) || seconds < 0 || (reason !== null && typeof reason !== 'string')) {
+        return unencodable(msg.id, new TypeError(`a Snooze needs seconds >= 0 and a string reason, got ${describe(seconds)}, ${describe(reason)}`));
+      }
+      return { ...base, status: 'snooze', seconds, reason: reason === null ? null : truncate(reason, MAX_ERROR_TEXT) };
     }
     const result = value === undefined ? null : value;
     await this._runHooks('afterJob', ctx, [ctx, { result, durationMs: performance.now() - started }]);
@@ -391,5 +568,5 @@ class Ledger {
 }
 
 module.exports = {
-  Runtime, Registry, Ledger, Sent, SDK, MAX_KEPT_RESULTS, log, shuttingDown, draining,
+  Runtime, Registry, Ledger, Sent, SDK, MAX_KEPT_RESULTS, log, shuttingDown, draining, unencodable,
 };

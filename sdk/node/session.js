@@ -11,7 +11,7 @@
 // protocol error, reported as on stdio.
 
 const { decode, decodeJobMessage, ProtocolError } = require('./protocol');
-const { Ledger, MAX_KEPT_RESULTS, draining, log, shuttingDown } = require('./runtime');
+const { Ledger, MAX_KEPT_RESULTS, draining, log, shuttingDown, unencodable } = require('./runtime');
 
 const EXIT_PROTOCOL_ERROR = 4;
 // How long a handler told to stop waits, once it holds no job, for the open session to
@@ -29,7 +29,16 @@ const STATUS = { done: 'DONE', failed: 'FAILED', snooze: 'SNOOZE', cancelled: 'C
 function resultMessage(frame) {
   const msg = { id: frame.id, status: STATUS[frame.status] };
   if (frame.status === 'done') {
-    if (frame.result !== null && frame.result !== undefined) msg.result_json = JSON.stringify(frame.result);
+    if (frame.result !== null && frame.result !== undefined) {
+      try {
+        msg.result_json = JSON.stringify(frame.result);
+      } catch (err) {
+        // The value was written once already (the stdio encoding it is parsed from); writing
+        // it again can still run out of stack where the first did not. It fails as a value
+        // that cannot be written does.
+        return resultMessage(unencodable(frame.id, err, frame.result));
+      }
+    }
   } else if (frame.status === 'failed') {
     const e = frame.error;
     msg.error = { type: e.type, message: e.message, retryable: e.retryable !== false };

@@ -11,6 +11,7 @@ const { Runtime, Registry, Ledger, SDK } = require('../runtime');
 const { App, Snooze, PermanentError } = require('../index');
 const { Handler, ROOT } = require('./support/harness');
 const { Listening, openSession, tempDir, waitFor } = require('./support/attach');
+const { resultMessage } = require('../session');
 
 function job(id, name, args = {}) {
   return { type: 'job', id, name, args, attempt: 2, max_attempts: 5, queue: 'default', deadline: null, traceparent: null };
@@ -127,6 +128,61 @@ test('runtime: outcomes; a result that cannot be sent fails the job', async () =
   assert.equal(got['6'].error.reason, 'invalid_arguments');
   assert.equal(got['6'].error.message, 'Corrupted argument data: bad');
   assert.equal(got['7'].error.type, 'UnknownJob');
+});
+
+test('runtime: a result that cannot be written fails permanently with its cause, and so does what throws while it is described', async () => {
+  const h = harness();
+  const cyclic = { a: [1] };
+  cyclic.a.push(cyclic);
+  const revoked = Proxy.revocable({}, {});
+  revoked.revoke();
+  h.add('cycle', () => cyclic);
+  h.add('toJSON', () => ({ toJSON() { throw revoked.proxy; } }));
+  h.add('thrown', () => { throw revoked.proxy; });
+  h.add('message', () => { throw Object.defineProperty(new Error('x'), 'message', { get() { throw new RangeError('no'); } }); });
+  h.add('fake', () => ({ [Symbol.for('soniq.snooze')]: true, seconds: NaN }));
+  for (const id of ['cycle', 'toJSON', 'thrown', 'message', 'fake']) h.start(id, id);
+  const got = await h.until(5);
+  assert.equal(got.cycle.error.type, 'TypeError');
+  assert.match(got.cycle.error.message, /^result of job cycle is not JSON-serialisable: Converting circular structure to JSON/);
+  assert.equal(got.cycle.error.retryable, false);
+  assert.deepEqual([got.toJSON.error.type, got.toJSON.error.message, got.toJSON.error.retryable],
+    ['object', 'result of job toJSON is not JSON-serialisable: [a value that cannot be printed]', false]);
+  assert.deepEqual([got.thrown.error.type, got.thrown.error.retryable], ['object', true]);
+  assert.deepEqual([got.message.error.type, got.message.error.message], ['Error', '<reading its message threw RangeError>']);
+  assert.match(got.fake.error.message, /^result of job fake is not JSON-serialisable: a Snooze needs seconds >= 0/);
+});
+
+test('runtime: a failure over the frame limit is cut to fit and keeps its retryability', async () => {
+  const h = harness({ maxFrameBytes: 4096 });
+  h.add('long', () => { throw new Error('é'.repeat(20000)); });
+  h.start('1', 'long');
+  const { 1: got } = await h.until(1);
+  assert.equal(got.error.type, 'Error');
+  assert.equal(got.error.retryable, true);
+  assert.equal(got.error.traceback, null);
+  assert.match(got.error.message, /^éé.*\.\.\. \[cut to fit the 4096-byte frame limit\]$/);
+  assert.ok(Buffer.byteLength(encode(got)) <= 4096);
+});
+
+test('runtime: a transport that cannot take a result is reported, and the slot is freed', async () => {
+  const h = harness({ concurrency: 1 });
+  const failures = [];
+  h.rt.onReportError = (id, err) => failures.push([id, err.message]);
+  h.add('a', () => 1);
+  h.rt.start(job('1', 'a'), () => { throw new Error('stream gone'); });
+  h.start('2', 'a');
+  const got = await h.until(1);
+  assert.deepEqual(failures, [['1', 'stream gone']]);
+  assert.equal(got['2'].result, 1);
+});
+
+test('session: a result that no longer writes (out of stack) fails as one that cannot be written', () => {
+  const deep = (n) => { let v = 1; for (let i = 0; i < n; i++) v = [v]; return v; };
+  const msg = resultMessage({ type: 'result', id: 'j', status: 'done', result: deep(100000) });
+  assert.equal(msg.status, 'FAILED');
+  assert.equal(msg.error.retryable, false);
+  assert.match(msg.error.message, /^result of job j is not JSON-serialisable: it is nested 100000 levels deep, deeper than JSON.stringify can go here/);
 });
 
 test('runtime: hooks and middleware run in order, afterJob before the result is reported', async () => {

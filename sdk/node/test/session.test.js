@@ -489,3 +489,31 @@ test('spawned: SIGTERM behaves as before (the default: the process ends)', async
   p.child.kill('SIGTERM');
   assert.deepEqual(await p.exit(), { code: null, signal: 'SIGTERM' });
 });
+
+test('attach: results that cannot be written fail over a session too, and the next job runs', async () => {
+  const h = await listen({ script: path.join(__dirname, 'support', 'property_app.js') });
+  const { c } = await session(h.sock);
+  const cases = {
+    cycle: { mode: 'return', recipe: { k: 'cycle', container: 'object', long: true } },
+    deep: { mode: 'return', recipe: { k: 'deep', depth: 20000, container: 'array', leaf: { k: 'json', v: 1 } } },
+    revoked: { mode: 'return', recipe: { k: 'to_json_throws_revoked' } },
+    fake: { mode: 'return', recipe: { k: 'fake_snooze' } },
+    trap: { mode: 'throw', recipe: { cls: 'trap', message: { k: 'json', v: 'x' }, retryable: null } },
+    ok: { mode: 'return', recipe: { k: 'json', v: { fine: true } } },
+  };
+  for (const [id, args] of Object.entries(cases)) c.job(id, 'p.async', args);
+  const got = {};
+  while (Object.keys(got).length < Object.keys(cases).length) {
+    const r = await c.result();
+    got[r.id] = r;
+  }
+  for (const id of ['cycle', 'deep', 'revoked', 'fake']) {
+    assert.deepEqual([got[id].status, got[id].error.retryable], ['FAILED', false], id);
+    assert.match(got[id].error.message, new RegExp(`^result of job ${id} is not JSON-serialisable: .`));
+  }
+  assert.match(got.cycle.error.message, /Converting circular structure to JSON/);
+  assert.match(got.deep.error.message, /it is nested 20000 levels deep/);
+  assert.deepEqual([got.trap.status, got.trap.error.type, got.trap.error.retryable], ['FAILED', 'Error', true]);
+  assert.deepEqual([got.ok.status, JSON.parse(got.ok.result_json)], ['DONE', { fine: true }]);
+  assert.ok(!/unhandled|Uncaught/.test(h.stderr), h.stderr);
+});

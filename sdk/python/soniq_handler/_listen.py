@@ -19,7 +19,9 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
-from ._runtime import ACK_WAIT_SECONDS, Runtime, log
+from ._ledger import ACK_WAIT_SECONDS
+from ._log import log
+from ._runtime import Runtime
 from ._session import SessionCore, session_method
 from ._types import EXIT_USAGE
 

@@ -27,9 +27,9 @@ Its interface, all a transport uses (called on the event loop's thread)::
     rt.held(), rt.count, rt.idle, await rt.hooks_idle()
     rt.fail(code, message) -> ServeError;  rt.failure
 
-``Ledger`` and ``Sent`` keep attach mode's results until a session
-acknowledges them (see docs/protocol.md, "The Session stream and attach
-mode"); ``Registry`` is what App registers (handlers, middleware, hooks).
+What an App registers is a ``Registry`` (_registry.py); the result frames
+and the check each passes before it is reported are in _results.py; the
+results attach mode keeps for a session, in _ledger.py.
 """
 
 from __future__ import annotations
@@ -39,297 +39,32 @@ import contextvars
 import functools
 import inspect
 import os
-import sys
 import time
-import traceback
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Deque, Dict, Iterable, List, NoReturn, Optional, Set, Tuple, Type
+from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from . import protocol
-from ._types import SDK_NAME, CallNext, JobContext, ServeError, Snooze, Validator
+from ._log import exit_now, log
+from ._registry import Handler, Registry, job_context
+from ._results import (
+    encode_result,
+    error_text,
+    failed,
+    format_traceback,
+    raised,
+    result,
+    safe_str,
+    snoozed,
+    type_name,
+    unencodable,
+)
+from ._types import EXIT_CANNOT_START, SDK_NAME, CallNext, JobContext, ServeError, Snooze
 
 # The callback a transport gives with each job: the job's result frame as it
 # is reported (checked) and its encoding on stdio.
 Report = Callable[[protocol.ResultFrame, bytes], None]
-
-# Error texts are cut to this many characters so that a failed result stays far
-# below the frame limit whatever the exception carries.
-MAX_ERROR_TEXT = 64 * 1024
-# Results of jobs that ended while no session was open, or that were sent on a
-# session that ended before acknowledging them, wait for the next one; at most
-# this many (the oldest is dropped first, with a warning). A sidecar holds far
-# fewer jobs than this per process (its concurrency).
-MAX_KEPT_RESULTS = 1000
-# How long a handler told to stop waits, once it holds no job, for the open
-# session to acknowledge the results it sent.
-ACK_WAIT_SECONDS = 5.0
-HOOK_EVENTS = ("before_job", "after_job", "on_error")
-
-
-def log(message: str) -> None:
-    try:
-        sys.stderr.write(f"soniq-handler[{os.getpid()}]: {message}\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
-
-
-def exit_now(code: int) -> NoReturn:
-    """Exits at once, for the error paths. os._exit skips joining threads: a
-    sync handler still running after a protocol error must not keep the
-    process alive."""
-    for stream in (sys.stderr, sys.__stderr__):
-        try:
-            if stream is not None:
-                stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
-
-
-def quote(line: bytes, limit: int = 200) -> str:
-    text = repr(line[:limit])
-    return text + ("..." if len(line) > limit else "")
-
-
-# ---------------------------------------------------------------- registry
-
-
-@dataclass
-class Handler:
-    name: str
-    func: Callable[..., Any]
-    is_async: bool
-    wants_ctx: bool
-    validate: Optional[Callable[[Dict[str, Any]], Any]] = None
-
-
-class Registry:
-    """What an App registers: job handlers by name, middleware (first
-    registered outermost) and hooks by event, each in registration order."""
-
-    def __init__(self) -> None:
-        self.handlers: Dict[str, Handler] = {}
-        self.middleware: List[Callable[..., Any]] = []
-        self.hooks: Dict[str, List[Callable[..., Any]]] = {event: [] for event in HOOK_EVENTS}
-
-    def add_job(self, name: str, func: Callable[..., Any], validate: Optional[Callable[[Dict[str, Any]], Any]]) -> None:
-        if name in self.handlers:
-            raise ValueError(f"job {name!r} is already registered")
-        if not callable(func):
-            raise TypeError(f"handler for {name!r} is not callable")
-        self.handlers[name] = Handler(name, func, _is_async(func), _wants_ctx(func), validate)
-
-    def add_middleware(self, fn: Callable[..., Any]) -> None:
-        if not callable(fn):
-            raise TypeError(f"middleware must be callable, got {fn!r}")
-        self.middleware.append(fn)
-
-    def add_hook(self, event: str, fn: Callable[..., Any]) -> None:
-        if not callable(fn):
-            raise TypeError(f"{event} hook must be callable, got {fn!r}")
-        self.hooks[event].append(fn)
-
-    @property
-    def jobs(self) -> List[protocol.HelloJob]:
-        """The ``jobs`` list of hello, in registration order."""
-        return [{"name": h.name, "cancellable": h.is_async} for h in self.handlers.values()]
-
-
-def validator(name: str, validate: Optional[Validator]) -> Optional[Callable[[Dict[str, Any]], Any]]:
-    """validate= of @app.job as a function of the args. A pydantic model is
-    recognised by its methods, so pydantic is never imported here (the SDK
-    works without it)."""
-    if validate is None:
-        return None
-    if isinstance(validate, type):
-        if not (callable(getattr(validate, "model_validate", None)) and callable(getattr(validate, "model_dump", None))):
-            raise TypeError(
-                f"validate= of job {name!r}: {validate.__name__} is a class but not a pydantic (v2) model; "
-                "pass a pydantic model class or a callable that returns the args"
-            )
-        model: Type[Any] = validate
-
-        def check(args: Dict[str, Any]) -> Any:
-            # As a Soniq worker does: the handler gets the model's dump.
-            return model(**args).model_dump()
-
-        return check
-    if not callable(validate):
-        raise TypeError(f"validate= of job {name!r} must be a callable or a pydantic model class, got {validate!r}")
-    return validate
-
-
-def _wants_ctx(func: Callable[..., Any]) -> bool:
-    """True if ``func`` can be called as func(args, ctx), False for func(args)."""
-    try:
-        sig = inspect.signature(func)
-    except (TypeError, ValueError):
-        return True
-    positional = 0
-    for p in sig.parameters.values():
-        if p.kind == p.VAR_POSITIONAL:
-            return True
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-            positional += 1
-    return positional >= 2
-
-
-def _is_async(func: Callable[..., Any]) -> bool:
-    if inspect.iscoroutinefunction(func):
-        return True
-    call = getattr(func, "__call__", None)  # callable objects with async __call__
-    return call is not None and inspect.iscoroutinefunction(call)
-
-
-def job_context(msg: protocol.JobFrame) -> JobContext:
-    """The JobContext of a decoded job frame (any transport's)."""
-    return JobContext(
-        id=msg["id"],
-        name=msg["name"],
-        attempt=msg["attempt"],
-        max_attempts=msg["max_attempts"],
-        queue=msg["queue"],
-        deadline=_deadline_datetime(msg["deadline"]),
-        traceparent=msg["traceparent"],
-        deadline_ms=msg["deadline"],
-        worker_id=msg["worker_id"] or "",
-        scheduled_at=_deadline_datetime(msg["scheduled_at"]),
-        created_at=_deadline_datetime(msg["created_at"]),
-    )
-
-
-def _deadline_datetime(ms: Optional[int]) -> Optional[datetime]:
-    if ms is None:
-        return None
-    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
-    try:
-        return epoch + timedelta(milliseconds=ms)
-    except OverflowError:
-        # Outside datetime's years 1..9999: clamp rather than fail the job.
-        return datetime.max.replace(tzinfo=timezone.utc) if ms > 0 else datetime.min.replace(
-            tzinfo=timezone.utc
-        )
-
-
-# ----------------------------------------------------------- result frames
-
-
-def result(
-    job_id: str,
-    status: protocol.ResultStatus,
-    *,
-    value: Any = None,
-    error: Optional[protocol.ErrorInfo] = None,
-    seconds: Optional[float] = None,
-    reason: Optional[str] = None,
-) -> protocol.ResultFrame:
-    return {
-        "type": "result",
-        "id": job_id,
-        "status": status,
-        "result": value,
-        "error": error,
-        "seconds": seconds,
-        "reason": reason,
-    }
-
-
-def failed(
-    job_id: str, etype: str, message: str, tb: Optional[str], retryable: bool, reason: Optional[str] = None
-) -> protocol.ResultFrame:
-    return result(
-        job_id,
-        "failed",
-        error={
-            "type": _truncate_head(etype),
-            "message": _truncate_head(message),
-            "traceback": None if tb is None else _truncate_tail(tb),
-            "retryable": retryable,
-            "reason": reason,
-        },
-    )
-
-
-def shutting_down(job_id: str) -> protocol.ResultFrame:
-    """A job that slipped in after shutdown: handed back for a retry."""
-    return failed(job_id, "ShuttingDown", "handler process is shutting down", None, True)
-
-
-def draining(job_id: str) -> protocol.ResultFrame:
-    """A job that came while draining (attach mode): back at once, not counted as a failure."""
-    return result(job_id, "snooze", seconds=0, reason="handler draining")
-
-
-def _snooze(job_id: str, s: Snooze) -> protocol.ResultFrame:
-    return result(job_id, "snooze", seconds=s.seconds, reason=s.reason)
-
-
-def safe_str(e: BaseException) -> str:
-    try:
-        return str(e)
-    except Exception as inner:  # a broken __str__ must not lose the result
-        return f"<str() of {type(e).__name__} failed: {type(inner).__name__}>"
-
-
-def _truncate_head(text: str) -> str:
-    if len(text) <= MAX_ERROR_TEXT:
-        return text
-    return f"{text[:MAX_ERROR_TEXT]}... [truncated {len(text) - MAX_ERROR_TEXT} chars]"
-
-
-def _truncate_tail(text: str) -> str:
-    # For tracebacks the end (the innermost frames, the exception) matters most.
-    if len(text) <= MAX_ERROR_TEXT:
-        return text
-    return f"[truncated {len(text) - MAX_ERROR_TEXT} chars] ...{text[-MAX_ERROR_TEXT:]}"
-
-
-# Frames of the SDK and of the thread pool that lead into the handler: noise in
-# a job's traceback, so they are cut from its top.
-_PLUMBING_FILES = frozenset({__file__, getattr(sys.modules.get("concurrent.futures.thread"), "__file__", "")})
-
-
-def _format_traceback(e: BaseException) -> str:
-    tb = e.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename in _PLUMBING_FILES:
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(e), e, tb or e.__traceback__))
-
-
-def error_text(error: protocol.ErrorInfo) -> str:
-    """A failure as the sidecar writes it to the row's last_error."""
-    text = f"{error['type']}: {error['message']}"
-    if error["traceback"]:
-        text += "\n" + error["traceback"]
-    return text
-
-
-def encode_result(frame: protocol.ResultFrame, max_frame_bytes: int) -> Tuple[protocol.ResultFrame, bytes]:
-    """The result as it is reported, encoded: a value JSON cannot carry or
-    one over the frame limit fails the job instead (every transport)."""
-    try:
-        data = protocol.encode(frame)
-    except (TypeError, ValueError) as e:
-        # The handler returned something JSON cannot carry.
-        frame = failed(frame["id"], "TypeError", f"job result is not JSON-serialisable: {e}", None, False)
-        data = protocol.encode(frame)
-    if len(data) > max_frame_bytes:
-        frame = failed(
-            frame["id"],
-            "ResultTooLarge",
-            f"encoded result is {len(data)} bytes, over the {max_frame_bytes}-byte frame limit",
-            None,
-            False,
-        )
-        data = protocol.encode(frame)
-    return frame, data
-
-
-# ----------------------------------------------------------------- runtime
 
 
 @dataclass
@@ -508,20 +243,33 @@ class Runtime:
         self._active -= 1
         if job is None or (task.cancelled() and job.cancel_reason is None):
             return  # not our cancel: the event loop itself is going away, or serving failed
-        if task.cancelled():
-            frame = result(job_id, "cancelled")
-        elif (e := task.exception()) is not None:  # _execute catches everything; be safe
-            frame = failed(job_id, type(e).__name__, safe_str(e), None, True)
-        else:
-            frame = task.result()
-        self._report(job, frame)
-        while self._waiting and self._active < self.concurrency:
-            self._launch(self._waiting.popleft())
-        self.on_change()
+        try:
+            if task.cancelled():
+                frame = result(job_id, "cancelled")
+            elif (e := task.exception()) is not None:  # _execute catches everything; be safe
+                frame = raised(job_id, e, with_traceback=False)
+            else:
+                frame = task.result()
+            self._report(job, frame)
+        finally:
+            # Whatever happened above, the slot is free again.
+            while self._waiting and self._active < self.concurrency:
+                self._launch(self._waiting.popleft())
+            self.on_change()
 
     def _report(self, job: _Job, frame: protocol.ResultFrame) -> None:
-        frame, data = encode_result(frame, self.max_frame_bytes)
-        job.report(frame, data)
+        """Reports a job's result (checked and encoded), then settles it. A
+        transport that cannot take it ends serving: nothing else would ever
+        send that result, and the sidecar settles the jobs of a process that
+        exits."""
+        try:
+            frame, data = encode_result(frame, self.max_frame_bytes)
+            job.report(frame, data)
+        except Exception as e:
+            tb = format_traceback(e) or ""
+            self.fail(EXIT_CANNOT_START, f"could not report the result of job {job.ctx.id}: "
+                      f"{type_name(e)}: {safe_str(e)}\n{tb}".rstrip())
+            return
         self._settle(job, frame)
 
     async def _execute(self, job: _Job) -> protocol.ResultFrame:
@@ -551,19 +299,15 @@ class Runtime:
         except asyncio.CancelledError:
             raise  # reported by _finish as "cancelled"
         except Snooze as s:
-            return _snooze(ctx.id, s)
+            return snoozed(ctx.id, s)
         except BaseException as e:  # noqa: B902 - a handler's failure never kills the process
-            retryable = getattr(e, "retryable", True)
-            return failed(
-                ctx.id,
-                type(e).__name__,
-                safe_str(e),
-                _format_traceback(e),
-                retryable if isinstance(retryable, bool) else True,
-            )
-        if isinstance(value, Snooze):
-            return _snooze(ctx.id, value)
-        return result(ctx.id, "done", value=value)
+            return raised(ctx.id, e)
+        done = result(ctx.id, "done", value=value)
+        try:
+            is_snooze = isinstance(value, Snooze)
+        except BaseException as e:  # noqa: B036 - a __class__ that raises: the value cannot be written either
+            return unencodable(done, e)
+        return snoozed(ctx.id, value) if is_snooze else done
 
     def _chain(self, handler: Handler, args: Any) -> CallNext:
         """The handler wrapped in the middleware, first registered outermost."""
@@ -591,8 +335,8 @@ class Runtime:
                 if inspect.isawaitable(value):
                     await value
             except Exception as e:
-                tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
-                log(f"{event} hook {_callable_name(fn)} failed (ignored): {type(e).__name__}: {safe_str(e)}\n{tb}")
+                tb = (format_traceback(e) or "").rstrip()
+                log(f"{event} hook {_callable_name(fn)} failed (ignored): {type_name(e)}: {safe_str(e)}\n{tb}")
 
     def _settle(self, job: _Job, frame: protocol.ResultFrame) -> None:
         """Once a job's result is reported: its after_job or on_error hooks,
@@ -640,99 +384,3 @@ def _wrap(mw: Callable[..., Any], call_next: CallNext) -> CallNext:
 
 def _callable_name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
-
-
-# ------------------------------------------------- results kept for sessions
-
-
-class Sent:
-    """One session's side of the acknowledgements: whether its sidecar
-    acknowledges results, and the results sent on it that it has not
-    acknowledged yet (by job id)."""
-
-    def __init__(self) -> None:
-        self.acks = False  # the sidecar said it acknowledges results (an Ack)
-        # Whether a message came from the sidecar yet: one that acknowledges
-        # results sends an Ack first, so anything else first means it never will.
-        self.heard = False
-        self.unacked: Dict[str, protocol.ResultFrame] = {}
-
-
-class Ledger:
-    """Results of attach mode, each kept until a session acknowledges it.
-
-    A result that ends with no session open, or that was sent on a session
-    that ended without acknowledging it, waits here for the next session
-    (``kept``, oldest first, at most ``limit``). A spawned process
-    (``attach`` false) has no next session: nothing is kept.
-    """
-
-    def __init__(self, attach: bool, limit: int = MAX_KEPT_RESULTS) -> None:
-        self.attach = attach
-        self.limit = limit
-        self.kept: Dict[str, protocol.ResultFrame] = {}
-        # A sidecar acknowledged results once: from then on a session that
-        # ends with results unacknowledged hands them to the next one.
-        self.peer_acks = False
-
-    def open(self) -> Tuple[Sent, List[protocol.ResultFrame]]:
-        """A session opens: the results kept for it, to send it, tracked as
-        unacknowledged until its sidecar says whether it acknowledges."""
-        sent = Sent()
-        kept, self.kept = self.kept, {}
-        sent.unacked.update(kept)
-        return sent, list(kept.values())
-
-    def heard(self, s: Sent, is_ack: bool) -> None:
-        """A message came on the session (``is_ack``: an Ack)."""
-        if not s.heard:
-            s.heard = True
-            if not is_ack:
-                s.unacked.clear()  # an older sidecar: it never acknowledges
-
-    def sent(self, s: Sent, frame: protocol.ResultFrame) -> None:
-        """A result went out on the session."""
-        if self.attach and (s.acks or not s.heard):
-            s.unacked[frame["id"]] = frame
-
-    def acked(self, s: Sent, ids: Iterable[str]) -> bool:
-        """The sidecar settled these results; True if it named any."""
-        s.acks = True
-        self.peer_acks = True
-        named = False
-        for job_id in ids:
-            named = True
-            s.unacked.pop(job_id, None)
-        return named
-
-    def closed(self, s: Sent, unsent: Iterable[protocol.ResultFrame], why: str) -> None:
-        """The session is over: the results queued for it and never written
-        (``unsent``) go to the next one, and, when the sidecar acknowledges
-        results, those written that it may never have received or recorded."""
-        pending = {frame["id"]: frame for frame in unsent}
-        if s.acks or self.peer_acks:
-            pending = {**s.unacked, **pending}
-        s.unacked = {}
-        for frame in pending.values():
-            self.keep(frame, why)
-
-    def keep(self, frame: protocol.ResultFrame, why: str) -> None:
-        if not self.attach:
-            return  # spawned: there is no next session
-        job_id = frame["id"]
-        self.kept.pop(job_id, None)
-        if len(self.kept) >= self.limit:
-            lost = next(iter(self.kept))
-            del self.kept[lost]
-            log(f"WARN: more than {self.limit} results wait for a session; the result of job {lost} is dropped")
-        self.kept[job_id] = frame
-        log(f"job {job_id} {why}; its result waits for the next session")
-
-    @staticmethod
-    def awaiting(s: Optional[Sent]) -> bool:
-        """The session acknowledges results and has not acknowledged some it was sent."""
-        return s is not None and s.acks and bool(s.unacked)
-
-    def lost(self, s: Optional[Sent]) -> List[str]:
-        """Ids of results no session received (or acknowledged)."""
-        return list(self.kept) + (list(s.unacked) if s is not None and s.acks else [])

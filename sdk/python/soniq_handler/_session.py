@@ -25,7 +25,10 @@ import grpc
 
 from . import handler_pb2 as pb
 from . import protocol
-from ._runtime import Ledger, Runtime, Sent, draining, log, quote, shutting_down
+from ._ledger import Ledger, Sent
+from ._log import log, quote
+from ._results import draining, shutting_down, unencodable
+from ._runtime import Runtime
 from ._types import EXIT_PROTOCOL_ERROR
 
 _STATUS = {
@@ -42,7 +45,13 @@ def result_message(frame: protocol.ResultFrame) -> pb.Result:
     status = frame["status"]
     if status == "done":
         if frame.get("result") is not None:
-            msg.result_json = protocol.encode_value(frame["result"])
+            try:
+                msg.result_json = protocol.encode_value(frame["result"])
+            except BaseException as e:  # noqa: B036 - the value's own methods run here
+                # The Runtime wrote this value already: it changed since
+                # (a dict the handler kept and mutates), or writes differently
+                # each time. It fails as a value that cannot be written does.
+                return result_message(unencodable(frame, e))
     elif status == "failed":
         err = frame["error"]
         assert err is not None  # a failed result always carries its error

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, List, Tuple
 
 from . import protocol
-from ._runtime import Runtime, log, quote, shutting_down
+from ._log import log, quote
+from ._results import shutting_down
+from ._runtime import Runtime
 from ._types import EXIT_PROTOCOL_ERROR, EXIT_SIDECAR_GONE
 
 
@@ -133,6 +135,10 @@ class _Stdio:
             except BrokenPipeError:
                 # Nobody reads our frames any more: the sidecar is gone.
                 self.rt.fail(EXIT_SIDECAR_GONE, "stdout closed by the sidecar; exiting")
+            except OSError as e:
+                # Frames that cannot be written leave their jobs unanswered:
+                # exiting hands them to the sidecar's crash handling.
+                self.rt.fail(EXIT_SIDECAR_GONE, f"writing to the sidecar failed: {e}; exiting")
 
 
 def _protect_stdio() -> _Channel:

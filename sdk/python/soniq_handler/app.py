@@ -12,7 +12,9 @@ import sys
 from typing import Any, Callable, List, NoReturn, Optional, Sequence, TypeVar
 
 from . import _serve, protocol
-from ._runtime import Registry, Runtime, log, validator
+from ._log import log
+from ._registry import Registry, validator
+from ._runtime import Runtime
 from ._serve import negotiate_version
 from ._types import (
     EXIT_CANNOT_START,

@@ -24,9 +24,11 @@ from typing import Any, Callable, Dict, List, Literal, Mapping, Optional, Tuple,
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
+    "MAX_DEPTH",
     "MAX_SAFE_INT",
     "MESSAGE_TYPES",
     "CancelFrame",
+    "DepthError",
     "ErrorInfo",
     "Frame",
     "HelloFrame",
@@ -47,6 +49,9 @@ __all__ = [
 
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 MAX_SAFE_INT = 2**53 - 1
+# How deep a frame may nest, its own object included: what the sidecar's
+# decoder (and the Node SDK's) take. The encoder refuses deeper values.
+MAX_DEPTH = 10000
 
 # Error codes (protocol/testdata/README.md).
 INVALID_UTF8 = "invalid_utf8"
@@ -74,6 +79,11 @@ class ProtocolError(Exception):
         self.detail = detail
         text = code if field is None else f"{code} at {field}"
         super().__init__(f"{text}: {detail}" if detail else text)
+
+
+class DepthError(ValueError):
+    """The encoder met a value nested deeper than ``MAX_DEPTH`` (a frame
+    holding it would be refused)."""
 
 
 # --------------------------------------------------------------------------
@@ -482,7 +492,9 @@ def _json_float(f: float) -> str:
     return float.__repr__(f)
 
 
-def _encode_value(v: Any, out: List[str], format_float: Callable[[float], str]) -> None:
+def _encode_value(v: Any, out: List[str], format_float: Callable[[float], str], depth: int) -> None:
+    # ``depth``: how many containers enclose ``v`` in the frame (the frame's
+    # own object is the first).
     if v is None:
         out.append("null")
     elif v is True:
@@ -502,6 +514,8 @@ def _encode_value(v: Any, out: List[str], format_float: Callable[[float], str]) 
     elif isinstance(v, float):
         out.append(format_float(v))
     elif isinstance(v, dict):
+        if depth >= MAX_DEPTH:
+            raise DepthError(f"nested deeper than the {MAX_DEPTH} levels a frame may have")
         out.append("{")
         first = True
         for key, item in v.items():
@@ -512,14 +526,16 @@ def _encode_value(v: Any, out: List[str], format_float: Callable[[float], str]) 
             first = False
             out.append(_encode_string(key))
             out.append(":")
-            _encode_value(item, out, format_float)
+            _encode_value(item, out, format_float, depth + 1)
         out.append("}")
     elif isinstance(v, (list, tuple)):
+        if depth >= MAX_DEPTH:
+            raise DepthError(f"nested deeper than the {MAX_DEPTH} levels a frame may have")
         out.append("[")
         for i, item in enumerate(v):
             if i:
                 out.append(",")
-            _encode_value(item, out, format_float)
+            _encode_value(item, out, format_float, depth + 1)
         out.append("]")
     else:
         raise TypeError(f"Object of type {type(v).__name__} is not JSON serializable")
@@ -528,9 +544,11 @@ def _encode_value(v: Any, out: List[str], format_float: Callable[[float], str]) 
 def encode_value(value: Any) -> str:
     """A free-form value (``args``, ``result``) as compact JSON, the way the
     encoder writes it inside a frame. Raises TypeError or ValueError for
-    values JSON cannot represent."""
+    values JSON cannot represent (DepthError, a ValueError, for one nested
+    deeper than a frame may be); a value whose own methods raise, or nested
+    beyond the interpreter's recursion limit, raises what they raise."""
     out: List[str] = []
-    _encode_value(value, out, _json_float)
+    _encode_value(value, out, _json_float, 1)
     return "".join(out)
 
 
@@ -569,6 +587,6 @@ def encode(msg: Frame) -> bytes:
             out.append(",")
         out.append(_encode_string(key))
         out.append(":")
-        _encode_value(value, out, _json_float if key in _FREE_FORM else _format_float)
+        _encode_value(value, out, _json_float if key in _FREE_FORM else _format_float, 1)
     out.append("}")
     return "".join(out).encode("utf-8")

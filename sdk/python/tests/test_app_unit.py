@@ -6,7 +6,7 @@ import functools
 import pytest
 
 import soniq_handler
-from soniq_handler._runtime import _deadline_datetime, _wants_ctx
+from soniq_handler._registry import _deadline_datetime, _wants_ctx
 
 
 def test_registration_and_hello_jobs():

@@ -5,13 +5,17 @@ tasks and a real thread pool: no transport, the report callback is the
 transport."""
 
 import asyncio
+import sys
 import threading
 
 import pytest
 
 import soniq_handler
 from soniq_handler import protocol
-from soniq_handler._runtime import Ledger, Registry, Runtime, encode_result, result, validator
+from soniq_handler._ledger import Ledger
+from soniq_handler._registry import Registry, validator
+from soniq_handler._results import encode_result, raised, result
+from soniq_handler._runtime import Runtime
 
 
 def job(job_id, name, args=None):
@@ -337,3 +341,126 @@ def test_ledger_keeps_at_most_its_limit_and_nothing_when_spawned():
     s, _ = spawned.open()
     spawned.sent(s, done("b"))
     assert spawned.kept == {} and s.unacked == {}
+
+
+# ------------------------------------------------- results that cannot be written
+
+
+def _done(value, job_id="j"):
+    return result(job_id, "done", value=value)
+
+
+def test_a_value_that_contains_itself_fails_permanently_naming_where():
+    d = {"a": [1]}
+    d["a"].append(d)
+    frame, data = encode_result(_done(d), protocol.DEFAULT_MAX_FRAME_BYTES)
+    assert protocol.decode(data) == frame
+    error = frame["error"]
+    assert (frame["status"], error["retryable"]) == ("failed", False)
+    assert error["message"] == "job result is not JSON-serialisable: it contains itself: result['a'][1] is result"
+
+
+def test_a_value_nested_too_deep_fails_permanently_with_its_depth():
+    v = 1
+    for _ in range(20000):
+        v = [v]
+    frame, _ = encode_result(_done(v), protocol.DEFAULT_MAX_FRAME_BYTES)
+    assert frame["error"]["retryable"] is False
+    assert frame["error"]["type"] == "RecursionError"  # this interpreter's limit comes first
+    assert "nested 20000 levels deep" in frame["error"]["message"]
+    # Under a recursion limit raised past a frame's depth, the encoder's own
+    # check refuses what the sidecar would (9,999 levels in a frame's field).
+    v = [1]
+    for _ in range(protocol.MAX_DEPTH - 2):
+        v = [v]
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(protocol.MAX_DEPTH + 2000)
+    try:
+        assert protocol.encode_value(v).count("[") == protocol.MAX_DEPTH - 1
+        frame, _ = encode_result(_done([v]), protocol.DEFAULT_MAX_FRAME_BYTES)
+    finally:
+        sys.setrecursionlimit(limit)
+    assert frame["error"]["type"] == "DepthError"
+    assert frame["error"]["message"] == (
+        "job result is not JSON-serialisable: it is nested 10000 levels deep, over the 9999 a result may have"
+    )
+
+
+def test_whatever_a_value_raises_while_written_fails_the_job_with_it():
+    class Exploding(list):
+        def __iter__(self):
+            raise MemoryError()
+
+    class Exiting(dict):
+        def items(self):
+            raise SystemExit(3)
+
+    for value, etype in ((Exploding([1]), "MemoryError"), (Exiting(a=1), "SystemExit"), (b"x", "TypeError")):
+        frame, _ = encode_result(_done({"v": value}), protocol.DEFAULT_MAX_FRAME_BYTES)
+        assert (frame["error"]["type"], frame["error"]["retryable"]) == (etype, False), frame
+        assert frame["error"]["message"].startswith("job result is not JSON-serialisable: "), frame
+
+
+def test_failures_whose_texts_cannot_be_written_are_made_writable():
+    class BadStr(Exception):
+        def __str__(self):
+            raise RecursionError("deep")
+
+    frame = raised("j", BadStr())
+    assert frame["error"]["message"] == "<str() of BadStr failed: RecursionError>"
+    frame = raised("j", ValueError("lone \udc80 surrogate, pair \ud83d\ude00"))
+    frame2, data = encode_result(frame, protocol.DEFAULT_MAX_FRAME_BYTES)
+    assert frame2 == frame and frame["error"]["type"] == "ValueError" and frame["error"]["retryable"] is True
+    assert frame["error"]["message"] == "lone \ufffd surrogate, pair \U0001f600"
+    assert protocol.decode(data)["error"]["message"] == frame["error"]["message"]
+
+
+def test_a_failure_over_the_frame_limit_is_cut_to_fit_and_keeps_its_retryability():
+    frame = raised("j", ValueError("é" * 20000))
+    assert frame["error"]["traceback"]
+    cut, data = encode_result(frame, 4096)
+    assert len(data) <= 4096
+    error = cut["error"]
+    assert (error["type"], error["retryable"], error["traceback"]) == ("ValueError", True, None)
+    assert error["message"].startswith("éé") and error["message"].endswith("[cut to fit the 4096-byte frame limit]")
+    # A done result over the limit cannot be cut: it fails, not retried.
+    big, _ = encode_result(_done("x" * 5000), 4096)
+    assert (big["error"]["type"], big["error"]["retryable"]) == ("ResultTooLarge", False)
+
+
+def test_a_transport_that_cannot_take_a_result_ends_serving():
+    async def main():
+        h = Harness()
+        h.reg.add_job("a", lambda args: 1, None)
+
+        def broken(frame, data):
+            raise RuntimeError("queue closed")
+
+        h.rt.open()
+        h.rt.start(job("1", "a"), broken)
+        while h.rt.failure is None:
+            await asyncio.sleep(0.01)
+        assert "could not report the result of job 1: RuntimeError: queue closed" in str(h.rt.failure)
+        assert h.rt.count == 0
+        h.rt.close()
+
+    run(main())
+
+
+def test_a_session_result_whose_value_changed_since_it_was_checked_fails():
+    from soniq_handler._session import result_message
+
+    class Flaky(dict):
+        calls = 0
+
+        def items(self):
+            Flaky.calls += 1
+            if Flaky.calls > 1:
+                raise RuntimeError("changed size during iteration")
+            return super().items()
+
+    frame, _ = encode_result(_done(Flaky(a=1)), protocol.DEFAULT_MAX_FRAME_BYTES)
+    assert frame["status"] == "done"
+    msg = result_message(frame)
+    assert msg.status == msg.FAILED and msg.error.retryable is False
+    assert msg.error.message == "job result is not JSON-serialisable: changed size during iteration"

@@ -507,3 +507,48 @@ def test_frame_of_puts_args_in_as_they_came():
     with pytest.raises(protocol.ProtocolError) as info:
         frame_of(pb.SidecarMessage())
     assert info.value.code == "unknown_type"
+
+
+def test_results_that_cannot_be_written_fail_over_a_session_too(tmp_path):
+    """The property app (tests/property_app.py) in attach mode: a value that
+    contains itself, one nested past the recursion limit, an exception whose
+    __str__ raises; each job fails with its cause and the next one runs."""
+    sock = str(tmp_path / "p.sock")
+    env = child_env()
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], os.path.dirname(os.path.abspath(__file__))])
+    proc = subprocess.Popen([sys.executable, "-m", "soniq_handler", "property_app", "--listen", sock],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    try:
+        deadline = time.monotonic() + 20
+        while not os.path.exists(sock):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.05)
+        c = Client(sock)
+        c.hello()
+        cases = {
+            "cycle": {"mode": "return", "recipe": {"k": "cycle", "container": "dict", "long": True}},
+            "deep": {"mode": "return", "recipe": {"k": "deep", "depth": 20000, "container": "list",
+                                                  "leaf": {"k": "json", "v": 1}}},
+            "bad_str": {"mode": "raise", "recipe": {"cls": "BadStr", "arg": {"k": "json", "v": "x"}, "retryable": None}},
+            "ok": {"mode": "return", "recipe": {"k": "json", "v": {"fine": True}}},
+        }
+        for job_id, args in cases.items():
+            c.send(job=job(job_id, "p.async", json.dumps(args)))
+        got = {}
+        while len(got) < len(cases):
+            r = c.recv().result
+            got[r.id] = r
+        assert (got["cycle"].status, got["cycle"].error.retryable) == (pb.Result.FAILED, False)
+        assert got["cycle"].error.message == (
+            "job result is not JSON-serialisable: it contains itself: result['self']['back'] is result"
+        )
+        assert (got["deep"].error.type, got["deep"].error.retryable) == ("DepthError", False)
+        assert "nested 20000 levels deep" in got["deep"].error.message
+        assert got["bad_str"].error.message == "<str() of BadStr failed: ValueError>"
+        assert got["bad_str"].error.retryable is True
+        assert (got["ok"].status, json.loads(got["ok"].result_json)) == (pb.Result.DONE, {"fine": True})
+        c.close()
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert b"Exception in callback" not in proc.stderr.read()

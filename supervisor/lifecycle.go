@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/soniq-dev/soniq-sidecar/internal/config"
+	"github.com/soniq-dev/soniq-sidecar/config"
 	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )

@@ -1,11 +1,10 @@
-package supervisor
+package completer
 
-// The result writer's linger on the fake clock (writer.go): a small batch
+// The linger on the fake clock (completer.go): a small batch
 // waits up to lingerMax while results flow, and nothing else waits.
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -108,12 +107,11 @@ func TestResultWriterLinger(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				g := &gatedBackend{gate: make(chan struct{})}
-				w := newResultWriter(g, backends.NewID(), slog.New(slog.DiscardHandler), nil)
-				w.lingerBatch = batch
-				go w.run()
+				w := New(Config{Backend: g, WorkerID: backends.NewID(), LingerBatch: batch})
+				w.Start()
 				complete := func(n int) {
 					for range n {
-						w.complete(backends.Completion{JobID: backends.NewID(), Outcome: backends.OutcomeDone})
+						w.Complete(backends.Completion{JobID: backends.NewID(), Outcome: backends.OutcomeDone})
 					}
 				}
 				complete(1) // the writer was idle: written at once, held at the gate
@@ -122,10 +120,10 @@ func TestResultWriterLinger(t *testing.T) {
 
 				complete(tc.completions)
 				for range tc.nacks {
-					w.nack(backends.NewID())
+					w.Nack(backends.NewID())
 				}
 				if tc.hurry {
-					w.hurry()
+					w.Hurry()
 				}
 				if tc.close {
 					w.close()
@@ -137,8 +135,7 @@ func TestResultWriterLinger(t *testing.T) {
 					complete(s.completions)
 				}
 				time.Sleep(time.Until(start.Add(10 * lingerMax)))
-				w.close()
-				<-w.done
+				w.Stop()
 
 				g.mu.Lock()
 				defer g.mu.Unlock()
@@ -150,25 +147,4 @@ func TestResultWriterLinger(t *testing.T) {
 			})
 		})
 	}
-}
-
-// In DRAINING the loop hurries the writer: a result arriving right after
-// another is written when it arrives, not lingerMax later.
-func TestDrainingResultsAreNotHeldBack(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		// Budget 8: a batch below 2 results would linger while results flow.
-		w := newFakeWorld(t, fakeSettings(30*time.Second, time.Minute), 8, 4, nil)
-		// The third job keeps the sidecar DRAINING (the writer closing
-		// would write at once anyway).
-		ids := []string{w.enqueue("async.sleep", 10), w.enqueue("async.sleep", 10.001), w.enqueue("async.sleep", 20)}
-		w.run(3)
-		w.sup.Shutdown()
-		w.wait()
-		runs, _ := w.snapshot()
-		require.Len(t, runs, 3)
-		for _, r := range runs {
-			require.Contains(t, ids, r.id)
-			assert.Equal(t, r.end.UTC(), w.job(r.id).UpdatedAt.UTC(), "job %s's row written when its result arrived", r.id)
-		}
-	})
 }

@@ -1,8 +1,15 @@
-package supervisor
+// Package completer writes the engine's results to the backend: job
+// completions and shutdown NACKs, in batches, from a goroutine of its own,
+// so the event loop never waits on the database and the database sees one
+// statement per batch, never one round trip per row. Writes run on a
+// context detached from shutdown: a result the sidecar holds is written
+// even while it stops. It knows the backend and nothing of the loop.
+package completer
 
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,23 +32,38 @@ const maxBatch = 500
 // the job it records.
 const lingerMax = 2 * time.Millisecond
 
-// resultWriter batches terminal writes and NACKs so the event loop never
-// waits on the database and the database sees one statement per batch,
-// never one round trip per row. Writes run on a context detached from
-// shutdown: a result the sidecar holds is written even while it stops.
-type resultWriter struct {
-	backend  backends.Backend
-	workerID string
-	log      *slog.Logger
-	// requeued is called after a batch put rows back to queued for now
+// Config is what a Completer writes with. Backend is required; the
+// callbacks are optional and are called from the Completer's goroutine.
+type Config struct {
+	Backend  backends.Backend
+	WorkerID string
+	Log      *slog.Logger
+	// LingerBatch: while results flow (the previous write ended less
+	// than lingerMax ago), a batch of fewer completions than this waits up
+	// to lingerMax for more; 0 or 1 never waits. NACKs, Stop and Hurry
+	// never wait.
+	LingerBatch int
+	// Requeued is called after a batch put rows back to queued for now
 	// (a retry or snooze without delay), so claiming resumes without
 	// waiting for the next poll.
-	requeued func()
+	Requeued func()
+	// AfterWrite is called after every batch written.
+	AfterWrite func()
+	// Settled is called with the job ids of every batch of completions
+	// written (applied or refused by their guard).
+	Settled func(ids []string)
+}
 
-	// lingerBatch: while results flow (the previous write ended less than
-	// lingerMax ago), a batch of fewer completions than this waits up to
-	// lingerMax for more; 0 or 1 never waits. NACKs, close and hurry
-	// never wait.
+// Completer batches terminal writes and NACKs. Create it with New, start
+// its goroutine with Start, and end it with Stop, which returns once what
+// it was given is written.
+type Completer struct {
+	backend     backends.Backend
+	workerID    string
+	log         *slog.Logger
+	requeued    func()
+	afterWrite  func()
+	settled     func(ids []string)
 	lingerBatch int
 
 	mu          sync.Mutex
@@ -54,25 +76,46 @@ type resultWriter struct {
 	// written counts the batches written; a claim issued after the last
 	// one has seen every row the writer put back (run --once).
 	written atomic.Int64
-	// afterWrite, when set before run, is called after every batch.
-	afterWrite func()
-	// settled, when set before run, is called with the job ids of every
-	// batch of completions written (applied or refused by their guard).
-	settled func(ids []string)
+	started atomic.Bool
 	done    chan struct{} // closed when the goroutine has drained and exited
 }
 
-func newResultWriter(b backends.Backend, workerID string, log *slog.Logger, requeued func()) *resultWriter {
-	if requeued == nil {
-		requeued = func() {}
+// New prepares a Completer; nothing runs before Start.
+func New(cfg Config) *Completer {
+	w := &Completer{
+		backend: cfg.Backend, workerID: cfg.WorkerID, log: cfg.Log,
+		requeued: cfg.Requeued, afterWrite: cfg.AfterWrite, settled: cfg.Settled,
+		lingerBatch: cfg.LingerBatch,
+		wake:        make(chan struct{}, 1), done: make(chan struct{}),
 	}
-	return &resultWriter{
-		backend: b, workerID: workerID, log: log, requeued: requeued,
-		wake: make(chan struct{}, 1), done: make(chan struct{}),
+	if w.log == nil {
+		w.log = slog.New(slog.DiscardHandler)
+	}
+	if w.requeued == nil {
+		w.requeued = func() {}
+	}
+	return w
+}
+
+// Start starts the goroutine that writes; Stop ends it. A second Start
+// does nothing.
+func (w *Completer) Start() {
+	if w.started.CompareAndSwap(false, true) {
+		go w.run()
 	}
 }
 
-func (w *resultWriter) complete(c backends.Completion) {
+// Stop asks the Completer to write what it holds and returns once it has,
+// or, with the database unreachable, once the last attempt (bounded by
+// writeTimeout) has failed; the ids it could not write are logged. It
+// must follow Start.
+func (w *Completer) Stop() {
+	w.close()
+	<-w.done
+}
+
+// Complete queues a job's terminal write.
+func (w *Completer) Complete(c backends.Completion) {
 	w.mu.Lock()
 	w.completions = append(w.completions, c)
 	// A lingering writer is woken only once its batch is big enough: one
@@ -84,45 +127,65 @@ func (w *resultWriter) complete(c backends.Completion) {
 	}
 }
 
-func (w *resultWriter) nack(id string) {
+// Nack queues a shutdown NACK of a job.
+func (w *Completer) Nack(id string) {
 	w.mu.Lock()
 	w.nacks = append(w.nacks, id)
 	w.mu.Unlock()
 	w.signal()
 }
 
-func (w *resultWriter) signal() {
+func (w *Completer) signal() {
 	select {
 	case w.wake <- struct{}{}:
 	default:
 	}
 }
 
-func (w *resultWriter) wrote() {
+func (w *Completer) wrote() {
 	w.written.Add(1)
 	if w.afterWrite != nil {
 		w.afterWrite()
 	}
 }
 
-// pending is how many writes the writer still holds.
-func (w *resultWriter) pending() int {
+// Pending is how many writes the Completer still holds.
+func (w *Completer) Pending() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.completions) + len(w.nacks)
 }
 
-// hurry makes the writer write at once from now on, without lingering:
+// Written is how many batches the Completer has written. A claim issued
+// after the last one has seen every row the Completer put back.
+func (w *Completer) Written() int64 { return w.written.Load() }
+
+// Holds reports whether a write for job id is waiting or being written. A
+// row it holds is still processing in the database although its result is
+// decided: the self-audit must not take it for an orphan.
+func (w *Completer) Holds(id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, c := range w.completions {
+		if c.JobID == id {
+			return true
+		}
+	}
+	return slices.Contains(w.nacks, id)
+}
+
+// Hurry makes the Completer write at once from now on, without lingering:
 // shutdown began, and what it still writes (final results, NACKs) is due.
-func (w *resultWriter) hurry() {
+func (w *Completer) Hurry() {
 	w.mu.Lock()
 	w.hurried = true
 	w.mu.Unlock()
 	w.signal()
 }
 
-// close asks the writer to drain what it holds and stop; wait for done.
-func (w *resultWriter) close() {
+// close asks the writer to drain what it holds and stop; done is closed
+// then.
+func (w *Completer) close() {
 	w.mu.Lock()
 	w.closed = true
 	w.mu.Unlock()
@@ -132,7 +195,7 @@ func (w *resultWriter) close() {
 // run is the writer's goroutine. It returns after close once everything it
 // was given has been written or, with the database unreachable, once the
 // last attempt (bounded by writeTimeout) has failed; lost ids are logged.
-func (w *resultWriter) run() {
+func (w *Completer) run() {
 	defer close(w.done)
 	backoff := 50 * time.Millisecond
 	var giveUpAt time.Time // set once closing: retries stop there
@@ -218,7 +281,7 @@ func (w *resultWriter) run() {
 // startLinger marks the writer lingering unless what arrived since run
 // looked makes the batch due; complete then stops waking it for every
 // result.
-func (w *resultWriter) startLinger() bool {
+func (w *Completer) startLinger() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.lingering = !w.closed && !w.hurried && len(w.nacks) == 0 && len(w.completions) < w.lingerBatch
@@ -229,7 +292,7 @@ func (w *resultWriter) startLinger() bool {
 // the write: rather than hold the process open, it logs every job it could
 // not record. Those rows stay 'processing' and stale-worker recovery
 // requeues them.
-func (w *resultWriter) giveUp(err error) {
+func (w *Completer) giveUp(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, c := range w.completions {
@@ -242,7 +305,7 @@ func (w *resultWriter) giveUp(err error) {
 	w.completions, w.nacks = nil, nil
 }
 
-func (w *resultWriter) writeCompletions(cs []backends.Completion) error {
+func (w *Completer) writeCompletions(cs []backends.Completion) error {
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
 	applied, err := w.backend.Complete(ctx, w.workerID, cs)
@@ -279,7 +342,7 @@ func (w *resultWriter) writeCompletions(cs []backends.Completion) error {
 	return nil
 }
 
-func (w *resultWriter) writeNacks(ids []string) error {
+func (w *Completer) writeNacks(ids []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
 	_, err := w.backend.Nack(ctx, ids)

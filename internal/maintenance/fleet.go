@@ -1,0 +1,125 @@
+package maintenance
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+)
+
+// Soniq's own worker claims every job of its queues whatever its name, and
+// dead-letters the names it has no handler for (job_not_found). A Soniq
+// worker on a queue a sidecar serves therefore takes the sidecar's jobs and
+// dead-letters them. The sidecar cannot stop that, but it can see it coming:
+// Soniq workers register their queues in soniq_workers. FleetWatcher says
+// so once per such worker (and again if it goes away and comes back), and
+// reports how many there are for a gauge an operator can alert on.
+
+// fleetCheckEvery bounds how often the worker table is read.
+const fleetCheckEvery = 30 * time.Second
+
+// FleetConfig is what a FleetWatcher watches with. Backend and WorkerID
+// are required.
+type FleetConfig struct {
+	Backend  backends.Backend
+	WorkerID string
+	// Kind is the worker-row kind of this program (backends.MetaKind):
+	// rows of that kind are its peers, never reported.
+	Kind string
+	// Queues are the queues this worker claims from; none means every
+	// queue.
+	Queues []string
+	// HeartbeatTimeout: rows heard from within it are live.
+	HeartbeatTimeout time.Duration
+	// Interval between checks: at most 30 s; 0 means 30 s.
+	Interval time.Duration
+	Log      *slog.Logger
+	// Foreign is called (from the watcher's goroutine) after every check
+	// that read the table, with the number of live foreign workers that
+	// share a queue with this one.
+	Foreign func(n int)
+}
+
+// FleetWatcher reads the live workers at start and periodically, and
+// warns of the ones that are not of this program's kind and claim from a
+// queue this worker serves.
+type FleetWatcher struct {
+	service
+	cfg FleetConfig
+	// warned is the set of workers reported at the last check; only the
+	// watcher's goroutine touches it.
+	warned map[string]bool
+}
+
+// NewFleetWatcher prepares a FleetWatcher; nothing runs before Start.
+func NewFleetWatcher(cfg FleetConfig) *FleetWatcher {
+	if cfg.Interval <= 0 || cfg.Interval > fleetCheckEvery {
+		cfg.Interval = fleetCheckEvery
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Foreign == nil {
+		cfg.Foreign = func(int) {}
+	}
+	return &FleetWatcher{cfg: cfg, warned: map[string]bool{}}
+}
+
+// Start checks now and every Interval until ctx ends or Stop is called.
+func (f *FleetWatcher) Start(ctx context.Context) {
+	f.start(ctx, func(ctx context.Context) { every(ctx, f.cfg.Interval, true, f.check) })
+}
+
+func (f *FleetWatcher) check(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	workers, err := f.cfg.Backend.LiveWorkers(cctx, f.cfg.HeartbeatTimeout)
+	if err != nil {
+		return // the next check tries again; claims report database trouble
+	}
+	now := map[string]bool{}
+	for _, w := range workers {
+		if w.ID == f.cfg.WorkerID || backends.WorkerKind(w.Metadata) == f.cfg.Kind {
+			continue
+		}
+		shared := sharedQueues(f.cfg.Queues, w.Queues)
+		if shared == "" {
+			continue
+		}
+		now[w.ID] = true
+		if !f.warned[w.ID] {
+			f.cfg.Log.Warn("a worker that is not a sidecar (Soniq's own) claims from a queue this sidecar serves: it takes jobs of any name and dead-letters the ones it has no handler for (job_not_found); give Soniq workers and sidecars disjoint queues",
+				"worker_id", w.ID, "hostname", w.Hostname, "pid", w.PID, "shared_queues", shared)
+		}
+	}
+	for id := range f.warned {
+		if !now[id] {
+			f.cfg.Log.Info("a worker that shared this sidecar's queues is gone or no longer live", "worker_id", id)
+		}
+	}
+	f.warned = now
+	f.cfg.Foreign(len(now))
+}
+
+// sharedQueues describes the queues two workers both claim from, or ""
+// when none: no queues means every queue.
+func sharedQueues(ours, theirs []string) string {
+	switch {
+	case len(ours) == 0 && len(theirs) == 0:
+		return "every queue"
+	case len(ours) == 0:
+		return strings.Join(theirs, ",")
+	case len(theirs) == 0:
+		return strings.Join(ours, ",")
+	}
+	var both []string
+	for _, q := range ours {
+		if slices.Contains(theirs, q) {
+			both = append(both, q)
+		}
+	}
+	return strings.Join(both, ",")
+}

@@ -1,0 +1,114 @@
+// Package maintenance holds the engine's background services other than
+// the result writer: the heartbeat, the leader's maintenance pass
+// (stale-worker recovery, expired rows), the queue statistics poller, and
+// the watchers of the worker table (foreign workers on this worker's
+// queues) and of the claim-order index, and the self-audit's reader (the
+// rows processing under this worker, for the engine to weigh).
+//
+// Each is a type made from a config, started with Start(ctx) and ended
+// with Stop, which returns once its one goroutine has. They read and write
+// the backend and report through the callbacks they were given; none
+// knows the engine's loop, pools or tasks.
+package maintenance
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+)
+
+// DefaultInterval is the maintenance interval of a config that sets none
+// (Soniq's cleanup_interval default).
+const DefaultInterval = 5 * time.Minute
+
+// passTimeout bounds one maintenance pass, leadership included. It exists
+// only so a wedged database cannot hold a pass forever.
+const passTimeout = 30 * time.Second
+
+// MaintainerConfig is what a Maintainer maintains with. Backend and
+// WorkerID are required.
+type MaintainerConfig struct {
+	Backend  backends.Backend
+	WorkerID string
+	// Interval is the time between passes (cleanup_interval); 0 means
+	// DefaultInterval.
+	Interval time.Duration
+	// HeartbeatTimeout is how long a worker may be silent before its
+	// rows are recovered (heartbeat_timeout).
+	HeartbeatTimeout time.Duration
+	Log              *slog.Logger
+	// Recovered is called (from the Maintainer's goroutine) after a pass
+	// recovered silent workers: how many, and how many of their jobs were
+	// queued again.
+	Recovered func(workers, jobs int)
+}
+
+// Maintainer runs stale-worker recovery and expired-row deletion on one
+// worker of the database at a time: each pass first takes the backend's
+// maintenance leadership (Soniq's advisory lock on Postgres, so sidecars
+// and Soniq's own workers elect one between them) and does nothing if
+// another holds it.
+type Maintainer struct {
+	service
+	cfg MaintainerConfig
+}
+
+// NewMaintainer prepares a Maintainer; nothing runs before Start.
+func NewMaintainer(cfg MaintainerConfig) *Maintainer {
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Recovered == nil {
+		cfg.Recovered = func(int, int) {}
+	}
+	return &Maintainer{cfg: cfg}
+}
+
+// Start runs a pass now and every Interval until ctx ends or Stop is
+// called.
+func (m *Maintainer) Start(ctx context.Context) {
+	m.start(ctx, func(ctx context.Context) { every(ctx, m.cfg.Interval, true, m.pass) })
+}
+
+func (m *Maintainer) pass(ctx context.Context) {
+	mctx, cancel := context.WithTimeout(ctx, passTimeout)
+	defer cancel()
+	b, log := m.cfg.Backend, m.cfg.Log
+	release, ok, err := b.TryLeader(mctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Warn("maintenance: leader election failed", "err", err)
+		}
+		return
+	}
+	if !ok {
+		return
+	}
+	defer release()
+	// Logged inside the tenure (after taking, before giving up), so the
+	// logged spans of a fleet never overlap unless two leaders did.
+	start := time.Now()
+	log.Info("maintenance: leader", "worker_id", m.cfg.WorkerID)
+	defer func() {
+		log.Info("maintenance: leadership released", "worker_id", m.cfg.WorkerID, "held", time.Since(start))
+	}()
+	workers, jobs, err := b.RecoverStaleWorkers(mctx, m.cfg.HeartbeatTimeout, m.cfg.WorkerID)
+	if err != nil {
+		log.Warn("maintenance: stale-worker recovery failed", "err", err)
+	} else if workers > 0 {
+		m.cfg.Recovered(workers, jobs)
+		log.Warn("maintenance: recovered stale workers; their jobs are queued again",
+			"workers", workers, "jobs", jobs, "heartbeat_timeout", m.cfg.HeartbeatTimeout)
+	}
+	n, err := b.DeleteExpired(mctx)
+	if err != nil {
+		log.Warn("maintenance: deleting expired results failed", "err", err)
+	} else if n > 0 {
+		log.Info("maintenance: deleted expired results", "rows", n)
+	}
+}

@@ -1,0 +1,272 @@
+package maintenance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/logtest"
+	"github.com/soniq-dev/soniq-sidecar/internal/memory"
+)
+
+// fakeBackend answers the calls the services make with what a test set,
+// and counts them; any other call panics (the embedded nil Backend).
+type fakeBackend struct {
+	backends.Backend
+	mu         sync.Mutex
+	beatErr    error
+	beats      []time.Time
+	leader     bool
+	leaderErr  error
+	released   int
+	recoverErr error
+	recovered  [2]int // workers, jobs a recovery reports
+	recoveries int
+	expiredErr error
+	expired    int
+	deletions  int
+	statsErr   error
+	stats      []time.Time
+}
+
+func (f *fakeBackend) Heartbeat(ctx context.Context, _ string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.beats = append(f.beats, time.Now())
+	return f.beatErr
+}
+
+func (f *fakeBackend) TryLeader(context.Context) (func(), bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.leaderErr != nil || !f.leader {
+		return nil, false, f.leaderErr
+	}
+	return func() { f.mu.Lock(); f.released++; f.mu.Unlock() }, true, nil
+}
+
+func (f *fakeBackend) RecoverStaleWorkers(context.Context, time.Duration, string) (int, int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.recoveries++
+	if f.recoverErr != nil {
+		return 0, 0, f.recoverErr
+	}
+	return f.recovered[0], f.recovered[1], nil
+}
+
+func (f *fakeBackend) DeleteExpired(context.Context) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deletions++
+	return f.expired, f.expiredErr
+}
+
+func (f *fakeBackend) Stats(context.Context) (backends.Stats, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stats = append(f.stats, time.Now())
+	return backends.Stats{Queued: int64(len(f.stats))}, f.statsErr
+}
+
+// recorder captures log lines.
+type recorder struct {
+	mu      sync.Mutex
+	records []logtest.Record
+}
+
+func (r *recorder) logger() *slog.Logger {
+	return slog.New(logtest.Handler{Mu: &r.mu, Records: &r.records})
+}
+
+func (r *recorder) messages() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, rec := range r.records {
+		out = append(out, rec.Msg)
+	}
+	return out
+}
+
+// A heartbeat that finds the row gone or no longer active reports it as
+// lost; any other failure is logged, and the beats go on.
+func TestHeartbeatOutcomes(t *testing.T) {
+	tests := []struct {
+		name     string
+		err      error
+		wantLost bool
+		wantWarn bool
+	}{
+		{"beat written", nil, false, false},
+		{"row gone", backends.ErrNotFound, true, false},
+		{"row stopped", backends.ErrWorkerNotActive, true, false},
+		{"row gone, wrapped", fmt.Errorf("heartbeat of worker w: %w", backends.ErrNotFound), true, false},
+		{"database unreachable", errors.New("connection refused"), false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := &fakeBackend{beatErr: tt.err}
+				var logs recorder
+				var lost []error
+				h := NewHeartbeat(HeartbeatConfig{Backend: f, WorkerID: "w", Interval: time.Second, Log: logs.logger(),
+					Lost: func(err error) { lost = append(lost, err) }})
+				h.Start(t.Context())
+				time.Sleep(2*time.Second + time.Millisecond)
+				synctest.Wait()
+				h.Stop()
+				assert.Len(t, f.beats, 2, "one beat per interval, none at start")
+				if tt.wantLost {
+					assert.Len(t, lost, 2)
+					assert.ErrorIs(t, lost[0], tt.err)
+				} else {
+					assert.Empty(t, lost)
+				}
+				if tt.wantWarn {
+					assert.Equal(t, []string{"heartbeat failed", "heartbeat failed"}, logs.messages())
+				} else {
+					assert.Empty(t, logs.messages())
+				}
+			})
+		})
+	}
+}
+
+// Stop ends the goroutine and returns once it has; a second Start or Stop
+// does nothing, and Stop before Start returns at once.
+func TestServiceStartStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeBackend{}
+		h := NewHeartbeat(HeartbeatConfig{Backend: f, WorkerID: "w", Interval: time.Second})
+		h.Stop()
+		h.Start(t.Context())
+		h.Start(t.Context())
+		time.Sleep(time.Second + time.Millisecond)
+		synctest.Wait()
+		h.Stop()
+		h.Stop()
+		time.Sleep(10 * time.Second)
+		assert.Len(t, f.beats, 1, "one goroutine, and none after Stop")
+	})
+}
+
+func TestWorkerRowLost(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{backends.ErrNotFound, true},
+		{backends.ErrWorkerNotActive, true},
+		{fmt.Errorf("claiming: %w", backends.ErrWorkerNotActive), true},
+		{context.DeadlineExceeded, false},
+	} {
+		assert.Equal(t, tt.want, WorkerRowLost(tt.err), "%v", tt.err)
+	}
+}
+
+// A pass does its work only as the leader, and gives the leadership back;
+// what it found is reported and logged.
+func TestMaintainerPass(t *testing.T) {
+	tests := []struct {
+		name           string
+		f              *fakeBackend
+		wantRecovered  [][2]int
+		wantRecoveries int
+		wantLogs       []string
+	}{
+		{name: "not the leader", f: &fakeBackend{leader: false}},
+		{name: "leader election failed", f: &fakeBackend{leaderErr: errors.New("connection refused")},
+			wantLogs: []string{"maintenance: leader election failed"}},
+		{name: "nothing to do", f: &fakeBackend{leader: true}, wantRecoveries: 1,
+			wantLogs: []string{"maintenance: leader", "maintenance: leadership released"}},
+		{name: "stale workers and expired rows", f: &fakeBackend{leader: true, recovered: [2]int{2, 5}, expired: 3},
+			wantRecovered: [][2]int{{2, 5}}, wantRecoveries: 1,
+			wantLogs: []string{"maintenance: leader", "maintenance: recovered stale workers; their jobs are queued again",
+				"maintenance: deleted expired results", "maintenance: leadership released"}},
+		{name: "both fail", f: &fakeBackend{leader: true, recoverErr: errors.New("boom"), expiredErr: errors.New("boom")},
+			wantRecoveries: 1,
+			wantLogs: []string{"maintenance: leader", "maintenance: stale-worker recovery failed",
+				"maintenance: deleting expired results failed", "maintenance: leadership released"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs recorder
+			var recovered [][2]int
+			m := NewMaintainer(MaintainerConfig{Backend: tt.f, WorkerID: "w", HeartbeatTimeout: time.Minute, Log: logs.logger(),
+				Recovered: func(w, j int) { recovered = append(recovered, [2]int{w, j}) }})
+			m.pass(t.Context())
+			assert.Equal(t, tt.wantRecovered, recovered)
+			assert.Equal(t, tt.wantRecoveries, tt.f.recoveries)
+			assert.Equal(t, tt.wantRecoveries, tt.f.deletions, "expired rows are deleted in every pass as the leader")
+			assert.Equal(t, tt.wantRecoveries, tt.f.released, "the leadership is given back")
+			assert.Equal(t, tt.wantLogs, logs.messages())
+		})
+	}
+}
+
+// Against a real backend: a pass at start and then every Interval (the
+// default when none is set) recovers a silent worker's jobs once.
+func TestMaintainerRecoversStaleWorkers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		mem := memory.New()
+		stale := backends.NewID()
+		require.NoError(t, mem.RegisterWorker(ctx, backends.Worker{ID: stale, Hostname: "gone", PID: 7, Status: "active", Concurrency: 1}))
+		for range 2 {
+			_, err := mem.Enqueue(ctx, backends.EnqueueParams{Name: "x"})
+			require.NoError(t, err)
+		}
+		claimed, err := mem.Claim(ctx, backends.ClaimParams{WorkerID: stale, Names: []string{"x"}, Limit: 2})
+		require.NoError(t, err)
+		require.Len(t, claimed, 2)
+		require.NoError(t, mem.BackdateHeartbeat(ctx, stale, 10*time.Minute))
+
+		var recovered [][2]int
+		m := NewMaintainer(MaintainerConfig{Backend: mem, WorkerID: backends.NewID(), HeartbeatTimeout: time.Minute,
+			Recovered: func(w, j int) { recovered = append(recovered, [2]int{w, j}) }})
+		m.Start(ctx)
+		t.Cleanup(m.Stop)
+		synctest.Wait()
+		assert.Equal(t, [][2]int{{1, 2}}, recovered, "the first pass runs at start")
+		st, err := mem.Stats(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, int64(2), st.Queued)
+
+		time.Sleep(DefaultInterval)
+		synctest.Wait()
+		assert.Equal(t, [][2]int{{1, 2}}, recovered, "nothing left for the second pass")
+	})
+}
+
+// The poller reads at start and every statsEvery; a failed read is not
+// handed on.
+func TestStatsPoller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeBackend{}
+		var got []int64
+		p := NewStatsPoller(f, func(st backends.Stats) { got = append(got, st.Queued) })
+		p.Start(t.Context())
+		synctest.Wait()
+		time.Sleep(statsEvery)
+		synctest.Wait()
+		f.mu.Lock()
+		f.statsErr = errors.New("connection refused")
+		f.mu.Unlock()
+		time.Sleep(statsEvery)
+		synctest.Wait()
+		p.Stop()
+		assert.Equal(t, []int64{1, 2}, got)
+		assert.Len(t, f.stats, 3)
+	})
+}

@@ -1,0 +1,110 @@
+package supervisor
+
+import (
+	"context"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/completer"
+	"github.com/soniq-dev/soniq-sidecar/internal/maintenance"
+)
+
+// services are the background services Run owns besides the loop, each
+// with one goroutine of its own. They report to the engine through the
+// callbacks wired here, never by touching the loop's state.
+type services struct {
+	// heartbeat is stopped last: beats go on in every shutdown state,
+	// until the worker row is marked stopped.
+	heartbeat *maintenance.Heartbeat
+	// writer is stopped once the loop has returned, so every result the
+	// loop decided is written.
+	writer *completer.Completer
+	// watchers are stopped after the writer: the leader's maintenance,
+	// the queue statistics, the fleet and the claim-order index.
+	watchers []interface{ Stop() }
+}
+
+// startServices starts them all on ctx (detached from Run's own context:
+// they end when Run stops them). total is the in-flight budget.
+func (s *Supervisor) startServices(ctx context.Context, total int) *services {
+	svc := &services{}
+	svc.heartbeat = maintenance.NewHeartbeat(maintenance.HeartbeatConfig{Backend: s.cfg.Backend, WorkerID: s.workerID,
+		Interval: s.cfg.Settings.HeartbeatInterval, Log: s.log,
+		// The loop stops claiming and registers again.
+		Lost: func(err error) { s.emit(workerLostEvent{err: err}) }})
+	svc.heartbeat.Start(ctx)
+
+	svc.writer = s.newWriter(total)
+	svc.writer.Start()
+
+	maintainer := s.newMaintainer()
+	maintainer.Start(ctx)
+	svc.watchers = append(svc.watchers, maintainer)
+	if s.metrics != nil {
+		stats := maintenance.NewStatsPoller(s.cfg.Backend, s.metrics.setQueueStats)
+		stats.Start(ctx)
+		svc.watchers = append(svc.watchers, stats)
+	}
+	fleet := maintenance.NewFleetWatcher(maintenance.FleetConfig{Backend: s.cfg.Backend, WorkerID: s.workerID,
+		Kind: workerKind, Queues: s.cfg.Settings.Queues, HeartbeatTimeout: s.cfg.Settings.HeartbeatTimeout,
+		Interval: s.cfg.Settings.CleanupInterval, Log: s.log, Foreign: s.metrics.foreignWorkers})
+	fleet.Start(ctx)
+	svc.watchers = append(svc.watchers, fleet)
+	if s.cfg.Settings.AuditInterval > 0 {
+		a := s.newAudit()
+		a.Start(ctx)
+		svc.watchers = append(svc.watchers, a)
+	}
+	if ci, ok := s.cfg.Backend.(backends.ClaimIndexer); ok {
+		w := maintenance.NewClaimIndexWatcher(ci, s.log, s.setClaimIndexMissing)
+		w.Start(ctx)
+		svc.watchers = append(svc.watchers, w)
+	}
+	return svc
+}
+
+// stopWatchers stops the watchers, each returning once its goroutine has.
+func (svc *services) stopWatchers() {
+	for _, w := range svc.watchers {
+		w.Stop()
+	}
+}
+
+// newWriter is the result writer, wired to the loop.
+func (s *Supervisor) newWriter(total int) *completer.Completer {
+	cfg := completer.Config{Backend: s.cfg.Backend, WorkerID: s.workerID, Log: s.log,
+		// A batch smaller than a quarter of the in-flight budget lingers
+		// briefly while results flow.
+		LingerBatch: (total + 3) / 4,
+		Requeued: func() {
+			// An empty queue name wakes every pool.
+			select {
+			case s.events <- wakeEvent{}:
+			default: // the loop is busy; the next poll will do
+			}
+		},
+		// Attached handlers forget a result once it is settled (acks.go).
+		Settled: func(ids []string) {
+			if s.acking.Load() {
+				s.emit(settledEvent{ids: ids})
+			}
+		},
+	}
+	if s.cfg.Once {
+		// Claim again after every write: a retry written back to the
+		// queue is due, and the claim after the last write ends the run.
+		cfg.AfterWrite = func() {
+			select {
+			case s.events <- wakeEvent{}:
+			default:
+			}
+		}
+	}
+	return completer.New(cfg)
+}
+
+// newMaintainer is the leader's maintenance pass, counted in the metrics.
+func (s *Supervisor) newMaintainer() *maintenance.Maintainer {
+	return maintenance.NewMaintainer(maintenance.MaintainerConfig{Backend: s.cfg.Backend, WorkerID: s.workerID,
+		Interval: s.cfg.Settings.CleanupInterval, HeartbeatTimeout: s.cfg.Settings.HeartbeatTimeout,
+		Log: s.log, Recovered: s.metrics.staleRecovered})
+}
