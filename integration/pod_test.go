@@ -565,19 +565,18 @@ func (p *kubePod) stopContract(sidecar string, shutdownTimeout time.Duration) {
 	p.waitProbe(sidecar, "readinessProbe", false, 5*time.Second, "DRAINING")
 	ok, detail := p.probe(sidecar, "livenessProbe")
 	assert.True(t, ok, "liveness while draining: %s", detail)
-	for _, c := range p.containers() {
-		for {
-			st := p.inspect(c, "{{.State.Status}}")
-			if st == "exited" || st == "stopped" {
-				break
-			}
-			if time.Since(start) > time.Duration(grace)*time.Second {
-				t.Errorf("container %s still %s after the grace period (%d s): SIGKILL", c, st, grace)
-				_, _ = podman(t, "kill", "--signal", "KILL", p.container(c))
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+	exited := make(chan error, 1)
+	go func() { // ends when every container has exited (SIGKILLed below at the latest)
+		_, err := podman(t, append([]string{"wait"}, p.containerNames()...)...)
+		exited <- err
+	}()
+	select {
+	case err := <-exited:
+		require.NoError(t, err)
+	case <-time.After(time.Until(start.Add(time.Duration(grace) * time.Second))):
+		t.Errorf("containers still running after the grace period (%d s): SIGKILL", grace)
+		_, _ = podman(t, append([]string{"kill", "--signal", "KILL"}, p.containerNames()...)...)
+		<-exited
 	}
 	took := time.Since(start)
 	nacks := s.end()
@@ -704,9 +703,13 @@ func testPodAttach(t *testing.T, o podOverlay, sock string) {
 		// As the OOM killer would: the process, not an API call podman could remember.
 		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 		deadline := time.Now().Add(30 * time.Second)
-		for p.inspect("soniq-sidecar", "{{.RestartCount}}") == restarts || p.inspect("soniq-sidecar", "{{.State.Status}}") != "running" {
+		for {
+			n, status, _ := strings.Cut(p.inspect("soniq-sidecar", "{{.RestartCount}} {{.State.Status}}"), " ")
+			if n != restarts && status == "running" {
+				break
+			}
 			require.True(t, time.Now().Before(deadline), "the sidecar container was not restarted by the pod's restart policy")
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(300 * time.Millisecond)
 		}
 		p.waitProbe("soniq-sidecar", "readinessProbe", true, 30*time.Second, "")
 		p.waitStatus(30*time.Second, backends.StatusDone, syncJob, asyncJob)
