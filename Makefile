@@ -41,7 +41,7 @@ images:
 # The pod specs in a real container engine: podman runs deploy/kubernetes/attach.yaml and
 # deployment.yaml with the images just built, against a Postgres the pods reach
 # (integration/pod_test.go, build tag podman: jobs, probes, a restarted worker, a killed
-# sidecar, the shutdown contract on `podman pod stop`). POD_TESTS selects (a -run pattern).
+# sidecar, the shutdown contract when the pod is terminated). POD_TESTS selects (a -run pattern).
 POD_TESTS ?= ^TestPod(Attach|SingleImage)$$
 POD_TEST := scripts/podman-env.sh exec $(GO) test -tags podman -count=1 -timeout 15m -v -run '$(POD_TESTS)' ./integration
 test-pod: images

@@ -727,7 +727,7 @@ func testPodAttach(t *testing.T, o podOverlay, sock string) {
 		assert.Equal(t, 2, adopted, "the new sidecar adopted both running jobs from the worker")
 	})
 
-	t.Run("pod stop", func(t *testing.T) {
+	t.Run("pod terminated", func(t *testing.T) {
 		p := *p
 		p.t = t
 		p.stopContract("soniq-sidecar", shutdownTimeout)
@@ -756,7 +756,7 @@ func TestPodSingleImage(t *testing.T) {
 	p.waitStatus(30*time.Second, backends.StatusDone, a, b)
 	assert.JSONEq(t, `{"sum": 3}`, string(p.job(a).Result))
 
-	t.Run("pod stop", func(t *testing.T) {
+	t.Run("pod terminated", func(t *testing.T) {
 		p := *p
 		p.t = t
 		p.stopContract("soniq-sidecar", shutdownTimeout)
