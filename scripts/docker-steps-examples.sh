@@ -31,8 +31,14 @@ PY
 check() { # example-dir
   local dir=$1 df=$1/Dockerfile
   [[ -f $df ]] || fail "$df is missing"
-  # Base images pinned: name:version (a digit in the tag, not latest) or a digest.
+  # Base images pinned: name:version (a digit in the tag, not latest) or a digest. A base named
+  # by a build argument (FROM ${ARG}) is checked by the argument's default.
   grep -E '^FROM ' "$df" | while read -r _ image _; do
+    if [[ $image =~ ^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$ ]]; then
+      local arg=${BASH_REMATCH[1]}
+      image=$(sed -n "s/^ARG $arg=//p" "$df" | head -1)
+      [[ -n $image ]] || fail "$df: FROM \${$arg}: the argument $arg has no default"
+    fi
     [[ $image =~ @sha256:[0-9a-f]{64}$ || ( $image =~ :[^:]*[0-9][^:]*$ && ! $image =~ :latest ) ]] \
       || fail "$df: base image $image is not pinned to a version"
   done
