@@ -15,7 +15,7 @@ import (
 // handler at all: one claim in flight at a time, limit = batch (the most the
 // supervisor claims for a pool: its free capacity), and a concurrent writer
 // that completes whatever is pending in batches of up to 500 (as
-// supervisor/writer.go does). It returns when every job is written; ready
+// internal/completer/completer.go does). It returns when every job is written; ready
 // runs before the first claim and finished after the last write, while the
 // pool's server processes are still alive to be measured.
 func ceilingRun(ctx context.Context, url string, batch int, ready, finished func()) error {

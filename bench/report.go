@@ -425,7 +425,7 @@ func (r *report) write(path string) error {
 	w("  (see parameters): its claim cost grows with the queue's depth, so a shallower queue can only flatter it.\n")
 	w("- **Ceiling**: `backends/postgres` Claim and Complete driven from Go with no handler: one claim in flight, limit = the\n")
 	w("  budget (the most the supervisor claims for a pool: its free capacity), a concurrent writer completing pending rows in\n")
-	w("  batches of up to 500 as `supervisor/writer.go` does.\n")
+	w("  batches of up to 500 as `internal/completer/completer.go` does.\n")
 	w("- **SDK alone**: one bench handler process (the same no-op handler, concurrency %v) fed job frames from a pipe by the driver, never\n", p.Budget/p.Processes)
 	w("  more in flight than its concurrency, with no sidecar and no database; its CPU per job is the SDK's own cost.\n")
 	w("- **Physical limit** (per SDK): the machine's cores divided by the CPU per job of the ceiling (Go driver + Postgres, with the\n")

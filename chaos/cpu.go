@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
-	"os/exec"
+	"os"
 	"sort"
 	"syscall"
 	"time"
+
+	"github.com/soniq-dev/soniq-sidecar/internal/proc"
 )
 
 // CPU contention: busy processes beside the cluster for a few seconds, as a
@@ -61,22 +63,21 @@ func mergeSteps(a, b []Step) []Step {
 // hogCPU runs st.Pick busy processes for st.Dur, then kills them.
 func (c *cluster) hogCPU(ctx context.Context, st Step) {
 	at := time.Now()
-	var procs []*exec.Cmd
+	var procs []*proc.Proc
 	for range st.Pick {
-		// A shell's empty loop: all user time, no memory, no I/O, and it
-		// dies with the SIGKILL below or with the run's process group.
-		cmd := exec.Command("sh", "-c", "while :; do :; done")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
+		// A shell's empty loop: all user time, no memory, no I/O. In the
+		// run's process group, so it dies with the run whatever happens.
+		p, err := c.group.Start([]string{"sh", "-c", "while :; do :; done"}, nil, c.cfg.work, os.DevNull)
+		if err != nil {
 			c.rec.problem("cpu hog: start a busy process: %v", err)
 			break
 		}
-		procs = append(procs, cmd)
+		procs = append(procs, p)
 	}
 	sleep(ctx, st.Dur)
 	for _, p := range procs {
-		_ = p.Process.Kill()
-		_ = p.Wait()
+		_ = p.Signal(syscall.SIGKILL)
+		p.Wait(5 * time.Second)
 	}
 	c.rec.fault(Fault{At: at, Kind: faultCPUHog, Target: "cpu", Dur: time.Since(at), Detail: fmt.Sprintf("%d busy processes", len(procs))})
 }

@@ -29,10 +29,24 @@ func (s *Supervisor) newAudit() *maintenance.Auditor {
 
 // knows reports whether the sidecar holds job id in any way: claimed or
 // running (live, which includes jobs attach sessions reported), inherited
-// from a dead predecessor and not yet settled, or a result being written
-// or acknowledged.
+// from a dead predecessor and not yet settled, a result being written or
+// acknowledged, or still running in an attached handler from an earlier
+// session.
 func (l *loop) knows(id string) bool {
-	return l.live[id] != nil || l.inherited[id] != nil || l.ackWait[id] != nil || l.writer.Holds(id)
+	if l.live[id] != nil || l.inherited[id] != nil || l.ackWait[id] != nil || l.writer.Holds(id) {
+		return true
+	}
+	for _, pl := range l.pools {
+		for _, p := range pl.procs {
+			if p == nil {
+				continue
+			}
+			if _, ok := p.foreign[id]; ok { // id → sync: present is what counts
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // onAudit weighs one reading and gives the orphans back.

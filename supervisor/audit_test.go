@@ -142,3 +142,26 @@ func TestAuditLeavesAResultBeingWrittenAlone(t *testing.T) {
 		w.wait()
 	})
 }
+
+// What the loop holds, each way: an async job still running in an attached
+// handler from an earlier session (its foreign map says false: not sync)
+// is held as much as a live one.
+func TestAuditKnowsWhatTheLoopHolds(t *testing.T) {
+	r := newCrashRig(t)
+	w := r.sup.newWriter(4)
+	r.l.writer = w
+	p := r.ready(t)
+	assert.False(t, r.l.knows("a"))
+	p.foreign = map[string]bool{"async": false, "sync": true}
+	assert.True(t, r.l.knows("async"))
+	assert.True(t, r.l.knows("sync"))
+	r.l.live["live"] = &task{}
+	r.l.inherited = map[string]*task{"inherited": {}}
+	r.l.ackWait = map[string]*process{"acked": p}
+	for _, id := range []string{"live", "inherited", "acked"} {
+		assert.True(t, r.l.knows(id), id)
+	}
+	w.Nack("nacked") // not started: it stays with the writer
+	assert.True(t, r.l.knows("nacked"))
+	assert.False(t, r.l.knows("other"))
+}

@@ -36,7 +36,9 @@ const UNENCODABLE = /^result of job \S+ is not JSON-serialisable: ./;
 let framecheck = null;
 function buildFramecheck() {
   if (framecheck) return framecheck;
-  const out = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'framecheck-')), 'framecheck');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'framecheck-'));
+  process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
+  const out = path.join(dir, 'framecheck');
   execFileSync('go', ['build', '-o', out, './protocol/internal/framecheck'], { cwd: REPO, stdio: 'inherit' });
   framecheck = out;
   return out;

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 import soniq_handler
 from soniq_handler import protocol
-from test_e2e import TESTS_DIR, Handler, child_env
+from e2e_harness import TESTS_DIR, Handler, child_env
 
 from api_app import OrderArgs
 

@@ -14,7 +14,7 @@ import pytest
 
 from soniq_handler import protocol
 from soniq_handler._cli import UsageError, listen_option
-from test_e2e import TESTS_DIR, child_env
+from e2e_harness import TESTS_DIR, child_env
 
 
 @pytest.mark.parametrize(

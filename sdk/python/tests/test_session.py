@@ -18,7 +18,7 @@ from soniq_handler import handler_pb2 as pb
 from soniq_handler._session import frame_of
 from soniq_handler import protocol
 
-from test_e2e import PKG_DIR, child_env
+from e2e_harness import PKG_DIR, child_env
 from test_vectors import VECTORS, _frame
 
 SESSION = "/soniq.handler.v1.Handler/Session"
