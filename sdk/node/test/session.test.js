@@ -297,7 +297,11 @@ test('attach: SIGTERM drains: NOT_SERVING, draining, late job snoozed 0 s, held 
   assert.equal(await health(h.sock, ''), 'SERVING');
   assert.equal((await probe(h.sock)).code, 0);
   const { c } = await session(h.sock);
-  c.job('held', 'examples.sleep_sync', { seconds: 1.5 });
+  // Long enough to outlast, on a loaded machine, everything below up to the
+  // second session (two health checks, a probe process, the late job, the
+  // cancel): at 1.5 s it once ended first and its result came before the
+  // cancel's.
+  c.job('held', 'examples.sleep_sync', { seconds: 6 });
   c.job('held-async', 'examples.sleep_async', { seconds: 60 });
   await c.sync(1);
 
