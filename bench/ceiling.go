@@ -3,9 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/backends/postgres"
@@ -99,4 +103,94 @@ func ceilingRun(ctx context.Context, url string, batch int, ready, finished func
 		finished()
 	}
 	return werr
+}
+
+// floorBatch is the floor's claim and completion size: graphile-worker's
+// claim size, and the result writer's largest batch.
+const floorBatch = 500
+
+// floorRun drains the queue doing the least Soniq's row contract allows,
+// to price the rows themselves: per round trip, one statement completes the
+// previous claim's rows (status done, expires_at, updated_at, guarded by
+// status and worker as every worker's completion must be) and the next
+// claims up to floorBatch rows in the claim order (status processing,
+// attempts + 1, worker_id, updated_at, returning the columns a worker reads
+// to run a job). The planner settings the sidecar needs against stale
+// statistics are set once on the floor's own connection; nothing else runs
+// per transaction: no proof of life, no final sort. What the sidecar spends
+// beyond this per job is its own, and the physical limit is computed from
+// it. Like ceilingRun, ready runs before the first claim and finished after
+// the last write.
+func floorRun(ctx context.Context, url string, ready, finished func()) error {
+	b, err := postgres.Open(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	workerID := backends.NewID()
+	host, _ := os.Hostname()
+	// The worker row the claimed rows' foreign key points at.
+	if err := b.RegisterWorker(ctx, backends.Worker{ID: workerID, Hostname: host + "-bench-floor-" + workerID[:8], PID: os.Getpid(),
+		Concurrency: floorBatch, Version: "bench"}); err != nil {
+		return err
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return fmt.Errorf("floor: connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	for _, s := range []string{"enable_sort", "enable_bitmapscan", "enable_seqscan", "enable_hashjoin", "enable_mergejoin", "jit"} {
+		if _, err := conn.Exec(ctx, "SET "+s+" = off"); err != nil {
+			return fmt.Errorf("floor: set %s: %w", s, err)
+		}
+	}
+	const claim = `WITH picked AS (
+	SELECT id FROM soniq_jobs
+	WHERE status = 'queued' AND (scheduled_at IS NULL OR scheduled_at <= now())
+	ORDER BY priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE soniq_jobs j
+SET status = 'processing', attempts = COALESCE(j.attempts, 0) + 1, worker_id = $1::uuid, updated_at = now()
+FROM picked WHERE j.id = picked.id
+RETURNING j.id, j.job_name, j.args, j.attempts, j.max_attempts, j.queue, j.priority`
+	const complete = `UPDATE soniq_jobs
+SET status = 'done', expires_at = now() + interval '300 seconds', updated_at = now()
+WHERE id = ANY($1::uuid[]) AND status = 'processing' AND worker_id = $2::uuid`
+	// Warm the connection (both statements prepared) before the clock.
+	if _, err := conn.Exec(ctx, complete, []pgtype.UUID{}, workerID); err != nil {
+		return fmt.Errorf("floor: warm-up: %w", err)
+	}
+	ready()
+	var prev []pgtype.UUID
+	for {
+		batch := &pgx.Batch{}
+		if len(prev) > 0 {
+			batch.Queue(complete, prev, workerID)
+		}
+		var next []pgtype.UUID
+		batch.Queue(claim, workerID, floorBatch).Query(func(rows pgx.Rows) error {
+			var (
+				id                         pgtype.UUID
+				name, queue                pgtype.Text
+				args                       []byte
+				attempts, maxAttempts, pri pgtype.Int4
+			)
+			_, err := pgx.ForEachRow(rows, []any{&id, &name, &args, &attempts, &maxAttempts, &queue, &pri}, func() error {
+				next = append(next, id)
+				return nil
+			})
+			return err
+		})
+		if err := conn.SendBatch(ctx, batch).Close(); err != nil {
+			return fmt.Errorf("floor: complete %d and claim %d: %w", len(prev), floorBatch, err)
+		}
+		if len(next) == 0 {
+			break
+		}
+		prev = next
+	}
+	finished()
+	return nil
 }

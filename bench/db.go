@@ -239,6 +239,17 @@ func (d *database) setting(ctx context.Context, name string) string {
 // seqScans reads soniq_jobs' seq_scan counter: statements that read the
 // whole table. Backends flush their counters at exit or within about a
 // second of going idle.
+// workerRowUpdates counts the updates of soniq_workers rows so far. Every
+// claim of the sidecar (and of the ceiling) updates its worker row once, as
+// its proof of life; heartbeats add one every heartbeat interval. Read once
+// the workers have disconnected, when their statistics have been flushed,
+// the delta over a drain is its number of claims, within a few heartbeats.
+func (d *database) workerRowUpdates(ctx context.Context) (int64, error) {
+	var n int64
+	err := d.pool.QueryRow(ctx, `SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'soniq_workers'`).Scan(&n)
+	return n, err
+}
+
 func (d *database) seqScans(ctx context.Context) (int64, error) {
 	var n int64
 	err := d.pool.QueryRow(ctx, `SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'soniq_jobs'`).Scan(&n)

@@ -88,11 +88,11 @@ func main() {
 	flag.IntVar(&c.shutRuns, "shutdown-runs", 5, "runs of each shutdown variant")
 	flag.DurationVar(&c.shutTO, "shutdown-timeout", 2*time.Second, "shutdown_timeout for the shutdown runs")
 	flag.DurationVar(&c.budget, "budget", 13*time.Minute+30*time.Second, "wall-time bound of the measuring: later rounds are skipped past it (with the build and the venvs, make bench stays within 15 minutes on 2 cores)")
-	only := flag.String("only", "", "comma-separated variant keys to run (soniq, python-stdio, node-stdio, python-unix, node-unix, python-attach, node-attach, ceiling, ceiling-500, and the peers graphile-worker, pg-boss, pgqueuer, procrastinate); default all")
+	only := flag.String("only", "", "comma-separated variant keys to run (soniq, python-stdio, node-stdio, python-unix, node-unix, python-attach, node-attach, ceiling, floor, alone-python, alone-node, and the peers graphile-worker, pg-boss, pgqueuer, procrastinate); default all")
 	sections := flag.String("sections", "shutdown,latency,pooler,sqlite,peers,throughput,depth,sharing", "comma-separated sections to run (pooler: pickup latency direct and through PgBouncer, needs pgbouncer; sqlite: the embedded SQLite default beside Soniq's worker on SQLite; peers: graphile-worker, pg-boss, PgQueuer and Procrastinate beside the sidecar's stdio rows, needs -peer-installs)")
 	flag.IntVar(&c.soniqN, "soniq-n", 5000, "jobs per throughput run of the Soniq worker (fewer than -n: it is 20-50 times slower, and a shallower queue only flatters it)")
 	depths := flag.String("depths", "10000,100000,1000000", "queue depths of the depth curve")
-	sidecarCounts := flag.String("sidecars", "1,2,4", "sidecar counts of the sharing curve (same total budget)")
+	sidecarCounts := flag.String("sidecars", "1,2,4,8", "sidecar counts of the sharing curve (same total budget)")
 	flag.StringVar(&c.soniqSQLite, "soniq-sqlite", "", "Soniq's CLI from a virtualenv that also has its sqlite extra (aiosqlite), for the sqlite section")
 	flag.IntVar(&c.sqliteN, "sqlite-n", 3000, "jobs per SQLite throughput run of the sidecar")
 	flag.IntVar(&c.sqliteSoniqN, "sqlite-soniq-n", 3000, "jobs per SQLite throughput run of Soniq's worker (1 process, concurrency 1; the same depth as the sidecar's, since Soniq's claim sorts every queued row and a shallower queue would flatter it)")
@@ -279,10 +279,10 @@ type bench struct {
 type variant struct {
 	Key       string `json:"key"`
 	Label     string `json:"label"`
-	Kind      string `json:"kind"` // soniq | sidecar | ceiling
+	Kind      string `json:"kind"` // soniq | sidecar | ceiling (the floor too) | alone
 	SDK       string `json:"sdk,omitempty"`
 	Transport string `json:"transport,omitempty"`
-	Batch     int    `json:"claim_batch,omitempty"` // ceiling: claim limit
+	Batch     int    `json:"claim_batch,omitempty"` // ceiling and floor: claim limit
 	// NoIndex: run without the claim-order index that `migrate` creates
 	// (a database set up by Soniq's own tools only).
 	NoIndex bool `json:"without_claim_index,omitempty"`

@@ -264,6 +264,10 @@ type shareResult struct {
 	Runs      []float64 `json:"runs_jobs_per_s"`
 	Errors    []string  `json:"errors,omitempty"`
 	Median    float64   `json:"median_jobs_per_s,omitempty"`
+	// Costs are the runs' CPU figures and claim counts (tpRun's fields);
+	// Cost holds their medians per 10,000 jobs and the rows per claim.
+	Costs []tpRun   `json:"cost_runs,omitempty"`
+	Cost  *tpResult `json:"cost,omitempty"`
 }
 
 func (b *bench) shareSection(ctx context.Context) error {
@@ -281,7 +285,8 @@ func (b *bench) shareSection(ctx context.Context) error {
 		}
 		for i := range rs {
 			r := rs[(i+round)%len(rs)]
-			jps, err := b.shareRun(ctx, r, round)
+			run, err := b.shareRun(ctx, r, round)
+			jps := run.JobsPerS
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -292,20 +297,24 @@ func (b *bench) shareSection(ctx context.Context) error {
 			}
 			logf("sharing %d sidecars round %d: %.0f jobs/s", r.Sidecars, round+1, jps)
 			r.Runs = append(r.Runs, jps)
+			r.Costs = append(r.Costs, run)
 		}
 	}
 	for _, r := range rs {
 		if len(r.Runs) > 0 {
 			r.Median = median(r.Runs)
+			r.Cost = &tpResult{Runs: r.Costs}
+			r.Cost.summarise(c.n)
 		}
 	}
 	return nil
 }
 
-func (b *bench) shareRun(ctx context.Context, r *shareResult, round int) (float64, error) {
+func (b *bench) shareRun(ctx context.Context, r *shareResult, round int) (tpRun, error) {
 	c := b.c
+	var run tpRun
 	if err := b.db.reset(ctx, true); err != nil {
-		return 0, err
+		return run, err
 	}
 	v := sidecarVariant("python", "stdio")
 	all := &workers{v: v}
@@ -313,28 +322,40 @@ func (b *bench) shareRun(ctx context.Context, r *shareResult, round int) (float6
 	for i := range r.Sidecars {
 		m, err := b.writeManifestSized(v, fmt.Sprintf("share-%d-%d-%d", r.Sidecars, round, i), r.Processes, r.PerProc)
 		if err != nil {
-			return 0, err
+			return run, err
 		}
 		w, err := b.c.group.Start([]string{c.sidecar, "run", "--manifest", m, "--metrics-addr=", "--log-format", "json", "--instance", fmt.Sprintf("bench%d", i)},
 			b.sidecarEnv(nil), c.work, filepath.Join(c.work, fmt.Sprintf("share-%d-%d-%d.log", r.Sidecars, round, i)))
 		if err != nil {
-			return 0, err
+			return run, err
 		}
 		all.procs = append(all.procs, w)
 	}
 	for _, w := range all.procs {
 		if err := proc.WaitLog(ctx, w, `"handler process ready"`, r.Processes, 60*time.Second); err != nil {
-			return 0, err
+			return run, err
 		}
 	}
 	time.Sleep(300 * time.Millisecond)
+	upd0, err := b.db.workerRowUpdates(ctx)
+	if err != nil {
+		return run, err
+	}
+	own0, ch0 := all.cpu()
 	if err := b.db.enqueueBulk(ctx, "bench.noop", map[string]any{}, c.n); err != nil {
-		return 0, err
+		return run, err
 	}
 	t0 := time.Now()
+	pg0 := b.db.serverCPU()
 	if err := b.db.waitDrained(ctx, all, 5*time.Minute); err != nil {
-		return 0, err
+		return run, err
 	}
-	run, err := b.finishRun(ctx, tpRun{}, t0, c.n)
-	return run.JobsPerS, err
+	own1, ch1 := all.cpu()
+	run.PostgresCPU = b.db.serverCPU() - pg0
+	run.SidecarCPU, run.HandlerCPU = own1-own0, ch1-ch0
+	all.stop()
+	if run.Claims, err = b.claimsSince(ctx, upd0); err != nil {
+		return run, err
+	}
+	return b.finishRun(ctx, run, t0, c.n)
 }

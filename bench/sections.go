@@ -29,6 +29,7 @@ type tpRun struct {
 	PostgresCPU float64 `json:"postgres_cpu_s,omitempty"` // every server process
 	PeakRSSKB   int     `json:"sidecar_peak_rss_kb,omitempty"`
 	SeqScans    int64   `json:"seq_scans,omitempty"` // of soniq_jobs, during the run
+	Claims      int64   `json:"claims,omitempty"`    // claim statements (sidecar, ceiling), see workerRowUpdates
 	Error       string  `json:"error,omitempty"`
 }
 
@@ -47,6 +48,8 @@ type tpResult struct {
 	PostgresCPU10k float64 `json:"postgres_cpu_s_per_10k,omitempty"`
 	PeakRSSMB      float64 `json:"sidecar_peak_rss_mb,omitempty"`
 	SeqScans1k     float64 `json:"seq_scans_per_1k,omitempty"`
+	// ClaimSize is the mean rows per claim statement (median over runs).
+	ClaimSize float64 `json:"rows_per_claim,omitempty"`
 }
 
 func (b *bench) throughputVariants() []*tpResult {
@@ -61,6 +64,7 @@ func (b *bench) throughputVariants() []*tpResult {
 		attachVariant("node"),
 		withoutIndex(sidecarVariant("python", "stdio")),
 		ceilingVariant(b.c.conc),
+		floorVariant,
 		aloneVariant("python"),
 		aloneVariant("node"),
 	}
@@ -81,6 +85,10 @@ func (b *bench) throughputVariants() []*tpResult {
 func ceilingVariant(batch int) variant {
 	return variant{Key: "ceiling", Label: fmt.Sprintf("database ceiling (Go, no handler, claim batch %d)", batch), Kind: "ceiling", Batch: batch}
 }
+
+// floorVariant is the least Soniq's row contract allows (floorRun): the
+// database's cost per job that no worker can go below.
+var floorVariant = variant{Key: "floor", Label: fmt.Sprintf("database floor (Go, no handler, claims and completions of %d rows)", floorBatch), Kind: "ceiling", Batch: floorBatch}
 
 // aloneVariant is the handler SDK alone: the bench handler fed no-op jobs
 // from a pipe by the driver, no sidecar and no database (the physical limit).
@@ -153,7 +161,7 @@ func (b *bench) throughputSection(ctx context.Context) error {
 }
 
 func (r *tpResult) summarise(n int) {
-	var tp, sc, hc, wc, dc, pc, rss, rpc []float64
+	var tp, sc, hc, wc, dc, pc, rss, rpc, cs []float64
 	per10k := 10000 / float64(n)
 	for _, run := range r.Runs {
 		if run.Error != "" {
@@ -169,6 +177,9 @@ func (r *tpResult) summarise(n int) {
 		if run.SeqScans > 0 {
 			rpc = append(rpc, float64(run.SeqScans)*1000/float64(n))
 		}
+		if run.Claims > 0 {
+			cs = append(cs, float64(n)/float64(run.Claims))
+		}
 	}
 	if len(tp) == 0 {
 		r.Status = "failed: see the runs' errors"
@@ -179,6 +190,9 @@ func (r *tpResult) summarise(n int) {
 	r.DriverCPU10k, r.PostgresCPU10k, r.PeakRSSMB = median(dc), median(pc), median(rss)
 	if len(rpc) > 0 {
 		r.SeqScans1k = median(rpc)
+	}
+	if len(cs) > 0 {
+		r.ClaimSize = median(cs)
 	}
 }
 
@@ -206,20 +220,35 @@ func (b *bench) throughputRun(ctx context.Context, v variant, round int) (tpRun,
 		if err != nil {
 			return run, err
 		}
+		upd0, err := b.db.workerRowUpdates(ctx)
+		if err != nil {
+			return run, err
+		}
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		err = ceilingRun(cctx, c.dbURL, v.Batch, func() {
+		ready := func() {
 			cpu0, pg0 = proc.CPU(syscall.Getpid()), b.db.serverCPU()
 			t0 = time.Now()
-		}, func() {
+		}
+		finished := func() {
 			run.DriverCPU = proc.CPU(syscall.Getpid()) - cpu0
 			run.PostgresCPU = b.db.serverCPU() - pg0
-		})
+		}
+		if v.Key == floorVariant.Key {
+			err = floorRun(cctx, c.dbURL, ready, finished)
+		} else {
+			err = ceilingRun(cctx, c.dbURL, v.Batch, ready, finished)
+		}
 		if err != nil {
 			return run, err
 		}
 		if run.SeqScans, err = b.seqScansSince(ctx, v, seq0); err != nil {
 			return run, err
+		}
+		if v.Key != floorVariant.Key {
+			if run.Claims, err = b.claimsSince(ctx, upd0); err != nil {
+				return run, err
+			}
 		}
 		return b.finishRun(ctx, run, t0, n)
 	}
@@ -230,6 +259,10 @@ func (b *bench) throughputRun(ctx context.Context, v variant, round int) (tpRun,
 	}
 	defer ws.stop()
 	seq0, err := b.db.seqScans(ctx)
+	if err != nil {
+		return run, err
+	}
+	upd0, err := b.db.workerRowUpdates(ctx)
 	if err != nil {
 		return run, err
 	}
@@ -255,6 +288,11 @@ func (b *bench) throughputRun(ctx context.Context, v variant, round int) (tpRun,
 	if run.SeqScans, err = b.seqScansSince(ctx, v, seq0); err != nil {
 		return run, err
 	}
+	if v.Kind == "sidecar" {
+		if run.Claims, err = b.claimsSince(ctx, upd0); err != nil {
+			return run, err
+		}
+	}
 	return b.finishRun(ctx, run, t0, n)
 }
 
@@ -270,6 +308,16 @@ func (b *bench) seqScansSince(ctx context.Context, v variant, seq0 int64) (int64
 }
 
 // finishRun reads the last completion time and checks every job is done.
+// claimsSince is the number of claim statements since workerRowUpdates
+// read upd0 (see there), read once the claimers have disconnected.
+func (b *bench) claimsSince(ctx context.Context, upd0 int64) (int64, error) {
+	// A backend flushes its statistics when it exits; give the server a
+	// moment to have them all.
+	time.Sleep(200 * time.Millisecond)
+	upd, err := b.db.workerRowUpdates(ctx)
+	return upd - upd0, err
+}
+
 func (b *bench) finishRun(ctx context.Context, run tpRun, t0 time.Time, n int) (tpRun, error) {
 	last, done, err := b.db.lastDone(ctx)
 	if err != nil {
