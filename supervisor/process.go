@@ -59,6 +59,9 @@ type process struct {
 	tasks    map[string]*task // every job it holds, live or abandoned
 	syncHeld int              // sync jobs among tasks (their slot is held until they return)
 	jobsRun  int
+	// jobsOut is the jobs of the dispatch under way, sent together when it
+	// ends (loop.sendJobs).
+	jobsOut []*protocol.Job
 	maxJobs  int // jittered recycle threshold; 0 = never
 
 	pingSeq      int64
