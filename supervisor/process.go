@@ -62,7 +62,7 @@ type process struct {
 	// jobsOut is the jobs of the dispatch under way, sent together when it
 	// ends (loop.sendJobs).
 	jobsOut []*protocol.Job
-	maxJobs  int // jittered recycle threshold; 0 = never
+	maxJobs int // jittered recycle threshold; 0 = never
 
 	pingSeq      int64
 	pingSentAt   time.Time // zero when no ping is outstanding
