@@ -15,6 +15,7 @@ import (
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/internal/maintenance"
+	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
@@ -271,6 +272,30 @@ func (l *loop) tryDispatch(pl *pool) {
 	}
 	clear(pl.pending[len(kept):])
 	pl.pending = kept
+	l.sendJobs()
+}
+
+// sendJobs queues each process's jobs of this dispatch as one message: the
+// transport then writes them in one system call (stdio) or one stream
+// message, where a message per job cost a wake-up of its writer and a
+// write each.
+func (l *loop) sendJobs() {
+	for i, p := range l.dispatched {
+		l.dispatched[i] = nil
+		jobs := p.jobsOut
+		p.jobsOut = nil
+		var m protocol.Message = &transport.Jobs{Jobs: jobs}
+		if len(jobs) == 1 {
+			m = jobs[0]
+		}
+		if p.state == procDead || p.brokenCause != "" {
+			continue // its jobs fail with it
+		}
+		if !p.send(m) {
+			l.breakProcess(p, "unresponsive", fmt.Sprintf("handler %s process %d stopped reading its stdin", p.pool.h.Name, p.pid))
+		}
+	}
+	l.dispatched = l.dispatched[:0]
 }
 
 func (l *loop) start(t *task, p *process) {
@@ -290,10 +315,10 @@ func (l *loop) start(t *task, p *process) {
 		t.timer = time.AfterFunc(timeout, func() { l.emit(jobTimeoutEvent{task: t}) })
 	}
 	l.metrics.jobStarted(t)
-	if !p.send(frame) {
-		l.breakProcess(p, "unresponsive", fmt.Sprintf("handler %s process %d stopped reading its stdin", p.pool.h.Name, p.pid))
-		return
+	if len(p.jobsOut) == 0 {
+		l.dispatched = append(l.dispatched, p)
 	}
+	p.jobsOut = append(p.jobsOut, frame)
 	if p.maxJobs > 0 && p.jobsRun >= p.maxJobs {
 		l.log.Info("handler process reached max_jobs; recycling it when idle", "handler", p.pool.h.Name, p.who(), "jobs", p.jobsRun)
 		l.retire(p)

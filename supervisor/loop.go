@@ -147,11 +147,14 @@ type loop struct {
 	log     *slog.Logger
 	metrics *Metrics
 	tracer  trace.Tracer
-	spans   bool             // false: tracer is a noop.Tracer, no span is started
-	emit    func(event) bool // queues an event for the loop (from any goroutine)
-	writer  *completer.Completer
-	sp      *transport.Spawner
-	wg      *sync.WaitGroup
+	spans   bool // false: tracer is a noop.Tracer, no span is started
+	// dispatched is the processes given jobs by the dispatch under way
+	// (sendJobs).
+	dispatched []*process
+	emit       func(event) bool // queues an event for the loop (from any goroutine)
+	writer     *completer.Completer
+	sp         *transport.Spawner
+	wg         *sync.WaitGroup
 
 	pools []*pool
 	live  map[string]*task // tasks whose row this sidecar still has to write

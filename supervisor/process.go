@@ -59,7 +59,10 @@ type process struct {
 	tasks    map[string]*task // every job it holds, live or abandoned
 	syncHeld int              // sync jobs among tasks (their slot is held until they return)
 	jobsRun  int
-	maxJobs  int // jittered recycle threshold; 0 = never
+	// jobsOut is the jobs of the dispatch under way, sent together when it
+	// ends (loop.sendJobs).
+	jobsOut []*protocol.Job
+	maxJobs int // jittered recycle threshold; 0 = never
 
 	pingSeq      int64
 	pingSentAt   time.Time // zero when no ping is outstanding

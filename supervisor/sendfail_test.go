@@ -34,6 +34,19 @@ func (w *fakeWorld) interceptTransport(te transport.Env, spec transport.Spec, ha
 		defer te.WG.Done()
 		defer close(inner)
 		for m := range queue {
+			if b, ok := m.(*transport.Jobs); ok {
+				// A claim's jobs: those handle does not take go on together.
+				rest := &transport.Jobs{}
+				for _, j := range b.Jobs {
+					if !handle(j) {
+						rest.Jobs = append(rest.Jobs, j)
+					}
+				}
+				if len(rest.Jobs) > 0 {
+					inner <- rest
+				}
+				continue
+			}
 			if j, ok := m.(*protocol.Job); ok && handle(j) {
 				continue
 			}

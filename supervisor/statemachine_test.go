@@ -156,6 +156,54 @@ func (w *fakeWorld) transport(te transport.Env, spec transport.Spec) (transport.
 		held := map[string]bool{}
 		runOf := map[string]int{} // held job → its index in w.runs
 		inflight, closed := 0, false
+		onMsg := func(m protocol.Message) {
+			w.mu.Lock()
+			w.frames = append(w.frames, m)
+			w.mu.Unlock()
+			switch m := m.(type) {
+			case *protocol.Ping:
+				ev.Frame(&protocol.Pong{Seq: m.Seq})
+			case *protocol.Cancel:
+				if c, ok := cancels[m.ID]; ok {
+					close(c)
+					delete(cancels, m.ID)
+				}
+			case *protocol.Job:
+				var args struct{ Seconds float64 }
+				_ = json.Unmarshal(m.Args, &args)
+				cancel := make(chan struct{})
+				if m.Name == "async.sleep" {
+					cancels[m.ID] = cancel // a sync job is never reachable by a cancel
+				}
+				w.mu.Lock()
+				runOf[m.ID] = len(w.runs)
+				w.runs = append(w.runs, fakeRun{proc: fp, id: m.ID, attempt: m.Attempt, alongside: sortedSet(held), at: time.Now()})
+				w.mu.Unlock()
+				held[m.ID] = true
+				inflight++
+				go func(id string, crash bool, d time.Duration) {
+					r := &protocol.Result{ID: id, Status: protocol.StatusDone, Result: json.RawMessage(`{"ok":true}`)}
+					select {
+					case <-time.After(d):
+						if crash {
+							select {
+							case crashed <- struct{}{}:
+							case <-dead:
+							}
+							return
+						}
+					case <-cancel:
+						r = &protocol.Result{ID: id, Status: protocol.StatusCancelled}
+					case <-dead:
+						return // its process crashed
+					}
+					select {
+					case results <- r:
+					case <-dead:
+					}
+				}(m.ID, m.Name == "crash", time.Duration(args.Seconds*float64(time.Second)))
+			}
+		}
 		for !closed || inflight > 0 {
 			select {
 			case m, ok := <-out:
@@ -163,52 +211,14 @@ func (w *fakeWorld) transport(te transport.Env, spec transport.Spec) (transport.
 					closed, out = true, nil
 					continue
 				}
-				w.mu.Lock()
-				w.frames = append(w.frames, m)
-				w.mu.Unlock()
-				switch m := m.(type) {
-				case *protocol.Ping:
-					ev.Frame(&protocol.Pong{Seq: m.Seq})
-				case *protocol.Cancel:
-					if c, ok := cancels[m.ID]; ok {
-						close(c)
-						delete(cancels, m.ID)
+				if b, ok := m.(*transport.Jobs); ok {
+					// A claim's jobs for this process: each as if sent alone.
+					for _, j := range b.Jobs {
+						onMsg(j)
 					}
-				case *protocol.Job:
-					var args struct{ Seconds float64 }
-					_ = json.Unmarshal(m.Args, &args)
-					cancel := make(chan struct{})
-					if m.Name == "async.sleep" {
-						cancels[m.ID] = cancel // a sync job is never reachable by a cancel
-					}
-					w.mu.Lock()
-					runOf[m.ID] = len(w.runs)
-					w.runs = append(w.runs, fakeRun{proc: fp, id: m.ID, attempt: m.Attempt, alongside: sortedSet(held), at: time.Now()})
-					w.mu.Unlock()
-					held[m.ID] = true
-					inflight++
-					go func(id string, crash bool, d time.Duration) {
-						r := &protocol.Result{ID: id, Status: protocol.StatusDone, Result: json.RawMessage(`{"ok":true}`)}
-						select {
-						case <-time.After(d):
-							if crash {
-								select {
-								case crashed <- struct{}{}:
-								case <-dead:
-								}
-								return
-							}
-						case <-cancel:
-							r = &protocol.Result{ID: id, Status: protocol.StatusCancelled}
-						case <-dead:
-							return // its process crashed
-						}
-						select {
-						case results <- r:
-						case <-dead:
-						}
-					}(m.ID, m.Name == "crash", time.Duration(args.Seconds*float64(time.Second)))
+					continue
 				}
+				onMsg(m)
 			case r := <-results:
 				inflight--
 				delete(cancels, r.ID)

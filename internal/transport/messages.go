@@ -43,6 +43,16 @@ type Ack struct{ IDs []string }
 // Type implements protocol.Message.
 func (*Ack) Type() protocol.Type { return session.TypeAck }
 
+// Jobs is the jobs a claim hands to one process, queued as one message so
+// that they reach it in one write (stdio) or one stream message (a
+// Session): a write per job cost a system call, or a stream message, per
+// job. A job the handler could not read is reported Unsendable on its own
+// (as the *protocol.Job), and the others go.
+type Jobs struct{ Jobs []*protocol.Job }
+
+// Type implements protocol.Message.
+func (*Jobs) Type() protocol.Type { return session.TypeJobs }
+
 // sessionHello is h as the transport reports it.
 func sessionHello(h *session.Hello) *SessionHello {
 	out := &SessionHello{Hello: h.Hello, Kept: h.Kept, Acks: h.Acks}

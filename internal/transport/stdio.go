@@ -61,28 +61,29 @@ func writeFrames(l *link, stdin io.WriteCloser) {
 		if failed != nil {
 			continue
 		}
-		var err error
-		if j, ok := m.(*protocol.Job); ok {
-			err = jobUnsendable(j, l.env.MaxFrameBytes)
+		jobs, isBatch := m.(*Jobs)
+		if !isBatch {
+			buf = appendFrame(l, buf[:0], m)
+		} else {
+			// One write for the whole batch: the frames go to the buffer
+			// together and are flushed once.
+			buf = buf[:0]
+			for _, j := range jobs.Jobs {
+				buf = appendFrame(l, buf, j)
+			}
 		}
-		var frame []byte
-		if err == nil {
-			frame, err = protocol.Append(buf[:0], m)
-		}
-		if err != nil {
-			l.ev.Unsendable(m, err)
+		if len(buf) == 0 {
 			continue
 		}
-		frame = append(frame, '\n')
-		if cap(frame) <= 1<<20 {
-			buf = frame // reuse, but do not pin a huge frame's memory
-		}
-		// One Write per frame; flush when nothing else is queued: batches
-		// frames under load, no latency when idle.
-		if _, err := w.Write(frame); err != nil {
+		// Flush when nothing else is queued: batches frames under load, no
+		// latency when idle.
+		if _, err := w.Write(buf); err != nil {
 			failed = err
 		} else if len(l.out) == 0 {
 			failed = w.Flush()
+		}
+		if cap(buf) > 1<<20 {
+			buf = nil // do not pin a huge frame's memory
 		}
 		switch {
 		case failed == nil:
@@ -101,6 +102,25 @@ func writeFrames(l *link, stdin io.WriteCloser) {
 		}
 	}
 	_ = stdin.Close()
+}
+
+// appendFrame appends m's frame and its newline to buf. A frame that cannot
+// be encoded, or a job the handler could not read, is reported
+// (Unsendable) and leaves buf as it was.
+func appendFrame(l *link, buf []byte, m protocol.Message) []byte {
+	var err error
+	if j, ok := m.(*protocol.Job); ok {
+		err = jobUnsendable(j, l.env.MaxFrameBytes)
+	}
+	var out []byte
+	if err == nil {
+		out, err = protocol.Append(buf, m)
+	}
+	if err != nil {
+		l.ev.Unsendable(m, err)
+		return buf
+	}
+	return append(out, '\n')
 }
 
 // readStderr is a process's stderr goroutine: it logs each line and keeps

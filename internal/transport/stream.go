@@ -57,11 +57,11 @@ func (c *streamConn) run() {
 			continue // nothing reaches the handler any more; the exit is reported by the transport
 		default:
 		}
-		if job, ok := m.(*protocol.Job); ok {
+		if isJobs(m) {
 			// A stream message costs far more than the job it carries: the
 			// jobs waiting behind this one go with it.
 			var jobs []*protocol.Job
-			jobs, next = c.gather(job)
+			jobs, next = c.gather(m)
 			c.sendJobs(jobs)
 			continue
 		}
@@ -74,13 +74,21 @@ func (c *streamConn) run() {
 	<-c.recvDone
 }
 
-// gather returns first and the jobs queued right behind it (those the
-// handler's decoder would refuse are reported, not returned), and the
-// message after them, if it was taken from l.out.
-func (c *streamConn) gather(first *protocol.Job) ([]*protocol.Job, protocol.Message) {
-	jobs := make([]*protocol.Job, 0, 1+len(c.l.out))
-	job := first
-	for {
+// isJobs reports whether m carries jobs (a job, or a claim's Jobs).
+func isJobs(m protocol.Message) bool {
+	switch m.(type) {
+	case *protocol.Job, *Jobs:
+		return true
+	}
+	return false
+}
+
+// gather returns the jobs of first and of the job messages queued right
+// behind it (those the handler's decoder would refuse are reported, not
+// returned), and the message after them, if it was taken from l.out.
+func (c *streamConn) gather(first protocol.Message) ([]*protocol.Job, protocol.Message) {
+	var jobs []*protocol.Job
+	add := func(job *protocol.Job) {
 		// Args the handler's decoder would refuse (or gRPC could not
 		// marshal: not UTF-8) would end the session: report the one job
 		// instead, as the stdio writer does.
@@ -89,15 +97,29 @@ func (c *streamConn) gather(first *protocol.Job) ([]*protocol.Job, protocol.Mess
 		} else {
 			jobs = append(jobs, job)
 		}
+	}
+	m := first
+	for {
+		switch m := m.(type) {
+		case *protocol.Job:
+			add(m)
+		case *Jobs:
+			if jobs == nil {
+				jobs = make([]*protocol.Job, 0, len(m.Jobs)+len(c.l.out))
+			}
+			for _, j := range m.Jobs {
+				add(j)
+			}
+		}
 		select {
-		case m, ok := <-c.l.out:
+		case next, ok := <-c.l.out:
 			if !ok {
 				return jobs, nil
 			}
-			var isJob bool
-			if job, isJob = m.(*protocol.Job); !isJob {
-				return jobs, m
+			if !isJobs(next) {
+				return jobs, next
 			}
+			m = next
 		default:
 			return jobs, nil
 		}

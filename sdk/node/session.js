@@ -10,6 +10,7 @@
 // protocol.decode, so both transports accept exactly the same messages; one that fails is a
 // protocol error, reported as on stdio.
 
+const { withCodec } = require('./codec');
 const { decode, decodeJobMessage, ProtocolError } = require('./protocol');
 const { Ledger, MAX_KEPT_RESULTS, draining, log, shuttingDown, unencodable } = require('./runtime');
 
@@ -56,7 +57,7 @@ function resultMessage(frame) {
 // and the oneof's name in `message`.
 function sessionService(grpc, protoLoader, protoPath) {
   const def = protoLoader.loadSync(protoPath, { keepCase: true, longs: String, enums: String, defaults: false, oneofs: true });
-  return { Session: grpc.loadPackageDefinition(def).soniq.handler.v1.Handler.service.Session };
+  return { Session: withCodec(grpc.loadPackageDefinition(def).soniq.handler.v1.Handler.service.Session) };
 }
 
 const str = (v) => JSON.stringify(v ?? '');

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Dict, List, Optional, Type
 
 from . import protocol
-from ._types import JobContext, Validator
+from ._types import JobContext, Validator, job_context_of
 
 HOOK_EVENTS = ("before_job", "after_job", "on_error")
 
@@ -104,29 +103,15 @@ def _is_async(func: Callable[..., Any]) -> bool:
 
 def job_context(msg: protocol.JobFrame) -> JobContext:
     """The JobContext of a decoded job frame (any transport's)."""
-    return JobContext(
-        id=msg["id"],
-        name=msg["name"],
-        attempt=msg["attempt"],
-        max_attempts=msg["max_attempts"],
-        queue=msg["queue"],
-        deadline=_deadline_datetime(msg["deadline"]),
-        traceparent=msg["traceparent"],
-        deadline_ms=msg["deadline"],
-        worker_id=msg["worker_id"] or "",
-        scheduled_at=_deadline_datetime(msg["scheduled_at"]),
-        created_at=_deadline_datetime(msg["created_at"]),
+    return job_context_of(
+        msg["id"],
+        msg["name"],
+        msg["attempt"],
+        msg["max_attempts"],
+        msg["queue"],
+        msg["traceparent"],
+        msg["deadline"],
+        msg["worker_id"] or "",
+        msg["scheduled_at"],
+        msg["created_at"],
     )
-
-
-def _deadline_datetime(ms: Optional[int]) -> Optional[datetime]:
-    if ms is None:
-        return None
-    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
-    try:
-        return epoch + timedelta(milliseconds=ms)
-    except OverflowError:
-        # Outside datetime's years 1..9999: clamp rather than fail the job.
-        return datetime.max.replace(tzinfo=timezone.utc) if ms > 0 else datetime.min.replace(
-            tzinfo=timezone.utc
-        )

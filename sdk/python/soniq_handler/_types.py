@@ -7,7 +7,7 @@ and the transports use them without importing the App."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any, Awaitable, Callable, Dict, Optional, Type, Union
 
 from ._version import __version__
@@ -93,6 +93,77 @@ class JobContext:
     @property
     def job_name(self) -> str:
         return self.name
+
+
+def datetime_of_ms(ms: Optional[int]) -> Optional[datetime]:
+    """Epoch milliseconds as a timezone-aware UTC datetime; None for None."""
+    if ms is None:
+        return None
+    try:
+        return _EPOCH + timedelta(milliseconds=ms)
+    except OverflowError:
+        # Outside datetime's years 1..9999: clamp rather than fail the job.
+        return datetime.max.replace(tzinfo=timezone.utc) if ms > 0 else datetime.min.replace(
+            tzinfo=timezone.utc
+        )
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+class _FromMillis:
+    """A datetime field of JobContext made from epoch milliseconds when it is
+    first read, then kept: most handlers never read it, and three datetimes
+    per job were a good part of the context's cost. A context made by its
+    constructor holds the value itself, which takes precedence (this is a
+    non-data descriptor)."""
+
+    def __init__(self, name: str, raw: str) -> None:
+        self.name, self.raw = name, raw
+
+    def __get__(self, obj: Any, owner: Any = None) -> Optional[datetime]:
+        if obj is None:
+            return None  # the field's default, as the class attribute was
+        value = datetime_of_ms(obj.__dict__.get(self.raw))
+        obj.__dict__[self.name] = value
+        return value
+
+
+# The context of a job frame, as job_context makes it, keeps the raw
+# milliseconds of these under the private names; deadline's are deadline_ms.
+JobContext.deadline = _FromMillis("deadline", "deadline_ms")  # type: ignore[assignment]
+JobContext.scheduled_at = _FromMillis("scheduled_at", "_scheduled_at_ms")  # type: ignore[assignment]
+JobContext.created_at = _FromMillis("created_at", "_created_at_ms")  # type: ignore[assignment]
+
+
+def job_context_of(
+    id: str,
+    name: str,
+    attempt: int,
+    max_attempts: int,
+    queue: str,
+    traceparent: Optional[str],
+    deadline_ms: Optional[int],
+    worker_id: str,
+    scheduled_at_ms: Optional[int],
+    created_at_ms: Optional[int],
+) -> JobContext:
+    """A JobContext whose datetimes are made when first read, without the
+    frozen dataclass's constructor (a guarded setattr per field)."""
+    ctx = object.__new__(JobContext)
+    ctx.__dict__.update(
+        id=id,
+        name=name,
+        attempt=attempt,
+        max_attempts=max_attempts,
+        queue=queue,
+        traceparent=traceparent,
+        deadline_ms=deadline_ms,
+        worker_id=worker_id,
+        _scheduled_at_ms=scheduled_at_ms,
+        _created_at_ms=created_at_ms,
+    )
+    return ctx
 
 
 # call_next of a middleware: runs the rest of the chain (in the end the

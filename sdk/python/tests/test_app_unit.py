@@ -6,7 +6,8 @@ import functools
 import pytest
 
 import soniq_handler
-from soniq_handler._registry import _deadline_datetime, _wants_ctx
+from soniq_handler._registry import _wants_ctx
+from soniq_handler._types import datetime_of_ms as _deadline_datetime
 
 
 def test_registration_and_hello_jobs():
