@@ -269,6 +269,9 @@ type Stat struct {
 	State byte    // R, S, D, T (stopped), Z, …
 	PPID  int     // parent
 	CPU   float64 // utime + stime, seconds
+	// ReapedCPU is cutime + cstime: the CPU seconds of the children it
+	// has waited for, which no longer have a /proc entry of their own.
+	ReapedCPU float64
 }
 
 // ReadStat reads /proc/PID/stat.
@@ -283,14 +286,17 @@ func ReadStat(pid int) (Stat, error) {
 		return Stat{}, fmt.Errorf("/proc/%d/stat: no command field", pid)
 	}
 	f := strings.Fields(s[i+1:])
-	// f[0] is field 3 (state); ppid is field 4, utime 14, stime 15.
-	if len(f) < 13 || len(f[0]) != 1 {
+	// f[0] is field 3 (state); ppid is field 4, utime 14, stime 15,
+	// cutime 16, cstime 17.
+	if len(f) < 15 || len(f[0]) != 1 {
 		return Stat{}, fmt.Errorf("/proc/%d/stat: short line", pid)
 	}
 	ppid, _ := strconv.Atoi(f[1])
 	ut, _ := strconv.ParseFloat(f[11], 64)
 	st, _ := strconv.ParseFloat(f[12], 64)
-	return Stat{State: f[0][0], PPID: ppid, CPU: (ut + st) / clkTck}, nil
+	cut, _ := strconv.ParseFloat(f[13], 64)
+	cst, _ := strconv.ParseFloat(f[14], 64)
+	return Stat{State: f[0][0], PPID: ppid, CPU: (ut + st) / clkTck, ReapedCPU: (cut + cst) / clkTck}, nil
 }
 
 // CPU is the CPU seconds of pid so far (0 when it is gone).
@@ -318,9 +324,17 @@ func Children(pid int) []int {
 	return out
 }
 
-// TreeCPU is the CPU seconds of pid and of its direct children.
+// TreeCPU is the CPU seconds of pid and of its children: the live ones and
+// those it has reaped. Counting the reaped ones keeps a difference of two
+// readings right when a child exits between them (a database connection
+// closed mid-run): its CPU moves from the live sum to the reaped one
+// instead of vanishing.
 func TreeCPU(pid int) (own, children float64) {
-	own = CPU(pid)
+	st, err := ReadStat(pid)
+	if err != nil {
+		return 0, 0
+	}
+	own, children = st.CPU, st.ReapedCPU
 	for _, c := range Children(pid) {
 		children += CPU(c)
 	}

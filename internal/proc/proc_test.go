@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -136,5 +137,25 @@ func TestStartPipedTalksAndEndsAtEOF(t *testing.T) {
 	}
 	if CountLines(log, "started") != 1 || CountLines(log, "bye") != 1 {
 		t.Fatalf("stderr not in the log: %q", Tail(log, 200))
+	}
+}
+
+// A child that ran and was waited for keeps counting in its parent's
+// TreeCPU: a database connection that closed between two readings must not
+// take its CPU out of the difference.
+func TestTreeCPUCountsReapedChildren(t *testing.T) {
+	_, before := TreeCPU(os.Getpid())
+	// A shell busy loop: at least a few clock ticks of CPU, then exit.
+	cmd := exec.Command("sh", "-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done")
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("busy child: %v", err)
+	}
+	childCPU := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	if childCPU < 20*time.Millisecond {
+		t.Fatalf("the busy child used only %v of CPU: too little to tell", childCPU)
+	}
+	_, after := TreeCPU(os.Getpid())
+	if got := after - before; got < childCPU.Seconds()/2 {
+		t.Fatalf("children CPU grew by %.2fs after a reaped child used %.2fs", got, childCPU.Seconds())
 	}
 }
