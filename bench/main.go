@@ -286,6 +286,10 @@ type variant struct {
 	// NoIndex: run without the claim-order index that `migrate` creates
 	// (a database set up by Soniq's own tools only).
 	NoIndex bool `json:"without_claim_index,omitempty"`
+	// ResultTTL0: run the sidecar with `result_ttl: 0` (done rows deleted
+	// at completion, as Soniq's worker does then); its handlers report the
+	// latency jobs' start on stderr, since their results go with the rows.
+	ResultTTL0 bool `json:"result_ttl_0,omitempty"`
 }
 
 func sidecarVariant(sdk, transport string) variant {
@@ -359,9 +363,16 @@ func (b *bench) writeManifestSized(v variant, tag string, procs, per int) (strin
 		return "", fmt.Errorf("unknown sdk %q", v.SDK)
 	}
 	env = append(env, "BENCH_CONCURRENCY", fmt.Sprint(per), "PATH", os.Getenv("PATH"))
+	if v.ResultTTL0 {
+		env = append(env, "BENCH_LATENCY_STDERR", "1")
+	}
 	q := func(s string) string { return fmt.Sprintf("%q", s) }
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "version: 1\nhandlers:\n  - name: bench-%s\n", v.SDK)
+	sb.WriteString("version: 1\n")
+	if v.ResultTTL0 {
+		sb.WriteString("settings:\n  result_ttl: 0s\n")
+	}
+	fmt.Fprintf(&sb, "handlers:\n  - name: bench-%s\n", v.SDK)
 	cmd := make([]string, len(command))
 	for i, a := range command {
 		cmd[i] = q(a)
