@@ -131,33 +131,37 @@ func codeList(xs []string) string {
 }
 
 // peersTableNote says, under the peers table, what every row gets and
-// what the result_ttl 0 rows are.
+// what the result_ttl 0 rows are (empty when neither applies).
 func peersTableNote(rows []*peerResult) string {
 	var an []float64
-	ttl0 := false
+	analyzed, ttl0 := false, false
 	for _, t := range rows {
 		for _, run := range t.Runs {
 			if run.Error == "" {
 				an = append(an, run.AnalyzeCPU)
 			}
 		}
-		ttl0 = ttl0 || t.variant.ResultTTL0 || strings.HasSuffix(t.Key, "-ttl0")
+		analyzed = analyzed || t.Analyzed
+		ttl0 = ttl0 || strings.HasSuffix(t.Key, "-ttl0")
 	}
-	note := "Right after each fill the driver runs `ANALYZE` on the row's queue tables (`soniq_jobs` for the sidecar's rows), so " +
-		"every row's planner sees the queue as it is, whatever autovacuum last saw (a table analysed while it held only finished " +
-		"jobs, then emptied and filled, made Procrastinate's fetch rescan every open job per candidate row and stall)"
-	if len(an) > 0 {
-		note += fmt.Sprintf("; that `ANALYZE`'s own CPU (median %.0f ms a run) is left out of the Postgres column", median(an)*1000)
+	var notes []string
+	if analyzed {
+		note := "Right after each fill the driver runs `ANALYZE` on the row's queue tables (`soniq_jobs` for the sidecar's rows), so " +
+			"every row's planner sees the queue as it is, whatever autovacuum last saw (a table analysed while it held only finished " +
+			"jobs, then emptied and filled, made Procrastinate's fetch rescan every open job per candidate row and stall)"
+		if len(an) > 0 {
+			note += fmt.Sprintf("; that `ANALYZE`'s own CPU (median %.0f ms a run) is left out of the Postgres column", median(an)*1000)
+		}
+		notes = append(notes, note+".")
 	}
-	note += "."
 	if ttl0 {
-		note += " The sidecar's rows marked `result_ttl: 0` run with that setting in the manifest: each done row is deleted by its " +
-			"completion's own statement (as Soniq's worker does with that setting, and as graphile-worker deletes every finished job), " +
-			"instead of kept as `done` with an expiry (the default 300 s), as the other sidecar rows, pg-boss and Procrastinate keep theirs " +
-			"(PgQueuer deletes its finished jobs from its queue table and appends a row for each to its log table). " +
-			"Their latency jobs' starts are read from the handlers' stderr, since the results go with the rows."
+		notes = append(notes, "The sidecar's rows marked `result_ttl: 0` run with that setting in the manifest: each done row is deleted by its "+
+			"completion's own statement (as Soniq's worker does with that setting, and as graphile-worker deletes every finished job), "+
+			"instead of kept as `done` with an expiry (the default 300 s), as the other sidecar rows, pg-boss and Procrastinate keep theirs "+
+			"(PgQueuer deletes its finished jobs from its queue table and appends a row for each to its log table). "+
+			"Their latency jobs' starts are read from the handlers' stderr, since the results go with the rows.")
 	}
-	return note
+	return strings.Join(notes, " ")
 }
 
 func peerByKey(key string) *peer {
@@ -180,6 +184,9 @@ type peerResult struct {
 	N        int       `json:"jobs_per_run"`
 	Status   string    `json:"status,omitempty"`
 	Runs     []peerRun `json:"runs"`
+	// Analyzed: its tables were analysed after each fill (reports from
+	// before that was done do not say it).
+	Analyzed bool `json:"analyzed_after_fill,omitempty"`
 
 	// Medians over the runs without an error.
 	JobsPerS       float64 `json:"median_jobs_per_s,omitempty"`
@@ -224,7 +231,7 @@ func (b *bench) peerRows() []*peerResult {
 	for _, sdk := range []string{"python", "node"} {
 		v := sidecarVariant(sdk, "stdio")
 		if c.want(v.Key) {
-			rows = append(rows, &peerResult{Key: v.Key, Label: v.Label, Kind: "sidecar", SDK: sdk, N: c.peersN, variant: v})
+			rows = append(rows, &peerResult{Key: v.Key, Label: v.Label, Kind: "sidecar", SDK: sdk, N: c.peersN, Analyzed: true, variant: v})
 		}
 	}
 	// The same rows with result_ttl 0: a done row is deleted by its
@@ -232,7 +239,7 @@ func (b *bench) peerRows() []*peerResult {
 	for _, sdk := range []string{"python", "node"} {
 		v := ttl0Variant(sdk)
 		if c.want(v.Key) {
-			rows = append(rows, &peerResult{Key: v.Key, Label: v.Label, Kind: "sidecar", SDK: sdk, N: c.peersN, variant: v})
+			rows = append(rows, &peerResult{Key: v.Key, Label: v.Label, Kind: "sidecar", SDK: sdk, N: c.peersN, Analyzed: true, variant: v})
 		}
 	}
 	for i := range peers {
@@ -240,7 +247,7 @@ func (b *bench) peerRows() []*peerResult {
 		if !c.want(p.Key) {
 			continue
 		}
-		r := &peerResult{Key: p.Key, Label: p.Label, Kind: "peer", SDK: p.Lang, Settings: p.settings(), N: c.peersN, peer: p}
+		r := &peerResult{Key: p.Key, Label: p.Label, Kind: "peer", SDK: p.Lang, Settings: p.settings(), N: c.peersN, Analyzed: true, peer: p}
 		if p.slow {
 			r.N = c.peersSlowN
 		}
