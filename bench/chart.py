@@ -93,7 +93,9 @@ def peers(ax, data):
         cpu = (t.get("processes_cpu_s_per_10k") or 0) + (t.get("postgres_cpu_s_per_10k") or 0)
         ax.annotate(f"{t['median_jobs_per_s']:,.0f}\np99 {t.get('median_p99_ms', 0):.1f} ms\n{cpu:.2f} CPU-s/10k",
                     (x, bar.get_height()), ha="center", va="bottom", fontsize=6.5)
-    labels = [f"sidecar\n{t['sdk'].capitalize()} stdio" if t["kind"] == "sidecar" else t["label"].replace(" (", "\n(") for t in rows]
+    # The result_ttl 0 rows delete done rows (as graphile-worker does): say so under their bars.
+    labels = [f"sidecar\n{t['sdk'].capitalize()} stdio" + ("\nresult_ttl 0" if t["key"].endswith("-ttl0") else "")
+              if t["kind"] == "sidecar" else t["label"].replace(" (", "\n(") for t in rows]
     ax.set_xticks(list(xs), labels, fontsize=7)
     ax.set_yscale("log")
     ax.set_ylim(max(1, min(vals + [1e9]) / 3), max(vals + [1]) * 6)

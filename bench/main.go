@@ -88,7 +88,7 @@ func main() {
 	flag.IntVar(&c.shutRuns, "shutdown-runs", 5, "runs of each shutdown variant")
 	flag.DurationVar(&c.shutTO, "shutdown-timeout", 2*time.Second, "shutdown_timeout for the shutdown runs")
 	flag.DurationVar(&c.budget, "budget", 13*time.Minute+30*time.Second, "wall-time bound of the measuring: later rounds are skipped past it (with the build and the venvs, make bench stays within 15 minutes on 2 cores)")
-	only := flag.String("only", "", "comma-separated variant keys to run (soniq, python-stdio, node-stdio, python-unix, node-unix, python-attach, node-attach, ceiling, floor, alone-python, alone-node, and the peers graphile-worker, pg-boss, pgqueuer, procrastinate); default all")
+	only := flag.String("only", "", "comma-separated variant keys to run (soniq, python-stdio, node-stdio, python-unix, node-unix, python-attach, node-attach, ceiling, floor, alone-python, alone-node, and in the peers section also python-stdio-ttl0, node-stdio-ttl0 (result_ttl 0) and the peers graphile-worker, pg-boss, pgqueuer, procrastinate); default all")
 	sections := flag.String("sections", "shutdown,latency,pooler,sqlite,peers,throughput,depth,sharing", "comma-separated sections to run (pooler: pickup latency direct and through PgBouncer, needs pgbouncer; sqlite: the embedded SQLite default beside Soniq's worker on SQLite; peers: graphile-worker, pg-boss, PgQueuer and Procrastinate beside the sidecar's stdio rows, needs -peer-installs)")
 	flag.IntVar(&c.soniqN, "soniq-n", 5000, "jobs per throughput run of the Soniq worker (fewer than -n: it is 20-50 times slower, and a shallower queue only flatters it)")
 	depths := flag.String("depths", "10000,100000,1000000", "queue depths of the depth curve")
@@ -286,6 +286,10 @@ type variant struct {
 	// NoIndex: run without the claim-order index that `migrate` creates
 	// (a database set up by Soniq's own tools only).
 	NoIndex bool `json:"without_claim_index,omitempty"`
+	// ResultTTL0: run the sidecar with `result_ttl: 0` (done rows deleted
+	// at completion, as Soniq's worker does then); its handlers report the
+	// latency jobs' start on stderr, since their results go with the rows.
+	ResultTTL0 bool `json:"result_ttl_0,omitempty"`
 }
 
 func sidecarVariant(sdk, transport string) variant {
@@ -359,9 +363,16 @@ func (b *bench) writeManifestSized(v variant, tag string, procs, per int) (strin
 		return "", fmt.Errorf("unknown sdk %q", v.SDK)
 	}
 	env = append(env, "BENCH_CONCURRENCY", fmt.Sprint(per), "PATH", os.Getenv("PATH"))
+	if v.ResultTTL0 {
+		env = append(env, "BENCH_LATENCY_STDERR", "1")
+	}
 	q := func(s string) string { return fmt.Sprintf("%q", s) }
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "version: 1\nhandlers:\n  - name: bench-%s\n", v.SDK)
+	sb.WriteString("version: 1\n")
+	if v.ResultTTL0 {
+		sb.WriteString("settings:\n  result_ttl: 0s\n")
+	}
+	fmt.Fprintf(&sb, "handlers:\n  - name: bench-%s\n", v.SDK)
 	cmd := make([]string, len(command))
 	for i, a := range command {
 		cmd[i] = q(a)

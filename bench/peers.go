@@ -32,10 +32,11 @@ import (
 //     rate, each with its own enqueue and the wall clock taken just before
 //     the call; the handler subtracts it at its start;
 //  3. throughput: the queue is filled with N no-op jobs by one bulk enqueue
-//     (the clock starts when it returned, i.e. at its commit), then the
-//     driver polls the row's "anything left to run?" query (pollDrained)
-//     and the clock stops at the first poll that finds nothing; CPU is read
-//     from /proc before the fill and at that poll, peak RSS after it;
+//     (the clock starts when it returned, i.e. at its commit), the row's
+//     tables are analysed (analyzeTables), then the driver polls the row's
+//     "anything left to run?" query (pollDrained) and the clock stops at
+//     the first poll that finds nothing; CPU is read from /proc before the
+//     fill and at that poll (less the ANALYZE's own), peak RSS after it;
 //  4. the processes stopped gracefully; every job must have run once.
 
 // peer is a native Postgres job queue run beside the sidecar.
@@ -52,6 +53,8 @@ type peer struct {
 	open string
 	// reset empties its tables between runs.
 	reset []string
+	// tables are analysed after each fill (its queue's tables).
+	tables []string
 	// env is what its scripts get beyond the database URL and budget.
 	env func(c *config) []string
 	// slow: it drains -peers-slow-n jobs per run instead of -peers-n.
@@ -65,8 +68,9 @@ var peers = []peer{
 			"`completeJobBatchDelay: 0`, `failJobBatchDelay: 0`, `maxPoolSize` = concurrency + 1; `concurrentJobs` = the per-process budget " +
 			"(it runs at most that many at a time, and locks up to 500 more per process in its local queue); " +
 			"filled with `addJobs` (one `add_jobs` call), latency jobs by `addJob`; logger at warning (it logs every job at info)",
-		open:  `SELECT EXISTS (SELECT 1 FROM graphile_worker._private_jobs)`,
-		reset: []string{`TRUNCATE graphile_worker._private_jobs, graphile_worker._private_job_queues`},
+		open:   `SELECT EXISTS (SELECT 1 FROM graphile_worker._private_jobs)`,
+		reset:  []string{`TRUNCATE graphile_worker._private_jobs, graphile_worker._private_job_queues`},
+		tables: []string{"graphile_worker._private_jobs", "graphile_worker._private_job_queues"},
 	},
 	{
 		Key: "pg-boss", Label: "pg-boss", Lang: "node", Pkg: "pg-boss",
@@ -75,8 +79,9 @@ var peers = []peer{
 			"fallback, the per-process budget as `localConcurrency` × `batchSize` = 1 × 32 (the fastest split in trials: " +
 			"2 × 16, 4 × 8 and 8 × 4 drained 1.7–3.5× slower), a pool of localConcurrency + 2; one queue for both kinds of job so one `work()` holds the whole budget; filled with `insert()` " +
 			"(one statement), latency jobs by `send()`",
-		open:  `SELECT EXISTS (SELECT 1 FROM pgboss.job WHERE name = 'bench' AND state IN ('created', 'retry', 'active'))`,
-		reset: []string{`TRUNCATE pgboss.job`},
+		open:   `SELECT EXISTS (SELECT 1 FROM pgboss.job WHERE name = 'bench' AND state IN ('created', 'retry', 'active'))`,
+		reset:  []string{`TRUNCATE pgboss.job`},
+		tables: []string{"pgboss.job"}, // partitioned: its partitions are analysed too
 		env: func(c *config) []string {
 			return []string{fmt.Sprintf("BENCH_PGBOSS_LOCAL=%d", c.pgBossLocal)}
 		},
@@ -87,8 +92,9 @@ var peers = []peer{
 			"`pgq autovac`'s autovacuum settings, default durable (logged) tables as the sidecar's; `max_concurrent_tasks` = the per-process " +
 			"budget and `batch_size` = half of it, the largest PgQueuer allows (4 and 8 cost more CPU per job in trials, and drained no faster); filled with one `enqueue()` call of lists (one statement), " +
 			"latency jobs by `enqueue()`",
-		open:  `SELECT EXISTS (SELECT 1 FROM pgqueuer)`,
-		reset: []string{`TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics`},
+		open:   `SELECT EXISTS (SELECT 1 FROM pgqueuer)`,
+		reset:  []string{`TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics`},
+		tables: []string{"pgqueuer", "pgqueuer_log", "pgqueuer_statistics"},
 		env: func(c *config) []string {
 			batch := c.pgQueuerBatch
 			if batch == 0 {
@@ -102,10 +108,60 @@ var peers = []peer{
 		Settings: "its documentation: `concurrency` = the per-process budget, a psycopg pool of concurrency + 1 (its advice for short jobs), " +
 			"LISTEN/NOTIFY (the default), psycopg's C implementation (`psycopg-binary`); it fetches one job per statement (no batch fetch); " +
 			"filled with `batch_defer_async` (one call), latency jobs by `defer_async`",
-		open:  `SELECT EXISTS (SELECT 1 FROM procrastinate_jobs WHERE status IN ('todo', 'doing'))`,
-		reset: []string{`TRUNCATE procrastinate_jobs CASCADE`, `DELETE FROM procrastinate_workers`},
-		slow:  true,
+		open:   `SELECT EXISTS (SELECT 1 FROM procrastinate_jobs WHERE status IN ('todo', 'doing'))`,
+		reset:  []string{`TRUNCATE procrastinate_jobs CASCADE`, `DELETE FROM procrastinate_workers`},
+		tables: []string{"procrastinate_jobs", "procrastinate_events", "procrastinate_workers"},
+		slow:   true,
 	},
+}
+
+// settings is the peer's Settings text with what the harness does to its
+// tables, the same as for every row.
+func (p *peer) settings() string {
+	return p.Settings + "; its tables (" + codeList(p.tables) + ") analysed right after each fill, as every row's, " +
+		"with autovacuum on (the server's defaults unless said above)"
+}
+
+func codeList(xs []string) string {
+	q := make([]string, len(xs))
+	for i, x := range xs {
+		q[i] = "`" + x + "`"
+	}
+	return strings.Join(q, ", ")
+}
+
+// peersTableNote says, under the peers table, what every row gets and
+// what the result_ttl 0 rows are (empty when neither applies).
+func peersTableNote(rows []*peerResult) string {
+	var an []float64
+	analyzed, ttl0 := false, false
+	for _, t := range rows {
+		for _, run := range t.Runs {
+			if run.Error == "" {
+				an = append(an, run.AnalyzeCPU)
+			}
+		}
+		analyzed = analyzed || t.Analyzed
+		ttl0 = ttl0 || strings.HasSuffix(t.Key, "-ttl0")
+	}
+	var notes []string
+	if analyzed {
+		note := "Right after each fill the driver runs `ANALYZE` on the row's queue tables (`soniq_jobs` for the sidecar's rows), so " +
+			"every row's planner sees the queue as it is, whatever autovacuum last saw (a table analysed while it held only finished " +
+			"jobs, then emptied and filled, made Procrastinate's fetch rescan every open job per candidate row and stall)"
+		if len(an) > 0 {
+			note += fmt.Sprintf("; that `ANALYZE`'s own CPU (median %.0f ms a run) is left out of the Postgres column", median(an)*1000)
+		}
+		notes = append(notes, note+".")
+	}
+	if ttl0 {
+		notes = append(notes, "The sidecar's rows marked `result_ttl: 0` run with that setting in the manifest: each done row is deleted by its "+
+			"completion's own statement (as Soniq's worker does with that setting, and as graphile-worker deletes every finished job), "+
+			"instead of kept as `done` with an expiry (the default 300 s), as the other sidecar rows, pg-boss and Procrastinate keep theirs "+
+			"(PgQueuer deletes its finished jobs from its queue table and appends a row for each to its log table). "+
+			"Their latency jobs' starts are read from the handlers' stderr, since the results go with the rows.")
+	}
+	return strings.Join(notes, " ")
 }
 
 func peerByKey(key string) *peer {
@@ -128,6 +184,9 @@ type peerResult struct {
 	N        int       `json:"jobs_per_run"`
 	Status   string    `json:"status,omitempty"`
 	Runs     []peerRun `json:"runs"`
+	// Analyzed: its tables were analysed after each fill (reports from
+	// before that was done do not say it).
+	Analyzed bool `json:"analyzed_after_fill,omitempty"`
 
 	// Medians over the runs without an error.
 	JobsPerS       float64 `json:"median_jobs_per_s,omitempty"`
@@ -151,7 +210,8 @@ type peerRun struct {
 	Seconds     float64 `json:"seconds"`
 	ProcCPU     float64 `json:"processes_cpu_s"`               // the row's processes, children included
 	SidecarCPU  float64 `json:"sidecar_cpu_s,omitempty"`       // sidecar rows: the sidecar alone
-	PostgresCPU float64 `json:"postgres_cpu_s"`                // every server process
+	PostgresCPU float64 `json:"postgres_cpu_s"`                // every server process, less AnalyzeCPU
+	AnalyzeCPU  float64 `json:"analyze_cpu_s"`                 // the ANALYZE after the fill
 	RSSKB       int     `json:"peak_rss_kb"`                   // sum of the row's processes' peak RSS
 	SidecarKB   int     `json:"sidecar_peak_rss_kb,omitempty"` // sidecar rows: the sidecar alone
 	LatencyN    int     `json:"latency_n"`
@@ -171,7 +231,15 @@ func (b *bench) peerRows() []*peerResult {
 	for _, sdk := range []string{"python", "node"} {
 		v := sidecarVariant(sdk, "stdio")
 		if c.want(v.Key) {
-			rows = append(rows, &peerResult{Key: v.Key, Label: v.Label, Kind: "sidecar", SDK: sdk, N: c.peersN, variant: v})
+			rows = append(rows, &peerResult{Key: v.Key, Label: v.Label, Kind: "sidecar", SDK: sdk, N: c.peersN, Analyzed: true, variant: v})
+		}
+	}
+	// The same rows with result_ttl 0: a done row is deleted by its
+	// completion, as graphile-worker deletes its jobs, instead of kept.
+	for _, sdk := range []string{"python", "node"} {
+		v := ttl0Variant(sdk)
+		if c.want(v.Key) {
+			rows = append(rows, &peerResult{Key: v.Key, Label: v.Label, Kind: "sidecar", SDK: sdk, N: c.peersN, Analyzed: true, variant: v})
 		}
 	}
 	for i := range peers {
@@ -179,7 +247,7 @@ func (b *bench) peerRows() []*peerResult {
 		if !c.want(p.Key) {
 			continue
 		}
-		r := &peerResult{Key: p.Key, Label: p.Label, Kind: "peer", SDK: p.Lang, Settings: p.Settings, N: c.peersN, peer: p}
+		r := &peerResult{Key: p.Key, Label: p.Label, Kind: "peer", SDK: p.Lang, Settings: p.settings(), N: c.peersN, Analyzed: true, peer: p}
 		if p.slow {
 			r.N = c.peersSlowN
 		}
@@ -301,6 +369,8 @@ type rowProcs interface {
 	latency(ctx context.Context, rate, n int) error
 	// open says whether a job is left to run.
 	open(ctx context.Context) (bool, error)
+	// tables are the row's queue tables, analysed after the fill.
+	tables() []string
 	// exited reports a process of the row that ended (nil while all run).
 	exited() error
 	// cpu is the CPU seconds of the row's processes (children included)
@@ -353,12 +423,15 @@ func (b *bench) peerRun(ctx context.Context, r *peerResult, round int) (peerRun,
 		return run, fmt.Errorf("fill: %w", err)
 	}
 	pg0 := b.db.serverCPU()
+	if run.AnalyzeCPU, err = b.analyzeTables(ctx, rp.tables()); err != nil {
+		return run, fmt.Errorf("after the fill: %w", err)
+	}
 	t1, err := drain(min(max(c.remaining(), 2*time.Minute), 5*time.Minute))
 	if err != nil {
 		return run, fmt.Errorf("drain: %w", err)
 	}
 	cpu1, sc1 := rp.cpu()
-	run.PostgresCPU = b.db.serverCPU() - pg0
+	run.PostgresCPU = b.db.serverCPU() - pg0 - run.AnalyzeCPU
 	run.ProcCPU, run.SidecarCPU = cpu1-cpu0, sc1-sc0
 	run.RSSKB, run.SidecarKB = rp.rss()
 	run.Seconds = t1.Sub(t0).Seconds()
@@ -381,6 +454,39 @@ func (b *bench) peerRun(ctx context.Context, r *peerResult, round int) (peerRun,
 	run.LatencyN = latN
 	run.P50, run.P95, run.P99, run.Max = pct(lats, 50), pct(lats, 95), pct(lats, 99), lats[len(lats)-1]
 	return run, nil
+}
+
+// analyzeTables analyses tables on a connection of its own and returns
+// the CPU seconds its server process spent on it (0 when the server is not
+// on this machine).
+//
+// Every row gets it right after its fill: the planner then sees the queue
+// as it is, whatever autovacuum last saw. Without it a row's plans depend
+// on when autoanalyze last ran: after the TRUNCATE between runs a table
+// keeps the column statistics of its last analysis, and one analysed while
+// it held only finished jobs makes queued ones look rare to the planner
+// (Procrastinate's fetch then rescans every open job for each candidate row
+// it skips, and stalled). Its own CPU is left out of the row's Postgres
+// CPU: it is the harness's work, not the queue's.
+func (b *bench) analyzeTables(ctx context.Context, tables []string) (float64, error) {
+	conn, err := b.db.pool.Acquire(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("analyze: %w", err)
+	}
+	defer conn.Release()
+	var pid int
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		return 0, fmt.Errorf("analyze: %w", err)
+	}
+	cpu0 := proc.CPU(pid)
+	q := "ANALYZE " + strings.Join(tables, ", ")
+	if _, err := conn.Exec(ctx, q); err != nil {
+		return 0, fmt.Errorf("%s: %w", q, err)
+	}
+	if b.db.postmaster == 0 {
+		return 0, nil
+	}
+	return proc.CPU(pid) - cpu0, nil
 }
 
 // pollDrained polls the row's open query and returns when the poll that
@@ -416,9 +522,21 @@ func (b *bench) pollDrained(ctx context.Context, rp rowProcs, timeout time.Durat
 
 // ---- the sidecar's rows ----
 
+// ttl0Variant is the sidecar's stdio row for sdk run with result_ttl 0.
+func ttl0Variant(sdk string) variant {
+	v := sidecarVariant(sdk, "stdio")
+	v.Key += "-ttl0"
+	v.Label += ", `result_ttl: 0` (done rows deleted, as graphile-worker does)"
+	v.ResultTTL0 = true
+	return v
+}
+
 type sidecarRow struct {
 	b  *bench
 	ws *workers
+	// noop is how many no-op jobs were enqueued: with result_ttl 0 no
+	// row is left to count, so every row gone means every job done.
+	noop int
 }
 
 func (b *bench) startSidecarRow(ctx context.Context, v variant, tag string) (*sidecarRow, error) {
@@ -434,8 +552,11 @@ func (b *bench) startSidecarRow(ctx context.Context, v variant, tag string) (*si
 
 func (s *sidecarRow) bulk(ctx context.Context, n int) (time.Time, error) {
 	err := s.b.db.enqueueBulk(ctx, "bench.noop", map[string]any{}, n)
+	s.noop += n
 	return time.Now(), err
 }
+
+func (s *sidecarRow) tables() []string { return []string{"soniq_jobs"} }
 
 func (s *sidecarRow) latency(ctx context.Context, rate, n int) error {
 	return s.b.produceLatency(ctx, rate, n)
@@ -467,12 +588,54 @@ func (s *sidecarRow) rss() (all, sidecar int) {
 
 func (s *sidecarRow) finish(ctx context.Context) (int, []float64, error) {
 	s.ws.stop()
+	if s.ws.v.ResultTTL0 {
+		return s.finishTTL0(ctx)
+	}
 	var noop int
 	if err := s.b.db.pool.QueryRow(ctx, `SELECT count(*) FROM soniq_jobs WHERE job_name = 'bench.noop' AND status = 'done'`).Scan(&noop); err != nil {
 		return 0, nil, err
 	}
 	lats, err := s.b.latencies(ctx)
 	return noop, lats, err
+}
+
+// finishTTL0 checks a result_ttl 0 run: no row may be left (each job's
+// completion deleted its row; a failed or unfinished job would have kept
+// one), and the latency jobs' starts come from the handlers' stderr lines
+// in the sidecar's log.
+func (s *sidecarRow) finishTTL0(ctx context.Context) (int, []float64, error) {
+	var left int
+	if err := s.b.db.pool.QueryRow(ctx, `SELECT count(*) FROM soniq_jobs`).Scan(&left); err != nil {
+		return 0, nil, fmt.Errorf("count rows left: %w", err)
+	}
+	if left != 0 {
+		return 0, nil, fmt.Errorf("%d rows left in soniq_jobs with result_ttl 0, want none", left)
+	}
+	lats, err := stderrLatencies(s.ws.procs[0].Log)
+	return s.noop, lats, err
+}
+
+// stderrLatencies reads the pickup latencies (ms) that the handlers wrote
+// to stderr as "BENCH-LATENCY <t_us> <started_us>", as the sidecar logged
+// them.
+func stderrLatencies(log string) ([]float64, error) {
+	raw, err := os.ReadFile(log)
+	if err != nil {
+		return nil, fmt.Errorf("latencies: %w", err)
+	}
+	var lats []float64
+	for _, line := range strings.Split(string(raw), "\n") {
+		_, rest, found := strings.Cut(line, "BENCH-LATENCY ")
+		if !found {
+			continue
+		}
+		var t, started int64
+		if _, err := fmt.Sscanf(rest, "%d %d", &t, &started); err != nil {
+			return nil, fmt.Errorf("latencies: %q: %w", line, err)
+		}
+		lats = append(lats, float64(started-t)/1000)
+	}
+	return lats, nil
 }
 
 func (s *sidecarRow) stop() { s.ws.stop() }
@@ -655,6 +818,8 @@ func (pr *peerRow) open(ctx context.Context) (bool, error) {
 	err := pr.b.db.pool.QueryRow(ctx, pr.p.open).Scan(&open)
 	return open, err
 }
+
+func (pr *peerRow) tables() []string { return pr.p.tables }
 
 func (pr *peerRow) exited() error { return exitedOf(pr.workers) }
 

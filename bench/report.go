@@ -774,6 +774,9 @@ func (r *report) writePeers(w func(string, ...any)) {
 			proc, f2(t.PostgresCPU10k), f2(t.ProcCPU10k+t.PostgresCPU10k), rss)
 	}
 	w("\n")
+	if note := peersTableNote(r.Peers); note != "" {
+		w("%s\n\n", note)
+	}
 	w("Each peer's settings (its own recommendations for throughput; see also the top of its script under `bench/peers/`):\n\n")
 	for _, t := range r.Peers {
 		if t.Kind == "peer" && t.Settings != "" {

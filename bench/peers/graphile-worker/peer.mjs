@@ -6,7 +6,8 @@
 // concurrency + 1 connections; concurrentJobs is the bench's per-process
 // budget. Filling uses addJobs (one add_jobs call), the latency producer
 // addJob. The logger drops info and debug: graphile-worker logs a line per
-// completed job at info, which no high-throughput deployment keeps.
+// completed job at info, which no high-throughput deployment keeps. The
+// driver analyses its tables right after each fill, as every row's.
 //
 // It runs on the Node the bench gives the Node SDK (one runtime for the
 // race); graphile-worker 0.18 declares Node 22.18 or later as supported.

@@ -11,7 +11,8 @@
 // drained fastest in trials, see docs/benchmarks.md). A batch handler's jobs
 // are completed together when it returns. One queue, bench, carries both
 // kinds of job (data.kind), so one work() call holds the whole budget.
-// Filling uses insert() (one statement), the latency producer send().
+// Filling uses insert() (one statement), the latency producer send(). The
+// driver analyses its tables right after each fill, as every row's.
 //
 // It runs on the Node the bench gives the Node SDK (one runtime for the
 // race); pg-boss 12 declares Node 22.12 or later as supported.

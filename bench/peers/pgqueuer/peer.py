@@ -9,7 +9,8 @@ the sidecar's are, batch_size BENCH_PGQUEUER_BATCH (PgQueuer requires
 max_concurrent_tasks ≥ 2 × batch_size; the driver passes the size that
 drained fastest in trials, see docs/benchmarks.md), max_concurrent_tasks the
 bench's per-process budget. Filling is one enqueue() call with lists (one
-statement), the latency producer enqueue() per job.
+statement), the latency producer enqueue() per job. The driver analyses its
+tables right after each fill, as every row's.
 """
 
 from __future__ import annotations

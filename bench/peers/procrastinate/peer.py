@@ -8,7 +8,11 @@ default), psycopg's C implementation (psycopg-binary, which psycopg
 recommends over its pure-Python one for speed), jobs kept after success (the
 default, as the sidecar keeps its done rows). Procrastinate fetches one job
 per statement; it has no batch fetch. Filling uses batch_defer_async (one
-call), the latency producer defer_async.
+call), the latency producer defer_async. The driver analyses its tables
+right after each fill, as every row's: a procrastinate_jobs analysed while
+it held only finished jobs makes the fetch's NOT EXISTS rescan every open
+job for each candidate row, and with SKIP LOCKED under contention that
+stalls the queue.
 """
 
 from __future__ import annotations
