@@ -26,13 +26,19 @@ mkdir -p "$cache"
 # venv DIR REQUIREMENTS: a virtualenv holding REQUIREMENTS, reused while the
 # file is unchanged. The Soniq one is named as integration/ names it, so
 # the two share it.
+# A lock per directory: two runs sharing the cache (two checkouts) must not
+# make, or remove, one directory at the same time. (A virtualenv cannot be
+# made elsewhere and renamed: its scripts name their interpreter's path.)
 venv() {
   local dir="$1" reqs="$2"
-  if [[ -f "$dir/.installed" ]] && cmp -s "$dir/.installed" "$reqs"; then return; fi
-  rm -rf "$dir"
-  python3 -m venv "$dir" >&2
-  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -r "$reqs" >&2
-  cp "$reqs" "$dir/.installed"
+  (
+    flock 9
+    if [[ -f "$dir/.installed" ]] && cmp -s "$dir/.installed" "$reqs"; then exit 0; fi
+    rm -rf "$dir"
+    python3 -m venv "$dir" >&2
+    "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -r "$reqs" >&2
+    cp "$reqs" "$dir/.installed"
+  ) 9>"$dir.lock"
 }
 hash12() { sha256sum "$1" | cut -c1-12; }
 
@@ -41,12 +47,15 @@ hash12() { sha256sum "$1" | cut -c1-12; }
 # unchanged: a virtualenv for the Python ones, `npm ci` for the Node ones.
 nodedir() {
   local dir="$1" src="$2"
-  if [[ -f "$dir/.installed" ]] && cmp -s "$dir/.installed" "$src/package-lock.json"; then return; fi
-  rm -rf "$dir"
-  mkdir -p "$dir"
-  cp "$src/package.json" "$src/package-lock.json" "$dir/"
-  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
-  cp "$src/package-lock.json" "$dir/.installed"
+  (
+    flock 9
+    if [[ -f "$dir/.installed" ]] && cmp -s "$dir/.installed" "$src/package-lock.json"; then exit 0; fi
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    cp "$src/package.json" "$src/package-lock.json" "$dir/"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
+    cp "$src/package-lock.json" "$dir/.installed"
+  ) 9>"$dir.lock"
 }
 # The four install side by side (mostly waiting on the registries), while
 # the Soniq virtualenvs are made and the binary builds.
