@@ -489,7 +489,7 @@ class Sent {
     // Whether a message came from the sidecar yet: one that acknowledges results sends an Ack
     // first, so anything else first means it never will.
     this.heard = false;
-    this.unacked = new Map(); // id -> result frame
+    this.unacked = new Map(); // id -> result (a Result message of session.js; only its id is read here)
   }
 }
 
@@ -501,7 +501,7 @@ class Ledger {
   constructor(attach, limit = MAX_KEPT_RESULTS) {
     this.attach = attach;
     this.limit = limit;
-    this.kept = new Map(); // id -> result frame
+    this.kept = new Map(); // id -> result, as in Sent
     // A sidecar acknowledged results once: from then on a session that ends with results
     // unacknowledged hands them to the next one.
     this.peerAcks = false;
@@ -513,7 +513,7 @@ class Ledger {
     const sent = new Sent();
     const kept = [...this.kept.values()];
     this.kept = new Map();
-    for (const frame of kept) sent.unacked.set(frame.id, frame);
+    for (const r of kept) sent.unacked.set(r.id, r);
     return { sent, kept };
   }
 
@@ -525,8 +525,8 @@ class Ledger {
   }
 
   // A result went out on the session.
-  sent(s, frame) {
-    if (this.attach && (s.acks || !s.heard)) s.unacked.set(frame.id, frame);
+  sent(s, r) {
+    if (this.attach && (s.acks || !s.heard)) s.unacked.set(r.id, r);
   }
 
   // The sidecar settled these results; true if it named any.
@@ -540,20 +540,20 @@ class Ledger {
   // The session is over: the results written on it that the sidecar may never have received or
   // recorded go to the next session, when the sidecar acknowledges results.
   closed(s, why) {
-    if (s.acks || this.peerAcks) for (const frame of s.unacked.values()) this.keep(frame, why);
+    if (s.acks || this.peerAcks) for (const r of s.unacked.values()) this.keep(r, why);
     s.unacked.clear();
   }
 
-  keep(frame, why) {
+  keep(r, why) {
     if (!this.attach) return; // spawned: there is no next session
-    this.kept.delete(frame.id);
+    this.kept.delete(r.id);
     if (this.kept.size >= this.limit) {
       const lost = this.kept.keys().next().value;
       this.kept.delete(lost);
       log(`WARN: more than ${this.limit} results wait for a session; the result of job ${lost} is dropped`);
     }
-    this.kept.set(frame.id, frame);
-    log(`job ${frame.id} ${why}; its result waits for the next session`);
+    this.kept.set(r.id, r);
+    log(`job ${r.id} ${why}; its result waits for the next session`);
   }
 
   // The session acknowledges results and has not acknowledged some it was sent.
