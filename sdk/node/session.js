@@ -74,6 +74,13 @@ function reportedMessage(frame, text) {
   return resultMessage(JSON.parse(text));
 }
 
+// The Result message of Runtime.encodeResultApart's answer.
+function apartMessage({ frame, text, value }) {
+  if (text !== null) return reportedMessage(frame, text);
+  // A value written as null (NaN, a toJSON that gives null) is no value once parsed.
+  return value === null || value === 'null' ? { id: frame.id, status: 'DONE' } : { id: frame.id, status: 'DONE', result_json: value };
+}
+
 // The proto loaded for the Session method: 64-bit integers as decimal strings, so they reach
 // the frame exactly as sent (a seq beyond 2^53 is refused by the frame's checks, not rounded),
 // and the oneof's name in `message`.
@@ -341,7 +348,7 @@ class SessionCore {
       return;
     }
     s.jobs.add(msg.id);
-    this.rt.start(msg, (frame, text) => this._finished(s, reportedMessage(frame, text), Buffer.byteLength(text)));
+    this.rt.start(msg, (r) => this._finished(s, apartMessage(r), r.bytes), { apart: true });
   }
 
   // A job's result (its Result message), reported by the Runtime: to the session open now (kept
@@ -408,4 +415,4 @@ class SessionCore {
   }
 }
 
-module.exports = { SessionCore, sessionService, resultMessage, reportedMessage, frameOf, decodeJob, MAX_KEPT_RESULTS, ACK_WAIT_MS };
+module.exports = { SessionCore, sessionService, resultMessage, reportedMessage, apartMessage, frameOf, decodeJob, MAX_KEPT_RESULTS, ACK_WAIT_MS };

@@ -11,7 +11,7 @@ const { Runtime, Registry, Ledger, SDK } = require('../runtime');
 const { App, Snooze, PermanentError } = require('../index');
 const { Handler, ROOT } = require('./support/harness');
 const { Listening, openSession, tempDir, waitFor } = require('./support/attach');
-const { resultMessage, reportedMessage } = require('../session');
+const { resultMessage, reportedMessage, apartMessage } = require('../session');
 
 function job(id, name, args = {}) {
   return { type: 'job', id, name, args, attempt: 2, max_attempts: 5, queue: 'default', deadline: null, traceparent: null };
@@ -205,8 +205,27 @@ test('session: a reported result becomes the Result message its parsed stdio enc
   );
   for (const frame of frames) {
     const { frame: sent, text } = rt.encodeResult(frame);
-    assert.deepEqual(reportedMessage(sent, text), resultMessage(JSON.parse(text)), frame.id);
+    const want = resultMessage(JSON.parse(text));
+    assert.deepEqual(reportedMessage(sent, text), want, frame.id);
+    // Checked without the frame being written: the same frame, size and message.
+    const apart = rt.encodeResultApart(frame);
+    assert.deepEqual(apart.frame, sent, frame.id);
+    assert.equal(apart.bytes, Buffer.byteLength(text), frame.id);
+    assert.deepEqual(apartMessage(apart), want, frame.id);
   }
+  for (const id of ['j', 'é😀', 'x'.repeat(9000)]) {
+    for (const result of [null, 'v', 'y'.repeat(3000)]) {
+      const frame = { type: 'result', id, status: 'done', result };
+      const { text } = rt.encodeResult(frame);
+      const apart = rt.encodeResultApart(frame);
+      assert.equal(apart.bytes, Buffer.byteLength(text));
+      assert.deepEqual(apartMessage(apart), resultMessage(JSON.parse(text)));
+    }
+  }
+  // A value is written once.
+  let calls = 0;
+  const apart = rt.encodeResultApart({ type: 'result', id: 'once', status: 'done', result: { toJSON: () => ++calls } });
+  assert.deepEqual([apart.text, apart.value, calls], [null, '1', 1]);
   // The usual done result is not parsed again.
   const parse = JSON.parse;
   JSON.parse = () => { throw new Error('parsed'); };
