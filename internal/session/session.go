@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"sync"
 	"time"
@@ -149,6 +150,11 @@ type Session struct {
 	closed bool
 }
 
+// window is a flow-control window of n bytes, within what HTTP/2 allows.
+func window(n int) int32 {
+	return int32(min(n, math.MaxInt32))
+}
+
 // Open dials the Unix socket at path, opens a Session and receives the
 // hello. ctx governs the whole session: when it is done the stream ends.
 // A refused session is a *RefusedError (ErrRefused); a hello that fails
@@ -166,6 +172,12 @@ func Open(ctx context.Context, path string, opt Options) (*Session, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", path)
 		}),
+		// A fixed flow-control window, as large as a message may be: with the
+		// default dynamic one, gRPC pings the handler about once per round trip
+		// while results flow, to size the window, and each ping wakes the
+		// handler to answer it (about one per results message).
+		grpc.WithInitialWindowSize(window(opt.MaxFrameBytes+envelope)),
+		grpc.WithInitialConnWindowSize(window(opt.MaxFrameBytes+envelope)),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(opt.MaxFrameBytes+envelope),
 			grpc.MaxCallSendMsgSize(opt.MaxFrameBytes+envelope),

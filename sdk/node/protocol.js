@@ -7,8 +7,9 @@
 // ordinary JS values (the same values JSON.parse would build) and remembers the raw text
 // of every number so the validators can tell `1` from `1.0` / `1e0` and detect overflow.
 
+const { MAX_DEPTH, checkDepth, replaceLoneSurrogates } = require('./jsontext');
+
 const DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024;
-const MAX_DEPTH = 10000;
 
 class ProtocolError extends Error {
   constructor(code, field, detail) {
@@ -498,29 +499,6 @@ const RESULT_STATUS_FIELDS = { done: ['result'], failed: ['error'], snooze: ['se
 const ERROR_FIELDS = ['type', 'message', 'traceback', 'retryable', 'reason'];
 const JOB_ENTRY_FIELDS = ['name', 'cancellable'];
 
-// JSON.stringify writes an unpaired UTF-16 surrogate as a `\udXXX` escape, which decoders
-// reject; replace each with U+FFFD (as Go and Python's "replace" error handler do).
-function replaceLoneSurrogates(json) {
-  if (!/\\ud[89a-f]/.test(json)) return json;
-  let out = '';
-  let start = 0;
-  for (let i = 0; i < json.length; i++) {
-    if (json.charCodeAt(i) !== 0x5c) continue;
-    const next = json.charCodeAt(i + 1);
-    if (next === 0x75) {
-      const code = parseInt(json.slice(i + 2, i + 6), 16);
-      if (code >= 0xd800 && code <= 0xdfff) {
-        out += `${json.slice(start, i)}\ufffd`;
-        start = i + 6;
-      }
-      i += 5;
-    } else {
-      i += 1;
-    }
-  }
-  return out + json.slice(start);
-}
-
 function encodeValue(v, what) {
   const s = JSON.stringify(v);
   if (s === undefined) throw new TypeError(`${what} is not JSON-serialisable`);
@@ -538,38 +516,13 @@ function encodeFields(obj, fields, prefix, special) {
   return `{${parts.join(',')}}`;
 }
 
-// How deep JSON text nests (strings skipped).
-function depthOf(text) {
-  let depth = 0;
-  let deepest = 0;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c === 0x22) {
-      for (i++; i < text.length; i++) {
-        const d = text.charCodeAt(i);
-        if (d === 0x5c) i++;
-        else if (d === 0x22) break;
-      }
-    } else if (c === 0x7b || c === 0x5b) {
-      if (++depth > deepest) deepest = depth;
-    } else if (c === 0x7d || c === 0x5d) {
-      depth--;
-    }
-  }
-  return deepest;
-}
-
 // encode(msg) -> canonical JSON text (no trailing '\n'): compact, keys in table order,
 // null/undefined fields omitted, fields the type does not define dropped. Throws TypeError
 // for an unknown type or a value JSON cannot represent, RangeError for one nested deeper than
 // a frame may be (MAX_DEPTH levels, the frame's own object included: what decoders take).
 function encode(msg) {
   const text = encodeFrame(msg);
-  // Only a text this long can nest that deep; JSON.stringify goes that deep only on a stack
-  // raised with --stack-size.
-  if (text.length > 2 * MAX_DEPTH && depthOf(text) > MAX_DEPTH) {
-    throw new RangeError(`nested deeper than the ${MAX_DEPTH} levels a frame may have`);
-  }
+  checkDepth(text);
   return text;
 }
 

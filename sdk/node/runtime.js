@@ -17,6 +17,7 @@
 //   rt.hello(protocol)              // the hello frame
 //   rt.duplicate(id)                // held already (logged)?
 //   rt.start(jobFrame, report)      // report(resultFrame, encodedText) once
+//   rt.start(jobFrame, report, { apart: true }) // report(rt.encodeResultApart(result)) once
 //   rt.cancel(id, reason)
 //   rt.held(), rt.count, rt.maxFrameBytes
 //
@@ -24,6 +25,7 @@
 // Session stream and attach mode"); Registry is what App registers.
 
 const { encode } = require('./protocol');
+const { checkDepth, replaceLoneSurrogates } = require('./jsontext');
 const { PermanentError, isSnooze } = require('./outcomes');
 const { version: VERSION } = require('./package.json');
 
@@ -231,6 +233,10 @@ function cutToFit(text, room, limit) {
   return `${text.slice(0, lo)}... [cut to fit the ${limit}-byte frame limit]`;
 }
 
+function withBytes(encoded) {
+  return { ...encoded, bytes: Buffer.byteLength(encoded.text) };
+}
+
 // Epoch milliseconds from a job frame as a Date; null when absent.
 function dateOrNull(ms) {
   return ms === null || ms === undefined ? null : new Date(ms);
@@ -311,13 +317,14 @@ class Runtime {
   }
 
   // Takes a job: it runs as soon as a slot is free and `report(frame, text)` gets its result
-  // once, checked and encoded. The transport has checked `duplicate` and whether it takes jobs.
-  start(msg, report) {
+  // once, checked and encoded (`apart`: report(encodeResultApart's answer)). The transport has
+  // checked `duplicate` and whether it takes jobs.
+  start(msg, report, { apart = false } = {}) {
     if (this.jobs.has(msg.id)) throw new Error(`job ${msg.id} is held already`);
     const handler = this.registry.handlers.get(msg.name);
     // `aborted`/`abortReason` mirror the controller's signal, which Node builds only when it is
     // first read: most jobs never look at it, and building it was a tenth of a no-op job's cost.
-    const entry = { controller: new AbortController(), aborted: false, abortReason: undefined, cancellable: handler ? handler.cancellable : true, msg, handler, report };
+    const entry = { controller: new AbortController(), aborted: false, abortReason: undefined, cancellable: handler ? handler.cancellable : true, msg, handler, report, apart };
     this.jobs.set(msg.id, entry);
     if (this.running < this.concurrency) this._start(entry);
     else this.waiting.push(entry);
@@ -355,11 +362,48 @@ class Runtime {
     try {
       text = encode(result);
     } catch (err) {
-      result = unencodable(result.id, err, result.result);
-      text = encode(result);
+      return this._unwritable(result, err);
     }
+    return this._fit(result, text);
+  }
+
+  _unwritable(result, err) {
+    const failed = unencodable(result.id, err, result.result);
+    return this._fit(failed, encode(failed));
+  }
+
+  _fit(result, text) {
     if (text.length <= this.maxFrameBytes / 3 || Buffer.byteLength(text) <= this.maxFrameBytes) return { frame: result, text };
     return fitFrame(result, text, this.maxFrameBytes);
+  }
+
+  // encodeResult for a transport that carries a result's value apart from its frame (the
+  // Session stream), with the frame's size in `bytes`. A done result is checked as encodeResult
+  // checks it, without its frame being written: `text` is null and `value` the text its value
+  // has in that frame (null for none). That frame is `{"type":"result","id":ID,"status":"done"}`
+  // with `,"result":VALUE` before the brace when there is a value, so its length, size and depth
+  // follow from its parts. Anything else, and a value with a lone surrogate replaced (its text is
+  // no longer that value's JSON), comes with `text` as from encodeResult. Never throws.
+  encodeResultApart(result) {
+    if (result.status !== 'done' || typeof result.id !== 'string') return withBytes(this.encodeResult(result));
+    const head = `{"type":"result","id":${replaceLoneSurrogates(JSON.stringify(result.id))},"status":"done"`;
+    let raw = null;
+    let value = null;
+    if (result.result !== null && result.result !== undefined) {
+      try {
+        raw = JSON.stringify(result.result);
+        if (raw === undefined) throw new TypeError('result is not JSON-serialisable');
+        value = replaceLoneSurrogates(raw);
+        checkDepth(value, head.length + 11 + value.length, 1);
+      } catch (err) {
+        return withBytes(this._unwritable(result, err));
+      }
+    }
+    const bytes = Buffer.byteLength(head) + (value === null ? 1 : 11 + Buffer.byteLength(value));
+    if (bytes > this.maxFrameBytes || value !== raw) {
+      return withBytes(this._fit(result, value === null ? `${head}}` : `${head},"result":${value}}`));
+    }
+    return { frame: result, text: null, value, bytes };
   }
 
   _start(entry) {
@@ -375,8 +419,12 @@ class Runtime {
     this.jobs.delete(entry.msg.id);
     this.running--;
     try {
-      const { frame, text } = this.encodeResult(result);
-      entry.report(frame, text);
+      if (entry.apart) {
+        entry.report(this.encodeResultApart(result));
+      } else {
+        const { frame, text } = this.encodeResult(result);
+        entry.report(frame, text);
+      }
     } catch (err) {
       this.onReportError(entry.msg.id, err);
     } finally {
@@ -489,7 +537,7 @@ class Sent {
     // Whether a message came from the sidecar yet: one that acknowledges results sends an Ack
     // first, so anything else first means it never will.
     this.heard = false;
-    this.unacked = new Map(); // id -> result frame
+    this.unacked = new Map(); // id -> result (a Result message of session.js; only its id is read here)
   }
 }
 
@@ -501,7 +549,7 @@ class Ledger {
   constructor(attach, limit = MAX_KEPT_RESULTS) {
     this.attach = attach;
     this.limit = limit;
-    this.kept = new Map(); // id -> result frame
+    this.kept = new Map(); // id -> result, as in Sent
     // A sidecar acknowledged results once: from then on a session that ends with results
     // unacknowledged hands them to the next one.
     this.peerAcks = false;
@@ -513,7 +561,7 @@ class Ledger {
     const sent = new Sent();
     const kept = [...this.kept.values()];
     this.kept = new Map();
-    for (const frame of kept) sent.unacked.set(frame.id, frame);
+    for (const r of kept) sent.unacked.set(r.id, r);
     return { sent, kept };
   }
 
@@ -525,8 +573,8 @@ class Ledger {
   }
 
   // A result went out on the session.
-  sent(s, frame) {
-    if (this.attach && (s.acks || !s.heard)) s.unacked.set(frame.id, frame);
+  sent(s, r) {
+    if (this.attach && (s.acks || !s.heard)) s.unacked.set(r.id, r);
   }
 
   // The sidecar settled these results; true if it named any.
@@ -540,20 +588,20 @@ class Ledger {
   // The session is over: the results written on it that the sidecar may never have received or
   // recorded go to the next session, when the sidecar acknowledges results.
   closed(s, why) {
-    if (s.acks || this.peerAcks) for (const frame of s.unacked.values()) this.keep(frame, why);
+    if (s.acks || this.peerAcks) for (const r of s.unacked.values()) this.keep(r, why);
     s.unacked.clear();
   }
 
-  keep(frame, why) {
+  keep(r, why) {
     if (!this.attach) return; // spawned: there is no next session
-    this.kept.delete(frame.id);
+    this.kept.delete(r.id);
     if (this.kept.size >= this.limit) {
       const lost = this.kept.keys().next().value;
       this.kept.delete(lost);
       log(`WARN: more than ${this.limit} results wait for a session; the result of job ${lost} is dropped`);
     }
-    this.kept.set(frame.id, frame);
-    log(`job ${frame.id} ${why}; its result waits for the next session`);
+    this.kept.set(r.id, r);
+    log(`job ${r.id} ${why}; its result waits for the next session`);
   }
 
   // The session acknowledges results and has not acknowledged some it was sent.

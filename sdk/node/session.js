@@ -52,6 +52,35 @@ function resultMessage(frame) {
   return msg;
 }
 
+// The Result message of a result the Runtime reported, `text` its stdio encoding: what
+// resultMessage makes of that text parsed (the value as the sidecar gets it on stdio). A `done`
+// result's value is written once, in that text, and result_json is that part of it as it is:
+// parsing it and writing it again gives the same text, and cost a handler over a Session more
+// than the rest of a small result's way out. The text is taken apart only when it is exactly
+// what encode writes for a done result; anything else (the other statuses, which are rare) takes
+// the long way, and so does a value with U+FFFD in it, which may be a lone surrogate encode
+// replaced (two keys that differed only there become one key twice, which parsing merges).
+function reportedMessage(frame, text) {
+  if (frame.status === 'done') {
+    const head = `{"type":"result","id":${JSON.stringify(frame.id)},"status":"done"`;
+    if (text.length === head.length + 1 && text.startsWith(head)) return { id: frame.id, status: 'DONE' };
+    const start = head.length + 10; // ,"result":
+    if (text.startsWith(head) && text.startsWith(',"result":', head.length) && text.indexOf('\ufffd', start) === -1) {
+      const value = text.slice(start, -1);
+      // A value written as null (NaN, a toJSON that gives null) is no value once parsed.
+      return value === 'null' ? { id: frame.id, status: 'DONE' } : { id: frame.id, status: 'DONE', result_json: value };
+    }
+  }
+  return resultMessage(JSON.parse(text));
+}
+
+// The Result message of Runtime.encodeResultApart's answer.
+function apartMessage({ frame, text, value }) {
+  if (text !== null) return reportedMessage(frame, text);
+  // A value written as null (NaN, a toJSON that gives null) is no value once parsed.
+  return value === null || value === 'null' ? { id: frame.id, status: 'DONE' } : { id: frame.id, status: 'DONE', result_json: value };
+}
+
 // The proto loaded for the Session method: 64-bit integers as decimal strings, so they reach
 // the frame exactly as sent (a seq beyond 2^53 is refused by the frame's checks, not rounded),
 // and the oneof's name in `message`.
@@ -224,7 +253,7 @@ class SessionCore {
     s.maxFrameBytes = this.rt.maxFrameBytes;
     this.current = s;
     s.write({ hello });
-    for (const frame of kept) s.writeResult(resultMessage(frame), 0);
+    for (const msg of kept) s.writeResult(msg, 0);
     if (this.draining) s.write({ draining: {} });
     call.on('data', (m) => this._onMessage(s, m));
     // The sidecar closed its side: as EOF on stdin, the session ends once it holds no job of it.
@@ -319,20 +348,19 @@ class SessionCore {
       return;
     }
     s.jobs.add(msg.id);
-    this.rt.start(msg, (_frame, text) => this._finished(s, JSON.parse(text), Buffer.byteLength(text)));
+    this.rt.start(msg, (r) => this._finished(s, apartMessage(r), r.bytes), { apart: true });
   }
 
-  // A job's result, reported by the Runtime (`frame` parsed from its stdio encoding: the value
-  // as the sidecar gets it on stdio): to the session open now (kept there until it
-  // acknowledges it), else (attach mode) kept for the next one.
-  _finished(s, frame, bytes) {
-    s.jobs.delete(frame.id);
+  // A job's result (its Result message), reported by the Runtime: to the session open now (kept
+  // there until it acknowledges it), else (attach mode) kept for the next one.
+  _finished(s, msg, bytes) {
+    s.jobs.delete(msg.id);
     const current = this.current;
     if (current && !current.ended) {
-      current.writeResult(resultMessage(frame), bytes);
-      this.ledger.sent(current.sent, frame);
+      current.writeResult(msg, bytes);
+      this.ledger.sent(current.sent, msg);
     } else {
-      this.ledger.keep(frame, 'ended with no session open');
+      this.ledger.keep(msg, 'ended with no session open');
     }
     this._maybeEnd(s);
   }
@@ -387,4 +415,4 @@ class SessionCore {
   }
 }
 
-module.exports = { SessionCore, sessionService, resultMessage, frameOf, decodeJob, MAX_KEPT_RESULTS, ACK_WAIT_MS };
+module.exports = { SessionCore, sessionService, resultMessage, reportedMessage, apartMessage, frameOf, decodeJob, MAX_KEPT_RESULTS, ACK_WAIT_MS };

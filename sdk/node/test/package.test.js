@@ -93,7 +93,7 @@ test('the tarball holds the SDK, its types and the proto, and no tests', () => {
   const { packed, installed, dir } = project();
   const files = packed.files.map((f) => f.path).sort();
   assert.deepEqual(files, [
-    'README.md', 'codec.js', 'index.d.ts', 'index.js', 'listen.js', 'outcomes.js', 'package.json', 'probe.js', 'proto/handler.proto', 'protocol.d.ts',
+    'README.md', 'codec.js', 'index.d.ts', 'index.js', 'jsontext.js', 'listen.js', 'outcomes.js', 'package.json', 'probe.js', 'proto/handler.proto', 'protocol.d.ts',
     'protocol.js', 'runtime.js', 'session.js', 'stdio.js', 'unix.js',
   ]);
   assert.equal(fs.readFileSync(path.join(installed, 'proto', 'handler.proto'), 'utf8'), fs.readFileSync(REPO_PROTO, 'utf8'));

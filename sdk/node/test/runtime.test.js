@@ -11,7 +11,7 @@ const { Runtime, Registry, Ledger, SDK } = require('../runtime');
 const { App, Snooze, PermanentError } = require('../index');
 const { Handler, ROOT } = require('./support/harness');
 const { Listening, openSession, tempDir, waitFor } = require('./support/attach');
-const { resultMessage } = require('../session');
+const { resultMessage, reportedMessage, apartMessage } = require('../session');
 
 function job(id, name, args = {}) {
   return { type: 'job', id, name, args, attempt: 2, max_attempts: 5, queue: 'default', deadline: null, traceparent: null };
@@ -183,6 +183,61 @@ test('session: a result that no longer writes (out of stack) fails as one that c
   assert.equal(msg.status, 'FAILED');
   assert.equal(msg.error.retryable, false);
   assert.match(msg.error.message, /^result of job j is not JSON-serialisable: it is nested 100000 levels deep, deeper than JSON.stringify can go here/);
+});
+
+test('session: a reported result becomes the Result message its parsed stdio encoding would', () => {
+  const rt = new Runtime(new Registry(), { concurrency: 1, maxFrameBytes: 4096 });
+  const withProto = JSON.parse('{"__proto__":{"a":1},"b":2}');
+  const deep = (n) => { let v = 1; for (let i = 0; i < n; i++) v = [v]; return v; };
+  const values = [
+    null, undefined, 0, -0, 1e21, 5e-324, 2 ** 53 + 2, NaN, Infinity, true, '', 'é😀\u2028"\\\n\u0001', [1, undefined, () => 1, Symbol('s')],
+    { b: 1, 2: 'two', 1: 'one', a: [{}], u: undefined }, withProto, new Date(0), new Map([[1, 2]]),
+    { toJSON: () => ({ x: 1 }) }, { toJSON: () => undefined }, { '\ud800': 1, '\udfff': 2 }, 'lone \ud800 end',
+    'x'.repeat(5000), '\ufffd', { '\ufffd': 1 }, { toJSON: () => null }, 1n, deep(9999), deep(10001), { get bad() { throw new Error('getter'); } },
+  ];
+  const frames = values.map((result, i) => ({ type: 'result', id: `d${i}`, status: 'done', result }));
+  frames.push(
+    { type: 'result', id: 'f', status: 'failed', error: { type: 'Error', message: 'lone \udc00', traceback: 'at x', retryable: true } },
+    { type: 'result', id: 'f2', status: 'failed', error: { type: 'E', message: 'm'.repeat(9000), traceback: null, retryable: false, reason: 'invalid_arguments' } },
+    { type: 'result', id: 's', status: 'snooze', seconds: 1.5, reason: 'later \ud800' },
+    { type: 'result', id: 's2', status: 'snooze', seconds: 0, reason: null },
+    { type: 'result', id: 'c', status: 'cancelled' },
+  );
+  for (const frame of frames) {
+    const { frame: sent, text } = rt.encodeResult(frame);
+    const want = resultMessage(JSON.parse(text));
+    assert.deepEqual(reportedMessage(sent, text), want, frame.id);
+    // Checked without the frame being written: the same frame, size and message.
+    const apart = rt.encodeResultApart(frame);
+    assert.deepEqual(apart.frame, sent, frame.id);
+    assert.equal(apart.bytes, Buffer.byteLength(text), frame.id);
+    assert.deepEqual(apartMessage(apart), want, frame.id);
+  }
+  for (const id of ['j', 'é😀', 'x'.repeat(9000)]) {
+    for (const result of [null, 'v', 'y'.repeat(3000)]) {
+      const frame = { type: 'result', id, status: 'done', result };
+      const { text } = rt.encodeResult(frame);
+      const apart = rt.encodeResultApart(frame);
+      assert.equal(apart.bytes, Buffer.byteLength(text));
+      assert.deepEqual(apartMessage(apart), resultMessage(JSON.parse(text)));
+    }
+  }
+  // A value is written once.
+  let calls = 0;
+  const apart = rt.encodeResultApart({ type: 'result', id: 'once', status: 'done', result: { toJSON: () => ++calls } });
+  assert.deepEqual([apart.text, apart.value, calls], [null, '1', 1]);
+  // The usual done result is not parsed again.
+  const parse = JSON.parse;
+  JSON.parse = () => { throw new Error('parsed'); };
+  try {
+    for (const result of [null, { a: [1, 'é'] }]) {
+      const { frame, text } = rt.encodeResult({ type: 'result', id: 'p', status: 'done', result });
+      const want = result === null ? { id: 'p', status: 'DONE' } : { id: 'p', status: 'DONE', result_json: '{"a":[1,"é"]}' };
+      assert.deepEqual(reportedMessage(frame, text), want);
+    }
+  } finally {
+    JSON.parse = parse;
+  }
 });
 
 test('runtime: hooks and middleware run in order, afterJob before the result is reported', async () => {

@@ -39,12 +39,18 @@ _STATUS = {
 }
 
 
-def result_message(frame: protocol.ResultFrame) -> pb.Result:
-    """The SDK's result frame as a Result message."""
+def result_message(frame: protocol.ResultFrame, data: Optional[bytes] = None) -> pb.Result:
+    """The SDK's result frame as a Result message. ``data``, when given, is
+    the frame's stdio encoding (Runtime's report): a done result's value is
+    taken from it as written there rather than written a second time."""
     msg = pb.Result(id=frame["id"], status=_STATUS[frame["status"]])
     status = frame["status"]
     if status == "done":
         if frame.get("result") is not None:
+            value = _value_text(frame, data) if data is not None else None
+            if value is not None:
+                msg.result_json = value
+                return msg
             try:
                 msg.result_json = protocol.encode_value(frame["result"])
             except BaseException as e:  # noqa: B036 - the value's own methods run here
@@ -69,6 +75,18 @@ def result_message(frame: protocol.ResultFrame) -> pb.Result:
         if frame["reason"] is not None:
             msg.reason = frame["reason"]
     return msg
+
+
+def _value_text(frame: protocol.ResultFrame, data: bytes) -> Optional[str]:
+    """The text of a done result's value in ``data``, its encoding: what
+    ``protocol.encode_value`` writes for it (the same function writes it
+    into the frame); None when ``data`` may hold more than that value."""
+    if frame.get("error") is not None or frame.get("seconds") is not None or frame.get("reason") is not None:
+        return None
+    head = b'{"type":"result","id":' + protocol.encode_value(frame["id"]).encode("utf-8") + b',"status":"done","result":'
+    if not data.startswith(head) or not data.endswith(b"}"):
+        return None
+    return data[len(head):-1].decode("utf-8")
 
 
 _JOB_OPTIONAL = (
@@ -144,9 +162,11 @@ class _End:
 
 @dataclass
 class _Result:
-    """A result for a session's writer, made a message as it is written."""
+    """A result for a session's writer, made a message as it is written
+    (``data``: its stdio encoding, when the Runtime reported it)."""
 
     frame: protocol.ResultFrame
+    data: Optional[bytes] = None
 
 
 _Out = Union[pb.HandlerMessage, _Result, _End]
@@ -271,7 +291,7 @@ class SessionCore:
         """``first`` as a message, with the results queued behind it when
         the sidecar takes Results (a stream message costs far more than the
         result it carries); and what was taken from the outbox after them."""
-        msg = result_message(first.frame)
+        msg = result_message(first.frame, first.data)
         if not s.batches or s.outbox.empty():
             return pb.HandlerMessage(result=msg), None
         batch = [msg]
@@ -282,7 +302,7 @@ class SessionCore:
             if not isinstance(nxt, _Result):
                 carry = nxt
                 break
-            msg = result_message(nxt.frame)
+            msg = result_message(nxt.frame, nxt.data)
             size += msg.ByteSize()
             if size > self.rt.max_frame_bytes:
                 carry = nxt  # the next message's first
@@ -396,15 +416,15 @@ class SessionCore:
             s.outbox.put_nowait(_Result(shutting_down(job_id)))
             return
         s.jobs.add(job_id)
-        self.rt.start(msg, lambda frame, _data: self._finished(s, frame))
+        self.rt.start(msg, lambda frame, data: self._finished(s, frame, data))
 
-    def _finished(self, s: _Session, frame: protocol.ResultFrame) -> None:
+    def _finished(self, s: _Session, frame: protocol.ResultFrame, data: bytes) -> None:
         """A job's result, reported by the Runtime: to the session open now
         (kept there until it acknowledges it), else kept for the next one."""
         s.jobs.discard(frame["id"])
         current = self.current
         if current is not None and not current.ended:
-            current.outbox.put_nowait(_Result(frame))
+            current.outbox.put_nowait(_Result(frame, data))
             self.ledger.sent(current.sent, frame)
         else:
             self.ledger.keep(frame, "ended with no session open")

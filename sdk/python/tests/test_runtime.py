@@ -464,3 +464,30 @@ def test_a_session_result_whose_value_changed_since_it_was_checked_fails():
     msg = result_message(frame)
     assert msg.status == msg.FAILED and msg.error.retryable is False
     assert msg.error.message == "job result is not JSON-serialisable: changed size during iteration"
+
+
+def test_a_session_result_takes_its_value_from_the_checked_encoding():
+    from soniq_handler._session import result_message
+
+    class Flaky(dict):
+        calls = 0
+
+        def items(self):
+            Flaky.calls += 1
+            if Flaky.calls > 1:
+                raise RuntimeError("changed size during iteration")
+            return super().items()
+
+    # Written once, by the Runtime's check: the message carries that text.
+    frame, data = encode_result(_done(Flaky(a=[1.0, "é\u2028"])), protocol.DEFAULT_MAX_FRAME_BYTES)
+    msg = result_message(frame, data)
+    assert msg.status == msg.DONE and msg.result_json == '{"a":[1.0,"é\u2028"]}'
+    assert Flaky.calls == 1
+    # The same message as the value written again gives, whatever the value.
+    values = [None, 0, -0.0, 1e300, 2**63, "", '"\\\n\x01', [1, (2, 3)], {"b": 1, "a": {}}, "x" * 70000]
+    for value in values:
+        frame, data = encode_result(_done(value), 1 << 20)
+        assert result_message(frame, data) == result_message(frame), value
+    for frame in [raised("f", ValueError("bad")), result("s", "snooze", seconds=1.5, reason="later"), result("c", "cancelled")]:
+        frame, data = encode_result(frame, 1 << 20)
+        assert result_message(frame, data) == result_message(frame)
