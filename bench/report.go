@@ -551,7 +551,9 @@ func (r *report) write(path string) error {
 	w("- **Shutdown**: every slot holds an `async` job sleeping 60 s (cancellable: the async branch); SIGTERM; the time until the\n")
 	w("  process exits, minus shutdown_timeout, is the overshoot. The jobs must be back in `queued` (NACKed).\n")
 	w("- **Cost**: from the throughput runs: the sidecar's `VmHWM` (peak RSS) and its utime+stime per 10,000 jobs, from /proc;\n")
-	w("  the handler processes' and the Postgres server's CPU are shown beside it.\n\n")
+	w("  the handler processes' and the Postgres server's CPU are shown beside it. Postgres' CPU is every server process's, those\n")
+	w("  that end during the run included (closed connections, autovacuum workers: counted through the postmaster's reaped-children\n")
+	w("  time), so an autovacuum of the queue table is charged to the run it falls in.\n\n")
 
 	w("## Goals\n\n| goal | target | measured | met |\n| --- | --- | --- | --- |\n")
 	for _, g := range r.Goals {
