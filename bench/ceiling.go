@@ -15,6 +15,24 @@ import (
 	"github.com/soniq-dev/soniq-sidecar/backends/postgres"
 )
 
+// openRegistered opens the backend and registers a bench worker (role names
+// it in its hostname) that claims up to concurrency rows; the caller closes
+// the backend.
+func openRegistered(ctx context.Context, url, role string, concurrency int) (*postgres.Backend, string, error) {
+	b, err := postgres.Open(ctx, url)
+	if err != nil {
+		return nil, "", err
+	}
+	workerID := backends.NewID()
+	host, _ := os.Hostname()
+	if err := b.RegisterWorker(ctx, backends.Worker{ID: workerID, Hostname: host + "-bench-" + role + "-" + workerID[:8], PID: os.Getpid(),
+		Concurrency: concurrency, Version: "bench"}); err != nil {
+		b.Close()
+		return nil, "", err
+	}
+	return b, workerID, nil
+}
+
 // ceilingRun drains the queue with the sidecar's own statements and no
 // handler at all: one claim in flight at a time, limit = batch (the most the
 // supervisor claims for a pool: its free capacity), and a concurrent writer
@@ -23,17 +41,11 @@ import (
 // runs before the first claim and finished after the last write, while the
 // pool's server processes are still alive to be measured.
 func ceilingRun(ctx context.Context, url string, batch int, ready, finished func()) error {
-	b, err := postgres.Open(ctx, url)
+	b, workerID, err := openRegistered(ctx, url, "ceiling", batch)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	workerID := backends.NewID()
-	host, _ := os.Hostname()
-	if err := b.RegisterWorker(ctx, backends.Worker{ID: workerID, Hostname: host + "-bench-ceiling-" + workerID[:8], PID: os.Getpid(),
-		Concurrency: batch, Version: "bench"}); err != nil {
-		return err
-	}
 	// Warm the pool's connections so the first statements do not pay for them.
 	if _, err := b.Claim(ctx, backends.ClaimParams{WorkerID: workerID, Names: []string{"bench.none"}, Limit: 1}); err != nil {
 		return err
@@ -122,18 +134,12 @@ const floorBatch = 500
 // it. Like ceilingRun, ready runs before the first claim and finished after
 // the last write.
 func floorRun(ctx context.Context, url string, ready, finished func()) error {
-	b, err := postgres.Open(ctx, url)
+	// The worker row the claimed rows' foreign key points at.
+	b, workerID, err := openRegistered(ctx, url, "floor", floorBatch)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	workerID := backends.NewID()
-	host, _ := os.Hostname()
-	// The worker row the claimed rows' foreign key points at.
-	if err := b.RegisterWorker(ctx, backends.Worker{ID: workerID, Hostname: host + "-bench-floor-" + workerID[:8], PID: os.Getpid(),
-		Concurrency: floorBatch, Version: "bench"}); err != nil {
-		return err
-	}
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return fmt.Errorf("floor: connect: %w", err)

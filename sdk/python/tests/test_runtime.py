@@ -447,8 +447,8 @@ def test_a_transport_that_cannot_take_a_result_ends_serving():
     run(main())
 
 
-def test_a_session_result_whose_value_changed_since_it_was_checked_fails():
-    from soniq_handler._session import result_message
+def _flaky_dict_type():
+    """A dict type whose items can be read once: a second encoding fails."""
 
     class Flaky(dict):
         calls = 0
@@ -459,6 +459,13 @@ def test_a_session_result_whose_value_changed_since_it_was_checked_fails():
                 raise RuntimeError("changed size during iteration")
             return super().items()
 
+    return Flaky
+
+
+def test_a_session_result_whose_value_changed_since_it_was_checked_fails():
+    from soniq_handler._session import result_message
+
+    Flaky = _flaky_dict_type()
     frame, _ = encode_result(_done(Flaky(a=1)), protocol.DEFAULT_MAX_FRAME_BYTES)
     assert frame["status"] == "done"
     msg = result_message(frame)
@@ -469,15 +476,7 @@ def test_a_session_result_whose_value_changed_since_it_was_checked_fails():
 def test_a_session_result_takes_its_value_from_the_checked_encoding():
     from soniq_handler._session import result_message
 
-    class Flaky(dict):
-        calls = 0
-
-        def items(self):
-            Flaky.calls += 1
-            if Flaky.calls > 1:
-                raise RuntimeError("changed size during iteration")
-            return super().items()
-
+    Flaky = _flaky_dict_type()
     # Written once, by the Runtime's check: the message carries that text.
     frame, data = encode_result(_done(Flaky(a=[1.0, "é\u2028"])), protocol.DEFAULT_MAX_FRAME_BYTES)
     msg = result_message(frame, data)
