@@ -365,6 +365,6 @@ func (l *loop) retire(p *process) {
 	}
 	l.setProcState(p, procRetiring)
 	if len(p.tasks) == 0 {
-		l.stopProcess(p, l.cfg.StopGrace)
+		l.stopIdle(p)
 	}
 }

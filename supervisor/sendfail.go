@@ -50,7 +50,7 @@ func (l *loop) onUnsendable(p *process, m protocol.Message, err error) {
 			Reason: backends.ReasonInvalidArguments, Error: text})
 	}
 	if p.state == procRetiring && len(p.tasks) == 0 {
-		l.stopProcess(p, l.cfg.StopGrace)
+		l.stopIdle(p)
 	}
 	l.tryDispatch(p.pool)
 	l.maybeClaim(p.pool)
