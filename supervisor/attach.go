@@ -161,14 +161,7 @@ func (l *loop) adoptForeign(pl *pool, t *task) bool {
 
 // adopt makes t the task of an execution p already runs.
 func (l *loop) adopt(t *task, p *process) {
-	t.proc, t.state, t.startedAt = p, taskRunning, time.Now()
-	p.tasks[t.job.ID] = t
-	if t.sync() {
-		p.syncHeld++
-	}
-	if timeout := t.spec.EffectiveTimeout(l.cfg.Settings); timeout > 0 {
-		t.timer = time.AfterFunc(timeout, func() { l.emit(jobTimeoutEvent{task: t}) })
-	}
+	l.bind(t, p)
 	l.metrics.jobStarted(t)
 }
 

@@ -162,7 +162,7 @@ func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
 			// while we still ran it: only this claim may write it now.
 			l.abandonSuperseded(old)
 		}
-		l.live[j.ID] = t
+		l.hold(t)
 		pl.pending = append(pl.pending, t)
 	}
 	l.tryDispatch(pl)
@@ -299,11 +299,7 @@ func (l *loop) sendJobs() {
 }
 
 func (l *loop) start(t *task, p *process) {
-	t.proc, t.state, t.startedAt = p, taskRunning, time.Now()
-	p.tasks[t.job.ID] = t
-	if t.sync() {
-		p.syncHeld++
-	}
+	l.bind(t, p)
 	p.jobsRun++
 	frame := newJobFrame(t.job, l.host.workerID)
 	if l.spans {
@@ -312,7 +308,6 @@ func (l *loop) start(t *task, p *process) {
 	if timeout := t.spec.EffectiveTimeout(l.cfg.Settings); timeout > 0 {
 		dl := t.startedAt.Add(timeout).UnixMilli()
 		frame.Deadline = &dl
-		t.timer = time.AfterFunc(timeout, func() { l.emit(jobTimeoutEvent{task: t}) })
 	}
 	l.metrics.jobStarted(t)
 	if len(p.jobsOut) == 0 {

@@ -101,10 +101,7 @@ func (l *loop) abandonSuperseded(t *task) {
 // write: a pending one is dropped, a running one keeps its process slot
 // until it returns, and its result is then discarded. Nothing is written.
 func (l *loop) abandonLost(t *task, why string) {
-	delete(l.live, t.job.ID)
-	if t.timer != nil {
-		t.timer.Stop()
-	}
+	l.drop(t)
 	switch t.state {
 	case taskPending:
 		pl := t.pool

@@ -91,7 +91,7 @@ func (l *loop) takeInherited(p *process, h *transport.SessionHello) {
 		}
 		delete(l.inherited, id)
 		delete(p.foreign, id)
-		l.live[id] = t
+		l.hold(t)
 		l.adopt(t, p)
 		state := "running"
 		if kept[id] {

@@ -252,7 +252,7 @@ func (l *loop) onExit(p *process, err error) {
 		cause += "\nstderr (last lines):\n" + tail
 	}
 	l.settleCrash(p, cause, desc)
-	p.tasks = nil
+	l.vacate(p)
 	if len(pl.ready()) == 0 && !expected {
 		// A recycled process is replaced at once; only a failure makes
 		// the handler not ready.

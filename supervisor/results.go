@@ -21,13 +21,7 @@ func (l *loop) onResult(p *process, r *protocol.Result) {
 		l.ackNow(p, r.ID)
 		return
 	}
-	delete(p.tasks, r.ID)
-	if t.sync() {
-		p.syncHeld--
-	}
-	if t.timer != nil {
-		t.timer.Stop()
-	}
+	l.unbind(t)
 	if t.state == taskAbandoned {
 		// Late: the row was already failed (job_timeout) or NACKed
 		// (shutdown_timeout). It never touches the row.
@@ -36,7 +30,6 @@ func (l *loop) onResult(p *process, r *protocol.Result) {
 		l.metrics.lateResult(t.job.Name, t.abandoned)
 		l.ackNow(p, r.ID)
 	} else {
-		delete(l.live, t.job.ID)
 		l.record(t, r)
 		l.ackLater(p, r.ID)
 	}
@@ -62,7 +55,7 @@ func (l *loop) fail(t *task, text string, retryable bool, status string) {
 // apply reports an outcome (metrics, span, log) and queues its write.
 func (l *loop) apply(t *task, o outcome) {
 	j := t.job
-	delete(l.live, j.ID)
+	l.drop(t)
 	if !t.startedAt.IsZero() {
 		l.metrics.jobEnded(t, o.status)
 	}

@@ -31,17 +31,11 @@ func (l *loop) onUnsendable(p *process, m protocol.Message, err error) {
 	if t == nil {
 		return // its process is gone and the job settled already
 	}
-	delete(p.tasks, job.ID)
-	if t.sync() {
-		p.syncHeld--
-	}
-	if t.timer != nil {
-		t.timer.Stop()
-	}
+	l.unbind(t)
 	if t.state == taskRunning && l.live[job.ID] == t {
 		j := t.job
 		text := "job frame not sent: " + err.Error()
-		delete(l.live, j.ID)
+		l.drop(t)
 		l.metrics.jobEnded(t, "failed")
 		t.endSpan("failed", text)
 		l.log.Error("job dead-lettered: its job frame could not be sent to the handler", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue,

@@ -64,11 +64,10 @@ func (l *loop) enterForce(why string) {
 			continue
 		}
 		if t.sync() {
-			// min(job_timeout, remaining shutdown_timeout): shutdown fired
-			// first, so the job timeout no longer applies.
-			if t.timer != nil {
-				t.timer.Stop()
-			}
+			// From here shutdown bounds the job, not its job_timeout: it
+			// gets the sync grace and is then waited for; it is never
+			// failed for its timeout while the sidecar stops.
+			l.stopTimeout(t)
 			continue
 		}
 		t.proc.send(&protocol.Cancel{ID: t.job.ID, Reason: protocol.ReasonShutdownTimeout})
@@ -83,10 +82,7 @@ func (l *loop) enterForce(why string) {
 // nack is the async branch of FORCE_TIMEOUT_PATH for one job.
 func (l *loop) nack(t *task, reason string) {
 	j := t.job
-	delete(l.live, j.ID)
-	if t.timer != nil {
-		t.timer.Stop()
-	}
+	l.drop(t)
 	if t.state == taskRunning {
 		t.state, t.abandoned = taskAbandoned, reason
 		l.metrics.jobEnded(t, "nacked")

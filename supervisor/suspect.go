@@ -68,9 +68,7 @@ func (l *loop) settleCrash(p *process, cause, desc string) {
 // for its isolated run, ahead of every job that is not a suspect.
 func (l *loop) suspect(t *task) {
 	j := t.job
-	if t.timer != nil {
-		t.timer.Stop()
-	}
+	l.drop(t) // this execution is over; n holds the row from here
 	l.metrics.jobEnded(t, "suspected")
 	t.endSpan("suspected", "")
 	// A new task, so that a timer event of the ended execution still in
@@ -82,7 +80,7 @@ func (l *loop) suspect(t *task) {
 		l.nack(n, "shutdown_timeout")
 		return
 	}
-	l.live[j.ID] = n
+	l.hold(n)
 	pl := t.pool
 	at := slices.IndexFunc(pl.pending, func(x *task) bool { return !x.suspect })
 	if at < 0 {
