@@ -124,36 +124,15 @@ func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
 		j := &jobs[i]
 		spec := pl.h.Job(j.Name)
 		t := &task{job: j, pool: pl, spec: spec, state: taskPending}
-		switch {
-		case spec == nil:
-			// Cannot happen (the claim names only this pool's jobs); fail safe.
+		if o, nack, ok := claimedOutcome(*j, spec, l.cfg.MaxFrameBytes); nack {
+			l.log.Error(o.line, "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "handler", pl.h.Name)
 			l.writer.Nack(j.ID)
 			continue
-		case j.Attempts > j.MaxAttempts:
-			// Repeated crashes pushed attempts past the maximum: dead-letter
-			// without running, as Soniq's worker does.
-			l.log.Error("job dead-lettered without running: attempts exceed max_attempts (it crashed repeatedly)",
-				"job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempts", j.Attempts, "max_attempts", j.MaxAttempts)
-			l.writer.Complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
-				Reason: backends.ReasonMaxRetriesExceeded, Error: "Max attempts exceeded (job crashed repeatedly)"})
-			continue
-		case !protocol.IsJSONObject(j.Args):
-			l.log.Error("job dead-lettered: its args are not a JSON object", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue)
-			l.writer.Complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
-				Reason: backends.ReasonInvalidArguments, Error: "args must be a JSON object, got: " + truncate(string(j.Args), 200)})
-			continue
-		case protocol.ArgsUnsendable(j.Args, l.cfg.MaxFrameBytes) != "":
-			// Sending it would break every handler process it reached (an
-			// oversize or too-deep frame is a protocol error there), and
-			// retrying cannot help: dead-letter it with the reason.
-			why := protocol.ArgsUnsendable(j.Args, l.cfg.MaxFrameBytes)
-			l.log.Error("job dead-lettered: its args cannot be sent to a handler", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "reason", why)
-			l.writer.Complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
-				Reason: backends.ReasonInvalidArguments, Error: why})
+		} else if !ok {
+			l.apply(t, o)
 			continue
 		}
-		if l.state >= StateForceTimeoutPath {
-			// Claimed-not-yet-running at FORCE_TIMEOUT_PATH: the async branch.
+		if l.state >= StateForceTimeoutPath && nackedAtForce(false, t.sync()) {
 			l.nack(t, "shutdown_timeout")
 			continue
 		}
@@ -236,10 +215,9 @@ func (l *loop) onUnknownClaimed(jobs []backends.Job, err error) {
 		l.log.Warn("claiming unknown job names failed", "err", err)
 		return
 	}
-	for _, j := range jobs {
-		l.log.Error("job not served by any handler: dead-lettered (--dead-letter-unknown)", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue)
-		l.writer.Complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
-			Reason: backends.ReasonJobNotFound, Error: fmt.Sprintf("Job %s not registered.", j.Name)})
+	for i := range jobs {
+		j := &jobs[i]
+		l.apply(&task{job: j}, unknownNameOutcome(*j))
 	}
 }
 

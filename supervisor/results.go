@@ -52,8 +52,10 @@ func (l *loop) fail(t *task, text string, retryable bool, status string) {
 	l.apply(t, failureOutcome(*t.job, t.spec.Retry, text, retryable, status, randFloat))
 }
 
-// apply reports an outcome (metrics, span, log) and queues its write.
-func (l *loop) apply(t *task, o outcome) {
+// apply carries out an outcome (fate.go): the row is no longer held, the
+// execution's metrics, span and log line report it, and its write is
+// queued. extra adds to the log line.
+func (l *loop) apply(t *task, o outcome, extra ...any) {
 	j := t.job
 	l.drop(t)
 	if !t.startedAt.IsZero() {
@@ -61,15 +63,13 @@ func (l *loop) apply(t *task, o outcome) {
 	}
 	t.endSpan(o.status, o.err)
 	c := o.write
-	switch {
-	case c.Outcome == backends.OutcomeDeadLetter && c.Reason == backends.ReasonInvalidArguments:
-		l.log.Error("job args failed the handler's validation: dead-lettered", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "error", firstLine(o.err))
-	case c.Outcome == backends.OutcomeDeadLetter && c.Reason == backends.ReasonPermanentFailure:
-		l.log.Error("job failed permanently: dead-lettered", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "error", firstLine(o.err))
-	case c.Outcome == backends.OutcomeDeadLetter:
-		l.log.Error("job failed and has no attempts left: dead-lettered", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "error", firstLine(o.err))
-	case c.Outcome == backends.OutcomeRetry:
-		l.log.Warn("job failed; will retry", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "max_attempts", j.MaxAttempts, "retry_in", c.Delay, "error", firstLine(o.err))
+	if o.line != "" {
+		attrs := append([]any{"job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "max_attempts", j.MaxAttempts}, extra...)
+		if c.Outcome == backends.OutcomeRetry {
+			l.log.Warn(o.line, append(attrs, "retry_in", c.Delay, "error", firstLine(o.err))...)
+		} else {
+			l.log.Error(o.line, append(attrs, "error", firstLine(o.err))...)
+		}
 	}
 	l.writer.Complete(c)
 }

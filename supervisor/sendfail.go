@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
@@ -33,15 +32,7 @@ func (l *loop) onUnsendable(p *process, m protocol.Message, err error) {
 	}
 	l.unbind(t)
 	if t.state == taskRunning && l.live[job.ID] == t {
-		j := t.job
-		text := "job frame not sent: " + err.Error()
-		l.drop(t)
-		l.metrics.jobEnded(t, "failed")
-		t.endSpan("failed", text)
-		l.log.Error("job dead-lettered: its job frame could not be sent to the handler", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue,
-			"handler", p.pool.h.Name, p.who(), "err", err)
-		l.writer.Complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
-			Reason: backends.ReasonInvalidArguments, Error: text})
+		l.apply(t, unsendableOutcome(*t.job, err), "handler", p.pool.h.Name, p.who())
 	}
 	if p.state == procRetiring && len(p.tasks) == 0 {
 		l.stopIdle(p)

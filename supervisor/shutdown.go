@@ -63,7 +63,7 @@ func (l *loop) enterForce(why string) {
 		if t.state != taskRunning {
 			continue
 		}
-		if t.sync() {
+		if !nackedAtForce(true, t.sync()) {
 			// From here shutdown bounds the job, not its job_timeout: it
 			// gets the sync grace and is then waited for; it is never
 			// failed for its timeout while the sidecar stops.

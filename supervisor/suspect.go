@@ -37,9 +37,7 @@ func (l *loop) settleCrash(p *process, cause, desc string) {
 	slices.SortFunc(running, func(a, b *task) int {
 		return cmp.Or(a.startedAt.Compare(b.startedAt), cmp.Compare(a.job.ID, b.job.ID))
 	})
-	// A job that timed out but still runs is a neighbour too: it may be
-	// the one that crashed the process.
-	if len(p.tasks) <= 1 {
+	if crashCounts(len(p.tasks)) {
 		if isolated != nil && p.tasks[isolated.job.ID] == isolated {
 			l.log.Warn("suspect convicted: it crashed its process running alone; the crash counts against it",
 				"job_id", isolated.job.ID, "job_name", isolated.job.Name, "queue", isolated.job.Queue,
@@ -74,9 +72,7 @@ func (l *loop) suspect(t *task) {
 	// A new task, so that a timer event of the ended execution still in
 	// flight cannot touch the isolated run (onJobTimeout checks live).
 	n := &task{job: j, pool: t.pool, spec: t.spec, state: taskPending, suspect: true}
-	if l.state >= StateForceTimeoutPath {
-		// Claimed but not handed to a process at FORCE_TIMEOUT_PATH: the
-		// async branch, whatever the job's kind.
+	if l.state >= StateForceTimeoutPath && nackedAtForce(false, n.sync()) {
 		l.nack(n, "shutdown_timeout")
 		return
 	}
