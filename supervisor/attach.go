@@ -100,8 +100,6 @@ func (l *loop) onAttachHello(p *process, h *transport.SessionHello) {
 		// The predecessor's rows this handler reports are kept; then
 		// what changed in its capacity is used.
 		l.takeInherited(p, h)
-		l.tryDispatch(pl)
-		l.maybeClaim(pl)
 		l.metrics.attachEvent(pl.h.Name, "attached", "")
 		if why, ok := pl.lastLoss[p.endpoint]; ok {
 			l.metrics.attachEvent(pl.h.Name, "reconnected", why)
@@ -118,10 +116,7 @@ func (l *loop) onDraining(p *process) {
 		return
 	}
 	l.log.Info("attached handler is draining: no more jobs go to it", "handler", p.pool.h.Name, "endpoint", p.endpoint, "jobs", len(p.tasks))
-	l.setProcState(p, procRetiring)
-	if len(p.tasks) == 0 {
-		l.stopIdle(p)
-	}
+	l.setProcState(p, procRetiring) // stopped by the settle step once it holds no job
 	if len(p.pool.ready()) == 0 {
 		l.host.setReady(p.pool.h.Name, "every attached endpoint is draining; "+l.attachNotReady(p.pool))
 	}

@@ -193,14 +193,16 @@ func TestOnKillSparesSyncAndRunningJobs(t *testing.T) {
 	}
 }
 
-// Recycling: an idle process is stopped at once (shutdown, then SIGTERM and
-// SIGKILL a StopGrace apart); a busy one only stops taking jobs, and a
-// retiring or stopping one is left as it is.
+// Recycling: an idle process is stopped by the step that follows (shutdown,
+// then SIGTERM and SIGKILL a StopGrace apart); a busy one only stops taking
+// jobs, and a retiring or stopping one is left as it is.
 func TestRetire(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newCrashRig(t)
 		p := r.ready(t)
 		r.l.retire(p)
+		assert.Equal(t, procRetiring, p.state)
+		r.l.settle(p.pool)
 		assert.Equal(t, procStopping, p.state)
 		assert.True(t, p.out.Closed())
 		time.Sleep(time.Second)
@@ -217,6 +219,7 @@ func TestRetire(t *testing.T) {
 		p := r.ready(t)
 		p.tasks["j1"] = &task{job: &backends.Job{ID: "j1"}, state: taskRunning}
 		r.l.retire(p)
+		r.l.settle(p.pool)
 		assert.Equal(t, procRetiring, p.state, "busy: takes no new job, stops when idle")
 		assert.False(t, p.out.Closed())
 		time.Sleep(time.Minute)

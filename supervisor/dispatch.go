@@ -103,7 +103,28 @@ func (l *loop) stopClaimers() {
 	}
 }
 
-func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
+// onWake: a new job was enqueued on queue q ("" for any).
+func (l *loop) onWake(q string) {
+	if !l.servesQueue(q) {
+		return
+	}
+	for _, pl := range l.pools {
+		pl.more = true
+	}
+}
+
+// onPoll: the poll interval elapsed; every pool may claim, and the
+// unknown-name claim runs.
+func (l *loop) onPoll() {
+	for _, pl := range l.pools {
+		pl.more = true
+	}
+	l.unknownDue = true
+}
+
+func (l *loop) onClaimed(e claimedEvent) {
+	pl, jobs, limit, err := e.pool, e.jobs, e.limit, e.err
+	pl.drained, pl.drainedAt = err == nil && len(jobs) == 0 && e.allNames, e.writtenAt
 	pl.claiming = false
 	l.claims--
 	if maintenance.WorkerRowLost(err) {
@@ -112,7 +133,6 @@ func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
 	}
 	if err != nil {
 		l.log.Warn("claiming jobs failed; retrying at the next poll", "handler", pl.h.Name, "err", err)
-		l.checkDone()
 		return
 	}
 	l.metrics.jobsClaimed(jobs)
@@ -144,9 +164,6 @@ func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
 		l.hold(t)
 		pl.pending = append(pl.pending, t)
 	}
-	l.tryDispatch(pl)
-	l.maybeClaim(pl)
-	l.checkDone()
 }
 
 // claimHoldMax bounds how long freed slots wait for a larger claim: about
@@ -189,10 +206,10 @@ func (l *loop) holdClaim(pl *pool, free, budget int) bool {
 }
 
 func (l *loop) maybeClaimUnknown() {
-	if !l.cfg.DeadLetterUnknown || l.unknownClaiming || l.state != StateRunning || l.reregistering {
+	if !l.cfg.DeadLetterUnknown || !l.unknownDue || l.unknownClaiming || l.state != StateRunning || l.reregistering {
 		return
 	}
-	l.unknownClaiming = true
+	l.unknownClaiming, l.unknownDue = true, false
 	params := backends.ClaimParams{WorkerID: l.host.workerID, Queues: l.cfg.Settings.Queues, ExcludeNames: l.servedNames, Limit: 100}
 	b := l.cfg.Backend
 	l.wg.Add(1)

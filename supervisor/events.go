@@ -72,6 +72,12 @@ type (
 	}
 	// jobTimeoutEvent: a job's timeout fired.
 	jobTimeoutEvent struct{ task *task }
+	// pollEvent: the poll interval elapsed: claim whatever is due.
+	pollEvent struct{}
+	// tickEvent: the ping interval elapsed (onTick).
+	tickEvent struct{}
+	// shutdownRequestEvent: Shutdown was called (a signal, --once's end).
+	shutdownRequestEvent struct{}
 	// shutdownTimeoutEvent: shutdown_timeout elapsed in DRAINING.
 	shutdownTimeoutEvent struct{}
 	// graceExpiredEvent: sync_handler_grace_seconds elapsed.
@@ -132,6 +138,9 @@ func (restartEvent) isEvent()         {}
 func (killEvent) isEvent()            {}
 func (jobTimeoutEvent) isEvent()      {}
 func (shutdownTimeoutEvent) isEvent() {}
+func (pollEvent) isEvent()            {}
+func (tickEvent) isEvent()            {}
+func (shutdownRequestEvent) isEvent() {}
 func (graceExpiredEvent) isEvent()    {}
 func (claimHoldEvent) isEvent()       {}
 func (claimedEvent) isEvent()         {}

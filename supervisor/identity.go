@@ -84,10 +84,8 @@ func (l *loop) onReregistered(ids []string, err error) {
 		"jobs_requeued", ids, "jobs_kept", len(l.live))
 	for _, pl := range l.pools {
 		pl.more = true
-		l.maybeClaim(pl)
 	}
-	l.maybeClaimUnknown()
-	l.checkDone()
+	l.unknownDue = true
 }
 
 // abandonSuperseded gives up an execution whose row was claimed again.

@@ -128,8 +128,11 @@ func (l *loop) settleInherited(all bool, why string) {
 	if len(l.inherited) == 0 && l.settleTimer != nil {
 		l.settleTimer.Stop()
 	}
-	l.checkDone()
 }
+
+// onInheritWaitOver: the handlers' startup_timeout passed since the start;
+// what no endpoint reported is given back.
+func (l *loop) onInheritWaitOver() { l.settleInherited(true, "startup_timeout elapsed") }
 
 // allHeard reports whether every endpoint of an attach pool has said hello
 // since this sidecar started.

@@ -106,6 +106,46 @@ func (l *loop) scheduleRestart(pl *pool, slot int, delay time.Duration) {
 	time.AfterFunc(delay, func() { l.emit(restartEvent{pool: pl, slot: slot}) })
 }
 
+// onFrames handles frames a process sent together, in order.
+func (l *loop) onFrames(p *process, ms []protocol.Message) {
+	for _, m := range ms {
+		l.onFrame(p, m)
+	}
+}
+
+func (l *loop) onProtocolError(p *process, err error) {
+	l.breakProcess(p, "protocol_error", fmt.Sprintf("protocol error from handler %s process %d: %v", p.pool.h.Name, p.pid, err))
+}
+
+// onStdoutClosed: no result can come back from the process, so it is
+// handled as a crash. A process already stopping is left to its stop's
+// escalation.
+func (l *loop) onStdoutClosed(p *process) {
+	if p.state == procStopping || p.state == procDead {
+		return
+	}
+	reason := "start_failure"
+	if p.hello != nil {
+		reason = "crashed"
+	}
+	l.breakProcess(p, reason, fmt.Sprintf("handler %s process %d closed its stdout while still running", p.pool.h.Name, p.pid))
+}
+
+func (l *loop) onStartTimeout(p *process) {
+	if p.state == procStarting {
+		l.breakProcess(p, "startup_timeout", fmt.Sprintf("handler %s process %d sent no hello within startup_timeout %s", p.pool.h.Name, p.pid, p.pool.h.StartupTimeout))
+	}
+}
+
+// onRestart: a slot's backoff is over; it gets a process unless the
+// sidecar is past DRAINING or cannot run.
+func (l *loop) onRestart(pl *pool, slot int) {
+	pl.restarting[slot] = false
+	if l.state <= StateDraining && pl.procs[slot] == nil && l.fatal == nil {
+		l.spawn(pl, slot)
+	}
+}
+
 func (l *loop) onFrame(p *process, m protocol.Message) {
 	if p.state == procDead {
 		return
@@ -201,8 +241,6 @@ func (l *loop) onHello(p *process, hello *protocol.Hello) {
 	l.host.setReady(pl.h.Name, "")
 	l.log.Info("handler process ready", "handler", pl.h.Name, p.who(), "sdk", hello.SDK,
 		"concurrency", p.capacity(), "sync_concurrency", p.syncCapacity())
-	l.tryDispatch(pl)
-	l.maybeClaim(pl)
 }
 
 // breakProcess gives up on a process that broke the protocol, missed its
@@ -284,8 +322,6 @@ func (l *loop) onExit(p *process, err error) {
 			l.startFailed(pl, p.slot, cause, reason)
 		}
 	}
-	l.tryDispatch(pl)
-	l.checkDone()
 }
 
 // stopProcess asks an idle process to exit: `shutdown` and EOF, then
@@ -363,8 +399,5 @@ func (l *loop) retire(p *process) {
 	if p.state != procReady {
 		return
 	}
-	l.setProcState(p, procRetiring)
-	if len(p.tasks) == 0 {
-		l.stopIdle(p)
-	}
+	l.setProcState(p, procRetiring) // stopped by the settle step once it holds no job
 }

@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -167,6 +166,7 @@ type loop struct {
 	lastWaitWarn    time.Time
 	fatal           error
 	unknownClaiming bool
+	unknownDue      bool  // the poll or a re-registration asks for an unknown-name claim
 	reregistering   bool  // the worker row was lost: no claim until it is registered again
 	lostCause       error // what the heartbeat found
 	servedNames     []string
@@ -252,72 +252,60 @@ func (l *loop) run() error {
 		case e := <-l.host.events:
 			l.handle(e)
 		case <-l.host.shutdown:
-			l.onShutdownRequest()
+			l.handle(shutdownRequestEvent{})
 		case <-poll.C:
 			poll.Reset(jitterPoll(l.cfg.Settings.PollInterval))
-			for _, pl := range l.pools {
-				pl.more = true
-				l.maybeClaim(pl)
-			}
-			l.maybeClaimUnknown()
+			l.handle(pollEvent{})
 		case <-tick.C:
-			l.onTick()
+			l.handle(tickEvent{})
 		}
 	}
 }
 
+// handle is one step of the loop: the event's own method (react), then
+// the one settle step for what it touched.
 func (l *loop) handle(e event) {
+	l.react(e)
+	l.settle(touched(e))
+}
+
+// react hands each event to its method; it decides nothing itself.
+func (l *loop) react(e event) {
 	switch e := e.(type) {
 	case frameEvent:
 		l.onFrame(e.proc, e.msg)
 	case framesEvent:
-		for _, m := range e.msgs {
-			l.onFrame(e.proc, m)
-		}
+		l.onFrames(e.proc, e.msgs)
 	case protocolErrorEvent:
-		l.breakProcess(e.proc, "protocol_error", fmt.Sprintf("protocol error from handler %s process %d: %v", e.proc.pool.h.Name, e.proc.pid, e.err))
+		l.onProtocolError(e.proc, e.err)
 	case exitEvent:
 		l.onExit(e.proc, e.err)
 	case stdoutClosedEvent:
-		// No result can come back from it: crash handling, as for an exit.
-		// A process already stopping is left to its stop's escalation.
-		if p := e.proc; p.state != procStopping && p.state != procDead {
-			reason := "start_failure"
-			if p.hello != nil {
-				reason = "crashed"
-			}
-			l.breakProcess(p, reason, fmt.Sprintf("handler %s process %d closed its stdout while still running", p.pool.h.Name, p.pid))
-		}
+		l.onStdoutClosed(e.proc)
 	case startTimeoutEvent:
-		if e.proc.state == procStarting {
-			l.breakProcess(e.proc, "startup_timeout", fmt.Sprintf("handler %s process %d sent no hello within startup_timeout %s", e.proc.pool.h.Name, e.proc.pid, e.proc.pool.h.StartupTimeout))
-		}
+		l.onStartTimeout(e.proc)
 	case restartEvent:
-		e.pool.restarting[e.slot] = false
-		if l.state <= StateDraining && e.pool.procs[e.slot] == nil && l.fatal == nil {
-			l.spawn(e.pool, e.slot)
-		}
+		l.onRestart(e.pool, e.slot)
 	case killEvent:
 		l.onKill(e.proc, e.sig)
 	case claimedEvent:
-		e.pool.drained, e.pool.drainedAt = e.err == nil && len(e.jobs) == 0 && e.allNames, e.writtenAt
-		l.onClaimed(e.pool, e.jobs, e.limit, e.err)
-		l.checkOnce()
+		l.onClaimed(e)
 	case unknownClaimedEvent:
 		l.onUnknownClaimed(e.jobs, e.err)
 	case wakeEvent:
-		for _, pl := range l.pools {
-			if l.servesQueue(e.queue) {
-				pl.more = true
-				l.maybeClaim(pl)
-			}
-		}
+		l.onWake(e.queue)
+	case pollEvent:
+		l.onPoll()
+	case tickEvent:
+		l.onTick()
 	case jobTimeoutEvent:
 		l.onJobTimeout(e.task)
+	case shutdownRequestEvent:
+		l.onShutdownRequest()
 	case shutdownTimeoutEvent:
-		if l.state == StateDraining {
-			l.enterForce("shutdown_timeout elapsed")
-		}
+		l.onShutdownTimeout()
+	case graceExpiredEvent:
+		l.onGraceExpired()
 	case workerLostEvent:
 		l.onWorkerLost(e.err)
 	case reregisteredEvent:
@@ -329,24 +317,76 @@ func (l *loop) handle(e event) {
 	case attachRefusedEvent:
 		l.onAttachRefused(e.proc, e.err)
 	case claimHoldEvent:
-		l.maybeClaim(e.pool)
+		// The hold's time bound: the settle step claims.
 	case settleEvent:
-		l.settleInherited(true, "startup_timeout elapsed")
+		l.onInheritWaitOver()
 	case settledEvent:
 		l.onSettled(e.ids)
 	case auditEvent:
 		l.onAudit(e.reading)
 	case ackTimeoutEvent:
 		l.onAckTimeout(e.proc)
-	case graceExpiredEvent:
-		if l.state == StateForceTimeoutPath {
-			l.setState(StateWaitForThread)
-			l.lastWaitWarn = time.Now()
-			l.log.Warn("state transition: sync_handler_grace_seconds expired; waiting for sync jobs without end (never killed; SIGKILL from the supervisor is the only hard stop)",
-				"state", StateWaitForThread.String(), "from", StateForceTimeoutPath.String(),
-				"sync_grace", l.cfg.Settings.SyncHandlerGrace, "sync_jobs", l.syncJobIDs())
-		}
 	}
+}
+
+// touched is the pool an event concerns, or nil when it may concern any.
+func touched(e event) *pool {
+	switch e := e.(type) {
+	case frameEvent:
+		return e.proc.pool
+	case framesEvent:
+		return e.proc.pool
+	case protocolErrorEvent:
+		return e.proc.pool
+	case exitEvent:
+		return e.proc.pool
+	case stdoutClosedEvent:
+		return e.proc.pool
+	case unsendableEvent:
+		return e.proc.pool
+	case stdinFailedEvent:
+		return e.proc.pool
+	case attachRefusedEvent:
+		return e.proc.pool
+	case startTimeoutEvent:
+		return e.proc.pool
+	case killEvent:
+		return e.proc.pool
+	case ackTimeoutEvent:
+		return e.proc.pool
+	case restartEvent:
+		return e.pool
+	case claimedEvent:
+		return e.pool
+	case claimHoldEvent:
+		return e.pool
+	case jobTimeoutEvent:
+		return e.task.pool
+	}
+	return nil
+}
+
+// settle is the one step after every event, so that no handler has to
+// remember what to do next: for the pools the event touched (nil: all),
+// a retiring process left without a job is stopped, pending jobs go to
+// free slots and a claim is made if one is due; then the unknown-name
+// claim, the end of `run --once` and the end of shutdown are checked.
+func (l *loop) settle(only *pool) {
+	for _, pl := range l.pools {
+		if only != nil && pl != only {
+			continue
+		}
+		for _, p := range pl.procs {
+			if p != nil && p.state == procRetiring && len(p.tasks) == 0 {
+				l.stopIdle(p)
+			}
+		}
+		l.tryDispatch(pl)
+		l.maybeClaim(pl)
+	}
+	l.maybeClaimUnknown()
+	l.checkOnce()
+	l.checkDone()
 }
 
 func (l *loop) setState(s State) {

@@ -33,12 +33,6 @@ func (l *loop) onResult(p *process, r *protocol.Result) {
 		l.record(t, r)
 		l.ackLater(p, r.ID)
 	}
-	if p.state == procRetiring && len(p.tasks) == 0 {
-		l.stopIdle(p)
-	}
-	l.tryDispatch(p.pool)
-	l.maybeClaim(p.pool)
-	l.checkDone()
 }
 
 // record turns a handler's result into the row's terminal write.
@@ -92,7 +86,6 @@ func (l *loop) onJobTimeout(t *task) {
 			"job_id", t.job.ID, "job_name", t.job.Name, "queue", t.job.Queue, "timeout", timeout, t.proc.who())
 	}
 	l.fail(t, timeoutText(timeout), true, "timeout")
-	l.checkDone()
 }
 
 func firstLine(s string) string {

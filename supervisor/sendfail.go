@@ -34,12 +34,6 @@ func (l *loop) onUnsendable(p *process, m protocol.Message, err error) {
 	if t.state == taskRunning && l.live[job.ID] == t {
 		l.apply(t, unsendableOutcome(*t.job, err), "handler", p.pool.h.Name, p.who())
 	}
-	if p.state == procRetiring && len(p.tasks) == 0 {
-		l.stopIdle(p)
-	}
-	l.tryDispatch(p.pool)
-	l.maybeClaim(p.pool)
-	l.checkDone()
 }
 
 // onStdinFailed handles a write to p's stdin that failed: nothing sent to it

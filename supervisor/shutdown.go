@@ -32,7 +32,6 @@ func (l *loop) enterDraining(why string) {
 		"from", StateRunning.String(), "reason", why, "in_flight", len(l.live), "shutdown_timeout", l.cfg.Settings.ShutdownTimeout)
 	l.shutdownTimer = time.AfterFunc(l.cfg.Settings.ShutdownTimeout, func() { l.emit(shutdownTimeoutEvent{}) })
 	l.writer.Hurry() // results written from here on are not held back
-	l.checkDone()
 }
 
 func (l *loop) enterForce(why string) {
@@ -76,7 +75,25 @@ func (l *loop) enterForce(why string) {
 	if l.syncHeld() > 0 {
 		l.graceTimer = time.AfterFunc(l.cfg.Settings.SyncHandlerGrace, func() { l.emit(graceExpiredEvent{}) })
 	}
-	l.checkDone()
+}
+
+func (l *loop) onShutdownTimeout() {
+	if l.state == StateDraining {
+		l.enterForce("shutdown_timeout elapsed")
+	}
+}
+
+// onGraceExpired: sync_handler_grace_seconds passed in FORCE_TIMEOUT_PATH;
+// the sync jobs still running are waited for without end.
+func (l *loop) onGraceExpired() {
+	if l.state != StateForceTimeoutPath {
+		return
+	}
+	l.setState(StateWaitForThread)
+	l.lastWaitWarn = time.Now()
+	l.log.Warn("state transition: sync_handler_grace_seconds expired; waiting for sync jobs without end (never killed; SIGKILL from the supervisor is the only hard stop)",
+		"state", StateWaitForThread.String(), "from", StateForceTimeoutPath.String(),
+		"sync_grace", l.cfg.Settings.SyncHandlerGrace, "sync_jobs", l.syncJobIDs())
 }
 
 // nack is the async branch of FORCE_TIMEOUT_PATH for one job.
