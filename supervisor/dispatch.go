@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -19,8 +20,62 @@ import (
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
+// loopClaims is the loop's claim state.
+type loopClaims struct {
+	inFlight        int        // claim statements in flight
+	dispatched      []*process // the processes given jobs by the dispatch under way (sendJobs)
+	unknownInFlight bool       // a --dead-letter-unknown claim is in flight
+	unknownDue      bool       // the poll or a re-registration asks for one
+	servedNames     []string   // every job name a pool serves (the unknown claim excludes them)
+}
+
+// poolClaims is one pool's claim state.
+type poolClaims struct {
+	busy bool          // its claim is in flight
+	reqs chan claimReq // to the pool's claimer; nil until its first claim
+	more bool          // there may be runnable rows: claim when capacity allows
+	// The last claim got every row it asked for; the next one waits for a
+	// quarter of the budget to be free, from heldSince for at most
+	// claimHoldMax (holdClaim).
+	full      bool
+	heldSince time.Time
+	holdTimer *time.Timer
+	// run --once: the last claim asked for every job name and came back
+	// empty, issued when the writer had written drainedAt batches.
+	drained   bool
+	drainedAt int64
+}
+
+// serve records the job names of a pool, for the unknown-name claim.
+func (l *loop) serve(pl *pool) {
+	l.claim.servedNames = append(l.claim.servedNames, pl.allNames...)
+}
+
+// queueSuspect puts a suspect's run ahead of every job that is not one.
+func (l *loop) queueSuspect(t *task) {
+	pl := t.pool
+	at := slices.IndexFunc(pl.pending, func(x *task) bool { return !x.suspect })
+	if at < 0 {
+		at = len(pl.pending)
+	}
+	pl.pending = slices.Insert(pl.pending, at, t)
+}
+
+// unqueue takes t out of its pool's pending jobs.
+func (l *loop) unqueue(t *task) {
+	pl := t.pool
+	pl.pending = slices.DeleteFunc(pl.pending, func(p *task) bool { return p == t })
+}
+
+// takePending empties a pool's pending jobs and returns them.
+func (l *loop) takePending(pl *pool) []*task {
+	ts := pl.pending
+	pl.pending = nil
+	return ts
+}
+
 func (l *loop) maybeClaim(pl *pool) {
-	if l.state != StateRunning || pl.claiming || !pl.more || l.fatal != nil || l.reregistering {
+	if l.shut.state != StateRunning || pl.claim.busy || !pl.claim.more || l.fatal != nil || l.rereg.active {
 		return
 	}
 	free, syncFree, pendingSync, budget := 0, 0, 0, 0
@@ -58,16 +113,16 @@ func (l *loop) maybeClaim(pl *pool) {
 	if len(names) == 0 || l.holdClaim(pl, free, budget) {
 		return
 	}
-	pl.claiming, pl.more = true, false
-	l.claims++
+	pl.claim.busy, pl.claim.more = true, false
+	l.claim.inFlight++
 	params := backends.ClaimParams{WorkerID: l.host.workerID, Queues: l.cfg.Settings.Queues, Names: names, Limit: free}
-	if pl.claimReqs == nil {
-		pl.claimReqs = make(chan claimReq, 1)
+	if pl.claim.reqs == nil {
+		pl.claim.reqs = make(chan claimReq, 1)
 		l.wg.Add(1)
 		go func() { defer l.wg.Done(); l.claimer(pl) }()
 	}
 	// Never blocks: one claim of a pool is in flight at a time.
-	pl.claimReqs <- claimReq{params: params, allNames: len(names) == len(pl.allNames), writtenAt: l.writer.Written()}
+	pl.claim.reqs <- claimReq{params: params, allNames: len(names) == len(pl.allNames), writtenAt: l.writer.Written()}
 }
 
 // claimReq is one claim for a pool's claimer.
@@ -83,7 +138,7 @@ type claimReq struct {
 // on every claim, a few percent of the sidecar's CPU at full load.
 func (l *loop) claimer(pl *pool) {
 	b := l.cfg.Backend
-	for req := range pl.claimReqs {
+	for req := range pl.claim.reqs {
 		// Detached and never cancelled: a claim that committed must reach
 		// the loop, or its rows would stay processing under a live worker.
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
@@ -96,9 +151,9 @@ func (l *loop) claimer(pl *pool) {
 // stopClaimers ends the pools' claim goroutines; no claim is in flight.
 func (l *loop) stopClaimers() {
 	for _, pl := range l.pools {
-		if pl.claimReqs != nil {
-			close(pl.claimReqs)
-			pl.claimReqs = nil
+		if pl.claim.reqs != nil {
+			close(pl.claim.reqs)
+			pl.claim.reqs = nil
 		}
 	}
 }
@@ -109,24 +164,27 @@ func (l *loop) onWake(q string) {
 		return
 	}
 	for _, pl := range l.pools {
-		pl.more = true
+		pl.claim.more = true
 	}
 }
 
-// onPoll: the poll interval elapsed; every pool may claim, and the
-// unknown-name claim runs.
-func (l *loop) onPoll() {
+// onPoll: the poll interval elapsed.
+func (l *loop) onPoll() { l.claimEverything() }
+
+// claimEverything: every pool may claim again, and the unknown-name claim
+// runs (the poll, a registration again).
+func (l *loop) claimEverything() {
 	for _, pl := range l.pools {
-		pl.more = true
+		pl.claim.more = true
 	}
-	l.unknownDue = true
+	l.claim.unknownDue = true
 }
 
 func (l *loop) onClaimed(e claimedEvent) {
 	pl, jobs, limit, err := e.pool, e.jobs, e.limit, e.err
-	pl.drained, pl.drainedAt = err == nil && len(jobs) == 0 && e.allNames, e.writtenAt
-	pl.claiming = false
-	l.claims--
+	pl.claim.drained, pl.claim.drainedAt = err == nil && len(jobs) == 0 && e.allNames, e.writtenAt
+	pl.claim.busy = false
+	l.claim.inFlight--
 	if maintenance.WorkerRowLost(err) {
 		l.onWorkerLost(err)
 		return
@@ -136,9 +194,9 @@ func (l *loop) onClaimed(e claimedEvent) {
 		return
 	}
 	l.metrics.jobsClaimed(jobs)
-	pl.full = len(jobs) == limit
-	if pl.full {
-		pl.more = true
+	pl.claim.full = len(jobs) == limit
+	if pl.claim.full {
+		pl.claim.more = true
 	}
 	for i := range jobs {
 		j := &jobs[i]
@@ -152,7 +210,7 @@ func (l *loop) onClaimed(e claimedEvent) {
 			l.apply(t, o)
 			continue
 		}
-		if l.state >= StateForceTimeoutPath && nackedAtForce(false, t.sync()) {
+		if l.shut.state >= StateForceTimeoutPath && nackedAtForce(false, t.sync()) {
 			l.nack(t, "shutdown_timeout")
 			continue
 		}
@@ -182,35 +240,35 @@ const claimHoldMax = 5 * time.Millisecond
 // drained) nothing is held: a wake-up or a poll with a free slot claims at
 // once, so pickup latency at low rates is unchanged.
 func (l *loop) holdClaim(pl *pool, free, budget int) bool {
-	if pl.full && free*4 < budget {
+	if pl.claim.full && free*4 < budget {
 		now := time.Now()
-		if pl.heldSince.IsZero() {
+		if pl.claim.heldSince.IsZero() {
 			// The hold begins: its timer claims at the bound. (An event
 			// of an earlier hold's timer arriving late only re-checks.)
-			pl.heldSince = now
-			if pl.holdTimer == nil {
-				pl.holdTimer = time.AfterFunc(claimHoldMax, func() { l.emit(claimHoldEvent{pool: pl}) })
+			pl.claim.heldSince = now
+			if pl.claim.holdTimer == nil {
+				pl.claim.holdTimer = time.AfterFunc(claimHoldMax, func() { l.emit(claimHoldEvent{pool: pl}) })
 			} else {
-				pl.holdTimer.Reset(claimHoldMax)
+				pl.claim.holdTimer.Reset(claimHoldMax)
 			}
 		}
-		if now.Sub(pl.heldSince) < claimHoldMax {
+		if now.Sub(pl.claim.heldSince) < claimHoldMax {
 			return true
 		}
 	}
-	if !pl.heldSince.IsZero() {
-		pl.heldSince = time.Time{}
-		pl.holdTimer.Stop()
+	if !pl.claim.heldSince.IsZero() {
+		pl.claim.heldSince = time.Time{}
+		pl.claim.holdTimer.Stop()
 	}
 	return false
 }
 
 func (l *loop) maybeClaimUnknown() {
-	if !l.cfg.DeadLetterUnknown || !l.unknownDue || l.unknownClaiming || l.state != StateRunning || l.reregistering {
+	if !l.cfg.DeadLetterUnknown || !l.claim.unknownDue || l.claim.unknownInFlight || l.shut.state != StateRunning || l.rereg.active {
 		return
 	}
-	l.unknownClaiming, l.unknownDue = true, false
-	params := backends.ClaimParams{WorkerID: l.host.workerID, Queues: l.cfg.Settings.Queues, ExcludeNames: l.servedNames, Limit: 100}
+	l.claim.unknownInFlight, l.claim.unknownDue = true, false
+	params := backends.ClaimParams{WorkerID: l.host.workerID, Queues: l.cfg.Settings.Queues, ExcludeNames: l.claim.servedNames, Limit: 100}
 	b := l.cfg.Backend
 	l.wg.Add(1)
 	go func() {
@@ -223,7 +281,7 @@ func (l *loop) maybeClaimUnknown() {
 }
 
 func (l *loop) onUnknownClaimed(jobs []backends.Job, err error) {
-	l.unknownClaiming = false
+	l.claim.unknownInFlight = false
 	if maintenance.WorkerRowLost(err) {
 		l.onWorkerLost(err)
 		return
@@ -242,7 +300,7 @@ func (l *loop) onUnknownClaimed(jobs []backends.Job, err error) {
 // first in line, each to a process of its own.
 func (l *loop) tryDispatch(pl *pool) {
 	l.releaseIsolated(pl)
-	if len(pl.pending) == 0 || l.state >= StateForceTimeoutPath {
+	if len(pl.pending) == 0 || l.shut.state >= StateForceTimeoutPath {
 		return
 	}
 	kept := pl.pending[:0]
@@ -275,8 +333,8 @@ func (l *loop) tryDispatch(pl *pool) {
 // message, where a message per job cost a wake-up of its writer and a
 // write each.
 func (l *loop) sendJobs() {
-	for i, p := range l.dispatched {
-		l.dispatched[i] = nil
+	for i, p := range l.claim.dispatched {
+		l.claim.dispatched[i] = nil
 		jobs := p.jobsOut
 		p.jobsOut = nil
 		var m protocol.Message = &transport.Jobs{Jobs: jobs}
@@ -290,7 +348,7 @@ func (l *loop) sendJobs() {
 			l.breakProcess(p, "unresponsive", fmt.Sprintf("handler %s process %d stopped reading its stdin", p.pool.h.Name, p.pid))
 		}
 	}
-	l.dispatched = l.dispatched[:0]
+	l.claim.dispatched = l.claim.dispatched[:0]
 }
 
 func (l *loop) start(t *task, p *process) {
@@ -306,7 +364,7 @@ func (l *loop) start(t *task, p *process) {
 	}
 	l.metrics.jobStarted(t)
 	if len(p.jobsOut) == 0 {
-		l.dispatched = append(l.dispatched, p)
+		l.claim.dispatched = append(l.claim.dispatched, p)
 	}
 	p.jobsOut = append(p.jobsOut, frame)
 	if p.maxJobs > 0 && p.jobsRun >= p.maxJobs {

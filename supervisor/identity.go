@@ -17,11 +17,17 @@ import (
 // writing; the others were requeued (and maybe re-claimed elsewhere), so
 // their executions here are abandoned and their results discarded.
 
+// reregistration is a lost worker row being registered again.
+type reregistration struct {
+	active bool  // no claim until the row is registered again
+	cause  error // what the heartbeat found
+}
+
 func (l *loop) onWorkerLost(cause error) {
-	if l.reregistering {
+	if l.rereg.active {
 		return
 	}
-	l.reregistering, l.lostCause = true, cause
+	l.rereg.active, l.rereg.cause = true, cause
 	held := make([]string, 0, len(l.live))
 	for id := range l.live {
 		held = append(held, id)
@@ -68,10 +74,10 @@ func (s *Supervisor) reregister(ctx context.Context, held []string) ([]string, e
 }
 
 func (l *loop) onReregistered(ids []string, err error) {
-	l.reregistering = false
+	l.rereg.active = false
 	if err != nil {
 		l.log.Warn("registering the worker row again failed; claiming stays paused, retrying at the next heartbeat",
-			"worker_id", l.host.workerID, "cause", l.lostCause.Error(), "err", err)
+			"worker_id", l.host.workerID, "cause", l.rereg.cause.Error(), "err", err)
 		return
 	}
 	for _, id := range ids {
@@ -80,12 +86,9 @@ func (l *loop) onReregistered(ids []string, err error) {
 		}
 	}
 	l.log.Warn("this sidecar's worker row was lost (another worker recovered its jobs after missing its heartbeats: a frozen VM or a network partition?); registered it again before claiming",
-		"worker_id", l.host.workerID, "hostname", l.host.hostname(), "cause", l.lostCause.Error(),
+		"worker_id", l.host.workerID, "hostname", l.host.hostname(), "cause", l.rereg.cause.Error(),
 		"jobs_requeued", ids, "jobs_kept", len(l.live))
-	for _, pl := range l.pools {
-		pl.more = true
-	}
-	l.unknownDue = true
+	l.claimEverything()
 }
 
 // abandonSuperseded gives up an execution whose row was claimed again.
@@ -102,8 +105,7 @@ func (l *loop) abandonLost(t *task, why string) {
 	l.drop(t)
 	switch t.state {
 	case taskPending:
-		pl := t.pool
-		pl.pending = slices.DeleteFunc(pl.pending, func(p *task) bool { return p == t })
+		l.unqueue(t)
 	case taskRunning:
 		t.state, t.abandoned = taskAbandoned, why
 		l.metrics.jobEnded(t, "lost")

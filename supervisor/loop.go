@@ -64,29 +64,14 @@ type pool struct {
 	h          *config.Handler
 	allNames   []string
 	asyncNames []string
-	procs      []*process // by slot; nil while the slot waits for a (re)start
-	pending    []*task    // claimed, waiting for a free slot
-	failures   int        // consecutive start failures or crashes
-	crashLoop  bool
-	started    bool // a process of this pool was started once
-	claiming   bool
-	claimReqs  chan claimReq // to the pool's claimer; nil until its first claim
-	more       bool          // there may be runnable rows: claim when capacity allows
-	// The last claim got every row it asked for; the next one waits for a
-	// quarter of the budget to be free, from heldSince for at most
-	// claimHoldMax (holdClaim).
-	full       bool
-	heldSince  time.Time
-	holdTimer  *time.Timer
-	restarting []bool
-	isolated   map[*process]*task // processes running a suspect alone (suspect.go)
-	endpoints  []string           // attach handlers: each slot's socket (attach.go)
-	heard      map[string]bool    // attach handlers: endpoints that said hello since the start (inherit.go)
-	lastLoss   map[string]string  // attach handlers: why each endpoint's last session ended
-	// run --once: the last claim asked for every job name and came back
-	// empty, issued when the writer had written drainedAt batches.
-	drained   bool
-	drainedAt int64
+
+	procs   []*process   // by slot; nil while the slot waits for a (re)start (lifecycle.go)
+	restart poolRestarts // backoff and crash loop (lifecycle.go)
+	pending []*task      // claimed, waiting for a free slot (dispatch.go)
+	claim   poolClaims   // claim sizing and the claim in flight (dispatch.go)
+	// isolated: processes running a suspect alone (suspect.go).
+	isolated map[*process]*task
+	attach   poolAttach // attach handlers' endpoints (attach.go)
 }
 
 func (pl *pool) ready() []*process {
@@ -117,68 +102,33 @@ func (pl *pool) pick(t *task) *process {
 	return best
 }
 
-// crashLoopThreshold is how many consecutive failures make a crash loop.
-const crashLoopThreshold = 5
-
-// healthyAfter resets the restart backoff.
-const healthyAfter = time.Minute
-
-// The restart backoff of a handler process that failed: restartBackoffMin
-// after the first failure, doubling up to restartBackoffMax.
-const (
-	restartBackoffMin = 100 * time.Millisecond
-	restartBackoffMax = 30 * time.Second
-)
-
-func restartDelay(failures int) time.Duration {
-	d := restartBackoffMin
-	for i := 1; i < failures && d < restartBackoffMax; i++ {
-		d *= 2
-	}
-	return min(d, restartBackoffMax)
-}
-
 // loop is the supervisor's single-threaded core.
 type loop struct {
-	host loopHost // what the loop reads from and reports to its Supervisor
-	cfg  *Config
-	// Injected rather than reached through s: what the loop reports with.
+	// Wiring, set once by newLoop: what the loop reads from, reports to
+	// and writes with.
+	host    loopHost
+	cfg     *Config
 	log     *slog.Logger
 	metrics *Metrics
 	tracer  trace.Tracer
-	spans   bool // false: tracer is a noop.Tracer, no span is started
-	// dispatched is the processes given jobs by the dispatch under way
-	// (sendJobs).
-	dispatched []*process
-	emit       func(event) bool // queues an event for the loop (from any goroutine)
-	writer     *completer.Completer
-	sp         *transport.Spawner
-	wg         *sync.WaitGroup
+	spans   bool             // false: tracer is a noop.Tracer, no span is started
+	emit    func(event) bool // queues an event for the loop (from any goroutine)
+	writer  *completer.Completer
+	sp      *transport.Spawner
+	wg      *sync.WaitGroup
+	pools   []*pool
 
-	pools []*pool
-	live  map[string]*task // tasks whose row this sidecar still has to write
-
-	state           State
-	procs           int // spawned and not yet reaped
-	claims          int // claim statements in flight
-	shutdownTimer   *time.Timer
-	graceTimer      *time.Timer
-	lastWaitWarn    time.Time
-	fatal           error
-	unknownClaiming bool
-	unknownDue      bool  // the poll or a re-registration asks for an unknown-name claim
-	reregistering   bool  // the worker row was lost: no claim until it is registered again
-	lostCause       error // what the heartbeat found
-	servedNames     []string
-	// The dead predecessor's rows no attached handler has reported yet
-	// (inherit.go), and the timer that gives them back.
-	inherited   map[string]*task
-	settleTimer *time.Timer
-	// ackWait: results being written, by job id, and the process to
-	// acknowledge them to (acks.go).
-	ackWait map[string]*process
-	// audit weighs the self-audit's readings (audit.go).
-	audit maintenance.AuditTracker
+	// Each group below is written by the file named beside it only
+	// (TestFieldGroupsHaveOneWriter).
+	live      map[string]*task         // rows this sidecar still has to write (bind.go)
+	procs     int                      // processes spawned and not yet reaped (lifecycle.go)
+	fatal     error                    // a configuration error: the run cannot go on (lifecycle.go)
+	claim     loopClaims               // claims in flight, the dispatch under way (dispatch.go)
+	shut      shutdownState            // the shutdown state machine (shutdown.go)
+	rereg     reregistration           // a lost worker row being registered again (identity.go)
+	inherited inheritedRows            // a dead predecessor's rows not yet reported (inherit.go)
+	ackWait   map[string]*process      // results being written, by job id, to acknowledge (acks.go)
+	audit     maintenance.AuditTracker // the self-audit's readings (audit.go)
 }
 
 // loopHost is the Supervisor as the loop sees it: its worker id and
@@ -218,15 +168,16 @@ func newLoop(s *Supervisor, w *completer.Completer, sp *transport.Spawner, wg *s
 		writer: w, sp: sp, wg: wg, live: map[string]*task{}}
 	for i := range s.cfg.Manifest.Handlers {
 		h := &s.cfg.Manifest.Handlers[i]
-		pl := &pool{h: h, procs: make([]*process, h.Processes), restarting: make([]bool, h.Processes), more: true}
+		pl := &pool{h: h, procs: make([]*process, h.Processes), restart: poolRestarts{pending: make([]bool, h.Processes)},
+			claim: poolClaims{more: true}}
 		for _, j := range h.Jobs {
 			pl.allNames = append(pl.allNames, j.Name)
 			if j.Cancellable {
 				pl.asyncNames = append(pl.asyncNames, j.Name)
 			}
 		}
-		l.servedNames = append(l.servedNames, pl.allNames...)
 		l.pools = append(l.pools, pl)
+		l.serve(pl)
 		l.initAttach(pl)
 	}
 	return l
@@ -245,7 +196,7 @@ func (l *loop) run() error {
 	tick := time.NewTicker(l.cfg.PingInterval)
 	defer tick.Stop()
 	for {
-		if l.state == StateStopped && l.procs == 0 && l.claims == 0 && !l.unknownClaiming {
+		if l.shut.state == StateStopped && l.procs == 0 && l.claim.inFlight == 0 && !l.claim.unknownInFlight {
 			return l.fatal
 		}
 		select {
@@ -387,12 +338,6 @@ func (l *loop) settle(only *pool) {
 	l.maybeClaimUnknown()
 	l.checkOnce()
 	l.checkDone()
-}
-
-func (l *loop) setState(s State) {
-	l.state = s
-	l.host.setState(s)
-	l.metrics.state(s)
 }
 
 // servesQueue reports whether a notification for queue q concerns this

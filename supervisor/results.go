@@ -12,7 +12,7 @@ import (
 
 func (l *loop) onResult(p *process, r *protocol.Result) {
 	t := p.tasks[r.ID]
-	if t == nil && p.foreign != nil {
+	if t == nil && p.attach.foreign != nil {
 		t = l.orphanResult(p, r)
 	}
 	if t == nil {

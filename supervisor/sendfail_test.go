@@ -120,7 +120,7 @@ func TestUnsendableLastJobOfARetiringProcessWaitsForItsAcks(t *testing.T) {
 		r := newCrashRig(t)
 		r.l.writer = completer.New(completer.Config{Backend: memory.New()}) // never started: the test reads the loop only
 		p := r.ready(t)
-		p.acks = true
+		p.ack.wanted = true
 		r.l.ackLater(p, "r0") // one of its results is being written
 		j := &backends.Job{ID: "j1", Name: "async.sleep", Args: json.RawMessage(`{}`), Attempts: 1, MaxAttempts: 3}
 		tk := &task{job: j, pool: p.pool, spec: p.pool.h.Job(j.Name), state: taskPending}
@@ -131,7 +131,7 @@ func TestUnsendableLastJobOfARetiringProcessWaitsForItsAcks(t *testing.T) {
 		r.l.handle(unsendableEvent{proc: p, msg: &protocol.Job{ID: j.ID}, err: errors.New("protocol: encode args: test")})
 		assert.Empty(t, p.tasks)
 		assert.Equal(t, procRetiring, p.state, "its session stays open until its result is acknowledged")
-		assert.True(t, p.stopAfterAcks, "its stop waits for the acknowledgement")
+		assert.True(t, p.ack.stopAfter, "its stop waits for the acknowledgement")
 		r.l.handle(settledEvent{ids: []string{"r0"}})
 		assert.Equal(t, procStopping, p.state, "stopped once its result is acknowledged")
 	})

@@ -11,18 +11,32 @@ import (
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
+// shutdownState is where the shutdown state machine is.
+type shutdownState struct {
+	state        State
+	timer        *time.Timer // shutdown_timeout, from DRAINING
+	graceTimer   *time.Timer // sync_handler_grace_seconds, from FORCE_TIMEOUT_PATH
+	lastWaitWarn time.Time   // the last WAIT_FOR_THREAD reminder
+}
+
+func (l *loop) setState(s State) {
+	l.shut.state = s
+	l.host.setState(s)
+	l.metrics.state(s)
+}
+
 func (l *loop) onShutdownRequest() {
-	switch l.state {
+	switch l.shut.state {
 	case StateRunning:
 		l.enterDraining("shutdown requested")
 	case StateDraining:
-		l.log.Warn("second shutdown request during DRAINING", "state", l.state.String())
+		l.log.Warn("second shutdown request during DRAINING", "state", l.shut.state.String())
 		l.enterForce("second shutdown request")
 	case StateStopped:
-		l.log.Info("already stopping", "state", l.state.String())
+		l.log.Info("already stopping", "state", l.shut.state.String())
 	default:
 		l.log.Warn("shutdown already forced; sync jobs are never killed by the sidecar (SIGKILL abandons them; stale-worker recovery requeues their rows)",
-			"state", l.state.String(), "sync_jobs", l.syncJobIDs())
+			"state", l.shut.state.String(), "sync_jobs", l.syncJobIDs())
 	}
 }
 
@@ -30,13 +44,13 @@ func (l *loop) enterDraining(why string) {
 	l.setState(StateDraining)
 	l.log.Info("state transition: claiming stopped, waiting for in-flight jobs", "state", StateDraining.String(),
 		"from", StateRunning.String(), "reason", why, "in_flight", len(l.live), "shutdown_timeout", l.cfg.Settings.ShutdownTimeout)
-	l.shutdownTimer = time.AfterFunc(l.cfg.Settings.ShutdownTimeout, func() { l.emit(shutdownTimeoutEvent{}) })
+	l.shut.timer = time.AfterFunc(l.cfg.Settings.ShutdownTimeout, func() { l.emit(shutdownTimeoutEvent{}) })
 	l.writer.Hurry() // results written from here on are not held back
 }
 
 func (l *loop) enterForce(why string) {
-	if l.shutdownTimer != nil {
-		l.shutdownTimer.Stop()
+	if l.shut.timer != nil {
+		l.shut.timer.Stop()
 	}
 	l.setState(StateForceTimeoutPath)
 	var asyncN, syncN int
@@ -53,10 +67,9 @@ func (l *loop) enterForce(why string) {
 	// here: given back like claimed-not-yet-running ones.
 	l.settleInherited(true, "shutdown_timeout")
 	for _, pl := range l.pools {
-		for _, t := range pl.pending {
+		for _, t := range l.takePending(pl) {
 			l.nack(t, "shutdown_timeout")
 		}
-		pl.pending = nil
 	}
 	for _, t := range l.live {
 		if t.state != taskRunning {
@@ -73,12 +86,12 @@ func (l *loop) enterForce(why string) {
 		l.nack(t, "shutdown_timeout")
 	}
 	if l.syncHeld() > 0 {
-		l.graceTimer = time.AfterFunc(l.cfg.Settings.SyncHandlerGrace, func() { l.emit(graceExpiredEvent{}) })
+		l.shut.graceTimer = time.AfterFunc(l.cfg.Settings.SyncHandlerGrace, func() { l.emit(graceExpiredEvent{}) })
 	}
 }
 
 func (l *loop) onShutdownTimeout() {
-	if l.state == StateDraining {
+	if l.shut.state == StateDraining {
 		l.enterForce("shutdown_timeout elapsed")
 	}
 }
@@ -86,14 +99,23 @@ func (l *loop) onShutdownTimeout() {
 // onGraceExpired: sync_handler_grace_seconds passed in FORCE_TIMEOUT_PATH;
 // the sync jobs still running are waited for without end.
 func (l *loop) onGraceExpired() {
-	if l.state != StateForceTimeoutPath {
+	if l.shut.state != StateForceTimeoutPath {
 		return
 	}
 	l.setState(StateWaitForThread)
-	l.lastWaitWarn = time.Now()
+	l.shut.lastWaitWarn = time.Now()
 	l.log.Warn("state transition: sync_handler_grace_seconds expired; waiting for sync jobs without end (never killed; SIGKILL from the supervisor is the only hard stop)",
 		"state", StateWaitForThread.String(), "from", StateForceTimeoutPath.String(),
 		"sync_grace", l.cfg.Settings.SyncHandlerGrace, "sync_jobs", l.syncJobIDs())
+}
+
+// remindWaiting repeats the WAIT_FOR_THREAD warning every WaitWarn.
+func (l *loop) remindWaiting(now time.Time) {
+	if l.shut.state == StateWaitForThread && now.Sub(l.shut.lastWaitWarn) >= l.cfg.WaitWarn {
+		l.shut.lastWaitWarn = now
+		l.log.Warn("still waiting for sync jobs to return (WAIT_FOR_THREAD); heartbeats continue",
+			"state", StateWaitForThread.String(), "sync_jobs", l.syncJobIDs())
+	}
 }
 
 // nack is the async branch of FORCE_TIMEOUT_PATH for one job.
@@ -144,9 +166,9 @@ func (l *loop) syncJobIDs() []string {
 // DRAINING every job has returned; after FORCE_TIMEOUT_PATH every sync job
 // has returned (async ones were NACKed and are not waited for).
 func (l *loop) checkDone() {
-	switch l.state {
+	switch l.shut.state {
 	case StateDraining:
-		if len(l.live) > 0 || l.claims > 0 || len(l.inherited) > 0 {
+		if len(l.live) > 0 || l.claim.inFlight > 0 || len(l.inherited.rows) > 0 {
 			return
 		}
 		for _, pl := range l.pools {
@@ -167,8 +189,8 @@ func (l *loop) checkDone() {
 }
 
 func (l *loop) enterStopped() {
-	from := l.state
-	for _, tm := range []*time.Timer{l.shutdownTimer, l.graceTimer} {
+	from := l.shut.state
+	for _, tm := range []*time.Timer{l.shut.timer, l.shut.graceTimer} {
 		if tm != nil {
 			tm.Stop()
 		}

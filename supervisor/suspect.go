@@ -72,17 +72,12 @@ func (l *loop) suspect(t *task) {
 	// A new task, so that a timer event of the ended execution still in
 	// flight cannot touch the isolated run (onJobTimeout checks live).
 	n := &task{job: j, pool: t.pool, spec: t.spec, state: taskPending, suspect: true}
-	if l.state >= StateForceTimeoutPath && nackedAtForce(false, n.sync()) {
+	if l.shut.state >= StateForceTimeoutPath && nackedAtForce(false, n.sync()) {
 		l.nack(n, "shutdown_timeout")
 		return
 	}
 	l.hold(n)
-	pl := t.pool
-	at := slices.IndexFunc(pl.pending, func(x *task) bool { return !x.suspect })
-	if at < 0 {
-		at = len(pl.pending)
-	}
-	pl.pending = slices.Insert(pl.pending, at, n)
+	l.queueSuspect(n)
 }
 
 // pickEmpty returns the first ready process (by slot) that holds no job at
