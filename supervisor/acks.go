@@ -27,12 +27,6 @@ type procAcks struct {
 	timer     *time.Timer
 }
 
-// ackWaitMax bounds how long a stopping sidecar keeps a session open for
-// the acknowledgements of results still being written. Past it the session
-// ends anyway: the handler offers those results to the next session, whose
-// sidecar finds the rows written and only acknowledges them.
-const ackWaitMax = 5 * time.Second
-
 // startAcks: the hello of a session whose handler acknowledges results.
 func (l *loop) startAcks(p *process, h *transport.SessionHello) {
 	p.ack.wanted = h.Acks

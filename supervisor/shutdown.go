@@ -11,6 +11,34 @@ import (
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
+// The deadlines of a shutdown, all of them, as an operator adds them up
+// against an orchestrator's grace period (docs/shutdown.md does the sum):
+//
+//   - shutdown_timeout (Settings.ShutdownTimeout): DRAINING waits this long
+//     for in-flight jobs, then FORCE_TIMEOUT_PATH cancels and NACKs the
+//     async ones.
+//   - sync_handler_grace_seconds (Settings.SyncHandlerGrace): from
+//     FORCE_TIMEOUT_PATH, the sync jobs still running get this long, then
+//     WAIT_FOR_THREAD waits for them without end. A sync job's own
+//     job_timeout no longer applies from FORCE_TIMEOUT_PATH on.
+//   - the stop grace (Config.StopGrace, defaultStopGrace): at STOPPED each
+//     process is sent `shutdown` and EOF, SIGTERM one stop grace later and
+//     SIGKILL after a second one; after a forced path the stop grace is at
+//     most forcedStopGrace, since what processes still hold was cancelled.
+//     A process holding a sync job is never signalled.
+//   - the ack wait (ackWaitMax): an attached handler's session stays open at
+//     most this long for the acknowledgement of results still being written.
+//   - each database call the engine makes itself is bounded by writeTimeout,
+//     and each result batch by the writer's own bound.
+const (
+	defaultStopGrace = 5 * time.Second
+	forcedStopGrace  = 500 * time.Millisecond
+	// ackWaitMax: past it the session ends anyway, and the handler offers
+	// those results to the next session, whose sidecar finds the rows
+	// written and only acknowledges them.
+	ackWaitMax = 5 * time.Second
+)
+
 // shutdownState is where the shutdown state machine is.
 type shutdownState struct {
 	state        State
@@ -201,7 +229,7 @@ func (l *loop) enterStopped() {
 	if from != StateDraining {
 		// What processes still hold are NACKed async jobs that were sent a
 		// cancel: keep the exit bounded.
-		grace = min(grace, 500*time.Millisecond)
+		grace = min(grace, forcedStopGrace)
 	}
 	for _, pl := range l.pools {
 		for _, p := range pl.procs {

@@ -83,7 +83,7 @@ type Config struct {
 	// Timings below default to production values; tests shorten them.
 	PingInterval time.Duration // default 5s
 	PingTimeout  time.Duration // default 30s: a silent process holding no sync job is killed
-	StopGrace    time.Duration // shutdown frame → SIGTERM (default 5s), SIGTERM → SIGKILL likewise
+	StopGrace    time.Duration // shutdown frame → SIGTERM (default 5s), SIGTERM → SIGKILL likewise (shutdown.go)
 	WaitWarn     time.Duration // WAIT_FOR_THREAD reminder period (default 30s)
 
 	// startTransport replaces transport.Start in unit tests, which run the
@@ -171,7 +171,7 @@ func New(cfg Config) (*Supervisor, error) {
 		cfg.PingTimeout = 30 * time.Second
 	}
 	if cfg.StopGrace <= 0 {
-		cfg.StopGrace = 5 * time.Second
+		cfg.StopGrace = defaultStopGrace
 	}
 	if cfg.Tracer == nil {
 		cfg.Tracer = otel.Tracer(InstrumentationScope)
