@@ -324,6 +324,19 @@ type Backend interface {
 	// claimed again since (its attempts changed), finished, or held by
 	// another worker is left alone. Returns the ids released.
 	ReleaseJobs(ctx context.Context, workerID string, held []Job) (released []string, err error)
+	// ReturnJobs gives back the rows of held that the worker claimed but
+	// never sent to a handler: status='queued', worker_id=NULL, attempts =
+	// attempts-1 (floor 0: the claim's charge is refunded, nothing ran),
+	// updated_at=now(). scheduled_at and last_error are untouched, so the
+	// row keeps its place in the claim order and the next claim takes it
+	// ahead of rows queued after it. Guarded as ReleaseJobs is: only a row
+	// still processing under workerID at the attempts held says changes, so
+	// a second call changes nothing and a row another worker took, a row
+	// recovered (and perhaps claimed again, even by this worker id) or a
+	// row finished meanwhile is left alone. One statement for the batch;
+	// subscribers are woken with the queues of the rows returned. Returns
+	// the ids returned, in held's order.
+	ReturnJobs(ctx context.Context, workerID string, held []Job) (returned []string, err error)
 
 	// Stats is the queue-stats contract (see Stats).
 	Stats(ctx context.Context) (Stats, error)

@@ -20,6 +20,7 @@ func TestContract(t *testing.T) {
 			BackdateCreated:   b.BackdateCreated,
 			TaskRegistry:      b.TaskRegistry,
 			OrphanJob:         b.OrphanJob,
+			SetRawAttempts:    b.SetRawAttempts,
 		}
 	})
 }
