@@ -12,6 +12,12 @@ type Settings struct {
 	// ShutdownTimeout is how long in-flight jobs may drain after a
 	// shutdown request before async jobs are cancelled and NACKed.
 	ShutdownTimeout time.Duration
+	// ShutdownWriteTimeout bounds the database work of a shutdown: from
+	// FORCE_TIMEOUT_PATH (or STOPPED, whichever comes first) the NACKs,
+	// the last results and the stop mark get this long in all, whatever
+	// the database does; what could not be written is left processing
+	// for recovery, attempts preserved.
+	ShutdownWriteTimeout time.Duration
 	// SyncHandlerGrace is the flat extra wait for sync jobs once
 	// ShutdownTimeout has expired. Unless set explicitly (SyncGraceSet) it
 	// equals the resolved JobTimeout, as in Soniq; when that is 0 (no job
@@ -53,15 +59,16 @@ type SettingOverrides struct {
 	// Queues is a comma-separated list, read like SONIQ_QUEUES.
 	Queues *string
 
-	ShutdownTimeout   *time.Duration
-	SyncHandlerGrace  *time.Duration
-	JobTimeout        *time.Duration
-	HeartbeatInterval *time.Duration
-	HeartbeatTimeout  *time.Duration
-	CleanupInterval   *time.Duration
-	AuditInterval     *time.Duration
-	PollInterval      *time.Duration
-	ResultTTL         *time.Duration
+	ShutdownTimeout      *time.Duration
+	ShutdownWriteTimeout *time.Duration
+	SyncHandlerGrace     *time.Duration
+	JobTimeout           *time.Duration
+	HeartbeatInterval    *time.Duration
+	HeartbeatTimeout     *time.Duration
+	CleanupInterval      *time.Duration
+	AuditInterval        *time.Duration
+	PollInterval         *time.Duration
+	ResultTTL            *time.Duration
 }
 
 // Source is the layer a setting's value came from.

@@ -67,11 +67,11 @@ func (l *loop) onAudit(r maintenance.AuditReading) {
 		return
 	}
 	backend, workerID, log, metrics := l.cfg.Backend, l.host.workerID, l.log, l.metrics
-	interval, wake := l.cfg.Settings.AuditInterval, l.emit
+	interval, wake, cut := l.cfg.Settings.AuditInterval, l.emit, l.shut.cut
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+		ctx, cancel := context.WithTimeout(cut, writeTimeout)
 		defer cancel()
 		released, err := backend.ReleaseJobs(ctx, workerID, orphans)
 		if err != nil {

@@ -139,9 +139,10 @@ type claimReq struct {
 func (l *loop) claimer(pl *pool) {
 	b := l.cfg.Backend
 	for req := range pl.claim.reqs {
-		// Detached and never cancelled: a claim that committed must reach
-		// the loop, or its rows would stay processing under a live worker.
-		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+		// Never cancelled before the shutdown's write deadline: a claim
+		// that committed must reach the loop, or its rows would stay
+		// processing under a live worker. Past it the claim is abandoned.
+		ctx, cancel := context.WithTimeout(l.shut.cut, writeTimeout)
 		jobs, err := b.Claim(ctx, req.params)
 		cancel()
 		l.emit(claimedEvent{pool: pl, jobs: jobs, limit: req.params.Limit, err: err, allNames: req.allNames, writtenAt: req.writtenAt})
@@ -269,11 +270,11 @@ func (l *loop) maybeClaimUnknown() {
 	}
 	l.claim.unknownInFlight, l.claim.unknownDue = true, false
 	params := backends.ClaimParams{WorkerID: l.host.workerID, Queues: l.cfg.Settings.Queues, ExcludeNames: l.claim.servedNames, Limit: 100}
-	b := l.cfg.Backend
+	b, cut := l.cfg.Backend, l.shut.cut
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+		ctx, cancel := context.WithTimeout(cut, writeTimeout)
 		jobs, err := b.Claim(ctx, params)
 		cancel()
 		l.emit(unknownClaimedEvent{jobs: jobs, err: err})

@@ -33,11 +33,11 @@ func (l *loop) onWorkerLost(cause error) {
 		held = append(held, id)
 	}
 	slices.Sort(held)
-	reregister, emit := l.host.reregister, l.emit
+	reregister, emit, cut := l.host.reregister, l.emit, l.shut.cut
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+		ctx, cancel := context.WithTimeout(cut, writeTimeout)
 		defer cancel()
 		lost, err := reregister(ctx, held)
 		emit(reregisteredEvent{ids: lost, err: err})

@@ -142,6 +142,9 @@ type loopHost struct {
 	setReady func(handler, why string)
 	// setState publishes the shutdown state to State().
 	setState func(State)
+	// setWriteDeadline publishes the shutdown's write deadline, which the
+	// stop mark after the loop shares.
+	setWriteDeadline func(time.Time)
 	// acking: a handler acknowledges results (the writer reports settled ids).
 	acking func()
 	// hostname is the worker row's hostname as registered.
@@ -154,18 +157,19 @@ type loopHost struct {
 func (s *Supervisor) loopHost() loopHost {
 	return loopHost{
 		workerID: s.workerID, events: s.events, shutdown: s.shutdown,
-		setReady:   s.setReady,
-		setState:   func(st State) { s.state.Store(int32(st)) },
-		acking:     func() { s.acking.Store(true) },
-		hostname:   s.workerHostname,
-		reregister: s.reregister,
+		setReady:         s.setReady,
+		setState:         func(st State) { s.state.Store(int32(st)) },
+		setWriteDeadline: func(t time.Time) { s.writeDeadline.Store(t.UnixNano()) },
+		acking:           func() { s.acking.Store(true) },
+		hostname:         s.workerHostname,
+		reregister:       s.reregister,
 	}
 }
 
 func newLoop(s *Supervisor, w *completer.Completer, sp *transport.Spawner, wg *sync.WaitGroup) *loop {
 	_, noSpans := s.tracer.(noop.Tracer)
 	l := &loop{host: s.loopHost(), cfg: &s.cfg, log: s.log, metrics: s.metrics, tracer: s.tracer, spans: !noSpans, emit: s.emit,
-		writer: w, sp: sp, wg: wg, live: map[string]*task{}}
+		writer: w, sp: sp, wg: wg, live: map[string]*task{}, shut: newShutdownState()}
 	for i := range s.cfg.Manifest.Handlers {
 		h := &s.cfg.Manifest.Handlers[i]
 		pl := &pool{h: h, procs: make([]*process, h.Processes), restart: poolRestarts{pending: make([]bool, h.Processes)},
@@ -191,6 +195,7 @@ func (l *loop) run() error {
 		}
 	}
 	defer l.stopClaimers()
+	defer l.shut.endCut() // what the loop's goroutines still do ends now
 	poll := time.NewTimer(jitterPoll(l.cfg.Settings.PollInterval))
 	defer poll.Stop()
 	tick := time.NewTicker(l.cfg.PingInterval)

@@ -4,6 +4,7 @@ package supervisor
 // grace, WAIT_FOR_THREAD and STOPPED, all on the loop goroutine.
 
 import (
+	"context"
 	"slices"
 	"syscall"
 	"time"
@@ -45,6 +46,36 @@ type shutdownState struct {
 	timer        *time.Timer // shutdown_timeout, from DRAINING
 	graceTimer   *time.Timer // sync_handler_grace_seconds, from FORCE_TIMEOUT_PATH
 	lastWaitWarn time.Time   // the last WAIT_FOR_THREAD reminder
+	// cut is the parent of the loop's own database calls (claims, the
+	// audit's release, a registration again), ended at the write deadline:
+	// from FORCE_TIMEOUT_PATH or STOPPED, the shutdown's database work gets
+	// shutdown_write_timeout in all.
+	cut           context.Context
+	endCut        context.CancelFunc
+	writeDeadline time.Time
+	cutTimer      *time.Timer
+}
+
+func newShutdownState() shutdownState {
+	cut, end := context.WithCancel(context.Background())
+	return shutdownState{cut: cut, endCut: end}
+}
+
+// fixWriteDeadline starts the shutdown's write deadline, once: the writer
+// gives up there and cuts the write in flight, a claim still in flight is
+// abandoned (its rows, should it have taken any, stay processing for
+// recovery), and the stop mark gets what remains.
+func (l *loop) fixWriteDeadline() {
+	if !l.shut.writeDeadline.IsZero() {
+		return
+	}
+	d := l.cfg.Settings.ShutdownWriteTimeout
+	l.shut.writeDeadline = time.Now().Add(d)
+	if l.writer != nil {
+		l.writer.Deadline(l.shut.writeDeadline, d)
+	}
+	l.shut.cutTimer = time.AfterFunc(d, l.shut.endCut)
+	l.host.setWriteDeadline(l.shut.writeDeadline)
 }
 
 func (l *loop) setState(s State) {
@@ -81,6 +112,7 @@ func (l *loop) enterForce(why string) {
 		l.shut.timer.Stop()
 	}
 	l.setState(StateForceTimeoutPath)
+	l.fixWriteDeadline()
 	var asyncN, syncN int
 	for _, t := range l.live {
 		if t.state == taskRunning && t.sync() {
@@ -224,6 +256,7 @@ func (l *loop) enterStopped() {
 		}
 	}
 	l.setState(StateStopped)
+	l.fixWriteDeadline()
 	l.log.Info("state transition: every job returned or was NACKed; stopping handler processes", "state", StateStopped.String(), "from", from.String())
 	grace := l.cfg.StopGrace
 	if from != StateDraining {

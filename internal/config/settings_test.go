@@ -20,15 +20,16 @@ func lookupFromMap(m map[string]string) func(string) (string, bool) {
 
 func TestDefaultSettings(t *testing.T) {
 	assert.Equal(t, Settings{
-		ShutdownTimeout:   30 * time.Second,
-		SyncHandlerGrace:  300 * time.Second,
-		JobTimeout:        300 * time.Second,
-		HeartbeatInterval: 5 * time.Second,
-		HeartbeatTimeout:  300 * time.Second,
-		CleanupInterval:   300 * time.Second,
-		AuditInterval:     60 * time.Second,
-		PollInterval:      5 * time.Second,
-		ResultTTL:         300 * time.Second,
+		ShutdownTimeout:      30 * time.Second,
+		ShutdownWriteTimeout: 5 * time.Second,
+		SyncHandlerGrace:     300 * time.Second,
+		JobTimeout:           300 * time.Second,
+		HeartbeatInterval:    5 * time.Second,
+		HeartbeatTimeout:     300 * time.Second,
+		CleanupInterval:      300 * time.Second,
+		AuditInterval:        60 * time.Second,
+		PollInterval:         5 * time.Second,
+		ResultTTL:            300 * time.Second,
 	}, DefaultSettings())
 
 	s, err := ResolveSettings(nil, nil, SettingOverrides{})
@@ -58,7 +59,7 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 			name: "manifest over default",
 			m:    m,
 			want: Settings{
-				ShutdownTimeout: 45 * time.Second, SyncHandlerGrace: 10 * time.Second, SyncGraceSet: true,
+				ShutdownTimeout: 45 * time.Second, ShutdownWriteTimeout: 5 * time.Second, SyncHandlerGrace: 10 * time.Second, SyncGraceSet: true,
 				JobTimeout: 2 * time.Minute, HeartbeatInterval: 2500 * time.Millisecond, HeartbeatTimeout: time.Minute,
 				CleanupInterval: time.Minute, AuditInterval: time.Minute, PollInterval: 500 * time.Millisecond, ResultTTL: 0,
 				Queues: []string{"billing", "default"},
@@ -69,7 +70,7 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 			m:    m,
 			env:  env,
 			want: Settings{
-				ShutdownTimeout: 12500 * time.Millisecond, SyncHandlerGrace: 10 * time.Second, SyncGraceSet: true,
+				ShutdownTimeout: 12500 * time.Millisecond, ShutdownWriteTimeout: 5 * time.Second, SyncHandlerGrace: 10 * time.Second, SyncGraceSet: true,
 				JobTimeout: 90 * time.Second, HeartbeatInterval: 2500 * time.Millisecond, HeartbeatTimeout: time.Minute,
 				CleanupInterval: time.Minute, AuditInterval: time.Minute, PollInterval: 250 * time.Millisecond, ResultTTL: 0,
 				Queues: []string{"urgent", "default"},
@@ -85,7 +86,7 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 				ShutdownTimeout: manifestPtr(3 * time.Second),
 			},
 			want: Settings{
-				ShutdownTimeout: 3 * time.Second, SyncHandlerGrace: 10 * time.Second, SyncGraceSet: true,
+				ShutdownTimeout: 3 * time.Second, ShutdownWriteTimeout: 5 * time.Second, SyncHandlerGrace: 10 * time.Second, SyncGraceSet: true,
 				JobTimeout: 0, HeartbeatInterval: 2500 * time.Millisecond, HeartbeatTimeout: time.Minute,
 				CleanupInterval: time.Minute, AuditInterval: time.Minute, PollInterval: 250 * time.Millisecond, ResultTTL: 0,
 				Queues: []string{"critical"},
