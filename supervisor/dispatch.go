@@ -27,6 +27,14 @@ type loopClaims struct {
 	unknownInFlight bool       // a --dead-letter-unknown claim is in flight
 	unknownDue      bool       // the poll or a re-registration asks for one
 	servedNames     []string   // every job name a pool serves (the unknown claim excludes them)
+	// A claim failed with an outcome the sidecar cannot know (the
+	// connection broke after the statement was sent: it may have
+	// committed). Before the next claim, the rows processing under this
+	// worker that the loop does not hold are read and given back unstarted
+	// (reconcile, onReconcileRead, onReconciled).
+	reconcile      bool
+	reconciling    bool      // the read or the return is in flight
+	reconcileAfter time.Time // a failed read retries from then
 }
 
 // poolClaims is one pool's claim state.
@@ -75,7 +83,7 @@ func (l *loop) takePending(pl *pool) []*task {
 }
 
 func (l *loop) maybeClaim(pl *pool) {
-	if l.shut.state != StateRunning || pl.claim.busy || !pl.claim.more || l.fatal != nil || l.rereg.active {
+	if l.shut.state != StateRunning || pl.claim.busy || !pl.claim.more || l.fatal != nil || l.rereg.active || l.claim.reconcile {
 		return
 	}
 	free, syncFree, pendingSync, budget := 0, 0, 0, 0
@@ -191,7 +199,8 @@ func (l *loop) onClaimed(e claimedEvent) {
 		return
 	}
 	if err != nil {
-		l.log.Warn("claiming jobs failed; retrying at the next poll", "handler", pl.h.Name, "err", err)
+		l.log.Warn("claiming jobs failed; retrying at the next poll, after checking whether the failed claim took rows", "handler", pl.h.Name, "err", err)
+		l.claim.reconcile = true
 		return
 	}
 	l.metrics.jobsClaimed(jobs)
@@ -262,6 +271,77 @@ func (l *loop) holdClaim(pl *pool, free, budget int) bool {
 		pl.claim.holdTimer.Stop()
 	}
 	return false
+}
+
+// reconcile reads, once no claim is in flight, the rows processing under
+// this worker, so that rows a failed claim took (its reply was lost) go
+// back to the queue at once instead of waiting for the self-audit.
+func (l *loop) reconcile() {
+	if !l.claim.reconcile || l.claim.reconciling || l.claim.inFlight > 0 || l.claim.unknownInFlight ||
+		l.shut.state != StateRunning || l.rereg.active || time.Now().Before(l.claim.reconcileAfter) {
+		return
+	}
+	l.claim.reconciling = true
+	b, workerID, cut, emit := l.cfg.Backend, l.host.workerID, l.shut.cut, l.emit
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		ctx, cancel := context.WithTimeout(cut, writeTimeout)
+		defer cancel()
+		rows, err := b.ProcessingJobs(ctx, workerID)
+		emit(reconcileReadEvent{rows: rows, err: err})
+	}()
+}
+
+// onReconcileRead: the rows processing under this worker that the loop
+// does not hold were taken by a claim whose reply never came: no handler
+// ever saw them, so they are returned with their attempt refunded.
+func (l *loop) onReconcileRead(rows []backends.Job, err error) {
+	if err != nil {
+		l.claim.reconciling = false
+		l.claim.reconcileAfter = time.Now().Add(l.cfg.Settings.PollInterval)
+		l.log.Warn("checking whether a failed claim took rows failed; claiming waits and retries at the next poll", "err", err)
+		return
+	}
+	var lost []backends.Job
+	for _, j := range rows {
+		if !l.knows(j.ID) {
+			lost = append(lost, j)
+		}
+	}
+	if len(lost) == 0 {
+		l.claim.reconcile, l.claim.reconciling = false, false
+		return
+	}
+	b, workerID, cut, emit := l.cfg.Backend, l.host.workerID, l.shut.cut, l.emit
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		ctx, cancel := context.WithTimeout(cut, writeTimeout)
+		defer cancel()
+		returned, err := b.ReturnJobs(ctx, workerID, lost)
+		emit(reconciledEvent{held: lost, returned: returned, err: err})
+	}()
+}
+
+// onReconciled: the lost claim's rows are back in the queue; claiming
+// resumes.
+func (l *loop) onReconciled(held []backends.Job, returned []string, err error) {
+	l.claim.reconciling = false
+	if err != nil {
+		l.claim.reconcileAfter = time.Now().Add(l.cfg.Settings.PollInterval)
+		l.log.Warn("giving back the rows a failed claim took failed; claiming waits and retries at the next poll", "jobs", len(held), "err", err)
+		return
+	}
+	l.claim.reconcile = false
+	ids := make([]string, len(held))
+	for i, j := range held {
+		ids[i] = j.ID
+	}
+	l.log.Warn("a claim's reply was lost after it took rows (the connection broke mid-statement); gave them back unstarted, their attempt refunded",
+		"worker_id", l.host.workerID, "job_ids", ids, "returned", len(returned))
+	l.metrics.jobsReturned("lost_reply", len(returned))
+	l.claimEverything()
 }
 
 func (l *loop) maybeClaimUnknown() {

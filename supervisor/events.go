@@ -110,6 +110,18 @@ type (
 		jobs []backends.Job
 		err  error
 	}
+	// reconcileReadEvent: the rows processing under this worker, read
+	// after a claim failed (dispatch.go, reconcile).
+	reconcileReadEvent struct {
+		rows []backends.Job
+		err  error
+	}
+	// reconciledEvent: the rows a lost claim took were given back.
+	reconciledEvent struct {
+		held     []backends.Job
+		returned []string
+		err      error
+	}
 	// wakeEvent: new-job notification for a queue ("" wakes every pool).
 	wakeEvent struct{ queue string }
 	// workerLostEvent: the heartbeat found our worker row gone or not active.
@@ -146,6 +158,8 @@ func (claimHoldEvent) isEvent()       {}
 func (claimedEvent) isEvent()         {}
 func (unknownClaimedEvent) isEvent()  {}
 func (wakeEvent) isEvent()            {}
+func (reconcileReadEvent) isEvent()   {}
+func (reconciledEvent) isEvent()      {}
 func (workerLostEvent) isEvent()      {}
 func (reregisteredEvent) isEvent()    {}
 func (settleEvent) isEvent()          {}

@@ -248,6 +248,10 @@ func (l *loop) react(e event) {
 		l.onClaimed(e)
 	case unknownClaimedEvent:
 		l.onUnknownClaimed(e.jobs, e.err)
+	case reconcileReadEvent:
+		l.onReconcileRead(e.rows, e.err)
+	case reconciledEvent:
+		l.onReconciled(e.held, e.returned, e.err)
 	case wakeEvent:
 		l.onWake(e.queue)
 	case pollEvent:
@@ -340,6 +344,7 @@ func (l *loop) settle(only *pool) {
 		l.tryDispatch(pl)
 		l.maybeClaim(pl)
 	}
+	l.reconcile()
 	l.maybeClaimUnknown()
 	l.checkOnce()
 	l.checkDone()

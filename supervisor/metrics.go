@@ -31,6 +31,7 @@ type Metrics struct {
 	staleWkrs   metric.Int64Counter
 	staleJobs   metric.Int64Counter
 	auditFreed  metric.Int64Counter
+	returned    metric.Int64Counter
 	attach      attachMetrics
 
 	// lastNack is when the latest shutdown NACK was counted (unix ns; 0:
@@ -202,6 +203,11 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 			metric.WithDescription("Jobs the self-audit found processing under this worker without the sidecar running them, and gave back to queued."))
 		return
 	})
+	mk(func() (e error) {
+		x.returned, e = m.Int64Counter("soniq_jobs_returned",
+			metric.WithDescription("Claimed rows given back to queued unstarted, their attempt refunded, by reason: lost_reply (a claim's reply was lost after it took them)."))
+		return
+	})
 	mk(func() error { return x.initAttach(m) })
 	if err != nil {
 		return nil, fmt.Errorf("creating supervisor metrics: %w", err)
@@ -363,6 +369,14 @@ func (m *Metrics) jobsClaimed(jobs []backends.Job) {
 		}
 		m.pickup.Record(ctx, max(j.UpdatedAt.Sub(due), 0).Seconds(), m.attrs(j.Queue, j.Name, ""))
 	}
+}
+
+// jobsReturned counts claimed rows given back unstarted.
+func (m *Metrics) jobsReturned(reason string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.returned.Add(context.Background(), int64(n), metric.WithAttributes(attribute.String("reason", reason)))
 }
 
 // auditReleased counts orphaned rows the self-audit gave back.

@@ -5,7 +5,7 @@ package supervisor
 // all its job names after the writer's last batch and found none due. A
 // pool stuck in a crash loop cannot run anything: its jobs stay queued.
 func (l *loop) checkOnce() {
-	if !l.cfg.Once || l.shut.state != StateRunning || l.fatal != nil || l.rereg.active || l.claim.inFlight > 0 || l.claim.unknownInFlight {
+	if !l.cfg.Once || l.shut.state != StateRunning || l.fatal != nil || l.rereg.active || l.claim.inFlight > 0 || l.claim.unknownInFlight || l.claim.reconcile {
 		return
 	}
 	if len(l.live) > 0 || l.writer.Pending() > 0 {
