@@ -211,8 +211,17 @@ type ClaimParams struct {
 	// ExcludeNames are never claimed (used with --dead-letter-unknown to
 	// claim exactly the names nobody here serves).
 	ExcludeNames []string
-	// Limit is the maximum number of rows to claim; must be > 0.
+	// Limit is the maximum number of rows to claim for free slots, taken
+	// first in claim order whatever their attempts.
 	Limit int
+	// Ahead is how many more rows the claim may take, for the caller's
+	// reserve of claimed jobs waiting for a slot: the rows that follow the
+	// first Limit in claim order, less those on their last attempt
+	// (attempts + 1 >= max_attempts), which are skipped and stay queued. A
+	// reserved row may be lost with its worker before it runs, and the
+	// attempt its claim charged must never dead-letter a job that never
+	// ran. Limit + Ahead must be > 0.
+	Ahead int
 }
 
 // Outcome is the terminal write a Completion asks for.
