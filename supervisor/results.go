@@ -62,7 +62,7 @@ func (l *loop) apply(t *task, o outcome, extra ...any) {
 		if c.Outcome == backends.OutcomeRetry {
 			l.log.Warn(o.line, append(attrs, "retry_in", c.Delay, "error", firstLine(o.err))...)
 		} else {
-			l.log.Error(o.line, append(attrs, "error", firstLine(o.err))...)
+			l.log.Error(o.line, append(attrs, "reason", c.Reason, "error", firstLine(o.err))...)
 		}
 	}
 	l.writer.Complete(c)
