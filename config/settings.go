@@ -18,6 +18,12 @@ type Settings struct {
 	// the database does; what could not be written is left processing
 	// for recovery, attempts preserved.
 	ShutdownWriteTimeout time.Duration
+	// ClaimAhead is how much work a pool may claim beyond its free slots,
+	// as time at its measured completion rate: the reserve holds at most
+	// rate × ClaimAhead rows (Little's law), and 0 claims only free slots.
+	ClaimAhead time.Duration
+	// ClaimAheadMax caps a pool's reserve, in rows.
+	ClaimAheadMax int
 	// SyncHandlerGrace is the flat extra wait for sync jobs once
 	// ShutdownTimeout has expired. Unless set explicitly (SyncGraceSet) it
 	// equals the resolved JobTimeout, as in Soniq; when that is 0 (no job
