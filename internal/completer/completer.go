@@ -69,6 +69,7 @@ type Completer struct {
 	mu          sync.Mutex
 	completions []backends.Completion
 	nacks       []string
+	returns     []backends.Job // claimed rows given back unstarted (ReturnJobs)
 	closed      bool
 	hurried     bool // shutdown began: write what arrives at once
 	lingering   bool // run waits for its small batch to grow
@@ -143,6 +144,15 @@ func (w *Completer) Nack(id string) {
 	w.signal()
 }
 
+// Return queues a claimed row that never reached a handler to go back to
+// the queue, its attempt refunded (Backend.ReturnJobs).
+func (w *Completer) Return(j backends.Job) {
+	w.mu.Lock()
+	w.returns = append(w.returns, j)
+	w.mu.Unlock()
+	w.signal()
+}
+
 func (w *Completer) signal() {
 	select {
 	case w.wake <- struct{}{}:
@@ -161,7 +171,7 @@ func (w *Completer) wrote() {
 func (w *Completer) Pending() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.completions) + len(w.nacks)
+	return len(w.completions) + len(w.nacks) + len(w.returns)
 }
 
 // Written is how many batches the Completer has written. A claim issued
@@ -179,7 +189,7 @@ func (w *Completer) Holds(id string) bool {
 			return true
 		}
 	}
-	return slices.Contains(w.nacks, id)
+	return slices.Contains(w.nacks, id) || slices.ContainsFunc(w.returns, func(j backends.Job) bool { return j.ID == id })
 }
 
 // Hurry makes the Completer write at once from now on, without lingering:
@@ -279,19 +289,19 @@ func (w *Completer) run() {
 	var lingerTimer *time.Timer
 	for {
 		w.mu.Lock()
-		cs, ns, closed, hurried := w.completions, w.nacks, w.closed, w.hurried
+		cs, ns, rs, closed, hurried := w.completions, w.nacks, w.returns, w.closed, w.hurried
 		w.mu.Unlock()
 		if closed && closedAt.IsZero() {
 			closedAt = time.Now()
 		}
-		if len(cs) == 0 && len(ns) == 0 {
+		if len(cs) == 0 && len(ns) == 0 && len(rs) == 0 {
 			if closed {
 				return
 			}
 			<-w.wake
 			continue
 		}
-		if !closed && !hurried && len(ns) == 0 && len(cs) < w.lingerBatch {
+		if !closed && !hurried && len(ns) == 0 && len(rs) == 0 && len(cs) < w.lingerBatch {
 			// A small batch while results flow: wait for more, once per
 			// batch and at most lingerMax. After a quiet spell the first
 			// result is written at once, so a lone job's row is not delayed.
@@ -325,11 +335,19 @@ func (w *Completer) run() {
 				w.mu.Unlock()
 				w.wrote()
 			}
-		} else {
+		} else if len(ns) > 0 {
 			ns = ns[:min(len(ns), maxBatch):min(len(ns), maxBatch)]
 			if err = w.writeNacks(ns); err == nil {
 				w.mu.Lock()
 				w.nacks = w.nacks[len(ns):]
+				w.mu.Unlock()
+				w.wrote()
+			}
+		} else {
+			rs = rs[:min(len(rs), maxBatch):min(len(rs), maxBatch)]
+			if err = w.writeReturns(rs); err == nil {
+				w.mu.Lock()
+				w.returns = w.returns[len(rs):]
 				w.mu.Unlock()
 				w.wrote()
 			}
@@ -346,7 +364,7 @@ func (w *Completer) run() {
 			}
 			continue
 		}
-		w.log.Warn("writing results failed; retrying", "rows", len(cs)+len(ns), "retry_in", backoff, "err", err)
+		w.log.Warn("writing results failed; retrying", "rows", len(cs)+len(ns)+len(rs), "retry_in", backoff, "err", err)
 		select {
 		case <-time.After(backoff):
 		case <-w.wake:
@@ -376,9 +394,13 @@ func (w *Completer) giveUp(err error) {
 	for _, c := range w.completions {
 		results = append(results, c.JobID+":"+c.Outcome.String())
 	}
+	returns := make([]string, len(w.returns))
+	for i, j := range w.returns {
+		returns[i] = j.ID
+	}
 	w.log.Error("giving up on result writes at shutdown: these rows stay processing, and stale-worker recovery or a takeover requeues them with attempts preserved",
-		"lost", len(w.completions)+len(w.nacks), "results", results, "nacks", slices.Clone(w.nacks), "err", err)
-	w.completions, w.nacks = nil, nil
+		"lost", len(w.completions)+len(w.nacks)+len(w.returns), "results", results, "nacks", slices.Clone(w.nacks), "returns", returns, "err", err)
+	w.completions, w.nacks, w.returns = nil, nil, nil
 	w.gaveUp = true
 }
 
@@ -424,6 +446,13 @@ func (w *Completer) writeCompletions(cs []backends.Completion) error {
 		}
 	}
 	return nil
+}
+
+func (w *Completer) writeReturns(held []backends.Job) error {
+	ctx, done := w.writeCtx()
+	defer done()
+	_, err := w.backend.ReturnJobs(ctx, w.workerID, held)
+	return err
 }
 
 func (w *Completer) writeNacks(ids []string) error {

@@ -273,3 +273,39 @@ func TestDeadlineCutsTheWriteInFlight(t *testing.T) {
 		assert.Equal(t, 2, n)
 	})
 }
+
+// returnRecorder records the rows given back unstarted.
+type returnRecorder struct {
+	recordingBackend
+	returned [][]string
+}
+
+func (r *returnRecorder) ReturnJobs(_ context.Context, _ string, held []backends.Job) ([]string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids := make([]string, len(held))
+	for i, j := range held {
+		ids[i] = j.ID
+	}
+	r.returned = append(r.returned, ids)
+	return ids, nil
+}
+
+// Rows given back unstarted go in one ReturnJobs batch, and the writer
+// holds them until then (the self-audit must not take them for orphans).
+func TestReturnsAreBatchedAndHeldUntilWritten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rb := &returnRecorder{}
+		w := New(Config{Backend: rb, WorkerID: backends.NewID()})
+		a, b := backends.Job{ID: backends.NewID(), Attempts: 1}, backends.Job{ID: backends.NewID(), Attempts: 2}
+		w.Return(a)
+		w.Return(b)
+		assert.True(t, w.Holds(a.ID))
+		assert.Equal(t, 2, w.Pending())
+		w.Start()
+		w.Stop()
+		assert.Equal(t, [][]string{{a.ID, b.ID}}, rb.returned)
+		assert.False(t, w.Holds(a.ID))
+		assert.Zero(t, w.Pending())
+	})
+}
