@@ -4,6 +4,7 @@ package supervisor
 // jobs to processes and their spans, all on the loop goroutine.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -52,6 +53,12 @@ type poolClaims struct {
 	// empty, issued when the writer had written drainedAt batches.
 	drained   bool
 	drainedAt int64
+	// reserve sizes the claim-ahead (reserve.go); waitTimer gives back
+	// reserved rows that waited too long; shown is the size last recorded
+	// in the metrics.
+	reserve   reserve
+	waitTimer *time.Timer
+	shown     [2]int
 }
 
 // serve records the job names of a pool, for the unknown-name claim.
@@ -108,8 +115,12 @@ func (l *loop) maybeClaim(pl *pool) {
 			pendingSync++
 		}
 	}
-	free -= queued
-	if free <= 0 {
+	// The slots to fill, and the reserve: what waits beyond free slots,
+	// topped up to its target once it falls to half.
+	unfilled := free - queued
+	ahead := pl.claim.reserve.topUp(max(-unfilled, 0), pl.claim.reserve.target(time.Now(), budget > 0))
+	free = max(unfilled, 0)
+	if free+ahead <= 0 {
 		return
 	}
 	names := pl.allNames
@@ -118,12 +129,12 @@ func (l *loop) maybeClaim(pl *pool) {
 		// held in the claimed-not-yet-running window for nothing.
 		names = pl.asyncNames
 	}
-	if len(names) == 0 || l.holdClaim(pl, free, budget) {
+	if len(names) == 0 || (ahead == 0 && l.holdClaim(pl, free, budget)) {
 		return
 	}
 	pl.claim.busy, pl.claim.more = true, false
 	l.claim.inFlight++
-	params := backends.ClaimParams{WorkerID: l.host.workerID, Queues: l.cfg.Settings.Queues, Names: names, Limit: free}
+	params := backends.ClaimParams{WorkerID: l.host.workerID, Queues: l.cfg.Settings.Queues, Names: names, Limit: free, Ahead: ahead}
 	if pl.claim.reqs == nil {
 		pl.claim.reqs = make(chan claimReq, 1)
 		l.wg.Add(1)
@@ -153,13 +164,16 @@ func (l *loop) claimer(pl *pool) {
 		ctx, cancel := context.WithTimeout(l.shut.cut, writeTimeout)
 		jobs, err := b.Claim(ctx, req.params)
 		cancel()
-		l.emit(claimedEvent{pool: pl, jobs: jobs, limit: req.params.Limit, err: err, allNames: req.allNames, writtenAt: req.writtenAt})
+		l.emit(claimedEvent{pool: pl, jobs: jobs, limit: req.params.Limit, ahead: req.params.Ahead, err: err, allNames: req.allNames, writtenAt: req.writtenAt})
 	}
 }
 
 // stopClaimers ends the pools' claim goroutines; no claim is in flight.
 func (l *loop) stopClaimers() {
 	for _, pl := range l.pools {
+		if pl.claim.waitTimer != nil {
+			pl.claim.waitTimer.Stop()
+		}
 		if pl.claim.reqs != nil {
 			close(pl.claim.reqs)
 			pl.claim.reqs = nil
@@ -204,10 +218,18 @@ func (l *loop) onClaimed(e claimedEvent) {
 		return
 	}
 	l.metrics.jobsClaimed(jobs)
-	pl.claim.full = len(jobs) == limit
-	if pl.claim.full {
-		pl.claim.more = true
+	l.metrics.claimRows(pl.h.Name, len(jobs))
+	if e.ahead > 0 {
+		// A reserve claim is never held back; it ran dry when it found
+		// nothing (rows on their last attempt may have been skipped).
+		pl.claim.full, pl.claim.more = false, len(jobs) > 0
+	} else {
+		pl.claim.full = len(jobs) == limit
+		if pl.claim.full {
+			pl.claim.more = true
+		}
 	}
+	now := time.Now()
 	for i := range jobs {
 		j := &jobs[i]
 		spec := pl.h.Job(j.Name)
@@ -220,18 +242,134 @@ func (l *loop) onClaimed(e claimedEvent) {
 			l.apply(t, o)
 			continue
 		}
-		if l.shut.state >= StateForceTimeoutPath && nackedAtForce(false, t.sync()) {
-			l.nack(t, "shutdown_timeout")
-			continue
-		}
 		if old := l.live[j.ID]; old != nil {
 			// The row came back to us after another worker recovered it
 			// while we still ran it: only this claim may write it now.
 			l.abandonSuperseded(old)
 		}
+		if l.shut.state >= StateForceTimeoutPath && nackedAtForce(false, t.sync()) {
+			if pl.claim.reserve.on() {
+				l.giveBack([]*task{t}, "shutdown")
+			} else {
+				l.nack(t, "shutdown_timeout")
+			}
+			continue
+		}
 		l.hold(t)
+		t.queuedAt = now
 		pl.pending = append(pl.pending, t)
 	}
+	if pl.claim.reserve.on() && len(jobs) > 0 {
+		// New work goes where the claim order puts it: a job of a better
+		// priority than the reserve's worst row does not wait behind it.
+		slices.SortStableFunc(pl.pending, claimOrder)
+	}
+}
+
+// claimOrder is the order pending jobs start in: suspects first, then the
+// claim's order (priority, scheduled_at nulls first, created_at).
+func claimOrder(a, b *task) int {
+	if a.suspect != b.suspect {
+		if a.suspect {
+			return -1
+		}
+		return 1
+	}
+	x, y := a.job, b.job
+	if c := cmp.Compare(x.Priority, y.Priority); c != 0 {
+		return c
+	}
+	switch {
+	case x.ScheduledAt == nil && y.ScheduledAt != nil:
+		return -1
+	case x.ScheduledAt != nil && y.ScheduledAt == nil:
+		return 1
+	case x.ScheduledAt != nil:
+		if c := x.ScheduledAt.Compare(*y.ScheduledAt); c != 0 {
+			return c
+		}
+	}
+	return x.CreatedAt.Compare(y.CreatedAt)
+}
+
+// completed counts an execution of pl that ended, for its reserve's rate.
+func (l *loop) completed(pl *pool) { pl.claim.reserve.completed(time.Now()) }
+
+// settleReserve gives back the reserved rows that will not start here
+// soon: all of them once the sidecar drains (a reserved row is not
+// in-flight work: another worker can start it now) or when the pool has no
+// ready process, and those that waited longer than the reserve's bound.
+// Given back means queued again with the attempt their claim charged
+// refunded, in their place in line. Then the reserve's size is shown.
+func (l *loop) settleReserve(pl *pool) {
+	r := &pl.claim.reserve
+	if !r.on() {
+		return
+	}
+	if len(pl.pending) > 0 {
+		var why string
+		switch {
+		case l.shut.state >= StateDraining:
+			why = "draining"
+		case !pl.hasReady():
+			why = "no_process"
+		}
+		now := time.Now()
+		var back []*task
+		var oldest time.Time
+		for _, t := range pl.pending {
+			switch {
+			case t.suspect:
+				// Its row is kept for its run alone (suspect.go).
+			case why != "" || now.Sub(t.queuedAt) >= r.waitBound():
+				back = append(back, t)
+			case oldest.IsZero() || t.queuedAt.Before(oldest):
+				oldest = t.queuedAt
+			}
+		}
+		if len(back) > 0 {
+			if why == "" {
+				why = "waited"
+			}
+			l.giveBack(back, why)
+		}
+		if !oldest.IsZero() {
+			// Wake when the oldest left reaches the bound.
+			d := oldest.Add(r.waitBound()).Sub(now)
+			if pl.claim.waitTimer == nil {
+				pl.claim.waitTimer = time.AfterFunc(d, func() { l.emit(reserveWaitEvent{pool: pl}) })
+			} else {
+				pl.claim.waitTimer.Reset(d)
+			}
+		}
+	}
+	held := 0
+	for _, t := range pl.pending {
+		if !t.suspect {
+			held++
+		}
+	}
+	if shown := [2]int{held, r.target(time.Now(), pl.hasReady())}; shown != pl.claim.shown {
+		pl.claim.shown = shown
+		l.metrics.reserveSize(pl.h.Name, shown[0], shown[1])
+	}
+}
+
+// giveBack returns claimed rows that never reached a handler: queued
+// again, attempts refunded, their place in line kept.
+func (l *loop) giveBack(ts []*task, why string) {
+	ids := make([]string, len(ts))
+	for i, t := range ts {
+		ids[i] = t.job.ID
+		l.drop(t)
+		if t.state == taskPending {
+			l.unqueue(t)
+		}
+		l.writer.Return(*t.job)
+	}
+	l.metrics.jobsReturned(why, len(ts))
+	l.log.Info("gave back reserved jobs unstarted: queued again in their place, their attempt refunded",
+		"handler", ts[0].pool.h.Name, "reason", why, "jobs", len(ids), "job_ids", ids)
 }
 
 // claimHoldMax bounds how long freed slots wait for a larger claim: about
@@ -433,6 +571,9 @@ func (l *loop) sendJobs() {
 }
 
 func (l *loop) start(t *task, p *process) {
+	if !t.queuedAt.IsZero() && p.pool.claim.reserve.on() {
+		l.metrics.reserveWaited(p.pool.h.Name, time.Since(t.queuedAt))
+	}
 	l.bind(t, p)
 	p.jobsRun++
 	frame := newJobFrame(t.job, l.host.workerID)

@@ -82,6 +82,9 @@ type (
 	shutdownTimeoutEvent struct{}
 	// graceExpiredEvent: sync_handler_grace_seconds elapsed.
 	graceExpiredEvent struct{}
+	// reserveWaitEvent: a pool's oldest reserved row reached its wait
+	// bound (settleReserve).
+	reserveWaitEvent struct{ pool *pool }
 	// claimHoldEvent: a pool's claim hold reached its time bound (holdClaim).
 	claimHoldEvent struct{ pool *pool }
 	// settleEvent: the wait for attached handlers to report the
@@ -99,6 +102,7 @@ type (
 		pool  *pool
 		jobs  []backends.Job
 		limit int
+		ahead int
 		err   error
 		// allNames: the claim asked for every job name of its pool, when
 		// the writer had written writtenAt batches (run --once).
@@ -155,6 +159,7 @@ func (tickEvent) isEvent()            {}
 func (shutdownRequestEvent) isEvent() {}
 func (graceExpiredEvent) isEvent()    {}
 func (claimHoldEvent) isEvent()       {}
+func (reserveWaitEvent) isEvent()     {}
 func (claimedEvent) isEvent()         {}
 func (unknownClaimedEvent) isEvent()  {}
 func (wakeEvent) isEvent()            {}

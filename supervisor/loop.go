@@ -31,6 +31,7 @@ const (
 // task is one claimed job.
 type task struct {
 	job       *backends.Job // a row of its claim (tasks share their claim's slice)
+	queuedAt  time.Time     // when it joined its pool's pending jobs
 	pool      *pool
 	spec      *config.JobSpec
 	proc      *process
@@ -72,6 +73,16 @@ type pool struct {
 	// isolated: processes running a suspect alone (suspect.go).
 	isolated map[*process]*task
 	attach   poolAttach // attach handlers' endpoints (attach.go)
+}
+
+// hasReady reports whether a process of the pool takes jobs.
+func (pl *pool) hasReady() bool {
+	for _, p := range pl.procs {
+		if p != nil && p.state == procReady {
+			return true
+		}
+	}
+	return false
 }
 
 func (pl *pool) ready() []*process {
@@ -173,7 +184,7 @@ func newLoop(s *Supervisor, w *completer.Completer, sp *transport.Spawner, wg *s
 	for i := range s.cfg.Manifest.Handlers {
 		h := &s.cfg.Manifest.Handlers[i]
 		pl := &pool{h: h, procs: make([]*process, h.Processes), restart: poolRestarts{pending: make([]bool, h.Processes)},
-			claim: poolClaims{more: true}}
+			claim: poolClaims{more: true, reserve: newReserve(s.cfg.Settings.ClaimAhead, s.cfg.Settings.ClaimAheadMax)}}
 		for _, j := range h.Jobs {
 			pl.allNames = append(pl.allNames, j.Name)
 			if j.Cancellable {
@@ -276,8 +287,8 @@ func (l *loop) react(e event) {
 		l.onStdinFailed(e.proc, e.err)
 	case attachRefusedEvent:
 		l.onAttachRefused(e.proc, e.err)
-	case claimHoldEvent:
-		// The hold's time bound: the settle step claims.
+	case claimHoldEvent, reserveWaitEvent:
+		// A time bound of the claim: the settle step acts on it.
 	case settleEvent:
 		l.onInheritWaitOver()
 	case settledEvent:
@@ -320,6 +331,8 @@ func touched(e event) *pool {
 		return e.pool
 	case claimHoldEvent:
 		return e.pool
+	case reserveWaitEvent:
+		return e.pool
 	case jobTimeoutEvent:
 		return e.task.pool
 	}
@@ -342,6 +355,7 @@ func (l *loop) settle(only *pool) {
 			}
 		}
 		l.tryDispatch(pl)
+		l.settleReserve(pl)
 		l.maybeClaim(pl)
 	}
 	l.reconcile()

@@ -30,6 +30,7 @@ func (l *loop) onResult(p *process, r *protocol.Result) {
 		l.metrics.lateResult(t.job.Name, t.abandoned)
 		l.ackNow(p, r.ID)
 	} else {
+		l.completed(t.pool)
 		l.record(t, r)
 		l.ackLater(p, r.ID)
 	}
