@@ -58,15 +58,19 @@ func (s *Supervisor) reregister(ctx context.Context, held []string) ([]string, e
 	} else if len(adopted) > 0 {
 		s.log.Info("took back jobs left with no worker when this sidecar's worker row was deleted", "worker_id", s.workerID, "job_ids", adopted)
 	}
+	// One read of every row still processing under this worker, not one
+	// per held job: a reserve may hold hundreds.
+	rows, err := s.cfg.Backend.ProcessingJobs(ctx, s.workerID)
+	if err != nil {
+		return nil, fmt.Errorf("reading the jobs still processing under worker %s: %w", s.workerID, err)
+	}
+	ours := make(map[string]bool, len(rows))
+	for _, j := range rows {
+		ours[j.ID] = true
+	}
 	var lost []string
 	for _, id := range held {
-		j, err := s.cfg.Backend.Get(ctx, id)
-		switch {
-		case errors.Is(err, backends.ErrNotFound):
-			lost = append(lost, id)
-		case err != nil:
-			return nil, fmt.Errorf("checking job %s: %w", id, err)
-		case j.Status != backends.StatusProcessing || j.WorkerID == nil || *j.WorkerID != s.workerID:
+		if !ours[id] {
 			lost = append(lost, id)
 		}
 	}
