@@ -209,7 +209,7 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 	})
 	mk(func() (e error) {
 		x.returned, e = m.Int64Counter("soniq_jobs_returned",
-			metric.WithDescription("Claimed rows given back to queued unstarted, their attempt refunded, by reason: lost_reply (a claim's reply was lost after it took them)."))
+			metric.WithDescription("Claimed rows given back to queued unstarted, their attempt refunded, by reason: draining, no_process (the handler has no ready process), waited (longer than the reserve's bound), shutdown (a claim that returned after FORCE_TIMEOUT_PATH), lost_reply (a claim's reply was lost after it took them)."))
 		return
 	})
 	mk(func() (e error) {
@@ -243,6 +243,9 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 	x.staleWkrs.Add(context.Background(), 0)
 	x.staleJobs.Add(context.Background(), 0)
 	x.auditFreed.Add(context.Background(), 0)
+	for _, reason := range returnReasons {
+		x.returned.Add(context.Background(), 0, metric.WithAttributes(attribute.String("reason", reason)))
+	}
 	return &x, nil
 }
 
@@ -433,6 +436,10 @@ func (m *Metrics) handlerAttr(handler string) metric.MeasurementOption {
 	m.attrSets.Store(k, v)
 	return v
 }
+
+// returnReasons are why claimed rows go back unstarted
+// (soniq_jobs_returned_total{reason}), each exported at 0 from the start.
+var returnReasons = [...]string{"draining", "no_process", "waited", "shutdown", "lost_reply"}
 
 // jobsReturned counts claimed rows given back unstarted.
 func (m *Metrics) jobsReturned(reason string, n int) {
