@@ -184,7 +184,8 @@ func newLoop(s *Supervisor, w *completer.Completer, sp *transport.Spawner, wg *s
 	for i := range s.cfg.Manifest.Handlers {
 		h := &s.cfg.Manifest.Handlers[i]
 		pl := &pool{h: h, procs: make([]*process, h.Processes), restart: poolRestarts{pending: make([]bool, h.Processes)},
-			claim: poolClaims{more: true, reserve: newReserve(s.cfg.Settings.ClaimAhead, s.cfg.Settings.ClaimAheadMax)}}
+			claim: poolClaims{more: true, reserve: newReserve(s.cfg.Settings.ClaimAhead, s.cfg.Settings.ClaimAheadMax),
+				shown: [2]int{-1, -1}}} // the reserve's gauges are exported from the first step
 		for _, j := range h.Jobs {
 			pl.allNames = append(pl.allNames, j.Name)
 			if j.Cancellable {
