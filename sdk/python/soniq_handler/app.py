@@ -13,44 +13,13 @@ from typing import Any, Callable, List, NoReturn, Optional, Sequence, TypeVar
 
 from . import _serve, protocol
 from ._log import log
+from ._options import UsageError, listen_option
 from ._registry import Registry, validator
 from ._runtime import Runtime
-from ._serve import negotiate_version
-from ._types import (
-    EXIT_CANNOT_START,
-    EXIT_NO_COMMON_PROTOCOL,
-    EXIT_OK,
-    EXIT_PROTOCOL_ERROR,
-    EXIT_SIDECAR_GONE,
-    EXIT_USAGE,
-    SDK_NAME,
-    CallNext,
-    JobContext,
-    Middleware,
-    PermanentError,
-    ServeError,
-    Snooze,
-    Validator,
-)
+from ._types import EXIT_OK, EXIT_USAGE, Middleware, Validator
 
-__all__ = [
-    "App",
-    "CallNext",
-    "EXIT_CANNOT_START",
-    "EXIT_NO_COMMON_PROTOCOL",
-    "EXIT_OK",
-    "EXIT_PROTOCOL_ERROR",
-    "EXIT_SIDECAR_GONE",
-    "EXIT_USAGE",
-    "JobContext",
-    "Middleware",
-    "PermanentError",
-    "SDK_NAME",
-    "ServeError",
-    "Snooze",
-    "Validator",
-    "negotiate_version",
-]
+# The package's public names are soniq_handler.__all__ (__init__.py), the one
+# list of them; this module defines App and lists nothing of its own.
 
 # A job handler: f(args) or f(args, ctx), a plain def or an async def. The
 # decorator hands it back unchanged, with its own type.
@@ -180,8 +149,6 @@ class App:
         $SONIQ_LISTEN. A --listen without a path exits with status 2.
         """
         if listen is None:
-            from ._cli import UsageError, listen_option
-
             try:
                 listen = listen_option(sys.argv[1:] if argv is None else argv)
             except UsageError as e:

@@ -286,7 +286,7 @@ def test_hello_and_jobs():
     hello = rt.hello(1)
     assert protocol.decode(protocol.encode(hello)) == hello
     assert hello["jobs"] == [{"name": "a", "cancellable": False}, {"name": "b", "cancellable": True}]
-    assert (hello["concurrency"], hello["sync_concurrency"], hello["sdk"]) == (3, 2, soniq_handler.app.SDK_NAME)
+    assert (hello["concurrency"], hello["sync_concurrency"], hello["sdk"]) == (3, 2, soniq_handler._types.SDK_NAME)
 
 
 def test_encode_result_keeps_a_good_frame():
