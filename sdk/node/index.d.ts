@@ -3,11 +3,8 @@
 
 import type { JsonObject } from './protocol';
 
-export {
-  ProtocolError,
-  decode,
-  encode,
-} from './protocol';
+// The codec (decode, encode) is the package's other entry point, 'soniq-handler/protocol'.
+export { ProtocolError } from './protocol';
 export type {
   CancelReason,
   EncodableMessage,
@@ -158,18 +155,12 @@ export class Snooze {
   readonly reason: string | null;
 }
 
-/** The real stdout, once console output and process.stdout.write go to stderr. */
-export interface ProtectedStdout {
-  readonly stream: { write(chunk: string | Uint8Array): boolean };
-  write(chunk: string | Uint8Array, callback?: (err?: Error | null) => void): boolean;
-}
-
 /**
  * Sends console.log/info/debug/... and process.stdout.write to stderr so that nothing but
  * frames reaches stdout. `App.run()` calls it; call it first thing if your imports print
  * while they load. Idempotent.
  */
-export function protectStdout(): ProtectedStdout;
+export function protectStdout(): void;
 
 /**
  * The highest protocol version both sides speak, or null. `offered` is
