@@ -60,12 +60,16 @@ export interface AfterJobInfo {
   readonly durationMs: number;
 }
 
-/** Runs after each job that succeeded (not after a snooze), before its result is sent. */
+/**
+ * Runs after each job that succeeded (not after a snooze), once its result is sent: it holds no
+ * slot and no timeout applies to it; at shutdown the process waits for it.
+ */
 export type AfterJobHook = (ctx: JobContext, info: AfterJobInfo) => unknown;
 
 /**
- * Runs after the handler or a middleware threw (also when a job timeout cancelled the job; not
- * at a shutdown's cancel, not for a failed validation), before the result is sent.
+ * Runs after the handler or a middleware threw (also when a job timeout cancelled the job, and
+ * when its value cannot be sent; not at a shutdown's cancel, not for a failed validation),
+ * before the failure is sent.
  */
 export type OnErrorHook = (ctx: JobContext, error: unknown) => unknown;
 
@@ -123,9 +127,10 @@ export class App {
    */
   job<Args = JsonObject>(name: string, fn: JobHandler<Args>, options: JobOptions<Args>): this;
   /**
-   * Hooks (Soniq's before_job / after_job / on_error): called in registration order and awaited,
-   * inside the job (its slot and its timeout). One that throws is logged on stderr and ignored:
-   * it never changes the job's outcome.
+   * Hooks (Soniq's before_job / after_job / on_error): called in registration order and awaited.
+   * beforeJob and onError run inside the job (its slot and its timeout), afterJob once the
+   * job's result is sent. One that throws is logged on stderr and ignored: it never changes the
+   * job's outcome.
    */
   beforeJob(fn: BeforeJobHook): this;
   afterJob(fn: AfterJobHook): this;

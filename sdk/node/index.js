@@ -67,20 +67,23 @@ class App {
     return this;
   }
 
-  // Hooks, as Soniq's before_job / after_job / on_error: one-shot side effects, run in
-  // registration order and awaited; one that throws is logged on stderr and changes nothing.
+  // Hooks, as Soniq's before_job / after_job / on_error, where its worker runs them: one-shot
+  // side effects, run in registration order and awaited; one that throws is logged on stderr
+  // and changes nothing.
   // beforeJob(ctx): before validation, for every job this process serves.
   beforeJob(fn) {
     return this._addHook('beforeJob', fn);
   }
 
-  // afterJob(ctx, {result, durationMs}): after the job succeeded (not after a snooze).
+  // afterJob(ctx, {result, durationMs}): after the job succeeded (not after a snooze), once its
+  // result is sent: outside its slot and its timeout.
   afterJob(fn) {
     return this._addHook('afterJob', fn);
   }
 
   // onError(ctx, error): after the handler or a middleware threw (a cancel for job_timeout
-  // included, not a shutdown's), before the result is sent. Not for a failed validation.
+  // included, not a shutdown's) or its value cannot be sent, before the failure is sent. Not for
+  // a failed validation.
   onError(fn) {
     return this._addHook('onError', fn);
   }

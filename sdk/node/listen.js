@@ -108,7 +108,7 @@ async function serve(rt, protocolVersion, socketPath) {
 
   // Told to stop and nothing held: end the session, let the last messages go out, exit 0.
   function maybeExit() {
-    if (!core.draining || rt.count > 0 || exiting) return;
+    if (!core.draining || !rt.idle || exiting) return;
     // The last results are acknowledged once the sidecar has written them; a short wait, so
     // that none is left to a session that ends.
     if (core.awaitingAcks() && ackWait !== 'over') {

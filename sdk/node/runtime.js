@@ -6,10 +6,14 @@
 // - holds every job from its job message to its result: at most `concurrency` run at once,
 //   the others wait in arrival order;
 // - runs each as a Soniq worker does: beforeJob hooks, `validate`, the middleware chain around
-//   the handler, then afterJob (or onError) hooks;
+//   the handler;
 // - cancels the cancellable ones (ctx.signal aborts with the reason);
-// - settles each result: checked (JSON, the frame limit; a result that cannot be sent fails
-//   the job instead), then reported once through the callback the transport gave with the job.
+// - settles each result where a Soniq worker does: checked (JSON, the frame limit; a result
+//   that cannot be sent fails the job instead) inside the job; a failure runs its onError hooks
+//   before it is reported (Soniq calls on_error before it writes the failure); a success is
+//   reported once through the callback the transport gave with the job, and only then are its
+//   afterJob hooks called (Soniq calls after_job after mark_job_done), holding no slot and
+//   outside the job's timeout.
 //
 // Its interface, all a transport uses:
 //
@@ -20,6 +24,7 @@
 //   rt.start(jobFrame, report, { apart: true }) // report(rt.encodeResultApart(result)) once
 //   rt.cancel(id, reason)
 //   rt.held(), rt.count, rt.maxFrameBytes
+//   rt.idle                         // no job held and no afterJob hook running
 //
 // What an App registers is a Registry (registry.js); the result frames and the check each
 // passes before it is reported are in results.js; the results attach mode keeps for a session,
@@ -54,6 +59,7 @@ class Runtime {
     this.jobs = new Map(); // id -> entry {controller, cancellable, msg, handler, report}, until its result is reported
     this.waiting = []; // entries over the concurrency limit, in arrival order
     this.running = 0;
+    this.hooksRunning = 0; // afterJob hooks of jobs whose result is reported
   }
 
   hello(protocol) {
@@ -111,6 +117,11 @@ class Runtime {
     return this.jobs.size;
   }
 
+  // No job held and no afterJob hook running: a transport that is shutting down may exit.
+  get idle() {
+    return this.jobs.size === 0 && this.hooksRunning === 0;
+  }
+
   // The result as it is reported, and its encoding (results.js, encodeResult).
   encodeResult(result) {
     return encodeResult(result, this.maxFrameBytes);
@@ -135,12 +146,11 @@ class Runtime {
     this.jobs.delete(entry.msg.id);
     this.running--;
     try {
-      if (entry.apart) {
-        entry.report(this.encodeResultApart(result));
-      } else {
-        const { frame, text } = this.encodeResult(result);
-        entry.report(frame, text);
-      }
+      // Checked in the job already when it ended with a value (_check); anything else here.
+      const encoded = entry.encoded && entry.encoded.frame === result ? entry.encoded : this._encode(entry, result);
+      if (entry.apart) entry.report(encoded);
+      else entry.report(encoded.frame, encoded.text);
+      if (encoded.frame.status === 'done' && entry.done) this._afterJob(entry.done.ctx, encoded.frame.result, entry.done.durationMs);
     } catch (err) {
       this.onReportError(entry.msg.id, err);
     } finally {
@@ -206,19 +216,53 @@ class Runtime {
     try {
       snooze = isSnooze(value) && { seconds: value.seconds, reason: value.reason ?? null };
     } catch (err) {
-      return unencodable(msg.id, err); // a Proxy whose traps throw cannot be written either
+      return this._unsendable(ctx, unencodable(msg.id, err)); // a Proxy whose traps throw cannot be written either
     }
     if (snooze) {
       const { seconds, reason } = snooze;
       // A Snooze checks these; one made to look like a Snooze may not have.
       if (typeof seconds !== 'number' || !Number.isFinite(seconds) || seconds < 0 || (reason !== null && typeof reason !== 'string')) {
-        return unencodable(msg.id, new TypeError(`a Snooze needs seconds >= 0 and a string reason, got ${describe(seconds)}, ${describe(reason)}`));
+        return this._unsendable(ctx, unencodable(msg.id, new TypeError(`a Snooze needs seconds >= 0 and a string reason, got ${describe(seconds)}, ${describe(reason)}`)));
       }
       return { ...base, status: 'snooze', seconds, reason: reason === null ? null : truncate(reason, MAX_ERROR_TEXT) };
     }
-    const result = value === undefined ? null : value;
-    await this._runHooks('afterJob', ctx, [ctx, { result, durationMs: performance.now() - started }]);
-    return { ...base, status: 'done', result };
+    const durationMs = performance.now() - started;
+    const checked = this._check(entry, { ...base, status: 'done', result: value === undefined ? null : value });
+    if (checked.status === 'done') {
+      entry.done = { ctx, durationMs };
+      return checked;
+    }
+    return this._unsendable(ctx, checked);
+  }
+
+  // A value that cannot be sent fails the job: its onError hooks get an Error saying what went
+  // wrong (the failure's type as its name), before the failure is reported.
+  async _unsendable(ctx, failed) {
+    const error = new Error(failed.error.message);
+    error.name = failed.error.type;
+    await this._runHooks('onError', ctx, [ctx, error]);
+    return failed;
+  }
+
+  // The result as it is reported (encodeResult or encodeResultApart), kept for _finish.
+  _check(entry, result) {
+    entry.encoded = this._encode(entry, result);
+    return entry.encoded.frame;
+  }
+
+  _encode(entry, result) {
+    return entry.apart ? this.encodeResultApart(result) : this.encodeResult(result);
+  }
+
+  // Once a job's success is reported: its afterJob hooks, apart from the job (its slot is free
+  // and its timeout no longer runs). The transports wait for them before exiting (idle).
+  _afterJob(ctx, result, durationMs) {
+    if (this.registry.hooks.afterJob.length === 0) return;
+    this.hooksRunning++;
+    this._runHooks('afterJob', ctx, [ctx, { result, durationMs }]).finally(() => {
+      this.hooksRunning--;
+      this.onChange();
+    });
   }
 
   async _runHooks(kind, ctx, args) {

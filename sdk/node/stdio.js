@@ -231,7 +231,7 @@ class Stdio {
   }
 
   _maybeExit() {
-    if (!this.draining || this.rt.count > 0 || this.exiting) return;
+    if (!this.draining || !this.rt.idle || this.exiting) return;
     this.exiting = true;
     this.writer.idle().then(() => process.exit(EXIT_OK));
   }

@@ -134,7 +134,7 @@ function serve(rt, protocolVersion, guard) {
   });
 
   const maybeExit = () => {
-    if (!draining || rt.count > 0) return;
+    if (!draining || !rt.idle) return;
     // Let the last messages (and the Shutdown reply) go out, then exit 0.
     server.tryShutdown(() => process.exit(EXIT_OK));
   };

@@ -243,7 +243,7 @@ test('session: a reported result becomes the Result message its parsed stdio enc
   }
 });
 
-test('runtime: hooks and middleware run in order, afterJob before the result is reported', async () => {
+test('runtime: hooks and middleware run in order, afterJob once the result is reported', async () => {
   const h = harness();
   const seen = [];
   h.reg.hooks.beforeJob.push((ctx) => seen.push(`before ${ctx.id} attempt ${ctx.attempt}`));
@@ -254,7 +254,50 @@ test('runtime: hooks and middleware run in order, afterJob before the result is 
   h.start('a', 'ok', { v: 1 });
   const got = await h.until(1);
   assert.deepEqual(got.a.result, { wrapped: 2 });
-  assert.deepEqual(seen, ['before a attempt 2', 'outer', 'inner', 'after a {"wrapped":2} reports=0']);
+  // As Soniq calls after_job after mark_job_done: the result is out first.
+  assert.deepEqual(seen, ['before a attempt 2', 'outer', 'inner', 'after a {"wrapped":2} reports=1']);
+});
+
+test('runtime: afterJob holds no slot and the runtime is idle only once it returns', async () => {
+  const h = harness({ concurrency: 1 });
+  const g = gate();
+  const after = [];
+  h.reg.hooks.afterJob.push(async (ctx) => { after.push(ctx.id); await g.p; });
+  h.add('ok', ({ n }) => n);
+  h.start('a', 'ok', { n: 1 });
+  h.start('b', 'ok', { n: 2 });
+  // Both results are out while a's afterJob still waits: its slot went to b.
+  const got = await h.until(2);
+  assert.deepEqual([got.a.result, got.b.result], [1, 2]);
+  assert.deepEqual(after, ['a', 'b']);
+  assert.equal(h.rt.count, 0);
+  assert.equal(h.rt.idle, false);
+  const changes = h.changes;
+  g.open();
+  await waitFor(() => h.rt.idle, () => 'hooks still running', 5000);
+  assert.ok(h.changes > changes, 'the hooks ending is a change');
+});
+
+test('runtime: onError runs before the failure is reported, also for a value that cannot be sent', async () => {
+  const h = harness();
+  const g = gate();
+  const seen = [];
+  h.reg.hooks.onError.push(async (ctx, err) => {
+    seen.push(`onError ${ctx.id} ${err.name}: ${err.message.split(':')[0]} reports=${h.reports.length}`);
+    await g.p;
+  });
+  h.add('boom', () => { throw new TypeError('boom'); });
+  h.add('cycle', () => { const a = {}; a.a = a; return a; });
+  h.start('f', 'boom', {});
+  h.start('c', 'cycle', {});
+  await waitFor(() => seen.length === 2, () => JSON.stringify(seen), 5000);
+  await tick();
+  assert.equal(h.reports.length, 0, 'no failure is sent while its onError hooks run');
+  g.open();
+  const got = await h.until(2);
+  assert.equal(got.f.status, 'failed');
+  assert.equal(got.c.status, 'failed');
+  assert.deepEqual(seen.sort(), ['onError c TypeError: result of job c is not JSON-serialisable reports=0', 'onError f TypeError: boom reports=0']);
 });
 
 test('runtime: duplicate(), start of a held job, hello', async () => {

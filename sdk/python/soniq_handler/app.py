@@ -115,14 +115,16 @@ class App:
 
     def after_job(self, fn: AfterJobT) -> AfterJobT:
         """Registers ``fn(job_name, job_id, duration_ms)``, called after a job
-        succeeded, once its result is reported. A hook that raises is logged
-        and ignored."""
+        succeeded, once its result is reported (as Soniq calls it after
+        marking the row done): it holds no slot and no timeout applies. A
+        hook that raises is logged and ignored."""
         return self._add_hook("after_job", fn)
 
     def on_error(self, fn: OnErrorT) -> OnErrorT:
         """Registers ``fn(job_name, job_id, error, attempt)``, called after a
-        job failed (``error`` is the text the row's last_error gets), once
-        its result is reported. A hook that raises is logged and ignored."""
+        job failed (``error`` is the text the row's last_error gets), before
+        its failure is reported (as Soniq calls it before it writes the
+        failure). A hook that raises is logged and ignored."""
         return self._add_hook("on_error", fn)
 
     def _add_hook(self, event: str, fn: HookT) -> HookT:
