@@ -110,9 +110,10 @@ export interface JobContext {
 }
 
 /**
- * A job handler, sync or async. Its value is the result (`undefined` is sent as null) and must
- * be JSON-serialisable; a Snooze puts the job back; a throw fails it (retried unless it is a
- * PermanentError or has `retryable === false`).
+ * A job handler, sync or async. Its value is the result (`undefined` is sent as null), written
+ * as JSON (a BigInt as its decimal digits, with a warning; a cycle fails the job); a Snooze puts
+ * the job back; a throw fails it (retried unless it is a PermanentError or has
+ * `retryable === false`).
  */
 export type JobHandler<Args = JsonObject> = (args: Args, ctx: JobContext) => unknown;
 

@@ -1,12 +1,15 @@
 'use strict';
 // The result frames a job ends with, and how each is reported: a thrown value as a protocol
 // error object (whatever it does when read), the frames a transport sends on its own, and the
-// one check every result passes before it goes out (encodeResult): a value that cannot be
-// written, or is over the frame limit, fails its job with the cause (docs/protocol.md, "Result
-// encoding failures"); nothing here throws for what a handler returned.
+// one check every result passes before it goes out (encodeResult). A value JSON cannot hold (a
+// BigInt) is written as Soniq's worker stores what JSON cannot hold, as a string, with a WARN
+// line; a value that cannot be written at all (a cycle, nested too deep, a toJSON that throws),
+// or is over the frame limit, fails its job with the cause (docs/protocol.md, "Result encoding
+// failures"); nothing here throws for what a handler returned.
 
 const { encode } = require('./protocol');
 const { checkDepth, replaceLoneSurrogates } = require('./jsontext');
+const { log } = require('./log');
 
 const MAX_ERROR_TEXT = 64 * 1024;
 
@@ -211,17 +214,67 @@ function truncate(s, max) {
   return `${s.slice(0, max)}... [truncated ${s.length - max} chars]`;
 }
 
+// A done result whose value JSON.stringify could not write (`err`), with what JSON cannot hold
+// replaced by a string, in this SDK's terms of the rule Soniq's worker follows (it stores
+// str() of such a value): a BigInt, anywhere, becomes its decimal digits; a Symbol or a
+// function that is the whole value (JSON.stringify leaves them out inside objects and writes
+// null for them in arrays, and still does) becomes String(symbol) or `[function name]`. The
+// answer is {frame, types} (the names of the types replaced), {err} for what still cannot be
+// written (a cycle, a toJSON that throws: the error JSON.stringify threw then), or null when
+// nothing was replaced.
+function stringified(result, err) {
+  if (result.status !== 'done') return { err };
+  const types = new Set();
+  let top = true;
+  let text;
+  try {
+    text = JSON.stringify(result.result, function replace(key, v) {
+      const whole = top;
+      top = false;
+      if (typeof v === 'bigint') {
+        types.add('bigint');
+        return v.toString();
+      }
+      if (whole && (typeof v === 'symbol' || typeof v === 'function')) {
+        types.add(typeof v);
+        return describe(v);
+      }
+      return v;
+    });
+  } catch (again) {
+    return { err: again };
+  }
+  if (text === undefined || types.size === 0) return { err };
+  return { frame: { ...result, result: JSON.parse(text) }, types };
+}
+
+function warnStringified(frame, name, types) {
+  const job = name === undefined ? frame.id : `${frame.id} (${name})`;
+  log(`WARN: job ${job} returned ${[...types].sort().join(', ')}, which JSON cannot hold; its result stores each as a string, as a Soniq worker stores str() of it`);
+}
+
 // The result as it is reported, and its encoding, for a frame limit of `limit` bytes (every
-// transport reports what this returns).
-// A value that cannot be written (BigInt, a cycle, nesting too deep, a toJSON or getter that
-// throws) or one over the frame limit fails the job instead, with the cause in the message; a
-// failure over the limit keeps its type and retryability and is cut to fit. Never throws.
-function encodeResult(result, limit) {
+// transport reports what this returns); `name` is the job's, for the WARN line.
+// A done value holding what JSON cannot hold (a BigInt) is sent with each such value as a
+// string (stringified), and a WARN line says so. A value that cannot be written (a cycle,
+// nesting too deep, a toJSON or getter that throws) or one over the frame limit fails the job
+// instead, with the cause in the message; a failure over the limit keeps its type and
+// retryability and is cut to fit. Never throws.
+function encodeResult(result, limit, name) {
   let text;
   try {
     text = encode(result);
   } catch (err) {
-    return unwritable(result, err, limit);
+    const s = stringified(result, err);
+    if (s.err) return unwritable(result, s.err, limit);
+    try {
+      text = encode(s.frame);
+    } catch (again) {
+      return unwritable(result, again, limit);
+    }
+    const fitted = fit(s.frame, text, limit);
+    if (fitted.frame.status === 'done') warnStringified(fitted.frame, name, s.types);
+    return fitted;
   }
   return fit(result, text, limit);
 }
@@ -243,8 +296,8 @@ function fit(result, text, limit) {
 // with `,"result":VALUE` before the brace when there is a value, so its length, size and depth
 // follow from its parts. Anything else, and a value with a lone surrogate replaced (its text is
 // no longer that value's JSON), comes with `text` as from encodeResult. Never throws.
-function encodeResultApart(result, limit) {
-  if (result.status !== 'done' || typeof result.id !== 'string') return withBytes(encodeResult(result, limit));
+function encodeResultApart(result, limit, name) {
+  if (result.status !== 'done' || typeof result.id !== 'string') return withBytes(encodeResult(result, limit, name));
   const head = `{"type":"result","id":${replaceLoneSurrogates(JSON.stringify(result.id))},"status":"done"`;
   let raw = null;
   let value = null;
@@ -255,6 +308,8 @@ function encodeResultApart(result, limit) {
       value = replaceLoneSurrogates(raw);
       checkDepth(value, head.length + 11 + value.length, 1);
     } catch (err) {
+      // What JSON cannot hold is checked as encodeResult checks it, frame and all: rare.
+      if (typeof raw !== 'string') return withBytes(encodeResult(result, limit, name));
       return withBytes(unwritable(result, err, limit));
     }
   }

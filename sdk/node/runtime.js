@@ -123,14 +123,14 @@ class Runtime {
   }
 
   // The result as it is reported, and its encoding (results.js, encodeResult).
-  encodeResult(result) {
-    return encodeResult(result, this.maxFrameBytes);
+  encodeResult(result, name) {
+    return encodeResult(result, this.maxFrameBytes, name);
   }
 
   // encodeResult for a transport that carries a result's value apart from its frame (results.js,
   // encodeResultApart).
-  encodeResultApart(result) {
-    return encodeResultApart(result, this.maxFrameBytes);
+  encodeResultApart(result, name) {
+    return encodeResultApart(result, this.maxFrameBytes, name);
   }
 
   _start(entry) {
@@ -251,7 +251,8 @@ class Runtime {
   }
 
   _encode(entry, result) {
-    return entry.apart ? this.encodeResultApart(result) : this.encodeResult(result);
+    const name = entry.msg.name;
+    return entry.apart ? this.encodeResultApart(result, name) : this.encodeResult(result, name);
   }
 
   // Once a job's success is reported: its afterJob hooks, apart from the job (its slot is free

@@ -111,7 +111,7 @@ test('runtime: a non-cancellable job ignores a cancel and reports its real resul
   assert.equal(signal.aborted, false);
 });
 
-test('runtime: outcomes; a result that cannot be sent fails the job', async () => {
+test('runtime: outcomes; a BigInt is sent as its digits, a result over the frame limit fails the job', async () => {
   const h = harness({ maxFrameBytes: 4096 });
   h.add('snooze', () => new Snooze(3, 'later'));
   h.add('permanent', () => { throw new PermanentError('no'); });
@@ -125,7 +125,7 @@ test('runtime: outcomes; a result that cannot be sent fails the job', async () =
   assert.deepEqual([got['1'].status, got['1'].seconds, got['1'].reason], ['snooze', 3, 'later']);
   assert.equal(got['2'].error.type, 'PermanentError');
   assert.equal(got['2'].error.retryable, false);
-  assert.match(got['3'].error.message, /^result of job 3 is not JSON-serialisable/);
+  assert.deepEqual([got['3'].status, got['3'].result], ['done', { n: '10' }]);
   assert.equal(got['4'].error.type, 'ResultTooLarge');
   assert.deepEqual(got['5'].result, { n: 7 });
   assert.equal(got['6'].error.reason, 'invalid_arguments');
@@ -154,6 +154,33 @@ test('runtime: a result that cannot be written fails permanently with its cause,
   assert.deepEqual([got.thrown.error.type, got.thrown.error.retryable], ['object', true]);
   assert.deepEqual([got.message.error.type, got.message.error.message], ['Error', '<reading its message threw RangeError>']);
   assert.match(got.fake.error.message, /^result of job fake is not JSON-serialisable: a Snooze needs seconds >= 0/);
+});
+
+test('runtime: what JSON cannot hold is sent as a string, with one WARN line naming the job and the types', async () => {
+  const lines = [];
+  const write = process.stderr.write;
+  process.stderr.write = (chunk, ...rest) => (String(chunk).includes('WARN') ? (lines.push(String(chunk)), true) : write.call(process.stderr, chunk, ...rest));
+  try {
+    const h = harness();
+    h.add('n', () => ({ big: 2n ** 70n, list: [1n, { toJSON: () => -3n }], d: new Date(0) }));
+    h.add('sym', () => Symbol('tag'));
+    h.add('fn', () => function handler() {});
+    h.add('both', () => { const a = { n: 1n }; a.self = a; return a; }); // a cycle stays a failure
+    for (const id of ['n', 'sym', 'fn', 'both']) h.start(id, id);
+    const got = await h.until(4);
+    assert.deepEqual([got.n.status, got.n.result], ['done', { big: '1180591620717411303424', list: ['1', '-3'], d: '1970-01-01T00:00:00.000Z' }]);
+    assert.deepEqual([got.sym.status, got.sym.result], ['done', 'Symbol(tag)']);
+    assert.deepEqual([got.fn.status, got.fn.result], ['done', '[function handler]']);
+    assert.deepEqual([got.both.status, got.both.error.retryable], ['failed', false]);
+    assert.match(got.both.error.message, /Converting circular structure to JSON/);
+    assert.deepEqual(lines.map((l) => l.replace(/^soniq-handler\[\d+\]: /, '').trim()).sort(), [
+      'WARN: job fn (fn) returned function, which JSON cannot hold; its result stores each as a string, as a Soniq worker stores str() of it',
+      'WARN: job n (n) returned bigint, which JSON cannot hold; its result stores each as a string, as a Soniq worker stores str() of it',
+      'WARN: job sym (sym) returned symbol, which JSON cannot hold; its result stores each as a string, as a Soniq worker stores str() of it',
+    ]);
+  } finally {
+    process.stderr.write = write;
+  }
 });
 
 test('runtime: a failure over the frame limit is cut to fit and keeps its retryability', async () => {

@@ -329,7 +329,7 @@ class Runtime:
             return snoozed(ctx.id, value)
         # Checked here, inside the job: a value that cannot be sent is a
         # failure, and gets on_error before it goes out.
-        job.encoded = encode_result(done, self.max_frame_bytes)
+        job.encoded = encode_result(done, self.max_frame_bytes, ctx.name)
         if job.encoded[0]["status"] == "failed":
             return await self._failed(job, job.encoded[0])
         return job.encoded[0]
