@@ -307,12 +307,16 @@ func (l *loop) settleReserve(pl *pool) {
 		return
 	}
 	if len(pl.pending) > 0 {
+		// What the free slots will take is claimed-not-yet-running work,
+		// as without a reserve; what waits beyond them is the reserve.
 		var why string
+		slots := 0
 		switch {
-		case l.shut.state >= StateDraining:
-			why = "draining"
 		case !pl.hasReady():
 			why = "no_process"
+		case l.shut.state >= StateDraining:
+			why = "draining"
+			slots = l.freeSlots(pl)
 		}
 		now := time.Now()
 		var back []*task
@@ -321,6 +325,8 @@ func (l *loop) settleReserve(pl *pool) {
 			switch {
 			case t.suspect:
 				// Its row is kept for its run alone (suspect.go).
+			case why != "" && slots > 0:
+				slots--
 			case why != "" || now.Sub(t.queuedAt) >= r.waitBound():
 				back = append(back, t)
 			case oldest.IsZero() || t.queuedAt.Before(oldest):
@@ -353,6 +359,17 @@ func (l *loop) settleReserve(pl *pool) {
 		pl.claim.shown = shown
 		l.metrics.reserveSize(pl.h.Name, shown[0], shown[1])
 	}
+}
+
+// freeSlots is the slots of pl's ready processes not running a job.
+func (l *loop) freeSlots(pl *pool) int {
+	free := 0
+	for _, p := range pl.procs {
+		if p != nil && p.state == procReady && pl.isolated[p] == nil {
+			free += max(p.free(), 0)
+		}
+	}
+	return free
 }
 
 // giveBack returns claimed rows that never reached a handler: queued
