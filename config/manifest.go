@@ -51,7 +51,12 @@ type ManifestSettings struct {
 	CleanupInterval      *time.Duration // cleanup_interval
 	AuditInterval        *time.Duration // audit_interval
 	PollInterval         *time.Duration // poll_interval
-	ResultTTL            *time.Duration // result_ttl
+	// ClaimAhead (claim_ahead) is the work a pool may hold in reserve
+	// beyond its free slots, as time at its completion rate; 0 = none.
+	ClaimAhead *time.Duration
+	// ClaimAheadMax (claim_ahead_max) caps a pool's reserve, in rows.
+	ClaimAheadMax *int
+	ResultTTL     *time.Duration // result_ttl
 	// Queues comes from `settings.queues` or the top-level `queues:` (one
 	// of the two at most); nil means all queues.
 	Queues []string

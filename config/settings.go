@@ -22,7 +22,7 @@ type Settings struct {
 	// as time at its measured completion rate: the reserve holds at most
 	// rate × ClaimAhead rows (Little's law), and 0 claims only free slots.
 	ClaimAhead time.Duration
-	// ClaimAheadMax caps a pool's reserve, in rows.
+	// ClaimAheadMax caps a pool's reserve, in rows; > 0.
 	ClaimAheadMax int
 	// SyncHandlerGrace is the flat extra wait for sync jobs once
 	// ShutdownTimeout has expired. Unless set explicitly (SyncGraceSet) it
@@ -74,7 +74,12 @@ type SettingOverrides struct {
 	CleanupInterval      *time.Duration
 	AuditInterval        *time.Duration
 	PollInterval         *time.Duration
-	ResultTTL            *time.Duration
+	// ClaimAhead is the work a pool may hold in reserve beyond its free
+	// slots, as time at its completion rate; 0 = none.
+	ClaimAhead *time.Duration
+	// ClaimAheadMax caps a pool's reserve, in rows; > 0.
+	ClaimAheadMax *int
+	ResultTTL     *time.Duration
 }
 
 // Source is the layer a setting's value came from.
