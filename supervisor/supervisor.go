@@ -202,6 +202,10 @@ func New(cfg Config) (*Supervisor, error) {
 	if cfg.Settings.AuditInterval == 0 { // negative turns the audit off
 		cfg.Settings.AuditInterval = def.AuditInterval
 	}
+	if cfg.Settings.ClaimAheadMax <= 0 {
+		cfg.Settings.ClaimAheadMax = def.ClaimAheadMax
+	}
+	cfg.Settings.ClaimAhead = max(cfg.Settings.ClaimAhead, 0) // 0: only free slots
 	s := &Supervisor{
 		cfg:      cfg,
 		log:      cfg.Logger,
