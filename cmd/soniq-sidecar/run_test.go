@@ -80,11 +80,11 @@ handlers:
       - {name: app.one, cancellable: true}
 `
 	tests := []struct {
-		name     string
-		inFile   string
-		args     []string
-		env      map[string]string
-		want     string
+		name   string
+		inFile string
+		args   []string
+		env    map[string]string
+		want   string
 	}{
 		{name: "the flag, not a number", inFile: "5", args: []string{"--claim-ahead-max", "lots"},
 			want: `run: invalid value "lots" for flag -claim-ahead-max: invalid number "lots" (want a whole number, like 500)`},
