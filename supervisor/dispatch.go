@@ -304,6 +304,10 @@ func (l *loop) completed(pl *pool) { pl.claim.reserve.completed(time.Now()) }
 func (l *loop) settleReserve(pl *pool) {
 	r := &pl.claim.reserve
 	if !r.on() {
+		if pl.claim.shown != [2]int{} {
+			pl.claim.shown = [2]int{}
+			l.metrics.reserveSize(pl.h.Name, 0, 0) // exported, at 0, when claim-ahead is off
+		}
 		return
 	}
 	if len(pl.pending) > 0 {
