@@ -22,6 +22,7 @@ type Backend struct {
 	deadLetters          map[string]*backends.DeadLetterJob
 	workers              map[string]*backends.Worker
 	tasks                map[taskKey]time.Time
+	schedules            map[string]*backends.Schedule // by id
 	backends.LocalLeader // TryLeader
 	subscribers          map[int]chan string
 	nextSub              int
@@ -44,6 +45,7 @@ func New() *Backend {
 		deadLetters: map[string]*backends.DeadLetterJob{},
 		workers:     map[string]*backends.Worker{},
 		tasks:       map[taskKey]time.Time{},
+		schedules:   map[string]*backends.Schedule{},
 		subscribers: map[int]chan string{},
 		closed:      make(chan struct{}),
 		seqs:        map[string]int64{},
