@@ -23,7 +23,7 @@ type Backend struct {
 	workers              map[string]*backends.Worker
 	tasks                map[taskKey]time.Time
 	schedules            map[string]*backends.Schedule // by id
-	backends.LocalLeader // TryLeader
+	backends.LocalLeader                               // TryLeader
 	subscribers          map[int]chan string
 	nextSub              int
 	closed               chan struct{} // closed by Close; ends every Subscribe goroutine
