@@ -80,6 +80,9 @@ func (f *Flags) set(sp *setting, raw string) error {
 	switch {
 	case v == nil:
 		// Empty: not given.
+	case sp.key == schedulerKey:
+		b := v.(bool)
+		f.overrides.Scheduler = &b
 	case sp.engine():
 		d := v.(time.Duration)
 		*sp.override(&f.overrides) = &d

@@ -30,6 +30,7 @@ func TestDefaultSettings(t *testing.T) {
 		AuditInterval:        60 * time.Second,
 		PollInterval:         5 * time.Second,
 		ResultTTL:            300 * time.Second,
+		Scheduler:            true,
 	}, DefaultSettings())
 
 	s, err := ResolveSettings(nil, nil, SettingOverrides{})
@@ -47,6 +48,7 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 		"SONIQ_QUEUES":            " urgent , default,,",
 		"SONIQ_CLEANUP_INTERVAL":  "",
 		"SONIQ_UNRELATED_SETTING": "x",
+		"SONIQ_SCHEDULER":         "false",
 	}
 	tests := []struct {
 		name  string
@@ -62,7 +64,7 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 				ShutdownTimeout: 45 * time.Second, ShutdownWriteTimeout: 5 * time.Second, SyncHandlerGrace: 10 * time.Second, SyncGraceSet: true,
 				JobTimeout: 2 * time.Minute, HeartbeatInterval: 2500 * time.Millisecond, HeartbeatTimeout: time.Minute,
 				CleanupInterval: time.Minute, AuditInterval: time.Minute, PollInterval: 500 * time.Millisecond, ResultTTL: 0,
-				Queues: []string{"billing", "default"},
+				Queues: []string{"billing", "default"}, Scheduler: true,
 			},
 		},
 		{
@@ -84,12 +86,13 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 				Queues:          manifestPtr("critical"),
 				JobTimeout:      manifestPtr(time.Duration(0)),
 				ShutdownTimeout: manifestPtr(3 * time.Second),
+				Scheduler:       manifestPtr(true),
 			},
 			want: Settings{
 				ShutdownTimeout: 3 * time.Second, ShutdownWriteTimeout: 5 * time.Second, SyncHandlerGrace: 10 * time.Second, SyncGraceSet: true,
 				JobTimeout: 0, HeartbeatInterval: 2500 * time.Millisecond, HeartbeatTimeout: time.Minute,
 				CleanupInterval: time.Minute, AuditInterval: time.Minute, PollInterval: 250 * time.Millisecond, ResultTTL: 0,
-				Queues: []string{"critical"},
+				Queues: []string{"critical"}, Scheduler: true,
 			},
 		},
 		{

@@ -1,7 +1,6 @@
-// Package schedule is the sidecar's recurring-job scheduler: how a
-// schedule's timing is read and its next run computed (the way Soniq's own
-// scheduler does it), and the service that fires due schedules from
-// soniq_recurring_jobs.
+// Package schedule is how a recurring schedule's timing is read and its
+// next run computed, the way Soniq's own scheduler does it: an interval in
+// whole seconds, or a five-field cron expression in UTC.
 package schedule
 
 import (

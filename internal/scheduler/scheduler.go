@@ -1,4 +1,7 @@
-package schedule
+// Package scheduler is the sidecar's recurring-job scheduler: the service
+// that fires the due schedules of soniq_recurring_jobs while it leads the
+// database's schedulers (Soniq's own included), each firing exactly once.
+package scheduler
 
 import (
 	"context"
@@ -10,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/schedule"
 )
 
 // DefaultTick is how often a scheduler looks for due schedules: the
@@ -155,7 +159,7 @@ func (s *Scheduler) setLeads(lead bool) {
 // counts from now, so a schedule that missed several runs (nothing fired
 // while every scheduler was down) fires once to catch up.
 func (s *Scheduler) fire(ctx context.Context, sc backends.Schedule, now time.Time) {
-	spec, err := Parse(sc.Type, sc.Value)
+	spec, err := schedule.Parse(sc.Type, sc.Value)
 	if err != nil {
 		if s.warned[sc.ID] != sc.Type+" "+sc.Value {
 			s.warned[sc.ID] = sc.Type + " " + sc.Value
