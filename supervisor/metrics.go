@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/scheduler"
 )
 
 // Metrics holds the supervisor's instruments. It uses the OpenTelemetry
@@ -33,6 +34,7 @@ type Metrics struct {
 	auditFreed  metric.Int64Counter
 	returned    metric.Int64Counter
 	attach      attachMetrics
+	schedules   *scheduler.Metrics
 
 	// lastNack is when the latest shutdown NACK was counted (unix ns; 0:
 	// none), so that run can hold its exit for a scrape that sees it.
@@ -209,6 +211,7 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 		return
 	})
 	mk(func() error { return x.initAttach(m) })
+	mk(func() (e error) { x.schedules, e = scheduler.NewMetrics(m); return })
 	if err != nil {
 		return nil, fmt.Errorf("creating supervisor metrics: %w", err)
 	}
@@ -458,4 +461,12 @@ func (m *Metrics) lateResult(name, reason string) {
 		return
 	}
 	m.resultDrops.Add(context.Background(), 1, metric.WithAttributes(attribute.String("job_name", name), attribute.String("reason", reason)))
+}
+
+// scheduleMetrics are the scheduler's counters (nil records nothing).
+func (m *Metrics) scheduleMetrics() *scheduler.Metrics {
+	if m == nil {
+		return nil
+	}
+	return m.schedules
 }

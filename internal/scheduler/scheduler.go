@@ -53,6 +53,10 @@ type Scheduler struct {
 	warned map[string]string
 	leader backends.ScheduleLeader
 	leads  bool // for logging changes of leadership
+	// failing is the warning of the tick's failure logged last: the same
+	// failure tick after tick (a database down, a table not migrated) is
+	// logged once, and again when it changes or after a tick that worked.
+	failing string
 }
 
 // New prepares a Scheduler; nothing runs before Start.
@@ -121,7 +125,7 @@ func (s *Scheduler) Tick(ctx context.Context) {
 	lead, done, err := s.leader.Hold(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			s.cfg.Log.Warn("scheduler leadership: cannot reach the database; trying again next tick", "error", err)
+			s.warn("scheduler: taking the leadership failed; trying again every tick", err)
 		}
 		s.setLeads(false)
 		return
@@ -135,12 +139,24 @@ func (s *Scheduler) Tick(ctx context.Context) {
 	due, err := s.cfg.Backend.DueSchedules(ctx, now)
 	if err != nil {
 		if ctx.Err() == nil {
-			s.cfg.Log.Warn("scheduler: reading due schedules failed; trying again next tick", "error", err)
+			s.warn("scheduler: reading due schedules failed; trying again every tick", err)
 		}
 		return
 	}
+	if s.failing != "" {
+		s.cfg.Log.Info("scheduler: reading due schedules works again")
+		s.failing = ""
+	}
 	for _, sc := range due {
 		s.fire(ctx, sc, now)
+	}
+}
+
+// warn logs a tick's failure unless it is the one logged last.
+func (s *Scheduler) warn(msg string, err error) {
+	if key := msg + ": " + err.Error(); key != s.failing {
+		s.failing = key
+		s.cfg.Log.Warn(msg, "error", err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -172,4 +173,20 @@ func TestUnreadableScheduleIsReportedOnce(t *testing.T) {
 	assert.Equal(t, 5, u.calls)
 	assert.Equal(t, 1, strings.Count(logs.String(), "schedule cannot be read"), logs.String())
 	assert.Contains(t, logs.String(), "job_name=broken")
+}
+
+// failingStore cannot read its schedules (a table not migrated yet).
+type failingStore struct{ *memory.Backend }
+
+func (failingStore) DueSchedules(context.Context, time.Time) ([]backends.Schedule, error) {
+	return nil, errors.New(`relation "soniq_recurring_jobs" does not exist`)
+}
+
+func TestARepeatedFailureIsLoggedOnce(t *testing.T) {
+	var logs bytes.Buffer
+	s := New(Config{Backend: failingStore{memory.New()}, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	for range 10 {
+		s.Tick(t.Context())
+	}
+	assert.Equal(t, 1, strings.Count(logs.String(), "reading due schedules failed"), logs.String())
 }
