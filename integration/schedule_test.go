@@ -1,0 +1,212 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+)
+
+// nodeStdio is the SDK the schedule tests run their handlers on: a Node
+// handler serves the fired jobs, so no Python process is involved.
+var nodeStdio = sdks[2]
+
+// cli runs one of the binary's data commands against the world's
+// database and returns its exit code, stdout and stderr.
+func (w *world) cli(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, sidecarBinary(t), args...)
+	cmd.Dir = w.dir
+	cmd.Env = []string{"SONIQ_DATABASE_URL=" + w.dbURL, "GORACE=atexit_sleep_ms=0", "PATH=" + os.Getenv("PATH")}
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err, "soniq-sidecar %v", args)
+	}
+	return code, stdout.String(), stderr.String()
+}
+
+// schedules reads `schedule list --json`, by job name.
+func (w *world) schedules(t *testing.T) map[string]backends.Schedule {
+	t.Helper()
+	code, out, errOut := w.cli(t, "schedule", "list", "--json")
+	require.Equal(t, 0, code, errOut)
+	var list []backends.Schedule
+	require.NoError(t, json.Unmarshal([]byte(out), &list), out)
+	m := map[string]backends.Schedule{}
+	for _, s := range list {
+		m[s.Name] = s
+	}
+	return m
+}
+
+// cliJob reads `job ID --json`.
+func (w *world) cliJob(t *testing.T, id string) backends.Job {
+	t.Helper()
+	code, out, errOut := w.cli(t, "job", id, "--json")
+	require.Equal(t, 0, code, errOut)
+	var j backends.Job
+	require.NoError(t, json.Unmarshal([]byte(out), &j), out)
+	return j
+}
+
+func (w *world) runsRecorded() int {
+	n := 0
+	for _, r := range w.recorded() {
+		if r[0] == "run" {
+			n++
+		}
+	}
+	return n
+}
+
+const recordSchedule = `schedules:
+  - name: t.record
+    every: 1s
+    args: {n: 1}
+    queue: sched
+    priority: 7
+    max_attempts: 4
+`
+
+// The real binary, on both real databases: a schedule declared in the
+// manifest fires every second and its jobs run in a Node handler; the
+// fired job is the schedule's and names the sidecar that fired it; the
+// metrics count the firings; a restart re-declares the schedule and keeps
+// its id and run count.
+func TestSchedulesFireOnBothDatabases(t *testing.T) {
+	for _, db := range []string{"postgres", "sqlite"} {
+		t.Run(db, func(t *testing.T) {
+			t.Parallel()
+			var w *world
+			if db == "postgres" {
+				w = newWorld(t, nodeStdio, manifestOpts{})
+			} else {
+				w, _ = sqliteWorld(t, nodeStdio)
+			}
+			w.manifest = w.writeCustomManifest(t, "scheduled.yaml", func(s string) string { return s + recordSchedule })
+
+			// A schedule added from the command line, listed with the
+			// manifest's.
+			code, out, errOut := w.cli(t, "schedule", "add", "t.noop", "--cron", "*/5 * * * *", "--queue", "q5")
+			require.Equal(t, 0, code, errOut)
+			assert.Contains(t, out, "schedule t.noop added: cron */5 * * * *")
+
+			sc := w.startSidecar(nil, "--metrics-addr", "127.0.0.1:0")
+			addr := sc.httpAddr(t)
+			worker := sc.workerID(t)
+			eventually(t, 30*time.Second, "three scheduled runs in the Node handler", func() bool { return w.runsRecorded() >= 3 })
+
+			list := w.schedules(t)
+			rec := list["t.record"]
+			assert.Equal(t, "interval", rec.Type)
+			assert.Equal(t, "1", rec.Value)
+			assert.Equal(t, backends.ScheduleActive, rec.Status)
+			assert.GreaterOrEqual(t, rec.RunCount, 3)
+			require.NotNil(t, rec.LastJobID)
+			require.NotNil(t, rec.LastRun)
+			require.NotNil(t, rec.NextRun)
+			noop := list["t.noop"]
+			assert.Equal(t, "cron", noop.Type)
+			require.NotNil(t, noop.NextRun)
+			assert.Equal(t, 0, noop.NextRun.Minute()%5, "a */5 schedule's next run is on a five-minute boundary")
+			assert.Equal(t, 0, noop.NextRun.Second())
+
+			j := w.cliJob(t, *rec.LastJobID)
+			assert.Equal(t, "t.record", j.Name)
+			assert.Equal(t, "sched", j.Queue)
+			assert.Equal(t, 7, j.Priority)
+			assert.Equal(t, 4, j.MaxAttempts)
+			assert.JSONEq(t, `{"n":1}`, string(j.Args))
+			require.NotNil(t, j.ProducerID)
+			assert.Contains(t, *j.ProducerID, "soniq-sidecar:"+worker, "producer_id names the sidecar that fired it")
+
+			scrape := obsScrape(t, addr)
+			fired := scrape["soniq_schedule_fired_total"]
+			require.NotNil(t, fired, "soniq_schedule_fired_total is exported")
+			assert.NotEmpty(t, fired.GetHelp())
+			assert.GreaterOrEqual(t, fired.Metric[0].GetCounter().GetValue(), 3.0)
+			for _, name := range []string{"soniq_schedule_late_total", "soniq_schedule_enqueue_failed_total"} {
+				f := scrape[name]
+				require.NotNil(t, f, "%s is exported at 0", name)
+				assert.NotEmpty(t, f.GetHelp())
+			}
+			assert.Equal(t, 0.0, scrape["soniq_schedule_enqueue_failed_total"].Metric[0].GetCounter().GetValue())
+			code, body, err := obsGet(addr, "/readyz")
+			require.NoError(t, err)
+			assert.Equal(t, http.StatusOK, code)
+			assert.NotContains(t, strings.ToLower(body), "schedul", "/readyz shows nothing about schedules")
+
+			sc.signal(syscall.SIGTERM)
+			code, _ = sc.wait(30 * time.Second)
+			require.Equal(t, 0, code)
+			before := w.schedules(t)["t.record"]
+
+			// The restart declares the schedule again: same row, run count
+			// kept, and it goes on firing.
+			sc2 := w.startSidecar(nil)
+			sc2.waitLog(30*time.Second, "schedule declared", map[string]any{"job_name": "t.record", "new": false})
+			eventually(t, 30*time.Second, "the schedule fires again after the restart", func() bool {
+				return w.schedules(t)["t.record"].RunCount > before.RunCount
+			})
+			after := w.schedules(t)["t.record"]
+			assert.Equal(t, rec.ID, after.ID, "id kept")
+			assert.True(t, rec.CreatedAt.Equal(*after.CreatedAt), "created_at kept")
+			sc2.signal(syscall.SIGTERM)
+			code, _ = sc2.wait(30 * time.Second)
+			require.Equal(t, 0, code)
+		})
+	}
+}
+
+// A bad schedule in the manifest stops `run` before anything starts,
+// exit 2, naming the file, the line and the field; on the command line
+// it names the flag.
+func TestBadScheduleIsAUsageError(t *testing.T) {
+	t.Parallel()
+	w, _ := sqliteWorld(t, nodeStdio)
+	path := w.writeCustomManifest(t, "bad.yaml", func(s string) string {
+		return s + "schedules:\n  - name: t.record\n    cron: \"0 25 * * *\"\n"
+	})
+	line := strings.Count(mustRead(t, path)[:strings.Index(mustRead(t, path), "cron: \"0 25")], "\n") + 1
+	code, _, errOut := w.cli(t, "run", "--manifest", path, "--metrics-addr", "")
+	assert.Equal(t, 2, code, errOut)
+	assert.Contains(t, errOut, fmt.Sprintf("%s:%d: schedules[0].cron: invalid cron expression", path, line))
+
+	code, _, errOut = w.cli(t, "schedule", "add", "t.record", "--cron", "0 25 * * *")
+	assert.Equal(t, 2, code, errOut)
+	assert.Contains(t, errOut, `--cron: invalid cron expression "0 25 * * *"`)
+	code, _, errOut = w.cli(t, "schedule", "add", "t.record", "--every", "1s", "--cron", "* * * * *")
+	assert.Equal(t, 2, code, errOut)
+	assert.Contains(t, errOut, "not both")
+	assert.Empty(t, w.schedules(t), "nothing declared")
+
+	code, _, errOut = w.cli(t, "schedule", "pause", "missing")
+	assert.Equal(t, 1, code, errOut)
+	assert.Contains(t, errOut, `no schedule named "missing"`)
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Clean(path))
+	require.NoError(t, err)
+	return string(b)
+}
