@@ -280,4 +280,3 @@ func TestSoniqSchedulerInterop(t *testing.T) {
 		assert.Equal(t, 2, sidecars, "both sidecars fired some runs: %v", slices.Collect(maps.Keys(producers)))
 	})
 }
-
