@@ -176,7 +176,7 @@ func TestSoniqSchedulerInterop(t *testing.T) {
 	t.Run("next runs are Soniq's", func(t *testing.T) {
 		t.Parallel()
 		exprs := []string{"* * * * *", "*/5 * * * *", "0 9 * * 1-5", "30 2 1 * *", "0 0 1 1 *", "15,45 */2 * * *",
-			"0 0 13 * 5", "0 12 * * sun", "0 0 * jan,jul *", "59 23 31 12 *", "0 0 29 2 *", "@hourly", "@daily", "@weekly", "@monthly"}
+			"0 0 13 * 5", "0 12 * * sun", "0 0 * jan,jul *", "59 23 31 12 *", "0 0 29 2 *", "0 0 * * 7", "0 8 * * 5-7", "@hourly", "@daily", "@weekly", "@monthly"}
 		ats := []string{"2026-12-02T16:17:42.123456+00:00", "2026-02-28T23:59:59+00:00", "2026-12-31T23:59:00+00:00",
 			"2027-03-01T00:00:00+00:00"}
 		var cases [][2]string

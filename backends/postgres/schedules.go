@@ -234,14 +234,17 @@ func (b *Backend) FireSchedule(ctx context.Context, f backends.ScheduleFiring) (
 }
 
 // ScheduleLeader is the scheduler's leadership on advisory_key
-// ("soniq.scheduler"). It is a session lock, held from tick to tick on a
-// connection of its own outside the pool: the listen URL's when one is
-// set (behind a transaction-mode pooler that URL reaches a real session),
-// else a direct connection like the one LISTEN uses. Behind a
-// transaction-mode pooler with no listen URL no connection keeps a
-// session, so each tick takes the same key as a transaction lock inside
-// an open transaction instead, as the maintenance leader does there; the
-// two kinds of lock on one key exclude each other.
+// ("soniq.scheduler"). The leader holds it as a session lock, from tick to
+// tick, on a connection of its own outside the pool: the listen URL's when
+// one is set (behind a transaction-mode pooler that URL reaches a real
+// session), else a direct connection like the one LISTEN uses. A
+// scheduler that does not lead holds no connection: each tick it reads
+// pg_locks through the pool, and only when the lock is free does it
+// connect and try it, so a fleet spends one connection on the lock, not
+// one per sidecar. Behind a transaction-mode pooler with no listen URL no
+// connection keeps a session, so each tick takes the same key as a
+// transaction lock inside an open transaction instead, as the maintenance
+// leader does there; the two kinds of lock on one key exclude each other.
 func (b *Backend) ScheduleLeader() backends.ScheduleLeader {
 	return &scheduleLeader{b: b}
 }
@@ -249,9 +252,15 @@ func (b *Backend) ScheduleLeader() backends.ScheduleLeader {
 type scheduleLeader struct {
 	b    *Backend
 	mu   sync.Mutex
-	conn *pgx.Conn // the session holding (or trying for) the lock
-	held bool
+	conn *pgx.Conn // the session holding the lock; nil when not leading
 }
+
+// schedulerLockHeld reads whether any session holds the scheduler key in
+// this database. pg_locks shows a bigint advisory key as its high and low
+// 32 bits (classid, objid) with objsubid 1.
+const schedulerLockHeld = `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'
+	AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+	AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1)`
 
 func (l *scheduleLeader) Hold(ctx context.Context) (bool, func(), error) {
 	if l.b.listenCfg == nil {
@@ -259,15 +268,7 @@ func (l *scheduleLeader) Hold(ctx context.Context) (bool, func(), error) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.conn == nil {
-		cfg := l.b.listenCfg.Copy()
-		conn, err := pgx.ConnectConfig(ctx, cfg)
-		if err != nil {
-			return false, nil, l.b.wrap(err, "connect to %s:%d/%s for the scheduler lock", cfg.Host, cfg.Port, cfg.Database)
-		}
-		l.conn, l.held = conn, false
-	}
-	if l.held {
+	if l.conn != nil {
 		// A session lock lasts as long as its session: a session that
 		// still answers still holds it.
 		if _, err := l.conn.Exec(ctx, "SELECT 1"); err != nil {
@@ -276,13 +277,31 @@ func (l *scheduleLeader) Hold(ctx context.Context) (bool, func(), error) {
 		}
 		return true, func() {}, nil
 	}
+	var held bool
+	key := uint64(schedulerLockKey)
+	if err := l.b.pool.QueryRow(ctx, schedulerLockHeld, int64(key>>32), int64(key&0xffffffff)).Scan(&held); err != nil {
+		return false, nil, l.b.wrap(err, "look up the scheduler lock")
+	}
+	if held {
+		return false, nil, nil
+	}
+	cfg := l.b.listenCfg.Copy()
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return false, nil, l.b.wrap(err, "connect to %s:%d/%s for the scheduler lock", cfg.Host, cfg.Port, cfg.Database)
+	}
+	l.conn = conn
 	var ok bool
-	if err := l.conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", schedulerLockKey).Scan(&ok); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", schedulerLockKey).Scan(&ok); err != nil {
 		l.drop(ctx)
 		return false, nil, l.b.wrap(err, "try the scheduler lock")
 	}
-	l.held = ok
-	return ok, func() {}, nil
+	if !ok {
+		// Another scheduler took it since the look-up.
+		l.drop(ctx)
+		return false, nil, nil
+	}
+	return true, func() {}, nil
 }
 
 // drop closes the lock's session (freeing the lock if it held it).
@@ -292,7 +311,7 @@ func (l *scheduleLeader) drop(ctx context.Context) {
 		_ = l.conn.Close(cctx)
 		cancel()
 	}
-	l.conn, l.held = nil, false
+	l.conn = nil
 }
 
 func (l *scheduleLeader) holdTx(ctx context.Context) (bool, func(), error) {
@@ -330,10 +349,8 @@ func (l *scheduleLeader) Close() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if l.held {
-		var unlocked bool
-		_ = l.conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", schedulerLockKey).Scan(&unlocked)
-	}
+	var unlocked bool
+	_ = l.conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", schedulerLockKey).Scan(&unlocked)
 	// Closing the session frees the lock in any case.
 	l.drop(ctx)
 }

@@ -35,6 +35,18 @@ func TestScheduleLeaderIsExclusiveAcrossConnectionKinds(t *testing.T) {
 		return ok
 	}
 
+	// While Soniq's scheduler holds it, no sidecar leads.
+	require.True(t, soniqLock())
+	for name, b := range kinds {
+		l := b.ScheduleLeader()
+		lead, _, err := l.Hold(ctx)
+		require.NoError(t, err, name)
+		require.False(t, lead, "%s leads beside Soniq's scheduler", name)
+		l.Close()
+	}
+	_, err = soniq.Exec(ctx, "SELECT pg_advisory_unlock($1)", schedulerLockKey)
+	require.NoError(t, err)
+
 	for name, b := range kinds {
 		l := b.ScheduleLeader()
 		lead, done, err := l.Hold(ctx)
@@ -94,5 +106,42 @@ func TestScheduleLeaderLostWithItsSession(t *testing.T) {
 	require.False(t, lead)
 	lead, _, err = la.Hold(ctx)
 	require.NoError(t, err)
-	require.False(t, lead, "and follows once reconnected")
+	require.False(t, lead, "and follows")
+}
+
+// Only the leader holds a connection for the lock: the others look the
+// lock up through the pool.
+func TestScheduleFollowersHoldNoConnection(t *testing.T) {
+	t.Parallel()
+	a, url := openTest(t)
+	ctx := t.Context()
+	sessions := func() int {
+		var n int
+		require.NoError(t, a.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()`).Scan(&n))
+		return n
+	}
+	leader := a.ScheduleLeader()
+	t.Cleanup(leader.Close)
+	lead, _, err := leader.Hold(ctx)
+	require.NoError(t, err)
+	require.True(t, lead)
+	var followers []*Backend
+	for range 3 {
+		followers = append(followers, openURL(t, url))
+	}
+	for _, f := range followers {
+		_, _, err := f.ScheduleLeader().Hold(ctx) // warm each pool
+		require.NoError(t, err)
+	}
+	before := sessions()
+	for range 5 {
+		for _, f := range followers {
+			l := f.ScheduleLeader()
+			lead, _, err := l.Hold(ctx)
+			require.NoError(t, err)
+			require.False(t, lead)
+			require.Nil(t, l.(*scheduleLeader).conn, "a follower keeps no lock connection")
+		}
+	}
+	require.LessOrEqual(t, sessions(), before, "following opens no sessions")
 }

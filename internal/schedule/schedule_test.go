@@ -95,6 +95,10 @@ func TestNextIsSoniqs(t *testing.T) {
 		// Day of month and day of week both restricted: either matches.
 		{"cron", "0 0 20 * 0", time.Date(2026, 3, 15, 0, 0, 0, 0, time.UTC)},
 		{"cron", "@hourly", time.Date(2026, 3, 14, 11, 0, 0, 0, time.UTC)},
+		// 7 is Sunday too.
+		{"cron", "0 0 * * 7", time.Date(2026, 3, 15, 0, 0, 0, 0, time.UTC)},
+		{"cron", "0 0 * * 1,7", time.Date(2026, 3, 15, 0, 0, 0, 0, time.UTC)},
+		{"cron", "0 0 * * 0-7", time.Date(2026, 3, 15, 0, 0, 0, 0, time.UTC)},
 	} {
 		s, err := Parse(tc.typ, tc.value)
 		require.NoError(t, err)

@@ -54,11 +54,32 @@ func Cron(expr string) (Spec, error) {
 			return Spec{}, fmt.Errorf("invalid cron expression %q: want 5 fields (minute hour day-of-month month day-of-week), got %d", expr, n)
 		}
 	}
-	s, err := cronParser.Parse(expr)
+	s, err := cronParser.Parse(sundaySeven(expr))
 	if err != nil {
 		return Spec{}, fmt.Errorf("invalid cron expression %q: %w", expr, err)
 	}
 	return Spec{Type: TypeCron, Value: expr, cron: s}, nil
+}
+
+// sundaySeven rewrites a day of week of 7 (Sunday, as cron and Soniq's
+// library also read it) to 0, the only Sunday the Go library knows: a
+// lone 7, or a range ending in 7 (5-7 becomes 5-6,0).
+func sundaySeven(expr string) string {
+	f := strings.Fields(expr)
+	if len(f) != 5 {
+		return expr
+	}
+	items := strings.Split(f[4], ",")
+	for i, it := range items {
+		switch {
+		case it == "7":
+			items[i] = "0"
+		case len(it) == 3 && it[1] == '-' && it[2] == '7' && it[0] >= '0' && it[0] <= '6':
+			items[i] = it[:2] + "6,0"
+		}
+	}
+	f[4] = strings.Join(items, ",")
+	return strings.Join(f, " ")
 }
 
 // Every is an interval schedule; d must be a whole number of seconds, at
