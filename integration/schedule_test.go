@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/backends/postgres/pgtest"
 )
 
 // nodeStdio is the SDK the schedule tests run their handlers on: a Node
@@ -208,4 +209,74 @@ func mustRead(t *testing.T, path string) string {
 	b, err := os.ReadFile(filepath.Clean(path))
 	require.NoError(t, err)
 	return string(b)
+}
+
+// Behind PgBouncer in transaction mode: a sidecar with the listen URL
+// (its lock on that direct session), one without (a transaction lock per
+// tick) and one on a direct connection share one-second schedules; each
+// leader is stopped in turn, and every due run is enqueued once.
+func TestSchedulesThroughPgBouncerTransactionMode(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, nodeStdio, manifestOpts{})
+	w.manifest = w.writeCustomManifest(t, "scheduled.yaml", func(s string) string {
+		return s + "schedules:\n  - {name: pgb.a, every: 1s}\n  - {name: pgb.b, every: 1s}\n"
+	})
+	pooled := pgtest.ThroughPooler(t, w.dbURL)
+	began := time.Now()
+	sidecars := []*sidecar{
+		w.startSidecar(map[string]string{"SONIQ_DATABASE_URL": pooled, "SONIQ_DATABASE_POOLER": "transaction", "SONIQ_DATABASE_LISTEN_URL": w.dbURL}),
+		w.startSidecar(map[string]string{"SONIQ_DATABASE_URL": pooled, "SONIQ_DATABASE_POOLER": "transaction"}),
+		w.startSidecar(nil),
+	}
+	jobs := func() int {
+		var n int
+		require.NoError(t, w.db.QueryRow(context.Background(), `SELECT count(*) FROM soniq_jobs WHERE job_name = 'pgb.a'`).Scan(&n))
+		return n
+	}
+	leaders := map[*sidecar]bool{}
+	for round := range len(sidecars) {
+		var leader *sidecar
+		eventually(t, 30*time.Second, "a sidecar leads", func() bool {
+			for _, s := range sidecars {
+				if !leaders[s] && !s.exited() && len(s.logs("scheduler: leading")) > 0 {
+					leader = s
+					return true
+				}
+			}
+			return false
+		})
+		leaders[leader] = true
+		t.Logf("round %d: leader found at %s", round, time.Since(began).Round(time.Millisecond))
+		target := jobs() + 3
+		eventually(t, 30*time.Second, "three runs under this leader", func() bool { return jobs() >= target })
+		if round < len(sidecars)-1 {
+			leader.signal(syscall.SIGTERM)
+			code, _ := leader.wait(30 * time.Second)
+			require.Equal(t, 0, code)
+			t.Logf("round %d: leader stopped at %s", round, time.Since(began).Round(time.Millisecond))
+		}
+	}
+	for _, s := range sidecars {
+		if !s.exited() {
+			s.signal(syscall.SIGTERM)
+			s.wait(30 * time.Second)
+		}
+	}
+	for _, name := range []string{"pgb.a", "pgb.b"} {
+		rows, err := w.db.Query(context.Background(), `SELECT created_at FROM soniq_jobs WHERE job_name = $1 ORDER BY created_at`, name)
+		require.NoError(t, err)
+		var created []time.Time
+		for rows.Next() {
+			var at time.Time
+			require.NoError(t, rows.Scan(&at))
+			created = append(created, at)
+		}
+		require.NoError(t, rows.Err())
+		assert.Equal(t, len(created), w.scheduleRow(t, name).RunCount, "%s: one job per counted run", name)
+		assert.GreaterOrEqual(t, len(created), 9, name)
+		for i := 1; i < len(created); i++ {
+			gap := created[i].Sub(created[i-1])
+			assert.GreaterOrEqual(t, gap, 500*time.Millisecond, "%s: runs %d and %d %s apart: a due run fired twice", name, i-1, i, gap)
+		}
+	}
 }
