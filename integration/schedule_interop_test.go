@@ -199,6 +199,44 @@ func TestSoniqSchedulerInterop(t *testing.T) {
 		}
 	})
 
+	// After downtime, a schedule that missed many runs fires once, and its
+	// next run counts from that firing: the same with Soniq's scheduler
+	// and with a sidecar, each on a database of its own.
+	t.Run("missed runs fire once on catch-up, as with Soniq's scheduler", func(t *testing.T) {
+		t.Parallel()
+		setUp := func() *world {
+			w := newWorld(t, nodeStdio, manifestOpts{})
+			py.run(t, "scheduler_add", w.dbURL, map[string]any{"name": "catch.every", "every": 60}, nil)
+			py.run(t, "scheduler_add", w.dbURL, map[string]any{"name": "catch.cron", "cron": "0 * * * *"}, nil)
+			// Every scheduler was down for three hours.
+			_, err := w.db.Exec(context.Background(), `UPDATE soniq_recurring_jobs SET next_run = now() - interval '3 hours'`)
+			require.NoError(t, err)
+			return w
+		}
+		soniqW, sidecarW := setUp(), setUp()
+		waitSoniq := py.start(t, "scheduler_run", soniqW.dbURL, map[string]any{"seconds": 3})
+		sc := sidecarW.startSidecar(nil)
+		sc.waitLog(30*time.Second, "scheduler: fired", map[string]any{"job_name": "catch.every"})
+		sc.waitLog(30*time.Second, "scheduler: fired", map[string]any{"job_name": "catch.cron"})
+		waitSoniq()
+		sc.signal(syscall.SIGTERM)
+		sc.wait(30 * time.Second)
+		for who, w := range map[string]*world{"soniq": soniqW, "sidecar": sidecarW} {
+			for _, name := range []string{"catch.every", "catch.cron"} {
+				var n int
+				require.NoError(t, w.db.QueryRow(context.Background(), `SELECT count(*) FROM soniq_jobs WHERE job_name = $1`, name).Scan(&n))
+				assert.Equal(t, 1, n, "%s: %s fired once for three hours of missed runs", who, name)
+				row := w.scheduleRow(t, name)
+				require.NotNil(t, row.LastRun, "%s: %s", who, name)
+				if name == "catch.every" {
+					assert.Equal(t, time.Minute, row.NextRun.Sub(*row.LastRun), "%s: the next run counts from the catch-up", who)
+				} else {
+					assert.Equal(t, row.LastRun.Truncate(time.Hour).Add(time.Hour), *row.NextRun, "%s: the next hour after the catch-up", who)
+				}
+			}
+		}
+	})
+
 	// Soniq's scheduler and two sidecars share one database for 30 s of
 	// one-second schedules. Leadership moves: the leading sidecar is
 	// killed, then the other is stopped, and Soniq's scheduler leads to the
