@@ -53,6 +53,8 @@ type Scheduler struct {
 	warned map[string]string
 	leader backends.ScheduleLeader
 	leads  bool // for logging changes of leadership
+	// leadLogged is when a change of leadership was last logged at INFO.
+	leadLogged time.Time
 	// failing is the warning of the tick's failure logged last: the same
 	// failure tick after tick (a database down, a table not migrated) is
 	// logged once, and again when it changes or after a tick that worked.
@@ -160,15 +162,27 @@ func (s *Scheduler) warn(msg string, err error) {
 	}
 }
 
+// leadLogEvery bounds the INFO lines about leadership: behind a
+// transaction-mode pooler without a listen URL the leadership is taken
+// tick by tick and may pass between sidecars every second.
+const leadLogEvery = time.Minute
+
 func (s *Scheduler) setLeads(lead bool) {
-	if lead != s.leads {
-		if lead {
-			s.cfg.Log.Info("scheduler: leading; firing due schedules")
-		} else {
-			s.cfg.Log.Info("scheduler: another scheduler leads")
-		}
+	if lead == s.leads {
+		return
 	}
 	s.leads = lead
+	level := slog.LevelInfo
+	if now := s.cfg.Now(); now.Sub(s.leadLogged) < leadLogEvery {
+		level = slog.LevelDebug
+	} else {
+		s.leadLogged = now
+	}
+	if lead {
+		s.cfg.Log.Log(context.Background(), level, "scheduler: leading; firing due schedules")
+	} else {
+		s.cfg.Log.Log(context.Background(), level, "scheduler: another scheduler leads")
+	}
 }
 
 // fire fires one due schedule, as Soniq's scheduler does: the next run
