@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -61,14 +62,7 @@ func scheduleDefaults(p backends.ScheduleParams) (args string, queue string, pri
 	if !isJSONObject(a) {
 		return "", "", 0, 0, fmt.Errorf("declare schedule %s: args must be a JSON object", p.Name)
 	}
-	return string(a), cmpOr(p.Queue, defaultQueue), deref(p.Priority, defaultPriority), deref(p.MaxAttempts, defaultMaxAttempts), nil
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
+	return string(a), cmp.Or(p.Queue, defaultQueue), deref(p.Priority, defaultPriority), deref(p.MaxAttempts, defaultMaxAttempts), nil
 }
 
 // UpsertSchedule declares a schedule (see backends.Schedules). Like

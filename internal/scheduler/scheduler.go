@@ -116,8 +116,9 @@ func (s *Scheduler) Stop() {
 }
 
 // Tick is one look for due schedules: when this scheduler leads, each due
-// one fires once. Exported for tests that drive the scheduler tick by tick;
-// Start calls it on its own goroutine.
+// one fires once. Exported for tests that drive the scheduler tick by tick
+// instead of calling Start (which calls it on its own goroutine); never
+// call it beside Start.
 func (s *Scheduler) Tick(ctx context.Context) {
 	if s.leader == nil {
 		s.leader = s.cfg.Backend.ScheduleLeader()
