@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
@@ -125,6 +126,10 @@ func cmdSchedule(ctx context.Context, e env, args []string) error {
 
 // scheduleParams checks `schedule add`'s options; its errors name the flag.
 func scheduleParams(name, every, cron, argsJSON, queue string, priority, maxAttempts int, now time.Time) (backends.ScheduleParams, error) {
+	name = strings.TrimSpace(name)
+	if strings.IndexFunc(name, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		return backends.ScheduleParams{}, fmt.Errorf("schedule add: job name %q must not contain spaces or control characters", name)
+	}
 	var spec schedule.Spec
 	switch {
 	case every != "" && cron != "":
@@ -155,7 +160,7 @@ func scheduleParams(name, every, cron, argsJSON, queue string, priority, maxAtte
 	if strings.TrimSpace(queue) == "" {
 		return backends.ScheduleParams{}, errors.New("--queue must not be empty")
 	}
-	return backends.ScheduleParams{Name: strings.TrimSpace(name), Type: spec.Type, Value: spec.Value, Args: args,
+	return backends.ScheduleParams{Name: name, Type: spec.Type, Value: spec.Value, Args: args,
 		Queue: queue, Priority: &priority, MaxAttempts: &maxAttempts, NextRun: spec.Next(now)}, nil
 }
 
