@@ -72,6 +72,13 @@ func soniqTime(t *testing.T, s string) time.Time {
 	return v
 }
 
+// declare adds a schedule due now, as `schedule add` would.
+func declare(t *testing.T, w *world, name, typ, value string) {
+	t.Helper()
+	_, _, err := w.backend.UpsertSchedule(context.Background(), backends.ScheduleParams{Name: name, Type: typ, Value: value, NextRun: time.Now()})
+	require.NoError(t, err)
+}
+
 func (w *world) scheduleRow(t *testing.T, name string) backends.Schedule {
 	t.Helper()
 	list, err := w.backend.ListSchedules(context.Background())
@@ -206,19 +213,27 @@ func TestSoniqSchedulerInterop(t *testing.T) {
 		t.Parallel()
 		setUp := func() *world {
 			w := newWorld(t, nodeStdio, manifestOpts{})
-			py.run(t, "scheduler_add", w.dbURL, map[string]any{"name": "catch.every", "every": 60}, nil)
-			py.run(t, "scheduler_add", w.dbURL, map[string]any{"name": "catch.cron", "cron": "0 * * * *"}, nil)
+			declare(t, w, "catch.every", "interval", "60")
+			declare(t, w, "catch.cron", "cron", "0 * * * *")
 			// Every scheduler was down for three hours.
 			_, err := w.db.Exec(context.Background(), `UPDATE soniq_recurring_jobs SET next_run = now() - interval '3 hours'`)
 			require.NoError(t, err)
 			return w
 		}
+		began := time.Now()
 		soniqW, sidecarW := setUp(), setUp()
+		t.Logf("set up after %s", time.Since(began).Round(time.Millisecond))
 		waitSoniq := py.start(t, "scheduler_run", soniqW.dbURL, map[string]any{"seconds": 3})
-		sc := sidecarW.startSidecar(nil)
+		sc := sidecarW.startSidecar(nil, "--metrics-addr", "127.0.0.1:0")
+		addr := sc.httpAddr(t)
 		sc.waitLog(30*time.Second, "scheduler: fired", map[string]any{"job_name": "catch.every"})
 		sc.waitLog(30*time.Second, "scheduler: fired", map[string]any{"job_name": "catch.cron"})
+		t.Logf("sidecar fired both after %s", time.Since(began).Round(time.Millisecond))
+		scrape := obsScrape(t, addr)
+		assert.Equal(t, 2.0, scrape["soniq_schedule_fired_total"].Metric[0].GetCounter().GetValue())
+		assert.Equal(t, 2.0, scrape["soniq_schedule_late_total"].Metric[0].GetCounter().GetValue(), "both catch-up firings were late")
 		waitSoniq()
+		t.Logf("Soniq's scheduler done after %s", time.Since(began).Round(time.Millisecond))
 		sc.signal(syscall.SIGTERM)
 		sc.wait(30 * time.Second)
 		for who, w := range map[string]*world{"soniq": soniqW, "sidecar": sidecarW} {
@@ -250,7 +265,7 @@ func TestSoniqSchedulerInterop(t *testing.T) {
 		w := newWorld(t, nodeStdio, manifestOpts{})
 		names := []string{"once.a", "once.b", "once.c"} // served by nobody: the jobs stay queued
 		for _, n := range names {
-			py.run(t, "scheduler_add", w.dbURL, map[string]any{"name": n, "every": 1}, nil)
+			declare(t, w, n, "interval", "1")
 		}
 		waitSoniq := py.start(t, "scheduler_run", w.dbURL, map[string]any{"seconds": 30})
 		a, b := w.startSidecar(nil), w.startSidecar(nil)

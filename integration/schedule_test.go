@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -115,6 +116,17 @@ func TestSchedulesFireOnBothDatabases(t *testing.T) {
 			addr := sc.httpAddr(t)
 			worker := sc.workerID(t)
 			eventually(t, 30*time.Second, "three scheduled runs in the Node handler", func() bool { return w.runsRecorded() >= 3 })
+
+			// --json: an array of objects keyed by the table's column names.
+			_, out, _ = w.cli(t, "schedule", "list", "--json")
+			var raw []map[string]any
+			require.NoError(t, json.Unmarshal([]byte(out), &raw))
+			require.Len(t, raw, 2)
+			var keys []string
+			for k := range raw[0] {
+				keys = append(keys, k)
+			}
+			assert.ElementsMatch(t, recurringColumns(t, w, db), keys)
 
 			list := w.schedules(t)
 			rec := list["t.record"]
@@ -279,4 +291,35 @@ func TestSchedulesThroughPgBouncerTransactionMode(t *testing.T) {
 			assert.GreaterOrEqual(t, gap, 500*time.Millisecond, "%s: runs %d and %d %s apart: a due run fired twice", name, i-1, i, gap)
 		}
 	}
+}
+
+// recurringColumns are soniq_recurring_jobs' columns, as the database has them.
+func recurringColumns(t *testing.T, w *world, db string) []string {
+	t.Helper()
+	var cols []string
+	if db == "postgres" {
+		rows, err := w.db.Query(context.Background(), `SELECT column_name FROM information_schema.columns
+			WHERE table_name = 'soniq_recurring_jobs' ORDER BY ordinal_position`)
+		require.NoError(t, err)
+		for rows.Next() {
+			var c string
+			require.NoError(t, rows.Scan(&c))
+			cols = append(cols, c)
+		}
+		require.NoError(t, rows.Err())
+	} else {
+		sdb, err := sql.Open("sqlite", strings.TrimPrefix(w.dbURL, "sqlite:"))
+		require.NoError(t, err)
+		defer sdb.Close()
+		rows, err := sdb.Query(`SELECT name FROM pragma_table_info('soniq_recurring_jobs') ORDER BY cid`)
+		require.NoError(t, err)
+		for rows.Next() {
+			var c string
+			require.NoError(t, rows.Scan(&c))
+			cols = append(cols, c)
+		}
+		require.NoError(t, rows.Err())
+	}
+	require.Len(t, cols, 15)
+	return cols
 }
