@@ -112,10 +112,16 @@ async def run(command, url, args):
         if command == "scheduler_list":
             return await app.scheduler.list()
         if command == "scheduler_run":
-            # Soniq's scheduler, ticking every second, for a while.
+            # Soniq's scheduler, ticking every second, for the given seconds
+            # or until the stop file appears.
+            import os
+            import time
+
             await app.scheduler.start(check_interval=1)
-            print("scheduler started", file=sys.stderr, flush=True)
-            await asyncio.sleep(args["seconds"])
+            deadline = time.monotonic() + args["seconds"]
+            stop = args.get("stop_file")
+            while time.monotonic() < deadline and not (stop and os.path.exists(stop)):
+                await asyncio.sleep(0.05)
             await app.scheduler.stop()
             return {}
         if command == "cron_next":
