@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +37,31 @@ type Manifest struct {
 	Settings ManifestSettings
 	// Handlers are the pools of handler processes, in declaration order.
 	Handlers []Handler
+	// Schedules are the recurring jobs the optional top-level
+	// `schedules:` list declares; `run` declares them in the database at
+	// start, as Soniq's @periodic registrations are.
+	Schedules []Schedule
+}
+
+// Schedule is one recurring job of the manifest's `schedules:` list: a job
+// name enqueued every interval or on a cron expression. Exactly one of
+// Every and Cron is set.
+type Schedule struct {
+	// Name is the job name enqueued; it also names the schedule.
+	Name string
+	// Every is an interval schedule's period, whole seconds; 0 for cron.
+	Every time.Duration
+	// Cron is a five-field cron expression, in UTC; "" for an interval.
+	Cron string
+	// Args are the job's args, a JSON object; nil means {}.
+	Args json.RawMessage
+	// Queue, Priority and MaxAttempts are the fired jobs' ("" and nil:
+	// Soniq's defaults, queue default, priority 100, 3 attempts).
+	Queue       string
+	Priority    *int
+	MaxAttempts *int
+	// Line is where the schedule is declared.
+	Line int
 }
 
 // ManifestSettings is the manifest's optional `settings:` block. A nil
@@ -57,6 +83,7 @@ type ManifestSettings struct {
 	// ClaimAheadMax (claim_ahead_max) caps a pool's reserve, in rows.
 	ClaimAheadMax *int
 	ResultTTL     *time.Duration // result_ttl
+	Scheduler     *bool          // scheduler
 	// Queues comes from `settings.queues` or the top-level `queues:` (one
 	// of the two at most); nil means all queues.
 	Queues []string

@@ -56,6 +56,10 @@ type Settings struct {
 	// Queues restricts claiming to these queues; nil means all queues (the
 	// sidecar claims only the job names it serves in any case).
 	Queues []string
+	// Scheduler runs the recurring-job scheduler: the due schedules of
+	// soniq_recurring_jobs are enqueued by whichever scheduler of the
+	// database leads. DefaultSettings (and so `run`) turns it on.
+	Scheduler bool
 }
 
 // SettingOverrides are values that outrank the environment and the
@@ -64,6 +68,8 @@ type Settings struct {
 type SettingOverrides struct {
 	// Queues is a comma-separated list, read like SONIQ_QUEUES.
 	Queues *string
+	// Scheduler turns the scheduler on or off.
+	Scheduler *bool
 
 	ShutdownTimeout      *time.Duration
 	ShutdownWriteTimeout *time.Duration

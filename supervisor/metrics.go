@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/scheduler"
 )
 
 // Metrics holds the supervisor's instruments. It uses the OpenTelemetry
@@ -37,6 +38,7 @@ type Metrics struct {
 	reserveCap  metric.Int64Gauge
 	reserveWait metric.Float64Histogram
 	attach      attachMetrics
+	schedules   *scheduler.Metrics
 
 	// lastNack is when the latest shutdown NACK was counted (unix ns; 0:
 	// none), so that run can hold its exit for a scrape that sees it.
@@ -235,6 +237,7 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 		return
 	})
 	mk(func() error { return x.initAttach(m) })
+	mk(func() (e error) { x.schedules, e = scheduler.NewMetrics(m); return })
 	if err != nil {
 		return nil, fmt.Errorf("creating supervisor metrics: %w", err)
 	}
@@ -528,4 +531,12 @@ func (m *Metrics) lateResult(name, reason string) {
 		return
 	}
 	m.resultDrops.Add(context.Background(), 1, metric.WithAttributes(attribute.String("job_name", name), attribute.String("reason", reason)))
+}
+
+// scheduleMetrics are the scheduler's counters (nil records nothing).
+func (m *Metrics) scheduleMetrics() *scheduler.Metrics {
+	if m == nil {
+		return nil
+	}
+	return m.schedules
 }

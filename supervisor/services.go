@@ -2,10 +2,13 @@ package supervisor
 
 import (
 	"context"
+	"fmt"
+	"os"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/internal/completer"
 	"github.com/soniq-dev/soniq-sidecar/internal/maintenance"
+	"github.com/soniq-dev/soniq-sidecar/internal/scheduler"
 )
 
 // services are the background services Run owns besides the loop, each
@@ -58,6 +61,15 @@ func (s *Supervisor) startServices(ctx context.Context, total int) *services {
 		w := maintenance.NewClaimIndexWatcher(ci, s.log, s.setClaimIndexMissing)
 		w.Start(ctx)
 		svc.watchers = append(svc.watchers, w)
+	}
+	// `run --once` runs what is due and stops; it fires no schedules.
+	if s.cfg.Settings.Scheduler && !s.cfg.Once {
+		sch := scheduler.New(scheduler.Config{Backend: s.cfg.Backend, Log: s.log, Metrics: s.metrics.scheduleMetrics(),
+			// Who fired a job: this sidecar's worker row, as Soniq's
+			// producers write host:pid:program.
+			ProducerID: fmt.Sprintf("%s:%d:soniq-sidecar:%s", s.workerHostname(), os.Getpid(), s.workerID)})
+		sch.Start(ctx)
+		svc.watchers = append(svc.watchers, sch)
 	}
 	return svc
 }

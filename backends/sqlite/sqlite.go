@@ -194,8 +194,9 @@ func isBusy(err error) bool {
 }
 
 // schemaDDL is Soniq 0.1.0's SQLite DDL (soniq/backends/sqlite.py), verbatim
-// in substance, plus the claim-order index, followed by soniq_task_registry
-// as Soniq's Postgres migration defines it (SQLite types).
+// in substance, plus the claim-order index, followed by soniq_recurring_jobs
+// and soniq_task_registry as Soniq's Postgres migrations define them
+// (SQLite types).
 const schemaDDL = `
 CREATE TABLE IF NOT EXISTS soniq_jobs (
     id TEXT PRIMARY KEY,
@@ -283,6 +284,33 @@ CREATE INDEX IF NOT EXISTS idx_soniq_dead_letter_jobs_reason
     ON soniq_dead_letter_jobs (dead_letter_reason);
 CREATE INDEX IF NOT EXISTS idx_soniq_dead_letter_jobs_moved_at
     ON soniq_dead_letter_jobs (moved_to_dead_letter_at);
+
+-- Soniq keeps schedules in memory on SQLite; the sidecar gives SQLite the
+-- table of Soniq's Postgres migration 0003_scheduler (SQLite types,
+-- timestamps as Soniq's SQLite backend writes them), so that schedules
+-- outlive a restart here too.
+CREATE TABLE IF NOT EXISTS soniq_recurring_jobs (
+    id TEXT PRIMARY KEY,
+    job_name TEXT NOT NULL,
+    schedule_type TEXT NOT NULL CHECK (schedule_type IN ('interval', 'cron')),
+    schedule_value TEXT NOT NULL,
+    priority INTEGER NOT NULL DEFAULT 100,
+    queue TEXT NOT NULL DEFAULT 'default',
+    max_attempts INTEGER NOT NULL DEFAULT 3,
+    job_kwargs TEXT NOT NULL DEFAULT '{}',
+    status TEXT NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'paused')),
+    created_at TEXT,
+    last_run TEXT,
+    next_run TEXT,
+    run_count INTEGER NOT NULL DEFAULT 0,
+    last_job_id TEXT,
+    updated_at TEXT
+);
+
+CREATE INDEX IF NOT EXISTS idx_soniq_recurring_jobs_status
+    ON soniq_recurring_jobs (status);
+CREATE INDEX IF NOT EXISTS idx_soniq_recurring_jobs_next_run
+    ON soniq_recurring_jobs (next_run);
 
 CREATE TABLE IF NOT EXISTS soniq_task_registry (
     task_name TEXT NOT NULL,

@@ -59,7 +59,9 @@ func TestPackagesDependOneWay(t *testing.T) {
 	}{
 		{pkg: "config", only: []string{}},
 		{pkg: "protocol", only: []string{}},
-		{pkg: "internal/config", only: []string{"config"}},
+		{pkg: "internal/config", only: []string{"config", "internal/schedule"}},
+		{pkg: "internal/schedule", only: []string{}},
+		{pkg: "internal/scheduler", only: []string{"backends", "internal/schedule"}},
 		{pkg: "internal/completer", only: []string{"backends"}},
 		{pkg: "internal/maintenance", only: []string{"backends"}},
 		{pkg: "internal/session", only: []string{"protocol", "protocol/handlerpb"}},

@@ -25,12 +25,14 @@ const usage = `soniq-sidecar — run Soniq jobs in Python and Node handler proce
 Usage:
   soniq-sidecar run        [--manifest FILE (default ./manifest.yaml)] [--database-url URL] [--queues a,b] [--metrics-addr ADDR]
                            [--log-format auto|text|json] [--instance NAME] [--database-wait DUR] [--once] [--dead-letter-unknown]
-                           [--database-pooler session|transaction] [--listen-url URL]
+                           [--database-pooler session|transaction] [--listen-url URL] [--scheduler=false]
   soniq-sidecar migrate    [--database-url URL] [--no-claim-index]
   soniq-sidecar enqueue    NAME [--args JSON] [--queue Q] [--priority N] [--max-attempts N] [--delay DUR] [--dedup-key K] [--json]
   soniq-sidecar status     [--json]
   soniq-sidecar job        ID [--json]              (a job's status, attempts, last error and result)
   soniq-sidecar dead-letter list [--limit N] [--json] | replay ID | purge ID
+  soniq-sidecar schedule   add NAME (--every DUR | --cron EXPR) [--args JSON] [--queue Q] [--priority N] [--max-attempts N]
+  soniq-sidecar schedule   list [--json] | pause NAME | resume NAME | remove NAME
   soniq-sidecar manifest check FILE
   soniq-sidecar version
 
@@ -112,6 +114,8 @@ func dispatch(ctx context.Context, e env, args []string) error {
 		return cmdJob(ctx, e, rest)
 	case "dead-letter":
 		return cmdDeadLetter(ctx, e, rest)
+	case "schedule":
+		return cmdSchedule(ctx, e, rest)
 	case "run":
 		return cmdRun(ctx, e, rest)
 	case "manifest":

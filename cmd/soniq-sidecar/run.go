@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/oklog/run"
 
@@ -182,6 +183,14 @@ func (eng *engine) run(waitCtx context.Context, e env, rc runConfig, p enginePar
 	defer b.Close()
 	if err := checkPoolSize(b); err != nil {
 		return err
+	}
+	if len(rc.manifest.Schedules) > 0 {
+		dctx, cancel := context.WithTimeout(waitCtx, 30*time.Second)
+		err := declareSchedules(dctx, b, rc.manifest, p.log)
+		cancel()
+		if err != nil {
+			return err
+		}
 	}
 	sup, err := supervisor.New(supervisor.Config{
 		Manifest: rc.manifest, Settings: rc.settings, Backend: b, Logger: p.log, Version: version, WorkerID: p.workerID,

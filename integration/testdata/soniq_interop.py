@@ -9,6 +9,7 @@ import ast
 import asyncio
 import json
 import sys
+from datetime import datetime, timedelta
 
 from soniq import Soniq
 from soniq.core.leadership import advisory_key, with_advisory_lock
@@ -38,6 +39,10 @@ async def run(command, url, args):
             return {"applied": await app.setup()}
         if command == "advisory_keys":
             return {n: advisory_key(n) for n in ("soniq.migrations", "soniq.maintenance")}
+        if command == "scheduler_leader":
+            await app.ensure_initialized()
+            async with with_advisory_lock(app.backend, "soniq.scheduler") as leader:
+                return {"leader": leader}
         if command == "maintenance_leader":
             await app.ensure_initialized()
             async with with_advisory_lock(app.backend, "soniq.maintenance") as leader:
@@ -92,6 +97,41 @@ async def run(command, url, args):
             await app.ensure_initialized()
             job = await app.backend.fetch_and_lock_job(queues=args["queues"], worker_id=args["worker_id"])
             return {"id": str(job["id"]) if job else None}
+        if command == "scheduler_add":
+            # A schedule declared through Soniq's own API.
+            name = await app.scheduler.add(
+                args["name"],
+                every=timedelta(seconds=args["every"]) if "every" in args else None,
+                cron=args.get("cron"),
+                args=args.get("args"),
+                queue=args.get("queue"),
+                priority=args.get("priority"),
+                max_attempts=args.get("max_attempts"),
+            )
+            return await app.scheduler.get(name)
+        if command == "scheduler_list":
+            return await app.scheduler.list()
+        if command == "scheduler_run":
+            # Soniq's scheduler, ticking every second, for the given seconds
+            # or until the stop file appears.
+            import os
+            import time
+
+            await app.scheduler.start(check_interval=1)
+            deadline = time.monotonic() + args["seconds"]
+            stop = args.get("stop_file")
+            while time.monotonic() < deadline and not (stop and os.path.exists(stop)):
+                await asyncio.sleep(0.05)
+            await app.scheduler.stop()
+            return {}
+        if command == "cron_next":
+            # The next run Soniq's scheduler computes for each (expr, time).
+            from croniter import croniter
+
+            return [
+                croniter(expr, datetime.fromisoformat(at)).get_next(datetime).isoformat()
+                for expr, at in args["cases"]
+            ]
         if command == "replay":
             return {"id": await app.dead_letter.replay(args["id"])}
         raise SystemExit(f"unknown command {command!r}")

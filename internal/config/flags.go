@@ -83,6 +83,9 @@ func (f *Flags) set(sp *setting, raw string) error {
 	case sp.engine() && sp.kind == kindInt:
 		n := v.(int)
 		*sp.intOverride(&f.overrides) = &n
+	case sp.key == schedulerKey:
+		b := v.(bool)
+		f.overrides.Scheduler = &b
 	case sp.engine():
 		d := v.(time.Duration)
 		*sp.override(&f.overrides) = &d

@@ -458,6 +458,9 @@ func TestManifestDocExample(t *testing.T) {
 	assert.Equal(t, filepath.Join(root, "billing"), m.Handlers[0].Workdir)
 	assert.Equal(t, filepath.Join(root, "deploy", "sidecar", "bin", "node"), m.Handlers[1].Command[0])
 	assert.Equal(t, []string{"billing", "default"}, m.Settings.Queues)
+	require.Len(t, m.Schedules, 2)
+	assert.Equal(t, "0 6 * * 1-5", m.Schedules[0].Cron)
+	assert.Equal(t, 30*time.Second, m.Schedules[1].Every)
 
 	s, err := ResolveSettings(m, nil, SettingOverrides{})
 	require.NoError(t, err)

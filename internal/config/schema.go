@@ -18,7 +18,7 @@ import (
 
 func (d *manifestDecoder) manifest(root *yaml.Node) *Manifest {
 	m := &Manifest{}
-	fields, ok := d.mapping(root, "", "version", "settings", "queues", "handlers")
+	fields, ok := d.mapping(root, "", "version", "settings", "queues", "handlers", "schedules")
 	if !ok {
 		return m
 	}
@@ -39,6 +39,9 @@ func (d *manifestDecoder) manifest(root *yaml.Node) *Manifest {
 		} else if q, ok := d.queueList(e.val, "queues"); ok {
 			m.Settings.Queues = q
 		}
+	}
+	if e, ok := fields["schedules"]; ok {
+		m.Schedules = d.schedules(e.val, "schedules")
 	}
 	e, ok := fields["handlers"]
 	if !ok {
@@ -170,6 +173,12 @@ func (d *manifestDecoder) settings(n *yaml.Node, field string) ManifestSettings 
 		if q, ok := d.queueList(e.val, fieldPath(field, queuesKey)); ok {
 			s.Queues = q
 			s.Where[queuesKey] = fmt.Sprintf("%s:%d", d.file, e.key.Line)
+		}
+	}
+	if e, ok := fields[schedulerKey]; ok {
+		if v, ok := d.boolean(e.val, fieldPath(field, schedulerKey)); ok {
+			s.Scheduler = &v
+			s.Where[schedulerKey] = fmt.Sprintf("%s:%d", d.file, e.key.Line)
 		}
 	}
 	return s

@@ -20,6 +20,7 @@ func DefaultSettings() Settings {
 			*sp.intField(&s) = sp.defInt
 		}
 	}
+	s.Scheduler = true
 	return s
 }
 
@@ -79,6 +80,21 @@ func ResolveSettings(m *Manifest, lookupEnv func(string) (string, bool), flags S
 		} else {
 			s.Queues = q
 		}
+	}
+
+	sched := lookupSetting(schedulerKey)
+	if ms.Scheduler != nil {
+		s.Scheduler = *ms.Scheduler
+	}
+	if raw, ok := lookupEnv(sched.env); ok && strings.TrimSpace(raw) != "" {
+		if v, err := sched.parse(raw, true); err != nil {
+			errs = append(errs, &SettingError{Setting: sched.key, Source: SourceEnvironment, Name: sched.env, Value: raw, Msg: err.Error()})
+		} else {
+			s.Scheduler = v.(bool)
+		}
+	}
+	if flags.Scheduler != nil {
+		s.Scheduler = *flags.Scheduler
 	}
 
 	if len(errs) == 0 {

@@ -32,6 +32,7 @@ func TestDefaultSettings(t *testing.T) {
 		AuditInterval:        60 * time.Second,
 		PollInterval:         5 * time.Second,
 		ResultTTL:            300 * time.Second,
+		Scheduler:            true,
 	}, DefaultSettings())
 
 	s, err := ResolveSettings(nil, nil, SettingOverrides{})
@@ -51,6 +52,7 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 		"SONIQ_CLAIM_AHEAD_MAX":   " 300 ",
 		"SONIQ_CLEANUP_INTERVAL":  "",
 		"SONIQ_UNRELATED_SETTING": "x",
+		"SONIQ_SCHEDULER":         "false",
 	}
 	tests := []struct {
 		name  string
@@ -67,7 +69,7 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 				JobTimeout: 2 * time.Minute, HeartbeatInterval: 2500 * time.Millisecond, HeartbeatTimeout: time.Minute,
 				CleanupInterval: time.Minute, AuditInterval: time.Minute, PollInterval: 500 * time.Millisecond, ResultTTL: 0,
 				ClaimAhead: 50 * time.Millisecond, ClaimAheadMax: 200,
-				Queues: []string{"billing", "default"},
+				Queues: []string{"billing", "default"}, Scheduler: true,
 			},
 		},
 		{
@@ -92,13 +94,14 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 				ShutdownTimeout: manifestPtr(3 * time.Second),
 				ClaimAhead:      manifestPtr(time.Duration(0)),
 				ClaimAheadMax:   manifestPtr(1000),
+				Scheduler:       manifestPtr(true),
 			},
 			want: Settings{
 				ShutdownTimeout: 3 * time.Second, ShutdownWriteTimeout: 5 * time.Second, SyncHandlerGrace: 10 * time.Second, SyncGraceSet: true,
 				JobTimeout: 0, HeartbeatInterval: 2500 * time.Millisecond, HeartbeatTimeout: time.Minute,
 				CleanupInterval: time.Minute, AuditInterval: time.Minute, PollInterval: 250 * time.Millisecond, ResultTTL: 0,
 				ClaimAhead: 0, ClaimAheadMax: 1000,
-				Queues: []string{"critical"},
+				Queues: []string{"critical"}, Scheduler: true,
 			},
 		},
 		{

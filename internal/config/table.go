@@ -148,6 +148,8 @@ var settingTable = []setting{
 		override: func(f *SettingOverrides) **time.Duration { return &f.ResultTTL }},
 	{key: queuesKey, env: "SONIQ_QUEUES", flag: "--queues", kind: kindQueues, defHelp: "all",
 		help: "comma-separated `queues` to claim from"},
+	{key: schedulerKey, env: "SONIQ_SCHEDULER", flag: "--scheduler", kind: kindBool, defHelp: "true",
+		help: "fire the due recurring schedules of soniq_recurring_jobs (one scheduler of the database leads at a time); --scheduler=false turns it off"},
 
 	{key: "database_url", env: "SONIQ_DATABASE_URL", flag: "--database-url", kind: kindText, defHelp: "sqlite:soniq.db",
 		help: "database `URL`", uses: CommandRun | CommandData, flagIn: CommandRun | CommandData,
@@ -193,6 +195,9 @@ var settingTable = []setting{
 
 // queuesKey is the manifest key of the one list-valued setting.
 const queuesKey = "queues"
+
+// schedulerKey is the manifest key of the one on/off engine setting.
+const schedulerKey = "scheduler"
 
 // DefaultManifest is the manifest `run` reads when none is named and one
 // is there.
@@ -240,7 +245,7 @@ func (sp *setting) usage() string {
 	case sp.defText != "":
 		from = append(from, sp.defText)
 	}
-	if len(from) > 0 && sp.kind != kindBool {
+	if len(from) > 0 && (sp.kind != kindBool || sp.engine()) {
 		b.WriteString(" (default " + strings.Join(from, ", else ") + ")")
 	}
 	return b.String()

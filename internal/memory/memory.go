@@ -22,7 +22,8 @@ type Backend struct {
 	deadLetters          map[string]*backends.DeadLetterJob
 	workers              map[string]*backends.Worker
 	tasks                map[taskKey]time.Time
-	backends.LocalLeader // TryLeader
+	schedules            map[string]*backends.Schedule // by id
+	backends.LocalLeader                               // TryLeader
 	subscribers          map[int]chan string
 	nextSub              int
 	closed               chan struct{} // closed by Close; ends every Subscribe goroutine
@@ -44,6 +45,7 @@ func New() *Backend {
 		deadLetters: map[string]*backends.DeadLetterJob{},
 		workers:     map[string]*backends.Worker{},
 		tasks:       map[taskKey]time.Time{},
+		schedules:   map[string]*backends.Schedule{},
 		subscribers: map[int]chan string{},
 		closed:      make(chan struct{}),
 		seqs:        map[string]int64{},

@@ -1,0 +1,192 @@
+package scheduler
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/memory"
+	"github.com/soniq-dev/soniq-sidecar/internal/schedule"
+)
+
+// jobsNamed is how often a schedule fired (its run count).
+func jobsNamed(t *testing.T, b *memory.Backend, name string) int {
+	t.Helper()
+	list, err := b.ListSchedules(t.Context())
+	require.NoError(t, err)
+	for _, s := range list {
+		if s.Name == name {
+			return s.RunCount
+		}
+	}
+	return -1
+}
+
+func declare(t *testing.T, b backends.Schedules, name string, spec schedule.Spec, next time.Time) backends.Schedule {
+	t.Helper()
+	s, _, err := b.UpsertSchedule(t.Context(), backends.ScheduleParams{Name: name, Type: spec.Type, Value: spec.Value, NextRun: next})
+	require.NoError(t, err)
+	return s
+}
+
+func TestIntervalScheduleFiresEveryInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		every5, _ := schedule.Every(5 * time.Second)
+		declare(t, b, "every5", every5, every5.Next(time.Now()))
+		s := New(Config{Backend: b, ProducerID: "me"})
+		s.Start(t.Context())
+		time.Sleep(30*time.Second + 500*time.Millisecond)
+		s.Stop()
+		// Due at 5, 10, ..., 30 s; each fired at the first tick at or after it.
+		assert.Equal(t, 6, jobsNamed(t, b, "every5"))
+	})
+}
+
+func TestMissedRunsFireOnceOnCatchUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		minute, _ := schedule.Every(time.Minute)
+		hourly, _ := schedule.Cron("0 * * * *")
+		// Every scheduler was down for three hours: 180 interval runs and
+		// three hourly runs were missed.
+		declare(t, b, "minutely", minute, time.Now().Add(-3*time.Hour))
+		declare(t, b, "hourly", hourly, time.Now().Add(-3*time.Hour))
+		var logs bytes.Buffer
+		s := New(Config{Backend: b, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+		start := time.Now()
+		s.Tick(t.Context())
+		assert.Equal(t, 1, jobsNamed(t, b, "minutely"), "one catch-up firing, not one per missed run")
+		assert.Equal(t, 1, jobsNamed(t, b, "hourly"))
+		list, err := b.ListSchedules(t.Context())
+		require.NoError(t, err)
+		for _, sc := range list {
+			spec, err := schedule.Parse(sc.Type, sc.Value)
+			require.NoError(t, err)
+			assert.Equal(t, spec.Next(start), sc.NextRun.UTC(), "%s: the next run counts from the catch-up", sc.Name)
+		}
+		// Nothing more until then.
+		for range 30 {
+			time.Sleep(time.Second)
+			s.Tick(t.Context())
+		}
+		assert.Equal(t, 1, jobsNamed(t, b, "minutely"))
+		time.Sleep(31 * time.Second)
+		s.Tick(t.Context())
+		assert.Equal(t, 2, jobsNamed(t, b, "minutely"))
+		assert.Contains(t, logs.String(), "late=3h0m0s")
+	})
+}
+
+func TestPausedSchedulesDoNotFireAndResumeCatchesUpOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		sec, _ := schedule.Every(time.Second)
+		declare(t, b, "s", sec, time.Now())
+		require.NoError(t, b.SetScheduleStatus(t.Context(), "s", backends.SchedulePaused))
+		s := New(Config{Backend: b})
+		s.Start(t.Context())
+		time.Sleep(10*time.Second + 500*time.Millisecond) // between ticks
+		assert.Equal(t, 0, jobsNamed(t, b, "s"))
+		require.NoError(t, b.SetScheduleStatus(t.Context(), "s", backends.ScheduleActive))
+		time.Sleep(time.Second)
+		s.Stop()
+		assert.Equal(t, 1, jobsNamed(t, b, "s"), "resumed: one catch-up run, not ten")
+	})
+}
+
+func TestTwoSchedulersOnOneStoreFireEachRunOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		sec, _ := schedule.Every(time.Second)
+		declare(t, b, "s", sec, time.Now())
+		a, c := New(Config{Backend: b}), New(Config{Backend: b})
+		a.Start(t.Context())
+		c.Start(t.Context())
+		time.Sleep(20*time.Second + 500*time.Millisecond)
+		a.Stop()
+		c.Stop()
+		st, err := b.Stats(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, int64(21), st.Queued, "due at 0, 1, ..., 20 s: each once")
+		assert.Equal(t, 21, jobsNamed(t, b, "s"))
+	})
+}
+
+func TestFiredJobIsTheSchedules(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		ctx := t.Context()
+		_, _, err := b.UpsertSchedule(ctx, backends.ScheduleParams{Name: "report", Type: schedule.TypeCron, Value: "* * * * *",
+			NextRun: time.Now(), Args: json.RawMessage(`{"a":1}`), Queue: "reports", Priority: intp(4), MaxAttempts: intp(8)})
+		require.NoError(t, err)
+		New(Config{Backend: b, ProducerID: "host:1:soniq-sidecar:w"}).Tick(ctx)
+		list, err := b.ListSchedules(ctx)
+		require.NoError(t, err)
+		require.NotNil(t, list[0].LastJobID)
+		j, err := b.Get(ctx, *list[0].LastJobID)
+		require.NoError(t, err)
+		assert.Equal(t, "report", j.Name)
+		assert.JSONEq(t, `{"a":1}`, string(j.Args))
+		assert.Equal(t, "reports", j.Queue)
+		assert.Equal(t, 4, j.Priority)
+		assert.Equal(t, 8, j.MaxAttempts)
+		assert.Equal(t, "host:1:soniq-sidecar:w", *j.ProducerID)
+	})
+}
+
+func intp(v int) *int { return &v }
+
+// unreadable is a store whose one due schedule has a value nobody can read.
+type unreadable struct {
+	*memory.Backend
+	mu    sync.Mutex
+	calls int
+}
+
+func (u *unreadable) DueSchedules(ctx context.Context, now time.Time) ([]backends.Schedule, error) {
+	u.mu.Lock()
+	u.calls++
+	u.mu.Unlock()
+	past := now.Add(-time.Minute)
+	return []backends.Schedule{{ID: "id-1", Name: "broken", Type: "cron", Value: "every day", Status: "active", NextRun: &past}}, nil
+}
+
+func TestUnreadableScheduleIsReportedOnce(t *testing.T) {
+	u := &unreadable{Backend: memory.New()}
+	var logs bytes.Buffer
+	s := New(Config{Backend: u, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	for range 5 {
+		s.Tick(t.Context())
+	}
+	assert.Equal(t, 5, u.calls)
+	assert.Equal(t, 1, strings.Count(logs.String(), "schedule cannot be read"), logs.String())
+	assert.Contains(t, logs.String(), "job_name=broken")
+}
+
+// failingStore cannot read its schedules (a table not migrated yet).
+type failingStore struct{ *memory.Backend }
+
+func (failingStore) DueSchedules(context.Context, time.Time) ([]backends.Schedule, error) {
+	return nil, errors.New(`relation "soniq_recurring_jobs" does not exist`)
+}
+
+func TestARepeatedFailureIsLoggedOnce(t *testing.T) {
+	var logs bytes.Buffer
+	s := New(Config{Backend: failingStore{memory.New()}, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	for range 10 {
+		s.Tick(t.Context())
+	}
+	assert.Equal(t, 1, strings.Count(logs.String(), "reading due schedules failed"), logs.String())
+}
