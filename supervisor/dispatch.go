@@ -658,7 +658,11 @@ func (s *Supervisor) subscribe(ctx context.Context) {
 		s.log.Warn("new-job notifications unavailable; polling only", "poll_interval", s.cfg.Settings.PollInterval, "err", err)
 		return
 	}
-	for q := range ch {
-		s.emit(wakeEvent{queue: q})
+	for w := range ch {
+		if w.CancelJobID != "" {
+			s.emit(cancelWakeEvent{jobID: w.CancelJobID})
+			continue
+		}
+		s.emit(wakeEvent{queue: w.Queue})
 	}
 }
