@@ -86,7 +86,7 @@ func awaitCancel(ctx context.Context, e env, b backends.Backend, j backends.Job,
 		}
 		switch cur.Status {
 		case backends.StatusCancelled:
-			fmt.Fprintf(e.stdout, "cancelled job %s (%s): %s stopped its handler (reason user); the row is cancelled, attempts %d of %d, and will not be retried\n",
+			fmt.Fprintf(e.stdout, "cancelled job %s (%s): %s cancelled it (reason user); the row is cancelled, attempts %d of %d, and will not be retried\n",
 				cur.ID, cur.Name, holder, cur.Attempts, cur.MaxAttempts)
 			return nil
 		case backends.StatusDone:
