@@ -192,7 +192,7 @@ func (l *loop) onWake(q string) {
 }
 
 // onPoll: the poll interval elapsed.
-func (l *loop) onPoll() { l.claimEverything() }
+func (l *loop) onPoll() { l.claimEverything(); l.readCancels() }
 
 // claimEverything: every pool may claim again, and the unknown-name claim
 // runs (the poll, a registration again).
