@@ -31,11 +31,18 @@ type cancelRun struct {
 	took           time.Duration
 }
 
-// runCancel runs the real binary's cancel command against url.
+// runCancel runs the real binary's cancel command against url (a
+// postgres:// URL ending in "#transaction" goes through a transaction-mode
+// pooler: SONIQ_DATABASE_POOLER=transaction, as the docs ask).
 func runCancel(t *testing.T, url, id string, extra ...string) cancelRun {
 	t.Helper()
 	cmd := exec.Command(sidecarBinary(t), append([]string{"cancel", id}, extra...)...)
-	cmd.Env = []string{"SONIQ_DATABASE_URL=" + url, "GORACE=atexit_sleep_ms=0"}
+	cmd.Env = []string{"GORACE=atexit_sleep_ms=0"}
+	if u, ok := strings.CutSuffix(url, "#transaction"); ok {
+		cmd.Env = append(cmd.Env, "SONIQ_DATABASE_URL="+u, "SONIQ_DATABASE_POOLER=transaction")
+	} else {
+		cmd.Env = append(cmd.Env, "SONIQ_DATABASE_URL="+url)
+	}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	start := time.Now()
@@ -73,6 +80,7 @@ func checkCancels(t *testing.T, w *world, sc *sidecar, url string, pollOnly bool
 	a := w.enqueue("t.await_cancel", `{"seconds": 60}`, 0)
 	w.waitStarted(t, a)
 	r := runCancel(t, url, a)
+	t.Logf("cancel of a running async job took %s", r.took)
 	require.Equal(t, 0, r.code, "stdout %s stderr %s\nsidecar log:\n%s", r.stdout, r.stderr, lastLines(sc.rawString(), 40))
 	assert.Contains(t, r.stdout, "cancelled job "+a+" (t.await_cancel)")
 	assert.Contains(t, r.stderr, "is running under worker "+sc.workerID(t))
@@ -96,6 +104,7 @@ func checkCancels(t *testing.T, w *world, sc *sidecar, url string, pollOnly bool
 	s := w.enqueue("t.stubborn", `{"seconds": 60, "extra": 0.3}`, 0)
 	w.waitStarted(t, s)
 	r = runCancel(t, url, s)
+	t.Logf("cancel of a stubborn job took %s", r.took)
 	require.Equal(t, 0, r.code, "stdout %s stderr %s", r.stdout, r.stderr)
 	sc.waitLog(10*time.Second, "late result discarded", map[string]any{"job_id": s, "abandoned_by": "user"})
 	assert.Equal(t, backends.StatusCancelled, w.job(s).Status)
@@ -105,6 +114,7 @@ func checkCancels(t *testing.T, w *world, sc *sidecar, url string, pollOnly bool
 	y := w.enqueue("t.sleep_sync", `{"seconds": 3}`, 0)
 	w.waitStarted(t, y)
 	r = runCancel(t, url, y)
+	t.Logf("cancel of a sync job took %s", r.took)
 	assert.Equal(t, 1, r.code, "stdout %s stderr %s", r.stdout, r.stderr)
 	assert.Contains(t, r.stderr, "job "+y+" (t.sleep_sync) cannot be cancelled: handler "+handler+" runs it as a sync job (cancellable: false)")
 	assert.Contains(t, r.stderr, "the job runs on")
@@ -178,7 +188,7 @@ func TestCancelThroughPgBouncer(t *testing.T) {
 			if !listen {
 				sc.waitLog(10*time.Second, "polling only", nil)
 			}
-			checkCancels(t, w, sc, pooled, !listen)
+			checkCancels(t, w, sc, pooled+"#transaction", !listen)
 		})
 	}
 }
