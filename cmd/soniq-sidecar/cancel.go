@@ -77,6 +77,13 @@ func awaitCancel(ctx context.Context, e env, b backends.Backend, j backends.Job,
 	defer tick.Stop()
 	for {
 		cur, err := b.Get(ctx, j.ID)
+		if errors.Is(err, backends.ErrUnreachable) && time.Now().Before(deadline) {
+			// A restart or a failover: the request is recorded; read again.
+			if !sleepCtx(ctx, tick.C) {
+				return fmt.Errorf("waiting for job %s to be cancelled: %w", j.ID, ctx.Err())
+			}
+			continue
+		}
 		switch {
 		case errors.Is(err, backends.ErrNotFound):
 			return exitCodeError{code: exitError, msg: fmt.Sprintf("job %s (%s) ended before it could be cancelled: its row is gone "+
@@ -95,7 +102,7 @@ func awaitCancel(ctx context.Context, e env, b backends.Backend, j backends.Job,
 			// Given back to the queue meanwhile (a retry, a shutdown, a
 			// recovery): a queued job is cancelled at once.
 			res, err := b.RequestCancel(ctx, j.ID)
-			if err != nil && !errors.Is(err, backends.ErrNotFound) {
+			if err != nil && !errors.Is(err, backends.ErrNotFound) && !errors.Is(err, backends.ErrUnreachable) {
 				return fmt.Errorf("cancelling job %s again: %w", j.ID, err)
 			}
 			if err == nil && res.Outcome == backends.CancelledQueued {
@@ -108,7 +115,7 @@ func awaitCancel(ctx context.Context, e env, b backends.Backend, j backends.Job,
 			}
 		case backends.StatusProcessing:
 			r, err := b.GetCancelRequest(ctx, j.ID)
-			if err != nil && !errors.Is(err, backends.ErrNotFound) {
+			if err != nil && !errors.Is(err, backends.ErrNotFound) && !errors.Is(err, backends.ErrUnreachable) {
 				return fmt.Errorf("waiting for job %s to be cancelled: %w", j.ID, err)
 			}
 			if err == nil && r.Status == backends.CancelRefused {
@@ -120,11 +127,19 @@ func awaitCancel(ctx context.Context, e env, b backends.Backend, j backends.Job,
 				"The request stays recorded: a sidecar holding the job acts on it at its next poll (a Soniq worker never does); "+
 				"run `soniq-sidecar job %s` to see where it is", j.ID, j.Name, cur.Status, holder, waitFor, j.ID)}
 		}
-		select {
-		case <-ctx.Done():
+		if !sleepCtx(ctx, tick.C) {
 			return fmt.Errorf("waiting for job %s to be cancelled: %w", j.ID, ctx.Err())
-		case <-tick.C:
 		}
+	}
+}
+
+// sleepCtx waits for the next tick; false when ctx ended first.
+func sleepCtx(ctx context.Context, tick <-chan time.Time) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-tick:
+		return true
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -141,4 +142,60 @@ func TestCancelOfARunningJobNobodyAnswers(t *testing.T) {
 	code, out, errOut := c.run("cancel", j.ID, "--wait", "5s")
 	assert.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "cancelled job "+j.ID+" (cancel.silent): it had gone back to the queue (attempts 1 of 3) and will not run again")
+}
+
+// A database that drops the command's connections while it waits (a
+// restart, a failover) does not end the wait: the command reads again
+// until the holder answers or --wait passes.
+func TestCancelWaitOutlastsDroppedConnections(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	c := newCLI(t, map[string]string{"SONIQ_DATABASE_URL": url})
+	code, _, errOut := c.run("migrate")
+	require.Equal(t, 0, code, errOut)
+	ctx := context.Background()
+	b, err := postgres.Open(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	worker := backends.NewID()
+	require.NoError(t, b.RegisterWorker(ctx, backends.Worker{ID: worker, Hostname: "flaky", PID: 8}))
+	j, err := b.Enqueue(ctx, backends.EnqueueParams{Name: "cancel.flaky"})
+	require.NoError(t, err)
+	_, err = b.Claim(ctx, backends.ClaimParams{WorkerID: worker, Limit: 1})
+	require.NoError(t, err)
+
+	done := make(chan struct{})
+	go func() { // owned by the test: ends once the request is answered
+		defer close(done)
+		admin, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer admin.Close(ctx)
+		waitPending := func() {
+			for {
+				if r, err := b.GetCancelRequest(ctx, j.ID); err == nil && r.Status == backends.CancelPending {
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		waitPending()
+		// Every other session of this database is dropped, the command's
+		// included, for a second.
+		for end := time.Now().Add(time.Second); time.Now().Before(end); {
+			_, _ = admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+				WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+			time.Sleep(20 * time.Millisecond)
+		}
+		waitPending()
+		if _, err := b.RefuseCancel(ctx, worker, j.ID, "pdf", "sync jobs cannot be interrupted"); err != nil {
+			t.Error(err)
+		}
+	}()
+	code, _, errOut = c.run("cancel", j.ID, "--wait", "10s")
+	<-done
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "cannot be cancelled: handler pdf runs it as a sync job", "the wait went on through the dropped connections")
+	assert.NotContains(t, errOut, "unreachable")
 }
