@@ -280,7 +280,8 @@ type Completion struct {
 
 // Backend is the storage contract. Methods are safe for concurrent use.
 type Backend interface {
-	// Migrate creates Soniq's tables and indexes if they do not exist. It is
+	// Migrate creates Soniq's tables and indexes if they do not exist, and
+	// the sidecar's own soniq_sidecar_cancel_requests (RequestCancel). It is
 	// harmless before or after Soniq's own setup and never alters a table
 	// Soniq created.
 	Migrate(ctx context.Context) error

@@ -183,7 +183,9 @@ func (b *Backend) Close() error {
 }
 
 // Migrate creates Soniq's core and dead-letter tables if they do not exist,
-// holding Soniq's migration advisory lock so it never races `soniq setup` or
+// then the sidecar's own cancel-request table (schema/9000_*.sql, after
+// Soniq's files; no Soniq table is altered), holding Soniq's migration
+// advisory lock so it never races `soniq setup` or
 // another sidecar. It deliberately writes nothing to soniq_migrations: Soniq's
 // runner then still applies (idempotently) its own files on its next setup,
 // which keeps Soniq the only author of its bookkeeping and correct even if a

@@ -138,7 +138,8 @@ func (b *Backend) Close() error {
 }
 
 // Migrate creates Soniq's SQLite schema with IF NOT EXISTS, plus the task
-// registry table Soniq only has on Postgres. It never alters an existing table.
+// registry table Soniq only has on Postgres and the sidecar's own
+// cancel-request table. It never alters an existing table.
 func (b *Backend) Migrate(ctx context.Context) error {
 	return b.inWriteTx(ctx, "migrating sqlite schema", func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, schemaDDL)
