@@ -207,3 +207,42 @@ func TestCancelMetric(t *testing.T) {
 	assert.True(t, ok, "the counter is exported")
 	assert.Equal(t, 1.0, v)
 }
+
+// On SQLite the command and the sidecar are two processes sharing the
+// file: no notification crosses between them, and the holder finds the
+// request at its next poll. Queued, running async and running sync jobs.
+func TestCancelOnSQLite(t *testing.T) {
+	w, db := sqliteWorld(t, sdks[0])
+	sc := w.startSidecar(map[string]string{"SONIQ_POLL_INTERVAL": "0.5"})
+	sc.waitReady(t, w.handlerName(), 1)
+	status := func(id string) (s string, attempts int) {
+		require.NoError(t, db.QueryRow(`SELECT status, attempts FROM soniq_jobs WHERE id = ?`, id).Scan(&s, &attempts))
+		return s, attempts
+	}
+
+	a := sqliteInsert(t, db, "t.await_cancel", `{"seconds": 60}`)
+	w.waitStarted(t, a)
+	r := runCancel(t, w.dbURL, a)
+	require.Equal(t, 0, r.code, "stdout %s stderr %s", r.stdout, r.stderr)
+	assert.Contains(t, r.stdout, "cancelled job "+a+" (t.await_cancel)")
+	st, n := status(a)
+	assert.Equal(t, backends.StatusCancelled, st)
+	assert.Equal(t, 1, n)
+	eventually(t, 10*time.Second, "the handler saw the cancel's reason", func() bool { return len(w.cancelEvents(a)) > 0 })
+	assert.Equal(t, []string{"cancelled-user"}, w.cancelEvents(a))
+
+	y := sqliteInsert(t, db, "t.sleep_sync", `{"seconds": 2}`)
+	w.waitStarted(t, y)
+	r = runCancel(t, w.dbURL, y)
+	assert.Equal(t, 1, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "cannot be cancelled: handler "+w.handlerName()+" runs it as a sync job")
+	eventually(t, 20*time.Second, "the sync job ran on to done", func() bool { st, _ := status(y); return st == backends.StatusDone })
+
+	sc.stop(t)
+	q := sqliteInsert(t, db, "t.record", `{}`)
+	r = runCancel(t, w.dbURL, q)
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "it was queued and will not run")
+	st, _ = status(q)
+	assert.Equal(t, backends.StatusCancelled, st)
+}
