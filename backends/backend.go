@@ -243,6 +243,11 @@ const (
 	// scheduled_at = now()+Delay (capped at MaxSnooze),
 	// last_error = 'SNOOZE: <Reason>', worker_id NULL.
 	OutcomeSnooze
+	// OutcomeCancelled: status='cancelled', updated_at; attempts,
+	// last_error, result and worker_id untouched; never retried. In the
+	// same transaction the job's pending cancel request, if any, becomes
+	// acknowledged (see RequestCancel).
+	OutcomeCancelled
 )
 
 func (o Outcome) String() string {
@@ -255,6 +260,8 @@ func (o Outcome) String() string {
 		return "dead_letter"
 	case OutcomeSnooze:
 		return "snooze"
+	case OutcomeCancelled:
+		return "cancelled"
 	}
 	return "unknown"
 }
@@ -274,7 +281,8 @@ type Completion struct {
 
 // Backend is the storage contract. Methods are safe for concurrent use.
 type Backend interface {
-	// Migrate creates Soniq's tables and indexes if they do not exist. It is
+	// Migrate creates Soniq's tables and indexes if they do not exist, and
+	// the sidecar's own soniq_sidecar_cancel_requests (RequestCancel). It is
 	// harmless before or after Soniq's own setup and never alters a table
 	// Soniq created.
 	Migrate(ctx context.Context) error
@@ -288,8 +296,29 @@ type Backend interface {
 	Enqueue(ctx context.Context, p EnqueueParams) (Job, error)
 	// Get returns one job row; ErrNotFound if absent.
 	Get(ctx context.Context, id string) (Job, error)
-	// Cancel sets status='cancelled' on a queued job; false if it was not queued.
+	// Cancel sets status='cancelled' on a queued job; false if it was not
+	// queued. It is Soniq's cancel_job; RequestCancel also reaches running
+	// jobs.
 	Cancel(ctx context.Context, id string) (bool, error)
+
+	// RequestCancel cancels a job wherever it is, in one transaction: a
+	// queued job becomes cancelled at once (CancelledQueued, as Cancel); a
+	// processing job gets a pending request naming the worker that holds
+	// it (replacing an earlier request for the job), and subscribers are
+	// woken with Wakeup.CancelJobID (CancelRequested); a done or cancelled
+	// job is left alone (CancelFinished). ErrNotFound when no soniq_jobs
+	// row has the id (a dead-lettered job has left the table).
+	RequestCancel(ctx context.Context, id string) (CancelResult, error)
+	// PendingCancels returns the ids of the jobs processing under
+	// workerID that have a pending cancel request, whichever worker held
+	// them when it was made. This is the holder's poll.
+	PendingCancels(ctx context.Context, workerID string) ([]string, error)
+	// RefuseCancel answers a pending request for a job processing under
+	// workerID with refused, naming the handler and why (a sync job cannot
+	// be interrupted). False when there was no such pending request.
+	RefuseCancel(ctx context.Context, workerID, jobID, handler, detail string) (bool, error)
+	// GetCancelRequest returns a job's cancel request; ErrNotFound if none.
+	GetCancelRequest(ctx context.Context, jobID string) (CancelRequest, error)
 
 	// Claim locks up to p.Limit runnable rows in one statement (priority,
 	// scheduled_at nulls first, created_at; SKIP LOCKED), sets them
@@ -406,21 +435,34 @@ type Backend interface {
 	// "") is never recovered: a worker that is running the recovery is
 	// alive, however old its last heartbeat looks.
 	RecoverStaleWorkers(ctx context.Context, olderThan time.Duration, except string) (workers, jobs int, err error)
-	// DeleteExpired deletes done rows whose expires_at has passed.
+	// DeleteExpired deletes done rows whose expires_at has passed, and
+	// returns how many. It also removes cancel requests settled more than
+	// CancelRequestTTL ago, and pending ones as old whose job is no longer
+	// queued or processing (not counted).
 	DeleteExpired(ctx context.Context) (int, error)
 
 	// TryLeader tries to become the maintenance leader without blocking.
 	// When ok, release must be called to give leadership up.
 	TryLeader(ctx context.Context) (release func(), ok bool, err error)
-	// Subscribe delivers the queue name of every newly enqueued job
-	// (Postgres: LISTEN soniq_new_job; others: local enqueues). Delivery
-	// is best effort and may coalesce; callers also poll. The channel is
-	// closed once ctx is done. ErrNoWakeups means the backend is
-	// configured to poll only.
-	Subscribe(ctx context.Context) (<-chan string, error)
+	// Subscribe delivers a Wakeup for every newly enqueued job (its
+	// queue; Postgres: LISTEN soniq_new_job; others: local enqueues) and
+	// every cancel requested for a running job (its id; Postgres: LISTEN
+	// soniq_sidecar_cancel on the same connection). Delivery is best
+	// effort and may coalesce; callers also poll. The channel is closed
+	// once ctx is done. ErrNoWakeups means the backend is configured to
+	// poll only.
+	Subscribe(ctx context.Context) (<-chan Wakeup, error)
 
 	// Schedules are the recurring schedules (soniq_recurring_jobs).
 	Schedules
+}
+
+// Wakeup is one notification Subscribe delivers: exactly one field is set.
+type Wakeup struct {
+	// Queue is the queue a job was enqueued on.
+	Queue string
+	// CancelJobID is a running job a cancel was requested for.
+	CancelJobID string
 }
 
 // PoolStats is a snapshot of a backend's connection pool.

@@ -44,7 +44,7 @@ func (r Rules) recoverableStop() time.Duration { return r.HeartbeatTimeout - 2*r
 const (
 	ruleLost            = "lost"             // enqueued, and no row at the end
 	ruleUnfinished      = "unfinished"       // still queued or processing after the drain
-	ruleWrongEnd        = "wrong-end"        // a good job dead-lettered, a failing one done, a cancelled row
+	ruleWrongEnd        = "wrong-end"        // a good job dead-lettered, a failing one done
 	ruleDoneUnexecuted  = "done-unexecuted"  // done, and no execution ended ok
 	ruleSlow            = "slow"             // took longer than JobBound
 	ruleDuplicate       = "duplicate"        // ran again with nothing to explain it
@@ -79,11 +79,12 @@ type Report struct {
 }
 
 type checker struct {
-	h     *History
-	r     Rules
-	incs  map[int]*Incarnation // by pid
-	rep   *Report
-	execs map[string][]Execution // by job, in start order
+	h       *History
+	r       Rules
+	incs    map[int]*Incarnation // by pid
+	rep     *Report
+	execs   map[string][]Execution // by job, in start order
+	cancels map[string][]Cancel    // the cancel fault's commands, by job
 }
 
 // Check applies every rule to the history.
@@ -95,6 +96,10 @@ func Check(h *History, r Rules) *Report {
 	}
 	for _, e := range h.Executions {
 		c.execs[e.JobID] = append(c.execs[e.JobID], e)
+	}
+	c.cancels = map[string][]Cancel{}
+	for _, x := range h.Cancels {
+		c.cancels[x.JobID] = append(c.cancels[x.JobID], x)
 	}
 	// In claim order: every claim of a row adds one to its attempts, so a
 	// job's executions are ordered by attempt (the runs of one claim, a
@@ -158,9 +163,11 @@ func (c *checker) job(j Job) {
 			c.violate(ruleChargedUnrun, j.ID, "%s dead-lettered at attempts %d/%d after %d runs: %d attempts charged without a run, and only %d sidecar kills, stops, shutdowns or outages during its life to explain them",
 				j.Name, j.Attempts, j.MaxAttempts, len(es), unrun, crashes)
 		}
+	case "cancelled": // cancelRule
 	default:
 		c.violate(ruleWrongEnd, j.ID, "%s ended %s", j.Name, j.Status)
 	}
+	c.cancelRule(j, es)
 	if !j.Finished.IsZero() && !j.Enqueued.IsZero() {
 		took := j.Finished.Sub(j.Enqueued)
 		c.rep.MaxLatency = max(c.rep.MaxLatency, took)
@@ -444,7 +451,7 @@ func firstLine(s string) string {
 func (rep *Report) Summary(seed int64, seconds time.Duration) string {
 	var fs []string
 	total := 0
-	for _, k := range append(faultKinds(), faultCPUHog) {
+	for _, k := range append(faultKinds(), faultCPUHog, faultCancel) {
 		fs = append(fs, fmt.Sprintf("%s=%d", k, rep.Faults[k]))
 		total += rep.Faults[k]
 	}

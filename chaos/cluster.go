@@ -34,6 +34,7 @@ type recorder struct {
 	faults   []Fault
 	incs     []*incarnation
 	problems []string
+	cancels  []Cancel // the cancel fault's commands (cancel.go)
 	log      *os.File // faults.jsonl
 }
 

@@ -29,7 +29,9 @@ type config struct {
 	plan    PlanParams
 	cpu     CPUParams
 	reserve ReserveParams
-	drain   time.Duration
+	// cancelGap is the longest time between two cancels (cancel.go); 0: none.
+	cancelGap time.Duration
+	drain     time.Duration
 
 	hbInterval      time.Duration
 	hbTimeout       time.Duration
@@ -75,6 +77,7 @@ func parseConfig(args []string) (*config, error) {
 	kinds := fs.String("faults", envDefault("CHAOS_FAULTS", "all"), "comma-separated fault kinds to inject: "+strings.Join(faultKinds(), ",")+" ($CHAOS_FAULTS)")
 	reserveOff := fs.Bool("no-reserve-faults", envDefault("CHAOS_RESERVE_FAULTS", "on") == "off", "turn off the faults aimed at claim-ahead: a sidecar SIGKILLed or sent SIGTERM while its reserve is full ($CHAOS_RESERVE_FAULTS=off)")
 	cpuBusy := fs.String("cpu-busy", envDefault("CHAOS_CPU_BUSY", strconv.Itoa(runtime.NumCPU())), "CPU contention: at most this many busy processes at once, a few seconds at a time, beside the other faults; 0 turns it off ($CHAOS_CPU_BUSY)")
+	dur("cancel-gap", "CHAOS_CANCEL_GAP", "4s", "the cancel fault: soniq-sidecar cancel on a random queued or running job, at most this long apart (half as long at least); 0 turns it off")
 	dur("drain", "CHAOS_DRAIN", "120s", "how long the queue may take to drain once the faults stop")
 	dur("job-bound", "CHAOS_JOB_BOUND", "120s", "the longest a job may take from its enqueue to done or dead-lettered")
 	dur("heartbeat-interval", "CHAOS_HEARTBEAT_INTERVAL", "1s", "the sidecars' heartbeat_interval")
@@ -96,7 +99,7 @@ func parseConfig(args []string) (*config, error) {
 		}
 		parsed[name] = d
 	}
-	c.seconds, c.drain = parsed["seconds"], parsed["drain"]
+	c.seconds, c.drain, c.cancelGap = parsed["seconds"], parsed["drain"], parsed["cancel-gap"]
 	c.hbInterval, c.hbTimeout, c.shutdownTimeout = parsed["heartbeat-interval"], parsed["heartbeat-timeout"], parsed["shutdown-timeout"]
 	if *seed == "" {
 		var b [8]byte

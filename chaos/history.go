@@ -140,6 +140,7 @@ type History struct {
 	Incarnations []Incarnation
 	RSS          []RSSSample
 	Outages      []Outage
+	Cancels      []Cancel // the cancel fault's commands (cancel.go)
 	// Holders describes who held each row still processing at the end of
 	// the drain, by job id (read before the sidecars were stopped).
 	Holders map[string]string

@@ -60,6 +60,7 @@ func run(ctx context.Context, cfg *config) (int, error) {
 	}
 	plan := mergeSteps(mergeSteps(Plan(cfg.seed, cfg.plan), PlanCPU(cfg.seed, cfg.plan.Length, cfg.cpu)),
 		PlanReserve(cfg.seed, cfg.plan.Length, cfg.reserve))
+	plan = mergeSteps(plan, PlanCancels(cfg.seed, cfg.plan.Length, cfg.cancelGap))
 	faultsLog, err := os.Create(filepath.Join(cfg.work, "faults.jsonl"))
 	if err != nil {
 		return 0, err
@@ -153,6 +154,9 @@ func run(ctx context.Context, cfg *config) (int, error) {
 		return 0, err
 	}
 	h.Outages, h.Holders = outages, holders
+	if h.Cancels, err = c.collectCancels(ctx, pool); err != nil {
+		return 0, err
+	}
 	var samples strings.Builder
 	samples.WriteString("sidecar,pid,unix_ms,vmrss_kb\n")
 	for _, r := range rss {

@@ -25,7 +25,7 @@ func (c *cluster) runNemesis(ctx context.Context, plan []Step, start time.Time) 
 		queues[s.name] = q
 		wg.Go(func() { s.serve(ctx, q) })
 	}
-	for _, name := range []string{"postgres", "pgbouncer", "cpu"} {
+	for _, name := range []string{"postgres", "pgbouncer", "cpu", "cancel"} {
 		q := make(chan Step, len(plan))
 		queues[name] = q
 		wg.Go(func() {
@@ -167,6 +167,8 @@ func (c *cluster) applyInfra(ctx context.Context, st Step) {
 	switch st.Kind {
 	case faultCPUHog:
 		c.hogCPU(ctx, st)
+	case faultCancel:
+		c.cancelJob(ctx, st)
 	case faultPGRestart:
 		at := time.Now()
 		rec.logf("restarting postgres (%s, down %s)", st.Mode, st.Dur.Round(time.Millisecond))

@@ -40,6 +40,8 @@ func TestSoniqInterop(t *testing.T) {
 		b := open(t, url)
 		require.NoError(t, b.Migrate(t.Context()), "sidecar migrate after soniq setup")
 		assert.Equal(t, before, catalog(t, url), "catalog after sidecar migrate")
+		_, err := b.PendingCancels(t.Context(), backends.NewID())
+		require.NoError(t, err, "migrate added the sidecar's own cancel-request table")
 	})
 
 	t.Run("sidecar migrate then soniq setup yields soniq's schema", func(t *testing.T) {
@@ -77,7 +79,7 @@ func TestSoniqInterop(t *testing.T) {
 		py.run(t, "enqueue", url, map[string]any{"name": "interop.echo", "args": map[string]any{"n": 1, "s": "é"}, "queue": "interop"}, &echo)
 		select {
 		case q := <-sub:
-			assert.Equal(t, "interop", q, "notification payload is the queue name")
+			assert.Equal(t, backends.Wakeup{Queue: "interop"}, q, "notification payload is the queue name")
 		case <-time.After(10 * time.Second):
 			t.Fatal("no soniq_new_job notification from Soniq's enqueue")
 		}
@@ -213,8 +215,9 @@ func open(t *testing.T, url string) *postgres.Backend {
 	return b
 }
 
-// catalog lists every column, index and constraint of the soniq_* tables,
-// plus Soniq's migration bookkeeping, one line each, sorted.
+// catalog lists every column, index and constraint of Soniq's soniq_*
+// tables (not the sidecar's own soniq_sidecar_* tables), plus Soniq's
+// migration bookkeeping, one line each, sorted.
 func catalog(t *testing.T, url string) []string {
 	t.Helper()
 	ctx := t.Context()
@@ -228,12 +231,13 @@ FROM pg_attribute a
 JOIN pg_class c ON c.oid = a.attrelid
 JOIN pg_namespace n ON n.oid = c.relnamespace
 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-WHERE n.nspname = 'public' AND c.relkind = 'r' AND c.relname LIKE 'soniq\_%' AND a.attnum > 0 AND NOT a.attisdropped
+WHERE n.nspname = 'public' AND c.relkind = 'r' AND c.relname LIKE 'soniq\_%' AND c.relname NOT LIKE 'soniq\_sidecar\_%'
+	AND a.attnum > 0 AND NOT a.attisdropped
 UNION ALL
-SELECT 'index ' || indexdef FROM pg_indexes WHERE schemaname = 'public' AND tablename LIKE 'soniq\_%'
+SELECT 'index ' || indexdef FROM pg_indexes WHERE schemaname = 'public' AND tablename LIKE 'soniq\_%' AND tablename NOT LIKE 'soniq\_sidecar\_%'
 UNION ALL
 SELECT format('constraint %s %s %s', conrelid::regclass, conname, pg_get_constraintdef(oid))
-FROM pg_constraint WHERE connamespace = 'public'::regnamespace
+FROM pg_constraint WHERE connamespace = 'public'::regnamespace AND conrelid::regclass::text NOT LIKE 'soniq\_sidecar\_%'
 ORDER BY 1`)
 	require.NoError(t, err, "read catalog")
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])

@@ -294,11 +294,11 @@ func decodeCancel(f fields) (Message, *FrameError) {
 		return nil, ferr
 	}
 	switch r := CancelReason(reason); r {
-	case ReasonJobTimeout, ReasonShutdownTimeout:
+	case ReasonJobTimeout, ReasonShutdownTimeout, ReasonUser:
 		return &Cancel{ID: id, Reason: r}, nil
 	}
 	return nil, &FrameError{Code: CodeInvalidValue, Field: "reason",
-		Detail: strconv.Quote(reason) + " is not one of job_timeout, shutdown_timeout"}
+		Detail: strconv.Quote(reason) + " is not one of job_timeout, shutdown_timeout, user"}
 }
 
 // fields reads the members of one JSON object, from m or, when m is nil,

@@ -137,6 +137,9 @@ type CancelReason string
 const (
 	ReasonJobTimeout      CancelReason = "job_timeout"
 	ReasonShutdownTimeout CancelReason = "shutdown_timeout"
+	// ReasonUser: someone asked for the job to be cancelled
+	// (`soniq-sidecar cancel`); its row ends cancelled, never retried.
+	ReasonUser CancelReason = "user"
 )
 
 // Cancel asks the handler to cancel a job it holds.

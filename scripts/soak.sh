@@ -39,6 +39,7 @@ handlers:
       - {name: t.snooze, cancellable: true}
       - {name: t.trace, cancellable: true}
       - {name: t.crash, cancellable: true}
+      - {name: t.await_cancel, cancellable: true}
 YAML
 start=$(date +%s.%N)
 SONIQ_DATABASE_URL="$url" SONIQ_RESULT_TTL=3600 "$bin" run --manifest "$work/manifest.yaml" \

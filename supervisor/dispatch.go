@@ -192,7 +192,7 @@ func (l *loop) onWake(q string) {
 }
 
 // onPoll: the poll interval elapsed.
-func (l *loop) onPoll() { l.claimEverything() }
+func (l *loop) onPoll() { l.claimEverything(); l.readCancels() }
 
 // claimEverything: every pool may claim again, and the unknown-name claim
 // runs (the poll, a registration again).
@@ -662,7 +662,11 @@ func (s *Supervisor) subscribe(ctx context.Context) {
 		s.log.Warn("new-job notifications unavailable; polling only", "poll_interval", s.cfg.Settings.PollInterval, "err", err)
 		return
 	}
-	for q := range ch {
-		s.emit(wakeEvent{queue: q})
+	for w := range ch {
+		if w.CancelJobID != "" {
+			s.emit(cancelWakeEvent{jobID: w.CancelJobID})
+			continue
+		}
+		s.emit(wakeEvent{queue: w.Queue})
 	}
 }

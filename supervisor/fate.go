@@ -135,6 +135,40 @@ func unknownNameOutcome(j backends.Job) outcome {
 		write: backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter, Reason: backends.ReasonJobNotFound, Error: text}}
 }
 
+// cancelAction is what a cancel request (soniq-sidecar cancel) does to a
+// job this sidecar holds.
+type cancelAction int
+
+const (
+	// cancelUnstarted: claimed and not handed to a process yet; its row is
+	// cancelled and it never runs.
+	cancelUnstarted cancelAction = iota + 1
+	// cancelRunning: an async job running in a process; its handler is
+	// told (reason user), its row is cancelled at once and whatever the
+	// handler answers later is discarded.
+	cancelRunning
+	// refuseSync: a sync job running in a process; nothing may interrupt
+	// it, so the request is refused and the job runs on.
+	refuseSync
+)
+
+// userCancelFate decides what a cancel request does to a job held in state.
+func userCancelFate(state taskState, sync bool) cancelAction {
+	switch {
+	case state == taskPending:
+		return cancelUnstarted
+	case sync:
+		return refuseSync
+	}
+	return cancelRunning
+}
+
+// cancelledOutcome: a job's row cancelled on request: status cancelled,
+// attempts as they are, never retried (the write acknowledges the request).
+func cancelledOutcome(j backends.Job) outcome {
+	return outcome{status: "cancelled", write: backends.Completion{JobID: j.ID, Outcome: backends.OutcomeCancelled}}
+}
+
 // crashCounts decides whether a process's death counts against the jobs
 // it ran: only a job alone in its process is the culprit. Jobs that shared
 // it are suspects, each re-run alone with its attempt unchanged (suspect.go);

@@ -38,7 +38,7 @@ type task struct {
 	state     taskState
 	timer     *time.Timer
 	startedAt time.Time
-	abandoned string     // why: "job_timeout" or "shutdown_timeout"
+	abandoned string     // why: "job_timeout", "shutdown_timeout", "user" (a cancel request), …
 	span      trace.Span // one span per execution; nil until started
 	suspect   bool       // its process died holding other jobs too: it runs alone next (suspect.go)
 }
@@ -140,6 +140,7 @@ type loop struct {
 	inherited inheritedRows            // a dead predecessor's rows not yet reported (inherit.go)
 	ackWait   map[string]*process      // results being written, by job id, to acknowledge (acks.go)
 	audit     maintenance.AuditTracker // the self-audit's readings (audit.go)
+	cancels   cancelReads              // reads of the cancel requests (cancel.go)
 }
 
 // loopHost is the Supervisor as the loop sees it: its worker id and
@@ -268,6 +269,10 @@ func (l *loop) react(e event) {
 		l.onWake(e.queue)
 	case pollEvent:
 		l.onPoll()
+	case cancelWakeEvent:
+		l.onCancelWake(e.jobID)
+	case cancelsReadEvent:
+		l.onCancelsRead(e.ids, e.err)
 	case tickEvent:
 		l.onTick()
 	case jobTimeoutEvent:

@@ -26,6 +26,7 @@ type Metrics struct {
 	shutdownSt  metric.Int64Gauge
 	claimed     metric.Int64Counter
 	resultDrops metric.Int64Counter
+	cancelled   metric.Int64Counter
 	sharing     metric.Int64Gauge
 	claimIdx    metric.Int64Gauge
 	pickup      metric.Float64Histogram
@@ -125,6 +126,10 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 	})
 	mk(func() (e error) {
 		x.resultDrops, e = m.Int64Counter("soniq_late_results_discarded", metric.WithDescription("Results for jobs the sidecar no longer held (after a timeout or NACK)."))
+		return
+	})
+	mk(func() (e error) {
+		x.cancelled, e = m.Int64Counter("soniq_jobs_cancelled", metric.WithDescription("Jobs this sidecar cancelled, by reason: user (soniq-sidecar cancel: the row ends cancelled), job_timeout, shutdown_timeout."))
 		return
 	})
 	mk(func() (e error) {

@@ -25,6 +25,7 @@ var fieldOwners = map[string]string{
 	"ack":    "acks.go", "ackWait": "acks.go",
 	"isolated": "suspect.go",
 	"audit":    "audit.go",
+	"cancels":  "cancel.go",
 }
 
 // Each field group of the loop's state has one writer: the file of its

@@ -82,7 +82,7 @@ func (l *loop) onJobTimeout(t *task) {
 		l.log.Warn("sync job exceeded its timeout: row failed per policy; the handler keeps running and keeps its sync slot",
 			"job_id", t.job.ID, "job_name", t.job.Name, "queue", t.job.Queue, "timeout", timeout, t.proc.who())
 	} else {
-		t.proc.send(&protocol.Cancel{ID: t.job.ID, Reason: protocol.ReasonJobTimeout})
+		l.sendCancel(t, protocol.ReasonJobTimeout)
 		l.log.Warn("async job exceeded its timeout: cancelled, failed per policy",
 			"job_id", t.job.ID, "job_name", t.job.Name, "queue", t.job.Queue, "timeout", timeout, t.proc.who())
 	}

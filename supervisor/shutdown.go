@@ -142,7 +142,7 @@ func (l *loop) enterForce(why string) {
 			l.stopTimeout(t)
 			continue
 		}
-		t.proc.send(&protocol.Cancel{ID: t.job.ID, Reason: protocol.ReasonShutdownTimeout})
+		l.sendCancel(t, protocol.ReasonShutdownTimeout)
 		l.nack(t, "shutdown_timeout")
 	}
 	if l.syncHeld() > 0 {

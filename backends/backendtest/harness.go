@@ -30,6 +30,9 @@ type Harness struct {
 	BackdateExpiry func(ctx context.Context, jobID string, d time.Duration) error
 	// BackdateCreated moves soniq_jobs.created_at back by d.
 	BackdateCreated func(ctx context.Context, jobID string, d time.Duration) error
+	// BackdateCancelRequest moves a cancel request's requested_at and
+	// resolved_at (when set) back by d.
+	BackdateCancelRequest func(ctx context.Context, jobID string, d time.Duration) error
 	// OrphanJob sets a job's worker_id to NULL, as Postgres's foreign key
 	// does when the worker row is deleted.
 	OrphanJob func(ctx context.Context, jobID string) error

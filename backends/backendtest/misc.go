@@ -68,7 +68,7 @@ func miscCases() []testCase {
 				select {
 				case q, ok := <-ch:
 					require.True(s.t, ok, "channel closed before delivery")
-					if q == "wakeup" {
+					if q == (backends.Wakeup{Queue: "wakeup"}) {
 						break wait
 					}
 				case <-deadline:

@@ -320,7 +320,7 @@ func returnCases() []testCase {
 				select {
 				case q, ok := <-ch:
 					require.True(s.t, ok, "channel closed before delivery")
-					if q == "returned" {
+					if q == (backends.Wakeup{Queue: "returned"}) {
 						return
 					}
 				case <-deadline:

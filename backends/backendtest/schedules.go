@@ -199,7 +199,7 @@ func scheduleCases() []testCase {
 			if subscribed {
 				select {
 				case q := <-sub:
-					assert.Equal(s.t, "cronq", q)
+					assert.Equal(s.t, backends.Wakeup{Queue: "cronq"}, q)
 				case <-time.After(5 * time.Second):
 					s.t.Error("a fired job wakes subscribers")
 				}

@@ -40,6 +40,7 @@ func Run(t *testing.T, newHarness Factory) {
 	all = append(all, returnCases()...)
 	all = append(all, miscCases()...)
 	all = append(all, scheduleCases()...)
+	all = append(all, cancelCases()...)
 	for _, tc := range all {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)

@@ -28,6 +28,7 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 		// drops) an error quoting the whole array, on every batch.
 		doneIDs, deleteIDs, retryIDs []pgtype.UUID
 		deadIDs, snoozeIDs           []pgtype.UUID
+		cancelIDs                    []pgtype.UUID
 		doneResults                  []string
 		doneResultValid              []bool
 		doneTTLs                     []float64
@@ -92,6 +93,8 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 			snoozeIDs = append(snoozeIDs, id)
 			snoozeErrs = append(snoozeErrs, backends.TruncateError(msg))
 			snoozeDelays = append(snoozeDelays, min(max(c.Delay, 0), backends.MaxSnooze).Seconds())
+		case backends.OutcomeCancelled:
+			cancelIDs = append(cancelIDs, id)
 		default:
 			return nil, fmt.Errorf("complete job %s: unknown outcome %d", c.JobID, c.Outcome)
 		}
@@ -182,6 +185,9 @@ ON CONFLICT (id) DO UPDATE SET
 	dead_letter_reason = EXCLUDED.dead_letter_reason,
 	moved_to_dead_letter_at = EXCLUDED.moved_to_dead_letter_at
 RETURNING id::uuid`, deadIDs, deadErrs, deadReasons, workerID)
+	}
+	if len(cancelIDs) > 0 {
+		queue(cancelStatement, cancelIDs, workerID)
 	}
 	if err := b.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, b.wrap(err, "complete %d jobs for worker %s", len(cs), workerID)

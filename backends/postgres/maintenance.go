@@ -6,11 +6,15 @@ import (
 	"time"
 )
 
-// DeleteExpired deletes done rows whose expires_at has passed.
+// DeleteExpired deletes done rows whose expires_at has passed, then the
+// settled cancel requests.
 func (b *Backend) DeleteExpired(ctx context.Context) (int, error) {
 	tag, err := b.pool.Exec(ctx, `DELETE FROM soniq_jobs WHERE status = 'done' AND expires_at < now()`)
 	if err != nil {
 		return 0, b.wrap(err, "delete expired jobs")
+	}
+	if err := b.deleteSettledCancels(ctx); err != nil {
+		return int(tag.RowsAffected()), err
 	}
 	return int(tag.RowsAffected()), nil
 }

@@ -10,9 +10,10 @@ import (
 	"github.com/soniq-dev/soniq-sidecar/backends"
 )
 
-// Subscribe LISTENs on soniq_new_job on a dedicated connection (outside the
-// pool, so it never starves queries) and delivers each payload, the queue
-// name. LISTEN is active when Subscribe returns. A lost connection is
+// Subscribe LISTENs on soniq_new_job and soniq_sidecar_cancel on one
+// dedicated connection (outside the pool, so it never starves queries) and
+// delivers each payload: a queue name, or the id of a running job a cancel
+// was requested for. LISTEN is active when Subscribe returns. A lost connection is
 // re-established with backoff; notifications sent meanwhile are lost, which
 // callers cover by polling. The channel is closed when ctx is done or the
 // backend is closed.
@@ -21,7 +22,7 @@ import (
 // backends.ErrNoWakeups: a LISTEN through such a pooler registers on a
 // server session the client then leaves, so notifications would be lost
 // without a word.
-func (b *Backend) Subscribe(ctx context.Context) (<-chan string, error) {
+func (b *Backend) Subscribe(ctx context.Context) (<-chan backends.Wakeup, error) {
 	if b.listenCfg == nil {
 		return nil, fmt.Errorf("listen on %s through a transaction-mode pooler: %w", notifyChannel, backends.ErrNoWakeups)
 	}
@@ -29,7 +30,7 @@ func (b *Backend) Subscribe(ctx context.Context) (<-chan string, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make(chan string, 64)
+	out := make(chan backends.Wakeup, 64)
 	ctx, cancel := context.WithCancel(ctx)
 	b.subs.Add(2)
 	go func() {
@@ -55,9 +56,10 @@ func (b *Backend) listen(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, b.wrap(err, "connect to %s:%d/%s to listen", cfg.Host, cfg.Port, cfg.Database)
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+	// Without arguments pgx sends both statements at once (simple protocol).
+	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel+"; LISTEN "+cancelChannel); err != nil {
 		_ = conn.Close(context.WithoutCancel(ctx))
-		return nil, b.wrap(err, "listen on %s", notifyChannel)
+		return nil, b.wrap(err, "listen on %s and %s", notifyChannel, cancelChannel)
 	}
 	return conn, nil
 }
@@ -67,7 +69,7 @@ const (
 	listenBackoffMax = 10 * time.Second
 )
 
-func (b *Backend) deliver(ctx context.Context, conn *pgx.Conn, out chan<- string) {
+func (b *Backend) deliver(ctx context.Context, conn *pgx.Conn, out chan<- backends.Wakeup) {
 	closeConn := func() {
 		if conn != nil {
 			closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
@@ -98,9 +100,13 @@ func (b *Backend) deliver(ctx context.Context, conn *pgx.Conn, out chan<- string
 			closeConn()
 			continue
 		}
+		w := backends.Wakeup{Queue: n.Payload}
+		if n.Channel == cancelChannel {
+			w = backends.Wakeup{CancelJobID: n.Payload}
+		}
 		// Never block the listener on a slow reader; wake-ups coalesce.
 		select {
-		case out <- n.Payload:
+		case out <- w:
 		default:
 		}
 	}

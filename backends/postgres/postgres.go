@@ -42,6 +42,10 @@ const (
 // payload is the queue name.
 const notifyChannel = "soniq_new_job"
 
+// cancelChannel is the sidecar's own channel: RequestCancel signals on it,
+// with the running job's id as the payload.
+const cancelChannel = "soniq_sidecar_cancel"
+
 //go:embed schema/*.sql
 var schemaFS embed.FS
 
@@ -179,7 +183,9 @@ func (b *Backend) Close() error {
 }
 
 // Migrate creates Soniq's core and dead-letter tables if they do not exist,
-// holding Soniq's migration advisory lock so it never races `soniq setup` or
+// then the sidecar's own cancel-request table (schema/9000_*.sql, after
+// Soniq's files; no Soniq table is altered), holding Soniq's migration
+// advisory lock so it never races `soniq setup` or
 // another sidecar. It deliberately writes nothing to soniq_migrations: Soniq's
 // runner then still applies (idempotently) its own files on its next setup,
 // which keeps Soniq the only author of its bookkeeping and correct even if a
@@ -315,6 +321,9 @@ func (b *Backend) CreateClaimIndex(ctx context.Context) error {
 // wrap adds what was being done to err and scrubs the password from it.
 func (b *Backend) wrap(err error, format string, args ...any) error {
 	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" && strings.Contains(pe.Message, cancelTable) {
+		return fmt.Errorf(format+": %w (%w)", append(args, backends.ErrNoCancelTable, redactedError{err: err, password: b.password})...)
+	}
 	if errors.As(err, &pe) && pe.Code == "42P01" && strings.Contains(pe.Message, "soniq_") {
 		// undefined_table on one of Soniq's: say how to fix it.
 		return fmt.Errorf(format+": %w (%w)", append(args, backends.ErrNoSchema, redactedError{err: err, password: b.password})...)

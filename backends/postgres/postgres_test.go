@@ -93,6 +93,11 @@ func harness(b, raw *Backend) backendtest.Harness {
 			return exec(ctx, "backdate created", `UPDATE soniq_jobs
 			SET created_at = created_at - make_interval(secs => $2) WHERE id = $1`, id, d.Seconds())
 		},
+		BackdateCancelRequest: func(ctx context.Context, id string, d time.Duration) error {
+			return exec(ctx, "backdate cancel request", `UPDATE soniq_sidecar_cancel_requests
+			SET requested_at = requested_at - make_interval(secs => $2),
+			    resolved_at = resolved_at - make_interval(secs => $2) WHERE job_id = $1`, id, d.Seconds())
+		},
 		OrphanJob: func(ctx context.Context, id string) error {
 			return exec(ctx, "orphan job", `UPDATE soniq_jobs SET worker_id = NULL WHERE id = $1`, id)
 		},
@@ -369,7 +374,7 @@ func TestSubscribeDeliversQueueAndClosesWithContext(t *testing.T) {
 	require.NoError(t, err)
 	select {
 	case q := <-ch:
-		assert.Equal(t, "mail", q)
+		assert.Equal(t, backends.Wakeup{Queue: "mail"}, q)
 	case <-time.After(10 * time.Second):
 		t.Fatal("no notification within 10s")
 	}
@@ -394,7 +399,7 @@ func TestSubscribeReconnectsAfterConnectionLoss(t *testing.T) {
 		select {
 		case q, ok := <-ch:
 			require.True(t, ok, "channel closed although ctx is live")
-			assert.Equal(t, "again", q)
+			assert.Equal(t, backends.Wakeup{Queue: "again"}, q)
 			return
 		case <-tick.C:
 			_, err := b.Enqueue(t.Context(), backends.EnqueueParams{Name: "n", Queue: "again"})

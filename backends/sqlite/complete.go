@@ -29,6 +29,7 @@ type completionBatches struct {
 	retry      []completionRow
 	snooze     []completionRow
 	deadLetter []completionRow
+	cancelled  []string
 }
 
 func buildBatches(cs []backends.Completion, ts time.Time) (completionBatches, error) {
@@ -80,6 +81,8 @@ func buildBatches(cs []backends.Completion, ts time.Time) (completionBatches, er
 				row.Reason = backends.ReasonMaxRetriesExceeded
 			}
 			bs.deadLetter = append(bs.deadLetter, row)
+		case backends.OutcomeCancelled:
+			bs.cancelled = append(bs.cancelled, c.JobID)
 		default:
 			return bs, fmt.Errorf("job %s: unknown outcome %d", c.JobID, int(c.Outcome))
 		}
@@ -179,6 +182,11 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 		}
 		if len(bs.deadLetter) > 0 {
 			if err := b.deadLetterBatch(ctx, tx, workerID, ts, bs.deadLetter, &applied); err != nil {
+				return err
+			}
+		}
+		if len(bs.cancelled) > 0 {
+			if err := b.cancelBatch(ctx, tx, workerID, ts, bs.cancelled, &applied); err != nil {
 				return err
 			}
 		}

@@ -57,6 +57,33 @@ func harness(b *Backend) backendtest.Harness {
 		BackdateCreated: func(ctx context.Context, jobID string, d time.Duration) error {
 			return backdate(ctx, b, "soniq_jobs", "created_at", jobID, d)
 		},
+		BackdateCancelRequest: func(ctx context.Context, jobID string, d time.Duration) error {
+			return b.inWriteTx(ctx, "backdating a cancel request", func(tx *sql.Tx) error {
+				var requested string
+				var resolved sql.NullString
+				if err := tx.QueryRowContext(ctx, `SELECT requested_at, resolved_at FROM soniq_sidecar_cancel_requests WHERE job_id = ?`,
+					jobID).Scan(&requested, &resolved); err != nil {
+					return err
+				}
+				shift := func(s string) (string, error) {
+					t, err := parseTime(s)
+					return formatTime(t.Add(-d)), err
+				}
+				req, err := shift(requested)
+				if err != nil {
+					return err
+				}
+				var res any
+				if resolved.Valid {
+					if res, err = shift(resolved.String); err != nil {
+						return err
+					}
+				}
+				_, err = tx.ExecContext(ctx, `UPDATE soniq_sidecar_cancel_requests SET requested_at = ?, resolved_at = ? WHERE job_id = ?`,
+					req, res, jobID)
+				return err
+			})
+		},
 		OrphanJob: func(ctx context.Context, jobID string) error {
 			_, err := b.write.ExecContext(ctx, `UPDATE soniq_jobs SET worker_id = NULL WHERE id = ?`, jobID)
 			return err

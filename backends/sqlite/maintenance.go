@@ -55,7 +55,8 @@ func (b *Backend) RecoverStaleWorkers(ctx context.Context, olderThan time.Durati
 	return workers, jobs, nil
 }
 
-// DeleteExpired deletes done rows whose expires_at has passed.
+// DeleteExpired deletes done rows whose expires_at has passed, then the
+// settled cancel requests.
 func (b *Backend) DeleteExpired(ctx context.Context) (int, error) {
 	var n int64
 	err := b.inWriteTx(ctx, "deleting expired jobs", func(tx *sql.Tx) error {
@@ -64,8 +65,10 @@ func (b *Backend) DeleteExpired(ctx context.Context) (int, error) {
 		if err != nil {
 			return err
 		}
-		n, err = res.RowsAffected()
-		return err
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		return deleteSettledCancels(ctx, tx)
 	})
 	return int(n), err
 }

@@ -3,23 +3,26 @@ package sqlite
 import (
 	"context"
 	"fmt"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
 )
 
 // subscriber is one Subscribe channel.
 type subscriber struct {
-	ch   chan string
+	ch   chan backends.Wakeup
 	stop func() bool // stops the context.AfterFunc that closes ch
 }
 
 // Subscribe delivers the queue of every job enqueued (or replayed) through
-// this Backend. SQLite has no cross-process notification; other producers'
+// this Backend, and the id of every running job a cancel is requested for
+// through it. SQLite has no cross-process notification; other producers'
 // jobs are found by polling. No goroutine is started: context.AfterFunc
 // closes the channel once ctx is done.
-func (b *Backend) Subscribe(ctx context.Context) (<-chan string, error) {
+func (b *Backend) Subscribe(ctx context.Context) (<-chan backends.Wakeup, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("subscribing to new jobs: %w", err)
 	}
-	s := &subscriber{ch: make(chan string, subscriberBuffer)}
+	s := &subscriber{ch: make(chan backends.Wakeup, subscriberBuffer)}
 	b.subsMu.Lock()
 	defer b.subsMu.Unlock()
 	if b.closed {
@@ -41,12 +44,14 @@ func (b *Backend) unsubscribe(s *subscriber) {
 
 // notify wakes every subscriber without blocking; a full buffer already
 // holds a pending wake-up, so dropping coalesces.
-func (b *Backend) notify(queue string) {
+func (b *Backend) notify(queue string) { b.wake(backends.Wakeup{Queue: queue}) }
+
+func (b *Backend) wake(w backends.Wakeup) {
 	b.subsMu.Lock()
 	defer b.subsMu.Unlock()
 	for s := range b.subs {
 		select {
-		case s.ch <- queue:
+		case s.ch <- w:
 		default:
 		}
 	}

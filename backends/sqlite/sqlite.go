@@ -138,7 +138,8 @@ func (b *Backend) Close() error {
 }
 
 // Migrate creates Soniq's SQLite schema with IF NOT EXISTS, plus the task
-// registry table Soniq only has on Postgres. It never alters an existing table.
+// registry table Soniq only has on Postgres and the sidecar's own
+// cancel-request table. It never alters an existing table.
 func (b *Backend) Migrate(ctx context.Context) error {
 	return b.inWriteTx(ctx, "migrating sqlite schema", func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, schemaDDL)
@@ -196,7 +197,7 @@ func isBusy(err error) bool {
 // schemaDDL is Soniq 0.1.0's SQLite DDL (soniq/backends/sqlite.py), verbatim
 // in substance, plus the claim-order index, followed by soniq_recurring_jobs
 // and soniq_task_registry as Soniq's Postgres migrations define them
-// (SQLite types).
+// (SQLite types), and the sidecar's own cancel-request table.
 const schemaDDL = `
 CREATE TABLE IF NOT EXISTS soniq_jobs (
     id TEXT PRIMARY KEY,
@@ -322,6 +323,19 @@ CREATE TABLE IF NOT EXISTS soniq_task_registry (
 
 CREATE INDEX IF NOT EXISTS idx_soniq_task_registry_task_name
     ON soniq_task_registry (task_name);
+
+-- The sidecar's own table: cancel requests for running jobs, one per job
+-- (the Postgres schema's 9000_sidecar_cancel_requests.sql, in SQLite types).
+CREATE TABLE IF NOT EXISTS soniq_sidecar_cancel_requests (
+    job_id TEXT PRIMARY KEY,
+    worker_id TEXT,
+    status TEXT NOT NULL DEFAULT 'pending'
+        CHECK (status IN ('pending', 'acknowledged', 'refused')),
+    handler TEXT,
+    detail TEXT,
+    requested_at TEXT NOT NULL,
+    resolved_at TEXT
+);
 `
 
 // queryIDs runs a statement returning one id column and collects it.

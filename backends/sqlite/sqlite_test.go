@@ -442,7 +442,7 @@ func TestSubscribeNeverBlocksAndClosesOnClose(t *testing.T) {
 	require.NoError(t, b.Close())
 	n := 0
 	for q := range ch {
-		assert.Equal(t, "q", q)
+		assert.Equal(t, backends.Wakeup{Queue: "q"}, q)
 		n++
 	}
 	assert.Equal(t, subscriberBuffer, n)

@@ -30,6 +30,7 @@ Usage:
   soniq-sidecar enqueue    NAME [--args JSON] [--queue Q] [--priority N] [--max-attempts N] [--delay DUR] [--dedup-key K] [--json]
   soniq-sidecar status     [--json]
   soniq-sidecar job        ID [--json]              (a job's status, attempts, last error and result)
+  soniq-sidecar cancel     ID [--wait DUR]          (a queued job at once; a running async job by its sidecar)
   soniq-sidecar dead-letter list [--limit N] [--json] | replay ID | purge ID
   soniq-sidecar schedule   add NAME (--every DUR | --cron EXPR) [--args JSON] [--queue Q] [--priority N] [--max-attempts N]
   soniq-sidecar schedule   list [--json] | pause NAME | resume NAME | remove NAME
@@ -112,6 +113,8 @@ func dispatch(ctx context.Context, e env, args []string) error {
 		return cmdStatus(ctx, e, rest)
 	case "job":
 		return cmdJob(ctx, e, rest)
+	case "cancel":
+		return cmdCancel(ctx, e, rest)
 	case "dead-letter":
 		return cmdDeadLetter(ctx, e, rest)
 	case "schedule":

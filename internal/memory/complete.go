@@ -15,7 +15,7 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 		return nil, err
 	}
 	for _, c := range cs {
-		if c.Outcome < backends.OutcomeDone || c.Outcome > backends.OutcomeSnooze {
+		if c.Outcome < backends.OutcomeDone || c.Outcome > backends.OutcomeCancelled {
 			return nil, fmt.Errorf("complete job %s: unknown outcome %d", c.JobID, c.Outcome)
 		}
 	}
@@ -79,6 +79,11 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 			}
 			j.LastError = ptr(backends.TruncateError(msg))
 			j.WorkerID = nil
+		case backends.OutcomeCancelled:
+			j.Status = backends.StatusCancelled
+			if r := b.cancels[j.ID]; r != nil && r.Status == backends.CancelPending {
+				r.Status, r.ResolvedAt = backends.CancelAcknowledged, ptr(t)
+			}
 		}
 		j.UpdatedAt = t
 	}

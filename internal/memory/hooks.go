@@ -115,3 +115,21 @@ func (b *Backend) SetRawAttempts(ctx context.Context, jobID string, attempts int
 		return nil
 	})
 }
+
+// BackdateCancelRequest moves a cancel request's times back by d.
+func (b *Backend) BackdateCancelRequest(ctx context.Context, jobID string, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.cancels[jobID]
+	if r == nil {
+		return fmt.Errorf("backdate the cancel request of job %s: %w", jobID, backends.ErrNotFound)
+	}
+	r.RequestedAt = r.RequestedAt.Add(-d)
+	if r.ResolvedAt != nil {
+		r.ResolvedAt = ptr(r.ResolvedAt.Add(-d))
+	}
+	return nil
+}

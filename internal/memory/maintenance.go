@@ -61,5 +61,20 @@ func (b *Backend) DeleteExpired(ctx context.Context) (int, error) {
 			n++
 		}
 	}
+	before := t.Add(-backends.CancelRequestTTL)
+	for id, r := range b.cancels {
+		at := r.RequestedAt
+		if r.ResolvedAt != nil {
+			at = *r.ResolvedAt
+		}
+		if !at.Before(before) {
+			continue
+		}
+		if j, ok := b.jobs[id]; r.Status == backends.CancelPending && ok &&
+			(j.Status == backends.StatusQueued || j.Status == backends.StatusProcessing) {
+			continue
+		}
+		delete(b.cancels, id)
+	}
 	return n, nil
 }

@@ -24,7 +24,8 @@ type Backend struct {
 	tasks                map[taskKey]time.Time
 	schedules            map[string]*backends.Schedule // by id
 	backends.LocalLeader                               // TryLeader
-	subscribers          map[int]chan string
+	subscribers          map[int]chan backends.Wakeup
+	cancels              map[string]*backends.CancelRequest // by job id
 	nextSub              int
 	closed               chan struct{} // closed by Close; ends every Subscribe goroutine
 	closeOnce            sync.Once
@@ -46,7 +47,8 @@ func New() *Backend {
 		workers:     map[string]*backends.Worker{},
 		tasks:       map[taskKey]time.Time{},
 		schedules:   map[string]*backends.Schedule{},
-		subscribers: map[int]chan string{},
+		subscribers: map[int]chan backends.Wakeup{},
+		cancels:     map[string]*backends.CancelRequest{},
 		closed:      make(chan struct{}),
 		seqs:        map[string]int64{},
 	}
@@ -166,10 +168,12 @@ func (b *Backend) deleteLocked(id string) {
 
 // notifyLocked wakes subscribers without ever blocking: delivery is best
 // effort and a full buffer already guarantees a wake-up is pending.
-func (b *Backend) notifyLocked(queue string) {
+func (b *Backend) notifyLocked(queue string) { b.wakeLocked(backends.Wakeup{Queue: queue}) }
+
+func (b *Backend) wakeLocked(w backends.Wakeup) {
 	for _, ch := range b.subscribers {
 		select {
-		case ch <- queue:
+		case ch <- w:
 		default:
 		}
 	}

@@ -3,10 +3,13 @@ package memory
 import (
 	"context"
 	"fmt"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
 )
 
-// Subscribe delivers the queue of each local enqueue until ctx is done.
-func (b *Backend) Subscribe(ctx context.Context) (<-chan string, error) {
+// Subscribe delivers the queue of each local enqueue, and each running job
+// a cancel is requested for, until ctx is done.
+func (b *Backend) Subscribe(ctx context.Context) (<-chan backends.Wakeup, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -15,7 +18,7 @@ func (b *Backend) Subscribe(ctx context.Context) (<-chan string, error) {
 		return nil, fmt.Errorf("subscribe: backend is closed")
 	default:
 	}
-	ch := make(chan string, 64)
+	ch := make(chan backends.Wakeup, 64)
 	b.mu.Lock()
 	id := b.nextSub
 	b.nextSub++

@@ -1236,7 +1236,7 @@ func (x *ResultError) GetReason() string {
 type CancelRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// "job_timeout" or "shutdown_timeout".
+	// "job_timeout", "shutdown_timeout" or "user".
 	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

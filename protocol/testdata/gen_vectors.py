@@ -235,6 +235,7 @@ valid("result fields that do not belong to the status are dropped (snooze)",
 # ---------------------------------------------------------------- valid: cancel, ping, pong, shutdown
 valid("cancel job_timeout", '{"type":"cancel","id":"j1","reason":"job_timeout"}', cancel("job_timeout"))
 valid("cancel shutdown_timeout", '{"type":"cancel","id":"j1","reason":"shutdown_timeout"}', cancel("shutdown_timeout"))
+valid("cancel user", '{"type":"cancel","id":"j1","reason":"user"}', cancel("user"))
 valid("cancel unknown fields dropped", '{"type":"cancel","id":"j1","reason":"job_timeout","after_ms":100}', cancel())
 valid("ping seq 0", '{"type":"ping","seq":0}', ping(0))
 valid("ping seq 2^53-1", '{"type":"ping","seq":9007199254740991}', ping(MAX_SAFE))
@@ -421,6 +422,7 @@ invalid("cancel missing id", '{"type":"cancel","reason":"job_timeout"}', "missin
 invalid("cancel id is a number", '{"type":"cancel","id":1,"reason":"job_timeout"}', "wrong_type", "id")
 invalid("cancel missing reason", '{"type":"cancel","id":"j1"}', "missing_field", "reason")
 invalid("cancel unknown reason", '{"type":"cancel","id":"j1","reason":"timeout"}', "invalid_value", "reason")
+invalid("cancel reason is case-sensitive", '{"type":"cancel","id":"j1","reason":"User"}', "invalid_value", "reason")
 invalid("cancel reason null", '{"type":"cancel","id":"j1","reason":null}', "wrong_type", "reason")
 invalid("ping missing seq", '{"type":"ping"}', "missing_field", "seq")
 invalid("ping negative seq", '{"type":"ping","seq":-1}', "invalid_value", "seq")

@@ -102,8 +102,9 @@ export interface JobContext {
   /** The row's created_at (millisecond precision), or null when the row has none. */
   readonly createdAt: Date | null;
   /**
-   * Aborted when the sidecar cancels a cancellable job; `signal.reason` is 'job_timeout' or
-   * 'shutdown_timeout' (over the unix transport 'call cancelled' when the sidecar went away).
+   * Aborted when the sidecar cancels a cancellable job; `signal.reason` is 'job_timeout',
+   * 'shutdown_timeout' or 'user' (`soniq-sidecar cancel`: the row ends cancelled, never
+   * retried; over the unix transport 'call cancelled' when the sidecar went away).
    * Never aborted for a job registered with `cancellable: false`.
    */
   readonly signal: AbortSignal;

@@ -8,7 +8,7 @@ export type JsonValue = string | number | boolean | null | JsonValue[] | { [key:
 export type JsonObject = { [key: string]: JsonValue };
 
 /** Why the sidecar cancels a job. */
-export type CancelReason = 'job_timeout' | 'shutdown_timeout';
+export type CancelReason = 'job_timeout' | 'shutdown_timeout' | 'user';
 /** How a job ended. */
 export type ResultStatus = 'done' | 'failed' | 'snooze' | 'cancelled';
 

@@ -336,7 +336,7 @@ class Reader {
 }
 
 const STATUSES = ['done', 'failed', 'snooze', 'cancelled'];
-const CANCEL_REASONS = ['job_timeout', 'shutdown_timeout'];
+const CANCEL_REASONS = ['job_timeout', 'shutdown_timeout', 'user'];
 const ERROR_REASONS = ['invalid_arguments'];
 
 const DECODERS = {

@@ -40,6 +40,19 @@ app.job('t.sleep_async', async ({ seconds, pid, trigger }, ctx) => {
   return pid ? { slept: seconds, pid: process.pid } : { slept: seconds };
 }, { cancellable: true });
 
+// Waits to be cancelled and records the cancel's reason: ctx.signal.reason.
+app.job('t.await_cancel', async ({ seconds }, ctx) => {
+  record('start', ctx);
+  try {
+    await sleep((seconds ?? 60) * 1000, undefined, { signal: ctx.signal });
+  } catch (err) {
+    if (ctx.signal.aborted) record(`cancelled-${ctx.signal.reason}`, ctx);
+    throw err;
+  }
+  record('end', ctx);
+  return { late: true };
+}, { cancellable: true });
+
 app.job('t.sleep_sync', async ({ seconds }, ctx) => {
   record('start', ctx);
   await new Promise((resolve) => setTimeout(resolve, seconds * 1000));

@@ -57,6 +57,20 @@ async def sleep_async(args, ctx):
     return {"slept": args["seconds"]}
 
 
+@app.job("t.await_cancel")
+async def await_cancel(args, ctx):
+    # Waits to be cancelled and records the cancel's reason: the
+    # CancelledError's message.
+    record("start", ctx)
+    try:
+        await asyncio.sleep(args.get("seconds", 60))
+    except asyncio.CancelledError as e:
+        record("cancelled-%s" % (e.args[0] if e.args else "none"), ctx)
+        raise
+    record("end", ctx)
+    return {"late": True}
+
+
 @app.job("t.sleep_sync")
 def sleep_sync(args, ctx):
     record("start", ctx)

@@ -65,19 +65,24 @@ test('runtime: slots hold extra jobs in arrival order; held() and count', async 
   assert.equal(h.changes, 3); // one change per job that ended
 });
 
-for (const [reason, hookRuns] of [['job_timeout', true], ['shutdown_timeout', false]]) {
+for (const [reason, hookRuns] of [['job_timeout', true], ['shutdown_timeout', false], ['user', false]]) {
   test(`runtime: a cancel (${reason}) aborts ctx.signal; onError ${hookRuns ? 'runs' : 'does not run'}`, async () => {
     const h = harness();
     const errors = [];
+    const reasons = [];
     h.reg.hooks.onError.push((ctx) => errors.push(ctx.id));
     h.add('hang', (args, ctx) => new Promise((_, reject) => {
-      ctx.signal.addEventListener('abort', () => reject(new Error(`aborted: ${ctx.signal.reason}`)));
+      ctx.signal.addEventListener('abort', () => {
+        reasons.push(ctx.signal.reason);
+        reject(new Error(`aborted: ${ctx.signal.reason}`));
+      });
     }));
     h.start('h1', 'hang');
     await tick();
     h.rt.cancel('h1', reason);
     const got = await h.until(1);
     assert.equal(got.h1.status, 'cancelled');
+    assert.deepEqual(reasons, [reason]);
     assert.deepEqual(errors, hookRuns ? ['h1'] : []);
   });
 }

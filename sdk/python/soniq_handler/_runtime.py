@@ -10,7 +10,9 @@ the results the Runtime reports. The Runtime:
   middleware chain around the handler, which runs as an asyncio task
   (``async def``: cancellable) or in the bounded thread pool (plain ``def``,
   ``sync_concurrency`` threads: never interrupted);
-- cancels async jobs for the sidecar (a job_timeout or a shutdown_timeout);
+- cancels async jobs for the sidecar (a job_timeout, a shutdown_timeout, or
+  ``user``: someone ran ``soniq-sidecar cancel``), the reason as the
+  ``CancelledError``'s message;
 - settles each result where a Soniq worker does: a failure's on_error hooks
   run before it is reported (Soniq calls on_error before it writes the
   failure), inside the job; a success is checked (JSON, the frame limit),
@@ -207,7 +209,9 @@ class Runtime:
             return
         job.cancel_reason = reason
         if job.task is not None:
-            job.task.cancel()  # _finish reports it
+            # The reason is the CancelledError's message (its args[0]) in the
+            # handler: it can tell a user's cancel from a timeout.
+            job.task.cancel(reason)  # _finish reports it
             return
         # Still waiting for a slot: it never ran.
         self._waiting.remove(job_id)

@@ -147,7 +147,7 @@ class ResultFrame(TypedDict):
 class CancelFrame(TypedDict):
     type: Literal["cancel"]
     id: str
-    reason: Literal["job_timeout", "shutdown_timeout"]
+    reason: Literal["job_timeout", "shutdown_timeout", "user"]
 
 
 class PingFrame(TypedDict):
@@ -304,7 +304,7 @@ def _error_object(v: Any, path: str) -> Dict[str, Any]:
 
 
 RESULT_STATUSES = ("done", "failed", "snooze", "cancelled")
-CANCEL_REASONS = ("job_timeout", "shutdown_timeout")
+CANCEL_REASONS = ("job_timeout", "shutdown_timeout", "user")
 ERROR_REASONS = ("invalid_arguments",)
 
 # Table order of docs/protocol.md; "type" is handled separately.

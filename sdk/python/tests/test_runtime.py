@@ -119,18 +119,20 @@ def test_cancel_waiting_job_reports_at_once_and_it_never_runs():
     run(main())
 
 
-@pytest.mark.parametrize("reason, hook_runs", [("job_timeout", True), ("shutdown_timeout", False)])
+@pytest.mark.parametrize("reason, hook_runs", [("job_timeout", True), ("shutdown_timeout", False), ("user", False)])
 def test_cancel_running_async_job(reason, hook_runs):
     async def main():
         h = Harness()
         errors = []
         h.reg.add_hook("on_error", lambda *a: errors.append(a))
         cancelled = asyncio.Event()
+        seen = []
 
         async def hang(args, ctx):
             try:
                 await asyncio.sleep(60)
-            except asyncio.CancelledError:
+            except asyncio.CancelledError as e:
+                seen.append(e.args)
                 cancelled.set()
                 raise
 
@@ -141,6 +143,7 @@ def test_cancel_running_async_job(reason, hook_runs):
         h.rt.cancel("h1", reason)
         got = await h.until(1)
         assert got["h1"]["status"] == "cancelled" and cancelled.is_set()
+        assert seen == [(reason,)], "the reason is the CancelledError's message"
         await h.rt.hooks_idle()
         assert errors == ([("hang", "h1", "Job timed out", 2)] if hook_runs else [])
         h.rt.close()
