@@ -12,14 +12,15 @@ func TestContract(t *testing.T) {
 		b := memory.New()
 		t.Cleanup(func() { _ = b.Close() })
 		return backendtest.Harness{
-			Backend:           b,
-			SetRawStatus:      b.SetRawStatus,
-			InsertRawStatus:   b.InsertRawStatus,
-			BackdateHeartbeat: b.BackdateHeartbeat,
-			BackdateExpiry:    b.BackdateExpiry,
-			BackdateCreated:   b.BackdateCreated,
-			TaskRegistry:      b.TaskRegistry,
-			OrphanJob:         b.OrphanJob,
+			Backend:            b,
+			SetRawStatus:       b.SetRawStatus,
+			InsertRawStatus:    b.InsertRawStatus,
+			BackdateHeartbeat:  b.BackdateHeartbeat,
+			BackdateExpiry:     b.BackdateExpiry,
+			BackdateCreated:    b.BackdateCreated,
+			BackdateDeadLetter: b.BackdateDeadLetter,
+			TaskRegistry:       b.TaskRegistry,
+			OrphanJob:          b.OrphanJob,
 		}
 	})
 }
