@@ -64,7 +64,7 @@ func (b *Backend) ListDeadLetter(ctx context.Context, limit int) ([]backends.Dea
 		return nil, fmt.Errorf("listing dead-letter jobs: negative limit %d", limit)
 	}
 	query := `SELECT ` + deadLetterColumns + ` FROM soniq_dead_letter_jobs
-		ORDER BY moved_to_dead_letter_at DESC, rowid DESC`
+		ORDER BY moved_to_dead_letter_at DESC, id`
 	var args []any
 	if limit > 0 {
 		query += ` LIMIT ?`
