@@ -329,32 +329,40 @@ func cmdJob(ctx context.Context, e env, args []string) error {
 }
 
 func printDeadLetterJob(ctx context.Context, e env, b backends.Backend, id string, asJSON bool, url string) error {
-	dead, err := b.ListDeadLetter(ctx, 0)
-	if err != nil {
+	// Streamed, so a large dead-letter table is searched in bounded memory.
+	var (
+		d     backends.DeadLetterJob
+		found = errors.New("found")
+	)
+	err := b.EachDeadLetter(ctx, backends.DeadLetterFilter{}, 0, func(row backends.DeadLetterJob) error {
+		if strings.EqualFold(row.ID, id) {
+			d = row
+			return found
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		return fmt.Errorf("no job %s in %s (done rows are deleted after their result_ttl)", id, describeDatabase(url))
+	case !errors.Is(err, found):
 		return err
 	}
-	for _, d := range dead {
-		if !strings.EqualFold(d.ID, id) {
-			continue
+	if asJSON {
+		out, err := json.Marshal(struct {
+			Status string `json:"status"`
+			backends.DeadLetterJob
+		}{"dead_letter", d})
+		if err != nil {
+			return fmt.Errorf("encoding dead-letter job %s: %w", d.ID, err)
 		}
-		if asJSON {
-			out, err := json.Marshal(struct {
-				Status string `json:"status"`
-				backends.DeadLetterJob
-			}{"dead_letter", d})
-			if err != nil {
-				return fmt.Errorf("encoding dead-letter job %s: %w", d.ID, err)
-			}
-			fmt.Fprintln(e.stdout, string(out))
-			return nil
-		}
-		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintf(tw, "id\t%s\njob_name\t%s\nqueue\t%s\nstatus\tdead_letter (%s, moved %s; replay with: dead-letter replay %s)\nattempts\t%d of %d\n",
-			d.ID, d.Name, d.Queue, d.Reason, d.MovedAt.Format(time.RFC3339), d.ID, d.Attempts, d.MaxAttempts)
-		if d.LastError != nil {
-			fmt.Fprintf(tw, "last_error\t%s\n", strings.ReplaceAll(*d.LastError, "\n", "\n\t"))
-		}
-		return tw.Flush()
+		fmt.Fprintln(e.stdout, string(out))
+		return nil
 	}
-	return fmt.Errorf("no job %s in %s (done rows are deleted after their result_ttl)", id, describeDatabase(url))
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "id\t%s\njob_name\t%s\nqueue\t%s\nstatus\tdead_letter (%s, moved %s; replay with: dead-letter replay %s)\nattempts\t%d of %d\n",
+		d.ID, d.Name, d.Queue, d.Reason, d.MovedAt.Format(time.RFC3339), d.ID, d.Attempts, d.MaxAttempts)
+	if d.LastError != nil {
+		fmt.Fprintf(tw, "last_error\t%s\n", strings.ReplaceAll(*d.LastError, "\n", "\n\t"))
+	}
+	return tw.Flush()
 }
