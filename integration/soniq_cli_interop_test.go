@@ -95,3 +95,52 @@ func TestSoniqInteropEnqueueUniqueCLI(t *testing.T) {
 	assert.NotEqual(t, cli, soniq.ID, "Soniq queues anew once the row is done")
 	assert.Equal(t, soniq.ID, enqueueCLI(t, db.url, "interop.cli.unique2", args, "--unique"), "and the CLI finds Soniq's new row")
 }
+
+// TestSoniqInteropDeadLetterCLI: rows Soniq 0.1.0's own worker
+// dead-lettered (a name it does not know: job_not_found) are selected by
+// the CLI's selectors, exported, replayed in bulk as Soniq's replay would
+// (Soniq then reports the resurrection and queues the copies) and purged.
+func TestSoniqInteropDeadLetterCLI(t *testing.T) {
+	t.Parallel()
+	py := soniqPython(t)
+	db := openDLPostgres(t)
+	var job struct{ ID string }
+	soniqIDs := map[string]bool{}
+	for i := range 3 {
+		py.run(t, "enqueue", db.url, map[string]any{"name": "interop.cli.unknown", "args": map[string]any{"i": i}, "queue": "dlcli"}, &job)
+		soniqIDs[job.ID] = true
+	}
+	py.run(t, "work_once", db.url, map[string]any{"queues": []string{"dlcli"}}, nil)
+
+	r := runCLI(t, db.url, nil, "dead-letter", "export", "--format", "json", "--job-name", "interop.cli.unknown", "--since", "1h").ok(t)
+	var exported []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &exported), r.stdout)
+	require.Len(t, exported, 3, "the rows Soniq's worker dead-lettered")
+	for _, row := range exported {
+		assert.True(t, soniqIDs[row["id"].(string)], "the original ids")
+		assert.Equal(t, "job_not_found", row["dead_letter_reason"])
+		assert.Equal(t, "Job interop.cli.unknown not registered.", row["last_error"])
+		assert.Equal(t, "dlcli", row["queue"])
+	}
+
+	r = runCLI(t, db.url, nil, "dead-letter", "replay", "--job-name", "interop.cli.unknown", "--queue", "dlcli").ok(t)
+	assert.Equal(t, "replayed 3 dead-letter jobs (job name interop.cli.unknown; queue dlcli)\n", r.stdout)
+	var dls []struct {
+		ID                string `json:"id"`
+		ResurrectionCount int    `json:"resurrection_count"`
+	}
+	py.run(t, "dead_letters", db.url, nil, &dls)
+	require.Len(t, dls, 3)
+	for _, d := range dls {
+		assert.Equal(t, 1, d.ResurrectionCount, "Soniq sees the resurrection of %s", d.ID)
+	}
+	stats := py.stats(t, db.url)
+	assert.Equal(t, int64(3), stats["queued"], "Soniq counts the replayed copies as queued")
+
+	// Soniq's worker dead-letters the copies again (new ids), and one purge clears all six.
+	py.run(t, "work_once", db.url, map[string]any{"queues": []string{"dlcli"}}, nil)
+	r = runCLI(t, db.url, nil, "dead-letter", "purge", "--job-name", "interop.cli.unknown").ok(t)
+	assert.Equal(t, "purged 6 dead-letter jobs (job name interop.cli.unknown)\n", r.stdout)
+	py.run(t, "dead_letters", db.url, nil, &dls)
+	assert.Empty(t, dls)
+}
