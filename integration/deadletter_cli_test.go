@@ -7,7 +7,6 @@ package integration
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -19,7 +18,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -75,6 +73,24 @@ func openDLPostgres(t *testing.T) dlDatabase {
 	}}
 }
 
+// sqliteInsertDead writes dead-letter rows with Python's sqlite3 module, as
+// another program would (and fast: the race-instrumented test binary's own
+// SQLite driver needs minutes for the 200,000 rows of the export test).
+const sqliteInsertDead = `import sqlite3, sys
+path, n, name, queue, moved, error_bytes = sys.argv[1:]
+db = sqlite3.connect(path, timeout=30)
+db.execute("""WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < ?1)
+	INSERT INTO soniq_dead_letter_jobs
+	(id, job_name, args, queue, priority, max_attempts, attempts, last_error, dead_letter_reason,
+	 original_created_at, moved_to_dead_letter_at, created_at)
+	SELECT lower(hex(randomblob(4)) || '-' || hex(randomblob(2)) || '-4' || substr(hex(randomblob(2)), 2) || '-a' ||
+	             substr(hex(randomblob(2)), 2) || '-' || hex(randomblob(6))),
+	       ?2, json_object('i', i, 'q', ?3), ?3, 7, 4, 4,
+	       substr('boom ' || i || ' ' || hex(zeroblob(?5)), 1, ?5), 'max_retries_exceeded', ?4, ?4, ?4
+	FROM g""", (int(n), name, queue, moved, int(error_bytes)))
+db.commit()
+`
+
 func openDLSQLite(t *testing.T) dlDatabase {
 	path := filepath.Join(t.TempDir(), "dl.db")
 	url := "sqlite:" + path
@@ -82,22 +98,12 @@ func openDLSQLite(t *testing.T) dlDatabase {
 	b, err := sqlite.Open(t.Context(), path)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = b.Close() })
-	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
 	return dlDatabase{url: url, b: b, insertDead: func(t *testing.T, n int, name, queue string, age time.Duration, errorBytes int) {
 		// Timestamps in the form Soniq's SQLite backend writes.
 		moved := time.Now().UTC().Add(-age).Format("2006-01-02T15:04:05.000000+00:00")
-		_, err := db.ExecContext(t.Context(), `WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < ?1)
-			INSERT INTO soniq_dead_letter_jobs
-			(id, job_name, args, queue, priority, max_attempts, attempts, last_error, dead_letter_reason,
-			 original_created_at, moved_to_dead_letter_at, created_at)
-			SELECT lower(hex(randomblob(4)) || '-' || hex(randomblob(2)) || '-4' || substr(hex(randomblob(2)), 2) || '-a' ||
-			             substr(hex(randomblob(2)), 2) || '-' || hex(randomblob(6))),
-			       ?2, json_object('i', i, 'q', ?3), ?3, 7, 4, 4,
-			       substr('boom ' || i || ' ' || hex(zeroblob(?5)), 1, ?5), 'max_retries_exceeded', ?4, ?4, ?4
-			FROM g`, n, name, queue, moved, errorBytes)
-		require.NoError(t, err, "insert dead-letter rows")
+		out, err := exec.CommandContext(t.Context(), "python3", "-c", sqliteInsertDead, path,
+			fmt.Sprint(n), name, queue, moved, fmt.Sprint(errorBytes)).CombinedOutput()
+		require.NoError(t, err, "insert dead-letter rows: %s", out)
 	}}
 }
 
@@ -169,9 +175,34 @@ func runBinary(t *testing.T, bin, url string, stdin io.Reader, out io.Writer, ar
 	default:
 		t.Fatalf("soniq-sidecar %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
 	}
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		r.maxRSSKiB = ru.Maxrss // Linux reports kilobytes
-	}
+	return r
+}
+
+// peakRSS is a python3 wrapper that runs a program and reports its peak
+// resident memory on stderr. The test cannot read it from its own wait:
+// Go starts children with vfork, and Linux counts the parent's (this test
+// binary's) resident memory, shared until exec, into the child's peak. A
+// real fork from a small process gives the child a peak of its own.
+const peakRSS = `import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+sys.stderr.write("peak_rss_kib=%d\n" % usage.ru_maxrss)
+sys.exit(os.waitstatus_to_exitcode(status))
+`
+
+// runMeasured is runBinary with the program's peak resident memory in
+// maxRSSKiB.
+func runMeasured(t *testing.T, bin, url string, out io.Writer, args ...string) cliResult {
+	t.Helper()
+	r := runBinary(t, "python3", url, nil, out, append([]string{"-c", peakRSS, bin}, args...)...)
+	r.args = args
+	rest, line, ok := strings.Cut(strings.TrimSuffix(r.stderr, "\n"), "peak_rss_kib=")
+	require.True(t, ok, "no peak from the wrapper: %s", r.stderr)
+	_, err := fmt.Sscan(line, &r.maxRSSKiB)
+	require.NoError(t, err, "peak %q", line)
+	r.stderr = rest
 	return r
 }
 
@@ -399,7 +430,7 @@ func TestDeadLetterExportStreams(t *testing.T) {
 			for _, format := range []string{"json", "csv"} {
 				var c lineCounter
 				start := time.Now()
-				r := runBinary(t, bin, db.url, nil, &c, "dead-letter", "export", "--format", format).ok(t)
+				r := runMeasured(t, bin, db.url, &c, "dead-letter", "export", "--format", format).ok(t)
 				t.Logf("%s %s: %d rows, %.0f MB written in %.1fs, peak RSS %d MiB", d.name, format, rows,
 					float64(c.bytes)/1e6, time.Since(start).Seconds(), r.maxRSSKiB>>10)
 				assert.Contains(t, r.stderr, fmt.Sprintf("exported %d dead-letter jobs", rows))
