@@ -128,10 +128,20 @@ func runCLI(t *testing.T, url string, stdin io.Reader, args ...string) cliResult
 	return runCLITo(t, url, stdin, nil, args...)
 }
 
-// runCLITo is runCLI with stdout sent to out (nil: captured).
+// runCLITo is runCLI with stdout sent to out (nil: captured). The data
+// commands run on the plain build: they start no goroutines of their own
+// for the race detector to watch, and the instrumented binary takes about a
+// second to start on a loaded machine, dozens of times per test.
 func runCLITo(t *testing.T, url string, stdin io.Reader, out io.Writer, args ...string) cliResult {
 	t.Helper()
-	return runBinary(t, sidecarBinary(t), url, stdin, out, args...)
+	return runBinary(t, plainSidecar(t), url, stdin, out, args...)
+}
+
+func plainSidecar(t testing.TB) string {
+	t.Helper()
+	bin, err := buildPlainSidecar()
+	require.NoError(t, err)
+	return bin
 }
 
 // buildPlainSidecar builds the binary as released (no race detector, whose
@@ -418,8 +428,7 @@ func TestDeadLetterExportStreams(t *testing.T) {
 		// Holding the rows would take more than rows*errorBytes (200 MB).
 		maxRSS = 64 << 10 // KiB
 	)
-	bin, err := buildPlainSidecar()
-	require.NoError(t, err)
+	bin := plainSidecar(t)
 	for _, d := range dlDatabases {
 		t.Run(d.name, func(t *testing.T) {
 			t.Parallel()
@@ -485,7 +494,7 @@ func onTerminal(t *testing.T, url, answer string, args ...string) (string, int) 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, sidecarBinary(t), args...)
+	cmd := exec.CommandContext(ctx, plainSidecar(t), args...)
 	cmd.Env = append(os.Environ(), "SONIQ_DATABASE_URL="+url)
 	tty, err := pty.Start(cmd)
 	require.NoError(t, err, "start on a pty")
