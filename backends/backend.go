@@ -227,8 +227,17 @@ type ClaimParams struct {
 	// ExcludeNames are never claimed (used with --dead-letter-unknown to
 	// claim exactly the names nobody here serves).
 	ExcludeNames []string
-	// Limit is the maximum number of rows to claim; must be > 0.
+	// Limit is the maximum number of rows to claim for free slots, taken
+	// first in claim order whatever their attempts.
 	Limit int
+	// Ahead is how many more rows the claim may take, for the caller's
+	// reserve of claimed jobs waiting for a slot: the rows that follow the
+	// first Limit in claim order, less those on their last attempt
+	// (attempts + 1 >= max_attempts), which are skipped and stay queued. A
+	// reserved row may be lost with its worker before it runs, and the
+	// attempt its claim charged must never dead-letter a job that never
+	// ran. Limit + Ahead must be > 0.
+	Ahead int
 }
 
 // Outcome is the terminal write a Completion asks for.
@@ -340,6 +349,19 @@ type Backend interface {
 	// claimed again since (its attempts changed), finished, or held by
 	// another worker is left alone. Returns the ids released.
 	ReleaseJobs(ctx context.Context, workerID string, held []Job) (released []string, err error)
+	// ReturnJobs gives back the rows of held that the worker claimed but
+	// never sent to a handler: status='queued', worker_id=NULL, attempts =
+	// attempts-1 (floor 0: the claim's charge is refunded, nothing ran),
+	// updated_at=now(). scheduled_at and last_error are untouched, so the
+	// row keeps its place in the claim order and the next claim takes it
+	// ahead of rows queued after it. Guarded as ReleaseJobs is: only a row
+	// still processing under workerID at the attempts held says changes, so
+	// a second call changes nothing and a row another worker took, a row
+	// recovered (and perhaps claimed again, even by this worker id) or a
+	// row finished meanwhile is left alone. One statement for the batch;
+	// subscribers are woken with the queues of the rows returned. Returns
+	// the ids returned, in held's order.
+	ReturnJobs(ctx context.Context, workerID string, held []Job) (returned []string, err error)
 
 	// Stats is the queue-stats contract (see Stats).
 	Stats(ctx context.Context) (Stats, error)

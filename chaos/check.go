@@ -55,6 +55,7 @@ const (
 	ruleSidecar         = "sidecar"          // a sidecar misbehaved at start or stop (Problems)
 	ruleRSS             = "rss"              // a sidecar's memory grew or exceeded the ceiling
 	ruleOrphaned        = "orphaned"         // a row left processing under a live worker, which its self-audit gave back
+	ruleChargedUnrun    = "charged-unrun"    // dead-lettered with more attempts charged than runs and crashes explain
 )
 
 // Violation is one broken rule.
@@ -148,6 +149,14 @@ func (c *checker) job(j Job) {
 			c.violate(ruleWrongEnd, j.ID, "%s dead-lettered (%s, attempts %d/%d): %s", j.Name, j.Reason, j.Attempts, j.MaxAttempts, firstLine(j.LastError))
 		} else if j.Reason != "max_retries_exceeded" {
 			c.violate(ruleWrongEnd, j.ID, "%s dead-lettered with reason %s, want max_retries_exceeded: %s", j.Name, j.Reason, firstLine(j.LastError))
+		} else if unrun, crashes := j.Attempts-len(es), c.chargingFaults(j); unrun > crashes {
+			// An attempt is charged at claim. A row that never ran keeps
+			// the charge only when its sidecar died or stopped holding it
+			// (recovery requeues with attempts kept) or NACKed it at a
+			// shutdown: a claim ahead that is given back is refunded, and a
+			// row on its last attempt is never claimed ahead.
+			c.violate(ruleChargedUnrun, j.ID, "%s dead-lettered at attempts %d/%d after %d runs: %d attempts charged without a run, and only %d sidecar kills, stops, shutdowns or outages during its life to explain them",
+				j.Name, j.Attempts, j.MaxAttempts, len(es), unrun, crashes)
 		}
 	default:
 		c.violate(ruleWrongEnd, j.ID, "%s ended %s", j.Name, j.Status)
@@ -216,6 +225,34 @@ func (c *checker) killed(e Execution) string {
 // before its result was written, or its sidecar was stopped or cut from the
 // database long enough for another one to recover its rows. "" when
 // nothing does.
+// chargingFaults counts the faults during j's life that may charge one of
+// its attempts without a run: a sidecar SIGKILLed, stopped long enough for
+// recovery or SIGTERMed (a NACK of a claimed row keeps its attempt), and
+// database outages long enough for recovery.
+func (c *checker) chargingFaults(j Job) int {
+	from, to := j.Enqueued.Add(-c.r.Slack), j.Finished.Add(c.r.Slack)
+	n := 0
+	for _, f := range c.h.Faults {
+		if f.At.Before(from) || f.At.After(to) {
+			continue
+		}
+		switch f.Kind {
+		case faultSidecarKill, faultSidecarTerm:
+			n++
+		case faultSidecarStop:
+			if c.stopSpan(f) >= c.r.recoverableStop() {
+				n++
+			}
+		}
+	}
+	for _, o := range c.h.Outages {
+		if !o.From.Before(from) && !o.From.After(to) && o.To.Sub(o.From) >= c.r.recoverableStop() {
+			n++
+		}
+	}
+	return n
+}
+
 func (c *checker) explain(e Execution) string {
 	switch e.Outcome {
 	case "fail":

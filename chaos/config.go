@@ -28,6 +28,7 @@ type config struct {
 	rate    float64
 	plan    PlanParams
 	cpu     CPUParams
+	reserve ReserveParams
 	drain   time.Duration
 
 	hbInterval      time.Duration
@@ -72,6 +73,7 @@ func parseConfig(args []string) (*config, error) {
 	dur("stop-max", "CHAOS_STOP_MAX", "12s", "longest SIGSTOP (above heartbeat-timeout minus two heartbeats, another sidecar may recover the stopped one's rows)")
 	dur("pg-down-max", "CHAOS_PG_DOWN_MAX", "2s", "longest time Postgres stays down in a restart")
 	kinds := fs.String("faults", envDefault("CHAOS_FAULTS", "all"), "comma-separated fault kinds to inject: "+strings.Join(faultKinds(), ",")+" ($CHAOS_FAULTS)")
+	reserveOff := fs.Bool("no-reserve-faults", envDefault("CHAOS_RESERVE_FAULTS", "on") == "off", "turn off the faults aimed at claim-ahead: a sidecar SIGKILLed or sent SIGTERM while its reserve is full ($CHAOS_RESERVE_FAULTS=off)")
 	cpuBusy := fs.String("cpu-busy", envDefault("CHAOS_CPU_BUSY", strconv.Itoa(runtime.NumCPU())), "CPU contention: at most this many busy processes at once, a few seconds at a time, beside the other faults; 0 turns it off ($CHAOS_CPU_BUSY)")
 	dur("drain", "CHAOS_DRAIN", "120s", "how long the queue may take to drain once the faults stop")
 	dur("job-bound", "CHAOS_JOB_BOUND", "120s", "the longest a job may take from its enqueue to done or dead-lettered")
@@ -124,6 +126,7 @@ func parseConfig(args []string) (*config, error) {
 	if err != nil || busy < 0 {
 		return nil, fmt.Errorf("-cpu-busy %q: want a whole number of processes, 0 or more", *cpuBusy)
 	}
+	c.reserve = ReserveParams{Off: *reserveOff, GapMin: 20 * time.Second, GapMax: 60 * time.Second}
 	c.cpu = CPUParams{Busy: busy, GapMin: 4 * time.Second, GapMax: 16 * time.Second, LenMin: 2 * time.Second, LenMax: 8 * time.Second}
 	if c.hbTimeout < 2*c.hbInterval {
 		return nil, errors.New("heartbeat-timeout must be at least two heartbeat intervals")

@@ -42,3 +42,27 @@ func TestPlanCPULeavesTheFaultScheduleAlone(t *testing.T) {
 		assert.LessOrEqual(t, merged[i-1].At, merged[i].At, "merged by offset")
 	}
 }
+
+// The reserve faults come from their own stream: a seed's schedule of the
+// other faults is the same with them as without, and a seed draws the same
+// reserve faults every time.
+func TestPlanReserveLeavesTheOtherFaultsAsTheyWere(t *testing.T) {
+	p := PlanParams{Length: 240 * time.Second, GapMin: time.Second, GapMax: 5 * time.Second, StopMax: time.Second, Kinds: faultKinds()}
+	r := ReserveParams{GapMin: 20 * time.Second, GapMax: 60 * time.Second}
+	a := PlanReserve(7, p.Length, r)
+	assert.Equal(t, a, PlanReserve(7, p.Length, r))
+	assert.NotEmpty(t, a)
+	for _, s := range a {
+		assert.Contains(t, []string{faultReserveKill, faultReserveDrain}, s.Kind)
+		assert.Contains(t, sidecarNames(), s.Target)
+	}
+	merged := mergeSteps(Plan(7, p), a)
+	var others []Step
+	for _, s := range merged {
+		if s.Kind != faultReserveKill && s.Kind != faultReserveDrain {
+			others = append(others, s)
+		}
+	}
+	assert.Equal(t, Plan(7, p), others)
+	assert.Empty(t, PlanReserve(7, p.Length, ReserveParams{Off: true}))
+}

@@ -58,7 +58,8 @@ func run(ctx context.Context, cfg *config) (int, error) {
 	if err := cfg.resolve(); err != nil {
 		return 0, err
 	}
-	plan := mergeSteps(Plan(cfg.seed, cfg.plan), PlanCPU(cfg.seed, cfg.plan.Length, cfg.cpu))
+	plan := mergeSteps(mergeSteps(Plan(cfg.seed, cfg.plan), PlanCPU(cfg.seed, cfg.plan.Length, cfg.cpu)),
+		PlanReserve(cfg.seed, cfg.plan.Length, cfg.reserve))
 	faultsLog, err := os.Create(filepath.Join(cfg.work, "faults.jsonl"))
 	if err != nil {
 		return 0, err

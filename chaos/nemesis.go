@@ -116,6 +116,15 @@ func (s *sidecar) apply(ctx context.Context, st Step) {
 		s.terminate(30*time.Second, true)
 		sleep(ctx, st.Dur)
 		s.restart(ctx)
+	case faultReserveKill:
+		s.kill(s.reserveFull(ctx, 5*time.Second))
+		sleep(ctx, st.Dur)
+		s.restart(ctx)
+	case faultReserveDrain:
+		s.c.rec.logf("SIGTERM sidecar %s: %s", s.name, s.reserveFull(ctx, 5*time.Second))
+		s.terminate(30*time.Second, true)
+		sleep(ctx, st.Dur)
+		s.restart(ctx)
 	case faultSidecarStop:
 		at := time.Now()
 		if err := in.p.Signal(syscall.SIGSTOP); err != nil {

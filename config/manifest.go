@@ -42,15 +42,21 @@ type Manifest struct {
 // field is not given here, so a lower layer (the default) applies;
 // resolving the settings lays the environment and the flags over it.
 type ManifestSettings struct {
-	ShutdownTimeout   *time.Duration // shutdown_timeout
-	SyncHandlerGrace  *time.Duration // sync_handler_grace_seconds
-	JobTimeout        *time.Duration // job_timeout
-	HeartbeatInterval *time.Duration // heartbeat_interval
-	HeartbeatTimeout  *time.Duration // heartbeat_timeout
-	CleanupInterval   *time.Duration // cleanup_interval
-	AuditInterval     *time.Duration // audit_interval
-	PollInterval      *time.Duration // poll_interval
-	ResultTTL         *time.Duration // result_ttl
+	ShutdownTimeout      *time.Duration // shutdown_timeout
+	ShutdownWriteTimeout *time.Duration // shutdown_write_timeout
+	SyncHandlerGrace     *time.Duration // sync_handler_grace_seconds
+	JobTimeout           *time.Duration // job_timeout
+	HeartbeatInterval    *time.Duration // heartbeat_interval
+	HeartbeatTimeout     *time.Duration // heartbeat_timeout
+	CleanupInterval      *time.Duration // cleanup_interval
+	AuditInterval        *time.Duration // audit_interval
+	PollInterval         *time.Duration // poll_interval
+	// ClaimAhead (claim_ahead) is the work a pool may hold in reserve
+	// beyond its free slots, as time at its completion rate; 0 = none.
+	ClaimAhead *time.Duration
+	// ClaimAheadMax (claim_ahead_max) caps a pool's reserve, in rows.
+	ClaimAheadMax *int
+	ResultTTL     *time.Duration // result_ttl
 	// Queues comes from `settings.queues` or the top-level `queues:` (one
 	// of the two at most); nil means all queues.
 	Queues []string

@@ -12,6 +12,18 @@ type Settings struct {
 	// ShutdownTimeout is how long in-flight jobs may drain after a
 	// shutdown request before async jobs are cancelled and NACKed.
 	ShutdownTimeout time.Duration
+	// ShutdownWriteTimeout bounds the database work of a shutdown: from
+	// FORCE_TIMEOUT_PATH (or STOPPED, whichever comes first) the NACKs,
+	// the last results and the stop mark get this long in all, whatever
+	// the database does; what could not be written is left processing
+	// for recovery, attempts preserved.
+	ShutdownWriteTimeout time.Duration
+	// ClaimAhead is how much work a pool may claim beyond its free slots,
+	// as time at its measured completion rate: the reserve holds at most
+	// rate × ClaimAhead rows (Little's law), and 0 claims only free slots.
+	ClaimAhead time.Duration
+	// ClaimAheadMax caps a pool's reserve, in rows; > 0.
+	ClaimAheadMax int
 	// SyncHandlerGrace is the flat extra wait for sync jobs once
 	// ShutdownTimeout has expired. Unless set explicitly (SyncGraceSet) it
 	// equals the resolved JobTimeout, as in Soniq; when that is 0 (no job
@@ -53,15 +65,21 @@ type SettingOverrides struct {
 	// Queues is a comma-separated list, read like SONIQ_QUEUES.
 	Queues *string
 
-	ShutdownTimeout   *time.Duration
-	SyncHandlerGrace  *time.Duration
-	JobTimeout        *time.Duration
-	HeartbeatInterval *time.Duration
-	HeartbeatTimeout  *time.Duration
-	CleanupInterval   *time.Duration
-	AuditInterval     *time.Duration
-	PollInterval      *time.Duration
-	ResultTTL         *time.Duration
+	ShutdownTimeout      *time.Duration
+	ShutdownWriteTimeout *time.Duration
+	SyncHandlerGrace     *time.Duration
+	JobTimeout           *time.Duration
+	HeartbeatInterval    *time.Duration
+	HeartbeatTimeout     *time.Duration
+	CleanupInterval      *time.Duration
+	AuditInterval        *time.Duration
+	PollInterval         *time.Duration
+	// ClaimAhead is the work a pool may hold in reserve beyond its free
+	// slots, as time at its completion rate; 0 = none.
+	ClaimAhead *time.Duration
+	// ClaimAheadMax caps a pool's reserve, in rows; > 0.
+	ClaimAheadMax *int
+	ResultTTL     *time.Duration
 }
 
 // Source is the layer a setting's value came from.

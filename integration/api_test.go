@@ -27,6 +27,7 @@ var apiJobs = []string{
 	"{name: api.slow, cancellable: true, timeout: 1s, retry: {delay: 1h}}",
 	"{name: api.hooked, cancellable: true}",
 	"{name: api.validated, cancellable: true}",
+	"{name: api.bigint, cancellable: true}",
 }
 
 // apiWorld is a world whose manifest runs integration/testdata/handlers/
@@ -157,7 +158,8 @@ func TestSoniqLastErrorTexts(t *testing.T) {
 // failed validation dead-letters the job at once (invalid_arguments, "Corrupted
 // argument data: ..." in Soniq's words), a passing one hands the handler the
 // normalised args; hooks that throw change nothing; a middleware's value is
-// the row's result; onError sees a permanent failure and a job timeout.
+// the row's result; a BigInt is stored as its digits, the job done;
+// onError sees a permanent failure and a job timeout.
 func TestNodeHooksAndValidationUnderSidecar(t *testing.T) {
 	for _, transport := range []string{"stdio", "unix"} {
 		t.Run(transport, func(t *testing.T) {
@@ -170,6 +172,7 @@ func TestNodeHooksAndValidationUnderSidecar(t *testing.T) {
 			hooked := w.enqueue("api.hooked", `{"x": 1}`, 3)
 			perm := w.enqueue("api.permanent", `{"invoice": 7}`, 3)
 			slow := w.enqueue("api.slow", `{}`, 1)
+			big := w.enqueue("api.bigint", `{}`, 3)
 
 			dl := w.waitDeadLetter(t, sc, 30*time.Second, bad)
 			// As Soniq's worker writes args that fail validation.
@@ -184,6 +187,12 @@ func TestNodeHooksAndValidationUnderSidecar(t *testing.T) {
 			assert.Equal(t, 1, w.job(hooked).Attempts)
 			sc.waitLog(10*time.Second, "beforeJob hook failed for job "+hooked+" (api.hooked): Error: beforeJob broke; ignored", nil)
 			sc.waitLog(10*time.Second, "afterJob hook failed for job "+hooked+" (api.hooked): Error: afterJob broke; ignored", nil)
+
+			// What JSON cannot hold is done, as under a Soniq worker, not dead-lettered.
+			w.waitDone(t, sc, 30*time.Second, big)
+			assert.JSONEq(t, `{"n": "18446744073709551616", "list": ["1"]}`, string(w.job(big).Result))
+			assert.Equal(t, 1, w.job(big).Attempts)
+			sc.waitLog(10*time.Second, "WARN: job "+big+" (api.bigint) returned bigint, which JSON cannot hold", map[string]any{"handler": "node-api"})
 
 			assert.Equal(t, backends.ReasonPermanentFailure, w.waitDeadLetter(t, sc, 30*time.Second, perm).Reason)
 			sc.waitLog(10*time.Second, "onError "+perm+" -: no invoice 7", map[string]any{"handler": "node-api"})

@@ -326,8 +326,9 @@ func (e soniqEnv) stats(t *testing.T, url string) map[string]int64 {
 
 // TestSoniqInteropResultTypes: a Python handler's return value reads back
 // through Soniq's get_result with the types it has under a Soniq worker
-// (2.0 stays a float, big ints stay exact), over both transports. Values
-// are compared by their Python repr, which tells 2 from 2.0.
+// (2.0 stays a float, big ints stay exact, what JSON cannot hold is str() of
+// it), over both transports. Values are compared by their Python repr, which
+// tells 2 from 2.0.
 func TestSoniqInteropResultTypes(t *testing.T) {
 	py := soniqPython(t)
 	// Each literal is returned by the handler; want is what Soniq's own
@@ -342,6 +343,11 @@ func TestSoniqInteropResultTypes(t *testing.T) {
 		{`{'n': None, 's': 'é 🎉 "q" \\', 't': True, 'nested': {'a': [{}, [], {'x': 0.5, 'y': 3.0}]}}`,
 			`{'n': None, 's': 'é 🎉 "q" \\', 't': True, 'nested': {'a': [{}, [], {'x': 0.5, 'y': 3.0}]}}`},
 		{`None`, `None`},
+		// What JSON cannot hold: a Soniq worker marks the job done and its
+		// Postgres codec (json.dumps(v, default=str)) stores str() of each
+		// such value; the SDK sends the same. (jsonb orders keys by length.)
+		{`{'z': 1j, 'ids': {1, 2}, 'raw': b'\xff', 'kept': [1, 2.5]}`, `{'z': '1j', 'ids': '{1, 2}', 'raw': "b'\\xff'", 'kept': [1, 2.5]}`},
+		{`{3}`, `'{3}'`},
 	}
 	type result struct {
 		ResultRepr string `json:"result_repr"`

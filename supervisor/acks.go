@@ -16,16 +16,21 @@ import (
 // empty Ack right after the hello, then acknowledges each result once it
 // is settled: written, or refused by the row's guard, or discarded.
 
-// ackWaitMax bounds how long a stopping sidecar keeps a session open for
-// the acknowledgements of results still being written. Past it the session
-// ends anyway: the handler offers those results to the next session, whose
-// sidecar finds the rows written and only acknowledges them.
-const ackWaitMax = 5 * time.Second
+// procAcks is a process's acknowledgements: whether its hello asked for
+// them, how many of its results are being written, and a stop deferred
+// until then.
+type procAcks struct {
+	wanted    bool
+	unacked   int
+	stopAfter bool
+	stopGrace time.Duration
+	timer     *time.Timer
+}
 
 // startAcks: the hello of a session whose handler acknowledges results.
 func (l *loop) startAcks(p *process, h *transport.SessionHello) {
-	p.acks = h.Acks
-	if p.acks {
+	p.ack.wanted = h.Acks
+	if p.ack.wanted {
 		l.host.acking()
 		p.send(&transport.Ack{})
 	}
@@ -33,22 +38,22 @@ func (l *loop) startAcks(p *process, h *transport.SessionHello) {
 
 // ackLater records that p's result for id is acknowledged once written.
 func (l *loop) ackLater(p *process, id string) {
-	if !p.acks {
+	if !p.ack.wanted {
 		return
 	}
 	if l.ackWait == nil {
 		l.ackWait = map[string]*process{}
 	}
 	if old := l.ackWait[id]; old != nil {
-		old.unacked--
+		old.ack.unacked--
 	}
 	l.ackWait[id] = p
-	p.unacked++
+	p.ack.unacked++
 }
 
 // ackNow acknowledges a result that is settled without a write.
 func (l *loop) ackNow(p *process, id string) {
-	if p.acks && p.state != procDead {
+	if p.ack.wanted && p.state != procDead {
 		p.send(&transport.Ack{IDs: []string{id}})
 	}
 }
@@ -63,7 +68,7 @@ func (l *loop) onSettled(ids []string) {
 			continue
 		}
 		delete(l.ackWait, id)
-		p.unacked--
+		p.ack.unacked--
 		by[p] = append(by[p], id)
 	}
 	for p, ids := range by {
@@ -71,7 +76,7 @@ func (l *loop) onSettled(ids []string) {
 			slices.Sort(ids)
 			p.send(&transport.Ack{IDs: ids})
 		}
-		if p.stopAfterAcks && p.unacked == 0 {
+		if p.ack.stopAfter && p.ack.unacked == 0 {
 			l.stopAcked(p)
 		}
 	}
@@ -79,11 +84,11 @@ func (l *loop) onSettled(ids []string) {
 
 // stopAcked stops a process whose stop waited for acknowledgements.
 func (l *loop) stopAcked(p *process) {
-	p.stopAfterAcks = false
-	if p.ackTimer != nil {
-		p.ackTimer.Stop()
+	p.ack.stopAfter = false
+	if p.ack.timer != nil {
+		p.ack.timer.Stop()
 	}
-	l.stopProcess(p, p.stopGrace)
+	l.stopProcess(p, p.ack.stopGrace)
 }
 
 // stopIdle stops a retiring process that holds no job, once the results it
@@ -99,22 +104,22 @@ func (l *loop) stopIdle(p *process) {
 // STOPPED, or retiring and idle) is stopped once they are acknowledged (at
 // most ackWaitMax).
 func (l *loop) deferStop(p *process, grace time.Duration) bool {
-	if !p.acks || p.unacked == 0 || p.state == procStopping || p.state == procDead {
+	if !p.ack.wanted || p.ack.unacked == 0 || p.state == procStopping || p.state == procDead {
 		return false
 	}
-	if p.stopAfterAcks {
+	if p.ack.stopAfter {
 		return true // already waiting
 	}
-	p.stopAfterAcks, p.stopGrace = true, grace
-	p.ackTimer = time.AfterFunc(ackWaitMax, func() { l.emit(ackTimeoutEvent{proc: p}) })
+	p.ack.stopAfter, p.ack.stopGrace = true, grace
+	p.ack.timer = time.AfterFunc(ackWaitMax, func() { l.emit(ackTimeoutEvent{proc: p}) })
 	return true
 }
 
 func (l *loop) onAckTimeout(p *process) {
-	if !p.stopAfterAcks || p.state == procDead {
+	if !p.ack.stopAfter || p.state == procDead {
 		return
 	}
 	l.log.Warn("results not acknowledged in time (the database is slow); ending the session anyway: the handler offers them to the next session",
-		"handler", p.pool.h.Name, "endpoint", p.endpoint, "unacknowledged", p.unacked)
+		"handler", p.pool.h.Name, "endpoint", p.attach.endpoint, "unacknowledged", p.ack.unacked)
 	l.stopAcked(p)
 }

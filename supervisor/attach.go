@@ -27,6 +27,33 @@ import (
 // rescanned on every tick), draining, the jobs it still runs from an
 // earlier session, readiness and metrics.
 
+// poolAttach is an attach handler's endpoints.
+type poolAttach struct {
+	endpoints []string          // each slot's socket
+	heard     map[string]bool   // endpoints that said hello since the start (inherit.go reads it)
+	lastLoss  map[string]string // why each endpoint's last session ended
+}
+
+// procAttach is an attached process's endpoint and the jobs it still ran
+// from an earlier session (id → sync) when it said hello.
+type procAttach struct {
+	endpoint string
+	foreign  map[string]bool
+}
+
+// heard records that p's endpoint has said hello since the start.
+func (l *loop) heard(p *process) {
+	pl := p.pool
+	if pl.attach.heard == nil {
+		pl.attach.heard = map[string]bool{}
+	}
+	pl.attach.heard[p.attach.endpoint] = true
+}
+
+// forgetForeign: the earlier session's job id is accounted for (its row
+// was taken over, or its result arrived).
+func (p *process) forgetForeign(id string) { delete(p.attach.foreign, id) }
+
 // attachRespawnDelay is how long after an attached handler ended its
 // session (after draining: its container is stopping) the loop looks for
 // its successor on the endpoint.
@@ -41,7 +68,7 @@ func (l *loop) initAttach(pl *pool) {
 	}
 	for _, p := range pl.h.Attach {
 		if !config.IsGlob(p) {
-			pl.endpoints = append(pl.endpoints, p)
+			pl.attach.endpoints = append(pl.attach.endpoints, p)
 		}
 	}
 	l.host.setReady(pl.h.Name, l.attachNotReady(pl))
@@ -55,7 +82,7 @@ func (l *loop) attachNotReady(pl *pool) string {
 
 // rescanAttach adds a slot for every new endpoint a glob matches.
 func (l *loop) rescanAttach(pl *pool) {
-	if !pl.h.Attached() || l.state > StateRunning || l.fatal != nil {
+	if !pl.h.Attached() || l.shut.state > StateRunning || l.fatal != nil {
 		return
 	}
 	for _, pat := range pl.h.Attach {
@@ -64,14 +91,13 @@ func (l *loop) rescanAttach(pl *pool) {
 		}
 		matches, _ := filepath.Glob(pat) // the pattern was checked at load
 		for _, m := range matches {
-			if slices.Contains(pl.endpoints, m) {
+			if slices.Contains(pl.attach.endpoints, m) {
 				continue
 			}
-			pl.endpoints = append(pl.endpoints, m)
-			pl.procs = append(pl.procs, nil)
-			pl.restarting = append(pl.restarting, false)
+			pl.attach.endpoints = append(pl.attach.endpoints, m)
+			slot := l.addSlot(pl)
 			l.log.Info("attach endpoint found", "handler", pl.h.Name, "endpoint", m, "pattern", pat)
-			l.spawn(pl, len(pl.procs)-1)
+			l.spawn(pl, slot)
 		}
 	}
 }
@@ -79,19 +105,19 @@ func (l *loop) rescanAttach(pl *pool) {
 // onAttachHello: the hello of a session; the jobs it still runs from an
 // earlier session occupy capacity until their results arrive.
 func (l *loop) onAttachHello(p *process, h *transport.SessionHello) {
-	p.foreign = map[string]bool{}
+	p.attach.foreign = map[string]bool{}
 	for _, r := range h.Running {
 		spec := p.pool.h.Job(r.Name)
-		p.foreign[r.ID] = spec == nil || !spec.Cancellable
+		p.attach.foreign[r.ID] = spec == nil || !spec.Cancellable
 	}
 	// A kept result follows the hello at once; until it is handled it
 	// counts like a running job, so no claim is made into its slot.
 	for _, id := range h.Kept {
-		p.foreign[id] = false
+		p.attach.foreign[id] = false
 	}
 	if len(h.Running) > 0 || len(h.Kept) > 0 {
 		l.log.Info("attached handler still runs jobs from an earlier session, or kept their results; running ones occupy its capacity until their results arrive",
-			"handler", p.pool.h.Name, "endpoint", p.endpoint, "running", len(h.Running), "kept", len(h.Kept))
+			"handler", p.pool.h.Name, "endpoint", p.attach.endpoint, "running", len(h.Running), "kept", len(h.Kept))
 	}
 	l.startAcks(p, h)
 	l.onHello(p, &h.Hello)
@@ -100,12 +126,10 @@ func (l *loop) onAttachHello(p *process, h *transport.SessionHello) {
 		// The predecessor's rows this handler reports are kept; then
 		// what changed in its capacity is used.
 		l.takeInherited(p, h)
-		l.tryDispatch(pl)
-		l.maybeClaim(pl)
 		l.metrics.attachEvent(pl.h.Name, "attached", "")
-		if why, ok := pl.lastLoss[p.endpoint]; ok {
+		if why, ok := pl.attach.lastLoss[p.attach.endpoint]; ok {
 			l.metrics.attachEvent(pl.h.Name, "reconnected", why)
-			delete(pl.lastLoss, p.endpoint)
+			delete(pl.attach.lastLoss, p.attach.endpoint)
 		}
 	}
 }
@@ -117,11 +141,8 @@ func (l *loop) onDraining(p *process) {
 	if p.state != procReady && p.state != procStarting {
 		return
 	}
-	l.log.Info("attached handler is draining: no more jobs go to it", "handler", p.pool.h.Name, "endpoint", p.endpoint, "jobs", len(p.tasks))
-	l.setProcState(p, procRetiring)
-	if len(p.tasks) == 0 {
-		l.stopIdle(p)
-	}
+	l.log.Info("attached handler is draining: no more jobs go to it", "handler", p.pool.h.Name, "endpoint", p.attach.endpoint, "jobs", len(p.tasks))
+	l.setProcState(p, procRetiring) // stopped by the settle step once it holds no job
 	if len(p.pool.ready()) == 0 {
 		l.host.setReady(p.pool.h.Name, "every attached endpoint is draining; "+l.attachNotReady(p.pool))
 	}
@@ -132,7 +153,7 @@ func (l *loop) onDraining(p *process) {
 // one keeps trying (the other may be a predecessor that is going away).
 func (l *loop) onAttachRefused(p *process, err error) {
 	l.log.Error("attach endpoint refused this sidecar's session: another session is open on it (two sidecars for one handler container?); retrying",
-		"handler", p.pool.h.Name, "endpoint", p.endpoint, "err", err)
+		"handler", p.pool.h.Name, "endpoint", p.attach.endpoint, "err", err)
 	p.brokenCause, p.brokenReason = fmt.Sprintf("handler %s: %v", p.pool.h.Name, err), "refused"
 	l.setProcState(p, procStopping)
 	p.closeInput()
@@ -144,16 +165,16 @@ func (l *loop) onAttachRefused(p *process, err error) {
 // it twice. It reports whether t was adopted.
 func (l *loop) adoptForeign(pl *pool, t *task) bool {
 	for _, p := range pl.procs {
-		if p == nil || p.foreign == nil || p.state == procDead {
+		if p == nil || p.attach.foreign == nil || p.state == procDead {
 			continue
 		}
-		if _, ok := p.foreign[t.job.ID]; !ok {
+		if _, ok := p.attach.foreign[t.job.ID]; !ok {
 			continue
 		}
-		delete(p.foreign, t.job.ID)
+		delete(p.attach.foreign, t.job.ID)
 		l.adopt(t, p)
 		l.log.Info("claimed job is still running in the attached handler from an earlier session; adopted, not run again",
-			"job_id", t.job.ID, "job_name", t.job.Name, "handler", p.pool.h.Name, "endpoint", p.endpoint)
+			"job_id", t.job.ID, "job_name", t.job.Name, "handler", p.pool.h.Name, "endpoint", p.attach.endpoint)
 		return true
 	}
 	return false
@@ -161,14 +182,7 @@ func (l *loop) adoptForeign(pl *pool, t *task) bool {
 
 // adopt makes t the task of an execution p already runs.
 func (l *loop) adopt(t *task, p *process) {
-	t.proc, t.state, t.startedAt = p, taskRunning, time.Now()
-	p.tasks[t.job.ID] = t
-	if t.sync() {
-		p.syncHeld++
-	}
-	if timeout := t.spec.EffectiveTimeout(l.cfg.Settings); timeout > 0 {
-		t.timer = time.AfterFunc(timeout, func() { l.emit(jobTimeoutEvent{task: t}) })
-	}
+	l.bind(t, p)
 	l.metrics.jobStarted(t)
 }
 
@@ -176,14 +190,14 @@ func (l *loop) adopt(t *task, p *process) {
 // from an earlier session. When the row is claimed again and waits here,
 // the result is its result; otherwise it is discarded.
 func (l *loop) orphanResult(p *process, r *protocol.Result) *task {
-	delete(p.foreign, r.ID)
+	delete(p.attach.foreign, r.ID)
 	pl := p.pool
-	for i, t := range pl.pending {
+	for _, t := range pl.pending {
 		if t.job.ID == r.ID && !t.suspect {
-			pl.pending = slices.Delete(pl.pending, i, i+1)
+			l.unqueue(t)
 			l.adopt(t, p)
 			l.log.Info("claimed job finished in the attached handler during an earlier session; its kept result is written, the job not run again",
-				"job_id", t.job.ID, "job_name", t.job.Name, "handler", p.pool.h.Name, "endpoint", p.endpoint)
+				"job_id", t.job.ID, "job_name", t.job.Name, "handler", p.pool.h.Name, "endpoint", p.attach.endpoint)
 			return t
 		}
 	}
@@ -193,7 +207,7 @@ func (l *loop) orphanResult(p *process, r *protocol.Result) *task {
 // foreignSync counts the sync jobs among p's foreign ones.
 func (p *process) foreignSync() int {
 	n := 0
-	for _, sync := range p.foreign {
+	for _, sync := range p.attach.foreign {
 		if sync {
 			n++
 		}
@@ -203,15 +217,15 @@ func (p *process) foreignSync() int {
 
 // label names a process in causes: its pid, or its endpoint.
 func (p *process) label() string {
-	if p.endpoint != "" {
-		return "endpoint " + p.endpoint
+	if p.attach.endpoint != "" {
+		return "endpoint " + p.attach.endpoint
 	}
 	return fmt.Sprintf("process %d", p.pid)
 }
 
 // endDescription says how a process ended, for logs and last_error.
 func (p *process) endDescription(err error) string {
-	if p.endpoint == "" {
+	if p.attach.endpoint == "" {
 		return transport.ExitDescription(err)
 	}
 	if err == nil {
@@ -258,7 +272,7 @@ func (x *Metrics) attachEvent(handler, what, reason string) {
 
 // attachEnded records the end of an attached process's session.
 func (l *loop) attachEnded(p *process, wasReady bool, err error) {
-	if p.endpoint == "" {
+	if p.attach.endpoint == "" {
 		return
 	}
 	h := p.pool.h.Name
@@ -277,10 +291,10 @@ func (l *loop) attachEnded(p *process, wasReady bool, err error) {
 	}
 	if wasReady || reason == "refused" {
 		l.metrics.attachEvent(h, "lost", reason)
-		if p.pool.lastLoss == nil {
-			p.pool.lastLoss = map[string]string{}
+		if p.pool.attach.lastLoss == nil {
+			p.pool.attach.lastLoss = map[string]string{}
 		}
-		p.pool.lastLoss[p.endpoint] = reason
+		p.pool.attach.lastLoss[p.attach.endpoint] = reason
 	}
 }
 
@@ -296,7 +310,7 @@ func (l *loop) notReadyReason(pl *pool) string {
 // that ended its session after draining is exiting: look for its successor
 // after a moment rather than at once.
 func (l *loop) respawn(pl *pool, p *process) {
-	if p.endpoint != "" {
+	if p.attach.endpoint != "" {
 		l.scheduleRestart(pl, p.slot, attachRespawnDelay)
 		return
 	}

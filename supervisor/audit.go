@@ -33,7 +33,7 @@ func (s *Supervisor) newAudit() *maintenance.Auditor {
 // acknowledged, or still running in an attached handler from an earlier
 // session.
 func (l *loop) knows(id string) bool {
-	if l.live[id] != nil || l.inherited[id] != nil || l.ackWait[id] != nil || l.writer.Holds(id) {
+	if l.live[id] != nil || l.inherited.rows[id] != nil || l.ackWait[id] != nil || l.writer.Holds(id) {
 		return true
 	}
 	for _, pl := range l.pools {
@@ -41,7 +41,7 @@ func (l *loop) knows(id string) bool {
 			if p == nil {
 				continue
 			}
-			if _, ok := p.foreign[id]; ok { // id → sync: present is what counts
+			if _, ok := p.attach.foreign[id]; ok { // id → sync: present is what counts
 				return true
 			}
 		}
@@ -57,7 +57,7 @@ func (l *loop) onAudit(r maintenance.AuditReading) {
 		l.log.Debug("self-audit reading failed", "err", r.Err)
 		return
 	}
-	if l.reregistering || l.state == StateStopped {
+	if l.rereg.active || l.shut.state == StateStopped {
 		// The rows under this id are being sorted out by the registration.
 		l.audit.Reset()
 		return
@@ -67,11 +67,11 @@ func (l *loop) onAudit(r maintenance.AuditReading) {
 		return
 	}
 	backend, workerID, log, metrics := l.cfg.Backend, l.host.workerID, l.log, l.metrics
-	interval, wake := l.cfg.Settings.AuditInterval, l.emit
+	interval, wake, cut := l.cfg.Settings.AuditInterval, l.emit, l.shut.cut
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+		ctx, cancel := context.WithTimeout(cut, writeTimeout)
 		defer cancel()
 		released, err := backend.ReleaseJobs(ctx, workerID, orphans)
 		if err != nil {

@@ -152,11 +152,11 @@ func TestAuditKnowsWhatTheLoopHolds(t *testing.T) {
 	r.l.writer = w
 	p := r.ready(t)
 	assert.False(t, r.l.knows("a"))
-	p.foreign = map[string]bool{"async": false, "sync": true}
+	p.attach.foreign = map[string]bool{"async": false, "sync": true}
 	assert.True(t, r.l.knows("async"))
 	assert.True(t, r.l.knows("sync"))
 	r.l.live["live"] = &task{}
-	r.l.inherited = map[string]*task{"inherited": {}}
+	r.l.inherited.rows = map[string]*task{"inherited": {}}
 	r.l.ackWait = map[string]*process{"acked": p}
 	for _, id := range []string{"live", "inherited", "acked"} {
 		assert.True(t, r.l.knows(id), id)

@@ -57,7 +57,7 @@ func newCrashRig(t *testing.T) *crashRig {
 	require.NoError(t, err)
 	r.sup = sup
 	r.l = newLoop(sup, nil, nil, &sync.WaitGroup{})
-	r.l.pools[0].more = false // nothing to claim: these paths never reach the database
+	r.l.pools[0].claim.more = false // nothing to claim: these paths never reach the database
 	return r
 }
 
@@ -95,7 +95,7 @@ func TestStartFailedBacksOffThenReportsACrashLoop(t *testing.T) {
 		for n := 1; n <= crashLoopThreshold; n++ {
 			start := time.Now()
 			r.l.startFailed(pl, 0, "exited with status 3", "start_failure")
-			assert.True(t, pl.restarting[0], "failure %d: a restart is pending", n)
+			assert.True(t, pl.restart.pending[0], "failure %d: a restart is pending", n)
 			time.Sleep(restartDelay(n) - time.Millisecond)
 			synctest.Wait()
 			assert.Empty(t, r.events(), "failure %d: no restart before its backoff", n)
@@ -104,12 +104,12 @@ func TestStartFailedBacksOffThenReportsACrashLoop(t *testing.T) {
 			es := r.events()
 			assert.Equal(t, []event{restartEvent{pool: pl, slot: 0}}, es, "failure %d", n)
 			assert.Equal(t, restartDelay(n), time.Since(start), "failure %d", n)
-			pl.restarting[0] = false // what onRestart does before spawning
+			pl.restart.pending[0] = false // what onRestart does before spawning
 			if n < crashLoopThreshold {
-				assert.False(t, pl.crashLoop, "failure %d is not a crash loop yet", n)
+				assert.False(t, pl.restart.crashLoop, "failure %d is not a crash loop yet", n)
 			}
 		}
-		assert.True(t, pl.crashLoop)
+		assert.True(t, pl.restart.crashLoop)
 		ready, why := r.sup.Ready()
 		assert.False(t, ready)
 		assert.Contains(t, why, "crash loop: exited with status 3")
@@ -128,13 +128,13 @@ func TestScheduleRestartOncePerSlotAndNotPastDraining(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, []event{restartEvent{pool: pl, slot: 0}}, r.events())
 
-		pl.restarting[0] = false
-		r.l.state = StateForceTimeoutPath
+		pl.restart.pending[0] = false
+		r.l.shut.state = StateForceTimeoutPath
 		r.l.scheduleRestart(pl, 0, time.Second)
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
 		assert.Empty(t, r.events())
-		assert.False(t, pl.restarting[0])
+		assert.False(t, pl.restart.pending[0])
 	})
 }
 
@@ -156,8 +156,8 @@ func TestBreakProcessKillsAndKeepsTheFirstCause(t *testing.T) {
 		r.l.onExit(p, errors.New("signal: killed"))
 		assert.Equal(t, procDead, p.state)
 		assert.Nil(t, r.l.pools[0].procs[0], "the slot is free")
-		assert.True(t, r.l.pools[0].restarting[0], "the slot restarts")
-		assert.Equal(t, 1, r.l.pools[0].failures, "a broken process counts as a failure")
+		assert.True(t, r.l.pools[0].restart.pending[0], "the slot restarts")
+		assert.Equal(t, 1, r.l.pools[0].restart.failures, "a broken process counts as a failure")
 		r.l.breakProcess(p, "protocol_error", "after its exit")
 		assert.Len(t, r.conns[0].sigs, 2, "a dead process is never signalled")
 	})
@@ -193,14 +193,16 @@ func TestOnKillSparesSyncAndRunningJobs(t *testing.T) {
 	}
 }
 
-// Recycling: an idle process is stopped at once (shutdown, then SIGTERM and
-// SIGKILL a StopGrace apart); a busy one only stops taking jobs, and a
-// retiring or stopping one is left as it is.
+// Recycling: an idle process is stopped by the step that follows (shutdown,
+// then SIGTERM and SIGKILL a StopGrace apart); a busy one only stops taking
+// jobs, and a retiring or stopping one is left as it is.
 func TestRetire(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newCrashRig(t)
 		p := r.ready(t)
 		r.l.retire(p)
+		assert.Equal(t, procRetiring, p.state)
+		r.l.settle(p.pool)
 		assert.Equal(t, procStopping, p.state)
 		assert.True(t, p.out.Closed())
 		time.Sleep(time.Second)
@@ -217,6 +219,7 @@ func TestRetire(t *testing.T) {
 		p := r.ready(t)
 		p.tasks["j1"] = &task{job: &backends.Job{ID: "j1"}, state: taskRunning}
 		r.l.retire(p)
+		r.l.settle(p.pool)
 		assert.Equal(t, procRetiring, p.state, "busy: takes no new job, stops when idle")
 		assert.False(t, p.out.Closed())
 		time.Sleep(time.Minute)

@@ -4,9 +4,11 @@ package supervisor
 // jobs to processes and their spans, all on the loop goroutine.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -19,8 +21,76 @@ import (
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
+// loopClaims is the loop's claim state.
+type loopClaims struct {
+	inFlight        int        // claim statements in flight
+	dispatched      []*process // the processes given jobs by the dispatch under way (sendJobs)
+	unknownInFlight bool       // a --dead-letter-unknown claim is in flight
+	unknownDue      bool       // the poll or a re-registration asks for one
+	servedNames     []string   // every job name a pool serves (the unknown claim excludes them)
+	// A claim failed with an outcome the sidecar cannot know (the
+	// connection broke after the statement was sent: it may have
+	// committed). Before the next claim, the rows processing under this
+	// worker that the loop does not hold are read and given back unstarted
+	// (reconcile, onReconcileRead, onReconciled).
+	reconcile      bool
+	reconciling    bool      // the read or the return is in flight
+	reconcileAfter time.Time // a failed read retries from then
+}
+
+// poolClaims is one pool's claim state.
+type poolClaims struct {
+	busy bool          // its claim is in flight
+	reqs chan claimReq // to the pool's claimer; nil until its first claim
+	more bool          // there may be runnable rows: claim when capacity allows
+	// The last claim got every row it asked for; the next one waits for a
+	// quarter of the budget to be free, from heldSince for at most
+	// claimHoldMax (holdClaim).
+	full      bool
+	heldSince time.Time
+	holdTimer *time.Timer
+	// run --once: the last claim asked for every job name and came back
+	// empty, issued when the writer had written drainedAt batches.
+	drained   bool
+	drainedAt int64
+	// reserve sizes the claim-ahead (reserve.go); waitTimer gives back
+	// reserved rows that waited too long; shown is the size last recorded
+	// in the metrics.
+	reserve   reserve
+	waitTimer *time.Timer
+	shown     [2]int
+}
+
+// serve records the job names of a pool, for the unknown-name claim.
+func (l *loop) serve(pl *pool) {
+	l.claim.servedNames = append(l.claim.servedNames, pl.allNames...)
+}
+
+// queueSuspect puts a suspect's run ahead of every job that is not one.
+func (l *loop) queueSuspect(t *task) {
+	pl := t.pool
+	at := slices.IndexFunc(pl.pending, func(x *task) bool { return !x.suspect })
+	if at < 0 {
+		at = len(pl.pending)
+	}
+	pl.pending = slices.Insert(pl.pending, at, t)
+}
+
+// unqueue takes t out of its pool's pending jobs.
+func (l *loop) unqueue(t *task) {
+	pl := t.pool
+	pl.pending = slices.DeleteFunc(pl.pending, func(p *task) bool { return p == t })
+}
+
+// takePending empties a pool's pending jobs and returns them.
+func (l *loop) takePending(pl *pool) []*task {
+	ts := pl.pending
+	pl.pending = nil
+	return ts
+}
+
 func (l *loop) maybeClaim(pl *pool) {
-	if l.state != StateRunning || pl.claiming || !pl.more || l.fatal != nil || l.reregistering {
+	if l.shut.state != StateRunning || pl.claim.busy || !pl.claim.more || l.fatal != nil || l.rereg.active || l.claim.reconcile {
 		return
 	}
 	free, syncFree, pendingSync, budget := 0, 0, 0, 0
@@ -45,8 +115,12 @@ func (l *loop) maybeClaim(pl *pool) {
 			pendingSync++
 		}
 	}
-	free -= queued
-	if free <= 0 {
+	// The slots to fill, and the reserve: what waits beyond free slots,
+	// topped up to its target once it falls to half.
+	unfilled := free - queued
+	ahead := pl.claim.reserve.topUp(max(-unfilled, 0), pl.claim.reserve.target(time.Now(), budget > 0))
+	free = max(unfilled, 0)
+	if free+ahead <= 0 {
 		return
 	}
 	names := pl.allNames
@@ -55,19 +129,19 @@ func (l *loop) maybeClaim(pl *pool) {
 		// held in the claimed-not-yet-running window for nothing.
 		names = pl.asyncNames
 	}
-	if len(names) == 0 || l.holdClaim(pl, free, budget) {
+	if len(names) == 0 || (ahead == 0 && l.holdClaim(pl, free, budget)) {
 		return
 	}
-	pl.claiming, pl.more = true, false
-	l.claims++
-	params := backends.ClaimParams{WorkerID: l.host.workerID, Queues: l.cfg.Settings.Queues, Names: names, Limit: free}
-	if pl.claimReqs == nil {
-		pl.claimReqs = make(chan claimReq, 1)
+	pl.claim.busy, pl.claim.more = true, false
+	l.claim.inFlight++
+	params := backends.ClaimParams{WorkerID: l.host.workerID, Queues: l.cfg.Settings.Queues, Names: names, Limit: free, Ahead: ahead}
+	if pl.claim.reqs == nil {
+		pl.claim.reqs = make(chan claimReq, 1)
 		l.wg.Add(1)
 		go func() { defer l.wg.Done(); l.claimer(pl) }()
 	}
 	// Never blocks: one claim of a pool is in flight at a time.
-	pl.claimReqs <- claimReq{params: params, allNames: len(names) == len(pl.allNames), writtenAt: l.writer.Written()}
+	pl.claim.reqs <- claimReq{params: params, allNames: len(names) == len(pl.allNames), writtenAt: l.writer.Written()}
 }
 
 // claimReq is one claim for a pool's claimer.
@@ -83,78 +157,89 @@ type claimReq struct {
 // on every claim, a few percent of the sidecar's CPU at full load.
 func (l *loop) claimer(pl *pool) {
 	b := l.cfg.Backend
-	for req := range pl.claimReqs {
-		// Detached and never cancelled: a claim that committed must reach
-		// the loop, or its rows would stay processing under a live worker.
-		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	for req := range pl.claim.reqs {
+		// Never cancelled before the shutdown's write deadline: a claim
+		// that committed must reach the loop, or its rows would stay
+		// processing under a live worker. Past it the claim is abandoned.
+		ctx, cancel := context.WithTimeout(l.shut.cut, writeTimeout)
 		jobs, err := b.Claim(ctx, req.params)
 		cancel()
-		l.emit(claimedEvent{pool: pl, jobs: jobs, limit: req.params.Limit, err: err, allNames: req.allNames, writtenAt: req.writtenAt})
+		l.emit(claimedEvent{pool: pl, jobs: jobs, limit: req.params.Limit, ahead: req.params.Ahead, err: err, allNames: req.allNames, writtenAt: req.writtenAt})
 	}
 }
 
 // stopClaimers ends the pools' claim goroutines; no claim is in flight.
 func (l *loop) stopClaimers() {
 	for _, pl := range l.pools {
-		if pl.claimReqs != nil {
-			close(pl.claimReqs)
-			pl.claimReqs = nil
+		if pl.claim.waitTimer != nil {
+			pl.claim.waitTimer.Stop()
+		}
+		if pl.claim.reqs != nil {
+			close(pl.claim.reqs)
+			pl.claim.reqs = nil
 		}
 	}
 }
 
-func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
-	pl.claiming = false
-	l.claims--
+// onWake: a new job was enqueued on queue q ("" for any).
+func (l *loop) onWake(q string) {
+	if !l.servesQueue(q) {
+		return
+	}
+	for _, pl := range l.pools {
+		pl.claim.more = true
+	}
+}
+
+// onPoll: the poll interval elapsed.
+func (l *loop) onPoll() { l.claimEverything() }
+
+// claimEverything: every pool may claim again, and the unknown-name claim
+// runs (the poll, a registration again).
+func (l *loop) claimEverything() {
+	for _, pl := range l.pools {
+		pl.claim.more = true
+	}
+	l.claim.unknownDue = true
+}
+
+func (l *loop) onClaimed(e claimedEvent) {
+	pl, jobs, limit, err := e.pool, e.jobs, e.limit, e.err
+	pl.claim.drained, pl.claim.drainedAt = err == nil && len(jobs) == 0 && e.allNames, e.writtenAt
+	pl.claim.busy = false
+	l.claim.inFlight--
 	if maintenance.WorkerRowLost(err) {
 		l.onWorkerLost(err)
 		return
 	}
 	if err != nil {
-		l.log.Warn("claiming jobs failed; retrying at the next poll", "handler", pl.h.Name, "err", err)
-		l.checkDone()
+		l.log.Warn("claiming jobs failed; retrying at the next poll, after checking whether the failed claim took rows", "handler", pl.h.Name, "err", err)
+		l.claim.reconcile = true
 		return
 	}
 	l.metrics.jobsClaimed(jobs)
-	pl.full = len(jobs) == limit
-	if pl.full {
-		pl.more = true
+	l.metrics.claimRows(pl.h.Name, len(jobs))
+	if e.ahead > 0 {
+		// A reserve claim is never held back; it ran dry when it found
+		// nothing (rows on their last attempt may have been skipped).
+		pl.claim.full, pl.claim.more = false, len(jobs) > 0
+	} else {
+		pl.claim.full = len(jobs) == limit
+		if pl.claim.full {
+			pl.claim.more = true
+		}
 	}
+	now := time.Now()
 	for i := range jobs {
 		j := &jobs[i]
 		spec := pl.h.Job(j.Name)
 		t := &task{job: j, pool: pl, spec: spec, state: taskPending}
-		switch {
-		case spec == nil:
-			// Cannot happen (the claim names only this pool's jobs); fail safe.
+		if o, nack, ok := claimedOutcome(*j, spec, l.cfg.MaxFrameBytes); nack {
+			l.log.Error(o.line, "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "handler", pl.h.Name)
 			l.writer.Nack(j.ID)
 			continue
-		case j.Attempts > j.MaxAttempts:
-			// Repeated crashes pushed attempts past the maximum: dead-letter
-			// without running, as Soniq's worker does.
-			l.log.Error("job dead-lettered without running: attempts exceed max_attempts (it crashed repeatedly)",
-				"job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempts", j.Attempts, "max_attempts", j.MaxAttempts)
-			l.writer.Complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
-				Reason: backends.ReasonMaxRetriesExceeded, Error: "Max attempts exceeded (job crashed repeatedly)"})
-			continue
-		case !protocol.IsJSONObject(j.Args):
-			l.log.Error("job dead-lettered: its args are not a JSON object", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue)
-			l.writer.Complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
-				Reason: backends.ReasonInvalidArguments, Error: "args must be a JSON object, got: " + truncate(string(j.Args), 200)})
-			continue
-		case protocol.ArgsUnsendable(j.Args, l.cfg.MaxFrameBytes) != "":
-			// Sending it would break every handler process it reached (an
-			// oversize or too-deep frame is a protocol error there), and
-			// retrying cannot help: dead-letter it with the reason.
-			why := protocol.ArgsUnsendable(j.Args, l.cfg.MaxFrameBytes)
-			l.log.Error("job dead-lettered: its args cannot be sent to a handler", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "reason", why)
-			l.writer.Complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
-				Reason: backends.ReasonInvalidArguments, Error: why})
-			continue
-		}
-		if l.state >= StateForceTimeoutPath {
-			// Claimed-not-yet-running at FORCE_TIMEOUT_PATH: the async branch.
-			l.nack(t, "shutdown_timeout")
+		} else if !ok {
+			l.apply(t, o)
 			continue
 		}
 		if old := l.live[j.ID]; old != nil {
@@ -162,12 +247,150 @@ func (l *loop) onClaimed(pl *pool, jobs []backends.Job, limit int, err error) {
 			// while we still ran it: only this claim may write it now.
 			l.abandonSuperseded(old)
 		}
-		l.live[j.ID] = t
+		if l.shut.state >= StateForceTimeoutPath && nackedAtForce(false, t.sync()) {
+			if pl.claim.reserve.on() {
+				l.giveBack([]*task{t}, "shutdown")
+			} else {
+				l.nack(t, "shutdown_timeout")
+			}
+			continue
+		}
+		l.hold(t)
+		t.queuedAt = now
 		pl.pending = append(pl.pending, t)
 	}
-	l.tryDispatch(pl)
-	l.maybeClaim(pl)
-	l.checkDone()
+	if pl.claim.reserve.on() && len(jobs) > 0 {
+		// New work goes where the claim order puts it: a job of a better
+		// priority than the reserve's worst row does not wait behind it.
+		slices.SortStableFunc(pl.pending, claimOrder)
+	}
+}
+
+// claimOrder is the order pending jobs start in: suspects first, then the
+// claim's order (priority, scheduled_at nulls first, created_at).
+func claimOrder(a, b *task) int {
+	if a.suspect != b.suspect {
+		if a.suspect {
+			return -1
+		}
+		return 1
+	}
+	x, y := a.job, b.job
+	if c := cmp.Compare(x.Priority, y.Priority); c != 0 {
+		return c
+	}
+	switch {
+	case x.ScheduledAt == nil && y.ScheduledAt != nil:
+		return -1
+	case x.ScheduledAt != nil && y.ScheduledAt == nil:
+		return 1
+	case x.ScheduledAt != nil:
+		if c := x.ScheduledAt.Compare(*y.ScheduledAt); c != 0 {
+			return c
+		}
+	}
+	return x.CreatedAt.Compare(y.CreatedAt)
+}
+
+// completed counts an execution of pl that ended, for its reserve's rate.
+func (l *loop) completed(pl *pool) { pl.claim.reserve.completed(time.Now()) }
+
+// settleReserve gives back the reserved rows that will not start here
+// soon: all of them once the sidecar drains (a reserved row is not
+// in-flight work: another worker can start it now) or when the pool has no
+// ready process, and those that waited longer than the reserve's bound.
+// Given back means queued again with the attempt their claim charged
+// refunded, in their place in line. Then the reserve's size is shown.
+func (l *loop) settleReserve(pl *pool) {
+	r := &pl.claim.reserve
+	if !r.on() {
+		if pl.claim.shown != [2]int{} {
+			pl.claim.shown = [2]int{}
+			l.metrics.reserveSize(pl.h.Name, 0, 0) // exported, at 0, when claim-ahead is off
+		}
+		return
+	}
+	if len(pl.pending) > 0 {
+		// What the free slots will take is claimed-not-yet-running work,
+		// as without a reserve; what waits beyond them is the reserve.
+		var why string
+		slots := 0
+		switch {
+		case !pl.hasReady():
+			why = "no_process"
+		case l.shut.state >= StateDraining:
+			why = "draining"
+			slots = l.freeSlots(pl)
+		}
+		now := time.Now()
+		var back []*task
+		var oldest time.Time
+		for _, t := range pl.pending {
+			switch {
+			case t.suspect:
+				// Its row is kept for its run alone (suspect.go).
+			case why != "" && slots > 0:
+				slots--
+			case why != "" || now.Sub(t.queuedAt) >= r.waitBound():
+				back = append(back, t)
+			case oldest.IsZero() || t.queuedAt.Before(oldest):
+				oldest = t.queuedAt
+			}
+		}
+		if len(back) > 0 {
+			if why == "" {
+				why = "waited"
+			}
+			l.giveBack(back, why)
+		}
+		if !oldest.IsZero() {
+			// Wake when the oldest left reaches the bound.
+			d := oldest.Add(r.waitBound()).Sub(now)
+			if pl.claim.waitTimer == nil {
+				pl.claim.waitTimer = time.AfterFunc(d, func() { l.emit(reserveWaitEvent{pool: pl}) })
+			} else {
+				pl.claim.waitTimer.Reset(d)
+			}
+		}
+	}
+	held := 0
+	for _, t := range pl.pending {
+		if !t.suspect {
+			held++
+		}
+	}
+	if shown := [2]int{held, r.target(time.Now(), pl.hasReady())}; shown != pl.claim.shown {
+		pl.claim.shown = shown
+		l.metrics.reserveSize(pl.h.Name, shown[0], shown[1])
+	}
+}
+
+// freeSlots is the slots of pl's ready processes not running a job.
+func (l *loop) freeSlots(pl *pool) int {
+	free := 0
+	for _, p := range pl.procs {
+		if p != nil && p.state == procReady && pl.isolated[p] == nil {
+			free += max(p.free(), 0)
+		}
+	}
+	return free
+}
+
+// giveBack returns claimed rows that never reached a handler: queued
+// again, attempts refunded, their place in line kept.
+func (l *loop) giveBack(ts []*task, why string) {
+	ids := make([]string, len(ts))
+	for i, t := range ts {
+		ids[i] = t.job.ID
+		l.drop(t)
+		if t.state == taskPending {
+			l.unqueue(t)
+		}
+		l.writer.Return(*t.job)
+	}
+	l.metrics.jobsReturned(why, len(ts))
+	l.log.Info("gave back reserved jobs unstarted: queued again in their place, their attempt refunded",
+		"handler", ts[0].pool.h.Name, "reason", why, "jobs", len(ids), "job_ids", ids)
 }
 
 // claimHoldMax bounds how long freed slots wait for a larger claim: about
@@ -186,40 +409,111 @@ const claimHoldMax = 5 * time.Millisecond
 // drained) nothing is held: a wake-up or a poll with a free slot claims at
 // once, so pickup latency at low rates is unchanged.
 func (l *loop) holdClaim(pl *pool, free, budget int) bool {
-	if pl.full && free*4 < budget {
+	if pl.claim.full && free*4 < budget {
 		now := time.Now()
-		if pl.heldSince.IsZero() {
+		if pl.claim.heldSince.IsZero() {
 			// The hold begins: its timer claims at the bound. (An event
 			// of an earlier hold's timer arriving late only re-checks.)
-			pl.heldSince = now
-			if pl.holdTimer == nil {
-				pl.holdTimer = time.AfterFunc(claimHoldMax, func() { l.emit(claimHoldEvent{pool: pl}) })
+			pl.claim.heldSince = now
+			if pl.claim.holdTimer == nil {
+				pl.claim.holdTimer = time.AfterFunc(claimHoldMax, func() { l.emit(claimHoldEvent{pool: pl}) })
 			} else {
-				pl.holdTimer.Reset(claimHoldMax)
+				pl.claim.holdTimer.Reset(claimHoldMax)
 			}
 		}
-		if now.Sub(pl.heldSince) < claimHoldMax {
+		if now.Sub(pl.claim.heldSince) < claimHoldMax {
 			return true
 		}
 	}
-	if !pl.heldSince.IsZero() {
-		pl.heldSince = time.Time{}
-		pl.holdTimer.Stop()
+	if !pl.claim.heldSince.IsZero() {
+		pl.claim.heldSince = time.Time{}
+		pl.claim.holdTimer.Stop()
 	}
 	return false
 }
 
-func (l *loop) maybeClaimUnknown() {
-	if !l.cfg.DeadLetterUnknown || l.unknownClaiming || l.state != StateRunning || l.reregistering {
+// reconcile reads, once no claim is in flight, the rows processing under
+// this worker, so that rows a failed claim took (its reply was lost) go
+// back to the queue at once instead of waiting for the self-audit.
+func (l *loop) reconcile() {
+	if !l.claim.reconcile || l.claim.reconciling || l.claim.inFlight > 0 || l.claim.unknownInFlight ||
+		l.shut.state != StateRunning || l.rereg.active || time.Now().Before(l.claim.reconcileAfter) {
 		return
 	}
-	l.unknownClaiming = true
-	params := backends.ClaimParams{WorkerID: l.host.workerID, Queues: l.cfg.Settings.Queues, ExcludeNames: l.servedNames, Limit: 100}
-	b := l.cfg.Backend
+	l.claim.reconciling = true
+	b, workerID, cut, emit := l.cfg.Backend, l.host.workerID, l.shut.cut, l.emit
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+		ctx, cancel := context.WithTimeout(cut, writeTimeout)
+		defer cancel()
+		rows, err := b.ProcessingJobs(ctx, workerID)
+		emit(reconcileReadEvent{rows: rows, err: err})
+	}()
+}
+
+// onReconcileRead: the rows processing under this worker that the loop
+// does not hold were taken by a claim whose reply never came: no handler
+// ever saw them, so they are returned with their attempt refunded.
+func (l *loop) onReconcileRead(rows []backends.Job, err error) {
+	if err != nil {
+		l.claim.reconciling = false
+		l.claim.reconcileAfter = time.Now().Add(l.cfg.Settings.PollInterval)
+		l.log.Warn("checking whether a failed claim took rows failed; claiming waits and retries at the next poll", "err", err)
+		return
+	}
+	var lost []backends.Job
+	for _, j := range rows {
+		if !l.knows(j.ID) {
+			lost = append(lost, j)
+		}
+	}
+	if len(lost) == 0 {
+		l.claim.reconcile, l.claim.reconciling = false, false
+		return
+	}
+	b, workerID, cut, emit := l.cfg.Backend, l.host.workerID, l.shut.cut, l.emit
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		ctx, cancel := context.WithTimeout(cut, writeTimeout)
+		defer cancel()
+		returned, err := b.ReturnJobs(ctx, workerID, lost)
+		emit(reconciledEvent{held: lost, returned: returned, err: err})
+	}()
+}
+
+// onReconciled: the lost claim's rows are back in the queue; claiming
+// resumes.
+func (l *loop) onReconciled(held []backends.Job, returned []string, err error) {
+	l.claim.reconciling = false
+	if err != nil {
+		l.claim.reconcileAfter = time.Now().Add(l.cfg.Settings.PollInterval)
+		l.log.Warn("giving back the rows a failed claim took failed; claiming waits and retries at the next poll", "jobs", len(held), "err", err)
+		return
+	}
+	l.claim.reconcile = false
+	ids := make([]string, len(held))
+	for i, j := range held {
+		ids[i] = j.ID
+	}
+	l.log.Warn("a claim's reply was lost after it took rows (the connection broke mid-statement); gave them back unstarted, their attempt refunded",
+		"worker_id", l.host.workerID, "job_ids", ids, "returned", len(returned))
+	l.metrics.jobsReturned("lost_reply", len(returned))
+	l.claimEverything()
+}
+
+func (l *loop) maybeClaimUnknown() {
+	if !l.cfg.DeadLetterUnknown || !l.claim.unknownDue || l.claim.unknownInFlight || l.shut.state != StateRunning || l.rereg.active {
+		return
+	}
+	l.claim.unknownInFlight, l.claim.unknownDue = true, false
+	params := backends.ClaimParams{WorkerID: l.host.workerID, Queues: l.cfg.Settings.Queues, ExcludeNames: l.claim.servedNames, Limit: 100}
+	b, cut := l.cfg.Backend, l.shut.cut
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		ctx, cancel := context.WithTimeout(cut, writeTimeout)
 		jobs, err := b.Claim(ctx, params)
 		cancel()
 		l.emit(unknownClaimedEvent{jobs: jobs, err: err})
@@ -227,7 +521,7 @@ func (l *loop) maybeClaimUnknown() {
 }
 
 func (l *loop) onUnknownClaimed(jobs []backends.Job, err error) {
-	l.unknownClaiming = false
+	l.claim.unknownInFlight = false
 	if maintenance.WorkerRowLost(err) {
 		l.onWorkerLost(err)
 		return
@@ -236,10 +530,9 @@ func (l *loop) onUnknownClaimed(jobs []backends.Job, err error) {
 		l.log.Warn("claiming unknown job names failed", "err", err)
 		return
 	}
-	for _, j := range jobs {
-		l.log.Error("job not served by any handler: dead-lettered (--dead-letter-unknown)", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue)
-		l.writer.Complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
-			Reason: backends.ReasonJobNotFound, Error: fmt.Sprintf("Job %s not registered.", j.Name)})
+	for i := range jobs {
+		j := &jobs[i]
+		l.apply(&task{job: j}, unknownNameOutcome(*j))
 	}
 }
 
@@ -247,7 +540,7 @@ func (l *loop) onUnknownClaimed(jobs []backends.Job, err error) {
 // first in line, each to a process of its own.
 func (l *loop) tryDispatch(pl *pool) {
 	l.releaseIsolated(pl)
-	if len(pl.pending) == 0 || l.state >= StateForceTimeoutPath {
+	if len(pl.pending) == 0 || l.shut.state >= StateForceTimeoutPath {
 		return
 	}
 	kept := pl.pending[:0]
@@ -280,8 +573,8 @@ func (l *loop) tryDispatch(pl *pool) {
 // message, where a message per job cost a wake-up of its writer and a
 // write each.
 func (l *loop) sendJobs() {
-	for i, p := range l.dispatched {
-		l.dispatched[i] = nil
+	for i, p := range l.claim.dispatched {
+		l.claim.dispatched[i] = nil
 		jobs := p.jobsOut
 		p.jobsOut = nil
 		var m protocol.Message = &transport.Jobs{Jobs: jobs}
@@ -295,15 +588,14 @@ func (l *loop) sendJobs() {
 			l.breakProcess(p, "unresponsive", fmt.Sprintf("handler %s process %d stopped reading its stdin", p.pool.h.Name, p.pid))
 		}
 	}
-	l.dispatched = l.dispatched[:0]
+	l.claim.dispatched = l.claim.dispatched[:0]
 }
 
 func (l *loop) start(t *task, p *process) {
-	t.proc, t.state, t.startedAt = p, taskRunning, time.Now()
-	p.tasks[t.job.ID] = t
-	if t.sync() {
-		p.syncHeld++
+	if !t.queuedAt.IsZero() && p.pool.claim.reserve.on() {
+		l.metrics.reserveWaited(p.pool.h.Name, time.Since(t.queuedAt))
 	}
+	l.bind(t, p)
 	p.jobsRun++
 	frame := newJobFrame(t.job, l.host.workerID)
 	if l.spans {
@@ -312,11 +604,10 @@ func (l *loop) start(t *task, p *process) {
 	if timeout := t.spec.EffectiveTimeout(l.cfg.Settings); timeout > 0 {
 		dl := t.startedAt.Add(timeout).UnixMilli()
 		frame.Deadline = &dl
-		t.timer = time.AfterFunc(timeout, func() { l.emit(jobTimeoutEvent{task: t}) })
 	}
 	l.metrics.jobStarted(t)
 	if len(p.jobsOut) == 0 {
-		l.dispatched = append(l.dispatched, p)
+		l.claim.dispatched = append(l.claim.dispatched, p)
 	}
 	p.jobsOut = append(p.jobsOut, frame)
 	if p.maxJobs > 0 && p.jobsRun >= p.maxJobs {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,4 +49,34 @@ func TestDocsStateTheRestartBackoffAndCrashLoop(t *testing.T) {
 	assert.GreaterOrEqual(t, found, 4, "the backoff is stated in the architecture, protocol, reliability and shutdown pages")
 	assert.Equal(t, 100*time.Millisecond, restartDelay(1))
 	assert.Equal(t, restartBackoffMax, restartDelay(100))
+}
+
+// docs/architecture.md's table of the engine's files names every file of
+// this package, and no file that is not here.
+func TestArchitectureNamesEveryEngineFile(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "docs", "architecture.md"))
+	require.NoError(t, err)
+	doc := string(b)
+	start := strings.Index(doc, "| `supervisor.go` |")
+	require.Positive(t, start, "the engine's file table starts with supervisor.go")
+	end := strings.Index(doc[start:], "\n\n")
+	require.Positive(t, end)
+	table := doc[start : start+end]
+	named := map[string]bool{}
+	for _, m := range regexp.MustCompile("`([a-z_]+\\.go)`").FindAllStringSubmatch(table, -1) {
+		named[m[1]] = true
+	}
+	files, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	here := map[string]bool{}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		here[f] = true
+		assert.True(t, named[f], "docs/architecture.md's engine file table does not name %s", f)
+	}
+	for f := range named {
+		assert.True(t, here[f], "docs/architecture.md's engine file table names %s, which is not in supervisor/", f)
+	}
 }

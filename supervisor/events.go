@@ -72,10 +72,19 @@ type (
 	}
 	// jobTimeoutEvent: a job's timeout fired.
 	jobTimeoutEvent struct{ task *task }
+	// pollEvent: the poll interval elapsed: claim whatever is due.
+	pollEvent struct{}
+	// tickEvent: the ping interval elapsed (onTick).
+	tickEvent struct{}
+	// shutdownRequestEvent: Shutdown was called (a signal, --once's end).
+	shutdownRequestEvent struct{}
 	// shutdownTimeoutEvent: shutdown_timeout elapsed in DRAINING.
 	shutdownTimeoutEvent struct{}
 	// graceExpiredEvent: sync_handler_grace_seconds elapsed.
 	graceExpiredEvent struct{}
+	// reserveWaitEvent: a pool's oldest reserved row reached its wait
+	// bound (settleReserve).
+	reserveWaitEvent struct{ pool *pool }
 	// claimHoldEvent: a pool's claim hold reached its time bound (holdClaim).
 	claimHoldEvent struct{ pool *pool }
 	// settleEvent: the wait for attached handlers to report the
@@ -93,6 +102,7 @@ type (
 		pool  *pool
 		jobs  []backends.Job
 		limit int
+		ahead int
 		err   error
 		// allNames: the claim asked for every job name of its pool, when
 		// the writer had written writtenAt batches (run --once).
@@ -103,6 +113,18 @@ type (
 	unknownClaimedEvent struct {
 		jobs []backends.Job
 		err  error
+	}
+	// reconcileReadEvent: the rows processing under this worker, read
+	// after a claim failed (dispatch.go, reconcile).
+	reconcileReadEvent struct {
+		rows []backends.Job
+		err  error
+	}
+	// reconciledEvent: the rows a lost claim took were given back.
+	reconciledEvent struct {
+		held     []backends.Job
+		returned []string
+		err      error
 	}
 	// wakeEvent: new-job notification for a queue ("" wakes every pool).
 	wakeEvent struct{ queue string }
@@ -132,11 +154,17 @@ func (restartEvent) isEvent()         {}
 func (killEvent) isEvent()            {}
 func (jobTimeoutEvent) isEvent()      {}
 func (shutdownTimeoutEvent) isEvent() {}
+func (pollEvent) isEvent()            {}
+func (tickEvent) isEvent()            {}
+func (shutdownRequestEvent) isEvent() {}
 func (graceExpiredEvent) isEvent()    {}
 func (claimHoldEvent) isEvent()       {}
+func (reserveWaitEvent) isEvent()     {}
 func (claimedEvent) isEvent()         {}
 func (unknownClaimedEvent) isEvent()  {}
 func (wakeEvent) isEvent()            {}
+func (reconcileReadEvent) isEvent()   {}
+func (reconciledEvent) isEvent()      {}
 func (workerLostEvent) isEvent()      {}
 func (reregisteredEvent) isEvent()    {}
 func (settleEvent) isEvent()          {}

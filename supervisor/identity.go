@@ -17,21 +17,27 @@ import (
 // writing; the others were requeued (and maybe re-claimed elsewhere), so
 // their executions here are abandoned and their results discarded.
 
+// reregistration is a lost worker row being registered again.
+type reregistration struct {
+	active bool  // no claim until the row is registered again
+	cause  error // what the heartbeat found
+}
+
 func (l *loop) onWorkerLost(cause error) {
-	if l.reregistering {
+	if l.rereg.active {
 		return
 	}
-	l.reregistering, l.lostCause = true, cause
+	l.rereg.active, l.rereg.cause = true, cause
 	held := make([]string, 0, len(l.live))
 	for id := range l.live {
 		held = append(held, id)
 	}
 	slices.Sort(held)
-	reregister, emit := l.host.reregister, l.emit
+	reregister, emit, cut := l.host.reregister, l.emit, l.shut.cut
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+		ctx, cancel := context.WithTimeout(cut, writeTimeout)
 		defer cancel()
 		lost, err := reregister(ctx, held)
 		emit(reregisteredEvent{ids: lost, err: err})
@@ -52,15 +58,19 @@ func (s *Supervisor) reregister(ctx context.Context, held []string) ([]string, e
 	} else if len(adopted) > 0 {
 		s.log.Info("took back jobs left with no worker when this sidecar's worker row was deleted", "worker_id", s.workerID, "job_ids", adopted)
 	}
+	// One read of every row still processing under this worker, not one
+	// per held job: a reserve may hold hundreds.
+	rows, err := s.cfg.Backend.ProcessingJobs(ctx, s.workerID)
+	if err != nil {
+		return nil, fmt.Errorf("reading the jobs still processing under worker %s: %w", s.workerID, err)
+	}
+	ours := make(map[string]bool, len(rows))
+	for _, j := range rows {
+		ours[j.ID] = true
+	}
 	var lost []string
 	for _, id := range held {
-		j, err := s.cfg.Backend.Get(ctx, id)
-		switch {
-		case errors.Is(err, backends.ErrNotFound):
-			lost = append(lost, id)
-		case err != nil:
-			return nil, fmt.Errorf("checking job %s: %w", id, err)
-		case j.Status != backends.StatusProcessing || j.WorkerID == nil || *j.WorkerID != s.workerID:
+		if !ours[id] {
 			lost = append(lost, id)
 		}
 	}
@@ -68,10 +78,10 @@ func (s *Supervisor) reregister(ctx context.Context, held []string) ([]string, e
 }
 
 func (l *loop) onReregistered(ids []string, err error) {
-	l.reregistering = false
+	l.rereg.active = false
 	if err != nil {
 		l.log.Warn("registering the worker row again failed; claiming stays paused, retrying at the next heartbeat",
-			"worker_id", l.host.workerID, "cause", l.lostCause.Error(), "err", err)
+			"worker_id", l.host.workerID, "cause", l.rereg.cause.Error(), "err", err)
 		return
 	}
 	for _, id := range ids {
@@ -80,14 +90,9 @@ func (l *loop) onReregistered(ids []string, err error) {
 		}
 	}
 	l.log.Warn("this sidecar's worker row was lost (another worker recovered its jobs after missing its heartbeats: a frozen VM or a network partition?); registered it again before claiming",
-		"worker_id", l.host.workerID, "hostname", l.host.hostname(), "cause", l.lostCause.Error(),
+		"worker_id", l.host.workerID, "hostname", l.host.hostname(), "cause", l.rereg.cause.Error(),
 		"jobs_requeued", ids, "jobs_kept", len(l.live))
-	for _, pl := range l.pools {
-		pl.more = true
-		l.maybeClaim(pl)
-	}
-	l.maybeClaimUnknown()
-	l.checkDone()
+	l.claimEverything()
 }
 
 // abandonSuperseded gives up an execution whose row was claimed again.
@@ -101,14 +106,10 @@ func (l *loop) abandonSuperseded(t *task) {
 // write: a pending one is dropped, a running one keeps its process slot
 // until it returns, and its result is then discarded. Nothing is written.
 func (l *loop) abandonLost(t *task, why string) {
-	delete(l.live, t.job.ID)
-	if t.timer != nil {
-		t.timer.Stop()
-	}
+	l.drop(t)
 	switch t.state {
 	case taskPending:
-		pl := t.pool
-		pl.pending = slices.DeleteFunc(pl.pending, func(p *task) bool { return p == t })
+		l.unqueue(t)
 	case taskRunning:
 		t.state, t.abandoned = taskAbandoned, why
 		l.metrics.jobEnded(t, "lost")

@@ -19,13 +19,20 @@ import (
 // unchanged) once every endpoint that could run them has said hello, or
 // after the handlers' startup_timeout, or at FORCE_TIMEOUT_PATH.
 
+// inheritedRows is the predecessor's rows no attached handler has
+// reported yet, and the timer that gives them back.
+type inheritedRows struct {
+	rows  map[string]*task
+	timer *time.Timer
+}
+
 // inherit takes the predecessor's rows; those no attached handler here
 // could hold are given back at once.
 func (l *loop) inherit(jobs []backends.Job) {
 	if len(jobs) == 0 {
 		return
 	}
-	l.inherited = map[string]*task{}
+	l.inherited.rows = map[string]*task{}
 	var wait time.Duration
 	var back []string
 	for i := range jobs {
@@ -36,17 +43,17 @@ func (l *loop) inherit(jobs []backends.Job) {
 			l.writer.Nack(j.ID)
 			continue
 		}
-		l.inherited[j.ID] = &task{job: j, pool: pl, spec: spec, state: taskPending}
+		l.inherited.rows[j.ID] = &task{job: j, pool: pl, spec: spec, state: taskPending}
 		wait = max(wait, pl.h.StartupTimeout)
 	}
 	if len(back) > 0 {
 		slices.Sort(back)
 		l.log.Info("gave back the predecessor's jobs that no attached handler here serves: queued again, attempts unchanged", "job_ids", back)
 	}
-	if len(l.inherited) > 0 {
-		l.settleTimer = time.AfterFunc(wait, func() { l.emit(settleEvent{}) })
+	if len(l.inherited.rows) > 0 {
+		l.inherited.timer = time.AfterFunc(wait, func() { l.emit(settleEvent{}) })
 		l.log.Info("waiting for the attached handlers to report the predecessor's jobs (still running, or finished with a kept result)",
-			"jobs", len(l.inherited), "wait_at_most", wait)
+			"jobs", len(l.inherited.rows), "wait_at_most", wait)
 	}
 }
 
@@ -68,11 +75,8 @@ func (l *loop) attachPoolFor(name string) (*pool, *config.JobSpec) {
 // then reported all it holds.
 func (l *loop) takeInherited(p *process, h *transport.SessionHello) {
 	pl := p.pool
-	if pl.heard == nil {
-		pl.heard = map[string]bool{}
-	}
-	pl.heard[p.endpoint] = true
-	if len(l.inherited) == 0 {
+	l.heard(p)
+	if len(l.inherited.rows) == 0 {
 		return
 	}
 	ids := make([]string, 0, len(h.Running)+len(h.Kept))
@@ -85,13 +89,13 @@ func (l *loop) takeInherited(p *process, h *transport.SessionHello) {
 		kept[id] = true
 	}
 	for _, id := range ids {
-		t := l.inherited[id]
+		t := l.inherited.rows[id]
 		if t == nil || t.pool != pl {
 			continue
 		}
-		delete(l.inherited, id)
-		delete(p.foreign, id)
-		l.live[id] = t
+		delete(l.inherited.rows, id)
+		p.forgetForeign(id)
+		l.hold(t)
 		l.adopt(t, p)
 		state := "running"
 		if kept[id] {
@@ -99,7 +103,7 @@ func (l *loop) takeInherited(p *process, h *transport.SessionHello) {
 		}
 		l.log.Info("the predecessor's job is reported by the attached handler: kept, not run again",
 			"job_id", id, "job_name", t.job.Name, "queue", t.job.Queue, "attempt", t.job.Attempts,
-			"handler", pl.h.Name, "endpoint", p.endpoint, "state", state)
+			"handler", pl.h.Name, "endpoint", p.attach.endpoint, "state", state)
 	}
 	l.settleInherited(false, "every endpoint of its handler has reported")
 }
@@ -107,38 +111,41 @@ func (l *loop) takeInherited(p *process, h *transport.SessionHello) {
 // settleInherited gives back the predecessor's rows no endpoint reported:
 // all of them, or only those whose handler's endpoints have all said hello.
 func (l *loop) settleInherited(all bool, why string) {
-	if len(l.inherited) == 0 {
+	if len(l.inherited.rows) == 0 {
 		return
 	}
 	var back []string
-	for id, t := range l.inherited {
+	for id, t := range l.inherited.rows {
 		if all || allHeard(t.pool) {
 			back = append(back, id)
 		}
 	}
 	slices.Sort(back)
 	for _, id := range back {
-		delete(l.inherited, id)
+		delete(l.inherited.rows, id)
 		l.writer.Nack(id)
 	}
 	if len(back) > 0 {
 		l.log.Info("gave back the predecessor's jobs no attached handler reports (neither running nor finished there): queued again, attempts unchanged",
 			"job_ids", back, "reason", why)
 	}
-	if len(l.inherited) == 0 && l.settleTimer != nil {
-		l.settleTimer.Stop()
+	if len(l.inherited.rows) == 0 && l.inherited.timer != nil {
+		l.inherited.timer.Stop()
 	}
-	l.checkDone()
 }
+
+// onInheritWaitOver: the handlers' startup_timeout passed since the start;
+// what no endpoint reported is given back.
+func (l *loop) onInheritWaitOver() { l.settleInherited(true, "startup_timeout elapsed") }
 
 // allHeard reports whether every endpoint of an attach pool has said hello
 // since this sidecar started.
 func allHeard(pl *pool) bool {
-	if len(pl.endpoints) == 0 {
+	if len(pl.attach.endpoints) == 0 {
 		return false // a glob that matched nothing yet
 	}
-	for _, e := range pl.endpoints {
-		if !pl.heard[e] {
+	for _, e := range pl.attach.endpoints {
+		if !pl.attach.heard[e] {
 			return false
 		}
 	}

@@ -15,17 +15,60 @@ import (
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
+// crashLoopThreshold is how many consecutive failures make a crash loop.
+const crashLoopThreshold = 5
+
+// healthyAfter resets the restart backoff.
+const healthyAfter = time.Minute
+
+// The restart backoff of a handler process that failed: restartBackoffMin
+// after the first failure, doubling up to restartBackoffMax.
+const (
+	restartBackoffMin = 100 * time.Millisecond
+	restartBackoffMax = 30 * time.Second
+)
+
+func restartDelay(failures int) time.Duration {
+	d := restartBackoffMin
+	for i := 1; i < failures && d < restartBackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, restartBackoffMax)
+}
+
+// poolRestarts is a pool's restart state.
+type poolRestarts struct {
+	failures  int    // consecutive start failures or crashes
+	crashLoop bool   // failures reached crashLoopThreshold: the handler is not ready
+	started   bool   // a process of this pool was started once
+	pending   []bool // by slot: a restart is scheduled
+}
+
+// pings is a process's liveness check (onTick).
+type pings struct {
+	seq    int64
+	sentAt time.Time // zero when no ping is outstanding
+}
+
+// addSlot gives a pool one more slot (a new attach endpoint) and returns it.
+func (l *loop) addSlot(pl *pool) int {
+	pl.procs = append(pl.procs, nil)
+	pl.restart.pending = append(pl.restart.pending, false)
+	return len(pl.procs) - 1
+}
+
 func (l *loop) spawn(pl *pool, slot int) {
 	h := pl.h
+	var endpoint string
+	if h.Attached() {
+		endpoint = pl.attach.endpoints[slot]
+	}
 	p := &process{
 		pool: pl, slot: slot,
-		out:       transport.NewQueue(2*h.Concurrency + 16),
-		state:     procStarting,
-		spawnedAt: time.Now(),
-		tasks:     map[string]*task{},
-	}
-	if h.Attached() {
-		p.endpoint = pl.endpoints[slot]
+		out:    transport.NewQueue(2*h.Concurrency + 16),
+		state:  procStarting,
+		tasks:  map[string]*task{},
+		attach: procAttach{endpoint: endpoint},
 	}
 	// The transport starts the child, consumes p.out and reports frames,
 	// protocol errors and the exit, which procEvents turns into events.
@@ -34,9 +77,9 @@ func (l *loop) spawn(pl *pool, slot int) {
 		start = l.cfg.startTransport // tests: an in-process fake handler
 	}
 	env := transport.Env{Spawner: l.sp, MaxFrameBytes: l.cfg.MaxFrameBytes, Log: l.log, WG: l.wg}
-	c, err := start(env, transport.Spec{Handler: h, Endpoint: p.endpoint, Out: p.out.Out(), Events: procEvents{emit: l.emit, p: p}})
+	c, err := start(env, transport.Spec{Handler: h, Endpoint: p.attach.endpoint, Out: p.out.Out(), Events: procEvents{emit: l.emit, p: p}})
 	if err != nil {
-		if !pl.started && cannotStart(err) {
+		if !pl.restart.started && cannotStart(err) {
 			// A command that was never started and cannot be is a
 			// configuration error, not a crash to retry forever.
 			se := &StartError{Handler: h.Name, Command: h.Command, Err: err}
@@ -44,7 +87,7 @@ func (l *loop) spawn(pl *pool, slot int) {
 			if l.fatal == nil {
 				l.fatal = se
 			}
-			if l.state == StateRunning {
+			if l.shut.state == StateRunning {
 				l.enterDraining("configuration error")
 			}
 			return
@@ -53,13 +96,13 @@ func (l *loop) spawn(pl *pool, slot int) {
 		return
 	}
 	p.conn, p.pid = c, c.PID()
-	pl.started = true
+	pl.restart.started = true
 	pl.procs[slot] = p
 	l.procs++
 	l.metrics.processState(h.Name, procStarting, procStarting, true)
-	if p.endpoint != "" {
+	if p.attach.endpoint != "" {
 		// Its transport waits for the endpoint with backoff, as long as it takes.
-		l.log.Info("attaching to handler endpoint", "handler", h.Name, "endpoint", p.endpoint, "slot", slot)
+		l.log.Info("attaching to handler endpoint", "handler", h.Name, "endpoint", p.attach.endpoint, "slot", slot)
 		return
 	}
 	p.startTimer = time.AfterFunc(h.StartupTimeout, func() { l.emit(startTimeoutEvent{proc: p}) })
@@ -84,26 +127,66 @@ func (l *loop) setProcState(p *process, to procState) {
 // startFailed schedules a restart of a pool slot with exponential backoff
 // and reports a crash loop once.
 func (l *loop) startFailed(pl *pool, slot int, why, reason string) {
-	pl.failures++
-	delay := restartDelay(pl.failures)
+	pl.restart.failures++
+	delay := restartDelay(pl.restart.failures)
 	l.metrics.restart(pl.h.Name, reason)
-	if pl.failures >= crashLoopThreshold && !pl.crashLoop {
-		pl.crashLoop = true
+	if pl.restart.failures >= crashLoopThreshold && !pl.restart.crashLoop {
+		pl.restart.crashLoop = true
 		l.host.setReady(pl.h.Name, "crash loop: "+why)
 		l.log.Error("handler is crash-looping: not ready, its jobs are not claimed until a process starts; retrying with backoff up to 30s",
-			"handler", pl.h.Name, "failures", pl.failures, "last_error", why)
-	} else if !pl.crashLoop {
+			"handler", pl.h.Name, "failures", pl.restart.failures, "last_error", why)
+	} else if !pl.restart.crashLoop {
 		l.log.Warn("handler process failed; restarting with backoff", "handler", pl.h.Name, "slot", slot, "retry_in", delay, "err", why)
 	}
 	l.scheduleRestart(pl, slot, delay)
 }
 
 func (l *loop) scheduleRestart(pl *pool, slot int, delay time.Duration) {
-	if pl.restarting[slot] || l.state > StateDraining {
+	if pl.restart.pending[slot] || l.shut.state > StateDraining {
 		return
 	}
-	pl.restarting[slot] = true
+	pl.restart.pending[slot] = true
 	time.AfterFunc(delay, func() { l.emit(restartEvent{pool: pl, slot: slot}) })
+}
+
+// onFrames handles frames a process sent together, in order.
+func (l *loop) onFrames(p *process, ms []protocol.Message) {
+	for _, m := range ms {
+		l.onFrame(p, m)
+	}
+}
+
+func (l *loop) onProtocolError(p *process, err error) {
+	l.breakProcess(p, "protocol_error", fmt.Sprintf("protocol error from handler %s process %d: %v", p.pool.h.Name, p.pid, err))
+}
+
+// onStdoutClosed: no result can come back from the process, so it is
+// handled as a crash. A process already stopping is left to its stop's
+// escalation.
+func (l *loop) onStdoutClosed(p *process) {
+	if p.state == procStopping || p.state == procDead {
+		return
+	}
+	reason := "start_failure"
+	if p.hello != nil {
+		reason = "crashed"
+	}
+	l.breakProcess(p, reason, fmt.Sprintf("handler %s process %d closed its stdout while still running", p.pool.h.Name, p.pid))
+}
+
+func (l *loop) onStartTimeout(p *process) {
+	if p.state == procStarting {
+		l.breakProcess(p, "startup_timeout", fmt.Sprintf("handler %s process %d sent no hello within startup_timeout %s", p.pool.h.Name, p.pid, p.pool.h.StartupTimeout))
+	}
+}
+
+// onRestart: a slot's backoff is over; it gets a process unless the
+// sidecar is past DRAINING or cannot run.
+func (l *loop) onRestart(pl *pool, slot int) {
+	pl.restart.pending[slot] = false
+	if l.shut.state <= StateDraining && pl.procs[slot] == nil && l.fatal == nil {
+		l.spawn(pl, slot)
+	}
 }
 
 func (l *loop) onFrame(p *process, m protocol.Message) {
@@ -136,8 +219,8 @@ func (l *loop) onFrame(p *process, m protocol.Message) {
 			l.breakProcess(p, "protocol_error", fmt.Sprintf("protocol error from handler %s process %d: a pong before hello", p.pool.h.Name, p.pid))
 			return
 		}
-		if msg.Seq == p.pingSeq {
-			p.pingSentAt = time.Time{}
+		if msg.Seq == p.ping.seq {
+			p.ping.sentAt = time.Time{}
 		}
 	}
 }
@@ -183,7 +266,7 @@ func (l *loop) onHello(p *process, hello *protocol.Hello) {
 			l.fatal = err
 		}
 		l.breakProcess(p, "hello_mismatch", err.Error())
-		if l.state == StateRunning {
+		if l.shut.state == StateRunning {
 			l.enterDraining("configuration error")
 		}
 		return
@@ -194,15 +277,13 @@ func (l *loop) onHello(p *process, hello *protocol.Hello) {
 		p.maxJobs = jitter(pl.h.MaxJobs)
 	}
 	l.setProcState(p, procReady)
-	if pl.crashLoop {
+	if pl.restart.crashLoop {
 		l.log.Info("handler recovered from its crash loop", "handler", pl.h.Name, p.who())
 	}
-	pl.crashLoop = false
+	pl.restart.crashLoop = false
 	l.host.setReady(pl.h.Name, "")
 	l.log.Info("handler process ready", "handler", pl.h.Name, p.who(), "sdk", hello.SDK,
 		"concurrency", p.capacity(), "sync_concurrency", p.syncCapacity())
-	l.tryDispatch(pl)
-	l.maybeClaim(pl)
 }
 
 // breakProcess gives up on a process that broke the protocol, missed its
@@ -236,8 +317,8 @@ func (l *loop) onExit(p *process, err error) {
 	for _, t := range p.killTimers {
 		t.Stop()
 	}
-	if p.ackTimer != nil {
-		p.ackTimer.Stop()
+	if p.ack.timer != nil {
+		p.ack.timer.Stop()
 	}
 	if pl.procs[p.slot] == p {
 		pl.procs[p.slot] = nil
@@ -252,7 +333,7 @@ func (l *loop) onExit(p *process, err error) {
 		cause += "\nstderr (last lines):\n" + tail
 	}
 	l.settleCrash(p, cause, desc)
-	p.tasks = nil
+	l.vacate(p)
 	if len(pl.ready()) == 0 && !expected {
 		// A recycled process is replaced at once; only a failure makes
 		// the handler not ready.
@@ -261,19 +342,19 @@ func (l *loop) onExit(p *process, err error) {
 	switch {
 	case expected:
 		l.log.Info("handler process stopped", "handler", pl.h.Name, p.who(), "exit", desc)
-		if l.state <= StateDraining && l.fatal == nil {
+		if l.shut.state <= StateDraining && l.fatal == nil {
 			// A recycled process: replace it at once.
 			l.metrics.restart(pl.h.Name, "recycle")
 			l.respawn(pl, p)
 		}
 	default:
 		if wasReady && time.Since(p.readyAt) >= healthyAfter {
-			pl.failures = 0
+			pl.restart.failures = 0
 		}
 		if wasReady {
 			l.log.Error("handler process exited unexpectedly; a job it held alone fails through the retry policy, jobs it held together re-run alone first", "handler", pl.h.Name, p.who(), "exit", desc)
 		}
-		if l.state <= StateDraining && l.fatal == nil {
+		if l.shut.state <= StateDraining && l.fatal == nil {
 			reason := "start_failure" // exited before its hello
 			switch {
 			case p.brokenReason != "":
@@ -284,8 +365,6 @@ func (l *loop) onExit(p *process, err error) {
 			l.startFailed(pl, p.slot, cause, reason)
 		}
 	}
-	l.tryDispatch(pl)
-	l.checkDone()
 }
 
 // stopProcess asks an idle process to exit: `shutdown` and EOF, then
@@ -333,14 +412,14 @@ func (l *loop) onTick() {
 			if p.syncHeld > 0 {
 				// A process running a sync job is never killed for silence:
 				// a blocked event loop there is expected.
-				p.pingSentAt = time.Time{}
-			} else if !p.pingSentAt.IsZero() && now.Sub(p.pingSentAt) > l.cfg.PingTimeout {
+				p.ping.sentAt = time.Time{}
+			} else if !p.ping.sentAt.IsZero() && now.Sub(p.ping.sentAt) > l.cfg.PingTimeout {
 				l.breakProcess(p, "unresponsive", fmt.Sprintf("handler %s process %d did not answer a ping for %s", pl.h.Name, p.pid, l.cfg.PingTimeout))
 				continue
-			} else if p.pingSentAt.IsZero() {
-				p.pingSeq++
-				if p.send(&protocol.Ping{Seq: p.pingSeq}) {
-					p.pingSentAt = now
+			} else if p.ping.sentAt.IsZero() {
+				p.ping.seq++
+				if p.send(&protocol.Ping{Seq: p.ping.seq}) {
+					p.ping.sentAt = now
 				}
 			}
 			if pl.h.MaxMemoryMB > 0 && p.state == procReady {
@@ -351,11 +430,7 @@ func (l *loop) onTick() {
 			}
 		}
 	}
-	if l.state == StateWaitForThread && now.Sub(l.lastWaitWarn) >= l.cfg.WaitWarn {
-		l.lastWaitWarn = now
-		l.log.Warn("still waiting for sync jobs to return (WAIT_FOR_THREAD); heartbeats continue",
-			"state", StateWaitForThread.String(), "sync_jobs", l.syncJobIDs())
-	}
+	l.remindWaiting(now)
 }
 
 // retire stops giving a process jobs and stops it once idle.
@@ -363,8 +438,5 @@ func (l *loop) retire(p *process) {
 	if p.state != procReady {
 		return
 	}
-	l.setProcState(p, procRetiring)
-	if len(p.tasks) == 0 {
-		l.stopProcess(p, l.cfg.StopGrace)
-	}
+	l.setProcState(p, procRetiring) // stopped by the settle step once it holds no job
 }

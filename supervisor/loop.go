@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -32,6 +31,7 @@ const (
 // task is one claimed job.
 type task struct {
 	job       *backends.Job // a row of its claim (tasks share their claim's slice)
+	queuedAt  time.Time     // when it joined its pool's pending jobs
 	pool      *pool
 	spec      *config.JobSpec
 	proc      *process
@@ -65,29 +65,24 @@ type pool struct {
 	h          *config.Handler
 	allNames   []string
 	asyncNames []string
-	procs      []*process // by slot; nil while the slot waits for a (re)start
-	pending    []*task    // claimed, waiting for a free slot
-	failures   int        // consecutive start failures or crashes
-	crashLoop  bool
-	started    bool // a process of this pool was started once
-	claiming   bool
-	claimReqs  chan claimReq // to the pool's claimer; nil until its first claim
-	more       bool          // there may be runnable rows: claim when capacity allows
-	// The last claim got every row it asked for; the next one waits for a
-	// quarter of the budget to be free, from heldSince for at most
-	// claimHoldMax (holdClaim).
-	full       bool
-	heldSince  time.Time
-	holdTimer  *time.Timer
-	restarting []bool
-	isolated   map[*process]*task // processes running a suspect alone (suspect.go)
-	endpoints  []string           // attach handlers: each slot's socket (attach.go)
-	heard      map[string]bool    // attach handlers: endpoints that said hello since the start (inherit.go)
-	lastLoss   map[string]string  // attach handlers: why each endpoint's last session ended
-	// run --once: the last claim asked for every job name and came back
-	// empty, issued when the writer had written drainedAt batches.
-	drained   bool
-	drainedAt int64
+
+	procs   []*process   // by slot; nil while the slot waits for a (re)start (lifecycle.go)
+	restart poolRestarts // backoff and crash loop (lifecycle.go)
+	pending []*task      // claimed, waiting for a free slot (dispatch.go)
+	claim   poolClaims   // claim sizing and the claim in flight (dispatch.go)
+	// isolated: processes running a suspect alone (suspect.go).
+	isolated map[*process]*task
+	attach   poolAttach // attach handlers' endpoints (attach.go)
+}
+
+// hasReady reports whether a process of the pool takes jobs.
+func (pl *pool) hasReady() bool {
+	for _, p := range pl.procs {
+		if p != nil && p.state == procReady {
+			return true
+		}
+	}
+	return false
 }
 
 func (pl *pool) ready() []*process {
@@ -118,67 +113,33 @@ func (pl *pool) pick(t *task) *process {
 	return best
 }
 
-// crashLoopThreshold is how many consecutive failures make a crash loop.
-const crashLoopThreshold = 5
-
-// healthyAfter resets the restart backoff.
-const healthyAfter = time.Minute
-
-// The restart backoff of a handler process that failed: restartBackoffMin
-// after the first failure, doubling up to restartBackoffMax.
-const (
-	restartBackoffMin = 100 * time.Millisecond
-	restartBackoffMax = 30 * time.Second
-)
-
-func restartDelay(failures int) time.Duration {
-	d := restartBackoffMin
-	for i := 1; i < failures && d < restartBackoffMax; i++ {
-		d *= 2
-	}
-	return min(d, restartBackoffMax)
-}
-
 // loop is the supervisor's single-threaded core.
 type loop struct {
-	host loopHost // what the loop reads from and reports to its Supervisor
-	cfg  *Config
-	// Injected rather than reached through s: what the loop reports with.
+	// Wiring, set once by newLoop: what the loop reads from, reports to
+	// and writes with.
+	host    loopHost
+	cfg     *Config
 	log     *slog.Logger
 	metrics *Metrics
 	tracer  trace.Tracer
-	spans   bool // false: tracer is a noop.Tracer, no span is started
-	// dispatched is the processes given jobs by the dispatch under way
-	// (sendJobs).
-	dispatched []*process
-	emit       func(event) bool // queues an event for the loop (from any goroutine)
-	writer     *completer.Completer
-	sp         *transport.Spawner
-	wg         *sync.WaitGroup
+	spans   bool             // false: tracer is a noop.Tracer, no span is started
+	emit    func(event) bool // queues an event for the loop (from any goroutine)
+	writer  *completer.Completer
+	sp      *transport.Spawner
+	wg      *sync.WaitGroup
+	pools   []*pool
 
-	pools []*pool
-	live  map[string]*task // tasks whose row this sidecar still has to write
-
-	state           State
-	procs           int // spawned and not yet reaped
-	claims          int // claim statements in flight
-	shutdownTimer   *time.Timer
-	graceTimer      *time.Timer
-	lastWaitWarn    time.Time
-	fatal           error
-	unknownClaiming bool
-	reregistering   bool  // the worker row was lost: no claim until it is registered again
-	lostCause       error // what the heartbeat found
-	servedNames     []string
-	// The dead predecessor's rows no attached handler has reported yet
-	// (inherit.go), and the timer that gives them back.
-	inherited   map[string]*task
-	settleTimer *time.Timer
-	// ackWait: results being written, by job id, and the process to
-	// acknowledge them to (acks.go).
-	ackWait map[string]*process
-	// audit weighs the self-audit's readings (audit.go).
-	audit maintenance.AuditTracker
+	// Each group below is written by the file named beside it only
+	// (TestFieldGroupsHaveOneWriter).
+	live      map[string]*task         // rows this sidecar still has to write (bind.go)
+	procs     int                      // processes spawned and not yet reaped (lifecycle.go)
+	fatal     error                    // a configuration error: the run cannot go on (lifecycle.go)
+	claim     loopClaims               // claims in flight, the dispatch under way (dispatch.go)
+	shut      shutdownState            // the shutdown state machine (shutdown.go)
+	rereg     reregistration           // a lost worker row being registered again (identity.go)
+	inherited inheritedRows            // a dead predecessor's rows not yet reported (inherit.go)
+	ackWait   map[string]*process      // results being written, by job id, to acknowledge (acks.go)
+	audit     maintenance.AuditTracker // the self-audit's readings (audit.go)
 }
 
 // loopHost is the Supervisor as the loop sees it: its worker id and
@@ -192,6 +153,9 @@ type loopHost struct {
 	setReady func(handler, why string)
 	// setState publishes the shutdown state to State().
 	setState func(State)
+	// setWriteDeadline publishes the shutdown's write deadline, which the
+	// stop mark after the loop shares.
+	setWriteDeadline func(time.Time)
 	// acking: a handler acknowledges results (the writer reports settled ids).
 	acking func()
 	// hostname is the worker row's hostname as registered.
@@ -204,29 +168,32 @@ type loopHost struct {
 func (s *Supervisor) loopHost() loopHost {
 	return loopHost{
 		workerID: s.workerID, events: s.events, shutdown: s.shutdown,
-		setReady:   s.setReady,
-		setState:   func(st State) { s.state.Store(int32(st)) },
-		acking:     func() { s.acking.Store(true) },
-		hostname:   s.workerHostname,
-		reregister: s.reregister,
+		setReady:         s.setReady,
+		setState:         func(st State) { s.state.Store(int32(st)) },
+		setWriteDeadline: func(t time.Time) { s.writeDeadline.Store(t.UnixNano()) },
+		acking:           func() { s.acking.Store(true) },
+		hostname:         s.workerHostname,
+		reregister:       s.reregister,
 	}
 }
 
 func newLoop(s *Supervisor, w *completer.Completer, sp *transport.Spawner, wg *sync.WaitGroup) *loop {
 	_, noSpans := s.tracer.(noop.Tracer)
 	l := &loop{host: s.loopHost(), cfg: &s.cfg, log: s.log, metrics: s.metrics, tracer: s.tracer, spans: !noSpans, emit: s.emit,
-		writer: w, sp: sp, wg: wg, live: map[string]*task{}}
+		writer: w, sp: sp, wg: wg, live: map[string]*task{}, shut: newShutdownState()}
 	for i := range s.cfg.Manifest.Handlers {
 		h := &s.cfg.Manifest.Handlers[i]
-		pl := &pool{h: h, procs: make([]*process, h.Processes), restarting: make([]bool, h.Processes), more: true}
+		pl := &pool{h: h, procs: make([]*process, h.Processes), restart: poolRestarts{pending: make([]bool, h.Processes)},
+			claim: poolClaims{more: true, reserve: newReserve(s.cfg.Settings.ClaimAhead, s.cfg.Settings.ClaimAheadMax),
+				shown: [2]int{-1, -1}}} // the reserve's gauges are exported from the first step
 		for _, j := range h.Jobs {
 			pl.allNames = append(pl.allNames, j.Name)
 			if j.Cancellable {
 				pl.asyncNames = append(pl.asyncNames, j.Name)
 			}
 		}
-		l.servedNames = append(l.servedNames, pl.allNames...)
 		l.pools = append(l.pools, pl)
+		l.serve(pl)
 		l.initAttach(pl)
 	}
 	return l
@@ -240,84 +207,77 @@ func (l *loop) run() error {
 		}
 	}
 	defer l.stopClaimers()
+	defer l.shut.endCut() // what the loop's goroutines still do ends now
 	poll := time.NewTimer(jitterPoll(l.cfg.Settings.PollInterval))
 	defer poll.Stop()
 	tick := time.NewTicker(l.cfg.PingInterval)
 	defer tick.Stop()
 	for {
-		if l.state == StateStopped && l.procs == 0 && l.claims == 0 && !l.unknownClaiming {
+		if l.shut.state == StateStopped && l.procs == 0 && l.claim.inFlight == 0 && !l.claim.unknownInFlight {
 			return l.fatal
 		}
 		select {
 		case e := <-l.host.events:
 			l.handle(e)
 		case <-l.host.shutdown:
-			l.onShutdownRequest()
+			l.handle(shutdownRequestEvent{})
 		case <-poll.C:
 			poll.Reset(jitterPoll(l.cfg.Settings.PollInterval))
-			for _, pl := range l.pools {
-				pl.more = true
-				l.maybeClaim(pl)
-			}
-			l.maybeClaimUnknown()
+			l.handle(pollEvent{})
 		case <-tick.C:
-			l.onTick()
+			l.handle(tickEvent{})
 		}
 	}
 }
 
+// handle is one step of the loop: the event's own method (react), then
+// the one settle step for what it touched.
 func (l *loop) handle(e event) {
+	l.react(e)
+	l.settle(touched(e))
+}
+
+// react hands each event to its method; it decides nothing itself.
+func (l *loop) react(e event) {
 	switch e := e.(type) {
 	case frameEvent:
 		l.onFrame(e.proc, e.msg)
 	case framesEvent:
-		for _, m := range e.msgs {
-			l.onFrame(e.proc, m)
-		}
+		l.onFrames(e.proc, e.msgs)
 	case protocolErrorEvent:
-		l.breakProcess(e.proc, "protocol_error", fmt.Sprintf("protocol error from handler %s process %d: %v", e.proc.pool.h.Name, e.proc.pid, e.err))
+		l.onProtocolError(e.proc, e.err)
 	case exitEvent:
 		l.onExit(e.proc, e.err)
 	case stdoutClosedEvent:
-		// No result can come back from it: crash handling, as for an exit.
-		// A process already stopping is left to its stop's escalation.
-		if p := e.proc; p.state != procStopping && p.state != procDead {
-			reason := "start_failure"
-			if p.hello != nil {
-				reason = "crashed"
-			}
-			l.breakProcess(p, reason, fmt.Sprintf("handler %s process %d closed its stdout while still running", p.pool.h.Name, p.pid))
-		}
+		l.onStdoutClosed(e.proc)
 	case startTimeoutEvent:
-		if e.proc.state == procStarting {
-			l.breakProcess(e.proc, "startup_timeout", fmt.Sprintf("handler %s process %d sent no hello within startup_timeout %s", e.proc.pool.h.Name, e.proc.pid, e.proc.pool.h.StartupTimeout))
-		}
+		l.onStartTimeout(e.proc)
 	case restartEvent:
-		e.pool.restarting[e.slot] = false
-		if l.state <= StateDraining && e.pool.procs[e.slot] == nil && l.fatal == nil {
-			l.spawn(e.pool, e.slot)
-		}
+		l.onRestart(e.pool, e.slot)
 	case killEvent:
 		l.onKill(e.proc, e.sig)
 	case claimedEvent:
-		e.pool.drained, e.pool.drainedAt = e.err == nil && len(e.jobs) == 0 && e.allNames, e.writtenAt
-		l.onClaimed(e.pool, e.jobs, e.limit, e.err)
-		l.checkOnce()
+		l.onClaimed(e)
 	case unknownClaimedEvent:
 		l.onUnknownClaimed(e.jobs, e.err)
+	case reconcileReadEvent:
+		l.onReconcileRead(e.rows, e.err)
+	case reconciledEvent:
+		l.onReconciled(e.held, e.returned, e.err)
 	case wakeEvent:
-		for _, pl := range l.pools {
-			if l.servesQueue(e.queue) {
-				pl.more = true
-				l.maybeClaim(pl)
-			}
-		}
+		l.onWake(e.queue)
+	case pollEvent:
+		l.onPoll()
+	case tickEvent:
+		l.onTick()
 	case jobTimeoutEvent:
 		l.onJobTimeout(e.task)
+	case shutdownRequestEvent:
+		l.onShutdownRequest()
 	case shutdownTimeoutEvent:
-		if l.state == StateDraining {
-			l.enterForce("shutdown_timeout elapsed")
-		}
+		l.onShutdownTimeout()
+	case graceExpiredEvent:
+		l.onGraceExpired()
 	case workerLostEvent:
 		l.onWorkerLost(e.err)
 	case reregisteredEvent:
@@ -328,31 +288,81 @@ func (l *loop) handle(e event) {
 		l.onStdinFailed(e.proc, e.err)
 	case attachRefusedEvent:
 		l.onAttachRefused(e.proc, e.err)
-	case claimHoldEvent:
-		l.maybeClaim(e.pool)
+	case claimHoldEvent, reserveWaitEvent:
+		// A time bound of the claim: the settle step acts on it.
 	case settleEvent:
-		l.settleInherited(true, "startup_timeout elapsed")
+		l.onInheritWaitOver()
 	case settledEvent:
 		l.onSettled(e.ids)
 	case auditEvent:
 		l.onAudit(e.reading)
 	case ackTimeoutEvent:
 		l.onAckTimeout(e.proc)
-	case graceExpiredEvent:
-		if l.state == StateForceTimeoutPath {
-			l.setState(StateWaitForThread)
-			l.lastWaitWarn = time.Now()
-			l.log.Warn("state transition: sync_handler_grace_seconds expired; waiting for sync jobs without end (never killed; SIGKILL from the supervisor is the only hard stop)",
-				"state", StateWaitForThread.String(), "from", StateForceTimeoutPath.String(),
-				"sync_grace", l.cfg.Settings.SyncHandlerGrace, "sync_jobs", l.syncJobIDs())
-		}
 	}
 }
 
-func (l *loop) setState(s State) {
-	l.state = s
-	l.host.setState(s)
-	l.metrics.state(s)
+// touched is the pool an event concerns, or nil when it may concern any.
+func touched(e event) *pool {
+	switch e := e.(type) {
+	case frameEvent:
+		return e.proc.pool
+	case framesEvent:
+		return e.proc.pool
+	case protocolErrorEvent:
+		return e.proc.pool
+	case exitEvent:
+		return e.proc.pool
+	case stdoutClosedEvent:
+		return e.proc.pool
+	case unsendableEvent:
+		return e.proc.pool
+	case stdinFailedEvent:
+		return e.proc.pool
+	case attachRefusedEvent:
+		return e.proc.pool
+	case startTimeoutEvent:
+		return e.proc.pool
+	case killEvent:
+		return e.proc.pool
+	case ackTimeoutEvent:
+		return e.proc.pool
+	case restartEvent:
+		return e.pool
+	case claimedEvent:
+		return e.pool
+	case claimHoldEvent:
+		return e.pool
+	case reserveWaitEvent:
+		return e.pool
+	case jobTimeoutEvent:
+		return e.task.pool
+	}
+	return nil
+}
+
+// settle is the one step after every event, so that no handler has to
+// remember what to do next: for the pools the event touched (nil: all),
+// a retiring process left without a job is stopped, pending jobs go to
+// free slots and a claim is made if one is due; then the unknown-name
+// claim, the end of `run --once` and the end of shutdown are checked.
+func (l *loop) settle(only *pool) {
+	for _, pl := range l.pools {
+		if only != nil && pl != only {
+			continue
+		}
+		for _, p := range pl.procs {
+			if p != nil && p.state == procRetiring && len(p.tasks) == 0 {
+				l.stopIdle(p)
+			}
+		}
+		l.tryDispatch(pl)
+		l.settleReserve(pl)
+		l.maybeClaim(pl)
+	}
+	l.reconcile()
+	l.maybeClaimUnknown()
+	l.checkOnce()
+	l.checkDone()
 }
 
 // servesQueue reports whether a notification for queue q concerns this

@@ -31,6 +31,11 @@ type Metrics struct {
 	staleWkrs   metric.Int64Counter
 	staleJobs   metric.Int64Counter
 	auditFreed  metric.Int64Counter
+	returned    metric.Int64Counter
+	claimRowsH  metric.Int64Histogram
+	reserved    metric.Int64Gauge
+	reserveCap  metric.Int64Gauge
+	reserveWait metric.Float64Histogram
 	attach      attachMetrics
 
 	// lastNack is when the latest shutdown NACK was counted (unix ns; 0:
@@ -202,6 +207,33 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 			metric.WithDescription("Jobs the self-audit found processing under this worker without the sidecar running them, and gave back to queued."))
 		return
 	})
+	mk(func() (e error) {
+		x.returned, e = m.Int64Counter("soniq_jobs_returned",
+			metric.WithDescription("Claimed rows given back to queued unstarted, their attempt refunded, by reason: draining, no_process (the handler has no ready process), waited (longer than the reserve's bound), shutdown (a claim that returned after FORCE_TIMEOUT_PATH), lost_reply (a claim's reply was lost after it took them)."))
+		return
+	})
+	mk(func() (e error) {
+		x.claimRowsH, e = m.Int64Histogram("soniq_claim_rows",
+			metric.WithDescription("Rows each claim statement took, per handler: free slots plus the reserve's top-up."),
+			metric.WithExplicitBucketBoundaries(0, 1, 2, 5, 10, 25, 50, 100, 200, 500, 1000))
+		return
+	})
+	mk(func() (e error) {
+		x.reserved, e = m.Int64Gauge("soniq_claim_reserve_jobs",
+			metric.WithDescription("Claimed jobs waiting in a handler's reserve for a free slot (claim-ahead), processing under this worker."))
+		return
+	})
+	mk(func() (e error) {
+		x.reserveCap, e = m.Int64Gauge("soniq_claim_reserve_target_jobs",
+			metric.WithDescription("The size a handler's reserve is kept at: its completion rate times claim_ahead, at most claim_ahead_max, 0 without a ready process."))
+		return
+	})
+	mk(func() (e error) {
+		x.reserveWait, e = m.Float64Histogram("soniq_claim_reserve_wait", metric.WithUnit("s"),
+			metric.WithDescription("Time a claimed job waited in its handler's reserve before it was handed to a process."),
+			metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+		return
+	})
 	mk(func() error { return x.initAttach(m) })
 	if err != nil {
 		return nil, fmt.Errorf("creating supervisor metrics: %w", err)
@@ -211,6 +243,9 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 	x.staleWkrs.Add(context.Background(), 0)
 	x.staleJobs.Add(context.Background(), 0)
 	x.auditFreed.Add(context.Background(), 0)
+	for _, reason := range returnReasons {
+		x.returned.Add(context.Background(), 0, metric.WithAttributes(attribute.String("reason", reason)))
+	}
 	return &x, nil
 }
 
@@ -363,6 +398,55 @@ func (m *Metrics) jobsClaimed(jobs []backends.Job) {
 		}
 		m.pickup.Record(ctx, max(j.UpdatedAt.Sub(due), 0).Seconds(), m.attrs(j.Queue, j.Name, ""))
 	}
+}
+
+// claimRows records how many rows one claim of handler took.
+func (m *Metrics) claimRows(handler string, n int) {
+	if m == nil {
+		return
+	}
+	m.claimRowsH.Record(context.Background(), int64(n), m.handlerAttr(handler))
+}
+
+// reserveSize records a handler's reserve and its target.
+func (m *Metrics) reserveSize(handler string, held, target int) {
+	if m == nil {
+		return
+	}
+	a := m.handlerAttr(handler)
+	m.reserved.Record(context.Background(), int64(held), a)
+	m.reserveCap.Record(context.Background(), int64(target), a)
+}
+
+// reserveWaited records how long a job waited in its pool's reserve.
+func (m *Metrics) reserveWaited(handler string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.reserveWait.Record(context.Background(), d.Seconds(), m.handlerAttr(handler))
+}
+
+// handlerAttr is the handler label, its set built once per handler.
+func (m *Metrics) handlerAttr(handler string) metric.MeasurementOption {
+	k := attrKey{queue: "\x00handler", name: handler} // no queue has that name
+	if v, ok := m.attrSets.Load(k); ok {
+		return v.(metric.MeasurementOption)
+	}
+	v := metric.WithAttributeSet(attribute.NewSet(attribute.String("handler", handler)))
+	m.attrSets.Store(k, v)
+	return v
+}
+
+// returnReasons are why claimed rows go back unstarted
+// (soniq_jobs_returned_total{reason}), each exported at 0 from the start.
+var returnReasons = [...]string{"draining", "no_process", "waited", "shutdown", "lost_reply"}
+
+// jobsReturned counts claimed rows given back unstarted.
+func (m *Metrics) jobsReturned(reason string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.returned.Add(context.Background(), int64(n), metric.WithAttributes(attribute.String("reason", reason)))
 }
 
 // auditReleased counts orphaned rows the self-audit gave back.

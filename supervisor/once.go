@@ -5,7 +5,7 @@ package supervisor
 // all its job names after the writer's last batch and found none due. A
 // pool stuck in a crash loop cannot run anything: its jobs stay queued.
 func (l *loop) checkOnce() {
-	if !l.cfg.Once || l.state != StateRunning || l.fatal != nil || l.reregistering || l.claims > 0 || l.unknownClaiming {
+	if !l.cfg.Once || l.shut.state != StateRunning || l.fatal != nil || l.rereg.active || l.claim.inFlight > 0 || l.claim.unknownInFlight || l.claim.reconcile {
 		return
 	}
 	if len(l.live) > 0 || l.writer.Pending() > 0 {
@@ -21,10 +21,10 @@ func (l *loop) checkOnce() {
 				return
 			}
 		}
-		if pl.crashLoop {
+		if pl.restart.crashLoop {
 			continue
 		}
-		if !pl.drained || pl.drainedAt != written {
+		if !pl.claim.drained || pl.claim.drainedAt != written {
 			return
 		}
 	}

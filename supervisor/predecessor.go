@@ -39,7 +39,6 @@ func (s *Supervisor) beatWindow(w backends.Worker) time.Duration {
 	return 2*iv + time.Second
 }
 
-// registerAtStart registers the worker row, taking over dead predecessors
 // registerWaitMax bounds how long Run waits for a database that becomes
 // unreachable while it registers (a restart, a failover, a pooler's login
 // retry): as long as `run` waits for one at start.
@@ -76,6 +75,7 @@ func (s *Supervisor) registerWaiting(ctx context.Context) ([]backends.Job, error
 	}
 }
 
+// registerAtStart registers the worker row, taking over dead predecessors
 // of this identity, and returns the rows it inherited from them.
 func (s *Supervisor) registerAtStart(ctx context.Context) ([]backends.Job, error) {
 	bg := context.WithoutCancel(ctx)

@@ -46,52 +46,39 @@ func (s procState) canBecome(to procState) bool {
 // supervisor's event loop; its transport's goroutines only consume out and
 // talk back through events (procEvents).
 type process struct {
-	pool      *pool
-	slot      int
-	pid       int              // conn's pid, kept for logs; 0 for an in-process fake
-	conn      transport.Conn   // nil until the transport has started it
-	out       *transport.Queue // the transport's send queue; closing it closes stdin
-	state     procState
-	hello     *protocol.Hello
-	spawnedAt time.Time
-	readyAt   time.Time
+	pool    *pool
+	slot    int
+	pid     int              // conn's pid, kept for logs; 0 for an in-process fake
+	conn    transport.Conn   // nil until the transport has started it
+	out     *transport.Queue // the transport's send queue; closing it closes stdin
+	state   procState        // setProcState (lifecycle.go)
+	hello   *protocol.Hello
+	readyAt time.Time
 
-	tasks    map[string]*task // every job it holds, live or abandoned
-	syncHeld int              // sync jobs among tasks (their slot is held until they return)
+	tasks    map[string]*task // every job it holds, live or abandoned (bind.go)
+	syncHeld int              // sync jobs among tasks: their slot is held until they return (bind.go)
 	jobsRun  int
 	// jobsOut is the jobs of the dispatch under way, sent together when it
 	// ends (loop.sendJobs).
 	jobsOut []*protocol.Job
 	maxJobs int // jittered recycle threshold; 0 = never
 
-	pingSeq      int64
-	pingSentAt   time.Time // zero when no ping is outstanding
-	brokenCause  string    // set on a protocol error or unresponsiveness: the last_error for its jobs
-	brokenReason string    // the restart reason metric label: protocol_error, unresponsive, ...
+	ping         pings  // lifecycle.go
+	brokenCause  string // set on a protocol error or unresponsiveness: the last_error for its jobs
+	brokenReason string // the restart reason metric label: protocol_error, unresponsive, ...
+	startTimer   *time.Timer
+	killTimers   []*time.Timer
 
-	startTimer *time.Timer
-	killTimers []*time.Timer
-
-	// Attach mode (attach.go): the endpoint, and the jobs it still ran from
-	// an earlier session (id → sync).
-	endpoint string
-	foreign  map[string]bool
-
-	// Acknowledgements (acks.go): whether its hello asked for them, how many
-	// of its results are being written, and a stop deferred until then.
-	acks          bool
-	unacked       int
-	stopAfterAcks bool
-	stopGrace     time.Duration
-	ackTimer      *time.Timer
+	attach procAttach // attach.go
+	ack    procAcks   // acks.go
 }
 
 // who names the process in a log line: its pid when the sidecar spawned
 // it, its endpoint when it is attached (another container's process has
 // no pid here).
 func (p *process) who() slog.Attr {
-	if p.endpoint != "" {
-		return slog.String("endpoint", p.endpoint)
+	if p.attach.endpoint != "" {
+		return slog.String("endpoint", p.attach.endpoint)
 	}
 	return slog.Int("pid", p.pid)
 }
@@ -114,7 +101,7 @@ func (p *process) syncCapacity() int {
 	return min(c, p.capacity())
 }
 
-func (p *process) free() int     { return p.capacity() - len(p.tasks) - len(p.foreign) }
+func (p *process) free() int     { return p.capacity() - len(p.tasks) - len(p.attach.foreign) }
 func (p *process) syncFree() int { return p.syncCapacity() - p.syncHeld - p.foreignSync() }
 
 // send queues a frame for the process. The queue is sized so that it never

@@ -12,7 +12,7 @@ import (
 
 func (l *loop) onResult(p *process, r *protocol.Result) {
 	t := p.tasks[r.ID]
-	if t == nil && p.foreign != nil {
+	if t == nil && p.attach.foreign != nil {
 		t = l.orphanResult(p, r)
 	}
 	if t == nil {
@@ -21,13 +21,7 @@ func (l *loop) onResult(p *process, r *protocol.Result) {
 		l.ackNow(p, r.ID)
 		return
 	}
-	delete(p.tasks, r.ID)
-	if t.sync() {
-		p.syncHeld--
-	}
-	if t.timer != nil {
-		t.timer.Stop()
-	}
+	l.unbind(t)
 	if t.state == taskAbandoned {
 		// Late: the row was already failed (job_timeout) or NACKed
 		// (shutdown_timeout). It never touches the row.
@@ -36,16 +30,10 @@ func (l *loop) onResult(p *process, r *protocol.Result) {
 		l.metrics.lateResult(t.job.Name, t.abandoned)
 		l.ackNow(p, r.ID)
 	} else {
-		delete(l.live, t.job.ID)
+		l.completed(t.pool)
 		l.record(t, r)
 		l.ackLater(p, r.ID)
 	}
-	if p.state == procRetiring && len(p.tasks) == 0 {
-		l.stopIdle(p)
-	}
-	l.tryDispatch(p.pool)
-	l.maybeClaim(p.pool)
-	l.checkDone()
 }
 
 // record turns a handler's result into the row's terminal write.
@@ -59,24 +47,24 @@ func (l *loop) fail(t *task, text string, retryable bool, status string) {
 	l.apply(t, failureOutcome(*t.job, t.spec.Retry, text, retryable, status, randFloat))
 }
 
-// apply reports an outcome (metrics, span, log) and queues its write.
-func (l *loop) apply(t *task, o outcome) {
+// apply carries out an outcome (fate.go): the row is no longer held, the
+// execution's metrics, span and log line report it, and its write is
+// queued. extra adds to the log line.
+func (l *loop) apply(t *task, o outcome, extra ...any) {
 	j := t.job
-	delete(l.live, j.ID)
+	l.drop(t)
 	if !t.startedAt.IsZero() {
 		l.metrics.jobEnded(t, o.status)
 	}
 	t.endSpan(o.status, o.err)
 	c := o.write
-	switch {
-	case c.Outcome == backends.OutcomeDeadLetter && c.Reason == backends.ReasonInvalidArguments:
-		l.log.Error("job args failed the handler's validation: dead-lettered", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "error", firstLine(o.err))
-	case c.Outcome == backends.OutcomeDeadLetter && c.Reason == backends.ReasonPermanentFailure:
-		l.log.Error("job failed permanently: dead-lettered", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "error", firstLine(o.err))
-	case c.Outcome == backends.OutcomeDeadLetter:
-		l.log.Error("job failed and has no attempts left: dead-lettered", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "error", firstLine(o.err))
-	case c.Outcome == backends.OutcomeRetry:
-		l.log.Warn("job failed; will retry", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "max_attempts", j.MaxAttempts, "retry_in", c.Delay, "error", firstLine(o.err))
+	if o.line != "" {
+		attrs := append([]any{"job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "max_attempts", j.MaxAttempts}, extra...)
+		if c.Outcome == backends.OutcomeRetry {
+			l.log.Warn(o.line, append(attrs, "retry_in", c.Delay, "error", firstLine(o.err))...)
+		} else {
+			l.log.Error(o.line, append(attrs, "reason", c.Reason, "error", firstLine(o.err))...)
+		}
 	}
 	l.writer.Complete(c)
 }
@@ -99,7 +87,6 @@ func (l *loop) onJobTimeout(t *task) {
 			"job_id", t.job.ID, "job_name", t.job.Name, "queue", t.job.Queue, "timeout", timeout, t.proc.who())
 	}
 	l.fail(t, timeoutText(timeout), true, "timeout")
-	l.checkDone()
 }
 
 func firstLine(s string) string {

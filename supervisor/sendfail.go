@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
@@ -31,30 +30,10 @@ func (l *loop) onUnsendable(p *process, m protocol.Message, err error) {
 	if t == nil {
 		return // its process is gone and the job settled already
 	}
-	delete(p.tasks, job.ID)
-	if t.sync() {
-		p.syncHeld--
-	}
-	if t.timer != nil {
-		t.timer.Stop()
-	}
+	l.unbind(t)
 	if t.state == taskRunning && l.live[job.ID] == t {
-		j := t.job
-		text := "job frame not sent: " + err.Error()
-		delete(l.live, j.ID)
-		l.metrics.jobEnded(t, "failed")
-		t.endSpan("failed", text)
-		l.log.Error("job dead-lettered: its job frame could not be sent to the handler", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue,
-			"handler", p.pool.h.Name, p.who(), "err", err)
-		l.writer.Complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
-			Reason: backends.ReasonInvalidArguments, Error: text})
+		l.apply(t, unsendableOutcome(*t.job, err), "handler", p.pool.h.Name, p.who())
 	}
-	if p.state == procRetiring && len(p.tasks) == 0 {
-		l.stopProcess(p, l.cfg.StopGrace)
-	}
-	l.tryDispatch(p.pool)
-	l.maybeClaim(p.pool)
-	l.checkDone()
 }
 
 // onStdinFailed handles a write to p's stdin that failed: nothing sent to it

@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/completer"
+	"github.com/soniq-dev/soniq-sidecar/internal/memory"
 	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
@@ -105,5 +107,32 @@ func TestUnsendableJobIsDeadLetteredAndFreesItsSlot(t *testing.T) {
 		assert.Equal(t, 1, started, "the process was not replaced")
 		w.sup.Shutdown()
 		w.wait()
+	})
+}
+
+// A retiring attached process whose last job's frame could not be sent is
+// idle, and is stopped the way every idle retiring process is: once the
+// results it sent are acknowledged, not at once. Ending its session first
+// would make a draining handler exit with results it cannot know were
+// written.
+func TestUnsendableLastJobOfARetiringProcessWaitsForItsAcks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newCrashRig(t)
+		r.l.writer = completer.New(completer.Config{Backend: memory.New()}) // never started: the test reads the loop only
+		p := r.ready(t)
+		p.ack.wanted = true
+		r.l.ackLater(p, "r0") // one of its results is being written
+		j := &backends.Job{ID: "j1", Name: "async.sleep", Args: json.RawMessage(`{}`), Attempts: 1, MaxAttempts: 3}
+		tk := &task{job: j, pool: p.pool, spec: p.pool.h.Job(j.Name), state: taskPending}
+		r.l.live[j.ID] = tk
+		r.l.start(tk, p)
+		r.l.retire(p)
+		require.Equal(t, procRetiring, p.state)
+		r.l.handle(unsendableEvent{proc: p, msg: &protocol.Job{ID: j.ID}, err: errors.New("protocol: encode args: test")})
+		assert.Empty(t, p.tasks)
+		assert.Equal(t, procRetiring, p.state, "its session stays open until its result is acknowledged")
+		assert.True(t, p.ack.stopAfter, "its stop waits for the acknowledgement")
+		r.l.handle(settledEvent{ids: []string{"r0"}})
+		assert.Equal(t, procStopping, p.state, "stopped once its result is acknowledged")
 	})
 }

@@ -83,7 +83,7 @@ type Config struct {
 	// Timings below default to production values; tests shorten them.
 	PingInterval time.Duration // default 5s
 	PingTimeout  time.Duration // default 30s: a silent process holding no sync job is killed
-	StopGrace    time.Duration // shutdown frame → SIGTERM (default 5s), SIGTERM → SIGKILL likewise
+	StopGrace    time.Duration // shutdown frame → SIGTERM (default 5s), SIGTERM → SIGKILL likewise (shutdown.go)
 	WaitWarn     time.Duration // WAIT_FOR_THREAD reminder period (default 30s)
 
 	// startTransport replaces transport.Start in unit tests, which run the
@@ -142,6 +142,9 @@ type Supervisor struct {
 	startedRun atomic.Bool
 
 	claimIndexMissing atomic.Bool // see Advisories
+	// writeDeadline is the shutdown's write deadline (unix ns; 0 before
+	// one is fixed), which the stop mark shares with the loop's writes.
+	writeDeadline atomic.Int64
 	// acking is set once a handler that wants acknowledgements said hello
 	// (acks.go): only then does the writer report what it settled.
 	acking atomic.Bool
@@ -171,7 +174,7 @@ func New(cfg Config) (*Supervisor, error) {
 		cfg.PingTimeout = 30 * time.Second
 	}
 	if cfg.StopGrace <= 0 {
-		cfg.StopGrace = 5 * time.Second
+		cfg.StopGrace = defaultStopGrace
 	}
 	if cfg.Tracer == nil {
 		cfg.Tracer = otel.Tracer(InstrumentationScope)
@@ -193,9 +196,16 @@ func New(cfg Config) (*Supervisor, error) {
 			*d.v = *d.def
 		}
 	}
+	if cfg.Settings.ShutdownWriteTimeout <= 0 {
+		cfg.Settings.ShutdownWriteTimeout = def.ShutdownWriteTimeout
+	}
 	if cfg.Settings.AuditInterval == 0 { // negative turns the audit off
 		cfg.Settings.AuditInterval = def.AuditInterval
 	}
+	if cfg.Settings.ClaimAheadMax <= 0 {
+		cfg.Settings.ClaimAheadMax = def.ClaimAheadMax
+	}
+	cfg.Settings.ClaimAhead = max(cfg.Settings.ClaimAhead, 0) // 0: only free slots
 	s := &Supervisor{
 		cfg:      cfg,
 		log:      cfg.Logger,
@@ -356,17 +366,40 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	// Every result the loop decided is with the writer; wait for it.
 	svc.writer.Stop()
 	svc.stopWatchers()
-	endCtx, cancelEnd := context.WithTimeout(bg, writeTimeout)
-	if err := s.cfg.Backend.SetWorkerStatus(endCtx, s.workerID, backends.WorkerStopped); err != nil {
-		s.log.Error("marking the worker stopped failed", "worker_id", s.workerID, "err", err)
-	}
-	cancelEnd()
+	s.markStopped(bg, svc.writer.GaveUp())
 	// Beats go on until the row is marked stopped.
 	svc.heartbeat.Stop()
 	wg.Wait()
 	sp.Stop()
 	s.log.Info("stopped", "state", StateStopped.String(), "worker_id", s.workerID)
 	return loopErr
+}
+
+// markStopped marks the worker row stopped within what remains of the
+// shutdown's write deadline. When the handler processes took longer to
+// exit than that, it gets shutdown_write_timeout again, unless the
+// shutdown's writes already failed: the database is not answering, and
+// recovery takes the row as it would a crashed worker's.
+func (s *Supervisor) markStopped(bg context.Context, writesFailed bool) {
+	bound := writeTimeout
+	if ns := s.writeDeadline.Load(); ns != 0 {
+		left := time.Until(time.Unix(0, ns))
+		switch {
+		case left > 0:
+			bound = min(bound, left)
+		case writesFailed:
+			s.log.Error("not marking the worker stopped: the shutdown's writes failed and shutdown_write_timeout has passed; stale-worker recovery will take its row",
+				"worker_id", s.workerID, "shutdown_write_timeout", s.cfg.Settings.ShutdownWriteTimeout)
+			return
+		default:
+			bound = min(bound, s.cfg.Settings.ShutdownWriteTimeout)
+		}
+	}
+	ctx, cancel := context.WithTimeout(bg, bound)
+	defer cancel()
+	if err := s.cfg.Backend.SetWorkerStatus(ctx, s.workerID, backends.WorkerStopped); err != nil {
+		s.log.Error("marking the worker stopped failed", "worker_id", s.workerID, "err", err)
+	}
 }
 
 // setIdentity sets the worker row this sidecar registers: its hostname is

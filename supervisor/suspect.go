@@ -37,9 +37,7 @@ func (l *loop) settleCrash(p *process, cause, desc string) {
 	slices.SortFunc(running, func(a, b *task) int {
 		return cmp.Or(a.startedAt.Compare(b.startedAt), cmp.Compare(a.job.ID, b.job.ID))
 	})
-	// A job that timed out but still runs is a neighbour too: it may be
-	// the one that crashed the process.
-	if len(p.tasks) <= 1 {
+	if crashCounts(len(p.tasks)) {
 		if isolated != nil && p.tasks[isolated.job.ID] == isolated {
 			l.log.Warn("suspect convicted: it crashed its process running alone; the crash counts against it",
 				"job_id", isolated.job.ID, "job_name", isolated.job.Name, "queue", isolated.job.Queue,
@@ -68,27 +66,18 @@ func (l *loop) settleCrash(p *process, cause, desc string) {
 // for its isolated run, ahead of every job that is not a suspect.
 func (l *loop) suspect(t *task) {
 	j := t.job
-	if t.timer != nil {
-		t.timer.Stop()
-	}
+	l.drop(t) // this execution is over; n holds the row from here
 	l.metrics.jobEnded(t, "suspected")
 	t.endSpan("suspected", "")
 	// A new task, so that a timer event of the ended execution still in
 	// flight cannot touch the isolated run (onJobTimeout checks live).
 	n := &task{job: j, pool: t.pool, spec: t.spec, state: taskPending, suspect: true}
-	if l.state >= StateForceTimeoutPath {
-		// Claimed but not handed to a process at FORCE_TIMEOUT_PATH: the
-		// async branch, whatever the job's kind.
+	if l.shut.state >= StateForceTimeoutPath && nackedAtForce(false, n.sync()) {
 		l.nack(n, "shutdown_timeout")
 		return
 	}
-	l.live[j.ID] = n
-	pl := t.pool
-	at := slices.IndexFunc(pl.pending, func(x *task) bool { return !x.suspect })
-	if at < 0 {
-		at = len(pl.pending)
-	}
-	pl.pending = slices.Insert(pl.pending, at, n)
+	l.hold(n)
+	l.queueSuspect(n)
 }
 
 // pickEmpty returns the first ready process (by slot) that holds no job at

@@ -17,7 +17,7 @@ func TestLogLinesNameTheProcessTheWayItCanBeFound(t *testing.T) {
 		want slog.Attr
 	}{
 		{"spawned", process{pid: 4242}, slog.Int("pid", 4242)},
-		{"attached", process{endpoint: "/sockets/worker-0.sock"}, slog.String("endpoint", "/sockets/worker-0.sock")},
+		{"attached", process{attach: procAttach{endpoint: "/sockets/worker-0.sock"}}, slog.String("endpoint", "/sockets/worker-0.sock")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want.String(), tc.p.who().String())

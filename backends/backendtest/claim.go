@@ -32,6 +32,31 @@ func claimCases() []testCase {
 			assert.Empty(s.t, s.claim(backends.ClaimParams{WorkerID: w, Names: []string{"claim.basic"}, Limit: 1}),
 				"a processing row is not claimed again")
 		}},
+		{"claim/ahead takes the rows after the slots', none on its last attempt", func(s *suite) {
+			const name = "claim.ahead"
+			w := s.worker()
+			rows := make([]backends.Job, 6)
+			for i := range rows {
+				rows[i] = s.enqueue(backends.EnqueueParams{Name: name, MaxAttempts: intp(3)})
+				require.NoError(s.t, s.h.BackdateCreated(s.ctx, rows[i].ID, time.Duration(10-i)*time.Minute))
+			}
+			// rows[0] and rows[1] were tried twice: their next run is their last.
+			require.NoError(s.t, s.h.SetRawAttempts(s.ctx, rows[0].ID, 2))
+			require.NoError(s.t, s.h.SetRawAttempts(s.ctx, rows[1].ID, 2))
+			got := s.claim(backends.ClaimParams{WorkerID: w, Names: []string{name}, Limit: 1, Ahead: 3})
+			assert.Equal(s.t, []string{rows[0].ID, rows[2].ID, rows[3].ID}, ids(got),
+				"the slot's row whatever its attempts, then the next three less the one on its last attempt, in claim order")
+			assert.Equal(s.t, 3, s.get(rows[0].ID).Attempts)
+			assert.Equal(s.t, backends.StatusQueued, s.get(rows[1].ID).Status, "a row on its last attempt is not reserved")
+			assert.Equal(s.t, 2, s.get(rows[1].ID).Attempts)
+
+			got = s.claim(backends.ClaimParams{WorkerID: w, Names: []string{name}, Ahead: 2})
+			assert.Equal(s.t, []string{rows[4].ID}, ids(got), "a reserve-only claim skips the last-attempt row")
+			got = s.claim(backends.ClaimParams{WorkerID: w, Names: []string{name}, Limit: 1})
+			assert.Equal(s.t, []string{rows[1].ID}, ids(got), "into a free slot it is claimed")
+			_, err := s.b.Claim(s.ctx, backends.ClaimParams{WorkerID: w, Names: []string{name}})
+			assert.Error(s.t, err, "a claim of nothing is refused")
+		}},
 		{"claim/order priority, scheduled_at nulls first, created_at", func(s *suite) {
 			w := s.worker()
 			const name = "claim.order"

@@ -177,6 +177,45 @@ func completeCases() []testCase {
 			assert.Equal(s.t, "SNOOZE: rate limited", *got.LastError)
 			assert.Nil(s.t, got.WorkerID)
 		}},
+		{"snooze/gives back exactly one attempt, never below 0", func(s *suite) {
+			w := s.worker()
+			const name = "snooze.attempts"
+			j := s.enqueueNamed(name)
+			// Failed once (attempts 1), then claimed again (2) and snoozed: 1.
+			s.claimOne(w, name)
+			s.complete(w, backends.Completion{JobID: j.ID, Outcome: backends.OutcomeRetry, Error: "e"})
+			s.claimOne(w, name)
+			s.complete(w, backends.Completion{JobID: j.ID, Outcome: backends.OutcomeSnooze, Reason: "wait"})
+			assert.Equal(s.t, 1, s.get(j.ID).Attempts, "one attempt given back")
+
+			// A processing row at attempts 0 (hand-written, or another
+			// program's claim) stays at 0.
+			time.Sleep(10 * time.Millisecond) // a zero delay: scheduled_at = now must be in the past
+			s.claimOne(w, name)
+			require.NoError(s.t, s.h.SetRawAttempts(s.ctx, j.ID, 0))
+			s.complete(w, backends.Completion{JobID: j.ID, Outcome: backends.OutcomeSnooze, Reason: "wait"})
+			got := s.get(j.ID)
+			assert.Equal(s.t, backends.StatusQueued, got.Status)
+			assert.Equal(s.t, 0, got.Attempts)
+		}},
+		{"snooze/last_error is SNOOZE alone without a reason, truncated like any error", func(s *suite) {
+			w := s.worker()
+			j := s.enqueueNamed("snooze.bare")
+			s.claimOne(w, "snooze.bare")
+			s.complete(w, backends.Completion{JobID: j.ID, Outcome: backends.OutcomeSnooze})
+			got := s.get(j.ID)
+			require.NotNil(s.t, got.LastError)
+			assert.Equal(s.t, "SNOOZE", *got.LastError, "as Soniq's reschedule_job writes it")
+
+			time.Sleep(10 * time.Millisecond) // a zero delay: scheduled_at = now must be in the past
+			s.claimOne(w, "snooze.bare")
+			s.complete(w, backends.Completion{JobID: j.ID, Outcome: backends.OutcomeSnooze,
+				Reason: strings.Repeat("r", 2*backends.MaxErrorBytes)})
+			got = s.get(j.ID)
+			require.NotNil(s.t, got.LastError)
+			assert.Equal(s.t, backends.MaxErrorBytes, len(*got.LastError), "last_error length")
+			assert.True(s.t, strings.HasPrefix(*got.LastError, "SNOOZE: rrr"), "starts %.20q", *got.LastError)
+		}},
 		{"snooze/delay capped at MaxSnooze", func(s *suite) {
 			w := s.worker()
 			j := s.enqueueNamed("snooze.cap")

@@ -36,6 +36,10 @@ type Harness struct {
 	// OrphanJob sets a job's worker_id to NULL, as Postgres's foreign key
 	// does when the worker row is deleted.
 	OrphanJob func(ctx context.Context, jobID string) error
+	// SetRawAttempts writes soniq_jobs.attempts directly, for rows no
+	// Backend operation produces (processing at attempts 0, as a
+	// hand-written row or another program's claim can leave one).
+	SetRawAttempts func(ctx context.Context, jobID string, attempts int) error
 	// Migrate, when set, migrates the store the way its operators are told
 	// to (Postgres behind a transaction-mode pooler: over a direct
 	// connection, since migrations refuse to run through the pooler); nil
@@ -51,6 +55,14 @@ type Harness struct {
 	// one critical section with nothing to interleave (SQLite's write
 	// transaction, the memory backend's lock).
 	StallClaim func(ctx context.Context) (stalled func() error, release func() error, err error)
+	// HoldJob, for a backend whose writes to one row from two connections
+	// can interleave, locks the job's row on a connection of its own until
+	// release is called; waiting(n) returns once n other statements wait
+	// for a lock in this database. It lets the suite start two writes to
+	// the row that then run in the order they queued, each re-reading the
+	// row the other left. nil when every write is one critical section
+	// (SQLite's write transaction, the memory backend's lock).
+	HoldJob func(ctx context.Context, jobID string) (waiting func(n int) error, release func() error, err error)
 }
 
 // TaskRow is one soniq_task_registry row.

@@ -37,6 +37,7 @@ func Run(t *testing.T, newHarness Factory) {
 	all = append(all, workerCases()...)
 	all = append(all, claimRaceCases()...)
 	all = append(all, auditCases()...)
+	all = append(all, returnCases()...)
 	all = append(all, miscCases()...)
 	for _, tc := range all {
 		t.Run(tc.name, func(t *testing.T) {

@@ -228,8 +228,8 @@ func (b *Backend) Cancel(ctx context.Context, id string) (bool, error) {
 
 // Claim locks and takes up to p.Limit runnable rows in one statement.
 func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends.Job, error) {
-	if p.Limit <= 0 {
-		return nil, fmt.Errorf("claim: limit must be > 0, got %d", p.Limit)
+	if p.Limit < 0 || p.Ahead < 0 || p.Limit+p.Ahead <= 0 {
+		return nil, fmt.Errorf("claim: limit %d and ahead %d must not be negative and must add up to more than 0", p.Limit, p.Ahead)
 	}
 	if !isUUID(p.WorkerID) {
 		return nil, fmt.Errorf("claim: worker id %q is not a uuid (soniq_jobs.worker_id is uuid)", p.WorkerID)
@@ -266,7 +266,7 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 	batch.Queue(sql, args...).Query(func(rows pgx.Rows) error {
 		sc := newJobScanner()
 		var err error
-		jobs, err = pgx.AppendRows(make([]backends.Job, 0, p.Limit), rows, func(r pgx.CollectableRow) (backends.Job, error) { return sc.scan(r) })
+		jobs, err = pgx.AppendRows(make([]backends.Job, 0, p.Limit+p.Ahead), rows, func(r pgx.CollectableRow) (backends.Job, error) { return sc.scan(r) })
 		return err
 	})
 	if err := b.pool.SendBatch(ctx, batch).Close(); err != nil {
@@ -316,6 +316,10 @@ func claimStatement(p backends.ClaimParams) (string, []any) {
 		filters |= claimExcluding
 		args = append(args, p.ExcludeNames)
 	}
+	if p.Ahead > 0 {
+		filters |= claimAhead
+		args = append(args, p.Ahead)
+	}
 	return claimStatements[filters], args
 }
 
@@ -324,11 +328,12 @@ const (
 	claimByQueue = 1 << iota
 	claimByName
 	claimExcluding
+	claimAhead // the last argument is Ahead
 )
 
 // claimStatements holds the claim's text for every combination of filters,
 // built once rather than per claim.
-var claimStatements = func() (sqls [8]string) {
+var claimStatements = func() (sqls [16]string) {
 	for f := range sqls {
 		sqls[f] = buildClaimStatement(f)
 	}
@@ -360,14 +365,36 @@ func buildClaimStatement(f int) string {
 	if f&claimExcluding != 0 {
 		addFilter("job_name <> ALL($%d::text[])")
 	}
-	return `WITH me AS (
-	UPDATE soniq_workers SET last_heartbeat = now() WHERE id = $1::uuid AND status = 'active' RETURNING 1
-), picked AS (
+	const order = `ORDER BY priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC`
+	picked := `picked AS (
 	SELECT id FROM soniq_jobs WHERE ` + where.String() + `
-	ORDER BY priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC
+	` + order + `
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
-), claimed AS (
+)`
+	if f&claimAhead != 0 {
+		// The reserve's rows follow the slots' in claim order; those on
+		// their last attempt among them are locked until the commit and
+		// left as they are.
+		picked = `slots AS (
+	SELECT id FROM soniq_jobs WHERE ` + where.String() + `
+	` + order + `
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED
+), ahead AS (
+	SELECT id FROM (
+		SELECT id, attempts, max_attempts FROM soniq_jobs WHERE ` + where.String() + ` AND id NOT IN (SELECT id FROM slots)
+		` + order + `
+		LIMIT $` + fmt.Sprint(n+1) + `
+		FOR UPDATE SKIP LOCKED
+	) next WHERE COALESCE(next.attempts, 0) + 1 < next.max_attempts
+), picked AS (
+	SELECT id FROM slots UNION ALL SELECT id FROM ahead
+)`
+	}
+	return `WITH me AS (
+	UPDATE soniq_workers SET last_heartbeat = now() WHERE id = $1::uuid AND status = 'active' RETURNING 1
+), ` + picked + `, claimed AS (
 	UPDATE soniq_jobs j
 	SET status = 'processing', attempts = COALESCE(j.attempts, 0) + 1, worker_id = $1::uuid, updated_at = now()
 	FROM picked WHERE j.id = picked.id

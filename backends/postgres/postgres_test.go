@@ -100,6 +100,9 @@ func harness(b, raw *Backend) backendtest.Harness {
 		OrphanJob: func(ctx context.Context, id string) error {
 			return exec(ctx, "orphan job", `UPDATE soniq_jobs SET worker_id = NULL WHERE id = $1`, id)
 		},
+		SetRawAttempts: func(ctx context.Context, id string, attempts int) error {
+			return exec(ctx, "set raw attempts", `UPDATE soniq_jobs SET attempts = $2 WHERE id = $1`, id, attempts)
+		},
 		TaskRegistry: func(ctx context.Context) ([]backendtest.TaskRow, error) {
 			rows, err := raw.pool.Query(ctx, `SELECT task_name, worker_id, last_seen_at FROM soniq_task_registry`)
 			if err != nil {
@@ -118,7 +121,60 @@ func harness(b, raw *Backend) backendtest.Harness {
 		StallClaim: func(ctx context.Context) (func() error, func() error, error) {
 			return stallClaim(ctx, raw)
 		},
+		HoldJob: func(ctx context.Context, id string) (func(int) error, func() error, error) {
+			return holdJob(ctx, raw, id)
+		},
 	}
+}
+
+// holdJob locks one soniq_jobs row FOR UPDATE on a connection of its own;
+// writes to that row from other connections queue behind it, in order.
+// Waiters are counted in pg_stat_activity (a row lock's waiter waits on the
+// holder's transaction id, which pg_locks does not tie to a database).
+func holdJob(ctx context.Context, raw *Backend, id string) (waiting func(int) error, release func() error, err error) {
+	cfg := raw.pool.Config().ConnConfig
+	locker, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("hold job: connect: %w", err)
+	}
+	watcher, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		_ = locker.Close(ctx)
+		return nil, nil, fmt.Errorf("hold job: connect: %w", err)
+	}
+	closeAll := func() { _ = locker.Close(ctx); _ = watcher.Close(ctx) }
+	tx, err := locker.Begin(ctx)
+	if err == nil {
+		var n int
+		err = tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM soniq_jobs WHERE id = $1 FOR UPDATE) AS l`, id).Scan(&n)
+		if err == nil && n != 1 {
+			err = fmt.Errorf("no row %s", id)
+		}
+	}
+	if err != nil {
+		closeAll()
+		return nil, nil, fmt.Errorf("hold job: lock row %s: %w", id, err)
+	}
+	waiting = func(n int) error {
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			var got int
+			if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&got); err != nil {
+				return fmt.Errorf("hold job: read pg_stat_activity: %w", err)
+			}
+			if got >= n {
+				return nil
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return fmt.Errorf("hold job: %d statements did not wait for row %s within 30 s", n, id)
+	}
+	release = func() error {
+		defer closeAll()
+		return tx.Commit(ctx)
+	}
+	return waiting, release, nil
 }
 
 // stallClaim holds soniq_jobs in ACCESS EXCLUSIVE mode on a connection of

@@ -64,6 +64,10 @@ func harness(b *Backend) backendtest.Harness {
 			_, err := b.write.ExecContext(ctx, `UPDATE soniq_jobs SET worker_id = NULL WHERE id = ?`, jobID)
 			return err
 		},
+		SetRawAttempts: func(ctx context.Context, jobID string, attempts int) error {
+			_, err := b.write.ExecContext(ctx, `UPDATE soniq_jobs SET attempts = ? WHERE id = ?`, attempts, jobID)
+			return err
+		},
 		TaskRegistry: func(ctx context.Context) ([]backendtest.TaskRow, error) {
 			return taskRegistry(ctx, b)
 		},

@@ -251,8 +251,8 @@ func (b *Backend) Cancel(ctx context.Context, id string) (bool, error) {
 // other connection or process can claim the same rows (SQLite's stand-in for
 // SKIP LOCKED). rowid breaks created_at ties in insertion order.
 func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends.Job, error) {
-	if p.Limit <= 0 {
-		return nil, fmt.Errorf("claiming jobs: limit must be > 0, got %d", p.Limit)
+	if p.Limit < 0 || p.Ahead < 0 || p.Limit+p.Ahead <= 0 {
+		return nil, fmt.Errorf("claiming jobs: limit %d and ahead %d must not be negative and must add up to more than 0", p.Limit, p.Ahead)
 	}
 	if p.WorkerID == "" {
 		return nil, errors.New("claiming jobs: empty worker id")
@@ -348,13 +348,28 @@ func claimQuery(p backends.ClaimParams, ts string) (string, []any) {
 	addIn("queue", "IN", p.Queues)
 	addIn("job_name", "IN", p.Names)
 	addIn("job_name", "NOT IN", p.ExcludeNames)
-	args = append(args, p.Limit)
-
-	return `UPDATE soniq_jobs
-		SET status = 'processing', attempts = COALESCE(attempts, 0) + 1, worker_id = ?, updated_at = ?
+	const set = `UPDATE soniq_jobs
+		SET status = 'processing', attempts = COALESCE(attempts, 0) + 1, worker_id = ?, updated_at = ?`
+	const order = `ORDER BY priority, scheduled_at NULLS FIRST, created_at, rowid`
+	if p.Ahead == 0 {
+		args = append(args, p.Limit)
+		return set + `
 		WHERE id IN (
 			SELECT id FROM soniq_jobs INDEXED BY soniq_sidecar_claim_order WHERE ` + where.String() + `
-			ORDER BY priority, scheduled_at NULLS FIRST, created_at, rowid
+			` + order + `
 			LIMIT ?)
+		RETURNING ` + jobColumns + `, rowid`, args
+	}
+	// The reserve's rows follow the slots' in claim order, less those on
+	// their last attempt (backends.ClaimParams.Ahead).
+	args = append(args, p.Limit+p.Ahead, p.Limit)
+	return set + `
+		WHERE id IN (
+			SELECT id FROM (
+				SELECT id, attempts, max_attempts, row_number() OVER (` + order + `) AS n
+				FROM soniq_jobs INDEXED BY soniq_sidecar_claim_order WHERE ` + where.String() + `
+				` + order + `
+				LIMIT ?)
+			WHERE n <= ? OR COALESCE(attempts, 0) + 1 < max_attempts)
 		RETURNING ` + jobColumns + `, rowid`, args
 }

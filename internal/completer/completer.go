@@ -69,10 +69,19 @@ type Completer struct {
 	mu          sync.Mutex
 	completions []backends.Completion
 	nacks       []string
+	returns     []backends.Job // claimed rows given back unstarted (ReturnJobs)
 	closed      bool
-	hurried     bool          // shutdown began: write what arrives at once
-	lingering   bool          // run waits for its small batch to grow
-	wake        chan struct{} // capacity 1: "there is work"
+	hurried     bool // shutdown began: write what arrives at once
+	lingering   bool // run waits for its small batch to grow
+	// The shutdown's give-up point (Deadline): writes in flight are cut
+	// there, and a write begun later gets deadlineAfter, once.
+	deadline      time.Time
+	deadlineAfter time.Duration
+	cutTimer      *time.Timer
+	inFlight      context.CancelFunc // the write under way, nil between writes
+	inFlightAt    time.Time
+	gaveUp        bool          // some writes were given up
+	wake          chan struct{} // capacity 1: "there is work"
 	// written counts the batches written; a claim issued after the last
 	// one has seen every row the writer put back (run --once).
 	written atomic.Int64
@@ -135,6 +144,15 @@ func (w *Completer) Nack(id string) {
 	w.signal()
 }
 
+// Return queues a claimed row that never reached a handler to go back to
+// the queue, its attempt refunded (Backend.ReturnJobs).
+func (w *Completer) Return(j backends.Job) {
+	w.mu.Lock()
+	w.returns = append(w.returns, j)
+	w.mu.Unlock()
+	w.signal()
+}
+
 func (w *Completer) signal() {
 	select {
 	case w.wake <- struct{}{}:
@@ -153,7 +171,7 @@ func (w *Completer) wrote() {
 func (w *Completer) Pending() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.completions) + len(w.nacks)
+	return len(w.completions) + len(w.nacks) + len(w.returns)
 }
 
 // Written is how many batches the Completer has written. A claim issued
@@ -171,7 +189,7 @@ func (w *Completer) Holds(id string) bool {
 			return true
 		}
 	}
-	return slices.Contains(w.nacks, id)
+	return slices.Contains(w.nacks, id) || slices.ContainsFunc(w.returns, func(j backends.Job) bool { return j.ID == id })
 }
 
 // Hurry makes the Completer write at once from now on, without lingering:
@@ -181,6 +199,72 @@ func (w *Completer) Hurry() {
 	w.hurried = true
 	w.mu.Unlock()
 	w.signal()
+}
+
+// Deadline fixes the shutdown's give-up point: a write in flight at at is
+// cut there, a write that fails past it is not retried, and a write begun
+// past it (a sync job's result, later) gets after, once. What could not be
+// written is named in one ERROR line and left processing in the database,
+// for stale-worker recovery or a takeover, attempts preserved. Only the
+// first call counts.
+func (w *Completer) Deadline(at time.Time, after time.Duration) {
+	w.mu.Lock()
+	if !w.deadline.IsZero() {
+		w.mu.Unlock()
+		return
+	}
+	w.deadline, w.deadlineAfter = at, after
+	w.cutTimer = time.AfterFunc(time.Until(at), w.cutInFlight)
+	w.mu.Unlock()
+	w.signal()
+}
+
+// cutInFlight cancels the write under way if it began before the deadline.
+func (w *Completer) cutInFlight() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.inFlight != nil && w.inFlightAt.Before(w.deadline) {
+		w.inFlight()
+	}
+}
+
+// writeCtx is the context of one write: writeTimeout at most, cut at the
+// deadline when one is set, or bounded by deadlineAfter past it. done ends
+// it.
+func (w *Completer) writeCtx() (ctx context.Context, done func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	bound := writeTimeout
+	if !w.deadline.IsZero() {
+		if now.Before(w.deadline) {
+			bound = min(bound, w.deadline.Sub(now))
+		} else {
+			bound = min(bound, w.deadlineAfter)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	w.inFlight, w.inFlightAt = cancel, now
+	return ctx, func() {
+		w.mu.Lock()
+		w.inFlight = nil
+		w.mu.Unlock()
+		cancel()
+	}
+}
+
+// giveUpAt is when a failed write stops being retried: the deadline if
+// one is set, else writeTimeout after closing; zero while neither is.
+func (w *Completer) giveUpAt(closedAt time.Time) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case !w.deadline.IsZero() && (closedAt.IsZero() || w.deadline.Before(closedAt.Add(writeTimeout))):
+		return w.deadline
+	case !closedAt.IsZero():
+		return closedAt.Add(writeTimeout)
+	}
+	return time.Time{}
 }
 
 // close asks the writer to drain what it holds and stop; done is closed
@@ -198,26 +282,26 @@ func (w *Completer) close() {
 func (w *Completer) run() {
 	defer close(w.done)
 	backoff := 50 * time.Millisecond
-	var giveUpAt time.Time // set once closing: retries stop there
+	var closedAt time.Time // when closing began
 	// lastWrite is when the last batch was written; lingerUntil, when
 	// set, is when the batch now pending stops waiting for more.
 	var lastWrite, lingerUntil time.Time
 	var lingerTimer *time.Timer
 	for {
 		w.mu.Lock()
-		cs, ns, closed, hurried := w.completions, w.nacks, w.closed, w.hurried
+		cs, ns, rs, closed, hurried := w.completions, w.nacks, w.returns, w.closed, w.hurried
 		w.mu.Unlock()
-		if closed && giveUpAt.IsZero() {
-			giveUpAt = time.Now().Add(writeTimeout)
+		if closed && closedAt.IsZero() {
+			closedAt = time.Now()
 		}
-		if len(cs) == 0 && len(ns) == 0 {
+		if len(cs) == 0 && len(ns) == 0 && len(rs) == 0 {
 			if closed {
 				return
 			}
 			<-w.wake
 			continue
 		}
-		if !closed && !hurried && len(ns) == 0 && len(cs) < w.lingerBatch {
+		if !closed && !hurried && len(ns) == 0 && len(rs) == 0 && len(cs) < w.lingerBatch {
 			// A small batch while results flow: wait for more, once per
 			// batch and at most lingerMax. After a quiet spell the first
 			// result is written at once, so a lone job's row is not delayed.
@@ -251,11 +335,19 @@ func (w *Completer) run() {
 				w.mu.Unlock()
 				w.wrote()
 			}
-		} else {
+		} else if len(ns) > 0 {
 			ns = ns[:min(len(ns), maxBatch):min(len(ns), maxBatch)]
 			if err = w.writeNacks(ns); err == nil {
 				w.mu.Lock()
 				w.nacks = w.nacks[len(ns):]
+				w.mu.Unlock()
+				w.wrote()
+			}
+		} else {
+			rs = rs[:min(len(rs), maxBatch):min(len(rs), maxBatch)]
+			if err = w.writeReturns(rs); err == nil {
+				w.mu.Lock()
+				w.returns = w.returns[len(rs):]
 				w.mu.Unlock()
 				w.wrote()
 			}
@@ -265,11 +357,14 @@ func (w *Completer) run() {
 			lastWrite = time.Now()
 			continue
 		}
-		if closed && time.Now().After(giveUpAt) {
+		if at := w.giveUpAt(closedAt); !at.IsZero() && !time.Now().Before(at) {
 			w.giveUp(err)
-			return
+			if closed {
+				return
+			}
+			continue
 		}
-		w.log.Warn("writing results failed; retrying", "rows", len(cs)+len(ns), "retry_in", backoff, "err", err)
+		w.log.Warn("writing results failed; retrying", "rows", len(cs)+len(ns)+len(rs), "retry_in", backoff, "err", err)
 		select {
 		case <-time.After(backoff):
 		case <-w.wake:
@@ -295,19 +390,30 @@ func (w *Completer) startLinger() bool {
 func (w *Completer) giveUp(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	results := make([]string, 0, len(w.completions))
 	for _, c := range w.completions {
-		w.log.Error("result not written; stale-worker recovery will requeue the job", "job_id", c.JobID, "outcome", c.Outcome.String(), "err", err)
+		results = append(results, c.JobID+":"+c.Outcome.String())
 	}
-	for _, id := range w.nacks {
-		w.log.Error("shutdown NACK not written; stale-worker recovery will requeue the job", "job_id", id, "err", err)
+	returns := make([]string, len(w.returns))
+	for i, j := range w.returns {
+		returns[i] = j.ID
 	}
-	w.log.Error("giving up on result writes at shutdown", "lost", len(w.completions)+len(w.nacks), "err", err)
-	w.completions, w.nacks = nil, nil
+	w.log.Error("giving up on result writes at shutdown: these rows stay processing, and stale-worker recovery or a takeover requeues them with attempts preserved",
+		"lost", len(w.completions)+len(w.nacks)+len(w.returns), "results", results, "nacks", slices.Clone(w.nacks), "returns", returns, "err", err)
+	w.completions, w.nacks, w.returns = nil, nil, nil
+	w.gaveUp = true
+}
+
+// GaveUp reports whether the Completer gave up on some writes.
+func (w *Completer) GaveUp() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.gaveUp
 }
 
 func (w *Completer) writeCompletions(cs []backends.Completion) error {
-	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
-	defer cancel()
+	ctx, done := w.writeCtx()
+	defer done()
 	applied, err := w.backend.Complete(ctx, w.workerID, cs)
 	if err != nil {
 		return err
@@ -342,9 +448,16 @@ func (w *Completer) writeCompletions(cs []backends.Completion) error {
 	return nil
 }
 
+func (w *Completer) writeReturns(held []backends.Job) error {
+	ctx, done := w.writeCtx()
+	defer done()
+	_, err := w.backend.ReturnJobs(ctx, w.workerID, held)
+	return err
+}
+
 func (w *Completer) writeNacks(ids []string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
-	defer cancel()
+	ctx, done := w.writeCtx()
+	defer done()
 	_, err := w.backend.Nack(ctx, ids)
 	return err
 }

@@ -71,3 +71,35 @@ func checkDuration(v time.Duration, zeroValid bool) error {
 	}
 	return nil
 }
+
+// parseInt reads a whole number the way a number flag takes it.
+func parseInt(s string) (int, error) {
+	s = strings.TrimSpace(s)
+	v, err := strconv.Atoi(s)
+	switch {
+	case errors.Is(err, strconv.ErrRange):
+		return 0, fmt.Errorf("number %q is too large", s)
+	case err != nil:
+		return 0, fmt.Errorf("invalid number %q (want a whole number, like 500)", s)
+	}
+	return v, nil
+}
+
+// envInt parses a whole number from the environment and checks it.
+func envInt(raw string, zeroValid bool) (int, error) {
+	v, err := parseInt(raw)
+	if err != nil {
+		return 0, err
+	}
+	return v, checkInt(v, zeroValid)
+}
+
+func checkInt(v int, zeroValid bool) error {
+	switch {
+	case v < 0:
+		return errors.New("must not be negative")
+	case v == 0 && !zeroValid:
+		return errors.New("must be greater than zero")
+	}
+	return nil
+}

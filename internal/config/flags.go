@@ -41,7 +41,7 @@ type Flags struct {
 // RegisterFlags registers, as flags of fs, the settings cmd takes as
 // flags: for `run` every setting of the table, for the data commands the
 // database URL. A duration flag takes a Go duration (90s, 1m30s) or a
-// number of seconds, as in the manifest.
+// number of seconds, as in the manifest; a number flag a whole number.
 func RegisterFlags(fs *flag.FlagSet, cmd Command) *Flags {
 	f := &Flags{cmd: cmd, given: map[string]any{}}
 	for i := range settingTable {
@@ -80,6 +80,9 @@ func (f *Flags) set(sp *setting, raw string) error {
 	switch {
 	case v == nil:
 		// Empty: not given.
+	case sp.engine() && sp.kind == kindInt:
+		n := v.(int)
+		*sp.intOverride(&f.overrides) = &n
 	case sp.engine():
 		d := v.(time.Duration)
 		*sp.override(&f.overrides) = &d
@@ -127,6 +130,8 @@ func (f *Flags) Options(lookupEnv func(string) (string, bool)) (Options, error) 
 			*p = v.(bool)
 		case *time.Duration:
 			*p = v.(time.Duration)
+		case *int:
+			*p = v.(int)
 		}
 	}
 	return o, errors.Join(errs...)
@@ -137,6 +142,8 @@ func (sp *setting) defaultValue() any {
 	switch sp.kind {
 	case kindDuration:
 		return sp.def
+	case kindInt:
+		return sp.defInt
 	case kindBool:
 		return false
 	}
@@ -164,6 +171,15 @@ func (sp *setting) parse(raw string, fromEnv bool) (any, error) {
 			err = checkDuration(d, sp.zeroValid)
 		}
 		return d, err
+	case kindInt:
+		if fromEnv {
+			return envInt(s, sp.zeroValid)
+		}
+		n, err := parseInt(s)
+		if err == nil && !sp.engine() {
+			err = checkInt(n, sp.zeroValid)
+		}
+		return n, err
 	case kindBool:
 		b, err := strconv.ParseBool(s)
 		if err != nil {

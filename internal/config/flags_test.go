@@ -58,6 +58,18 @@ func TestRegisterFlags(t *testing.T) {
 			want: func(s *Settings) { s.Queues = []string{"a", "b"} }},
 		{name: "a zero that is not allowed names the flag", args: []string{"--poll-interval", "0"},
 			wantErr: `--poll-interval="0s": must be greater than zero`},
+		{name: "claim ahead as a Go duration", args: []string{"--claim-ahead", "250ms"},
+			want: func(s *Settings) { s.ClaimAhead = 250 * time.Millisecond }},
+		{name: "claim ahead 0: only free slots, over the environment", args: []string{"--claim-ahead", "0"},
+			env:  map[string]string{"SONIQ_CLAIM_AHEAD": "0.5"},
+			want: func(s *Settings) { s.ClaimAhead = 0 }},
+		{name: "a number of rows outranks the environment", args: []string{"--claim-ahead-max=64"},
+			env:  map[string]string{"SONIQ_CLAIM_AHEAD_MAX": "9"},
+			want: func(s *Settings) { s.ClaimAheadMax = 64 }},
+		{name: "no rows names the flag", args: []string{"--claim-ahead-max", "0"},
+			wantErr: `--claim-ahead-max="0": must be greater than zero`},
+		{name: "negative rows name the flag", args: []string{"--claim-ahead-max", "-3"},
+			wantErr: `--claim-ahead-max="-3": must not be negative`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,13 +91,47 @@ func TestRegisterFlags(t *testing.T) {
 	}
 }
 
-func TestRegisterFlagsRejectsABadDuration(t *testing.T) {
+func TestRegisterFlagsRejectsABadValue(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--result-ttl", "soon"}, `invalid value "soon" for flag -result-ttl: invalid duration "soon"`},
+		{[]string{"--claim-ahead", "-1ms"}, `invalid value "-1ms" for flag -claim-ahead: duration "-1ms" must not be negative`},
+		{[]string{"--claim-ahead-max", "lots"}, `invalid value "lots" for flag -claim-ahead-max: invalid number "lots" (want a whole number, like 500)`},
+		{[]string{"--claim-ahead-max", "1.5"}, `invalid value "1.5" for flag -claim-ahead-max: invalid number "1.5"`},
+		{[]string{"--claim-ahead-max", "1e3"}, `invalid value "1e3" for flag -claim-ahead-max: invalid number "1e3"`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			fs := flag.NewFlagSet("run", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			RegisterFlags(fs, CommandRun)
+			err := fs.Parse(tt.args)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+}
+
+// A setting's flag help says what kind of value it takes and where the
+// value comes from when the flag is not given.
+func TestFlagHelpNamesTheKindAndTheDefault(t *testing.T) {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	RegisterFlags(fs, CommandRun)
-	err := fs.Parse([]string{"--result-ttl", "soon"})
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "result-ttl")
+	tests := []struct {
+		flag, wantName, wantEnd string
+	}{
+		{"claim-ahead", "duration", "; a duration like 90s or 1.5 (default $SONIQ_CLAIM_AHEAD, else the manifest's claim_ahead, else 100ms)"},
+		{"claim-ahead-max", "number", "; a whole number (default $SONIQ_CLAIM_AHEAD_MAX, else the manifest's claim_ahead_max, else 500)"},
+	}
+	for _, tt := range tests {
+		f := fs.Lookup(tt.flag)
+		require.NotNil(t, f, tt.flag)
+		name, usage := flag.UnquoteUsage(f)
+		assert.Equal(t, tt.wantName, name, tt.flag)
+		assert.True(t, strings.HasSuffix(usage, tt.wantEnd), "%s: %q", tt.flag, usage)
+	}
 }
 
 // The command line's own settings: flag > environment > default, every
@@ -224,4 +270,28 @@ func TestEveryDurationFlagTakesBareSeconds(t *testing.T) {
 			})
 		}
 	}
+}
+
+// Every number flag of the table takes a whole number, spaces around it
+// trimmed.
+func TestEveryNumberFlagTakesAWholeNumber(t *testing.T) {
+	var n int
+	for _, sp := range settingTable {
+		if sp.kind != kindInt {
+			continue
+		}
+		n++
+		for _, form := range []string{"64", " 64 ", "+64", "064"} {
+			t.Run(sp.flag+"="+form, func(t *testing.T) {
+				fs := flag.NewFlagSet("run", flag.ContinueOnError)
+				fs.SetOutput(io.Discard)
+				f := RegisterFlags(fs, CommandRun)
+				require.NoError(t, fs.Parse([]string{sp.flag, form}))
+				o := f.Overrides()
+				require.NotNil(t, *sp.intOverride(&o))
+				assert.Equal(t, 64, **sp.intOverride(&o))
+			})
+		}
+	}
+	assert.NotZero(t, n, "the table has no number setting")
 }

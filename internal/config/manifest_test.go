@@ -57,6 +57,8 @@ func TestLoadManifestFull(t *testing.T) {
 	assert.Equal(t, manifestPtr(60*time.Second), s.HeartbeatTimeout)
 	assert.Equal(t, manifestPtr(time.Minute), s.CleanupInterval)
 	assert.Equal(t, manifestPtr(500*time.Millisecond), s.PollInterval)
+	assert.Equal(t, manifestPtr(50*time.Millisecond), s.ClaimAhead)
+	assert.Equal(t, manifestPtr(200), s.ClaimAheadMax)
 	assert.Equal(t, manifestPtr(time.Duration(0)), s.ResultTTL)
 	assert.Equal(t, []string{"billing", "default"}, s.Queues)
 
@@ -74,14 +76,14 @@ func TestLoadManifestFull(t *testing.T) {
 		MaxJobs:         1000,
 		MaxMemoryMB:     512,
 		Workdir:         filepath.Join(m.Dir, "app"),
-		Line:            14,
+		Line:            16,
 		Jobs: []JobSpec{
 			{
 				Name: "billing.invoices.send.v2", Cancellable: true, Timeout: 60 * time.Second, TimeoutSet: true,
 				Retry: RetryPolicy{Delays: []time.Duration{time.Second}, Backoff: true, MaxDelay: 5 * time.Minute, MaxDelaySet: true, Jitter: true},
-				Line:  26,
+				Line:  28,
 			},
-			{Name: "billing.pdf.render", Cancellable: false, Retry: DefaultRetryPolicy(), Line: 30},
+			{Name: "billing.pdf.render", Cancellable: false, Retry: DefaultRetryPolicy(), Line: 32},
 		},
 	}, py)
 
@@ -258,6 +260,11 @@ func TestLoadManifestBad(t *testing.T) {
 		{"settings_bad_duration.yaml", 3, "settings.job_timeout", `invalid duration "forever"`},
 		{"settings_shutdown_zero.yaml", 3, "settings.shutdown_timeout", "must be greater than zero"},
 		{"settings_not_mapping.yaml", 2, "settings", "expected a mapping"},
+		{"settings_claim_ahead_negative.yaml", 4, "settings.claim_ahead", `duration "-1" must not be negative`},
+		{"settings_claim_ahead_max_zero.yaml", 4, "settings.claim_ahead_max", "must be greater than zero, got 0"},
+		{"settings_claim_ahead_max_negative.yaml", 4, "settings.claim_ahead_max", "must not be negative, got -5"},
+		{"settings_claim_ahead_max_not_number.yaml", 4, "settings.claim_ahead_max", `expected an integer, got string "lots"`},
+		{"settings_claim_ahead_max_fraction.yaml", 4, "settings.claim_ahead_max", "expected an integer, got"},
 		{"queues_both.yaml", 4, "queues", "given twice: here and as settings.queues (line 3)"},
 		{"queues_empty.yaml", 2, "queues", "leave queues out to serve all queues"},
 		{"queues_bad_name.yaml", 2, "queues[1]", "must not contain commas"},

@@ -136,19 +136,34 @@ func (d *manifestDecoder) settings(n *yaml.Node, field string) ManifestSettings 
 	s.Where = map[string]string{}
 	for _, sd := range settingTable {
 		e, ok := fields[sd.key]
-		if !ok || sd.manifest == nil {
-			continue
-		}
-		f := fieldPath(field, sd.key)
-		v, ok := d.duration(e.val, f)
 		if !ok {
 			continue
 		}
-		if v == 0 && !sd.zeroValid {
-			d.fail(derefAlias(e.val), f, "must be greater than zero")
+		f := fieldPath(field, sd.key)
+		switch {
+		case sd.manifest != nil:
+			v, ok := d.duration(e.val, f)
+			if !ok {
+				continue
+			}
+			if v == 0 && !sd.zeroValid {
+				d.fail(derefAlias(e.val), f, "must be greater than zero")
+				continue
+			}
+			*sd.manifest(&s) = &v
+		case sd.intManifest != nil:
+			v, ok := d.integer(e.val, f)
+			if !ok {
+				continue
+			}
+			if err := checkInt(v, sd.zeroValid); err != nil {
+				d.fail(derefAlias(e.val), f, "%v, got %d", err, v)
+				continue
+			}
+			*sd.intManifest(&s) = &v
+		default:
 			continue
 		}
-		*sd.manifest(&s) = &v
 		s.Where[sd.key] = fmt.Sprintf("%s:%d", d.file, derefAlias(e.val).Line)
 	}
 	if e, ok := fields[queuesKey]; ok {

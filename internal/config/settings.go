@@ -13,8 +13,11 @@ import (
 func DefaultSettings() Settings {
 	var s Settings
 	for _, sp := range settingTable {
-		if sp.field != nil {
+		switch {
+		case sp.field != nil:
 			*sp.field(&s) = sp.def
+		case sp.intField != nil:
+			*sp.intField(&s) = sp.defInt
 		}
 	}
 	return s
@@ -37,31 +40,21 @@ func ResolveSettings(m *Manifest, lookupEnv func(string) (string, bool), flags S
 	// from records where each value came from, for cross-field messages.
 	from := map[string]origin{}
 
-	for _, sp := range settingTable {
-		if sp.field == nil {
+	for i := range settingTable {
+		sp := &settingTable[i]
+		switch {
+		case sp.field != nil:
+			errs = append(errs, resolveLayers(sp, sp.field(&s), *sp.manifest(&ms), *sp.override(&flags), ms.Where, lookupEnv, from,
+				func(raw string) (time.Duration, error) { return envSeconds(raw, sp.zeroValid) },
+				func(v time.Duration) error { return checkDuration(v, sp.zeroValid) },
+				time.Duration.String)...)
+		case sp.intField != nil:
+			errs = append(errs, resolveLayers(sp, sp.intField(&s), *sp.intManifest(&ms), *sp.intOverride(&flags), ms.Where, lookupEnv, from,
+				func(raw string) (int, error) { return envInt(raw, sp.zeroValid) },
+				func(v int) error { return checkInt(v, sp.zeroValid) },
+				strconv.Itoa)...)
+		default:
 			continue
-		}
-		dst := sp.field(&s)
-		if v := *sp.manifest(&ms); v != nil {
-			*dst = *v
-			from[sp.key] = origin{SourceManifest, "manifest " + ms.Where[sp.key]}
-		}
-		if raw, ok := lookupEnv(sp.env); ok && strings.TrimSpace(raw) != "" {
-			// Empty counts as unset, so `SONIQ_X=` in a compose file is harmless.
-			if v, err := envSeconds(raw, sp.zeroValid); err != nil {
-				errs = append(errs, &SettingError{Setting: sp.key, Source: SourceEnvironment, Name: sp.env, Value: raw, Msg: err.Error()})
-			} else {
-				*dst = v
-				from[sp.key] = origin{SourceEnvironment, sp.env}
-			}
-		}
-		if v := *sp.override(&flags); v != nil {
-			if err := checkDuration(*v, sp.zeroValid); err != nil {
-				errs = append(errs, &SettingError{Setting: sp.key, Source: SourceFlag, Name: sp.flag, Value: v.String(), Msg: err.Error()})
-			} else {
-				*dst = *v
-				from[sp.key] = origin{SourceFlag, sp.flag}
-			}
 		}
 		if sp.key == "sync_handler_grace_seconds" {
 			_, s.SyncGraceSet = from[sp.key]
@@ -95,6 +88,40 @@ func ResolveSettings(m *Manifest, lookupEnv func(string) (string, bool), flags S
 		return Settings{}, errors.Join(errs...)
 	}
 	return s, nil
+}
+
+// resolveLayers lays one engine setting's manifest value, environment
+// variable and flag over dst, the default, recording in from where the
+// value came from. The manifest's value was checked as it was decoded; the
+// environment's is parsed and checked by parseEnv, the flag's (a program
+// may set any value) by check. Each bad value is a *SettingError naming
+// its layer.
+func resolveLayers[T any](sp *setting, dst, fromManifest, fromFlag *T, where map[string]string,
+	lookupEnv func(string) (string, bool), from map[string]origin,
+	parseEnv func(string) (T, error), check func(T) error, format func(T) string) []error {
+	var errs []error
+	if fromManifest != nil {
+		*dst = *fromManifest
+		from[sp.key] = origin{SourceManifest, "manifest " + where[sp.key]}
+	}
+	if raw, ok := lookupEnv(sp.env); ok && strings.TrimSpace(raw) != "" {
+		// Empty counts as unset, so `SONIQ_X=` in a compose file is harmless.
+		if v, err := parseEnv(raw); err != nil {
+			errs = append(errs, &SettingError{Setting: sp.key, Source: SourceEnvironment, Name: sp.env, Value: raw, Msg: err.Error()})
+		} else {
+			*dst = v
+			from[sp.key] = origin{SourceEnvironment, sp.env}
+		}
+	}
+	if fromFlag != nil {
+		if err := check(*fromFlag); err != nil {
+			errs = append(errs, &SettingError{Setting: sp.key, Source: SourceFlag, Name: sp.flag, Value: format(*fromFlag), Msg: err.Error()})
+		} else {
+			*dst = *fromFlag
+			from[sp.key] = origin{SourceFlag, sp.flag}
+		}
+	}
+	return errs
 }
 
 // Soniq's own bounds on its workers' heartbeat settings (soniq.settings):

@@ -20,15 +20,18 @@ func lookupFromMap(m map[string]string) func(string) (string, bool) {
 
 func TestDefaultSettings(t *testing.T) {
 	assert.Equal(t, Settings{
-		ShutdownTimeout:   30 * time.Second,
-		SyncHandlerGrace:  300 * time.Second,
-		JobTimeout:        300 * time.Second,
-		HeartbeatInterval: 5 * time.Second,
-		HeartbeatTimeout:  300 * time.Second,
-		CleanupInterval:   300 * time.Second,
-		AuditInterval:     60 * time.Second,
-		PollInterval:      5 * time.Second,
-		ResultTTL:         300 * time.Second,
+		ShutdownTimeout:      30 * time.Second,
+		ShutdownWriteTimeout: 5 * time.Second,
+		ClaimAhead:           100 * time.Millisecond,
+		ClaimAheadMax:        500,
+		SyncHandlerGrace:     300 * time.Second,
+		JobTimeout:           300 * time.Second,
+		HeartbeatInterval:    5 * time.Second,
+		HeartbeatTimeout:     300 * time.Second,
+		CleanupInterval:      300 * time.Second,
+		AuditInterval:        60 * time.Second,
+		PollInterval:         5 * time.Second,
+		ResultTTL:            300 * time.Second,
 	}, DefaultSettings())
 
 	s, err := ResolveSettings(nil, nil, SettingOverrides{})
@@ -44,6 +47,8 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 		"SONIQ_POLL_INTERVAL":     "0.25",
 		"SONIQ_SHUTDOWN_TIMEOUT":  "12.5",
 		"SONIQ_QUEUES":            " urgent , default,,",
+		"SONIQ_CLAIM_AHEAD":       "0.025",
+		"SONIQ_CLAIM_AHEAD_MAX":   " 300 ",
 		"SONIQ_CLEANUP_INTERVAL":  "",
 		"SONIQ_UNRELATED_SETTING": "x",
 	}
@@ -58,9 +63,10 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 			name: "manifest over default",
 			m:    m,
 			want: Settings{
-				ShutdownTimeout: 45 * time.Second, SyncHandlerGrace: 10 * time.Second, SyncGraceSet: true,
+				ShutdownTimeout: 45 * time.Second, ShutdownWriteTimeout: 5 * time.Second, SyncHandlerGrace: 10 * time.Second, SyncGraceSet: true,
 				JobTimeout: 2 * time.Minute, HeartbeatInterval: 2500 * time.Millisecond, HeartbeatTimeout: time.Minute,
 				CleanupInterval: time.Minute, AuditInterval: time.Minute, PollInterval: 500 * time.Millisecond, ResultTTL: 0,
+				ClaimAhead: 50 * time.Millisecond, ClaimAheadMax: 200,
 				Queues: []string{"billing", "default"},
 			},
 		},
@@ -69,9 +75,10 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 			m:    m,
 			env:  env,
 			want: Settings{
-				ShutdownTimeout: 12500 * time.Millisecond, SyncHandlerGrace: 10 * time.Second, SyncGraceSet: true,
+				ShutdownTimeout: 12500 * time.Millisecond, ShutdownWriteTimeout: 5 * time.Second, SyncHandlerGrace: 10 * time.Second, SyncGraceSet: true,
 				JobTimeout: 90 * time.Second, HeartbeatInterval: 2500 * time.Millisecond, HeartbeatTimeout: time.Minute,
 				CleanupInterval: time.Minute, AuditInterval: time.Minute, PollInterval: 250 * time.Millisecond, ResultTTL: 0,
+				ClaimAhead: 25 * time.Millisecond, ClaimAheadMax: 300,
 				Queues: []string{"urgent", "default"},
 			},
 		},
@@ -83,11 +90,14 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 				Queues:          manifestPtr("critical"),
 				JobTimeout:      manifestPtr(time.Duration(0)),
 				ShutdownTimeout: manifestPtr(3 * time.Second),
+				ClaimAhead:      manifestPtr(time.Duration(0)),
+				ClaimAheadMax:   manifestPtr(1000),
 			},
 			want: Settings{
-				ShutdownTimeout: 3 * time.Second, SyncHandlerGrace: 10 * time.Second, SyncGraceSet: true,
+				ShutdownTimeout: 3 * time.Second, ShutdownWriteTimeout: 5 * time.Second, SyncHandlerGrace: 10 * time.Second, SyncGraceSet: true,
 				JobTimeout: 0, HeartbeatInterval: 2500 * time.Millisecond, HeartbeatTimeout: time.Minute,
 				CleanupInterval: time.Minute, AuditInterval: time.Minute, PollInterval: 250 * time.Millisecond, ResultTTL: 0,
+				ClaimAhead: 0, ClaimAheadMax: 1000,
 				Queues: []string{"critical"},
 			},
 		},
@@ -107,6 +117,46 @@ func TestResolveSettingsPrecedence(t *testing.T) {
 			got, err := ResolveSettings(tt.m, lookupFromMap(tt.env), tt.flags)
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+// claim_ahead and claim_ahead_max: flag > environment > manifest >
+// default, each layer alone over the ones below it; claim_ahead takes 0
+// (only free slots) in every layer.
+func TestResolveSettingsClaimAhead(t *testing.T) {
+	manifest := &Manifest{Settings: ManifestSettings{
+		ClaimAhead: manifestPtr(time.Duration(0)), ClaimAheadMax: manifestPtr(200),
+		Where: map[string]string{"claim_ahead": "m.yaml:3", "claim_ahead_max": "m.yaml:4"},
+	}}
+	tests := []struct {
+		name    string
+		m       *Manifest
+		env     map[string]string
+		flags   SettingOverrides
+		wantFor time.Duration
+		wantMax int
+	}{
+		{name: "the defaults", wantFor: 100 * time.Millisecond, wantMax: 500},
+		{name: "the manifest", m: manifest, wantFor: 0, wantMax: 200},
+		{name: "the environment over the manifest", m: manifest,
+			env:     map[string]string{"SONIQ_CLAIM_AHEAD": "1.5", "SONIQ_CLAIM_AHEAD_MAX": "7"},
+			wantFor: 1500 * time.Millisecond, wantMax: 7},
+		{name: "0 from the environment", env: map[string]string{"SONIQ_CLAIM_AHEAD": "0"}, wantFor: 0, wantMax: 500},
+		{name: "flags over the environment", m: manifest,
+			env:     map[string]string{"SONIQ_CLAIM_AHEAD": "1.5", "SONIQ_CLAIM_AHEAD_MAX": "7"},
+			flags:   SettingOverrides{ClaimAhead: manifestPtr(20 * time.Millisecond), ClaimAheadMax: manifestPtr(1)},
+			wantFor: 20 * time.Millisecond, wantMax: 1},
+		{name: "an empty variable counts as unset", m: manifest,
+			env:     map[string]string{"SONIQ_CLAIM_AHEAD": " ", "SONIQ_CLAIM_AHEAD_MAX": ""},
+			wantFor: 0, wantMax: 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := ResolveSettings(tt.m, lookupFromMap(tt.env), tt.flags)
+			require.NoError(t, err)
+			assert.Equal(t, tt.wantFor, s.ClaimAhead)
+			assert.Equal(t, tt.wantMax, s.ClaimAheadMax)
 		})
 	}
 }
@@ -171,6 +221,54 @@ func TestResolveSettingsErrors(t *testing.T) {
 			name: "zero where a period is needed",
 			env:  map[string]string{"SONIQ_POLL_INTERVAL": "0"},
 			want: []string{`SONIQ_POLL_INTERVAL="0": must be greater than zero`},
+		},
+		{
+			name: "a number of rows that is not a number",
+			env:  map[string]string{"SONIQ_CLAIM_AHEAD_MAX": "lots"},
+			want: []string{`SONIQ_CLAIM_AHEAD_MAX="lots": invalid number "lots" (want a whole number, like 500)`},
+		},
+		{
+			name: "a number of rows with a fraction",
+			env:  map[string]string{"SONIQ_CLAIM_AHEAD_MAX": "2.5"},
+			want: []string{`SONIQ_CLAIM_AHEAD_MAX="2.5": invalid number "2.5" (want a whole number, like 500)`},
+		},
+		{
+			name: "no rows",
+			env:  map[string]string{"SONIQ_CLAIM_AHEAD_MAX": "0"},
+			want: []string{`SONIQ_CLAIM_AHEAD_MAX="0": must be greater than zero`},
+		},
+		{
+			name: "negative rows",
+			env:  map[string]string{"SONIQ_CLAIM_AHEAD_MAX": "-5"},
+			want: []string{`SONIQ_CLAIM_AHEAD_MAX="-5": must not be negative`},
+		},
+		{
+			name: "too many rows",
+			env:  map[string]string{"SONIQ_CLAIM_AHEAD_MAX": "99999999999999999999"},
+			want: []string{`SONIQ_CLAIM_AHEAD_MAX="99999999999999999999": number "99999999999999999999" is too large`},
+		},
+		{
+			name: "a negative claim_ahead",
+			env:  map[string]string{"SONIQ_CLAIM_AHEAD": "-0.1"},
+			want: []string{`SONIQ_CLAIM_AHEAD="-0.1": duration "-0.1" must not be negative`},
+		},
+		{
+			name: "claim_ahead as a Go duration, which the environment does not take",
+			env:  map[string]string{"SONIQ_CLAIM_AHEAD": "100ms"},
+			want: []string{`SONIQ_CLAIM_AHEAD="100ms": invalid duration: want a number of seconds, like 30 or 0.5`},
+		},
+		{
+			name:  "bad claim-ahead flags",
+			flags: SettingOverrides{ClaimAhead: manifestPtr(-time.Millisecond), ClaimAheadMax: manifestPtr(0)},
+			want: []string{
+				`--claim-ahead="-1ms": must not be negative`,
+				`--claim-ahead-max="0": must be greater than zero`,
+			},
+		},
+		{
+			name:  "negative rows on a flag",
+			flags: SettingOverrides{ClaimAheadMax: manifestPtr(-1)},
+			want:  []string{`--claim-ahead-max="-1": must not be negative`},
 		},
 		{
 			name: "every bad variable at once",
@@ -299,6 +397,10 @@ func TestSettingErrorNamesTheSettingAndItsSource(t *testing.T) {
 			want: []SettingError{{Setting: "job_timeout", Source: SourceEnvironment, Name: "SONIQ_JOB_TIMEOUT"}}},
 		{name: "flag", overrides: SettingOverrides{PollInterval: &zero},
 			want: []SettingError{{Setting: "poll_interval", Source: SourceFlag, Name: "--poll-interval"}}},
+		{name: "rows from the environment", env: map[string]string{"SONIQ_CLAIM_AHEAD_MAX": "0"},
+			want: []SettingError{{Setting: "claim_ahead_max", Source: SourceEnvironment, Name: "SONIQ_CLAIM_AHEAD_MAX"}}},
+		{name: "rows from a flag", overrides: SettingOverrides{ClaimAheadMax: manifestPtr(0)},
+			want: []SettingError{{Setting: "claim_ahead_max", Source: SourceFlag, Name: "--claim-ahead-max"}}},
 		{name: "queues from both", env: map[string]string{"SONIQ_QUEUES": "a b"}, overrides: SettingOverrides{Queues: &bad},
 			want: []SettingError{
 				{Setting: "queues", Source: SourceEnvironment, Name: "SONIQ_QUEUES"},

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"strconv"
 	"strings"
 	"time"
 )
@@ -20,6 +21,9 @@ const (
 	kindBool
 	// kindQueues: a comma-separated list of queue names.
 	kindQueues
+	// kindInt: a whole number in base 10, in every layer (a YAML integer
+	// in the manifest), never negative.
+	kindInt
 )
 
 // Command is a set of the commands that read a setting or take its flag.
@@ -44,12 +48,14 @@ type setting struct {
 	env  string // "" when no environment variable sets it
 	flag string // with its dashes, as errors name it; "" when no flag sets it
 	kind kind
-	// zeroValid: a duration of 0 is allowed (it means "none" or "off").
+	// zeroValid: a duration or number of 0 is allowed (it means "none" or
+	// "off").
 	zeroValid bool
 	// emptyIsValue: an empty flag value is a value (--metrics-addr ""
 	// turns the server off), not "not given".
 	emptyIsValue bool
 	def          time.Duration // a duration's default
+	defInt       int           // a number's default
 	defText      string        // a text setting's default
 	// defHelp is how the flag's help names the default when the value
 	// itself does not say it (a default chosen elsewhere, or what 0 means).
@@ -60,10 +66,14 @@ type setting struct {
 	uses, flagIn Command
 
 	// Engine settings (the manifest may set them): where each layer keeps
-	// the value.
-	field    func(*Settings) *time.Duration
-	manifest func(*ManifestSettings) **time.Duration
-	override func(*SettingOverrides) **time.Duration
+	// the value, a duration's in field, manifest and override, a number's
+	// in intField, intManifest and intOverride.
+	field       func(*Settings) *time.Duration
+	manifest    func(*ManifestSettings) **time.Duration
+	override    func(*SettingOverrides) **time.Duration
+	intField    func(*Settings) *int
+	intManifest func(*ManifestSettings) **int
+	intOverride func(*SettingOverrides) **int
 	// Command settings: the Options field (*string, *bool or
 	// *time.Duration).
 	option func(*Options) any
@@ -77,6 +87,11 @@ var settingTable = []setting{
 		field:    func(s *Settings) *time.Duration { return &s.ShutdownTimeout },
 		manifest: func(m *ManifestSettings) **time.Duration { return &m.ShutdownTimeout },
 		override: func(f *SettingOverrides) **time.Duration { return &f.ShutdownTimeout }},
+	{key: "shutdown_write_timeout", env: "SONIQ_SHUTDOWN_WRITE_TIMEOUT", flag: "--shutdown-write-timeout", def: 5 * time.Second,
+		help:     "from the forced path (or the stop, if sooner), how long the shutdown's NACKs, last results and stop mark may take in all",
+		field:    func(s *Settings) *time.Duration { return &s.ShutdownWriteTimeout },
+		manifest: func(m *ManifestSettings) **time.Duration { return &m.ShutdownWriteTimeout },
+		override: func(f *SettingOverrides) **time.Duration { return &f.ShutdownWriteTimeout }},
 	{key: "sync_handler_grace_seconds", env: "SONIQ_SYNC_HANDLER_GRACE_SECONDS", flag: "--sync-handler-grace", zeroValid: true,
 		def: 300 * time.Second, defHelp: "the resolved job timeout",
 		help:     "extra wait for sync jobs once shutdown_timeout has expired",
@@ -113,6 +128,19 @@ var settingTable = []setting{
 		field:    func(s *Settings) *time.Duration { return &s.PollInterval },
 		manifest: func(m *ManifestSettings) **time.Duration { return &m.PollInterval },
 		override: func(f *SettingOverrides) **time.Duration { return &f.PollInterval }},
+	// 100 ms of work: enough rows per claim at a fast pool's rate, little
+	// held back from other sidecars and from new work of a better
+	// priority.
+	{key: "claim_ahead", env: "SONIQ_CLAIM_AHEAD", flag: "--claim-ahead", zeroValid: true, def: 100 * time.Millisecond,
+		help:     "how much work, as time at the pool's measured completion rate, a pool may claim beyond its free slots and hold in reserve; 0 = claim only free slots",
+		field:    func(s *Settings) *time.Duration { return &s.ClaimAhead },
+		manifest: func(m *ManifestSettings) **time.Duration { return &m.ClaimAhead },
+		override: func(f *SettingOverrides) **time.Duration { return &f.ClaimAhead }},
+	{key: "claim_ahead_max", env: "SONIQ_CLAIM_AHEAD_MAX", flag: "--claim-ahead-max", kind: kindInt, defInt: 500,
+		help:        "the most rows a pool's reserve holds, whatever claim_ahead and the rate allow",
+		intField:    func(s *Settings) *int { return &s.ClaimAheadMax },
+		intManifest: func(m *ManifestSettings) **int { return &m.ClaimAheadMax },
+		intOverride: func(f *SettingOverrides) **int { return &f.ClaimAheadMax }},
 	{key: "result_ttl", env: "SONIQ_RESULT_TTL", flag: "--result-ttl", zeroValid: true, def: 300 * time.Second,
 		help:     "how long done rows are kept; 0 = deleted at completion",
 		field:    func(s *Settings) *time.Duration { return &s.ResultTTL },
@@ -189,8 +217,11 @@ func (sp *setting) engine() bool { return sp.option == nil }
 func (sp *setting) usage() string {
 	var b strings.Builder
 	b.WriteString(sp.help)
-	if sp.kind == kindDuration {
+	switch sp.kind {
+	case kindDuration:
 		b.WriteString("; a `duration` like 90s or 1.5")
+	case kindInt:
+		b.WriteString("; a whole `number`")
 	}
 	var from []string
 	if sp.env != "" {
@@ -204,6 +235,8 @@ func (sp *setting) usage() string {
 		from = append(from, sp.defHelp)
 	case sp.kind == kindDuration:
 		from = append(from, sp.def.String())
+	case sp.kind == kindInt:
+		from = append(from, strconv.Itoa(sp.defInt))
 	case sp.defText != "":
 		from = append(from, sp.defText)
 	}

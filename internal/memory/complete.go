@@ -72,7 +72,12 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 			j.Attempts = max(j.Attempts-1, 0)
 			at := t.Add(min(max(c.Delay, 0), backends.MaxSnooze))
 			j.ScheduledAt = &at
-			j.LastError = ptr("SNOOZE: " + c.Reason)
+			// Soniq's reschedule_job writes "SNOOZE" alone without a reason.
+			msg := "SNOOZE"
+			if c.Reason != "" {
+				msg += ": " + c.Reason
+			}
+			j.LastError = ptr(backends.TruncateError(msg))
 			j.WorkerID = nil
 		}
 		j.UpdatedAt = t

@@ -107,3 +107,11 @@ func (b *Backend) updateJob(ctx context.Context, jobID, what string, f func(*bac
 	}
 	return nil
 }
+
+// SetRawAttempts writes a job's attempts directly.
+func (b *Backend) SetRawAttempts(ctx context.Context, jobID string, attempts int) error {
+	return b.updateJob(ctx, jobID, "set raw attempts", func(j *backends.Job) error {
+		j.Attempts = attempts
+		return nil
+	})
+}

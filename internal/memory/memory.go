@@ -208,8 +208,8 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if p.Limit <= 0 {
-		return nil, fmt.Errorf("claim: limit must be > 0, got %d", p.Limit)
+	if p.Limit < 0 || p.Ahead < 0 || p.Limit+p.Ahead <= 0 {
+		return nil, fmt.Errorf("claim: limit %d and ahead %d must not be negative and must add up to more than 0", p.Limit, p.Ahead)
 	}
 	if p.WorkerID == "" {
 		return nil, fmt.Errorf("claim: worker id is empty")
@@ -237,8 +237,18 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 		candidates = append(candidates, j)
 	}
 	slices.SortFunc(candidates, b.compareClaimOrder)
+	if len(candidates) > p.Limit+p.Ahead {
+		candidates = candidates[:p.Limit+p.Ahead]
+	}
 	if len(candidates) > p.Limit {
-		candidates = candidates[:p.Limit]
+		// The reserve's rows: none on its last attempt (ClaimParams.Ahead).
+		kept := candidates[:p.Limit]
+		for _, j := range candidates[p.Limit:] {
+			if j.Attempts+1 < j.MaxAttempts {
+				kept = append(kept, j)
+			}
+		}
+		candidates = kept
 	}
 	out := make([]backends.Job, 0, len(candidates))
 	for _, j := range candidates {

@@ -21,6 +21,7 @@ func TestContract(t *testing.T) {
 			BackdateDeadLetter: b.BackdateDeadLetter,
 			TaskRegistry:       b.TaskRegistry,
 			OrphanJob:          b.OrphanJob,
+			SetRawAttempts:     b.SetRawAttempts,
 		}
 	})
 }

@@ -3,11 +3,8 @@
 
 import type { JsonObject } from './protocol';
 
-export {
-  ProtocolError,
-  decode,
-  encode,
-} from './protocol';
+// The codec (decode, encode) is the package's other entry point, 'soniq-handler/protocol'.
+export { ProtocolError } from './protocol';
 export type {
   CancelReason,
   EncodableMessage,
@@ -63,12 +60,16 @@ export interface AfterJobInfo {
   readonly durationMs: number;
 }
 
-/** Runs after each job that succeeded (not after a snooze), before its result is sent. */
+/**
+ * Runs after each job that succeeded (not after a snooze), once its result is sent: it holds no
+ * slot and no timeout applies to it; at shutdown the process waits for it.
+ */
 export type AfterJobHook = (ctx: JobContext, info: AfterJobInfo) => unknown;
 
 /**
- * Runs after the handler or a middleware threw (also when a job timeout cancelled the job; not
- * at a shutdown's cancel, not for a failed validation), before the result is sent.
+ * Runs after the handler or a middleware threw (also when a job timeout cancelled the job, and
+ * when its value cannot be sent; not at a shutdown's cancel, not for a failed validation),
+ * before the failure is sent.
  */
 export type OnErrorHook = (ctx: JobContext, error: unknown) => unknown;
 
@@ -109,9 +110,10 @@ export interface JobContext {
 }
 
 /**
- * A job handler, sync or async. Its value is the result (`undefined` is sent as null) and must
- * be JSON-serialisable; a Snooze puts the job back; a throw fails it (retried unless it is a
- * PermanentError or has `retryable === false`).
+ * A job handler, sync or async. Its value is the result (`undefined` is sent as null), written
+ * as JSON (a BigInt as its decimal digits, with a warning; a cycle fails the job); a Snooze puts
+ * the job back; a throw fails it (retried unless it is a PermanentError or has
+ * `retryable === false`).
  */
 export type JobHandler<Args = JsonObject> = (args: Args, ctx: JobContext) => unknown;
 
@@ -126,9 +128,10 @@ export class App {
    */
   job<Args = JsonObject>(name: string, fn: JobHandler<Args>, options: JobOptions<Args>): this;
   /**
-   * Hooks (Soniq's before_job / after_job / on_error): called in registration order and awaited,
-   * inside the job (its slot and its timeout). One that throws is logged on stderr and ignored:
-   * it never changes the job's outcome.
+   * Hooks (Soniq's before_job / after_job / on_error): called in registration order and awaited.
+   * beforeJob and onError run inside the job (its slot and its timeout), afterJob once the
+   * job's result is sent. One that throws is logged on stderr and ignored: it never changes the
+   * job's outcome.
    */
   beforeJob(fn: BeforeJobHook): this;
   afterJob(fn: AfterJobHook): this;
@@ -158,18 +161,12 @@ export class Snooze {
   readonly reason: string | null;
 }
 
-/** The real stdout, once console output and process.stdout.write go to stderr. */
-export interface ProtectedStdout {
-  readonly stream: { write(chunk: string | Uint8Array): boolean };
-  write(chunk: string | Uint8Array, callback?: (err?: Error | null) => void): boolean;
-}
-
 /**
  * Sends console.log/info/debug/... and process.stdout.write to stderr so that nothing but
  * frames reaches stdout. `App.run()` calls it; call it first thing if your imports print
  * while they load. Idempotent.
  */
-export function protectStdout(): ProtectedStdout;
+export function protectStdout(): void;
 
 /**
  * The highest protocol version both sides speak, or null. `offered` is

@@ -1,17 +1,18 @@
 'use strict';
 // soniq-handler: write Soniq job handlers in Node and serve them to soniq-sidecar over the
 // stdio NDJSON protocol (docs/protocol.md) or gRPC on a Unix socket. Stdlib only, Node >= 18.
-// The public API; the jobs run in runtime.js whichever transport carries them (stdio.js,
-// unix.js, listen.js; the Session stream in session.js).
+// The public API, and all the package's root exports (module.exports below, index.d.ts): the
+// jobs run in runtime.js whichever transport carries them (stdio.js, unix.js, listen.js; the
+// Session stream in session.js). The codec is `soniq-handler/protocol` (protocol.js).
 
-const { decode, encode, ProtocolError, DEFAULT_MAX_FRAME_BYTES } = require('./protocol');
+const { ProtocolError, DEFAULT_MAX_FRAME_BYTES } = require('./protocol');
 const { PermanentError, Snooze } = require('./outcomes');
-const { Registry, Runtime, SDK, log } = require('./runtime');
-const { protectStdout } = require('./stdio');
-
-const SUPPORTED_PROTOCOLS = [1];
-const EXIT_USAGE = 2;
-const EXIT_NO_SHARED_VERSION = 3;
+const { Registry } = require('./registry');
+const { Runtime } = require('./runtime');
+const { log } = require('./log');
+const { SDK, SUPPORTED_PROTOCOLS } = require('./version');
+const { EXIT_CANNOT_START, EXIT_SIDECAR_GONE, EXIT_NO_COMMON_PROTOCOL, EXIT_USAGE } = require('./exits');
+const stdio = require('./stdio');
 
 // ---------------------------------------------------------------------------------------
 // Version negotiation
@@ -66,20 +67,23 @@ class App {
     return this;
   }
 
-  // Hooks, as Soniq's before_job / after_job / on_error: one-shot side effects, run in
-  // registration order and awaited; one that throws is logged on stderr and changes nothing.
+  // Hooks, as Soniq's before_job / after_job / on_error, where its worker runs them: one-shot
+  // side effects, run in registration order and awaited; one that throws is logged on stderr
+  // and changes nothing.
   // beforeJob(ctx): before validation, for every job this process serves.
   beforeJob(fn) {
     return this._addHook('beforeJob', fn);
   }
 
-  // afterJob(ctx, {result, durationMs}): after the job succeeded (not after a snooze).
+  // afterJob(ctx, {result, durationMs}): after the job succeeded (not after a snooze), once its
+  // result is sent: outside its slot and its timeout.
   afterJob(fn) {
     return this._addHook('afterJob', fn);
   }
 
   // onError(ctx, error): after the handler or a middleware threw (a cancel for job_timeout
-  // included, not a shutdown's), before the result is sent. Not for a failed validation.
+  // included, not a shutdown's) or its value cannot be sent, before the failure is sent. Not for
+  // a failed validation.
   onError(fn) {
     return this._addHook('onError', fn);
   }
@@ -113,16 +117,16 @@ class App {
       throw new TypeError('listen must be a socket path, null or undefined');
     }
     this._started = true;
-    const guard = protectStdout();
+    const guard = stdio.protectStdout();
     guard.stream.on('error', (err) => {
       log(`stdout failed (${err.code || err.message}); the sidecar is gone, exiting`);
-      process.exit(1);
+      process.exit(EXIT_SIDECAR_GONE);
     });
 
     const protocol = negotiateVersion(process.env.SONIQ_PROTOCOL_VERSIONS);
     if (protocol === null) {
       log(`no shared protocol version: sidecar offers SONIQ_PROTOCOL_VERSIONS=${JSON.stringify(process.env.SONIQ_PROTOCOL_VERSIONS)}, ${SDK} speaks ${SUPPORTED_PROTOCOLS.join(',')}`);
-      process.exit(EXIT_NO_SHARED_VERSION);
+      process.exit(EXIT_NO_COMMON_PROTOCOL);
     }
     if (listen === undefined) {
       try {
@@ -137,7 +141,7 @@ class App {
       // Attach mode: a socket of its own that sidecars connect to (listen.js).
       require('./listen').serve(rt, protocol, listen).catch((err) => {
         log(`cannot serve --listen ${listen}: ${err.stack || err}`);
-        process.exit(1);
+        process.exit(EXIT_CANNOT_START);
       });
       return;
     }
@@ -146,8 +150,15 @@ class App {
       require('./unix').serve(rt, protocol, guard);
       return;
     }
-    require('./stdio').serve(rt, protocol, guard);
+    stdio.serve(rt, protocol, guard);
   }
+}
+
+// Sends console output and process.stdout.write to stderr from now on, so that nothing but
+// frames reaches stdout: for an entry file whose imports print while they load, before
+// app.run() does it. Idempotent. The real stdout's writer stays the SDK's own.
+function protectStdout() {
+  stdio.protectStdout();
 }
 
 module.exports = {
@@ -155,8 +166,6 @@ module.exports = {
   PermanentError,
   Snooze,
   ProtocolError,
-  decode,
-  encode,
   negotiateVersion,
   protectStdout,
   SDK,

@@ -11,9 +11,9 @@ const net = require('node:net');
 const path = require('node:path');
 const { SessionCore, sessionService, ACK_WAIT_MS } = require('./session');
 const { requirePeer, decodeHealthRequest, unaryDef, tracer, PROTO_PATH } = require('./unix');
-const { log } = require('./runtime');
+const { log } = require('./log');
+const { EXIT_OK, EXIT_USAGE } = require('./exits');
 
-const EXIT_USAGE = 2; // a bad --listen, or its path in use or not a socket
 // The service name the sidecar checks, and the server as a whole.
 const HEALTH_SERVICES = ['plugin', ''];
 // Group read/write, nothing for others: a sidecar container of another user that shares the
@@ -108,7 +108,7 @@ async function serve(rt, protocolVersion, socketPath) {
 
   // Told to stop and nothing held: end the session, let the last messages go out, exit 0.
   function maybeExit() {
-    if (!core.draining || rt.count > 0 || exiting) return;
+    if (!core.draining || !rt.idle || exiting) return;
     // The last results are acknowledged once the sidecar has written them; a short wait, so
     // that none is left to a session that ends.
     if (core.awaitingAcks() && ackWait !== 'over') {
@@ -126,11 +126,11 @@ async function serve(rt, protocolVersion, socketPath) {
     core.endCurrent();
     const force = setTimeout(() => {
       server.forceShutdown();
-      process.exit(0);
+      process.exit(EXIT_OK);
     }, STOP_GRACE_MS);
     server.tryShutdown(() => {
       clearTimeout(force);
-      process.exit(0);
+      process.exit(EXIT_OK);
     });
   }
 
@@ -184,4 +184,4 @@ async function serve(rt, protocolVersion, socketPath) {
   log(`listening on unix socket ${socketPath} (attach mode: one session at a time; SIGTERM drains and exits)`);
 }
 
-module.exports = { serve, listenPath, HEALTH_SERVICES, SOCKET_MODE, EXIT_USAGE };
+module.exports = { serve, listenPath, HEALTH_SERVICES, SOCKET_MODE };

@@ -12,9 +12,11 @@
 
 const { withCodec } = require('./codec');
 const { decode, decodeJobMessage, ProtocolError } = require('./protocol');
-const { Ledger, MAX_KEPT_RESULTS, draining, log, shuttingDown, unencodable } = require('./runtime');
+const { Ledger, MAX_KEPT_RESULTS } = require('./ledger');
+const { log } = require('./log');
+const { draining, shuttingDown, unencodable } = require('./results');
+const { EXIT_PROTOCOL_ERROR } = require('./exits');
 
-const EXIT_PROTOCOL_ERROR = 4;
 // How long a handler told to stop waits, once it holds no job, for the open session to
 // acknowledge the results it sent.
 const ACK_WAIT_MS = 5000;

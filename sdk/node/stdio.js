@@ -7,9 +7,10 @@
 const { once } = require('node:events');
 const { Console } = require('node:console');
 const { decode, encode, ProtocolError } = require('./protocol');
-const { log, shuttingDown } = require('./runtime');
+const { log } = require('./log');
+const { shuttingDown } = require('./results');
+const { EXIT_CANNOT_START, EXIT_OK, EXIT_PROTOCOL_ERROR } = require('./exits');
 
-const EXIT_PROTOCOL_ERROR = 4;
 
 let stdoutGuard = null;
 
@@ -129,7 +130,7 @@ class Stdio {
     process.on('exit', () => {
       if (rt.count > 0 && !this.exiting) {
         log(`exiting with ${rt.count} job(s) in flight and no result sent`);
-        if (!process.exitCode) process.exitCode = 1;
+        if (!process.exitCode) process.exitCode = EXIT_CANNOT_START;
       }
     });
 
@@ -230,9 +231,9 @@ class Stdio {
   }
 
   _maybeExit() {
-    if (!this.draining || this.rt.count > 0 || this.exiting) return;
+    if (!this.draining || !this.rt.idle || this.exiting) return;
     this.exiting = true;
-    this.writer.idle().then(() => process.exit(0));
+    this.writer.idle().then(() => process.exit(EXIT_OK));
   }
 }
 

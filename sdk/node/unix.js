@@ -14,7 +14,8 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const { SessionCore, sessionService } = require('./session');
-const { log } = require('./runtime');
+const { log } = require('./log');
+const { EXIT_CANNOT_START, EXIT_NO_COMMON_PROTOCOL, EXIT_OK } = require('./exits');
 
 const MAGIC_COOKIE_KEY = 'SONIQ_PLUGIN_MAGIC_COOKIE';
 const MAGIC_COOKIE_VALUE = 'soniq-handler-v1';
@@ -88,7 +89,7 @@ function requirePeer(name, what = 'SONIQ_TRANSPORT=unix') {
     } else {
       log(`${what}: cannot load ${name}: ${String(err.message).split('\n')[0]}`);
     }
-    process.exit(1);
+    process.exit(EXIT_CANNOT_START);
   }
 }
 
@@ -97,12 +98,12 @@ function requirePeer(name, what = 'SONIQ_TRANSPORT=unix') {
 function serve(rt, protocolVersion, guard) {
   if (process.env[MAGIC_COOKIE_KEY] !== MAGIC_COOKIE_VALUE) {
     log(`SONIQ_TRANSPORT=unix: this process is a go-plugin handler and must be started by soniq-sidecar (${MAGIC_COOKIE_KEY} is not set as expected)`);
-    process.exit(1);
+    process.exit(EXIT_CANNOT_START);
   }
   const offered = (process.env.PLUGIN_PROTOCOL_VERSIONS ?? String(protocolVersion)).split(',').map((s) => s.trim());
   if (!offered.includes(String(protocolVersion))) {
     log(`go-plugin offers app protocol versions ${JSON.stringify(offered.join(','))}; this SDK speaks ${protocolVersion}`);
-    process.exit(3);
+    process.exit(EXIT_NO_COMMON_PROTOCOL);
   }
   const grpc = requirePeer('@grpc/grpc-js');
   const protoLoader = requirePeer('@grpc/proto-loader');
@@ -133,9 +134,9 @@ function serve(rt, protocolVersion, guard) {
   });
 
   const maybeExit = () => {
-    if (!draining || rt.count > 0) return;
+    if (!draining || !rt.idle) return;
     // Let the last messages (and the Shutdown reply) go out, then exit 0.
-    server.tryShutdown(() => process.exit(0));
+    server.tryShutdown(() => process.exit(EXIT_OK));
   };
 
   const handler = {
@@ -169,7 +170,7 @@ function serve(rt, protocolVersion, guard) {
   server.bindAsync(`unix:${socket}`, grpc.ServerCredentials.createInsecure(), (err) => {
     if (err) {
       log(`cannot listen on ${socket}: ${err.message}`);
-      process.exit(1);
+      process.exit(EXIT_CANNOT_START);
     }
     guard.write(`${CORE_PROTOCOL_VERSION}|${protocolVersion}|unix|${socket}|grpc\n`);
   });

@@ -42,6 +42,9 @@ app.use(async (ctx, args, next) => (ctx.name === 'api.hooked' ? { wrapped: await
 
 app.job('api.hooked', (args) => ({ got: args }), { cancellable: true });
 
+// A value JSON cannot hold: done, each BigInt stored as its digits (as a Soniq worker stores str()).
+app.job('api.bigint', async () => ({ n: 2n ** 64n, list: [1n] }), { cancellable: true });
+
 app.job('api.validated', ({ n }) => ({ n }), { cancellable: true,
   validate: (args) => {
     if (typeof args.n !== 'number') throw new TypeError(`n must be a number, got ${JSON.stringify(args.n)}`);

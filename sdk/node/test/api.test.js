@@ -4,12 +4,22 @@
 // or middleware does, and what a failed validation sends.
 const nodeTest = require('node:test');
 const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const os = require('node:os');
 const path = require('node:path');
 const { Handler, ROOT } = require('./support/harness');
 const { App } = require('..');
 
 const APP = path.join(ROOT, 'test', 'support', 'api_app.js');
 const live = [];
+
+async function waitForText(h, text, timeoutMs = 5000) {
+  const deadline = Date.now() + timeoutMs;
+  while (!h.stderr.includes(text)) {
+    if (Date.now() > deadline) throw new Error(`no ${JSON.stringify(text)} on stderr within ${timeoutMs} ms:\n${h.stderr}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
 
 function test(name, fn) {
   nodeTest(name, async (t) => {
@@ -21,8 +31,8 @@ function test(name, fn) {
   });
 }
 
-async function start() {
-  const h = new Handler(APP);
+async function start(env = {}) {
+  const h = new Handler(APP, { env });
   live.push(h);
   await h.hello();
   return h;
@@ -111,6 +121,26 @@ test('middleware: may short-circuit, pass other args to next(), or throw (a fail
   const t = await run(h, 'mwThrow-1', 'api.order', { quantity: 1 });
   assert.deepEqual([t.result.status, t.result.error.message, t.result.error.retryable], ['failed', 'middleware broke', true]);
   assert.deepEqual(t.events.slice(-2), ['mw1 caught middleware broke', 'onError middleware broke']);
+});
+
+test('afterJob runs once the result is sent, holds no slot, and the process waits for it at shutdown', async () => {
+  const release = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'soniq-api-')), 'release');
+  const h = await start({ API_APP_RELEASE: release });
+  // concurrency 4: four jobs whose afterJob waits, then a fifth, which runs at once.
+  for (let i = 0; i < 4; i++) h.job(`slowAfter-${i}`, 'api.order', { quantity: i });
+  for (let i = 0; i < 4; i++) assert.equal((await h.result(`slowAfter-${i}`)).status, 'done');
+  for (let i = 0; i < 4; i++) await waitForText(h, `EV slowAfter-${i} afterJob waiting`);
+  h.job('o5', 'api.order', { quantity: 5 });
+  assert.equal((await h.result('o5')).status, 'done');
+  // Shut down: the process keeps serving (a ping is answered) while the hooks run, and exits
+  // only after them.
+  h.send({ type: 'shutdown' });
+  await h.sync(1);
+  assert.equal(h.exitCode, undefined);
+  assert.doesNotMatch(h.stderr, /afterJob released/);
+  fs.writeFileSync(release, '');
+  assert.deepEqual(await h.exit(), { code: 0, signal: null });
+  assert.equal(h.stderr.match(/afterJob released/g).length, 4);
 });
 
 test('a snooze calls neither afterJob nor onError', async () => {

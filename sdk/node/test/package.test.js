@@ -93,8 +93,9 @@ test('the tarball holds the SDK, its types and the proto, and no tests', () => {
   const { packed, installed, dir } = project();
   const files = packed.files.map((f) => f.path).sort();
   assert.deepEqual(files, [
-    'README.md', 'codec.js', 'index.d.ts', 'index.js', 'jsontext.js', 'listen.js', 'outcomes.js', 'package.json', 'probe.js', 'proto/handler.proto', 'protocol.d.ts',
-    'protocol.js', 'runtime.js', 'session.js', 'stdio.js', 'unix.js',
+    'README.md', 'codec.js', 'exits.js', 'index.d.ts', 'index.js', 'jsontext.js', 'ledger.js', 'listen.js', 'log.js', 'outcomes.js', 'package.json',
+    'probe.js', 'proto/handler.proto', 'protocol.d.ts', 'protocol.js', 'registry.js', 'results.js', 'runtime.js', 'session.js', 'stdio.js',
+    'unix.js', 'version.js',
   ]);
   assert.equal(fs.readFileSync(path.join(installed, 'proto', 'handler.proto'), 'utf8'), fs.readFileSync(REPO_PROTO, 'utf8'));
   // The gRPC packages are optional peers: a plain install does not bring them.

@@ -7,7 +7,10 @@ const test = require('node:test');
 const assert = require('node:assert/strict');
 const path = require('node:path');
 const { decode, encode } = require('../protocol');
-const { Runtime, Registry, Ledger, SDK } = require('../runtime');
+const { Runtime } = require('../runtime');
+const { Registry } = require('../registry');
+const { Ledger } = require('../ledger');
+const { SDK } = require('../version');
 const { App, Snooze, PermanentError } = require('../index');
 const { Handler, ROOT } = require('./support/harness');
 const { Listening, openSession, tempDir, waitFor } = require('./support/attach');
@@ -108,7 +111,7 @@ test('runtime: a non-cancellable job ignores a cancel and reports its real resul
   assert.equal(signal.aborted, false);
 });
 
-test('runtime: outcomes; a result that cannot be sent fails the job', async () => {
+test('runtime: outcomes; a BigInt is sent as its digits, a result over the frame limit fails the job', async () => {
   const h = harness({ maxFrameBytes: 4096 });
   h.add('snooze', () => new Snooze(3, 'later'));
   h.add('permanent', () => { throw new PermanentError('no'); });
@@ -122,7 +125,7 @@ test('runtime: outcomes; a result that cannot be sent fails the job', async () =
   assert.deepEqual([got['1'].status, got['1'].seconds, got['1'].reason], ['snooze', 3, 'later']);
   assert.equal(got['2'].error.type, 'PermanentError');
   assert.equal(got['2'].error.retryable, false);
-  assert.match(got['3'].error.message, /^result of job 3 is not JSON-serialisable/);
+  assert.deepEqual([got['3'].status, got['3'].result], ['done', { n: '10' }]);
   assert.equal(got['4'].error.type, 'ResultTooLarge');
   assert.deepEqual(got['5'].result, { n: 7 });
   assert.equal(got['6'].error.reason, 'invalid_arguments');
@@ -151,6 +154,33 @@ test('runtime: a result that cannot be written fails permanently with its cause,
   assert.deepEqual([got.thrown.error.type, got.thrown.error.retryable], ['object', true]);
   assert.deepEqual([got.message.error.type, got.message.error.message], ['Error', '<reading its message threw RangeError>']);
   assert.match(got.fake.error.message, /^result of job fake is not JSON-serialisable: a Snooze needs seconds >= 0/);
+});
+
+test('runtime: what JSON cannot hold is sent as a string, with one WARN line naming the job and the types', async () => {
+  const lines = [];
+  const write = process.stderr.write;
+  process.stderr.write = (chunk, ...rest) => (String(chunk).includes('WARN') ? (lines.push(String(chunk)), true) : write.call(process.stderr, chunk, ...rest));
+  try {
+    const h = harness();
+    h.add('n', () => ({ big: 2n ** 70n, list: [1n, { toJSON: () => -3n }], d: new Date(0) }));
+    h.add('sym', () => Symbol('tag'));
+    h.add('fn', () => function handler() {});
+    h.add('both', () => { const a = { n: 1n }; a.self = a; return a; }); // a cycle stays a failure
+    for (const id of ['n', 'sym', 'fn', 'both']) h.start(id, id);
+    const got = await h.until(4);
+    assert.deepEqual([got.n.status, got.n.result], ['done', { big: '1180591620717411303424', list: ['1', '-3'], d: '1970-01-01T00:00:00.000Z' }]);
+    assert.deepEqual([got.sym.status, got.sym.result], ['done', 'Symbol(tag)']);
+    assert.deepEqual([got.fn.status, got.fn.result], ['done', '[function handler]']);
+    assert.deepEqual([got.both.status, got.both.error.retryable], ['failed', false]);
+    assert.match(got.both.error.message, /Converting circular structure to JSON/);
+    assert.deepEqual(lines.map((l) => l.replace(/^soniq-handler\[\d+\]: /, '').trim()).sort(), [
+      'WARN: job fn (fn) returned function, which JSON cannot hold; its result stores each as a string, as a Soniq worker stores str() of it',
+      'WARN: job n (n) returned bigint, which JSON cannot hold; its result stores each as a string, as a Soniq worker stores str() of it',
+      'WARN: job sym (sym) returned symbol, which JSON cannot hold; its result stores each as a string, as a Soniq worker stores str() of it',
+    ]);
+  } finally {
+    process.stderr.write = write;
+  }
 });
 
 test('runtime: a failure over the frame limit is cut to fit and keeps its retryability', async () => {
@@ -240,7 +270,7 @@ test('session: a reported result becomes the Result message its parsed stdio enc
   }
 });
 
-test('runtime: hooks and middleware run in order, afterJob before the result is reported', async () => {
+test('runtime: hooks and middleware run in order, afterJob once the result is reported', async () => {
   const h = harness();
   const seen = [];
   h.reg.hooks.beforeJob.push((ctx) => seen.push(`before ${ctx.id} attempt ${ctx.attempt}`));
@@ -251,7 +281,50 @@ test('runtime: hooks and middleware run in order, afterJob before the result is 
   h.start('a', 'ok', { v: 1 });
   const got = await h.until(1);
   assert.deepEqual(got.a.result, { wrapped: 2 });
-  assert.deepEqual(seen, ['before a attempt 2', 'outer', 'inner', 'after a {"wrapped":2} reports=0']);
+  // As Soniq calls after_job after mark_job_done: the result is out first.
+  assert.deepEqual(seen, ['before a attempt 2', 'outer', 'inner', 'after a {"wrapped":2} reports=1']);
+});
+
+test('runtime: afterJob holds no slot and the runtime is idle only once it returns', async () => {
+  const h = harness({ concurrency: 1 });
+  const g = gate();
+  const after = [];
+  h.reg.hooks.afterJob.push(async (ctx) => { after.push(ctx.id); await g.p; });
+  h.add('ok', ({ n }) => n);
+  h.start('a', 'ok', { n: 1 });
+  h.start('b', 'ok', { n: 2 });
+  // Both results are out while a's afterJob still waits: its slot went to b.
+  const got = await h.until(2);
+  assert.deepEqual([got.a.result, got.b.result], [1, 2]);
+  assert.deepEqual(after, ['a', 'b']);
+  assert.equal(h.rt.count, 0);
+  assert.equal(h.rt.idle, false);
+  const changes = h.changes;
+  g.open();
+  await waitFor(() => h.rt.idle, () => 'hooks still running', 5000);
+  assert.ok(h.changes > changes, 'the hooks ending is a change');
+});
+
+test('runtime: onError runs before the failure is reported, also for a value that cannot be sent', async () => {
+  const h = harness();
+  const g = gate();
+  const seen = [];
+  h.reg.hooks.onError.push(async (ctx, err) => {
+    seen.push(`onError ${ctx.id} ${err.name}: ${err.message.split(':')[0]} reports=${h.reports.length}`);
+    await g.p;
+  });
+  h.add('boom', () => { throw new TypeError('boom'); });
+  h.add('cycle', () => { const a = {}; a.a = a; return a; });
+  h.start('f', 'boom', {});
+  h.start('c', 'cycle', {});
+  await waitFor(() => seen.length === 2, () => JSON.stringify(seen), 5000);
+  await tick();
+  assert.equal(h.reports.length, 0, 'no failure is sent while its onError hooks run');
+  g.open();
+  const got = await h.until(2);
+  assert.equal(got.f.status, 'failed');
+  assert.equal(got.c.status, 'failed');
+  assert.deepEqual(seen.sort(), ['onError c TypeError: result of job c is not JSON-serialisable reports=0', 'onError f TypeError: boom reports=0']);
 });
 
 test('runtime: duplicate(), start of a held job, hello', async () => {

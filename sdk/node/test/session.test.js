@@ -494,7 +494,7 @@ test('spawned: SIGTERM behaves as before (the default: the process ends)', async
   assert.deepEqual(await p.exit(), { code: null, signal: 'SIGTERM' });
 });
 
-test('attach: results that cannot be written fail over a session too, and the next job runs', async () => {
+test('attach: results that cannot be written fail over a session too, a BigInt is sent as its digits, and the next job runs', async () => {
   const h = await listen({ script: path.join(__dirname, 'support', 'property_app.js') });
   const { c } = await session(h.sock);
   const cases = {
@@ -504,6 +504,7 @@ test('attach: results that cannot be written fail over a session too, and the ne
     fake: { mode: 'return', recipe: { k: 'fake_snooze' } },
     trap: { mode: 'throw', recipe: { cls: 'trap', message: { k: 'json', v: 'x' }, retryable: null } },
     ok: { mode: 'return', recipe: { k: 'json', v: { fine: true } } },
+    big: { mode: 'return', recipe: { k: 'array', items: [{ k: 'bigint' }, { k: 'to_json_bigint' }] } },
   };
   for (const [id, args] of Object.entries(cases)) c.job(id, 'p.async', args);
   const got = {};
@@ -519,5 +520,7 @@ test('attach: results that cannot be written fail over a session too, and the ne
   assert.match(got.deep.error.message, /it is nested 20000 levels deep/);
   assert.deepEqual([got.trap.status, got.trap.error.type, got.trap.error.retryable], ['FAILED', 'Error', true]);
   assert.deepEqual([got.ok.status, JSON.parse(got.ok.result_json)], ['DONE', { fine: true }]);
+  assert.deepEqual([got.big.status, JSON.parse(got.big.result_json)], ['DONE', ['10', '1']]);
+  assert.match(h.stderr, /WARN: job big \(p\.async\) returned bigint, which JSON cannot hold/);
   assert.ok(!/unhandled|Uncaught/.test(h.stderr), h.stderr);
 });

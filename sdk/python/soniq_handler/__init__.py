@@ -16,8 +16,16 @@ See README.md next to this package for the full story.
 """
 
 from ._version import PROTOCOL_VERSIONS, __version__
-from .app import App, CallNext, JobContext, Middleware, PermanentError, ServeError, Snooze, Validator, negotiate_version
+from ._serve import negotiate_version
+from ._types import CallNext, JobContext, Middleware, PermanentError, ServeError, Snooze, Validator
+from .app import App
 from .protocol import ProtocolError
+
+# The public API, listed here only: every name a handler may import from
+# soniq_handler. The submodule soniq_handler.protocol (the strict codec) is
+# public too, with its own __all__; every other module is internal (_name.py,
+# and app.py, where App is defined). The exit statuses are documented numbers
+# (ServeError.exit_code), not names.
 
 __all__ = [
     "App",

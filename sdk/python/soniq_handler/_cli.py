@@ -1,8 +1,9 @@
 """The command lines: ``python3 -m soniq_handler MODULE[:ATTR] [--listen PATH]``,
-``python3 -m soniq_handler probe PATH [--timeout SECONDS]`` (``main``), and the
-``--listen PATH`` a script that calls ``app.run()`` accepts among its own
-arguments (``listen_option``). A bad command line is a usage error: a line
-saying what is wrong, the usage, exit status 2."""
+``python3 -m soniq_handler probe PATH [--timeout SECONDS]`` (``main``). A bad
+command line is a usage error: a line saying what is wrong, the usage, exit
+status 2. The ``--listen PATH`` a script that calls ``app.run()`` accepts is
+parsed in _options.py, which app.py imports: this module imports app.py,
+never the reverse."""
 
 from __future__ import annotations
 
@@ -11,31 +12,14 @@ import importlib
 import sys
 from typing import List, NoReturn, Optional, Sequence
 
+from ._options import PROG, Parser, UsageError, add_listen
 from ._types import EXIT_USAGE
+from .app import App
 
-PROG = "python3 -m soniq_handler"
 USAGE = (
     f"{PROG} MODULE[:ATTR] [--listen PATH]\n"
     f"       {PROG} probe PATH [--timeout SECONDS]"
 )
-
-
-class UsageError(Exception):
-    """A command line that cannot be acted on; exit status 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """Raises UsageError instead of exiting, so that each caller decides how
-    to report it (argparse's exit_on_error=False does not cover every error)."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
-def _socket_path(text: str) -> str:
-    if not text:
-        raise argparse.ArgumentTypeError("needs a socket path")
-    return text
 
 
 def _positive_seconds(text: str) -> float:
@@ -48,44 +32,20 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
-def _add_listen(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--listen",
-        metavar="PATH",
-        type=_socket_path,
-        help="attach mode: serve a Unix socket of its own at PATH (default: $SONIQ_LISTEN)",
-    )
-
-
-def listen_option(argv: Sequence[str]) -> Optional[str]:
-    """The ``--listen PATH`` (or ``--listen=PATH``) among a script's
-    arguments, None when there is none. The script's other arguments are its
-    own and left alone. Raises UsageError for a --listen without a path."""
-    parser = _Parser(prog=PROG, add_help=False, allow_abbrev=False)
-    _add_listen(parser)
-    try:
-        known, _ = parser.parse_known_args(list(argv))
-    except UsageError:
-        # Nothing else can be wrong: no value, or an empty one.
-        raise UsageError("--listen needs a socket path") from None
-    listen: Optional[str] = known.listen
-    return listen
-
-
 def _run_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog=PROG,
         usage=USAGE,
         allow_abbrev=False,
         description="Imports MODULE and serves its soniq_handler.App (the attribute ATTR, app by default).",
     )
     parser.add_argument("target", metavar="MODULE[:ATTR]", help="the module holding the App, and its name there")
-    _add_listen(parser)
+    add_listen(parser)
     return parser
 
 
 def _probe_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog=f"{PROG} probe",
         allow_abbrev=False,
         description="Exit status 0 when the handler serving PATH reports SERVING, 1 otherwise "
@@ -123,8 +83,6 @@ def main(argv: Optional[List[str]] = None) -> NoReturn:
     module_name, _, attr = ns.target.partition(":")
     if not module_name:
         _usage_error(parser, f"no module in {ns.target!r}")
-    from .app import App
-
     module = importlib.import_module(module_name)
     app = getattr(module, attr or "app", None)
     if not isinstance(app, App):

@@ -1,19 +1,23 @@
 """The result frames a job ends with, and how each is reported: a handler's
 failure (whatever its exception does), the frames a transport sends on its
 own, and the one check every result passes before it goes out
-(``encode_result``): a value that cannot be written, or is over the frame
-limit, fails its job with the cause, not retried (docs/protocol.md, "Result
-encoding failures"); nothing here raises for what a handler returned.
+(``encode_result``). A value JSON cannot hold (a set, bytes, a datetime...)
+is written as Soniq's worker stores it, ``str()`` of it, with a WARN line; a
+value that contains itself, is nested deeper than a frame may be, or is over
+the frame limit fails its job with the cause, not retried (docs/protocol.md,
+"Result encoding failures"); nothing here raises for what a handler returned.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import traceback
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 from . import protocol
+from ._log import log
 from ._types import Snooze
 
 # Error texts are cut to this many characters so that a failed result stays far
@@ -166,21 +170,111 @@ def error_text(error: protocol.ErrorInfo) -> str:
 UNENCODABLE_RETRYABLE = False
 
 
-def encode_result(frame: protocol.ResultFrame, max_frame_bytes: int) -> Tuple[protocol.ResultFrame, bytes]:
-    """The result as it is reported, encoded. A value that cannot be written
-    (a type JSON cannot carry, a cycle, nesting too deep, a method of it
-    that raises, memory) or one over the frame limit fails the job instead,
-    with the cause in the message; a failure over the limit keeps its type
-    and retryability and is cut to fit. Never raises for anything in the
-    frame (every transport reports what this returns)."""
+def encode_result(
+    frame: protocol.ResultFrame, max_frame_bytes: int, job_name: Optional[str] = None
+) -> Tuple[protocol.ResultFrame, bytes]:
+    """The result as it is reported, encoded. A done result holding values
+    JSON cannot hold is reported done with each of them as ``str()`` of it,
+    as Soniq's worker stores it (``json.dumps(v, default=str)``), and one
+    WARN line naming the job and the types (``stringified``). A value that
+    still cannot be written (a cycle, nesting too deep, a method of it that
+    raises, memory) or one over the frame limit fails the job instead, with
+    the cause in the message; a failure over the limit keeps its type and
+    retryability and is cut to fit. Never raises for anything in the frame
+    (every transport reports what this returns)."""
+    types: Set[str] = set()
     try:
         data = protocol.encode(frame)
     except BaseException as e:  # noqa: B036 - the value's own methods run here, whatever they raise
-        frame = unencodable(frame, e)
-        data = protocol.encode(frame)
+        frame, data = _stringified_or_failed(frame, e, types)
     if len(data) > max_frame_bytes:
         frame, data = _fit(frame, len(data), max_frame_bytes)
+    elif types:
+        job = frame["id"] if job_name is None else f"{frame['id']} ({job_name})"
+        log(f"WARN: job {job} returned {', '.join(sorted(types))}, which JSON cannot hold; "
+            "its result stores str() of each, as a Soniq worker does")
     return frame, data
+
+
+def _stringified_or_failed(
+    frame: protocol.ResultFrame, e: BaseException, types: Set[str]
+) -> Tuple[protocol.ResultFrame, bytes]:
+    """A frame whose encoding raised ``e``: a done one with its values JSON
+    cannot hold stringified (their types added to ``types``), when that is
+    all that was wrong; otherwise the failure that replaces it."""
+    if frame.get("status") == "done" and not isinstance(e, (RecursionError, protocol.DepthError, MemoryError)):
+        try:
+            cycle, depth = _shape(frame.get("result"))
+            if cycle is None and depth < protocol.MAX_DEPTH:
+                found: Set[str] = set()
+                done: protocol.ResultFrame = {**frame, "result": stringified(frame.get("result"), found)}
+                data = protocol.encode(done)
+                types.update(found)
+                return done, data
+        except BaseException as again:  # noqa: B036 - the value's own methods run here
+            e = again
+    failed = unencodable(frame, e)
+    return failed, protocol.encode(failed)
+
+
+def stringified(value: Any, types: Set[str]) -> Any:
+    """``value`` with what JSON cannot hold replaced as ``json.dumps(value,
+    default=str)`` replaces it, the way Soniq's Postgres codec stores a
+    result: a value of another type becomes ``str()`` of it (a set inside a
+    dict ``"{1, 2}"``, bytes ``"b'\\xff'"``), a key that is an int, float,
+    bool or None the text json gives it (``"1"``, ``"true"``, ``"null"``).
+    Beyond json.dumps, so that the sidecar can read every result: a key of
+    another type is ``str()`` of it too (json.dumps raises there), an int too
+    large for a 64-bit float, NaN and the infinities become ``str()`` of
+    them, and lone surrogates U+FFFD. The names of the types replaced go to
+    ``types``. The caller has checked that ``value`` holds no cycle and is
+    not nested too deep; what its methods raise, this raises."""
+    if value is None or value is True or value is False:
+        return value
+    if isinstance(value, str):
+        fixed = _utf8(str.__str__(value))
+        if fixed != value:
+            types.add("str with lone surrogates")
+        return fixed
+    if isinstance(value, int):
+        try:
+            float(value)
+            return value
+        except OverflowError:
+            types.add(f"{type_name(value)} too large for a 64-bit float")
+            return int.__repr__(value)
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        types.add(f"{type_name(value)} {float.__repr__(value)}")
+        return float.__repr__(value)
+    # Loops, not comprehensions: one stack frame per level of nesting, as the
+    # encoder takes, so that what it can write this can convert.
+    if isinstance(value, dict):
+        out: Dict[str, Any] = {}
+        for key, item in value.items():
+            out[_key(key, types)] = stringified(item, types)
+        return out
+    if isinstance(value, (list, tuple)):
+        items: List[Any] = []
+        for item in value:
+            items.append(stringified(item, types))
+        return items
+    types.add(type_name(value))
+    return _utf8(str.__str__(str(value)))
+
+
+def _key(key: Any, types: Set[str]) -> str:
+    if isinstance(key, str):
+        return stringified(key, types)  # type: ignore[no-any-return]
+    types.add(f"{type_name(key)} key")
+    if key is True or key is False or key is None:
+        return {True: "true", False: "false", None: "null"}[key]
+    if isinstance(key, int):
+        return int.__repr__(key)
+    if isinstance(key, float):
+        return float.__repr__(key) if math.isfinite(key) else {"inf": "Infinity", "-inf": "-Infinity"}.get(repr(key), "NaN")
+    return _utf8(str.__str__(str(key)))
 
 
 def unencodable(frame: protocol.ResultFrame, e: BaseException) -> protocol.ResultFrame:
@@ -199,11 +293,16 @@ def _encoding_cause(value: Any, e: BaseException) -> str:
     """Why ``value`` could not be written, in words: for a RecursionError or
     a value nested too deep, whether it contains itself (and where) or how
     deep it goes."""
-    if not isinstance(e, (RecursionError, protocol.DepthError)):
+    deep = isinstance(e, (RecursionError, protocol.DepthError))
+    if not deep and not isinstance(value, (dict, list, tuple)):
         return safe_str(e)
+    # A value that contains itself fails for that, whatever the encoder met
+    # first (a set before the cycle is stringified; the cycle is not).
     cycle, depth = _shape(value)
     if cycle is not None:
         return f"it contains itself: {cycle}"
+    if not deep:
+        return safe_str(e)
     if depth >= protocol.MAX_DEPTH:
         return f"it is nested {depth} levels deep, over the {protocol.MAX_DEPTH - 1} a result may have"
     if isinstance(e, RecursionError) and depth > sys.getrecursionlimit() // 2:

@@ -11,9 +11,12 @@ the results the Runtime reports. The Runtime:
   (``async def``: cancellable) or in the bounded thread pool (plain ``def``,
   ``sync_concurrency`` threads: never interrupted);
 - cancels async jobs for the sidecar (a job_timeout or a shutdown_timeout);
-- settles each result: the result frame checked (JSON, the frame limit),
-  reported once through the callback the transport gave with the job, then
-  the after_job / on_error hooks in a task of their own;
+- settles each result where a Soniq worker does: a failure's on_error hooks
+  run before it is reported (Soniq calls on_error before it writes the
+  failure), inside the job; a success is checked (JSON, the frame limit),
+  reported once through the callback the transport gave with the job, and
+  only then are its after_job hooks called (Soniq calls after_job after
+  mark_job_done), in a task of their own that holds no slot;
 - ends serving with an exit status (``fail``): under App.run() at once.
 
 Its interface, all a transport uses (called on the event loop's thread)::
@@ -81,6 +84,10 @@ class _Job:
     # Its args were valid and the handler (with its middleware) was called:
     # from then on after_job / on_error apply, as under a Soniq worker.
     ran: bool = False
+    # The result checked and encoded inside the job (so that a value that
+    # cannot be sent gets on_error before its failure goes out): reported as
+    # it is when it is the frame the job ended with.
+    encoded: Optional[Tuple[protocol.ResultFrame, bytes]] = None
 
     @property
     def cancellable(self) -> bool:
@@ -113,7 +120,7 @@ class Runtime:
         self._jobs: Dict[str, _Job] = {}  # every job held, started or waiting
         self._waiting: Deque[str] = deque()  # ids waiting for one of `concurrency` slots
         self._active = 0  # started jobs (tasks not yet finished)
-        self._hook_tasks: Set[asyncio.Task[None]] = set()  # after_job / on_error still running
+        self._hook_tasks: Set[asyncio.Task[None]] = set()  # after_job hooks still running
         self._executor: Optional[ThreadPoolExecutor] = None
 
     # ------------------------------------------------------------ lifecycle
@@ -219,11 +226,11 @@ class Runtime:
 
     @property
     def idle(self) -> bool:
-        """No job held and no after_job / on_error hook running."""
+        """No job held and no after_job hook running."""
         return not self._jobs and not self._hook_tasks
 
     async def hooks_idle(self) -> None:
-        """Returns once every after_job / on_error hook has returned."""
+        """Returns once every after_job hook has returned."""
         while self._hook_tasks:
             await asyncio.wait(set(self._hook_tasks))
 
@@ -263,7 +270,10 @@ class Runtime:
         send that result, and the sidecar settles the jobs of a process that
         exits."""
         try:
-            frame, data = encode_result(frame, self.max_frame_bytes)
+            if job.encoded is not None and job.encoded[0] is frame:
+                data = job.encoded[1]
+            else:
+                frame, data = encode_result(frame, self.max_frame_bytes)
             job.report(frame, data)
         except Exception as e:
             tb = format_traceback(e) or ""
@@ -274,8 +284,10 @@ class Runtime:
 
     async def _execute(self, job: _Job) -> protocol.ResultFrame:
         """Runs one job as a Soniq worker does: before_job hooks, the args
-        validated, then the middleware chain around the handler. Returns its
-        result frame; a cancel (async jobs) raises CancelledError."""
+        validated, then the middleware chain around the handler; a failure
+        then runs its on_error hooks, before it is reported. Returns its
+        result frame; a cancel (async jobs) raises CancelledError, after the
+        on_error hooks when it was for the job's timeout."""
         handler, ctx = job.handler, job.ctx
         if handler is None:
             # As under a Soniq worker, an unregistered job runs no hook.
@@ -297,17 +309,43 @@ class Runtime:
         try:
             value = await self._chain(handler, args)(ctx)
         except asyncio.CancelledError:
+            if job.cancel_reason == "job_timeout":
+                # A job timeout is a failure of the job (the sidecar fails
+                # its row): on_error, in Soniq's words (the row's last_error
+                # adds the timeout, which the sidecar knows and the handler
+                # does not). A cancel at shutdown puts the job back: no hook.
+                await self._call_hooks("on_error", ctx.name, ctx.id, "Job timed out", ctx.attempt)
             raise  # reported by _finish as "cancelled"
         except Snooze as s:
             return snoozed(ctx.id, s)
         except BaseException as e:  # noqa: B902 - a handler's failure never kills the process
-            return raised(ctx.id, e)
+            return await self._failed(job, raised(ctx.id, e))
         done = result(ctx.id, "done", value=value)
         try:
             is_snooze = isinstance(value, Snooze)
         except BaseException as e:  # noqa: B036 - a __class__ that raises: the value cannot be written either
-            return unencodable(done, e)
-        return snoozed(ctx.id, value) if is_snooze else done
+            return await self._failed(job, unencodable(done, e))
+        if is_snooze:
+            return snoozed(ctx.id, value)
+        # Checked here, inside the job: a value that cannot be sent is a
+        # failure, and gets on_error before it goes out.
+        job.encoded = encode_result(done, self.max_frame_bytes, ctx.name)
+        if job.encoded[0]["status"] == "failed":
+            return await self._failed(job, job.encoded[0])
+        return job.encoded[0]
+
+    async def _failed(self, job: _Job, frame: protocol.ResultFrame) -> protocol.ResultFrame:
+        """A failure of a job that ran: its on_error hooks, with the text the
+        row's last_error gets (of the failure as it will be reported), then
+        the failure to report."""
+        if frame["error"] is not None and self.registry.hooks["on_error"]:
+            checked, data = encode_result(frame, self.max_frame_bytes)
+            job.encoded = (checked, data)
+            ctx = job.ctx
+            assert checked["error"] is not None
+            await self._call_hooks("on_error", ctx.name, ctx.id, error_text(checked["error"]), ctx.attempt)
+            return checked
+        return frame
 
     def _chain(self, handler: Handler, args: Any) -> CallNext:
         """The handler wrapped in the middleware, first registered outermost."""
@@ -339,31 +377,17 @@ class Runtime:
                 log(f"{event} hook {_callable_name(fn)} failed (ignored): {type_name(e)}: {safe_str(e)}\n{tb}")
 
     def _settle(self, job: _Job, frame: protocol.ResultFrame) -> None:
-        """Once a job's result is reported: its after_job or on_error hooks,
-        in a task of their own, so that they neither delay the result nor
-        count against the job's timeout. A job the sidecar cancelled for its
-        timeout had its row failed by the sidecar: on_error; one cancelled at
-        shutdown goes back to the queue: no hook."""
-        if not job.ran:
-            return  # never ran: unknown job, invalid args, cancelled before
-        ctx = job.ctx
-        args: Tuple[Any, ...]
-        if job.cancel_reason is not None:
-            if job.cancel_reason != "job_timeout":
-                return
-            # Soniq's words; the row's last_error adds the timeout, which
-            # the sidecar knows and the handler does not.
-            event, args = "on_error", (ctx.name, ctx.id, "Job timed out", ctx.attempt)
-        elif frame["status"] == "done":
-            duration_ms = round((time.monotonic() - job.started) * 1000, 2)
-            event, args = "after_job", (ctx.name, ctx.id, duration_ms)
-        elif frame["status"] == "failed" and frame["error"] is not None:
-            event, args = "on_error", (ctx.name, ctx.id, error_text(frame["error"]), ctx.attempt)
-        else:
-            return  # snooze: neither
-        if not self.registry.hooks[event]:
+        """Once a job's result is reported: the after_job hooks of a job that
+        succeeded, in a task of their own, so that they neither delay the
+        result nor hold its slot nor count against its timeout (Soniq calls
+        after_job once the row is marked done)."""
+        if not job.ran or job.cancel_reason is not None or frame["status"] != "done":
+            return  # never ran, cancelled, failed (on_error ran in the job) or snoozed
+        if not self.registry.hooks["after_job"]:
             return
-        task = asyncio.ensure_future(self._call_hooks(event, *args))
+        ctx = job.ctx
+        duration_ms = round((time.monotonic() - job.started) * 1000, 2)
+        task = asyncio.ensure_future(self._call_hooks("after_job", ctx.name, ctx.id, duration_ms))
         self._hook_tasks.add(task)
         task.add_done_callback(self._hooks_ended)
 

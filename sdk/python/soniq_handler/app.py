@@ -13,44 +13,13 @@ from typing import Any, Callable, List, NoReturn, Optional, Sequence, TypeVar
 
 from . import _serve, protocol
 from ._log import log
+from ._options import UsageError, listen_option
 from ._registry import Registry, validator
 from ._runtime import Runtime
-from ._serve import negotiate_version
-from ._types import (
-    EXIT_CANNOT_START,
-    EXIT_NO_COMMON_PROTOCOL,
-    EXIT_OK,
-    EXIT_PROTOCOL_ERROR,
-    EXIT_SIDECAR_GONE,
-    EXIT_USAGE,
-    SDK_NAME,
-    CallNext,
-    JobContext,
-    Middleware,
-    PermanentError,
-    ServeError,
-    Snooze,
-    Validator,
-)
+from ._types import EXIT_OK, EXIT_USAGE, Middleware, Validator
 
-__all__ = [
-    "App",
-    "CallNext",
-    "EXIT_CANNOT_START",
-    "EXIT_NO_COMMON_PROTOCOL",
-    "EXIT_OK",
-    "EXIT_PROTOCOL_ERROR",
-    "EXIT_SIDECAR_GONE",
-    "EXIT_USAGE",
-    "JobContext",
-    "Middleware",
-    "PermanentError",
-    "SDK_NAME",
-    "ServeError",
-    "Snooze",
-    "Validator",
-    "negotiate_version",
-]
+# The package's public names are soniq_handler.__all__ (__init__.py), the one
+# list of them; this module defines App and lists nothing of its own.
 
 # A job handler: f(args) or f(args, ctx), a plain def or an async def. The
 # decorator hands it back unchanged, with its own type.
@@ -146,14 +115,16 @@ class App:
 
     def after_job(self, fn: AfterJobT) -> AfterJobT:
         """Registers ``fn(job_name, job_id, duration_ms)``, called after a job
-        succeeded, once its result is reported. A hook that raises is logged
-        and ignored."""
+        succeeded, once its result is reported (as Soniq calls it after
+        marking the row done): it holds no slot and no timeout applies. A
+        hook that raises is logged and ignored."""
         return self._add_hook("after_job", fn)
 
     def on_error(self, fn: OnErrorT) -> OnErrorT:
         """Registers ``fn(job_name, job_id, error, attempt)``, called after a
-        job failed (``error`` is the text the row's last_error gets), once
-        its result is reported. A hook that raises is logged and ignored."""
+        job failed (``error`` is the text the row's last_error gets), before
+        its failure is reported (as Soniq calls it before it writes the
+        failure). A hook that raises is logged and ignored."""
         return self._add_hook("on_error", fn)
 
     def _add_hook(self, event: str, fn: HookT) -> HookT:
@@ -180,8 +151,6 @@ class App:
         $SONIQ_LISTEN. A --listen without a path exits with status 2.
         """
         if listen is None:
-            from ._cli import UsageError, listen_option
-
             try:
                 listen = listen_option(sys.argv[1:] if argv is None else argv)
             except UsageError as e:

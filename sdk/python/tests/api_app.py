@@ -5,7 +5,8 @@ run. Run with ``python3 -m soniq_handler api_app``.
 
 $API_APP_RAISING_HOOKS=1 also registers hooks that raise (first of each kind).
 $API_APP_RELEASE names a file: after_job of a job whose id starts with
-"slowhook" waits until that file exists.
+"slowhook", and on_error of one whose id starts with "slowerr", wait until
+that file exists.
 """
 
 import asyncio
@@ -71,6 +72,16 @@ async def after(job_name, job_id, duration_ms):
 def on_error(job_name, job_id, error, attempt):
     # The error text on one line, so a test can read it back.
     ev(job_id, f"on_error {job_name} attempt={attempt} error={error!r}")
+
+
+@app.on_error
+async def slow_on_error(job_name, job_id, error, attempt):
+    if job_id.startswith("slowerr"):
+        release = os.environ["API_APP_RELEASE"]
+        ev(job_id, "on_error waiting")
+        while not os.path.exists(release):
+            await asyncio.sleep(0.01)
+        ev(job_id, "on_error released")
 
 
 # -------------------------------------------------------------- middleware

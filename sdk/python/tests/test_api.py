@@ -126,6 +126,60 @@ def test_after_job_runs_once_the_result_is_reported_and_the_process_waits_for_it
         h.kill()
 
 
+@pytest.mark.parametrize("kind", ["async", "sync"])
+def test_on_error_runs_before_the_failure_is_reported(tmp_path, kind):
+    # As Soniq's worker calls on_error before it writes the failure: the
+    # failed result waits for the hook.
+    release = tmp_path / "release"
+    h = start(API_APP_RELEASE=str(release))
+    try:
+        h.job("slowerr-1", f"api.fail_{kind}")
+        h.wait_stderr("EV slowerr-1 on_error waiting")
+        h.sync(1)  # the process answers meanwhile
+        h.no_frame_for(0.5)
+        release.touch()
+        res = h.recv()
+        assert (res["status"], res["error"]["message"]) == ("failed", f"{kind} boom")
+        assert events(h, "slowerr-1")[-2:] == ["on_error waiting", "on_error released"]
+    finally:
+        h.kill()
+
+
+def test_on_error_of_a_job_timeout_runs_before_the_cancelled_result(tmp_path):
+    release = tmp_path / "release"
+    h = start(API_APP_RELEASE=str(release))
+    try:
+        h.job("slowerr-t", "api.hang")
+        h.wait_stderr("EV slowerr-t handler")
+        h.send({"type": "cancel", "id": "slowerr-t", "reason": "job_timeout"})
+        h.wait_stderr("EV slowerr-t on_error waiting")
+        h.no_frame_for(0.5)
+        release.touch()
+        assert h.recv()["status"] == "cancelled"
+        assert "on_error api.hang attempt=1 error='Job timed out'" in events(h, "slowerr-t")
+    finally:
+        h.kill()
+
+
+def test_after_job_holds_no_slot(tmp_path):
+    # concurrency=4: four jobs whose after_job waits, then a fifth, which runs
+    # at once: a job's slot is free once its result is reported.
+    release = tmp_path / "release"
+    h = start(API_APP_RELEASE=str(release))
+    try:
+        for i in range(4):
+            h.job(f"slowhook-{i}", "api.async")
+        assert sorted(h.results(4)) == [f"slowhook-{i}" for i in range(4)]
+        for i in range(4):
+            h.wait_stderr(f"EV slowhook-{i} after_job waiting")
+        h.job("j5", "api.async")
+        assert h.recv()["id"] == "j5"
+        release.touch()
+        drain(h)
+    finally:
+        h.kill()
+
+
 # ------------------------------------------------------------- hooks raise
 
 

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from soniq_handler import protocol
-from soniq_handler._cli import UsageError, listen_option
+from soniq_handler._options import UsageError, listen_option
 from e2e_harness import TESTS_DIR, child_env
 
 

@@ -17,6 +17,7 @@ import json
 import math
 import os
 import queue
+import re
 import shutil
 import subprocess
 import sys
@@ -279,37 +280,89 @@ def json_depth(v):
     return 0
 
 
+class Matching:
+    """Equal to any str that ``pattern`` matches in full: str() of an object
+    that names its address."""
+
+    def __init__(self, pattern):
+        self.pattern = pattern
+
+    def __eq__(self, other):
+        return isinstance(other, str) and re.fullmatch(self.pattern, other) is not None
+
+    def __repr__(self):
+        return f"Matching({self.pattern!r})"
+
+
+# What a leaf JSON cannot hold is stored as, under the SDK's rule (str() of
+# it, as a Soniq worker stores it); None: it cannot be written at all (its
+# methods raise or recurse), the job fails.
+STORED_LEAVES = {
+    "set": "{1, 2}",
+    "frozenset": "frozenset({'a'})",
+    "bytes": "b'\\x00\\xff'",
+    "bytearray": "bytearray(b'ab')",
+    "nan": "nan",
+    "inf": "inf",
+    "-inf": "-inf",
+    "object": Matching(r"<object object at 0x[0-9a-f]+>"),
+    "instance": Matching(r"<property_app\.Plain object at 0x[0-9a-f]+>"),
+    "datetime": "2024-01-02 00:00:00+00:00",
+    "decimal": "1.5",
+    "complex": "1j",
+    "function": Matching(r"<function build at 0x[0-9a-f]+>"),
+}
+# The keys of property_app.KEYS, and the text each becomes.
+KEY_OBJECTS = {"int": 1, "none": None, "float": 1.5, "bool": True, "tuple": ("a",), "bytes": b"k"}
+
+
+def _key_text(key):
+    if isinstance(key, str):
+        return key
+    if key is True or key is False or key is None:
+        return {True: "true", False: "false", None: "null"}[key]
+    return repr(key) if isinstance(key, float) else str(key)
+
+
 def expect(r, payload):
-    """What a value recipe gives: (whether JSON carries it, the value as
-    JSON reads it back, how deep it nests, whether it may be near the frame
-    limit)."""
+    """What a value recipe gives: (whether its job is done, the value as JSON
+    reads it back, how deep it nests, whether it may be near the frame
+    limit). A value JSON cannot hold is done, stored as str() of it."""
     k = r["k"]
     if k in ("json", "args"):
         v = r["v"] if k == "json" else payload
         return True, v, json_depth(v), False
     if k in ("list", "tuple"):
         parts = [expect(x, payload) for x in r["items"]]
-        plain = all(p[0] for p in parts)
-        value = [p[1] for p in parts] if plain else None
-        return plain, value, 1 + max((p[2] for p in parts), default=0), any(p[3] for p in parts)
+        done = all(p[0] for p in parts)
+        value = [p[1] for p in parts] if done else None
+        return done, value, 1 + max((p[2] for p in parts), default=0), any(p[3] for p in parts)
     if k == "dict":
-        if not all(isinstance(key, str) for key, _ in r["items"]):
-            return False, None, 0, False
-        items = dict(r["items"])  # of a repeated key the last value counts, as in the handler's dict
-        parts = {key: expect(x, payload) for key, x in items.items()}
-        plain = all(p[0] for p in parts.values())
-        value = {key: p[1] for key, p in parts.items()} if plain else None
-        return plain, value, 1 + max((p[2] for p in parts.values()), default=0), any(p[3] for p in parts.values())
+        # The handler's dict, with Python's own rules (1 and True are one
+        # key; of a repeated key the last value counts), then its keys as text.
+        built = {}
+        for key, x in r["items"]:
+            built[key if isinstance(key, str) else KEY_OBJECTS[key["k"]]] = x
+        parts = {}
+        for key, x in built.items():
+            parts[_key_text(key)] = expect(x, payload)
+        done = all(p[0] for p in parts.values())
+        value = {key: p[1] for key, p in parts.items()} if done else None
+        return done, value, 1 + max((p[2] for p in parts.values()), default=0), any(p[3] for p in parts.values())
     if k == "deep":
-        plain, v, depth, big = expect(r["leaf"], payload)
-        for _ in range(r["depth"] if plain else 0):
+        done, v, depth, big = expect(r["leaf"], payload)
+        for _ in range(r["depth"] if done else 0):
             v = [v] if r["container"] == "list" else {"d": v}
-        return plain, v, depth + r["depth"], big
+        return done, v, depth + r["depth"], big
     if k == "str":
         return True, r["ch"] * r["n"], 0, True
     if k == "bigint":
-        return r["digits"] <= 308, 10 ** r["digits"], 0, False
-    return False, None, 0, False  # every other leaf is something JSON cannot carry
+        return True, 10 ** r["digits"] if r["digits"] <= 308 else str(10 ** r["digits"]), 0, False
+    if k == "surrogate":
+        return True, r["s"][: r["at"]] + "\ufffd" + r["s"][r["at"]:], 0, False
+    if k in STORED_LEAVES:
+        return True, STORED_LEAVES[k], 0, False
+    return False, None, 0, False  # a cycle, or a value whose methods raise or recurse
 
 
 def same_json(text, expected):
@@ -329,8 +382,8 @@ def same_json(text, expected):
 
 
 def check_return(v, recipe, payload):
-    plain, value, depth, big = expect(recipe, payload)
-    if plain and depth <= MAX_RESULT_DEPTH:
+    done, value, depth, big = expect(recipe, payload)
+    if done and depth <= MAX_RESULT_DEPTH:
         if big and v["status"] == "failed" and v["error"]["type"] == "ResultTooLarge":
             assert v["error"]["retryable"] is False, v
             return

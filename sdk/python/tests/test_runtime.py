@@ -5,8 +5,10 @@ tasks and a real thread pool: no transport, the report callback is the
 transport."""
 
 import asyncio
+import json
 import sys
 import threading
+from datetime import datetime
 
 import pytest
 
@@ -183,7 +185,8 @@ def test_outcomes_of_a_job():
         got = await h.until(7)
         assert (got["1"]["status"], got["1"]["seconds"], got["1"]["reason"]) == ("snooze", 3, "later")
         assert got["2"]["error"]["type"] == "PermanentError" and got["2"]["error"]["retryable"] is False
-        assert got["3"]["error"]["type"] == "TypeError" and "not JSON-serialisable" in got["3"]["error"]["message"]
+        # What JSON cannot hold is stored as str() of it, as a Soniq worker does: done.
+        assert (got["3"]["status"], got["3"]["result"]) == ("done", "{1, 2}")
         assert got["4"]["error"]["type"] == "ResultTooLarge"
         assert got["5"]["result"] == {"n": 7}
         assert got["6"]["error"]["reason"] == "invalid_arguments"
@@ -286,7 +289,7 @@ def test_hello_and_jobs():
     hello = rt.hello(1)
     assert protocol.decode(protocol.encode(hello)) == hello
     assert hello["jobs"] == [{"name": "a", "cancellable": False}, {"name": "b", "cancellable": True}]
-    assert (hello["concurrency"], hello["sync_concurrency"], hello["sdk"]) == (3, 2, soniq_handler.app.SDK_NAME)
+    assert (hello["concurrency"], hello["sync_concurrency"], hello["sdk"]) == (3, 2, soniq_handler._types.SDK_NAME)
 
 
 def test_encode_result_keeps_a_good_frame():
@@ -350,6 +353,53 @@ def _done(value, job_id="j"):
     return result(job_id, "done", value=value)
 
 
+class _Point:
+    def __str__(self):
+        return "Point(1, 2)"
+
+
+@pytest.mark.parametrize(
+    "value, stored, types",
+    [
+        # json.dumps(v, default=str), as Soniq's Postgres codec stores a result.
+        ({"ids": {1, 2}}, {"ids": "{1, 2}"}, "set"),
+        (b"\xff", "b'\\xff'", "bytes"),
+        ({"at": datetime(2026, 1, 2, 3, 4, 5), "p": [_Point()]}, {"at": "2026-01-02 03:04:05", "p": ["Point(1, 2)"]},
+         "_Point, datetime"),
+        ({1: "a", None: "b", 2.5: "c"}, {"1": "a", "null": "b", "2.5": "c"}, "NoneType key, float key, int key"),
+        # Beyond json.dumps, so that the sidecar can read it: what it would not.
+        ({(1, 2): "t"}, {"(1, 2)": "t"}, "tuple key"),
+        ([float("nan"), float("-inf")], ["nan", "-inf"], "float -inf, float nan"),
+        (10**400, str(10**400), "int too large for a 64-bit float"),
+        ("a\udc80b", "a\ufffdb", "str with lone surrogates"),
+    ],
+)
+def test_a_value_json_cannot_hold_is_stored_as_its_str_with_a_warning(value, stored, types, capfd):
+    assert json.loads(json.dumps({"v": {1, 2}}, default=str)) == {"v": "{1, 2}"}  # Soniq's rule
+    frame, data = encode_result(_done(value, "j7"), protocol.DEFAULT_MAX_FRAME_BYTES, "t.job")
+    assert (frame["status"], frame["result"]) == ("done", stored)
+    assert protocol.decode(data) == frame
+    warn = [line for line in capfd.readouterr().err.splitlines() if "WARN" in line]
+    assert len(warn) == 1, warn
+    assert warn[0].endswith(f"WARN: job j7 (t.job) returned {types}, which JSON cannot hold; "
+                            "its result stores str() of each, as a Soniq worker does")
+
+
+def test_a_cycle_is_a_failure_even_behind_a_value_that_would_be_stringified(capfd):
+    d = {"ids": {1, 2}, "a": []}
+    d["a"].append(d)
+    frame, _ = encode_result(_done(d), protocol.DEFAULT_MAX_FRAME_BYTES)
+    assert (frame["status"], frame["error"]["retryable"]) == ("failed", False)
+    assert frame["error"]["message"] == "job result is not JSON-serialisable: it contains itself: result['a'][0] is result"
+    assert "WARN" not in capfd.readouterr().err
+
+
+def test_a_stringified_value_over_the_frame_limit_fails_without_a_warning(capfd):
+    frame, _ = encode_result(_done({"b": b"x" * 5000}), 4096)
+    assert (frame["error"]["type"], frame["error"]["retryable"]) == ("ResultTooLarge", False)
+    assert "WARN" not in capfd.readouterr().err
+
+
 def test_a_value_that_contains_itself_fails_permanently_naming_where():
     d = {"a": [1]}
     d["a"].append(d)
@@ -395,7 +445,11 @@ def test_whatever_a_value_raises_while_written_fails_the_job_with_it():
         def items(self):
             raise SystemExit(3)
 
-    for value, etype in ((Exploding([1]), "MemoryError"), (Exiting(a=1), "SystemExit"), (b"x", "TypeError")):
+    class BadStr:
+        def __str__(self):
+            raise LookupError("no text")
+
+    for value, etype in ((Exploding([1]), "MemoryError"), (Exiting(a=1), "SystemExit"), (BadStr(), "LookupError")):
         frame, _ = encode_result(_done({"v": value}), protocol.DEFAULT_MAX_FRAME_BYTES)
         assert (frame["error"]["type"], frame["error"]["retryable"]) == (etype, False), frame
         assert frame["error"]["message"].startswith("job result is not JSON-serialisable: "), frame

@@ -2,6 +2,7 @@
 // Hooks, middleware and validation, for test/api.test.js. Every hook, middleware and
 // validator notes what it saw under the job's id; `api.events` returns a job's notes. What a
 // job should go wrong at is in its id (`throwBefore`, `mwThrow`, ...).
+const fs = require('node:fs');
 const { setTimeout: sleep } = require('node:timers/promises');
 const { App, PermanentError, Snooze } = require('../../index');
 
@@ -26,6 +27,14 @@ app.afterJob((ctx, info) => {
   note(ctx.id, `after ${JSON.stringify(info.result)} ${typeof info.durationMs} ${info.durationMs >= 20}`);
   if (has(ctx, 'throwAfter')) return Promise.reject(new Error('after hook broke'));
   return undefined;
+});
+// $API_APP_RELEASE names a file: the afterJob hook of a job whose id has `slowAfter` waits until
+// it exists, and says so on stderr.
+app.afterJob(async (ctx) => {
+  if (!has(ctx, 'slowAfter')) return;
+  process.stderr.write(`EV ${ctx.id} afterJob waiting\n`);
+  while (!fs.existsSync(process.env.API_APP_RELEASE)) await sleep(10);
+  process.stderr.write(`EV ${ctx.id} afterJob released\n`);
 });
 app.onError((ctx, err) => {
   note(ctx.id, `onError ${err instanceof Error ? err.message : String(err)}`);

@@ -1,14 +1,17 @@
 // Mistakes the types must catch: each line below @ts-expect-error has to be a type error, or
 // tsc fails with "Unused '@ts-expect-error' directive".
 import {
-  App, PermanentError, ProtocolError, Snooze, decode, encode, negotiateVersion, protectStdout,
+  App, PermanentError, ProtocolError, Snooze, negotiateVersion, protectStdout,
   type JobContext, type ProtocolErrorCode, type RunOptions,
 } from 'soniq-handler';
-import { DEFAULT_MAX_FRAME_BYTES } from 'soniq-handler/protocol';
+import { DEFAULT_MAX_FRAME_BYTES, decode, encode } from 'soniq-handler/protocol';
+// @ts-expect-error the codec is 'soniq-handler/protocol', not the package's root
+import { decode as rootDecode } from 'soniq-handler';
 // @ts-expect-error the transport module is internal, not exported
 import { serve } from 'soniq-handler/unix';
 
 void serve;
+void rootDecode;
 
 // @ts-expect-error concurrency is a number
 new App({ concurrency: '8' });
@@ -68,6 +71,8 @@ try {
 }
 
 const version: number | null = negotiateVersion(process.env.SONIQ_PROTOCOL_VERSIONS);
+protectStdout();
+// @ts-expect-error the real stdout's writer stays the SDK's own
 protectStdout().write('frame\n');
 void version;
 void notRetryable;

@@ -1,0 +1,173 @@
+package supervisor
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/config"
+)
+
+// claimCounter counts the claim statements and the rows they took.
+type claimCounter struct {
+	backends.Backend
+	claims, rows atomic.Int64
+	mu           sync.Mutex
+	asked        []backends.ClaimParams
+}
+
+func (c *claimCounter) Claim(ctx context.Context, p backends.ClaimParams) ([]backends.Job, error) {
+	jobs, err := c.Backend.Claim(ctx, p)
+	if err == nil {
+		c.claims.Add(1)
+		c.rows.Add(int64(len(jobs)))
+		c.mu.Lock()
+		c.asked = append(c.asked, p)
+		c.mu.Unlock()
+	}
+	return jobs, err
+}
+
+func aheadSettings(ahead time.Duration) config.Settings {
+	s := fakeSettings(30*time.Second, time.Minute)
+	s.ClaimAhead, s.ClaimAheadMax = ahead, 500
+	s.AuditInterval = -1
+	return s
+}
+
+// waitAll waits on the fake clock until every job is done.
+func (w *fakeWorld) waitAllDone(ids []string, within time.Duration) {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		done := 0
+		for _, id := range ids {
+			if w.job(id).Status == backends.StatusDone {
+				done++
+			}
+		}
+		if done == len(ids) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	w.t.Fatalf("not every job done within %s", within)
+}
+
+// At a steady rate the claims take the free slots plus a reserve of about
+// claim_ahead of work: fewer, larger statements than free slots alone, and
+// every job still runs once.
+func TestClaimAheadClaimsFewerLargerBatches(t *testing.T) {
+	rowsPerClaim := func(ahead time.Duration) float64 {
+		var got float64
+		synctest.Test(t, func(t *testing.T) {
+			w := newFakeWorld(t, aheadSettings(ahead), 4, 1, nil)
+			cc := &claimCounter{Backend: w.sup.cfg.Backend}
+			w.sup.cfg.Backend = cc
+			ids := make([]string, 800)
+			for i := range ids {
+				ids[i] = w.enqueue("async.sleep", 0.01) // 400 jobs/s on 4 slots
+			}
+			w.run(4)
+			w.waitAllDone(ids, time.Minute)
+			for _, id := range ids {
+				require.Equal(t, 1, w.job(id).Attempts, "job %s ran once", id)
+			}
+			got = float64(cc.rows.Load()) / float64(cc.claims.Load())
+			w.sup.Shutdown()
+			w.wait()
+		})
+		return got
+	}
+	off, on := rowsPerClaim(0), rowsPerClaim(100*time.Millisecond)
+	t.Logf("rows per claim: claim_ahead 0: %.1f; 100 ms: %.1f", off, on)
+	assert.LessOrEqual(t, off, 4.0, "without a reserve a claim takes free slots only")
+	assert.GreaterOrEqual(t, on, 3*off, "400 jobs/s × 100 ms = a reserve of 40, topped up at half (the first claims, before a rate is measured, take free slots only)")
+}
+
+// At DRAINING the reserve goes back at once, unstarted and with the attempt
+// its claim charged refunded; the jobs running finish.
+func TestClaimAheadReserveGoesBackAtDraining(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t, aheadSettings(time.Second), 2, 1, nil)
+		ids := make([]string, 400)
+		for i := range ids {
+			ids[i] = w.enqueue("async.sleep", 0.05) // 40 jobs/s: a reserve of 40
+		}
+		w.run(2)
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		processing := 0
+		for _, id := range ids {
+			if w.job(id).Status == backends.StatusProcessing {
+				processing++
+			}
+		}
+		require.Greater(t, processing, 10, "the reserve holds more than the 2 slots")
+		w.sup.Shutdown()
+		w.wait()
+		done, queued := 0, 0
+		for _, id := range ids {
+			j := w.job(id)
+			switch j.Status {
+			case backends.StatusDone:
+				done++
+				assert.Equal(t, 1, j.Attempts)
+			case backends.StatusQueued:
+				queued++
+				assert.Equal(t, 0, j.Attempts, "job %s: given back with its attempt refunded", id)
+				assert.Nil(t, j.WorkerID)
+			default:
+				t.Errorf("job %s ended %s", id, j.Status)
+			}
+		}
+		assert.Positive(t, queued)
+		t.Logf("done %d, given back %d", done, queued)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, r := range w.logs {
+			assert.NotEqual(t, "shutdown_nack", r.Msg, "a reserved row is given back, never NACKed with its attempt kept")
+		}
+	})
+}
+
+// A reserved row that waits longer than its bound (its rate is gone: the
+// slots are busy with a long job) goes back to the queue for another
+// worker.
+func TestClaimAheadGivesBackWhatWaitsTooLong(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t, aheadSettings(100*time.Millisecond), 1, 1, nil)
+		fast := make([]string, 200)
+		for i := range fast {
+			fast[i] = w.enqueue("async.sleep", 0.005) // 200 jobs/s: a reserve of 20
+		}
+		w.run(1)
+		time.Sleep(500 * time.Millisecond)
+		synctest.Wait()
+		slow, err := w.mem.Enqueue(context.Background(), backends.EnqueueParams{Name: "async.sleep", Args: []byte(`{"seconds":30}`), Priority: intPtr(1)})
+		require.NoError(t, err)
+		// The long job has the better priority: the next claim puts it
+		// first, and the one slot then runs it for 30 s.
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		back := 0
+		for _, id := range fast {
+			if j := w.job(id); j.Status == backends.StatusQueued {
+				back++
+				assert.Equal(t, 0, j.Attempts, "given back with its attempt refunded")
+			}
+		}
+		t.Logf("given back after waiting past the bound: %d; the slow job %s", back, w.job(slow.ID).Status)
+		assert.Positive(t, back, "reserved rows behind a 30 s job were given back within the 1 s bound")
+		w.sup.Shutdown()
+		w.wait()
+	})
+}
+
+func intPtr(v int) *int { return &v }
