@@ -132,6 +132,22 @@ type DeadLetterJob struct {
 	CreatedAt          time.Time       `json:"created_at"`
 }
 
+// DeadLetterFilter selects soniq_dead_letter_jobs rows for the bulk
+// dead-letter operations. Each set field narrows the selection (they are
+// ANDed); the zero value selects every row. Ages are measured by the
+// database's clock against moved_to_dead_letter_at.
+type DeadLetterFilter struct {
+	JobNames []string // job_name is one of these
+	Queues   []string // queue is one of these
+	// Since keeps rows moved within the last Since (moved_to_dead_letter_at
+	// >= now - Since); 0 = no bound.
+	Since time.Duration
+	// OlderThan keeps rows moved more than OlderThan ago
+	// (moved_to_dead_letter_at < now - OlderThan, Soniq's cleanup --days);
+	// 0 = no bound.
+	OlderThan time.Duration
+}
+
 // Worker is one soniq_workers row.
 type Worker struct {
 	ID            string          `json:"id"`
@@ -388,6 +404,22 @@ type Backend interface {
 	ReplayDeadLetter(ctx context.Context, id string) (newJobID string, err error)
 	// PurgeDeadLetter deletes a dead-letter row; ErrNotFound if absent.
 	PurgeDeadLetter(ctx context.Context, id string) error
+	// CountDeadLetters counts the dead-letter rows f selects.
+	CountDeadLetters(ctx context.Context, f DeadLetterFilter) (int64, error)
+	// EachDeadLetter calls fn with each dead-letter row f selects, newest
+	// move first (ties by id), at most limit rows (0 = all). Rows are read
+	// from the database as fn consumes them, never gathered first, so a
+	// million-row table exports in bounded memory; an error from fn stops
+	// the iteration and is returned as is. fn must not call the backend:
+	// the iteration holds one of its connections.
+	EachDeadLetter(ctx context.Context, f DeadLetterFilter, limit int, fn func(DeadLetterJob) error) error
+	// ReplayDeadLetters replays every row f selects as ReplayDeadLetter
+	// replays one, in one transaction, and wakes the replayed queues'
+	// subscribers. It returns the number of rows replayed.
+	ReplayDeadLetters(ctx context.Context, f DeadLetterFilter) (int64, error)
+	// PurgeDeadLetters deletes every row f selects, in one transaction,
+	// and returns how many it deleted.
+	PurgeDeadLetters(ctx context.Context, f DeadLetterFilter) (int64, error)
 
 	// RegisterWorker upserts the worker row, status 'active', heartbeat
 	// now. Registering an id that exists re-activates it. A row with the

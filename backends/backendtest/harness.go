@@ -33,6 +33,9 @@ type Harness struct {
 	// BackdateCancelRequest moves a cancel request's requested_at and
 	// resolved_at (when set) back by d.
 	BackdateCancelRequest func(ctx context.Context, jobID string, d time.Duration) error
+	// BackdateDeadLetter moves soniq_dead_letter_jobs.moved_to_dead_letter_at
+	// back by d.
+	BackdateDeadLetter func(ctx context.Context, jobID string, d time.Duration) error
 	// OrphanJob sets a job's worker_id to NULL, as Postgres's foreign key
 	// does when the worker row is deleted.
 	OrphanJob func(ctx context.Context, jobID string) error

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -102,4 +104,111 @@ func (b *Backend) PurgeDeadLetter(ctx context.Context, id string) error {
 		return notFound("dead-letter job", id)
 	}
 	return nil
+}
+
+// deadLetterWhere renders f as a WHERE clause whose parameters are
+// numbered from len(args)+1, and returns args with f's values appended.
+func deadLetterWhere(f backends.DeadLetterFilter, args []any) (string, []any) {
+	var conds []string
+	add := func(cond string, v any) {
+		args = append(args, v)
+		conds = append(conds, fmt.Sprintf(cond, len(args)))
+	}
+	if len(f.JobNames) > 0 {
+		add("job_name = ANY($%d::text[])", f.JobNames)
+	}
+	if len(f.Queues) > 0 {
+		add("queue = ANY($%d::text[])", f.Queues)
+	}
+	if f.Since > 0 {
+		add("moved_to_dead_letter_at >= now() - make_interval(secs => $%d::float8)", f.Since.Seconds())
+	}
+	if f.OlderThan > 0 {
+		add("moved_to_dead_letter_at < now() - make_interval(secs => $%d::float8)", f.OlderThan.Seconds())
+	}
+	if len(conds) == 0 {
+		return "TRUE", args
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+// CountDeadLetters counts the dead-letter rows f selects.
+func (b *Backend) CountDeadLetters(ctx context.Context, f backends.DeadLetterFilter) (int64, error) {
+	where, args := deadLetterWhere(f, nil)
+	var n int64
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM soniq_dead_letter_jobs WHERE `+where, args...).Scan(&n); err != nil {
+		return 0, b.wrap(err, "count dead-letter jobs")
+	}
+	return n, nil
+}
+
+// EachDeadLetter streams the selected rows to fn. pgx decodes each row
+// from the connection's read buffer as Next is called, so no more than a
+// buffer's worth of rows is in memory at a time, whatever the table holds.
+func (b *Backend) EachDeadLetter(ctx context.Context, f backends.DeadLetterFilter, limit int, fn func(backends.DeadLetterJob) error) error {
+	if limit < 0 {
+		return fmt.Errorf("reading dead-letter jobs: negative limit %d", limit)
+	}
+	var lim *int
+	if limit > 0 {
+		lim = &limit
+	}
+	where, args := deadLetterWhere(f, []any{lim})
+	rows, err := b.pool.Query(ctx, `SELECT `+deadLetterColumns+` FROM soniq_dead_letter_jobs
+	WHERE `+where+`
+	ORDER BY moved_to_dead_letter_at DESC, id
+	LIMIT $1`, args...)
+	if err != nil {
+		return b.wrap(err, "read dead-letter jobs")
+	}
+	defer rows.Close()
+	for rows.Next() {
+		d, err := scanDeadLetter(rows)
+		if err != nil {
+			return b.wrap(err, "read dead-letter jobs")
+		}
+		if err := fn(d); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return b.wrap(err, "read dead-letter jobs")
+	}
+	return nil
+}
+
+// ReplayDeadLetters is ReplayDeadLetter for every selected row, in one
+// statement: each gets a new queued row with a fresh version 4 id
+// (gen_random_uuid, as NewID makes them), and the replayed queues are
+// notified once each.
+func (b *Backend) ReplayDeadLetters(ctx context.Context, f backends.DeadLetterFilter) (int64, error) {
+	where, args := deadLetterWhere(f, []any{notifyChannel})
+	var n int64
+	err := b.pool.QueryRow(ctx, `WITH d AS (
+	UPDATE soniq_dead_letter_jobs
+	SET resurrection_count = COALESCE(resurrection_count, 0) + 1, last_resurrection_at = now()
+	WHERE `+where+`
+	RETURNING job_name, args, max_attempts, priority, queue
+), ins AS (
+	INSERT INTO soniq_jobs (id, job_name, args, max_attempts, priority, queue, attempts, status, scheduled_at)
+	SELECT gen_random_uuid(), job_name, args, max_attempts, priority, queue, 0, 'queued', now() FROM d
+	RETURNING queue
+), woken AS (
+	SELECT pg_notify($1, q.queue) IS NULL AS sent FROM (SELECT DISTINCT queue FROM ins) q
+)
+SELECT (SELECT count(*) FROM ins), (SELECT count(sent) FROM woken)`, args...).Scan(&n, new(int64))
+	if err != nil {
+		return 0, b.wrap(err, "replay dead-letter jobs")
+	}
+	return n, nil
+}
+
+// PurgeDeadLetters deletes every selected row in one statement.
+func (b *Backend) PurgeDeadLetters(ctx context.Context, f backends.DeadLetterFilter) (int64, error) {
+	where, args := deadLetterWhere(f, nil)
+	tag, err := b.pool.Exec(ctx, `DELETE FROM soniq_dead_letter_jobs WHERE `+where, args...)
+	if err != nil {
+		return 0, b.wrap(err, "purge dead-letter jobs")
+	}
+	return tag.RowsAffected(), nil
 }

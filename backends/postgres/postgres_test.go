@@ -98,6 +98,10 @@ func harness(b, raw *Backend) backendtest.Harness {
 			SET requested_at = requested_at - make_interval(secs => $2),
 			    resolved_at = resolved_at - make_interval(secs => $2) WHERE job_id = $1`, id, d.Seconds())
 		},
+		BackdateDeadLetter: func(ctx context.Context, id string, d time.Duration) error {
+			return exec(ctx, "backdate dead letter", `UPDATE soniq_dead_letter_jobs
+			SET moved_to_dead_letter_at = moved_to_dead_letter_at - make_interval(secs => $2) WHERE id = $1`, id, d.Seconds())
+		},
 		OrphanJob: func(ctx context.Context, id string) error {
 			return exec(ctx, "orphan job", `UPDATE soniq_jobs SET worker_id = NULL WHERE id = $1`, id)
 		},

@@ -84,6 +84,9 @@ func harness(b *Backend) backendtest.Harness {
 				return err
 			})
 		},
+		BackdateDeadLetter: func(ctx context.Context, jobID string, d time.Duration) error {
+			return backdate(ctx, b, "soniq_dead_letter_jobs", "moved_to_dead_letter_at", jobID, d)
+		},
 		OrphanJob: func(ctx context.Context, jobID string) error {
 			_, err := b.write.ExecContext(ctx, `UPDATE soniq_jobs SET worker_id = NULL WHERE id = ?`, jobID)
 			return err

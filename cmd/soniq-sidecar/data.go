@@ -157,6 +157,7 @@ func cmdEnqueue(ctx context.Context, e env, args []string) error {
 	maxAttempts := fs.Int("max-attempts", 3, "maximum attempts")
 	delay := fs.String("delay", "", "run no earlier than now + DUR (30s, 5m, or seconds)")
 	dedup := fs.String("dedup-key", "", "at most one queued job per key")
+	unique := fs.Bool("unique", false, "at most one queued job with this name and these args (Soniq's unique_job, matched by args_hash); a duplicate prints the queued job's id")
 	asJSON := fs.Bool("json", false, "print the whole row as JSON")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -194,7 +195,7 @@ func cmdEnqueue(ctx context.Context, e env, args []string) error {
 	defer b.Close()
 	job, err := b.Enqueue(ctx, backends.EnqueueParams{
 		Name: name, Args: rawArgs, Queue: *queue, Priority: priority,
-		MaxAttempts: maxAttempts, Delay: d, DedupKey: *dedup,
+		MaxAttempts: maxAttempts, Delay: d, DedupKey: *dedup, UniqueJob: *unique,
 	})
 	if err != nil {
 		return err // the backend names the job and the database
@@ -255,77 +256,6 @@ func cmdStatus(ctx context.Context, e env, args []string) error {
 		fmt.Fprintf(tw, "%s\t%d\t\n", k, values[i])
 	}
 	return tw.Flush()
-}
-
-func cmdDeadLetter(ctx context.Context, e env, args []string) error {
-	if len(args) == 0 {
-		return usageErrorf("dead-letter: want a subcommand: list, replay ID or purge ID")
-	}
-	sub, rest := args[0], args[1:]
-	fs := newFlagSet(e, "dead-letter "+sub)
-	db := config.RegisterFlags(fs, config.CommandData)
-	limit := fs.Int("limit", 100, "list: at most N rows (0 = all)")
-	asJSON := fs.Bool("json", false, "list: print JSON lines")
-	pos, err := parseInterspersed(fs, rest)
-	if err != nil {
-		return err
-	}
-	opts, err := db.Options(e.lookupEnv)
-	if err != nil {
-		return usageError{err}
-	}
-	switch sub {
-	case "list":
-		if len(pos) > 0 {
-			return usageErrorf("dead-letter list: unexpected argument %q", pos[0])
-		}
-	case "replay", "purge":
-		if len(pos) != 1 {
-			return usageErrorf("dead-letter %s: want exactly one job ID", sub)
-		}
-	default:
-		return usageErrorf("dead-letter: unknown subcommand %q (want list, replay or purge)", sub)
-	}
-	b, err := openForCommand(ctx, e, opts)
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	switch sub {
-	case "list":
-		rows, err := b.ListDeadLetter(ctx, *limit)
-		if err != nil {
-			return err // the backend says what it was listing
-		}
-		if *asJSON {
-			for _, r := range rows {
-				if err := writeJSON(e.stdout, r); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tJOB\tQUEUE\tATTEMPTS\tREASON\tMOVED AT\tREPLAYS\tLAST ERROR")
-		for _, r := range rows {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%d\t%s\n", r.ID, r.Name, r.Queue, r.Attempts, r.MaxAttempts,
-				r.Reason, r.MovedAt.UTC().Format(time.RFC3339), r.ResurrectionCount, firstLine(r.LastError, 60))
-		}
-		return tw.Flush()
-	case "replay":
-		id, err := b.ReplayDeadLetter(ctx, pos[0])
-		if err != nil {
-			return err // names the job; not found is a failure (exit 1), not a usage error
-		}
-		fmt.Fprintln(e.stdout, id)
-		return nil
-	default: // purge
-		if err := b.PurgeDeadLetter(ctx, pos[0]); err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stdout, "purged %s\n", pos[0])
-		return nil
-	}
 }
 
 // describeDatabase names a database for people: the URL without its
@@ -399,32 +329,40 @@ func cmdJob(ctx context.Context, e env, args []string) error {
 }
 
 func printDeadLetterJob(ctx context.Context, e env, b backends.Backend, id string, asJSON bool, url string) error {
-	dead, err := b.ListDeadLetter(ctx, 0)
-	if err != nil {
+	// Streamed, so a large dead-letter table is searched in bounded memory.
+	var (
+		d     backends.DeadLetterJob
+		found = errors.New("found")
+	)
+	err := b.EachDeadLetter(ctx, backends.DeadLetterFilter{}, 0, func(row backends.DeadLetterJob) error {
+		if strings.EqualFold(row.ID, id) {
+			d = row
+			return found
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		return fmt.Errorf("no job %s in %s (done rows are deleted after their result_ttl)", id, describeDatabase(url))
+	case !errors.Is(err, found):
 		return err
 	}
-	for _, d := range dead {
-		if !strings.EqualFold(d.ID, id) {
-			continue
+	if asJSON {
+		out, err := json.Marshal(struct {
+			Status string `json:"status"`
+			backends.DeadLetterJob
+		}{"dead_letter", d})
+		if err != nil {
+			return fmt.Errorf("encoding dead-letter job %s: %w", d.ID, err)
 		}
-		if asJSON {
-			out, err := json.Marshal(struct {
-				Status string `json:"status"`
-				backends.DeadLetterJob
-			}{"dead_letter", d})
-			if err != nil {
-				return fmt.Errorf("encoding dead-letter job %s: %w", d.ID, err)
-			}
-			fmt.Fprintln(e.stdout, string(out))
-			return nil
-		}
-		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintf(tw, "id\t%s\njob_name\t%s\nqueue\t%s\nstatus\tdead_letter (%s, moved %s; replay with: dead-letter replay %s)\nattempts\t%d of %d\n",
-			d.ID, d.Name, d.Queue, d.Reason, d.MovedAt.Format(time.RFC3339), d.ID, d.Attempts, d.MaxAttempts)
-		if d.LastError != nil {
-			fmt.Fprintf(tw, "last_error\t%s\n", strings.ReplaceAll(*d.LastError, "\n", "\n\t"))
-		}
-		return tw.Flush()
+		fmt.Fprintln(e.stdout, string(out))
+		return nil
 	}
-	return fmt.Errorf("no job %s in %s (done rows are deleted after their result_ttl)", id, describeDatabase(url))
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "id\t%s\njob_name\t%s\nqueue\t%s\nstatus\tdead_letter (%s, moved %s; replay with: dead-letter replay %s)\nattempts\t%d of %d\n",
+		d.ID, d.Name, d.Queue, d.Reason, d.MovedAt.Format(time.RFC3339), d.ID, d.Attempts, d.MaxAttempts)
+	if d.LastError != nil {
+		fmt.Fprintf(tw, "last_error\t%s\n", strings.ReplaceAll(*d.LastError, "\n", "\n\t"))
+	}
+	return tw.Flush()
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
@@ -100,7 +101,16 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{"bad max attempts", []string{"enqueue", "x", "--max-attempts", "0"}, "--max-attempts must be at least 1"},
 		{"unknown flag", []string{"status", "--colour"}, "flag provided but not defined: -colour"},
 		{"dead-letter without subcommand", []string{"dead-letter"}, "want a subcommand"},
-		{"replay without id", []string{"dead-letter", "replay"}, "exactly one job ID"},
+		{"replay without id", []string{"dead-letter", "replay"}, "want one job ID, or --all, or selectors"},
+		{"unknown dead-letter subcommand", []string{"dead-letter", "delete"}, `unknown subcommand "delete"`},
+		{"id and selection", []string{"dead-letter", "purge", "x", "--queue", "q"}, "give one job ID or a selection"},
+		{"dry run of one id", []string{"dead-letter", "replay", "x", "--dry-run"}, "--dry-run applies to a selection"},
+		{"negative age", []string{"dead-letter", "replay", "--since", "-1h"}, "must not be negative"},
+		{"zero days", []string{"dead-letter", "purge", "--older-than", "0d"}, "want a positive number of days"},
+		{"zero age", []string{"dead-letter", "purge", "--older-than", "0s"}, "must be more than zero"},
+		{"empty job name", []string{"dead-letter", "purge", "--job-name", ""}, "must not be empty"},
+		{"export format", []string{"dead-letter", "export", "--format", "xml"}, `--format "xml": want csv or json`},
+		{"negative list limit", []string{"dead-letter", "list", "--limit", "-1"}, "--limit must not be negative"},
 		{"unsupported database URL", []string{"status", "--database-url", "foo"}, `unsupported database URL "foo"`},
 		{"unparsable postgres URL", []string{"status", "--database-url", "postgres://x@127.0.0.1:notaport/db"}, "invalid port"},
 		{"run without manifest", []string{"run"}, "no manifest: give --manifest FILE"},
@@ -309,5 +319,28 @@ func TestErrorsDoNotStutter(t *testing.T) {
 		for _, w := range []string{"stats", "enqueue", "dead-letter", "purg"} {
 			assert.LessOrEqual(t, strings.Count(errOut, w), 1, "%v: %q said twice: %s", args, w, errOut)
 		}
+	}
+}
+
+func TestDeadLetterAges(t *testing.T) {
+	tests := []struct {
+		in   string
+		want time.Duration
+	}{
+		{"30m", 30 * time.Minute},
+		{"2h", 2 * time.Hour},
+		{"90", 90 * time.Second},
+		{"7d", 7 * 24 * time.Hour},
+		{"1.5d", 36 * time.Hour},
+	}
+	for _, tc := range tests {
+		var a ageFlag
+		require.NoError(t, a.Set(tc.in), tc.in)
+		assert.Equal(t, tc.want, a.d, tc.in)
+		assert.Equal(t, tc.in, a.String(), "messages repeat what was typed")
+	}
+	for _, bad := range []string{"", "d", "-1d", "0", "soon", "1e9d"} {
+		var a ageFlag
+		assert.Error(t, a.Set(bad), "%q", bad)
 	}
 }

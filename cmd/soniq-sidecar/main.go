@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"golang.org/x/term"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -27,11 +29,15 @@ Usage:
                            [--log-format auto|text|json] [--instance NAME] [--database-wait DUR] [--once] [--dead-letter-unknown]
                            [--database-pooler session|transaction] [--listen-url URL] [--scheduler=false]
   soniq-sidecar migrate    [--database-url URL] [--no-claim-index]
-  soniq-sidecar enqueue    NAME [--args JSON] [--queue Q] [--priority N] [--max-attempts N] [--delay DUR] [--dedup-key K] [--json]
+  soniq-sidecar enqueue    NAME [--args JSON] [--queue Q] [--priority N] [--max-attempts N] [--delay DUR] [--dedup-key K] [--unique] [--json]
   soniq-sidecar status     [--json]
   soniq-sidecar job        ID [--json]              (a job's status, attempts, last error and result)
   soniq-sidecar cancel     ID [--wait DUR]          (a queued job at once; a running async job by its sidecar)
-  soniq-sidecar dead-letter list [--limit N] [--json] | replay ID | purge ID
+  soniq-sidecar dead-letter list   [SELECTORS] [--limit N] [--json]
+  soniq-sidecar dead-letter replay ID | replay (--all | SELECTORS) [--dry-run] [--yes]
+  soniq-sidecar dead-letter purge  ID | purge  (--all | SELECTORS) [--dry-run] [--yes]
+  soniq-sidecar dead-letter export [SELECTORS] [--format csv|json] [--output FILE]
+                           SELECTORS: --job-name NAME, --queue Q (each repeatable), --since DUR, --older-than DUR
   soniq-sidecar schedule   add NAME (--every DUR | --cron EXPR) [--args JSON] [--queue Q] [--priority N] [--max-attempts N]
   soniq-sidecar schedule   list [--json] | pause NAME | resume NAME | remove NAME
   soniq-sidecar manifest check FILE
@@ -58,10 +64,15 @@ func usageErrorf(format string, args ...any) error {
 type env struct {
 	stdout, stderr io.Writer
 	lookupEnv      func(string) (string, bool)
+	// stdin answers confirmation prompts, which are only asked when
+	// stdinTerminal says a person can answer them.
+	stdin         io.Reader
+	stdinTerminal bool
 }
 
 func main() {
-	e := env{stdout: os.Stdout, stderr: os.Stderr, lookupEnv: os.LookupEnv}
+	e := env{stdout: os.Stdout, stderr: os.Stderr, lookupEnv: os.LookupEnv,
+		stdin: os.Stdin, stdinTerminal: term.IsTerminal(int(os.Stdin.Fd()))}
 	// No signal context here: `run` handles SIGTERM/SIGINT itself (a second
 	// signal means something different from the first), and the short data
 	// commands keep the default behaviour of dying on a signal.

@@ -18,6 +18,7 @@ func TestContract(t *testing.T) {
 			BackdateHeartbeat:     b.BackdateHeartbeat,
 			BackdateExpiry:        b.BackdateExpiry,
 			BackdateCreated:       b.BackdateCreated,
+			BackdateDeadLetter:    b.BackdateDeadLetter,
 			TaskRegistry:          b.TaskRegistry,
 			OrphanJob:             b.OrphanJob,
 			SetRawAttempts:        b.SetRawAttempts,
