@@ -20,6 +20,7 @@ type report struct {
 	Params     params            `json:"params"`
 	Throughput []*tpResult       `json:"throughput"`
 	Latency    []*latResult      `json:"latency"`
+	Priority   []*prioResult     `json:"priority,omitempty"`
 	Shutdown   []*shutResult     `json:"shutdown"`
 	Pooler     []*latResult      `json:"pooler,omitempty"`
 	Depth      []depthPoint      `json:"depth,omitempty"`
