@@ -58,6 +58,7 @@ type prioResult struct {
 	P50      float64   `json:"median_p50_ms,omitempty"`
 	P99      float64   `json:"median_p99_ms,omitempty"`
 	Reserved float64   `json:"median_reserved,omitempty"`
+	Target   float64   `json:"median_reserve_target,omitempty"`
 }
 
 func (b *bench) prioritySection(ctx context.Context) error {
