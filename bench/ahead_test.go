@@ -90,8 +90,8 @@ func TestSharingGoalsBySet(t *testing.T) {
 	}}
 	r.evaluate(2)
 	want := map[string]struct{ met, has string }{
-		"4 sidecars sharing one database vs one, same total budget": {"yes", "96 % (960 vs 1000 jobs/s; 250 vs 300 rows per claim); claim_ahead 0: 78 %"},
-		"8 sidecars sharing one database vs one, same total budget": {"**no**", "88 %"},
+		"4 sidecars sharing one database vs one, same total budget":    {"yes", "96 % (960 vs 1000 jobs/s; 250 vs 300 rows per claim); claim_ahead 0: 78 %"},
+		"8 sidecars sharing one database vs one, same total budget":    {"**no**", "88 %"},
 		"Postgres CPU per job, 8 sidecars sharing one database vs one": {"**no**", "1.30×"},
 	}
 	for _, g := range r.Goals {
