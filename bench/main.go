@@ -541,7 +541,8 @@ func (c *config) reserve() time.Duration {
 	if !c.sections["depth"] && !c.sections["sharing"] {
 		return 0
 	}
-	return c.budget * 22 / 100
+	// The sharing curve runs twice (default claim_ahead and 0).
+	return c.budget * 30 / 100
 }
 
 // remaining is the budget left.
