@@ -4,6 +4,9 @@
 #
 #   bench/run.sh [DRIVER FLAGS...]   # e.g. bench/run.sh -n 2000 -runs 1 (a quick check)
 #   bench/run.sh -sections peers     # the native queues beside the sidecar alone (about 2 minutes)
+#   bench/run.sh -sections priority,sharing   # claim-ahead: a high-priority job behind a full
+#                                    # reserve, and the sharing curve with claim_ahead default and 0
+#   bench/run.sh -sections throughput -only python-stdio,python-stdio-ahead0   # the reserve's gain
 #
 # Needs Go, python3 with venv and pip (the Soniq release, the same release
 # with its SQLite extra, PgQueuer, Procrastinate and matplotlib are
