@@ -47,6 +47,8 @@ def short(v):
         label = f"sidecar\n{v['sdk'].capitalize()} {v['transport']}"
     if v.get("without_claim_index"):
         label += "\nno index"
+    if v.get("claim_ahead_0"):
+        label += "\nclaim_ahead 0"
     return label
 
 
@@ -199,18 +201,27 @@ def sharing(ax, data):
     if not rows:
         ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center")
         return
-    xs = [r["sidecars"] for r in rows]
-    ax.plot(xs, [r["median_jobs_per_s"] for r in rows], "o-", color=BLUE)
-    for r in rows:
-        ax.plot([r["sidecars"]] * len(r["runs_jobs_per_s"]), r["runs_jobs_per_s"], "k.", markersize=3)
-        ax.annotate(f"{r['median_jobs_per_s']:,.0f}", (r["sidecars"], r["median_jobs_per_s"]), fontsize=7, xytext=(0, 4), textcoords="offset points", ha="center")
-    one = rows[0]["median_jobs_per_s"]
-    ax.axhline(0.9 * one, color="red", linestyle="--", linewidth=0.8)
-    ax.text(xs[-1], 0.9 * one, "goal 90 % of one", color="red", fontsize=7, ha="right", va="top")
-    ax.set_xticks(xs)
+    # The curve with the default claim_ahead, and with claim_ahead 0 when run.
+    for off, col, name in ((False, BLUE, "default claim_ahead"), (True, GREY, "claim_ahead 0")):
+        line = [r for r in rows if bool(r.get("claim_ahead_0")) == off]
+        if not line:
+            continue
+        xs = [r["sidecars"] for r in line]
+        ax.plot(xs, [r["median_jobs_per_s"] for r in line], "o-", color=col, label=name)
+        for r in line:
+            ax.plot([r["sidecars"]] * len(r["runs_jobs_per_s"]), r["runs_jobs_per_s"], "k.", markersize=3)
+            size = (r.get("cost") or {}).get("rows_per_claim")
+            label = f"{r['median_jobs_per_s']:,.0f}" + (f"\n{size:.0f} rows/claim" if size else "")
+            ax.annotate(label, (r["sidecars"], r["median_jobs_per_s"]), fontsize=6.5, xytext=(0, 4), textcoords="offset points", ha="center")
+        if not off:
+            one = line[0]["median_jobs_per_s"]
+            ax.axhline(0.9 * one, color="red", linestyle="--", linewidth=0.8)
+            ax.text(xs[-1], 0.9 * one, "goal 90 % of one", color="red", fontsize=7, ha="right", va="top")
+    ax.set_xticks(sorted({r["sidecars"] for r in rows}))
     ax.set_xlabel("sidecars")
     ax.set_ylabel("jobs/s (median; dots: runs)")
-    ax.set_ylim(0, max(r["median_jobs_per_s"] for r in rows) * 1.3)
+    ax.set_ylim(0, max(r["median_jobs_per_s"] for r in rows) * 1.35)
+    ax.legend(fontsize=7, loc="lower left")
 
 
 def sqlite_label(t):

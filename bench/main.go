@@ -52,6 +52,11 @@ type config struct {
 	depths    []int // queue depths of the depth curve
 	sidecars  []int // sidecar counts of the sharing curve
 
+	prioRuns     int           // rounds of the priority section
+	prioJobs     int           // high-priority jobs per run
+	prioInterval time.Duration // between two high-priority jobs
+	prioBacklog  int           // low-priority jobs kept queued ahead of them
+
 	soniqSQLite        string        // Soniq's CLI from a virtualenv with its sqlite extra
 	sqliteN            int           // jobs per SQLite run of the sidecar
 	sqliteSoniqN       int           // jobs per SQLite run of Soniq's worker, 1 × 1
@@ -88,11 +93,15 @@ func main() {
 	flag.IntVar(&c.shutRuns, "shutdown-runs", 5, "runs of each shutdown variant")
 	flag.DurationVar(&c.shutTO, "shutdown-timeout", 2*time.Second, "shutdown_timeout for the shutdown runs")
 	flag.DurationVar(&c.budget, "budget", 13*time.Minute+30*time.Second, "wall-time bound of the measuring: later rounds are skipped past it (with the build and the venvs, make bench stays within 15 minutes on 2 cores)")
-	only := flag.String("only", "", "comma-separated variant keys to run (soniq, python-stdio, node-stdio, python-unix, node-unix, python-attach, node-attach, ceiling, floor, alone-python, alone-node, and in the peers section also python-stdio-ttl0, node-stdio-ttl0 (result_ttl 0) and the peers graphile-worker, pg-boss, pgqueuer, procrastinate); default all")
-	sections := flag.String("sections", "shutdown,latency,pooler,sqlite,peers,throughput,depth,sharing", "comma-separated sections to run (pooler: pickup latency direct and through PgBouncer, needs pgbouncer; sqlite: the embedded SQLite default beside Soniq's worker on SQLite; peers: graphile-worker, pg-boss, PgQueuer and Procrastinate beside the sidecar's stdio rows, needs -peer-installs)")
+	only := flag.String("only", "", "comma-separated variant keys to run (soniq, python-stdio, node-stdio, python-stdio-ahead0, node-stdio-ahead0 (claim_ahead 0), python-unix, node-unix, python-attach, node-attach, ceiling, floor, alone-python, alone-node, and in the peers section also python-stdio-ttl0, node-stdio-ttl0 (result_ttl 0) and the peers graphile-worker, pg-boss, pgqueuer, procrastinate); default all")
+	sections := flag.String("sections", "shutdown,latency,priority,pooler,sqlite,peers,throughput,depth,sharing", "comma-separated sections to run (priority: a high-priority job's start delay behind a full reserve; pooler: pickup latency direct and through PgBouncer, needs pgbouncer; sqlite: the embedded SQLite default beside Soniq's worker on SQLite; peers: graphile-worker, pg-boss, PgQueuer and Procrastinate beside the sidecar's stdio rows, needs -peer-installs)")
 	flag.IntVar(&c.soniqN, "soniq-n", 5000, "jobs per throughput run of the Soniq worker (fewer than -n: it is 20-50 times slower, and a shallower queue only flatters it)")
 	depths := flag.String("depths", "10000,100000,1000000", "queue depths of the depth curve")
 	sidecarCounts := flag.String("sidecars", "1,2,4,8", "sidecar counts of the sharing curve (same total budget)")
+	flag.IntVar(&c.prioRuns, "prio-runs", 2, "rounds of the priority section (a high-priority job's start delay behind a full reserve, with the default claim_ahead and with 0)")
+	flag.IntVar(&c.prioJobs, "prio-jobs", 100, "high-priority jobs per run of the priority section")
+	flag.DurationVar(&c.prioInterval, "prio-interval", 50*time.Millisecond, "time between two high-priority jobs of the priority section")
+	flag.IntVar(&c.prioBacklog, "prio-backlog", 20000, "low-priority no-op jobs the priority section keeps queued (topped up by half when half are gone) while it enqueues the high-priority ones")
 	flag.StringVar(&c.soniqSQLite, "soniq-sqlite", "", "Soniq's CLI from a virtualenv that also has its sqlite extra (aiosqlite), for the sqlite section")
 	flag.IntVar(&c.sqliteN, "sqlite-n", 3000, "jobs per SQLite throughput run of the sidecar")
 	flag.IntVar(&c.sqliteSoniqN, "sqlite-soniq-n", 3000, "jobs per SQLite throughput run of Soniq's worker (1 process, concurrency 1; the same depth as the sidecar's, since Soniq's claim sorts every queued row and a shallower queue would flatter it)")
@@ -248,7 +257,7 @@ func run(ctx context.Context, c *config) error {
 	for _, s := range []struct {
 		name string
 		run  func(context.Context) error
-	}{{"shutdown", b.shutdownSection}, {"latency", b.latencySection}, {"pooler", b.poolerSection}, {"sqlite", b.sqliteSection},
+	}{{"shutdown", b.shutdownSection}, {"latency", b.latencySection}, {"priority", b.prioritySection}, {"pooler", b.poolerSection}, {"sqlite", b.sqliteSection},
 		{"peers", b.peersSection},
 		{"throughput", b.throughputSection},
 		{"depth", b.depthSection}, {"sharing", b.shareSection}} {
@@ -290,6 +299,20 @@ type variant struct {
 	// at completion, as Soniq's worker does then); its handlers report the
 	// latency jobs' start on stderr, since their results go with the rows.
 	ResultTTL0 bool `json:"result_ttl_0,omitempty"`
+	// ClaimAhead0: run the sidecar with `claim_ahead: 0` (no reserve: it
+	// claims only free slots), beside the default to measure the gain.
+	ClaimAhead0 bool `json:"claim_ahead_0,omitempty"`
+	// metricsAddr: serve /metrics there ("" = none), for a section that
+	// reads the sidecar's gauges.
+	metricsAddr string
+}
+
+// ahead0 is v run with `claim_ahead: 0`.
+func ahead0(v variant) variant {
+	v.Key += "-ahead0"
+	v.Label += ", claim_ahead 0"
+	v.ClaimAhead0 = true
+	return v
 }
 
 func sidecarVariant(sdk, transport string) variant {
@@ -369,8 +392,14 @@ func (b *bench) writeManifestSized(v variant, tag string, procs, per int) (strin
 	q := func(s string) string { return fmt.Sprintf("%q", s) }
 	var sb strings.Builder
 	sb.WriteString("version: 1\n")
+	if v.ResultTTL0 || v.ClaimAhead0 {
+		sb.WriteString("settings:\n")
+	}
 	if v.ResultTTL0 {
-		sb.WriteString("settings:\n  result_ttl: 0s\n")
+		sb.WriteString("  result_ttl: 0s\n")
+	}
+	if v.ClaimAhead0 {
+		sb.WriteString("  claim_ahead: 0s\n")
 	}
 	fmt.Fprintf(&sb, "handlers:\n  - name: bench-%s\n", v.SDK)
 	cmd := make([]string, len(command))
@@ -436,7 +465,7 @@ func (b *bench) startVariantWithin(ctx context.Context, v variant, tag string, e
 			ws.stop()
 			return nil, err
 		}
-		argv := []string{c.sidecar, "run", "--manifest", m, "--metrics-addr=", "--log-format", "json"}
+		argv := []string{c.sidecar, "run", "--manifest", m, "--metrics-addr=" + v.metricsAddr, "--log-format", "json"}
 		w, err := b.c.group.Start(argv, b.sidecarEnv(extraEnv), c.work, filepath.Join(c.work, tag+".log"))
 		if err != nil {
 			ws.stop()
@@ -512,7 +541,8 @@ func (c *config) reserve() time.Duration {
 	if !c.sections["depth"] && !c.sections["sharing"] {
 		return 0
 	}
-	return c.budget * 22 / 100
+	// The sharing curve runs twice (default claim_ahead and 0).
+	return c.budget * 30 / 100
 }
 
 // remaining is the budget left.

@@ -20,6 +20,7 @@ type report struct {
 	Params     params            `json:"params"`
 	Throughput []*tpResult       `json:"throughput"`
 	Latency    []*latResult      `json:"latency"`
+	Priority   []*prioResult     `json:"priority,omitempty"`
 	Shutdown   []*shutResult     `json:"shutdown"`
 	Pooler     []*latResult      `json:"pooler,omitempty"`
 	Depth      []depthPoint      `json:"depth,omitempty"`
@@ -45,6 +46,10 @@ type params struct {
 	LatencyRounds    int     `json:"latency_rounds"`
 	ShutdownRounds   int     `json:"shutdown_rounds"`
 	ShutdownTimeoutS float64 `json:"shutdown_timeout_s"`
+	PrioRounds       int     `json:"priority_rounds,omitempty"`
+	PrioJobs         int     `json:"priority_jobs_per_run,omitempty"`
+	PrioInterval     string  `json:"priority_interval,omitempty"`
+	PrioBacklog      int     `json:"priority_backlog,omitempty"`
 	PeersN           int     `json:"peers_jobs_per_run,omitempty"`
 	PeersSlowN       int     `json:"peers_slow_jobs_per_run,omitempty"`
 	PeersRounds      int     `json:"peers_rounds,omitempty"`
@@ -92,6 +97,7 @@ func newReport(c *config, d *database) *report {
 			JobsPerRun: c.n, SoniqJobsPerRun: c.soniqN, ThroughputRounds: c.runs, Budget: c.conc, Processes: c.procs,
 			LatencyRate: c.latRate, LatencySeconds: c.latSecs, LatencyRounds: c.latRuns,
 			ShutdownRounds: c.shutRuns, ShutdownTimeoutS: c.shutTO.Seconds(), Bound: c.budget.String(),
+			PrioRounds: c.prioRuns, PrioJobs: c.prioJobs, PrioInterval: c.prioInterval.String(), PrioBacklog: c.prioBacklog,
 			PeersN: c.peersN, PeersSlowN: c.peersSlowN, PeersRounds: c.peersRuns, PeersLatSeconds: c.peersLatSecs,
 			Command: c.command,
 		},
@@ -295,35 +301,63 @@ func (r *report) evaluate(cores int) {
 		add(g)
 	}
 
-	var one *shareResult
-	for _, sh := range r.Sharing {
-		if sh.Sidecars == 1 {
-			one = sh
+	// Rows per claim at full load: the throughput section's stdio rows,
+	// with the default claim_ahead (claim_ahead 0 beside it).
+	for _, key := range []string{"python-stdio", "node-stdio"} {
+		t, off := r.tp(key), r.tp(key+"-ahead0")
+		g := goal{Name: "rows per claim at full load, " + labelOr(t.Label, key) + " (throughput section)", Target: "≥ 200"}
+		if ok(t.Median) && ok(t.ClaimSize) {
+			g.Measured, g.Met = fmt.Sprintf("%.0f%s", t.ClaimSize, offNote(off.ClaimSize, "%.0f")), yes(t.ClaimSize >= 200)
+		} else {
+			g.Measured, g.Met = nm, nm
 		}
+		add(g)
 	}
-	for _, k := range []int{4} {
-		g := goal{Name: fmt.Sprintf("%d sidecars sharing one database vs one, same total budget", k), Target: "≥ 90 %"}
+
+	def, off := r.shareSet(false), r.shareSet(true)
+	for _, k := range []struct {
+		n      int
+		target float64
+	}{{4, 0.95}, {8, 0.9}} {
+		g := goal{Name: fmt.Sprintf("%d sidecars sharing one database vs one, same total budget", k.n), Target: fmt.Sprintf("≥ %.0f %%", 100*k.target)}
 		g.Measured, g.Met = nm, nm
-		for _, sh := range r.Sharing {
-			if sh.Sidecars == k && one != nil && ok(sh.Median) && ok(one.Median) {
-				f := sh.Median / one.Median
-				g.Measured, g.Met = fmt.Sprintf("%.0f %% (%.0f vs %.0f jobs/s)", 100*f, sh.Median, one.Median), yes(f >= 0.9)
+		if f, many, one := shareFrac(def, k.n); ok(f) {
+			g.Measured = fmt.Sprintf("%.0f %% (%.0f vs %.0f jobs/s; %.0f vs %.0f rows per claim)", 100*f, many.Median, one.Median, many.Cost.ClaimSize, one.Cost.ClaimSize)
+			if fo, _, _ := shareFrac(off, k.n); ok(fo) {
+				g.Measured += fmt.Sprintf("; claim_ahead 0: %.0f %%", 100*fo)
 			}
+			g.Met = yes(f >= k.target)
 		}
 		add(g)
 	}
 	g := goal{Name: "Postgres CPU per job with the most sidecars sharing one database vs one", Target: "≤ 1.2×"}
 	g.Measured, g.Met = nm, nm
-	if n := len(r.Sharing); n >= 2 && one != nil && one.Cost != nil {
-		many := r.Sharing[n-1]
-		if many.Cost != nil && ok(many.Cost.PostgresCPU10k) && ok(one.Cost.PostgresCPU10k) {
-			x := many.Cost.PostgresCPU10k / one.Cost.PostgresCPU10k
-			g.Name = fmt.Sprintf("Postgres CPU per job, %d sidecars sharing one database vs one", many.Sidecars)
-			g.Measured, g.Met = fmt.Sprintf("%.2f× (%.2f vs %.2f CPU-s per 10,000 jobs; %.0f vs %.0f rows per claim)", x,
-				many.Cost.PostgresCPU10k, one.Cost.PostgresCPU10k, many.Cost.ClaimSize, one.Cost.ClaimSize), yes(x <= 1.2)
+	if x, many, one := shareCPU(def); ok(x) {
+		g.Name = fmt.Sprintf("Postgres CPU per job, %d sidecars sharing one database vs one", many.Sidecars)
+		g.Measured = fmt.Sprintf("%.2f× (%.2f vs %.2f CPU-s per 10,000 jobs; %.0f vs %.0f rows per claim)", x,
+			many.Cost.PostgresCPU10k, one.Cost.PostgresCPU10k, many.Cost.ClaimSize, one.Cost.ClaimSize)
+		if xo, mo, oo := shareCPU(off); ok(xo) {
+			g.Measured += fmt.Sprintf("; claim_ahead 0: %.2f× (%.0f vs %.0f rows per claim)", xo, mo.Cost.ClaimSize, oo.Cost.ClaimSize)
 		}
+		g.Met = yes(x <= 1.2)
 	}
 	add(g)
+
+	// A job of better priority than the reserve's rows starts within
+	// claim_ahead plus one claim; the claim_ahead 0 row's p99 stands for
+	// "one claim" (the wait for the next claim, and the claim).
+	if len(r.Priority) > 0 {
+		pd, po := r.prio("python-stdio"), r.prio("python-stdio-ahead0")
+		g := goal{Name: "start delay p99 of a high-priority job behind a full reserve, " + labelOr(pd.Label, "python-stdio") + " (priority section)",
+			Target: "≤ claim_ahead (100 ms) + the claim_ahead 0 row's p99"}
+		if pd.Status == "" && po.Status == "" && ok(pd.P99) && ok(po.P99) {
+			g.Measured = fmt.Sprintf("%.1f ms vs 100 + %.1f ms (p50 %.1f vs %.1f ms)", pd.P99, po.P99, pd.P50, po.P50)
+			g.Met = yes(pd.P99 <= 100+po.P99)
+		} else {
+			g.Measured, g.Met = nm, nm
+		}
+		add(g)
+	}
 
 	g = goal{Name: "drain rate as the queue grows, largest depth vs smallest (Python SDK, stdio)", Target: "within 1.3×"}
 	var pts []depthPoint
@@ -396,6 +430,71 @@ func (r *report) evaluate(cores int) {
 	}
 }
 
+// offNote is ", claim_ahead 0: X" for a measured claim_ahead 0 figure.
+func offNote(x float64, format string) string {
+	if !ok(x) {
+		return ""
+	}
+	return " (claim_ahead 0: " + fmt.Sprintf(format, x) + ")"
+}
+
+// shareSet is the sharing curve with the default claim_ahead (off false)
+// or with claim_ahead 0 (off true), in the order run.
+func (r *report) shareSet(off bool) []*shareResult {
+	var out []*shareResult
+	for _, sh := range r.Sharing {
+		if sh.ClaimAhead0 == off {
+			out = append(out, sh)
+		}
+	}
+	return out
+}
+
+// shareOne is the set's one-sidecar row, or nil.
+func shareOne(set []*shareResult) *shareResult {
+	for _, sh := range set {
+		if sh.Sidecars == 1 && ok(sh.Median) && sh.Cost != nil {
+			return sh
+		}
+	}
+	return nil
+}
+
+// shareFrac is k sidecars' rate as a fraction of one's in set (NaN when
+// either was not measured).
+func shareFrac(set []*shareResult, k int) (float64, *shareResult, *shareResult) {
+	one := shareOne(set)
+	for _, sh := range set {
+		if sh.Sidecars == k && one != nil && ok(sh.Median) && sh.Cost != nil {
+			return sh.Median / one.Median, sh, one
+		}
+	}
+	return math.NaN(), nil, nil
+}
+
+// shareCPU is Postgres' CPU per job with the most sidecars in set, as a
+// multiple of one sidecar's.
+func shareCPU(set []*shareResult) (float64, *shareResult, *shareResult) {
+	one := shareOne(set)
+	if len(set) < 2 || one == nil {
+		return math.NaN(), nil, nil
+	}
+	many := set[len(set)-1]
+	if many.Sidecars == 1 || many.Cost == nil || !ok(many.Cost.PostgresCPU10k) || !ok(one.Cost.PostgresCPU10k) {
+		return math.NaN(), nil, nil
+	}
+	return many.Cost.PostgresCPU10k / one.Cost.PostgresCPU10k, many, one
+}
+
+func (r *report) prio(key string) *prioResult {
+	for _, t := range r.Priority {
+		if t.Key == key {
+			return t
+		}
+	}
+	return &prioResult{Status: "not run"}
+}
+
 // labelOr is a row's label, or its key when the row was not run.
 func labelOr(label, key string) string {
 	if label != "" {
@@ -403,6 +502,9 @@ func labelOr(label, key string) string {
 	}
 	if v := peerByKey(key); v != nil {
 		return v.Label
+	}
+	if base, found := strings.CutSuffix(key, "-ahead0"); found {
+		return labelOr("", base) + ", claim_ahead 0"
 	}
 	if sdk, tr, found := strings.Cut(key, "-"); found {
 		return sidecarVariant(sdk, tr).Label
@@ -515,7 +617,20 @@ func (r *report) write(path string) error {
 	w("  7 times on the full queue (the claimed rows deleted), then a sidecar (Python, stdio) drains the first %v jobs (all of\n", p.JobsPerRun)
 	w("  them when fewer); the clock runs from its start to the last of those done (polled every 20 ms).\n")
 	w("- **Sharing**: 1 to 8 sidecars (Python, stdio) on one database with the same total budget of %v jobs in flight\n", p.Budget)
-	w("  (processes and concurrency per sidecar shrink to keep the total), measured as the throughput runs, CPU as the cost table.\n")
+	w("  (processes and concurrency per sidecar shrink to keep the total), measured as the throughput runs, CPU as the cost table;\n")
+	w("  the curve is run twice in the same rounds, with the default `claim_ahead` and with `claim_ahead: 0` (no reserve: claims of\n")
+	w("  free slots only). *Of one sidecar* and *Postgres ÷ one sidecar's* compare with the same set's one-sidecar row.\n")
+	w("- **claim_ahead 0** rows (throughput, sharing, priority) run the same sidecar with `claim_ahead: 0` in its manifest, beside the\n")
+	w("  default (a reserve of up to `claim_ahead` of work, 100 ms, at most `claim_ahead_max` rows), so the reserve's gain is measured\n")
+	w("  in one run.\n")
+	if len(r.Priority) > 0 {
+		w("- **High-priority start delay**: one sidecar (Python, stdio) drains a backlog of %v no-op jobs at priority %d (Soniq's default),\n", p.PrioBacklog, prioBacklog)
+		w("  topped up by half whenever half is gone so its reserve stays full; once it has finished a first batch, a producer enqueues %v\n", p.PrioJobs)
+		w("  `bench.latency` jobs at priority %d (lower runs first), one every %v, each alone as the pickup-latency rows are; the delay is\n", prioUrgent, p.PrioInterval)
+		w("  the handler's start minus the producer's clock before the INSERT. The reserve and its target are read from the sidecar's\n")
+		w("  `/metrics` (`soniq_claim_reserve_jobs`, `soniq_claim_reserve_target_jobs`) as each job is enqueued. Percentiles per run, then\n")
+		w("  the median over %v rounds.\n", p.PrioRounds)
+	}
 	w("- **Embedded SQLite** (section 7): every run gets a new SQLite file; the workers start on it (each side creates its tables as on\n")
 	w("  first use) and become idle, then the driver writes the jobs in one transaction (the columns Soniq's enqueue writes). The rate\n")
 	w("  runs from the first completion to the last (`updated_at` of the `done` rows): SQLite has no cross-process notification, so\n")
@@ -626,27 +741,38 @@ func (r *report) write(path string) error {
 	}
 	if len(r.Sharing) > 0 {
 		w("## 6b. Sidecars sharing one database (Python SDK, stdio, total budget %v)\n\n", p.Budget)
-		w("| sidecars | processes × concurrency each | jobs/s (median) | runs | of one sidecar | CPU-s per 10,000 jobs: sidecars + handlers + Postgres | rows per claim |\n| --- | --- | --- | --- | --- | --- | --- |\n")
-		for _, sh := range r.Sharing {
-			var runs []string
-			for _, x := range sh.Runs {
-				runs = append(runs, f0(x))
-			}
-			for range sh.Errors {
-				runs = append(runs, "failed")
-			}
-			frac := "—"
-			if ok(sh.Median) && ok(r.Sharing[0].Median) {
-				frac = fmt.Sprintf("%.0f %%", 100*sh.Median/r.Sharing[0].Median)
-			}
-			cost, size := "—", "—"
-			if c := sh.Cost; c != nil && ok(c.PostgresCPU10k) {
-				cost = fmt.Sprintf("%s + %s + %s", f2(c.SidecarCPU10k), f2(c.HandlerCPU10k), f2(c.PostgresCPU10k))
-				if ok(c.ClaimSize) {
-					size = fmt.Sprintf("%.1f", c.ClaimSize)
+		w("| sidecars | claim_ahead | processes × concurrency each | jobs/s (median) | runs | of one sidecar | CPU-s per 10,000 jobs: sidecars + handlers + Postgres | Postgres ÷ one sidecar's | rows per claim |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+		for _, off := range []bool{false, true} {
+			set := r.shareSet(off)
+			one := shareOne(set)
+			for _, sh := range set {
+				var runs []string
+				for _, x := range sh.Runs {
+					runs = append(runs, f0(x))
 				}
+				for range sh.Errors {
+					runs = append(runs, "failed")
+				}
+				frac, xpg := "—", "—"
+				if one != nil && ok(sh.Median) {
+					frac = fmt.Sprintf("%.0f %%", 100*sh.Median/one.Median)
+				}
+				cost, size := "—", "—"
+				if c := sh.Cost; c != nil && ok(c.PostgresCPU10k) {
+					cost = fmt.Sprintf("%s + %s + %s", f2(c.SidecarCPU10k), f2(c.HandlerCPU10k), f2(c.PostgresCPU10k))
+					if ok(c.ClaimSize) {
+						size = fmt.Sprintf("%.1f", c.ClaimSize)
+					}
+					if one != nil && ok(one.Cost.PostgresCPU10k) {
+						xpg = fmt.Sprintf("%.2f×", c.PostgresCPU10k/one.Cost.PostgresCPU10k)
+					}
+				}
+				ahead := "default"
+				if off {
+					ahead = "0"
+				}
+				w("| %d | %s | %d × %d | **%s** | %s | %s | %s | %s | %s |\n", sh.Sidecars, ahead, sh.Processes, sh.PerProc, f0(sh.Median), strings.Join(runs, ", "), frac, cost, xpg, size)
 			}
-			w("| %d | %d × %d | **%s** | %s | %s | %s | %s |\n", sh.Sidecars, sh.Processes, sh.PerProc, f0(sh.Median), strings.Join(runs, ", "), frac, cost, size)
 		}
 		w("\n")
 	}
@@ -663,6 +789,20 @@ func (r *report) write(path string) error {
 		w("| %s | %s | %s | **%s** | %s |\n", l.Label, f2(l.P50), f2(l.P95), f2(l.P99), runs)
 	}
 	w("\n")
+
+	if len(r.Priority) > 0 {
+		w("### A high-priority job's start delay behind a full reserve (Python SDK over stdio)\n\n")
+		w("| variant | p50 ms | p99 ms | runs (p99 ms) | reserve (median jobs) | its target (median) |\n| --- | --- | --- | --- | --- | --- |\n")
+		for _, t := range r.Priority {
+			if t.Status != "" {
+				w("| %s | %s | | | | |\n", t.Label, t.Status)
+				continue
+			}
+			runs := roundsCell(t.Runs, func(run prioRun) (string, string) { return f2(run.P99), run.Error })
+			w("| %s | %s | **%s** | %s | %.0f | %.0f |\n", t.Label, f2(t.P50), f2(t.P99), runs, t.Reserved, t.Target)
+		}
+		w("\n")
+	}
 
 	if len(r.Pooler) > 0 {
 		w("### Pickup latency by database connection (Python SDK over stdio, %v jobs/s)\n\n", p.LatencyRate)

@@ -258,12 +258,15 @@ func (b *bench) depthRun(ctx context.Context, v variant, depth int) (depthPoint,
 
 // shareResult is k sidecars draining one queue with the same total budget.
 type shareResult struct {
-	Sidecars  int       `json:"sidecars"`
-	Processes int       `json:"processes_each"`
-	PerProc   int       `json:"concurrency_each_process"`
-	Runs      []float64 `json:"runs_jobs_per_s"`
-	Errors    []string  `json:"errors,omitempty"`
-	Median    float64   `json:"median_jobs_per_s,omitempty"`
+	Sidecars int `json:"sidecars"`
+	// ClaimAhead0: the sidecars run with `claim_ahead: 0` (the set
+	// measured beside the default one, in the same rounds).
+	ClaimAhead0 bool      `json:"claim_ahead_0,omitempty"`
+	Processes   int       `json:"processes_each"`
+	PerProc     int       `json:"concurrency_each_process"`
+	Runs        []float64 `json:"runs_jobs_per_s"`
+	Errors      []string  `json:"errors,omitempty"`
+	Median      float64   `json:"median_jobs_per_s,omitempty"`
 	// Costs are the runs' CPU figures and claim counts (tpRun's fields);
 	// Cost holds their medians per 10,000 jobs and the rows per claim.
 	Costs []tpRun   `json:"cost_runs,omitempty"`
@@ -272,10 +275,14 @@ type shareResult struct {
 
 func (b *bench) shareSection(ctx context.Context) error {
 	c := b.c
+	// The curve twice, with the default claim_ahead and with claim_ahead
+	// 0, in the same rounds: the reserve's gain at each fleet size.
 	var rs []*shareResult
-	for _, k := range c.sidecars {
-		procs := max(1, c.procs/k)
-		rs = append(rs, &shareResult{Sidecars: k, Processes: procs, PerProc: c.conc / k / procs})
+	for _, off := range []bool{false, true} {
+		for _, k := range c.sidecars {
+			procs := max(1, c.procs/k)
+			rs = append(rs, &shareResult{Sidecars: k, ClaimAhead0: off, Processes: procs, PerProc: c.conc / k / procs})
+		}
 	}
 	b.rep.Sharing = rs
 	for round := range c.runs {
@@ -292,10 +299,10 @@ func (b *bench) shareSection(ctx context.Context) error {
 			}
 			if err != nil {
 				r.Errors = append(r.Errors, err.Error())
-				logf("sharing %d sidecars round %d: %v", r.Sidecars, round+1, err)
+				logf("sharing %d sidecars%s round %d: %v", r.Sidecars, r.suffix(), round+1, err)
 				continue
 			}
-			logf("sharing %d sidecars round %d: %.0f jobs/s", r.Sidecars, round+1, jps)
+			logf("sharing %d sidecars%s round %d: %.0f jobs/s, %.1f rows per claim", r.Sidecars, r.suffix(), round+1, jps, float64(c.n)/float64(max(run.Claims, 1)))
 			r.Runs = append(r.Runs, jps)
 			r.Costs = append(r.Costs, run)
 		}
@@ -317,15 +324,18 @@ func (b *bench) shareRun(ctx context.Context, r *shareResult, round int) (tpRun,
 		return run, err
 	}
 	v := sidecarVariant("python", "stdio")
+	if r.ClaimAhead0 {
+		v = ahead0(v)
+	}
 	all := &workers{v: v}
 	defer all.stop()
 	for i := range r.Sidecars {
-		m, err := b.writeManifestSized(v, fmt.Sprintf("share-%d-%d-%d", r.Sidecars, round, i), r.Processes, r.PerProc)
+		m, err := b.writeManifestSized(v, fmt.Sprintf("share-%d%s-%d-%d", r.Sidecars, r.tag(), round, i), r.Processes, r.PerProc)
 		if err != nil {
 			return run, err
 		}
 		w, err := b.c.group.Start([]string{c.sidecar, "run", "--manifest", m, "--metrics-addr=", "--log-format", "json", "--instance", fmt.Sprintf("bench%d", i)},
-			b.sidecarEnv(nil), c.work, filepath.Join(c.work, fmt.Sprintf("share-%d-%d-%d.log", r.Sidecars, round, i)))
+			b.sidecarEnv(nil), c.work, filepath.Join(c.work, fmt.Sprintf("share-%d%s-%d-%d.log", r.Sidecars, r.tag(), round, i)))
 		if err != nil {
 			return run, err
 		}
@@ -358,4 +368,20 @@ func (b *bench) shareRun(ctx context.Context, r *shareResult, round int) (tpRun,
 		return run, err
 	}
 	return b.finishRun(ctx, run, t0, c.n)
+}
+
+// suffix names the set in the log ("" for the default claim_ahead).
+func (r *shareResult) suffix() string {
+	if r.ClaimAhead0 {
+		return " (claim_ahead 0)"
+	}
+	return ""
+}
+
+// tag tells the set's manifests and logs apart.
+func (r *shareResult) tag() string {
+	if r.ClaimAhead0 {
+		return "-ahead0"
+	}
+	return ""
 }

@@ -58,6 +58,8 @@ func (b *bench) throughputVariants() []*tpResult {
 		withoutIndex(soniqVariant),
 		sidecarVariant("python", "stdio"),
 		sidecarVariant("node", "stdio"),
+		ahead0(sidecarVariant("python", "stdio")),
+		ahead0(sidecarVariant("node", "stdio")),
 		sidecarVariant("python", "unix"),
 		sidecarVariant("node", "unix"),
 		attachVariant("python"),
