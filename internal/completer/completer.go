@@ -345,6 +345,6 @@ func (w *Completer) writeCompletions(cs []backends.Completion) error {
 func (w *Completer) writeNacks(ids []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
-	_, err := w.backend.Nack(ctx, ids)
+	_, err := w.backend.Nack(ctx, w.workerID, ids)
 	return err
 }

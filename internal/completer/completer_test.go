@@ -82,7 +82,7 @@ func (r *recordingBackend) Complete(_ context.Context, _ string, cs []backends.C
 	return ids, nil
 }
 
-func (r *recordingBackend) Nack(_ context.Context, ids []string) ([]string, error) {
+func (r *recordingBackend) Nack(_ context.Context, _ string, ids []string) ([]string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.down {
