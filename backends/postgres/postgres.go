@@ -129,6 +129,14 @@ func OpenWith(ctx context.Context, rawURL string, opts Options) (*Backend, error
 		}
 		listenCfg = lc
 	}
+	if !choosesSessionAttrs(rawURL) {
+		requireWritable(&cfg.ConnConfig.Config)
+		cfg.AfterRelease = keepWritable
+	}
+	setDialer(&cfg.ConnConfig.Config)
+	if listenCfg != nil {
+		setDialer(&listenCfg.Config)
+	}
 	waits := &poolWaits{}
 	cfg.ConnConfig.Tracer = waits
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

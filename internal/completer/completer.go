@@ -21,6 +21,12 @@ import (
 // cannot hold shutdown open forever; it is not a time budget.
 const writeTimeout = 30 * time.Second
 
+// maxBackoff caps the wait between two failed writes. Results held across
+// an outage or a failover must land soon after the database can take them
+// (within a second of a primary becoming writable), and a retry costs one
+// connection attempt.
+const maxBackoff = 500 * time.Millisecond
+
 // maxBatch bounds how many rows one statement writes.
 const maxBatch = 500
 
@@ -274,7 +280,7 @@ func (w *Completer) run() {
 		case <-time.After(backoff):
 		case <-w.wake:
 		}
-		backoff = min(backoff*2, 5*time.Second)
+		backoff = min(backoff*2, maxBackoff)
 	}
 }
 

@@ -1,0 +1,165 @@
+package integration
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+)
+
+// dbAdmin is one session on a test's database that stays writable whatever
+// the database's defaults say, to switch them.
+type dbAdmin struct {
+	t    *testing.T
+	conn *pgx.Conn
+	name string // the database
+}
+
+func newDBAdmin(t *testing.T, dbURL string) *dbAdmin {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	conn, err := pgx.Connect(t.Context(), dbURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	// A session's own setting outlives the database default changing.
+	_, err = conn.Exec(t.Context(), "SET default_transaction_read_only = off")
+	require.NoError(t, err)
+	return &dbAdmin{t: t, conn: conn, name: strings.TrimPrefix(u.Path, "/")}
+}
+
+// readOnly switches the database read-only (on) or writable (off) for the
+// sessions that start from now on. Postgres applies a database's settings
+// when a session starts, so a session opened during a read-only window
+// stays read-only after it, as a session on a standby or a demoted primary
+// does: the failover a client behind a VIP or a DNS name sees. (ALTER
+// SYSTEM would switch the whole server, which the tests share.)
+func (a *dbAdmin) readOnly(on bool) {
+	a.t.Helper()
+	stmt := "ALTER DATABASE " + pgx.Identifier{a.name}.Sanitize() + " RESET default_transaction_read_only"
+	if on {
+		stmt = "ALTER DATABASE " + pgx.Identifier{a.name}.Sanitize() + " SET default_transaction_read_only = on"
+	}
+	_, err := a.conn.Exec(context.Background(), stmt)
+	require.NoError(a.t, err)
+}
+
+// terminate ends every other session on the database, as a failover does.
+func (a *dbAdmin) terminate() int {
+	a.t.Helper()
+	var n int
+	err := a.conn.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = $1 AND pid <> pg_backend_pid()`, a.name).Scan(&n)
+	require.NoError(a.t, err)
+	return n
+}
+
+// status reads a job's status on the admin session (the test's own
+// backend, like the sidecar's, refuses read-only sessions).
+func (a *dbAdmin) status(id string) string {
+	a.t.Helper()
+	var st string
+	err := a.conn.QueryRow(context.Background(), "SELECT status FROM soniq_jobs WHERE id = $1", id).Scan(&st)
+	require.NoError(a.t, err)
+	return st
+}
+
+// started returns the jobs a handler has started, in order, once each.
+func started(recs [][]string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, r := range recs {
+		if r[0] == "start" && !seen[r[1]] {
+			seen[r[1]] = true
+			out = append(out, r[1])
+		}
+	}
+	return out
+}
+
+// A failover that leaves the sidecar on a read-only server for 8 s: every
+// session is terminated and the new ones open read-only (SQLSTATE 25006 on
+// every write). Once the database is writable again, the results the
+// sidecar held across the window are written within a second, and no job
+// runs twice. Before, the pool kept its read-only sessions (pgx drops a
+// session only on a fatal error): nothing was written or beaten until the
+// sessions aged out, and another sidecar's recovery re-ran jobs done here.
+func TestReadOnlyFailoverSessionsAreDroppedAndHeldResultsWritten(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, sdks[0], manifestOpts{})
+	admin := newDBAdmin(t, w.dbURL)
+	env := map[string]string{"SONIQ_HEARTBEAT_TIMEOUT": "10", "SONIQ_SHUTDOWN_TIMEOUT": "5"}
+	a := w.startSidecar(env)
+	b := w.startSidecar(env)
+	a.waitReady(t, w.handlerName(), 1)
+	b.waitReady(t, w.handlerName(), 1)
+	ids := w.enqueueN("t.sleep_async", `{"seconds":2}`, 24)
+	eventually(t, 20*time.Second, "jobs running on both sidecars", func() bool { return len(started(w.recorded())) >= 8 })
+
+	admin.readOnly(true)
+	windowStart := time.Now()
+	admin.terminate()
+	running := started(w.recorded())
+	// The jobs running at the failover end during the window; their
+	// results cannot be written.
+	eventually(t, 8*time.Second, "the running jobs ended inside the window", func() bool {
+		recs := w.recorded()
+		for _, id := range running {
+			if countEvents(recs, "end", id) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	ended := map[string]bool{}
+	for _, r := range w.recorded() {
+		if r[0] == "end" {
+			ended[r[1]] = true
+		}
+	}
+	var held []string
+	for id := range ended {
+		if admin.status(id) != backends.StatusDone {
+			held = append(held, id)
+		}
+	}
+	require.NotEmpty(t, held, "some results are held across the window")
+	// The window lasts 8 s: the fault's length, not a wait for an event.
+	time.Sleep(time.Until(windowStart.Add(8 * time.Second)))
+	admin.readOnly(false)
+	writable := time.Now()
+
+	eventually(t, 5*time.Second, "the held results written", func() bool {
+		for _, id := range held {
+			if admin.status(id) != backends.StatusDone {
+				return false
+			}
+		}
+		return true
+	})
+	took := time.Since(writable)
+	t.Logf("%d results held across the read-only window written %v after the database was writable", len(held), took)
+	assert.LessOrEqual(t, took, time.Second, "held results are written within a second of the primary being writable")
+
+	eventually(t, 60*time.Second, "every job done", func() bool { return w.stats().Done == int64(len(ids)) })
+	recs := w.recorded()
+	for _, id := range ids {
+		assert.Equal(t, 1, countEvents(recs, "start", id), "job %s ran once", id)
+		assert.Equal(t, 1, w.job(id).Attempts, "job %s: no attempt lost to the failover", id)
+	}
+	for _, sc := range []*sidecar{a, b} {
+		sc.signal(syscall.SIGTERM)
+	}
+	for _, sc := range []*sidecar{a, b} {
+		code, _ := sc.wait(30 * time.Second)
+		assert.Equal(t, 0, code)
+	}
+}
