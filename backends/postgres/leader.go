@@ -61,4 +61,3 @@ func (b *Backend) tryLeaderTx(ctx context.Context) (func(), bool, error) {
 	var once sync.Once
 	return func() { once.Do(rollback) }, true, nil
 }
-
