@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/netfault"
 )
 
 // dbAdmin is one session on a test's database that stays writable whatever
@@ -161,5 +162,95 @@ func TestReadOnlyFailoverSessionsAreDroppedAndHeldResultsWritten(t *testing.T) {
 	for _, sc := range []*sidecar{a, b} {
 		code, _ := sc.wait(30 * time.Second)
 		assert.Equal(t, 0, code)
+	}
+}
+
+// A maintenance leader partitioned from the database mid-pass (a proxy in
+// between keeps its TCP connections alive, so the server never sees it go)
+// loses leadership on the database's side within backends.LeaderHoldLimit,
+// and another sidecar then recovers a dead worker's rows. Before, the
+// leader's session advisory lock stayed on a session Postgres still thought
+// alive: the fleet's stale recovery stopped for good.
+func TestPartitionedLeaderLosesLeadershipAndAnotherRecovers(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, sdks[0], manifestOpts{})
+	admin := newDBAdmin(t, w.dbURL)
+	ctx := context.Background()
+	u, err := url.Parse(w.dbURL)
+	require.NoError(t, err)
+	proxy, err := netfault.Start(u.Host)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = proxy.Close() })
+	viaProxy := *u
+	viaProxy.Host = proxy.Addr()
+	fast := map[string]string{"SONIQ_HEARTBEAT_TIMEOUT": "5", "SONIQ_CLEANUP_INTERVAL": "1", "SONIQ_SHUTDOWN_TIMEOUT": "5"}
+	with := func(extra map[string]string) map[string]string {
+		env := map[string]string{}
+		for k, v := range fast {
+			env[k] = v
+		}
+		for k, v := range extra {
+			env[k] = v
+		}
+		return env
+	}
+
+	// C runs the jobs and will die holding them; it makes one pass at
+	// start and no other, so it never leads once the row is locked.
+	c := w.startSidecar(with(map[string]string{"SONIQ_CLEANUP_INTERVAL": "3600"}))
+	c.waitReady(t, w.handlerName(), 1)
+	cID := c.workerID(t)
+	jobs := w.enqueueN("t.sleep_async", `{"seconds":120}`, 4)
+	eventually(t, 20*time.Second, "C runs the jobs", func() bool { return len(started(w.recorded())) == len(jobs) })
+
+	// An expired result whose row the test holds locked, so that the
+	// leader's pass waits in its DELETE: a leader caught mid-pass.
+	var expired string
+	require.NoError(t, admin.conn.QueryRow(ctx, `INSERT INTO soniq_jobs (id, job_name, args, status, expires_at)
+		VALUES (gen_random_uuid(), 't.noop', '{}', 'done', now() - interval '1 hour') RETURNING id::text`).Scan(&expired))
+
+	// A, through the proxy, claims nothing here (another queue) and is the
+	// only sidecar left that makes passes.
+	locker, err := pgx.Connect(ctx, w.dbURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = locker.Close(context.Background()) })
+	tx, err := locker.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM soniq_jobs WHERE id = $1 FOR UPDATE`, expired)
+	require.NoError(t, err)
+	a := w.startSidecar(with(map[string]string{"SONIQ_DATABASE_URL": viaProxy.String(), "SONIQ_QUEUES": "elsewhere"}))
+	eventually(t, 20*time.Second, "A leads and its pass waits in its DELETE", func() bool {
+		var n int
+		require.NoError(t, admin.conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = $1 AND wait_event_type = 'Lock' AND query LIKE 'DELETE FROM soniq_jobs%'`, admin.name).Scan(&n))
+		return n == 1 && len(a.logs("maintenance: leader")) > 0
+	})
+
+	proxy.Partition()
+	partitioned := time.Now()
+	c.signal(syscall.SIGKILL)
+	// The pass's DELETE ends on the server; the leader's hold does not.
+	require.NoError(t, tx.Commit(ctx))
+
+	b := w.startSidecar(fast)
+	bound := backends.LeaderHoldLimit + time.Second + 10*time.Second // + cleanup_interval + slack
+	eventually(t, bound, "the dead worker's rows recovered by another sidecar", func() bool {
+		var n int
+		require.NoError(t, admin.conn.QueryRow(ctx, `SELECT count(*) FROM soniq_jobs
+			WHERE worker_id = $1 AND status = 'processing'`, cID).Scan(&n))
+		return n == 0
+	})
+	took := time.Since(partitioned)
+	t.Logf("recovered %v after the leader was partitioned (bound %v + cleanup_interval)", took, backends.LeaderHoldLimit)
+	assert.NotEmpty(t, b.logs("maintenance: recovered stale workers"), "B ran the recovery")
+	assert.LessOrEqual(t, took, backends.LeaderHoldLimit+time.Second+5*time.Second,
+		"within the database's bound on leadership plus cleanup_interval (and a few seconds for the pass and the dead worker's heartbeat to age)")
+
+	proxy.Heal()
+	for _, sc := range []*sidecar{a, b} {
+		sc.signal(syscall.SIGTERM)
+	}
+	for _, sc := range []*sidecar{a, b} {
+		_, _ = sc.wait(30 * time.Second)
 	}
 }
