@@ -28,6 +28,7 @@ type config struct {
 	rate    float64
 	plan    PlanParams
 	cpu     CPUParams
+	net     NetParams
 	drain   time.Duration
 
 	hbInterval      time.Duration
@@ -73,6 +74,7 @@ func parseConfig(args []string) (*config, error) {
 	dur("pg-down-max", "CHAOS_PG_DOWN_MAX", "2s", "longest time Postgres stays down in a restart")
 	kinds := fs.String("faults", envDefault("CHAOS_FAULTS", "all"), "comma-separated fault kinds to inject: "+strings.Join(faultKinds(), ",")+" ($CHAOS_FAULTS)")
 	cpuBusy := fs.String("cpu-busy", envDefault("CHAOS_CPU_BUSY", strconv.Itoa(runtime.NumCPU())), "CPU contention: at most this many busy processes at once, a few seconds at a time, beside the other faults; 0 turns it off ($CHAOS_CPU_BUSY)")
+	netOn := fs.Bool("net", envDefault("CHAOS_NET", "on") != "off", "network faults between each sidecar and its database (partitions, latency, reset storms, a read-only window), beside the other faults; CHAOS_NET=off turns them off ($CHAOS_NET)")
 	dur("drain", "CHAOS_DRAIN", "120s", "how long the queue may take to drain once the faults stop")
 	dur("job-bound", "CHAOS_JOB_BOUND", "120s", "the longest a job may take from its enqueue to done or dead-lettered")
 	dur("heartbeat-interval", "CHAOS_HEARTBEAT_INTERVAL", "1s", "the sidecars' heartbeat_interval")
@@ -128,6 +130,10 @@ func parseConfig(args []string) (*config, error) {
 	if c.hbTimeout < 2*c.hbInterval {
 		return nil, errors.New("heartbeat-timeout must be at least two heartbeat intervals")
 	}
+	// Partitions from well below to well above the heartbeat timeout; a
+	// read-only window below the point where recovery may begin.
+	c.net = NetParams{Off: !*netOn, GapMin: 6 * time.Second, GapMax: 20 * time.Second,
+		PartMin: time.Second, PartMax: 2 * c.hbTimeout, ReadOnlyMax: max(c.hbTimeout-2*c.hbInterval, 2*time.Second)}
 	c.rules.HeartbeatInterval, c.rules.HeartbeatTimeout = c.hbInterval, c.hbTimeout
 	c.rules.WriteWindow, c.rules.Slack = 5*time.Second, time.Second
 	c.rules.JobBound = parsed["job-bound"]
