@@ -170,7 +170,8 @@ bench-smoke: deps-python deps-node
 	$(ON_VENV) BENCH_QUICK=1 bench/run.sh
 
 # A bounded, seeded, randomized fault run of the real binary (three sidecars on one queue,
-# a producer, a nemesis of kills, stops, SIGTERMs and database restarts), then a checker
+# a producer, a nemesis of kills, stops, SIGTERMs, database restarts and network faults through
+# a fault proxy in front of each sidecar: partitions, latency, reset storms, a read-only window), then a checker
 # over the whole history (docs/reliability.md, "make chaos"). Its own throw-away Postgres
 # and PgBouncer. CHAOS_SECONDS (default 240), CHAOS_SEED (default random, always
 # printed: the same seed gives the same fault schedule); the others: go run ./chaos -h.
