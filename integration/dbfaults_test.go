@@ -291,3 +291,44 @@ func TestPartitionedLeaderLosesLeadershipAndAnotherRecovers(t *testing.T) {
 		_, _ = sc.wait(30 * time.Second)
 	}
 }
+
+// A sidecar that starts while its writes are refused as read-only (a
+// session that passed the connect check and then saw the server switched
+// read-only, as a reload of default_transaction_read_only does to every
+// session at once) waits for the database as it waits for an outage, and
+// registers once writes go through. Before, the first 25006 while
+// registering ended the sidecar with exit status 1 (found by make chaos,
+// seed 102, a restart inside a read-only window). The refusal is produced
+// by a trigger raising SQLSTATE 25006 for three seconds: the window in which
+// a real reload turns a validated session read-only is milliseconds wide.
+func TestStartDuringReadOnlyWindowWaitsAndRegisters(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, sdks[0], manifestOpts{})
+	admin := newDBAdmin(t, w.dbURL)
+	ctx := context.Background()
+	sidecarBinary(t) // built before the window opens
+	_, err := admin.conn.Exec(ctx, `
+CREATE TABLE read_only_until (until timestamptz NOT NULL);
+INSERT INTO read_only_until VALUES (now() + interval '3 seconds');
+CREATE FUNCTION refuse_while_read_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF now() < (SELECT until FROM read_only_until) THEN
+		RAISE EXCEPTION 'cannot execute % in a read-only transaction', TG_OP USING ERRCODE = '25006';
+	END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_while_read_only BEFORE INSERT OR UPDATE ON soniq_workers
+	FOR EACH ROW EXECUTE FUNCTION refuse_while_read_only();`)
+	require.NoError(t, err)
+	began := time.Now()
+	sc := w.startSidecar(nil)
+	sc.waitReady(t, w.handlerName(), 1)
+	require.False(t, sc.exited(), "the sidecar waits out a read-only database instead of exiting")
+	assert.NotEmpty(t, sc.logs("registering the worker row: the database is unreachable; retrying"))
+	t.Logf("registered %v after starting into a 3 s read-only window", time.Since(began))
+	id := w.enqueue("t.noop", `{}`, 0)
+	w.waitDone(t, sc, 20*time.Second, id)
+	sc.signal(syscall.SIGTERM)
+	code, _ := sc.wait(30 * time.Second)
+	assert.Equal(t, 0, code)
+}
