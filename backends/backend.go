@@ -356,11 +356,14 @@ type Backend interface {
 	// per outcome kind, never one round trip per row) and returns the ids
 	// whose guard matched.
 	Complete(ctx context.Context, workerID string, cs []Completion) (applied []string, err error)
-	// Nack is the shutdown contract's nack_job, batched: status='queued',
-	// worker_id=NULL, updated_at=now(), scheduled_at=now() WHERE id IN ids
-	// AND status='processing'. attempts and last_error are untouched.
-	// Returns the ids that were processing.
-	Nack(ctx context.Context, ids []string) (nacked []string, err error)
+	// Nack is the shutdown contract's nack_job, batched and guarded by the
+	// worker: status='queued', worker_id=NULL, updated_at=now(),
+	// scheduled_at=now() WHERE id IN ids AND status='processing' AND
+	// worker_id=workerID. attempts and last_error are untouched. A late
+	// NACK (delayed by a partition) on a row that stale recovery requeued
+	// and another worker claimed again changes nothing. Returns the ids
+	// that were processing under workerID.
+	Nack(ctx context.Context, workerID string, ids []string) (nacked []string, err error)
 
 	// AdoptOrphans sets worker_id = workerID on the rows among ids that are
 	// processing with no worker: rows whose worker row was deleted while

@@ -4,7 +4,18 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 )
+
+// LeaderHoldLimit bounds how long maintenance leadership may outlive its
+// holder's last word to the database, on a backend that elects across
+// processes: the leader's hold on the lock sits idle for the whole pass, and
+// the Postgres backend has the database end it once it has been idle this
+// long (a leader partitioned from the database, or frozen, while a proxy
+// keeps its TCP connection open). A pass is bounded by 30 s, so a live
+// leader is not cut short. A follower that has not been able to lead for
+// longer than this says so.
+const LeaderHoldLimit = 45 * time.Second
 
 // LocalLeader is the maintenance leader lock of a backend that cannot
 // coordinate across processes (SQLite on one host, memory): one holder per

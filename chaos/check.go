@@ -294,6 +294,13 @@ func (c *checker) explain(e Execution) string {
 			if dur := c.stopSpan(f); dur >= c.r.recoverableStop() && !e.Start.After(f.At.Add(dur+c.r.Slack)) {
 				return "stop"
 			}
+		case faultNetPartition:
+			// Cut from the database long enough for its heartbeat to go
+			// stale while the job ran or its result waited: another
+			// sidecar may have recovered the row.
+			if f.Dur >= c.r.recoverableStop() && !e.Start.After(f.At.Add(f.Dur+c.r.Slack)) {
+				return "partition"
+			}
 		}
 	}
 	if in := c.incs[e.SidecarPID]; in != nil {
@@ -451,7 +458,7 @@ func firstLine(s string) string {
 func (rep *Report) Summary(seed int64, seconds time.Duration) string {
 	var fs []string
 	total := 0
-	for _, k := range append(faultKinds(), faultCPUHog, faultCancel) {
+	for _, k := range append(append(faultKinds(), faultCPUHog, faultCancel), netKinds()...) {
 		fs = append(fs, fmt.Sprintf("%s=%d", k, rep.Faults[k]))
 		total += rep.Faults[k]
 	}
@@ -471,7 +478,7 @@ func (rep *Report) Summary(seed int64, seconds time.Duration) string {
 	}
 	reruns := 0
 	var why []string
-	for _, k := range []string{"retry", "cancelled", "nack", faultHandlerKill, faultSidecarKill, "stop", "outage"} {
+	for _, k := range []string{"retry", "cancelled", "nack", faultHandlerKill, faultSidecarKill, "stop", "partition", "outage"} {
 		reruns += rep.Reruns[k]
 		why = append(why, fmt.Sprintf("%s=%d", k, rep.Reruns[k]))
 	}

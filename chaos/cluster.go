@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/soniq-dev/soniq-sidecar/internal/netfault"
 	"github.com/soniq-dev/soniq-sidecar/internal/proc"
 )
 
@@ -226,7 +227,9 @@ func (h *attachHandler) current() *proc.Proc {
 type sidecar struct {
 	c        *cluster
 	name     string // py, node, attach
-	url      string
+	url      string // the database it is configured for (Postgres or PgBouncer)
+	connect  string // what it connects to: its fault proxy in front of url
+	proxy    *netfault.Proxy
 	manifest string
 	ready    int // "handler process ready" lines that say it is ready
 	mu       sync.Mutex
@@ -276,6 +279,10 @@ func (c *cluster) newSidecars() error {
 		case "attach":
 			s.ready = 1
 		}
+		var err error
+		if s.connect, err = s.proxyURL(); err != nil {
+			return err
+		}
 		c.sidecars = append(c.sidecars, s)
 	}
 	return nil
@@ -294,7 +301,7 @@ func (s *sidecar) env() []string {
 		env = append(env, "SONIQ_DATABASE_POOLER=transaction", "SONIQ_DATABASE_LISTEN_URL="+s.c.dbURL)
 	}
 	return append(env,
-		"SONIQ_DATABASE_URL="+s.url,
+		"SONIQ_DATABASE_URL="+s.connect,
 		"SONIQ_QUEUES="+queueName,
 		"SONIQ_POLL_INTERVAL=0.5",
 		"SONIQ_HEARTBEAT_INTERVAL="+secs(cfg.hbInterval),

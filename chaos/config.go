@@ -29,6 +29,7 @@ type config struct {
 	plan    PlanParams
 	cpu     CPUParams
 	reserve ReserveParams
+	net     NetParams
 	// cancelGap is the longest time between two cancels (cancel.go); 0: none.
 	cancelGap time.Duration
 	drain     time.Duration
@@ -78,6 +79,7 @@ func parseConfig(args []string) (*config, error) {
 	reserveOff := fs.Bool("no-reserve-faults", envDefault("CHAOS_RESERVE_FAULTS", "on") == "off", "turn off the faults aimed at claim-ahead: a sidecar SIGKILLed or sent SIGTERM while its reserve is full ($CHAOS_RESERVE_FAULTS=off)")
 	cpuBusy := fs.String("cpu-busy", envDefault("CHAOS_CPU_BUSY", strconv.Itoa(runtime.NumCPU())), "CPU contention: at most this many busy processes at once, a few seconds at a time, beside the other faults; 0 turns it off ($CHAOS_CPU_BUSY)")
 	dur("cancel-gap", "CHAOS_CANCEL_GAP", "4s", "the cancel fault: soniq-sidecar cancel on a random queued or running job, at most this long apart (half as long at least); 0 turns it off")
+	netOn := fs.Bool("net", envDefault("CHAOS_NET", "on") != "off", "network faults between each sidecar and its database (partitions, latency, reset storms, a read-only window), beside the other faults; CHAOS_NET=off turns them off ($CHAOS_NET)")
 	dur("drain", "CHAOS_DRAIN", "120s", "how long the queue may take to drain once the faults stop")
 	dur("job-bound", "CHAOS_JOB_BOUND", "120s", "the longest a job may take from its enqueue to done or dead-lettered")
 	dur("heartbeat-interval", "CHAOS_HEARTBEAT_INTERVAL", "1s", "the sidecars' heartbeat_interval")
@@ -134,6 +136,10 @@ func parseConfig(args []string) (*config, error) {
 	if c.hbTimeout < 2*c.hbInterval {
 		return nil, errors.New("heartbeat-timeout must be at least two heartbeat intervals")
 	}
+	// Partitions from well below to well above the heartbeat timeout; a
+	// read-only window below the point where recovery may begin.
+	c.net = NetParams{Off: !*netOn, GapMin: 6 * time.Second, GapMax: 20 * time.Second,
+		PartMin: time.Second, PartMax: 2 * c.hbTimeout, ReadOnlyMax: max(c.hbTimeout-2*c.hbInterval, 2*time.Second)}
 	c.rules.HeartbeatInterval, c.rules.HeartbeatTimeout = c.hbInterval, c.hbTimeout
 	c.rules.WriteWindow, c.rules.Slack = 5*time.Second, time.Second
 	c.rules.JobBound = parsed["job-bound"]

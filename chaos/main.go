@@ -61,6 +61,7 @@ func run(ctx context.Context, cfg *config) (int, error) {
 	plan := mergeSteps(mergeSteps(Plan(cfg.seed, cfg.plan), PlanCPU(cfg.seed, cfg.plan.Length, cfg.cpu)),
 		PlanReserve(cfg.seed, cfg.plan.Length, cfg.reserve))
 	plan = mergeSteps(plan, PlanCancels(cfg.seed, cfg.plan.Length, cfg.cancelGap))
+	plan = mergeSteps(plan, PlanNet(cfg.seed, cfg.plan.Length, cfg.net))
 	faultsLog, err := os.Create(filepath.Join(cfg.work, "faults.jsonl"))
 	if err != nil {
 		return 0, err
@@ -93,12 +94,22 @@ func run(ctx context.Context, cfg *config) (int, error) {
 	if err := c.newSidecars(); err != nil {
 		return 0, err
 	}
+	defer func() {
+		for _, s := range c.sidecars {
+			_ = s.proxy.Close()
+		}
+	}()
 	for _, s := range c.sidecars {
 		if err := s.start(ctx); err != nil {
 			return 0, err
 		}
 	}
-	pool, err := pgxpool.New(ctx, c.dbURL)
+	poolCfg, err := pgxpool.ParseConfig(c.dbURL)
+	if err != nil {
+		return 0, fmt.Errorf("producer pool: %w", err)
+	}
+	harnessParams(poolCfg.ConnConfig.RuntimeParams)
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return 0, fmt.Errorf("producer pool: %w", err)
 	}

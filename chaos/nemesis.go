@@ -25,6 +25,17 @@ func (c *cluster) runNemesis(ctx context.Context, plan []Step, start time.Time) 
 		queues[s.name] = q
 		wg.Go(func() { s.serve(ctx, q) })
 	}
+	for _, s := range c.sidecars {
+		q := make(chan Step, len(plan))
+		queues[netTarget(s.name)] = q
+		wg.Go(func() {
+			for st := range q {
+				if ctx.Err() == nil {
+					s.applyNet(st)
+				}
+			}
+		})
+	}
 	for _, name := range []string{"postgres", "pgbouncer", "cpu", "cancel"} {
 		q := make(chan Step, len(plan))
 		queues[name] = q
@@ -169,6 +180,8 @@ func (c *cluster) applyInfra(ctx context.Context, st Step) {
 		c.hogCPU(ctx, st)
 	case faultCancel:
 		c.cancelJob(ctx, st)
+	case faultDBReadOnly:
+		c.readOnlyWindow(ctx, st)
 	case faultPGRestart:
 		at := time.Now()
 		rec.logf("restarting postgres (%s, down %s)", st.Mode, st.Dur.Round(time.Millisecond))

@@ -34,6 +34,12 @@ func (s Step) String() string {
 		out += fmt.Sprintf(" draw %d picks the process, restart (attach) after %s", s.Pick, s.Dur.Round(time.Millisecond))
 	case faultCPUHog:
 		out += fmt.Sprintf(" %d busy processes for %s", s.Pick, s.Dur.Round(time.Millisecond))
+	case faultNetPartition, faultDBReadOnly:
+		out += fmt.Sprintf(" for %s", s.Dur.Round(time.Millisecond))
+	case faultNetLatency:
+		out += fmt.Sprintf(" %d ms each way for %s", s.Pick, s.Dur.Round(time.Millisecond))
+	case faultNetResets:
+		out += fmt.Sprintf(" every %d ms for %s", s.Pick, s.Dur.Round(time.Millisecond))
 	default:
 		out += fmt.Sprintf(" restart after %s", s.Dur.Round(time.Millisecond))
 	}

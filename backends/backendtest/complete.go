@@ -142,7 +142,7 @@ func completeCases() []testCase {
 			s.claimOne(w, "nack.one")
 			queuedBefore := snapshot(s.get(queued.ID))
 
-			nacked, err := s.b.Nack(s.ctx, []string{j.ID, queued.ID, newUUID(s.t)})
+			nacked, err := s.b.Nack(s.ctx, w, []string{j.ID, queued.ID, newUUID(s.t)})
 			require.NoError(s.t, err)
 			assert.Equal(s.t, []string{j.ID}, nacked, "only the processing row")
 			got := s.get(j.ID)
@@ -155,12 +155,57 @@ func completeCases() []testCase {
 			assert.Equal(s.t, "earlier failure", *got.LastError)
 			assert.Equal(s.t, queuedBefore, snapshot(s.get(queued.ID)), "queued row untouched")
 
-			again, err := s.b.Nack(s.ctx, []string{j.ID})
+			again, err := s.b.Nack(s.ctx, w, []string{j.ID})
 			require.NoError(s.t, err)
 			assert.Empty(s.t, again, "idempotent")
-			none, err := s.b.Nack(s.ctx, nil)
+			none, err := s.b.Nack(s.ctx, w, nil)
 			require.NoError(s.t, err)
 			assert.Empty(s.t, none)
+		}},
+		{"nack/a late NACK on a row recovered and claimed again by another worker changes nothing", func(s *suite) {
+			// A NACK held up by a partition: meanwhile stale recovery gave
+			// the row back and another worker claimed it. The shutdown
+			// NACK of the first worker must not requeue the second's row
+			// (it would run a third time, one attempt closer to the dead
+			// letter).
+			w1 := s.worker()
+			j := s.enqueueNamed("nack.late")
+			s.claimOne(w1, "nack.late")
+			require.NoError(s.t, s.h.BackdateHeartbeat(s.ctx, w1, time.Hour))
+			_, jobs, err := s.b.RecoverStaleWorkers(s.ctx, time.Minute, "")
+			require.NoError(s.t, err)
+			require.Equal(s.t, 1, jobs)
+			w2 := s.worker()
+			require.Equal(s.t, j.ID, s.claimOne(w2, "nack.late").ID)
+			before := snapshot(s.get(j.ID))
+
+			nacked, err := s.b.Nack(s.ctx, w1, []string{j.ID})
+			require.NoError(s.t, err)
+			assert.Empty(s.t, nacked, "the row is another worker's now")
+			assert.Equal(s.t, before, snapshot(s.get(j.ID)), "row untouched")
+			got := s.get(j.ID)
+			assert.Equal(s.t, backends.StatusProcessing, got.Status)
+			require.NotNil(s.t, got.WorkerID)
+			assert.Equal(s.t, w2, *got.WorkerID)
+			assert.Equal(s.t, 2, got.Attempts)
+
+			// Its holder's own NACK still lands.
+			nacked, err = s.b.Nack(s.ctx, w2, []string{j.ID})
+			require.NoError(s.t, err)
+			assert.Equal(s.t, []string{j.ID}, nacked)
+		}},
+		{"nack/only the rows of the worker named", func(s *suite) {
+			w1, w2 := s.worker(), s.worker()
+			mine := s.enqueueNamed("nack.mine")
+			theirs := s.enqueueNamed("nack.theirs")
+			s.claimOne(w1, "nack.mine")
+			s.claimOne(w2, "nack.theirs")
+			theirsBefore := snapshot(s.get(theirs.ID))
+			nacked, err := s.b.Nack(s.ctx, w1, []string{mine.ID, theirs.ID})
+			require.NoError(s.t, err)
+			assert.Equal(s.t, []string{mine.ID}, nacked)
+			assert.Equal(s.t, backends.StatusQueued, s.get(mine.ID).Status)
+			assert.Equal(s.t, theirsBefore, snapshot(s.get(theirs.ID)), "another worker's row untouched")
 		}},
 		{"snooze/restores the attempt and reschedules", func(s *suite) {
 			w := s.worker()
@@ -286,8 +331,8 @@ func guardCases() []testCase {
 		// lose takes the row away from worker w1.
 		lose func(s *suite, w1, jobID, name string)
 	}{
-		{"nacked", func(s *suite, _, jobID, _ string) {
-			n, err := s.b.Nack(s.ctx, []string{jobID})
+		{"nacked", func(s *suite, w1, jobID, _ string) {
+			n, err := s.b.Nack(s.ctx, w1, []string{jobID})
 			require.NoError(s.t, err)
 			require.Equal(s.t, []string{jobID}, n)
 		}},
@@ -298,8 +343,8 @@ func guardCases() []testCase {
 			require.Equal(s.t, 1, workers)
 			require.Equal(s.t, 1, jobs)
 		}},
-		{"re-claimed", func(s *suite, _, jobID, name string) {
-			_, err := s.b.Nack(s.ctx, []string{jobID})
+		{"re-claimed", func(s *suite, w1, jobID, name string) {
+			_, err := s.b.Nack(s.ctx, w1, []string{jobID})
 			require.NoError(s.t, err)
 			time.Sleep(10 * time.Millisecond) // scheduled_at = now must be in the past
 			w2 := s.worker()

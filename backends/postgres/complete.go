@@ -206,22 +206,23 @@ RETURNING id::uuid`, deadIDs, deadErrs, deadReasons, workerID)
 	return out, nil
 }
 
-// Nack is the shutdown contract's nack_job over many ids.
-func (b *Backend) Nack(ctx context.Context, ids []string) ([]string, error) {
+// Nack is the shutdown contract's nack_job over many ids, guarded by the
+// worker that holds them.
+func (b *Backend) Nack(ctx context.Context, workerID string, ids []string) ([]string, error) {
 	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !isUUID(id) })
-	if len(ids) == 0 {
+	if len(ids) == 0 || !isUUID(workerID) {
 		return nil, nil
 	}
 	rows, err := b.pool.Query(ctx, `UPDATE soniq_jobs
 	SET status = 'queued', worker_id = NULL, updated_at = now(), scheduled_at = now()
-	WHERE id = ANY($1::uuid[]) AND status = 'processing'
-	RETURNING id::text`, ids)
+	WHERE id = ANY($1::uuid[]) AND status = 'processing' AND worker_id = $2
+	RETURNING id::text`, ids, workerID)
 	if err != nil {
-		return nil, b.wrap(err, "nack %d jobs", len(ids))
+		return nil, b.wrap(err, "nack %d jobs for worker %s", len(ids), workerID)
 	}
 	nacked, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return nil, b.wrap(err, "nack %d jobs", len(ids))
+		return nil, b.wrap(err, "nack %d jobs for worker %s", len(ids), workerID)
 	}
 	return nacked, nil
 }

@@ -5,7 +5,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
@@ -41,12 +40,7 @@ func (w *poolWaits) TraceAcquireEnd(ctx context.Context, _ *pgxpool.Pool, _ pgxp
 }
 
 // pgx takes an acquire tracer through the connection's query tracer; the
-// query hooks do nothing.
-func (*poolWaits) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	return ctx
-}
-
-func (*poolWaits) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+// query hooks (writable.go) watch for read-only servers.
 
 // PoolStats reports the pgx pool's size, use and waits (backends.PoolStater).
 func (b *Backend) PoolStats() backends.PoolStats {

@@ -133,6 +133,14 @@ func OpenWith(ctx context.Context, rawURL string, opts Options) (*Backend, error
 		}
 		listenCfg = lc
 	}
+	if !choosesSessionAttrs(rawURL) {
+		requireWritable(&cfg.ConnConfig.Config)
+		cfg.AfterRelease = keepWritable
+	}
+	setDialer(&cfg.ConnConfig.Config)
+	if listenCfg != nil {
+		setDialer(&listenCfg.Config)
+	}
 	waits := &poolWaits{}
 	cfg.ConnConfig.Tracer = waits
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -163,7 +171,7 @@ func transient(err error) bool {
 	case "08", "57": // connection exception, operator intervention (57P03 cannot_connect_now)
 		return true
 	}
-	return pe.Code == "53300" // too_many_connections
+	return pe.Code == "53300" || pe.Code == sqlstateReadOnly // too_many_connections, a read-only server
 }
 
 // Ping checks that the database is reachable.
@@ -339,11 +347,14 @@ func (b *Backend) wrap(err error, format string, args ...any) error {
 // unreachable reports whether err says the server could not be reached or
 // could not serve a connection (as opposed to refusing a statement): no
 // connection, a connection that broke, or a server starting, stopping or
-// full.
+// full. A server that refuses writes because it is read-only (25006: a
+// standby, a primary demoted or switched read-only in a failover) is one
+// the sidecar cannot use yet either: its session is dropped (writable.go)
+// and the caller waits for a writable one as for any outage.
 func unreachable(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
-		return strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57P") || pe.Code == "53300"
+		return strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57P") || pe.Code == "53300" || pe.Code == sqlstateReadOnly
 	}
 	var ce *pgconn.ConnectError
 	var ne net.Error

@@ -451,7 +451,7 @@ func TestMalformedIDsAreNotFound(t *testing.T) {
 	ok, err := b.Cancel(ctx, "nope")
 	require.NoError(t, err)
 	assert.False(t, ok)
-	nacked, err := b.Nack(ctx, []string{"nope"})
+	nacked, err := b.Nack(ctx, "nope", []string{"nope"})
 	require.NoError(t, err)
 	assert.Empty(t, nacked)
 	assert.ErrorIs(t, b.PurgeDeadLetter(ctx, "nope"), backends.ErrNotFound)

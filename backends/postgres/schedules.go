@@ -318,7 +318,7 @@ func (l *scheduleLeader) holdTx(ctx context.Context) (bool, func(), error) {
 		defer cancel()
 		_ = tx.Rollback(rctx)
 	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", leaderHoldLimit.Milliseconds())); err != nil {
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", backends.LeaderHoldLimit.Milliseconds())); err != nil {
 		rollback()
 		return false, nil, l.b.wrap(err, "bound scheduler leader transaction")
 	}

@@ -242,7 +242,8 @@ func (b *Backend) deadLetterBatch(ctx context.Context, tx *sql.Tx, workerID, ts 
 // Nack is the shutdown contract's nack_job for many ids in one statement.
 // Soniq's SQLite nack_job writes its ISO now() where the contract says
 // NOW()/CURRENT_TIMESTAMP; so does this, keeping scheduled_at comparable.
-func (b *Backend) Nack(ctx context.Context, ids []string) ([]string, error) {
+// Guarded by the worker that holds the rows, as every other write is.
+func (b *Backend) Nack(ctx context.Context, workerID string, ids []string) ([]string, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -252,12 +253,12 @@ func (b *Backend) Nack(ctx context.Context, ids []string) ([]string, error) {
 	}
 	ts := formatTime(now())
 	var nacked []string
-	err = b.inWriteTx(ctx, "nacking jobs", func(tx *sql.Tx) error {
+	err = b.inWriteTx(ctx, "nacking jobs for worker "+workerID, func(tx *sql.Tx) error {
 		var err error
 		nacked, err = queryIDs(ctx, tx, `UPDATE soniq_jobs
 			SET status = 'queued', worker_id = NULL, updated_at = ?, scheduled_at = ?
-			WHERE id IN (SELECT value FROM json_each(?)) AND status = 'processing'
-			RETURNING id`, ts, ts, string(idsJSON))
+			WHERE id IN (SELECT value FROM json_each(?)) AND status = 'processing' AND worker_id = ?
+			RETURNING id`, ts, ts, string(idsJSON), workerID)
 		return err
 	})
 	if err != nil {

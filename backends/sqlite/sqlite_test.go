@@ -246,7 +246,7 @@ func TestNackFieldSet(t *testing.T) {
 	_, err = b.write.ExecContext(ctx, `UPDATE soniq_jobs SET last_error = 'earlier' WHERE id = ?`, j.ID)
 	require.NoError(t, err)
 
-	nacked, err := b.Nack(ctx, []string{j.ID, "missing"})
+	nacked, err := b.Nack(ctx, w, []string{j.ID, "missing"})
 	require.NoError(t, err)
 	assert.Equal(t, []string{j.ID}, nacked)
 
@@ -258,7 +258,7 @@ func TestNackFieldSet(t *testing.T) {
 	assert.Regexp(t, soniqTimestamp, sched)
 	assert.Equal(t, sched, rawText(t, b, "soniq_jobs", "updated_at", j.ID), "one now() for both")
 
-	again, err := b.Nack(ctx, []string{j.ID})
+	again, err := b.Nack(ctx, w, []string{j.ID})
 	require.NoError(t, err)
 	assert.Empty(t, again, "idempotent: a queued row is not nacked twice")
 	// Nacked rows are claimable at once (scheduled_at = now <= now).

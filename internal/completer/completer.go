@@ -21,6 +21,12 @@ import (
 // cannot hold shutdown open forever; it is not a time budget.
 const writeTimeout = 30 * time.Second
 
+// maxBackoff caps the wait between two failed writes. Results held across
+// an outage or a failover must land soon after the database can take them
+// (within a second of a primary becoming writable), and a retry costs one
+// connection attempt.
+const maxBackoff = 500 * time.Millisecond
+
 // maxBatch bounds how many rows one statement writes.
 const maxBatch = 500
 
@@ -369,7 +375,7 @@ func (w *Completer) run() {
 		case <-time.After(backoff):
 		case <-w.wake:
 		}
-		backoff = min(backoff*2, 5*time.Second)
+		backoff = min(backoff*2, maxBackoff)
 	}
 }
 
@@ -458,6 +464,6 @@ func (w *Completer) writeReturns(held []backends.Job) error {
 func (w *Completer) writeNacks(ids []string) error {
 	ctx, done := w.writeCtx()
 	defer done()
-	_, err := w.backend.Nack(ctx, ids)
+	_, err := w.backend.Nack(ctx, w.workerID, ids)
 	return err
 }

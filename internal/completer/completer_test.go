@@ -83,7 +83,7 @@ func (r *recordingBackend) Complete(_ context.Context, _ string, cs []backends.C
 	return ids, nil
 }
 
-func (r *recordingBackend) Nack(_ context.Context, ids []string) ([]string, error) {
+func (r *recordingBackend) Nack(_ context.Context, _ string, ids []string) ([]string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.down {
@@ -230,7 +230,7 @@ func (b *wedgedBackend) Complete(ctx context.Context, _ string, _ []backends.Com
 	return nil, ctx.Err()
 }
 
-func (b *wedgedBackend) Nack(ctx context.Context, _ []string) ([]string, error) {
+func (b *wedgedBackend) Nack(ctx context.Context, _ string, _ []string) ([]string, error) {
 	b.calls.Add(1)
 	<-ctx.Done()
 	return nil, ctx.Err()

@@ -56,7 +56,7 @@ func (g *gatedBackend) Complete(_ context.Context, _ string, cs []backends.Compl
 	return ids, nil
 }
 
-func (g *gatedBackend) Nack(_ context.Context, ids []string) ([]string, error) {
+func (g *gatedBackend) Nack(_ context.Context, _ string, ids []string) ([]string, error) {
 	g.record(len(ids), true)
 	return ids, nil
 }

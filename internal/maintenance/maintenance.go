@@ -53,6 +53,11 @@ type MaintainerConfig struct {
 type Maintainer struct {
 	service
 	cfg MaintainerConfig
+	// refusedSince is when this worker last found leadership held by
+	// another after leading or starting (zero while it can lead), and
+	// warned whether the long refusal was logged; pass alone uses them.
+	refusedSince time.Time
+	warned       bool
 }
 
 // NewMaintainer prepares a Maintainer; nothing runs before Start.
@@ -87,8 +92,10 @@ func (m *Maintainer) pass(ctx context.Context) {
 		return
 	}
 	if !ok {
+		m.refused(time.Now())
 		return
 	}
+	m.refusedSince, m.warned = time.Time{}, false
 	defer release()
 	// Logged inside the tenure (after taking, before giving up), so the
 	// logged spans of a fleet never overlap unless two leaders did.
@@ -110,5 +117,25 @@ func (m *Maintainer) pass(ctx context.Context) {
 		log.Warn("maintenance: deleting expired results failed", "err", err)
 	} else if n > 0 {
 		log.Info("maintenance: deleted expired results", "rows", n)
+	}
+}
+
+// refused notes a pass that found leadership held by another worker: at
+// DEBUG every time, and once at WARN when no pass of this worker has led
+// for longer than a leader can keep leadership without its database: the
+// leader may be gone while the database still thinks it holds the lock, and
+// nobody recovers stale workers meanwhile.
+func (m *Maintainer) refused(now time.Time) {
+	if m.refusedSince.IsZero() {
+		m.refusedSince = now
+	}
+	unavailable := now.Sub(m.refusedSince)
+	m.cfg.Log.Debug("maintenance: another worker leads; this pass skipped",
+		"worker_id", m.cfg.WorkerID, "unavailable_for", unavailable)
+	if !m.warned && unavailable > backends.LeaderHoldLimit {
+		m.warned = true
+		m.cfg.Log.Warn("maintenance: leadership held by another worker for longer than a leader may keep it; "+
+			"if no worker logs maintenance passes, stale-worker recovery is not running",
+			"worker_id", m.cfg.WorkerID, "unavailable_for", unavailable, "bound", backends.LeaderHoldLimit)
 	}
 }

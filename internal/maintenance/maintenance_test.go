@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -185,7 +186,8 @@ func TestMaintainerPass(t *testing.T) {
 		wantRecoveries int
 		wantLogs       []string
 	}{
-		{name: "not the leader", f: &fakeBackend{leader: false}},
+		{name: "not the leader", f: &fakeBackend{leader: false},
+			wantLogs: []string{"maintenance: another worker leads; this pass skipped"}},
 		{name: "leader election failed", f: &fakeBackend{leaderErr: errors.New("connection refused")},
 			wantLogs: []string{"maintenance: leader election failed"}},
 		{name: "nothing to do", f: &fakeBackend{leader: true}, wantRecoveries: 1,
@@ -213,6 +215,65 @@ func TestMaintainerPass(t *testing.T) {
 			assert.Equal(t, tt.wantLogs, logs.messages())
 		})
 	}
+}
+
+// A follower that cannot lead says so at DEBUG on every pass, and once at
+// WARN when it has not led for longer than a leader can keep leadership
+// (backends.LeaderHoldLimit); leading again starts the count afresh.
+func TestMaintainerFollowerWarnsOnceLeadershipIsUnavailableTooLong(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeBackend{leader: false}
+		var logs recorder
+		m := NewMaintainer(MaintainerConfig{Backend: f, WorkerID: "w", Interval: 10 * time.Second,
+			HeartbeatTimeout: time.Minute, Log: logs.logger()})
+		m.Start(t.Context())
+		defer m.Stop()
+		warns := func() int {
+			logs.mu.Lock()
+			defer logs.mu.Unlock()
+			n := 0
+			for _, r := range logs.records {
+				if strings.HasPrefix(r.Msg, "maintenance: leadership held by another worker for longer") {
+					n++
+				}
+			}
+			return n
+		}
+		debugs := func() int {
+			logs.mu.Lock()
+			defer logs.mu.Unlock()
+			n := 0
+			for _, r := range logs.records {
+				if r.Msg == "maintenance: another worker leads; this pass skipped" {
+					n++
+				}
+			}
+			return n
+		}
+		time.Sleep(backends.LeaderHoldLimit - time.Second)
+		synctest.Wait()
+		assert.Equal(t, 0, warns(), "not yet longer than a leader may hold it")
+		assert.Equal(t, 5, debugs(), "every refused pass at DEBUG")
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		assert.Equal(t, 1, warns(), "past the bound")
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		assert.Equal(t, 1, warns(), "once, not every pass")
+
+		f.mu.Lock()
+		f.leader = true
+		f.mu.Unlock()
+		time.Sleep(10 * time.Second)
+		f.mu.Lock()
+		f.leader = false
+		f.mu.Unlock()
+		// The first refusal of the new spell is at the next pass; the
+		// bound counts from there.
+		time.Sleep(backends.LeaderHoldLimit + 20*time.Second)
+		synctest.Wait()
+		assert.Equal(t, 2, warns(), "a new spell without leadership warns again")
+	})
 }
 
 // Against a real backend: a pass at start and then every Interval (the

@@ -91,7 +91,8 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 }
 
 // Nack returns processing rows to the queue (the field contract of docs/compatibility.md, "nack").
-func (b *Backend) Nack(ctx context.Context, ids []string) ([]string, error) {
+// Guarded by the worker that holds the rows.
+func (b *Backend) Nack(ctx context.Context, workerID string, ids []string) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -101,7 +102,7 @@ func (b *Backend) Nack(ctx context.Context, ids []string) ([]string, error) {
 	var nacked []string
 	for _, id := range ids {
 		j, ok := b.jobs[id]
-		if !ok || j.Status != backends.StatusProcessing {
+		if !ok || j.Status != backends.StatusProcessing || j.WorkerID == nil || *j.WorkerID != workerID {
 			continue
 		}
 		j.Status = backends.StatusQueued

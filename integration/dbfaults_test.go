@@ -1,0 +1,334 @@
+package integration
+
+import (
+	"context"
+	"net/url"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/netfault"
+)
+
+// dbAdmin is one session on a test's database that stays writable whatever
+// the database's defaults say, to switch them.
+type dbAdmin struct {
+	t    *testing.T
+	conn *pgx.Conn
+	name string // the database
+}
+
+func newDBAdmin(t *testing.T, dbURL string) *dbAdmin {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	conn, err := pgx.Connect(t.Context(), dbURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	// A session's own setting outlives the database default changing.
+	_, err = conn.Exec(t.Context(), "SET default_transaction_read_only = off")
+	require.NoError(t, err)
+	return &dbAdmin{t: t, conn: conn, name: strings.TrimPrefix(u.Path, "/")}
+}
+
+// readOnly switches the database read-only (on) or writable (off) for the
+// sessions that start from now on. Postgres applies a database's settings
+// when a session starts, so a session opened during a read-only window
+// stays read-only after it, as a session on a standby or a demoted primary
+// does: the failover a client behind a VIP or a DNS name sees. (ALTER
+// SYSTEM would switch the whole server, which the tests share.)
+func (a *dbAdmin) readOnly(on bool) {
+	a.t.Helper()
+	stmt := "ALTER DATABASE " + pgx.Identifier{a.name}.Sanitize() + " RESET default_transaction_read_only"
+	if on {
+		stmt = "ALTER DATABASE " + pgx.Identifier{a.name}.Sanitize() + " SET default_transaction_read_only = on"
+	}
+	_, err := a.conn.Exec(context.Background(), stmt)
+	require.NoError(a.t, err)
+}
+
+// terminate ends every other session on the database, as a failover does.
+func (a *dbAdmin) terminate() int {
+	a.t.Helper()
+	var n int
+	err := a.conn.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = $1 AND pid <> pg_backend_pid()`, a.name).Scan(&n)
+	require.NoError(a.t, err)
+	return n
+}
+
+// status reads a job's status on the admin session (the test's own
+// backend, like the sidecar's, refuses read-only sessions).
+func (a *dbAdmin) status(id string) string {
+	a.t.Helper()
+	var st string
+	err := a.conn.QueryRow(context.Background(), "SELECT status FROM soniq_jobs WHERE id = $1", id).Scan(&st)
+	require.NoError(a.t, err)
+	return st
+}
+
+// started returns the jobs a handler has started, in order, once each.
+func started(recs [][]string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, r := range recs {
+		if r[0] == "start" && !seen[r[1]] {
+			seen[r[1]] = true
+			out = append(out, r[1])
+		}
+	}
+	return out
+}
+
+// A failover that leaves the sidecar on a read-only server for 8 s: every
+// session is terminated and the new ones open read-only (SQLSTATE 25006 on
+// every write). Once the database is writable again, the results the
+// sidecar held across the window are written within a second, and no job
+// runs twice. Before, the pool kept its read-only sessions (pgx drops a
+// session only on a fatal error): nothing was written or beaten until the
+// sessions aged out, and another sidecar's recovery re-ran jobs done here.
+//
+// Through PgBouncer in transaction mode the server sessions are PgBouncer's:
+// the failover hook sends RECONNECT on its admin console once the primary
+// is writable (docs/operations.md), and the sidecar, which drops its own
+// connections that answered 25006, writes within a second of that.
+func TestReadOnlyFailoverSessionsAreDroppedAndHeldResultsWritten(t *testing.T) {
+	t.Run("direct", func(t *testing.T) { t.Parallel(); readOnlyFailover(t, false) })
+	t.Run("pgbouncer", func(t *testing.T) { t.Parallel(); readOnlyFailover(t, true) })
+}
+
+func readOnlyFailover(t *testing.T, throughPgBouncer bool) {
+	w := newWorld(t, sdks[0], manifestOpts{})
+	admin := newDBAdmin(t, w.dbURL)
+	env := map[string]string{"SONIQ_HEARTBEAT_TIMEOUT": "10", "SONIQ_SHUTDOWN_TIMEOUT": "5"}
+	var reconnect func()
+	if throughPgBouncer {
+		pgb := os.Getenv("SONIQ_TEST_PGBOUNCER_URL")
+		require.NotEmpty(t, pgb, "SONIQ_TEST_PGBOUNCER_URL is not set: start PgBouncer in transaction mode in front of SONIQ_TEST_DATABASE_URL's server (make test does); never skipped")
+		pu, err := url.Parse(pgb)
+		require.NoError(t, err)
+		du, err := url.Parse(w.dbURL)
+		require.NoError(t, err)
+		pooled := *du
+		pooled.Host = pu.Host
+		env["SONIQ_DATABASE_URL"] = pooled.String()
+		env["SONIQ_DATABASE_POOLER"] = "transaction"
+		env["SONIQ_DATABASE_LISTEN_URL"] = w.dbURL
+		console := *pu
+		console.Path = "/pgbouncer"
+		console.RawQuery = "sslmode=disable&default_query_exec_mode=simple_protocol"
+		reconnect = func() {
+			conn, err := pgx.Connect(context.Background(), console.String())
+			require.NoError(t, err, "PgBouncer's admin console")
+			defer conn.Close(context.Background())
+			_, err = conn.Exec(context.Background(), "RECONNECT "+admin.name)
+			require.NoError(t, err)
+		}
+	}
+	a := w.startSidecar(env)
+	b := w.startSidecar(env)
+	a.waitReady(t, w.handlerName(), 1)
+	b.waitReady(t, w.handlerName(), 1)
+	ids := w.enqueueN("t.sleep_async", `{"seconds":2}`, 24)
+	eventually(t, 20*time.Second, "jobs running on both sidecars", func() bool { return len(started(w.recorded())) >= 8 })
+
+	admin.readOnly(true)
+	windowStart := time.Now()
+	admin.terminate()
+	running := started(w.recorded())
+	// The jobs running at the failover end during the window; their
+	// results cannot be written.
+	eventually(t, 8*time.Second, "the running jobs ended inside the window", func() bool {
+		recs := w.recorded()
+		for _, id := range running {
+			if countEvents(recs, "end", id) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	ended := map[string]bool{}
+	for _, r := range w.recorded() {
+		if r[0] == "end" {
+			ended[r[1]] = true
+		}
+	}
+	var held []string
+	for id := range ended {
+		if admin.status(id) != backends.StatusDone {
+			held = append(held, id)
+		}
+	}
+	require.NotEmpty(t, held, "some results are held across the window")
+	// The window lasts 8 s: the fault's length, not a wait for an event.
+	time.Sleep(time.Until(windowStart.Add(8 * time.Second)))
+	admin.readOnly(false)
+	if reconnect != nil {
+		reconnect()
+	}
+	writable := time.Now()
+
+	eventually(t, 5*time.Second, "the held results written", func() bool {
+		for _, id := range held {
+			if admin.status(id) != backends.StatusDone {
+				return false
+			}
+		}
+		return true
+	})
+	took := time.Since(writable)
+	t.Logf("%d results held across the read-only window written %v after the database was writable", len(held), took)
+	assert.LessOrEqual(t, took, time.Second, "held results are written within a second of the primary being writable")
+
+	eventually(t, 60*time.Second, "every job done", func() bool { return w.stats().Done == int64(len(ids)) })
+	recs := w.recorded()
+	for _, id := range ids {
+		assert.Equal(t, 1, countEvents(recs, "start", id), "job %s ran once", id)
+		assert.Equal(t, 1, w.job(id).Attempts, "job %s: no attempt lost to the failover", id)
+	}
+	for _, sc := range []*sidecar{a, b} {
+		sc.signal(syscall.SIGTERM)
+	}
+	for _, sc := range []*sidecar{a, b} {
+		code, _ := sc.wait(30 * time.Second)
+		assert.Equal(t, 0, code)
+	}
+}
+
+// A maintenance leader partitioned from the database mid-pass (a proxy in
+// between keeps its TCP connections alive, so the server never sees it go)
+// loses leadership on the database's side within backends.LeaderHoldLimit,
+// and another sidecar then recovers a dead worker's rows. Before, the
+// leader's session advisory lock stayed on a session Postgres still thought
+// alive: the fleet's stale recovery stopped for good.
+func TestPartitionedLeaderLosesLeadershipAndAnotherRecovers(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, sdks[0], manifestOpts{})
+	admin := newDBAdmin(t, w.dbURL)
+	ctx := context.Background()
+	u, err := url.Parse(w.dbURL)
+	require.NoError(t, err)
+	proxy, err := netfault.Start(u.Host)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = proxy.Close() })
+	viaProxy := *u
+	viaProxy.Host = proxy.Addr()
+	fast := map[string]string{"SONIQ_HEARTBEAT_TIMEOUT": "5", "SONIQ_CLEANUP_INTERVAL": "1", "SONIQ_SHUTDOWN_TIMEOUT": "5"}
+	with := func(extra map[string]string) map[string]string {
+		env := map[string]string{}
+		for k, v := range fast {
+			env[k] = v
+		}
+		for k, v := range extra {
+			env[k] = v
+		}
+		return env
+	}
+
+	// C runs the jobs and will die holding them; it makes one pass at
+	// start and no other, so it never leads once the row is locked.
+	c := w.startSidecar(with(map[string]string{"SONIQ_CLEANUP_INTERVAL": "3600"}))
+	c.waitReady(t, w.handlerName(), 1)
+	cID := c.workerID(t)
+	jobs := w.enqueueN("t.sleep_async", `{"seconds":120}`, 4)
+	eventually(t, 20*time.Second, "C runs the jobs", func() bool { return len(started(w.recorded())) == len(jobs) })
+
+	// An expired result whose row the test holds locked, so that the
+	// leader's pass waits in its DELETE: a leader caught mid-pass.
+	var expired string
+	require.NoError(t, admin.conn.QueryRow(ctx, `INSERT INTO soniq_jobs (id, job_name, args, status, expires_at)
+		VALUES (gen_random_uuid(), 't.noop', '{}', 'done', now() - interval '1 hour') RETURNING id::text`).Scan(&expired))
+
+	// A, through the proxy, claims nothing here (another queue) and is the
+	// only sidecar left that makes passes.
+	locker, err := pgx.Connect(ctx, w.dbURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = locker.Close(context.Background()) })
+	tx, err := locker.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM soniq_jobs WHERE id = $1 FOR UPDATE`, expired)
+	require.NoError(t, err)
+	a := w.startSidecar(with(map[string]string{"SONIQ_DATABASE_URL": viaProxy.String(), "SONIQ_QUEUES": "elsewhere"}))
+	eventually(t, 20*time.Second, "A leads and its pass waits in its DELETE", func() bool {
+		var n int
+		require.NoError(t, admin.conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = $1 AND wait_event_type = 'Lock' AND query LIKE 'DELETE FROM soniq_jobs%'`, admin.name).Scan(&n))
+		return n == 1 && len(a.logs("maintenance: leader")) > 0
+	})
+
+	proxy.Partition()
+	partitioned := time.Now()
+	c.signal(syscall.SIGKILL)
+	// The pass's DELETE ends on the server; the leader's hold does not.
+	require.NoError(t, tx.Commit(ctx))
+
+	b := w.startSidecar(fast)
+	bound := backends.LeaderHoldLimit + time.Second + 10*time.Second // + cleanup_interval + slack
+	eventually(t, bound, "the dead worker's rows recovered by another sidecar", func() bool {
+		var n int
+		require.NoError(t, admin.conn.QueryRow(ctx, `SELECT count(*) FROM soniq_jobs
+			WHERE worker_id = $1 AND status = 'processing'`, cID).Scan(&n))
+		return n == 0
+	})
+	took := time.Since(partitioned)
+	t.Logf("recovered %v after the leader was partitioned (bound %v + cleanup_interval)", took, backends.LeaderHoldLimit)
+	assert.NotEmpty(t, b.logs("maintenance: recovered stale workers"), "B ran the recovery")
+	assert.LessOrEqual(t, took, backends.LeaderHoldLimit+time.Second+5*time.Second,
+		"within the database's bound on leadership plus cleanup_interval (and a few seconds for the pass and the dead worker's heartbeat to age)")
+
+	proxy.Heal()
+	for _, sc := range []*sidecar{a, b} {
+		sc.signal(syscall.SIGTERM)
+	}
+	for _, sc := range []*sidecar{a, b} {
+		_, _ = sc.wait(30 * time.Second)
+	}
+}
+
+// A sidecar that starts while its writes are refused as read-only (a
+// session that passed the connect check and then saw the server switched
+// read-only, as a reload of default_transaction_read_only does to every
+// session at once) waits for the database as it waits for an outage, and
+// registers once writes go through. Before, the first 25006 while
+// registering ended the sidecar with exit status 1 (found by make chaos,
+// seed 102, a restart inside a read-only window). The refusal is produced
+// by a trigger raising SQLSTATE 25006 for three seconds: the window in which
+// a real reload turns a validated session read-only is milliseconds wide.
+func TestStartDuringReadOnlyWindowWaitsAndRegisters(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, sdks[0], manifestOpts{})
+	admin := newDBAdmin(t, w.dbURL)
+	ctx := context.Background()
+	sidecarBinary(t) // built before the window opens
+	_, err := admin.conn.Exec(ctx, `
+CREATE TABLE read_only_until (until timestamptz NOT NULL);
+INSERT INTO read_only_until VALUES (now() + interval '3 seconds');
+CREATE FUNCTION refuse_while_read_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF now() < (SELECT until FROM read_only_until) THEN
+		RAISE EXCEPTION 'cannot execute % in a read-only transaction', TG_OP USING ERRCODE = '25006';
+	END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_while_read_only BEFORE INSERT OR UPDATE ON soniq_workers
+	FOR EACH ROW EXECUTE FUNCTION refuse_while_read_only();`)
+	require.NoError(t, err)
+	began := time.Now()
+	sc := w.startSidecar(nil)
+	sc.waitReady(t, w.handlerName(), 1)
+	require.False(t, sc.exited(), "the sidecar waits out a read-only database instead of exiting")
+	assert.NotEmpty(t, sc.logs("registering the worker row: the database is unreachable; retrying"))
+	t.Logf("registered %v after starting into a 3 s read-only window", time.Since(began))
+	id := w.enqueue("t.noop", `{}`, 0)
+	w.waitDone(t, sc, 20*time.Second, id)
+	sc.signal(syscall.SIGTERM)
+	code, _ := sc.wait(30 * time.Second)
+	assert.Equal(t, 0, code)
+}
