@@ -185,18 +185,16 @@ chaos: build deps-python deps-node
 # with: 7 (default stops; an 11 s stop of a sidecar and a Postgres restart a second before
 # it resumed, under CPU load, orphaned two claimed rows). One busy process of CPU
 # contention each: the other parts of make test load the cores too.
-# Network faults (CHAOS_NET) are off here for now: a reset storm can lose a claim's reply
-# after Postgres committed it, and until the sidecar reconciles such a claim at once its rows
-# wait for the self-audit, which the checker counts as a violation (orphaned). `make chaos`
-# runs them.
+# Network faults (CHAOS_NET) run here too: partitions, latency, reset storms (a claim's reply
+# lost after Postgres committed it is reconciled before the next claim) and a read-only window.
 # Uses the binary make test built.
 CHAOS_SMOKE_SEED ?= 20260
 CHAOS_REGRESSION_SEEDS ?= 7
 chaos-smoke: deps-python deps-node
-	$(ON_VENV) CHAOS_SECONDS=90 CHAOS_SEED=$(CHAOS_SMOKE_SEED) CHAOS_STOP_MAX=5s CHAOS_CPU_BUSY=1 CHAOS_NET=off $(GO) run ./chaos
+	$(ON_VENV) CHAOS_SECONDS=90 CHAOS_SEED=$(CHAOS_SMOKE_SEED) CHAOS_STOP_MAX=5s CHAOS_CPU_BUSY=1 $(GO) run ./chaos
 	@for seed in $(CHAOS_REGRESSION_SEEDS); do \
 		echo "chaos-smoke: regression seed $$seed"; \
-		$(ON_VENV) CHAOS_SECONDS=90 CHAOS_SEED=$$seed CHAOS_CPU_BUSY=1 CHAOS_NET=off $(GO) run ./chaos || exit 1; \
+		$(ON_VENV) CHAOS_SECONDS=90 CHAOS_SEED=$$seed CHAOS_CPU_BUSY=1 $(GO) run ./chaos || exit 1; \
 	done
 
 # What a release ships, built locally into dist/ (never into the source tree): the

@@ -332,3 +332,44 @@ CREATE TRIGGER refuse_while_read_only BEFORE INSERT OR UPDATE ON soniq_workers
 	code, _ := sc.wait(30 * time.Second)
 	assert.Equal(t, 0, code)
 }
+
+// A shutdown while the database is partitioned away (the proxy keeps the
+// sockets open and moves nothing) is bounded by shutdown_timeout +
+// shutdown_write_timeout, whatever the database does: the claim in flight
+// is abandoned, the NACKs are cut at the write deadline and named in one
+// ERROR line, the stop mark gets what is left. The rows stay processing
+// for recovery, their attempts kept. Before, three 30 s bounds ran one
+// after another: 93 s with shutdown_timeout 3 s.
+func TestShutdownDuringAPartitionIsBounded(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, sdks[0], manifestOpts{})
+	u, err := url.Parse(w.dbURL)
+	require.NoError(t, err)
+	proxy, err := netfault.Start(u.Host)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = proxy.Close() })
+	viaProxy := *u
+	viaProxy.Host = proxy.Addr()
+	ids := w.enqueueN("t.sleep_async", `{"seconds":60}`, 3)
+	sc := w.startSidecar(map[string]string{"SONIQ_DATABASE_URL": viaProxy.String(), "SONIQ_SHUTDOWN_TIMEOUT": "3",
+		"SONIQ_SHUTDOWN_WRITE_TIMEOUT": "2", "SONIQ_POLL_INTERVAL": "0.1"})
+	w.waitStarted(t, ids...)
+	proxy.Partition()
+	// A poll's claim goes out and hangs in the partition.
+	time.Sleep(300 * time.Millisecond)
+	sent := sc.signal(syscall.SIGTERM)
+	code, at := sc.wait(60 * time.Second)
+	took := at.Sub(sent)
+	t.Logf("SIGTERM → exit %s with the database partitioned (shutdown_timeout 3 s, shutdown_write_timeout 2 s)", took)
+	require.Equal(t, 0, code)
+	assert.Less(t, took, 5*time.Second+exitTolerance, "bounded by shutdown_timeout + shutdown_write_timeout")
+	lines := sc.logs("giving up on result writes at shutdown: these rows stay processing, and stale-worker recovery or a takeover requeues them with attempts preserved")
+	require.Len(t, lines, 1, "one ERROR line names the rows not written")
+	assert.ElementsMatch(t, ids, lines[0]["nacks"], "the NACKs that could not be written")
+	proxy.Heal()
+	for _, id := range ids {
+		j := w.job(id)
+		assert.Equal(t, backends.StatusProcessing, j.Status, "left for recovery")
+		assert.Equal(t, 1, j.Attempts, "attempts kept")
+	}
+}

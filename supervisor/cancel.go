@@ -63,11 +63,11 @@ func (l *loop) readCancels() {
 		return
 	}
 	l.cancels.reading, l.cancels.again = true, false
-	backend, workerID, emit := l.cfg.Backend, l.host.workerID, l.emit
+	backend, workerID, emit, cut := l.cfg.Backend, l.host.workerID, l.emit, l.shut.cut
 	l.wg.Add(1)
-	go func() { // owned by the run's WaitGroup; bounded by writeTimeout
+	go func() { // owned by the run's WaitGroup; bounded by writeTimeout and the shutdown's write deadline
 		defer l.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+		ctx, cancel := context.WithTimeout(cut, writeTimeout)
 		defer cancel()
 		ids, err := backend.PendingCancels(ctx, workerID)
 		emit(cancelsReadEvent{ids: ids, err: err})
@@ -136,11 +136,11 @@ func (l *loop) refuseCancel(t *task) {
 	detail := fmt.Sprintf("a sync job cannot be interrupted (job %s, %s, handler %s)", j.ID, j.Name, handler)
 	l.log.Info("cancel refused: a sync job cannot be interrupted; it runs on", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue,
 		"handler", handler, t.proc.who())
-	backend, workerID, log := l.cfg.Backend, l.host.workerID, l.log
+	backend, workerID, log, cut := l.cfg.Backend, l.host.workerID, l.log, l.shut.cut
 	l.wg.Add(1)
-	go func() { // owned by the run's WaitGroup; bounded by writeTimeout
+	go func() { // owned by the run's WaitGroup; bounded by writeTimeout and the shutdown's write deadline
 		defer l.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+		ctx, cancel := context.WithTimeout(cut, writeTimeout)
 		defer cancel()
 		if _, err := backend.RefuseCancel(ctx, workerID, j.ID, handler, detail); err != nil {
 			log.Warn("answering a cancel request failed; the next poll answers it again", "job_id", j.ID, "err", err)

@@ -186,9 +186,22 @@ func (b *Backend) Ping(ctx context.Context) error {
 func (b *Backend) Close() error {
 	b.stopOnce.Do(func() { close(b.stop) })
 	b.subs.Wait()
-	b.pool.Close()
+	// Closing a connection writes a goodbye to the server; behind a
+	// partition that write hangs until pgx's own bound (seconds per
+	// connection). The process must not wait for it: Close returns after
+	// closeWait at most, and the pool finishes closing on its own.
+	closed := make(chan struct{})
+	go func() { b.pool.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(closeWait):
+	}
 	return nil
 }
+
+// closeWait bounds how long Close waits for the pool's connections to say
+// goodbye to the server.
+const closeWait = 250 * time.Millisecond
 
 // Migrate creates Soniq's core and dead-letter tables if they do not exist,
 // then the sidecar's own cancel-request table (schema/9000_*.sql, after
