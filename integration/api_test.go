@@ -50,6 +50,7 @@ func apiWorld(t *testing.T, transport string) *world {
 // the row has NULL: for a job queued to run at once, a delayed one, and one
 // another producer inserted with times of its own.
 func TestNodeJobContextFromRow(t *testing.T) {
+	t.Parallel()
 	for _, transport := range []string{"stdio", "unix"} {
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()
@@ -118,6 +119,7 @@ func TestNodeJobContextFromRow(t *testing.T) {
 // before it on the last attempt; a permanent failure is "Retry policy
 // declined: " before the error, as Soniq writes for reason permanent_failure.
 func TestSoniqLastErrorTexts(t *testing.T) {
+	t.Parallel()
 	for _, transport := range []string{"stdio", "unix"} {
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()
@@ -159,6 +161,7 @@ func TestSoniqLastErrorTexts(t *testing.T) {
 // normalised args; hooks that throw change nothing; a middleware's value is
 // the row's result; onError sees a permanent failure and a job timeout.
 func TestNodeHooksAndValidationUnderSidecar(t *testing.T) {
+	t.Parallel()
 	for _, transport := range []string{"stdio", "unix"} {
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()
