@@ -188,7 +188,10 @@ func testSessionSIGTERM(t *testing.T, sdk attachSDK) {
 	require.Equal(t, 0, code, out)
 
 	p := mustOpen(t, sock)
-	p.send(sessionJob("held", "examples.sleep_sync", `{"seconds": 2}`))
+	// Held through the checks below: the probe they run is a Python process
+	// of its own, seconds on a loaded machine; a job that ended first would
+	// let the handler exit before the late job is sent.
+	p.send(sessionJob("held", "examples.sleep_sync", `{"seconds": 6}`))
 	p.send(&protocol.Ping{Seq: 1})
 	_, ok := p.next(10 * time.Second).(*protocol.Pong)
 	require.True(t, ok)
