@@ -78,7 +78,8 @@ func TestShutdownDrainCompletes(t *testing.T) {
 
 // DRAINING → FORCE_TIMEOUT_PATH, async branch: cancel + nack_job, bounded.
 func TestShutdownAsyncForced(t *testing.T) {
-	t.Parallel()
+	// Serial: it bounds the exit past shutdown_timeout to exitTolerance (1 s), which
+	// other tests' load on the machine would stretch.
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{recordFrames: true})
 		id := w.enqueue("t.sleep_async", `{"seconds":60}`, 5)
