@@ -11,7 +11,7 @@ VENV     ?= .venv
 VENV_PYTHON := $(VENV)/bin/python
 ON_VENV  := PATH="$(abspath $(VENV))/bin:$$PATH"
 
-.PHONY: dist all build images test-pod docker-steps docker-steps-examples cross-build test test-go test-python test-node test-prometheus lint vet fmt-check tidy-check staticcheck demo demo-python demo-node bench bench-smoke chaos chaos-smoke clean
+.PHONY: dist all build images test-pod docker-steps docker-steps-examples cross-build test test-go test-go-compile test-python test-node test-prometheus lint vet fmt-check tidy-check staticcheck demo demo-python demo-node bench bench-smoke chaos chaos-smoke clean
 
 all: build
 
@@ -84,8 +84,9 @@ endif
 # The parts run side by side (-j, each part's output kept together): the Go integration
 # tests spend most of their time waiting on real processes and timeouts, so the Python,
 # Node, lint, cross-build and bench-smoke parts fill the idle CPU instead of adding to the
-# wall time of a CI run.
-TEST_PARTS := lint test-go test-python test-node test-prometheus bench-smoke docker-steps-examples cross-build chaos-smoke
+# wall time of a CI run. make starts them in this order: the longest (test-go, then
+# chaos-smoke's two 90 s runs) first, so that no long part starts last.
+TEST_PARTS := test-go chaos-smoke test-python test-node bench-smoke lint cross-build docker-steps-examples test-prometheus
 test: build docker-steps
 ifeq ($(SONIQ_TEST_DATABASE_URL),)
 	.ci/pg.sh run .ci/pgbouncer.sh run $(MAKE) --no-print-directory -j4 --output-sync=target $(TEST_PARTS)
@@ -95,8 +96,18 @@ endif
 
 # The Go tests run the example handlers over both transports: the unix one
 # needs the SDKs' gRPC packages, installed from the repository's own files.
-test-go: deps-python deps-node
-	$(ON_VENV) $(GO) test -race -count=1 -timeout 15m ./...
+# GO_TEST_PARALLEL is how many parallel tests of a package run at once (go test's
+# default is the number of CPUs): most black-box tests wait on processes and timers,
+# so more of them than cores keep the CPU busy.
+GO_TEST_PARALLEL ?= 6
+test-go: deps-python deps-node test-go-compile
+	$(ON_VENV) $(GO) test -race -count=1 -parallel $(GO_TEST_PARALLEL) -timeout 15m ./...
+
+# Compiles every package and its tests with -race into the build cache (go list -export
+# compiles without linking) while the Python and Node dependencies install, which
+# test-go needs only to run the tests.
+test-go-compile:
+	$(GO) list -race -test -export -f '{{.ImportPath}}' ./... >/dev/null
 
 # Includes the wheel built, installed in fresh virtualenvs and run from outside the
 # repository, and mypy --strict on the SDK (tests/test_packaging.py).

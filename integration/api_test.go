@@ -51,6 +51,7 @@ func apiWorld(t *testing.T, transport string) *world {
 // the row has NULL: for a job queued to run at once, a delayed one, and one
 // another producer inserted with times of its own.
 func TestNodeJobContextFromRow(t *testing.T) {
+	t.Parallel()
 	for _, transport := range []string{"stdio", "unix"} {
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()
@@ -119,6 +120,7 @@ func TestNodeJobContextFromRow(t *testing.T) {
 // before it on the last attempt; a permanent failure is "Retry policy
 // declined: " before the error, as Soniq writes for reason permanent_failure.
 func TestSoniqLastErrorTexts(t *testing.T) {
+	t.Parallel()
 	for _, transport := range []string{"stdio", "unix"} {
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()
@@ -161,6 +163,7 @@ func TestSoniqLastErrorTexts(t *testing.T) {
 // the row's result; a BigInt is stored as its digits, the job done;
 // onError sees a permanent failure and a job timeout.
 func TestNodeHooksAndValidationUnderSidecar(t *testing.T) {
+	t.Parallel()
 	for _, transport := range []string{"stdio", "unix"} {
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()

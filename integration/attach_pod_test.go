@@ -235,6 +235,7 @@ func (w *world) eventIndex(event, id string) int {
 }
 
 func TestAttachPodNormalRun(t *testing.T) {
+	t.Parallel()
 	forEachPodSDK(t, func(t *testing.T, s sdk) {
 		p := newPod(t, s, manifestOpts{})
 		// The sidecar first: it waits for the endpoint, not ready, naming it.
@@ -278,6 +279,8 @@ func TestAttachPodNormalRun(t *testing.T) {
 // Ordinary pod termination: both containers get SIGTERM at once; every
 // path of the shutdown diagram.
 func TestAttachPodBothSignalled(t *testing.T) {
+	// Serial: it bounds the exit past shutdown_timeout to exitTolerance (1 s), which
+	// other tests' load on the machine would stretch.
 	forEachPodSDK(t, func(t *testing.T, s sdk) {
 		t.Run("drain completes", func(t *testing.T) {
 			t.Parallel()
@@ -352,6 +355,7 @@ func TestAttachPodBothSignalled(t *testing.T) {
 // know was written). The database answers slowly here, so the write takes
 // far longer than the session's end would.
 func TestAttachPodHandlerSIGTERMWaitsForTheWrite(t *testing.T) {
+	t.Parallel()
 	forEachPodSDK(t, func(t *testing.T, s sdk) {
 		p := newPod(t, s, manifestOpts{})
 		u, err := url.Parse(p.dbURL)
@@ -373,6 +377,7 @@ func TestAttachPodHandlerSIGTERMWaitsForTheWrite(t *testing.T) {
 // The handler container alone is stopped (SIGTERM): it drains, the sidecar
 // sends it nothing more, then a new handler container takes the socket.
 func TestAttachPodHandlerSIGTERM(t *testing.T) {
+	t.Parallel()
 	forEachPodSDK(t, func(t *testing.T, s sdk) {
 		p := newPod(t, s, manifestOpts{})
 		h := p.startHandler(t)
@@ -405,6 +410,7 @@ func TestAttachPodHandlerSIGTERM(t *testing.T) {
 // The handler container is killed (SIGKILL) while it runs a job: a crash
 // of that process for its job, then a new handler on the same path.
 func TestAttachPodHandlerSIGKILL(t *testing.T) {
+	t.Parallel()
 	forEachPodSDK(t, func(t *testing.T, s sdk) {
 		p := newPod(t, s, manifestOpts{})
 		h := p.startHandler(t)
@@ -438,6 +444,7 @@ func TestAttachPodHandlerSIGKILL(t *testing.T) {
 // Two sidecars on one endpoint: the second is refused, with a clear error
 // on both sides, and the first keeps working.
 func TestAttachPodSecondSidecarRefused(t *testing.T) {
+	t.Parallel()
 	forEachPodSDK(t, func(t *testing.T, s sdk) {
 		p := newPod(t, s, manifestOpts{})
 		h := p.startHandler(t)
@@ -460,6 +467,7 @@ func TestAttachPodSecondSidecarRefused(t *testing.T) {
 // `manifest check` attaches to each endpoint once, compares the hello and
 // lets go: the handler keeps running and takes the next sidecar.
 func TestAttachPodManifestCheck(t *testing.T) {
+	t.Parallel()
 	forEachPodSDK(t, func(t *testing.T, s sdk) {
 		p := newPod(t, s, manifestOpts{})
 		check := func() (int, string) {
@@ -488,6 +496,7 @@ func TestAttachPodManifestCheck(t *testing.T) {
 // A hello that disagrees with the manifest stops the sidecar with exit 2 at
 // first contact, as for a spawned process; the handler is left running.
 func TestAttachPodHelloMismatch(t *testing.T) {
+	t.Parallel()
 	forEachPodSDK(t, func(t *testing.T, s sdk) {
 		p := newPod(t, s, manifestOpts{})
 		f, err := os.OpenFile(p.manifest, os.O_APPEND|os.O_WRONLY, 0)
@@ -508,6 +517,7 @@ func TestAttachPodHelloMismatch(t *testing.T) {
 // A glob names every endpoint it matches, found while the sidecar runs: two
 // handler processes started after the sidecar, each attached.
 func TestAttachPodGlob(t *testing.T) {
+	t.Parallel()
 	forEachPodSDK(t, func(t *testing.T, s sdk) {
 		p := newPod(t, s, manifestOpts{})
 		dir := filepath.Dir(p.sock)

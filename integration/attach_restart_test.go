@@ -81,6 +81,7 @@ func (w *world) waitEnded(t *testing.T, id string) {
 }
 
 func TestAttachPodSidecarRestart(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		opts manifestOpts
@@ -224,6 +225,7 @@ func TestAttachPodSidecarRestart(t *testing.T) {
 // sidecar comes back (pid 1 again, same hostname) the row is kept for the
 // running execution: B never gets it, the job runs once.
 func TestAttachPodTwoPodsOneQueue(t *testing.T) {
+	t.Parallel()
 	forEachPodSDK(t, func(t *testing.T, s sdk) {
 		pod := restartTopologies[0]
 		a := newPod(t, s, manifestOpts{})
@@ -259,6 +261,7 @@ func TestAttachPodTwoPodsOneQueue(t *testing.T) {
 // deployment error. The second says so (ERROR naming the instance) and
 // takes nothing over; neither loses its worker row; every job runs once.
 func TestAttachPodTwoLiveSidecarsOneInstance(t *testing.T) {
+	t.Parallel()
 	forEachPodSDK(t, func(t *testing.T, s sdk) {
 		pod := restartTopologies[0]
 		one := newPod(t, s, manifestOpts{})

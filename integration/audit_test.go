@@ -16,6 +16,7 @@ import (
 // could, is given back and then run; a job the sidecar runs through many
 // readings is never touched.
 func TestSelfAuditReleasesARowThisWorkerDoesNotHold(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	w := newWorld(t, sdks[0], manifestOpts{})
 	long := w.enqueue("t.sleep_async", `{"seconds":6}`, 0)

@@ -19,6 +19,7 @@ import (
 // detail (still 200: the sidecar works, only slower), and runs jobs. After
 // `soniq-sidecar migrate` a new sidecar is quiet and the gauge reads 0.
 func TestRunWarnsOnceWithoutTheClaimIndex(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, sdks[0], manifestOpts{})
 	_, err := w.db.Exec(t.Context(), `DROP INDEX soniq_sidecar_claim_order`)
 	require.NoError(t, err)

@@ -122,6 +122,7 @@ func (p *cutProxy) restore() {
 // and its results, logs what fails, and once the database is back every job
 // is done exactly once; nothing is lost, nothing crashes.
 func TestDatabaseDisappearsMidRun(t *testing.T) {
+	t.Parallel()
 	s := sdks[0] // the path under test is the sidecar's, not the SDK's
 	w := newWorld(t, s, manifestOpts{})
 	u, err := url.Parse(w.dbURL)
@@ -180,6 +181,7 @@ func TestDatabaseDisappearsMidRun(t *testing.T) {
 // so once per kind of failure and counts the repeats, instead of one line
 // per attempt (116 "claiming jobs failed" lines in one outage before).
 func TestDatabaseOutageLogsEachFailureOnceWithACount(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, sdks[0], manifestOpts{})
 	u, err := url.Parse(w.dbURL)
 	require.NoError(t, err)

@@ -45,6 +45,7 @@ func assertNoRestart(t *testing.T, sc *sidecar, handler string, pid int) {
 // infinity as a 64-bit float) are dead-lettered at claim with a message
 // naming the value; 8 good jobs in the same process run once each.
 func TestFaultArgsOutOfRangeNumberPostgres(t *testing.T) {
+	t.Parallel()
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{})
 		big := w.insertRaw(t, "t.noop", `'{"big": 1e400}'::jsonb`)
@@ -152,6 +153,7 @@ func sqliteInsert(t *testing.T, db *sql.DB, name, args string) string {
 // one attempt, well inside the 30 s ping timeout that a stalled stream
 // would have waited for.
 func TestFaultArgsUnreadableSQLite(t *testing.T) {
+	t.Parallel()
 	bad := []struct {
 		name, args, want string
 	}{
@@ -268,6 +270,7 @@ for line in sys.stdin:
 // replaced within seconds, not after the 30 s ping timeout; a job sent into
 // the closed pipe runs again on the replacement.
 func TestFaultHandlerClosesItsStdin(t *testing.T) {
+	t.Parallel()
 	script := filepath.Join(t.TempDir(), "closes_stdin.py")
 	require.NoError(t, os.WriteFile(script, []byte(closesStdinHandler), 0o644))
 	var jobs []map[string]any

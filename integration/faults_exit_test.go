@@ -109,6 +109,7 @@ func (w *world) waitAttempt(t *testing.T, sc *sidecar, id string, attempt int) (
 // running is a crash: killed after the grace, the job retried on a new
 // process, last_error saying the stdout was closed.
 func TestFaultExitStdoutClosedWhileRunning(t *testing.T) {
+	t.Parallel()
 	w := faultWorld(t, ndjsonStdio)
 	id := w.enqueue("x.close_stdout", `{}`, 3)
 	sc := w.startSidecar(nil)
@@ -139,6 +140,7 @@ func TestFaultExitStdoutClosedWhileRunning(t *testing.T) {
 // the bounded drain, the job is retried on a new process and done, and
 // SIGTERM afterwards stops the sidecar normally.
 func TestFaultExitWithOrphanHoldingPipes(t *testing.T) {
+	t.Parallel()
 	for _, fh := range []faultHandler{ndjsonStdio, sdkStdio, sdkUnix} {
 		t.Run(fh.name, func(t *testing.T) {
 			t.Parallel()
@@ -177,6 +179,7 @@ func TestFaultExitWithOrphanHoldingPipes(t *testing.T) {
 // WAIT_FOR_THREAD, a setsid helper holding its pipes: the job's row is
 // failed per the retry policy as for any crash and the shutdown completes.
 func TestFaultExitInWaitForThread(t *testing.T) {
+	t.Parallel()
 	for _, fh := range []faultHandler{ndjsonStdio, sdkUnix} {
 		t.Run(fh.name, func(t *testing.T) {
 			t.Parallel()

@@ -73,6 +73,7 @@ func ranAlone(rec [][]string, i int) bool {
 // dead-lettered with its exit status and stderr, each counted crash
 // happening while it ran alone.
 func TestFaultsPoisonJobAmongInnocents(t *testing.T) {
+	t.Parallel()
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{processes: 1, concurrency: 8})
 		var innocents []string

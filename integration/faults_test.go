@@ -28,6 +28,7 @@ import (
 // SIGHUP (a closed terminal, a supervisor's reload) drains like SIGTERM:
 // the running sync job finishes, its row is done, exit 0.
 func TestFaultSighupDrains(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, sdks[0], manifestOpts{})
 	id := w.enqueue("t.sleep_sync", `{"seconds":1}`, 0)
 	sc := w.startSidecar(nil)
@@ -43,6 +44,7 @@ func TestFaultSighupDrains(t *testing.T) {
 // A heartbeat timeout a live Soniq worker could miss is refused at start
 // (exit 2, naming the setting and the rule) before anything is claimed.
 func TestFaultShortHeartbeatTimeoutRefused(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, sdks[0], manifestOpts{})
 	id := w.enqueue("t.noop", `{}`, 0)
 	cmd := exec.Command(sidecarBinary(t), "run", "--manifest", w.manifest, "--metrics-addr", "")
@@ -62,6 +64,7 @@ func TestFaultShortHeartbeatTimeoutRefused(t *testing.T) {
 // active and register again before claiming, and rows it holds afterwards
 // must be recoverable when it then dies for good.
 func TestFaultFrozenSidecarRegistersAgain(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, sdks[0], manifestOpts{concurrency: 8})
 	// A timeout of 15 beats: a live sidecar never looks stale to a loaded machine.
 	fast := map[string]string{"SONIQ_HEARTBEAT_INTERVAL": "0.2", "SONIQ_HEARTBEAT_TIMEOUT": "3", "SONIQ_CLEANUP_INTERVAL": "0.5"}
@@ -147,6 +150,7 @@ func TestFaultFrozenSidecarRegistersAgain(t *testing.T) {
 // (hostname, pid) (re-keying its row), the sidecar registers again within a
 // heartbeat instead of failing every claim on the foreign key forever.
 func TestFaultPodIdentityWithSoniqWorker(t *testing.T) {
+	t.Parallel()
 	py := soniqPython(t)
 	w := newWorld(t, sdks[0], manifestOpts{})
 	py.run(t, "setup", w.dbURL, nil, nil)
@@ -241,6 +245,7 @@ func httpGet(url string) (int, string) {
 // serves jobs once it is reachable. One that never comes up fails the run
 // after --database-wait (exit 1), not at once into a crash loop.
 func TestFaultDatabaseLateAtStart(t *testing.T) {
+	t.Parallel()
 	t.Run("comes up", func(t *testing.T) {
 		w := newWorld(t, sdks[0], manifestOpts{})
 		id := w.enqueue("t.noop", `{}`, 0)
@@ -290,6 +295,7 @@ func TestFaultDatabaseLateAtStart(t *testing.T) {
 // first start: exit 2 naming the handler and the command, instead of
 // restarting it with backoff forever.
 func TestFaultHandlerCommandCannotStart(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, command string }{
 		{"missing path", `["/nonexistent/soniq-handler"]`},
 		{"not on PATH", `["soniq-no-such-handler"]`},
@@ -324,6 +330,7 @@ func TestFaultHandlerCommandCannotStart(t *testing.T) {
 // that virtualenv: it is started by its resolved path, so Python finds its
 // pyvenv.cfg and the venv's packages, with no PYTHONPATH in the manifest.
 func TestHandlerInterpreterFromAVirtualenv(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, sdks[0], manifestOpts{})
 	venv := filepath.Join(t.TempDir(), "venv")
 	out, err := exec.Command("python3", "-m", "venv", "--without-pip", venv).CombinedOutput()
@@ -361,6 +368,7 @@ func TestHandlerInterpreterFromAVirtualenv(t *testing.T) {
 // naming the worker and the queue, and exports a gauge; a Soniq worker on
 // another queue is fine.
 func TestFleetWarnsOfASoniqWorkerOnASharedQueue(t *testing.T) {
+	t.Parallel()
 	py := soniqPython(t)
 	w := newWorld(t, sdks[0], manifestOpts{})
 	py.run(t, "setup", w.dbURL, nil, nil)
@@ -387,6 +395,7 @@ func TestFleetWarnsOfASoniqWorkerOnASharedQueue(t *testing.T) {
 // run --once runs what is due, retries included, and exits 0 (for cron and
 // CI); a job scheduled for later stays queued.
 func TestRunOnce(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, sdks[0], manifestOpts{})
 	done := w.enqueueN("t.noop", `{}`, 5)
 	failing := w.enqueue("t.fail", `{}`, 2)
@@ -412,6 +421,7 @@ func TestRunOnce(t *testing.T) {
 // would ever requeue. The sidecar registers again, takes the job back, and
 // writes its result.
 func TestFaultWorkerRowDeleted(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, sdks[0], manifestOpts{})
 	id := w.enqueue("t.sleep_async", `{"seconds":3}`, 0)
 	sc := w.startSidecar(nil)
@@ -437,6 +447,7 @@ func TestFaultWorkerRowDeleted(t *testing.T) {
 // without ever failing. Heartbeats are 30 s apart here, so only the claim
 // itself can notice in time.
 func TestFaultRecoveredWorkerClaimsNothingUntilRegisteredAgain(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, sdks[0], manifestOpts{concurrency: 8})
 	env := map[string]string{"SONIQ_HEARTBEAT_INTERVAL": "30", "SONIQ_HEARTBEAT_TIMEOUT": "60", "SONIQ_CLEANUP_INTERVAL": "1"}
 	a := w.startSidecar(env)

@@ -63,6 +63,8 @@ type leaderSpan struct {
 }
 
 func TestFleetThroughPgBouncerTransactionMode(t *testing.T) {
+	// Serial: the fleet (its own Postgres and PgBouncer, many sidecars) needs the
+	// whole machine to keep within its bounds.
 	began := time.Now()
 	// Not t.TempDir (0700): the servers run as an unprivileged user when
 	// the tests run as root.

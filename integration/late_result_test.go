@@ -22,6 +22,7 @@ import (
 // late result off the row. The row stays processing under the other worker,
 // its result untouched; the sidecar logs the discarded result.
 func TestLateResultForRowThatChangedHands(t *testing.T) {
+	t.Parallel()
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		ctx := context.Background()
 		w := newWorld(t, s, manifestOpts{})

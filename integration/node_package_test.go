@@ -87,6 +87,7 @@ func nodePackageProject(t *testing.T, root string) string {
 }
 
 func TestNodePackageUnderSidecar(t *testing.T) {
+	t.Parallel()
 	project := nodePackageProject(t, repoRoot(t))
 	for _, transport := range []string{"stdio", "unix"} {
 		t.Run(transport, func(t *testing.T) {

@@ -190,6 +190,7 @@ func waitReadyz(t *testing.T, addr string, timeout time.Duration) {
 // killed and restarted, SIGTERM with an async job NACKed at
 // shutdown_timeout while a sync job keeps the process in WAIT_FOR_THREAD.
 func TestObservabilityMetrics(t *testing.T) {
+	t.Parallel()
 	s := sdks[0] // Python; the series come from the sidecar, not the SDK
 	handler := s.name + "-tests"
 	w := newWorld(t, s, manifestOpts{})
@@ -341,6 +342,7 @@ func TestObservabilityMetrics(t *testing.T) {
 
 // soniq_queue_jobs{status} reports the stats function's counts (docs/operations.md).
 func TestObservabilityQueueJobs(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, sdks[0], manifestOpts{})
 	// Jobs of a name no handler serves stay queued.
 	for range 3 {

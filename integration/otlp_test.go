@@ -20,6 +20,7 @@ import (
 // job execution (OTel messaging attributes) and its metrics to an OTLP
 // receiver, and the handler receives the span's W3C traceparent.
 func TestOTLPExportsTheJobSpanAndMetrics(t *testing.T) {
+	t.Parallel()
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		col := &otlptest.Collector{}
 		srv := httptest.NewServer(col)

@@ -21,6 +21,8 @@ import (
 // PgBouncer runs a job enqueued just after the database came back within
 // a few seconds.
 func TestPgBouncerRecoversQuicklyAfterPostgresRestart(t *testing.T) {
+	// Serial: it bounds how soon PgBouncer logs in again after its server comes
+	// back, a time other tests' load would stretch.
 	w := newWorld(t, sdks[0], manifestOpts{})
 	u, err := url.Parse(w.dbURL)
 	require.NoError(t, err)

@@ -17,6 +17,7 @@ import (
 // straight to Postgres and poll-only: the time from enqueue to the row
 // leaving 'queued', observed every 10 ms (so ±10 ms), for an idle sidecar.
 func TestPickupLatencyThroughPgBouncer(t *testing.T) {
+	// Serial: it bounds pickup latency, which other tests' load would measure too.
 	const jobs = 8
 	tests := []struct {
 		name      string

@@ -367,6 +367,7 @@ func exampleJobs(t testing.TB, sdk string) []any {
 
 // The overlay on the real files, without an engine (the engine runs it in pod_test.go).
 func TestPodOverlayOnTheDeployFiles(t *testing.T) {
+	t.Parallel()
 	root := repoRoot(t)
 	volumes := map[string]int{}
 	o := podOverlay{

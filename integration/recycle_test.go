@@ -16,6 +16,7 @@ import (
 // it takes no new job, is stopped once idle, and a fresh one replaces it.
 // No job is lost or run twice on the way.
 func TestRecycleAfterMaxJobs(t *testing.T) {
+	t.Parallel()
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{})
 		w.manifest = w.writeCustomManifest(t, "recycle.yaml", func(m string) string {

@@ -39,6 +39,7 @@ const (
 )
 
 func TestSDKHarness(t *testing.T) {
+	t.Parallel()
 	scenarios := []struct {
 		name string
 		run  func(t *testing.T, p *handlerProc, strayOutput string)

@@ -27,37 +27,44 @@ var nodeAttach = attachSDK{
 
 // TestSessionNodeJobs: hello, a job that succeeds, one that fails, ping/pong.
 func TestSessionNodeJobs(t *testing.T) {
+	t.Parallel()
 	testSessionJobs(t, nodeAttach)
 }
 
 // TestSessionNodeCancel: a cancel of a cancellable job answers cancelled.
 func TestSessionNodeCancel(t *testing.T) {
+	t.Parallel()
 	testSessionCancel(t, nodeAttach)
 }
 
 // TestSessionNodeShutdown: shutdown ends the session, not the process.
 func TestSessionNodeShutdown(t *testing.T) {
+	t.Parallel()
 	testSessionShutdown(t, nodeAttach)
 }
 
 // TestSessionNodeSecondSessionRefused: one session at a time.
 func TestSessionNodeSecondSessionRefused(t *testing.T) {
+	t.Parallel()
 	testSessionSecondRefused(t, nodeAttach)
 }
 
 // TestSessionNodeBrokenSessionSyncJob: a sync job outlives its broken
 // session; the next hello lists it and gets its result.
 func TestSessionNodeBrokenSessionSyncJob(t *testing.T) {
+	t.Parallel()
 	testSessionBrokenSyncJob(t, nodeAttach)
 }
 
 // TestSessionNodeSIGTERM: SIGTERM drains and exits 0 once idle.
 func TestSessionNodeSIGTERM(t *testing.T) {
+	t.Parallel()
 	testSessionSIGTERM(t, nodeAttach)
 }
 
 // TestSessionNodeSIGTERMIdle: an idle handler exits 0 at once on SIGTERM.
 func TestSessionNodeSIGTERMIdle(t *testing.T) {
+	t.Parallel()
 	sock := attachPath(t)
 	a := startListening(t, nodeAttach, sock)
 	start := time.Now()
@@ -69,5 +76,6 @@ func TestSessionNodeSIGTERMIdle(t *testing.T) {
 // TestSessionNodeSocket: mode 0660, stale replaced, live / non-socket /
 // missing directory refused with exit 2.
 func TestSessionNodeSocket(t *testing.T) {
+	t.Parallel()
 	testSessionSocket(t, nodeAttach)
 }

@@ -24,6 +24,7 @@ import (
 // TestSessionPythonJobs: hello, a job that succeeds, one that fails,
 // ping/pong.
 func TestSessionPythonJobs(t *testing.T) {
+	t.Parallel()
 	testSessionJobs(t, pythonAttach)
 }
 
@@ -59,6 +60,7 @@ func testSessionJobs(t *testing.T, sdk attachSDK) {
 // TestSessionPythonCancel: a cancel of a cancellable job answers cancelled
 // well before the job would have ended.
 func TestSessionPythonCancel(t *testing.T) {
+	t.Parallel()
 	testSessionCancel(t, pythonAttach)
 }
 
@@ -84,6 +86,7 @@ func testSessionCancel(t *testing.T, sdk attachSDK) {
 // TestSessionPythonShutdown: shutdown ends the session (the handler closes
 // the stream cleanly) but not the process, which takes the next session.
 func TestSessionPythonShutdown(t *testing.T) {
+	t.Parallel()
 	testSessionShutdown(t, pythonAttach)
 }
 
@@ -108,6 +111,7 @@ func testSessionShutdown(t *testing.T, sdk attachSDK) {
 // TestSessionPythonSecondSessionRefused: a second session while one is open
 // is refused with a message naming the open one; the handler logs a WARN.
 func TestSessionPythonSecondSessionRefused(t *testing.T) {
+	t.Parallel()
 	testSessionSecondRefused(t, pythonAttach)
 }
 
@@ -134,6 +138,7 @@ func testSessionSecondRefused(t *testing.T, sdk attachSDK) {
 // job runs; the job runs on, the next session's hello lists it, and its
 // result arrives on that session.
 func TestSessionPythonBrokenSessionSyncJob(t *testing.T) {
+	t.Parallel()
 	testSessionBrokenSyncJob(t, pythonAttach)
 }
 
@@ -170,6 +175,7 @@ func testSessionBrokenSyncJob(t *testing.T, sdk attachSDK) {
 // draining message, a new job snoozed for 0 s, the held job's result still
 // delivered, then exit 0 with the socket removed.
 func TestSessionPythonSIGTERM(t *testing.T) {
+	t.Parallel()
 	testSessionSIGTERM(t, pythonAttach)
 }
 
@@ -182,7 +188,10 @@ func testSessionSIGTERM(t *testing.T, sdk attachSDK) {
 	require.Equal(t, 0, code, out)
 
 	p := mustOpen(t, sock)
-	p.send(sessionJob("held", "examples.sleep_sync", `{"seconds": 2}`))
+	// Held through the checks below: the probe they run is a Python process
+	// of its own, seconds on a loaded machine; a job that ended first would
+	// let the handler exit before the late job is sent.
+	p.send(sessionJob("held", "examples.sleep_sync", `{"seconds": 6}`))
 	p.send(&protocol.Ping{Seq: 1})
 	_, ok := p.next(10 * time.Second).(*protocol.Pong)
 	require.True(t, ok)
@@ -219,6 +228,7 @@ func testSessionSIGTERM(t *testing.T, sdk attachSDK) {
 
 // TestSessionPythonSIGTERMIdle: an idle handler exits 0 at once on SIGTERM.
 func TestSessionPythonSIGTERMIdle(t *testing.T) {
+	t.Parallel()
 	sock := attachPath(t)
 	a := startListening(t, pythonAttach, sock)
 	start := time.Now()
@@ -230,6 +240,7 @@ func TestSessionPythonSIGTERMIdle(t *testing.T) {
 // TestSessionPythonSocket: the socket file's mode, a stale socket replaced,
 // a live one, a non-socket and a missing directory refused with exit 2.
 func TestSessionPythonSocket(t *testing.T) {
+	t.Parallel()
 	testSessionSocket(t, pythonAttach)
 }
 

@@ -54,6 +54,7 @@ func cancelFrames(frames []map[string]any, id string) []string {
 
 // RUNNING → DRAINING → STOPPED: in-flight jobs finish, exit 0, rows done.
 func TestShutdownDrainCompletes(t *testing.T) {
+	t.Parallel()
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{recordFrames: true})
 		a := w.enqueue("t.sleep_async", `{"seconds":1.5}`, 0)
@@ -77,6 +78,8 @@ func TestShutdownDrainCompletes(t *testing.T) {
 
 // DRAINING → FORCE_TIMEOUT_PATH, async branch: cancel + nack_job, bounded.
 func TestShutdownAsyncForced(t *testing.T) {
+	// Serial: it bounds the exit past shutdown_timeout to exitTolerance (1 s), which
+	// other tests' load on the machine would stretch.
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{recordFrames: true})
 		id := w.enqueue("t.sleep_async", `{"seconds":60}`, 5)
@@ -113,6 +116,7 @@ func TestShutdownAsyncForced(t *testing.T) {
 // FORCE_TIMEOUT_PATH, sync branch, thread returns within grace: no cancel,
 // no NACK, the real result is recorded, exit 0.
 func TestShutdownSyncReturnsInsideGrace(t *testing.T) {
+	t.Parallel()
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{recordFrames: true})
 		id := w.enqueue("t.sleep_sync", `{"seconds":2.5}`, 0)
@@ -140,6 +144,7 @@ func TestShutdownSyncReturnsInsideGrace(t *testing.T) {
 // once it drains, the contract says not to); when the job returns it is
 // done and the exit is 0.
 func TestShutdownSyncBeyondGrace(t *testing.T) {
+	t.Parallel()
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{recordFrames: true})
 		id := w.enqueue("t.sleep_sync", `{"seconds":8}`, 0)
@@ -184,6 +189,7 @@ func TestShutdownSyncBeyondGrace(t *testing.T) {
 // processing; a second sidecar's stale-worker recovery requeues it and the
 // job runs again (the documented duplicate-execution risk).
 func TestShutdownSigkillDuringWaitForThread(t *testing.T) {
+	t.Parallel()
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{})
 		id := w.enqueue("t.sleep_sync", `{"seconds":4}`, 0)
@@ -222,6 +228,7 @@ func TestShutdownSigkillDuringWaitForThread(t *testing.T) {
 // An async job whose job_timeout fires during DRAINING takes the normal
 // failure path (attempt counted, retried per policy), not a NACK.
 func TestShutdownAsyncJobTimeoutDuringDraining(t *testing.T) {
+	t.Parallel()
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{recordFrames: true, jobTimeout: map[string]string{"t.sleep_async": "2s"}})
 		id := w.enqueue("t.sleep_async", `{"seconds":60}`, 3)
@@ -244,6 +251,7 @@ func TestShutdownAsyncJobTimeoutDuringDraining(t *testing.T) {
 // Claimed-not-yet-running jobs are the async branch: NACKed at
 // FORCE_TIMEOUT_PATH while the running sync job gets its grace.
 func TestShutdownClaimedNotYetRunningNacked(t *testing.T) {
+	t.Parallel()
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		// One sync slot, two general slots: the second sync job is claimed
 		// but waits for the slot.
@@ -270,6 +278,7 @@ func TestShutdownClaimedNotYetRunningNacked(t *testing.T) {
 
 // A result that arrives after its job was NACKed never touches the row.
 func TestShutdownLateResultAfterNackDiscarded(t *testing.T) {
+	t.Parallel()
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{recordFrames: true})
 		id := w.enqueue("t.stubborn", `{"seconds":60,"extra":0.2}`, 0)
@@ -288,6 +297,7 @@ func TestShutdownLateResultAfterNackDiscarded(t *testing.T) {
 
 // A second SIGTERM during DRAINING moves to FORCE_TIMEOUT_PATH at once.
 func TestShutdownSecondSignal(t *testing.T) {
+	t.Parallel()
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{recordFrames: true})
 		id := w.enqueue("t.sleep_async", `{"seconds":60}`, 0)
@@ -309,6 +319,7 @@ func TestShutdownSecondSignal(t *testing.T) {
 // Async and sync in flight at once: the async job is NACKed at
 // shutdown_timeout, the sync job finishes in its grace, exit 0.
 func TestShutdownMixedAsyncAndSync(t *testing.T) {
+	t.Parallel()
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{recordFrames: true})
 		a := w.enqueue("t.sleep_async", `{"seconds":60}`, 0)

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +31,7 @@ const soniqRequirements = "soniq-requirements.txt"
 // TestSoniqInterop proves compatibility against the released Soniq package,
 // driven through its public Python API (testdata/soniq_interop.py).
 func TestSoniqInterop(t *testing.T) {
+	t.Parallel()
 	py := soniqPython(t)
 
 	t.Run("soniq setup then sidecar migrate changes nothing", func(t *testing.T) {
@@ -257,11 +259,17 @@ ORDER BY 1`)
 // Soniq release.
 type soniqEnv struct{ python string }
 
+// soniqVenvMu makes the parallel tests that need the venv build it once:
+// the first builds it while the others wait, then find it ready.
+var soniqVenvMu sync.Mutex
+
 // soniqPython returns a virtualenv with soniq-requirements.txt installed. The
 // venv is cached in the user cache directory under a hash of the
 // requirements, so only the first run (or a new pin) pays for pip.
 func soniqPython(t *testing.T) soniqEnv {
 	t.Helper()
+	soniqVenvMu.Lock()
+	defer soniqVenvMu.Unlock()
 	python3, err := exec.LookPath("python3")
 	if err != nil {
 		t.Fatalf("python3 not found on PATH: the Soniq interop test needs Python 3 with venv and pip")
@@ -334,6 +342,7 @@ func (e soniqEnv) stats(t *testing.T, url string) map[string]int64 {
 // it), over both transports. Values are compared by their Python repr, which
 // tells 2 from 2.0.
 func TestSoniqInteropResultTypes(t *testing.T) {
+	t.Parallel()
 	py := soniqPython(t)
 	// Each literal is returned by the handler; want is what Soniq's own
 	// worker gives back for it. Postgres jsonb writes a number in plain

@@ -26,6 +26,7 @@ import (
 // 1,000 trivial jobs through two processes: all done. Throughput is logged,
 // not asserted.
 func TestSupervisorThroughputNoop(t *testing.T) {
+	// Serial: the throughput it logs is the binary's alone, not shared with other tests.
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{processes: 2, concurrency: 16})
 		const n = 1000
@@ -50,6 +51,7 @@ func TestSupervisorThroughputNoop(t *testing.T) {
 // A job that always fails is retried up to max_attempts, then dead-lettered
 // with the handler's traceback in last_error.
 func TestSupervisorFailRetriedThenDeadLettered(t *testing.T) {
+	t.Parallel()
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{})
 		id := w.enqueue("t.fail", `{}`, 3)
@@ -82,6 +84,7 @@ func TestSupervisorFailRetriedThenDeadLettered(t *testing.T) {
 // Snooze gives the attempt back: the job runs twice and ends done with
 // attempts 1.
 func TestSupervisorSnooze(t *testing.T) {
+	t.Parallel()
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{recordFrames: true})
 		id := w.enqueue("t.snooze", `{"seconds":0.5}`, 0)
@@ -102,6 +105,7 @@ func TestSupervisorSnooze(t *testing.T) {
 // completes. A job alone in its process when it is killed is the culprit:
 // the crash counts one attempt, or dead-letters it on its last attempt.
 func TestSupervisorHandlerKilledMidJob(t *testing.T) {
+	t.Parallel()
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{})
 		startPID := func(id string, attempt string) int {
@@ -174,6 +178,7 @@ func TestSupervisorHandlerKilledMidJob(t *testing.T) {
 // A handler that exits at start: restarts with backoff, ONE crash-loop line,
 // its jobs stay queued and untouched, the other handler keeps working.
 func TestSupervisorCrashLoop(t *testing.T) {
+	t.Parallel()
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		extra := `  - name: crasher
     command: ["python3", "-c", "import sys; sys.exit(3)"]
@@ -231,6 +236,7 @@ func TestSupervisorCrashLoop(t *testing.T) {
 // cancellable value: `run` exits 2 naming the job, and so does
 // `manifest check`; a good manifest checks ok.
 func TestSupervisorManifestHelloMismatch(t *testing.T) {
+	t.Parallel()
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{})
 		good := w.manifest
@@ -266,6 +272,7 @@ func TestSupervisorManifestHelloMismatch(t *testing.T) {
 // Unknown job names are not claimed (the sidecar can share queues with
 // Soniq's own workers); --dead-letter-unknown dead-letters them.
 func TestSupervisorUnknownJobNames(t *testing.T) {
+	t.Parallel()
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{})
 		unknown := w.enqueueN("t.unknown", `{}`, 3)
@@ -299,6 +306,7 @@ func TestSupervisorUnknownJobNames(t *testing.T) {
 
 // Two sidecars on one database: every job runs exactly once, both do work.
 func TestSupervisorTwoSidecarsExactlyOnce(t *testing.T) {
+	t.Parallel()
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{concurrency: 16})
 		a := w.startSidecar(nil)
@@ -369,6 +377,7 @@ func TestSupervisorTwoSidecarsExactlyOnce(t *testing.T) {
 // SIGKILL of one of two sidecars mid-job: after the heartbeat timeout the
 // other recovers its rows (attempts preserved) and completes them.
 func TestSupervisorStaleWorkerRecovery(t *testing.T) {
+	t.Parallel()
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{concurrency: 4, syncConcurrency: 4})
 		// A timeout of 15 beats: b, alive, never looks stale to a loaded machine.
@@ -435,6 +444,7 @@ func TestSupervisorStaleWorkerRecovery(t *testing.T) {
 // that are not a JSON object (invalid_arguments), attempts beyond
 // max_attempts (max_retries_exceeded).
 func TestSupervisorDeadLetterAtClaim(t *testing.T) {
+	t.Parallel()
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{})
 		ctx := context.Background()

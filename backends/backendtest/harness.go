@@ -76,5 +76,6 @@ type TaskRow struct {
 }
 
 // Factory returns a fresh, migrated, empty backend for one test. It
-// registers its own cleanup with t.Cleanup.
+// registers its own cleanup with t.Cleanup, and is called from parallel
+// subtests, so what it shares between calls must be safe for that.
 type Factory func(t *testing.T) Harness

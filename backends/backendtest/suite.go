@@ -25,7 +25,8 @@ type testCase struct {
 }
 
 // Run runs the whole backend contract, each clause as a subtest on a fresh
-// harness from newHarness.
+// harness from newHarness. The clauses run in parallel: each has a backend
+// of its own, and most of their time is spent waiting on its database.
 func Run(t *testing.T, newHarness Factory) {
 	t.Helper()
 	var all []testCase
@@ -43,6 +44,7 @@ func Run(t *testing.T, newHarness Factory) {
 	all = append(all, cancelCases()...)
 	for _, tc := range all {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			h := newHarness(t)
 			require.NotNil(t, h.Backend, "factory returned no backend")
 			tc.run(&suite{t: t, h: h, b: h.Backend, ctx: t.Context()})
