@@ -149,6 +149,7 @@ func checkCancels(t *testing.T, w *world, sc *sidecar, url string, pollOnly bool
 }
 
 func TestCancelRunningJob(t *testing.T) {
+	t.Parallel()
 	forEachSDK(t, func(t *testing.T, s sdk) {
 		w := newWorld(t, s, manifestOpts{})
 		// A poll far away: only the notification can make the cancel quick.
@@ -159,6 +160,7 @@ func TestCancelRunningJob(t *testing.T) {
 }
 
 func TestCancelRunningJobAttached(t *testing.T) {
+	t.Parallel()
 	forEachPodSDK(t, func(t *testing.T, s sdk) {
 		p := newPod(t, s, manifestOpts{})
 		p.startHandler(t)
@@ -173,6 +175,7 @@ func TestCancelRunningJobAttached(t *testing.T) {
 // notification comes over that direct connection. The command itself runs
 // through the pooler too.
 func TestCancelThroughPgBouncer(t *testing.T) {
+	t.Parallel()
 	for _, listen := range []bool{false, true} {
 		t.Run(fmt.Sprintf("listen url %t", listen), func(t *testing.T) {
 			t.Parallel()
@@ -195,6 +198,7 @@ func TestCancelThroughPgBouncer(t *testing.T) {
 
 // The cancels are counted by reason.
 func TestCancelMetric(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, sdks[0], manifestOpts{})
 	sc := w.startSidecar(nil, "--metrics-addr", "127.0.0.1:0")
 	sc.waitReady(t, w.handlerName(), 1)
@@ -212,6 +216,7 @@ func TestCancelMetric(t *testing.T) {
 // file: no notification crosses between them, and the holder finds the
 // request at its next poll. Queued, running async and running sync jobs.
 func TestCancelOnSQLite(t *testing.T) {
+	t.Parallel()
 	w, db := sqliteWorld(t, sdks[0])
 	sc := w.startSidecar(map[string]string{"SONIQ_POLL_INTERVAL": "0.5"})
 	sc.waitReady(t, w.handlerName(), 1)

@@ -100,6 +100,7 @@ func started(recs [][]string) []string {
 // is writable (docs/operations.md), and the sidecar, which drops its own
 // connections that answered 25006, writes within a second of that.
 func TestReadOnlyFailoverSessionsAreDroppedAndHeldResultsWritten(t *testing.T) {
+	t.Parallel()
 	t.Run("direct", func(t *testing.T) { t.Parallel(); readOnlyFailover(t, false) })
 	t.Run("pgbouncer", func(t *testing.T) { t.Parallel(); readOnlyFailover(t, true) })
 }

@@ -145,6 +145,7 @@ func (w *world) scheduleRow(t *testing.T, name string) backends.Schedule {
 // The sidecar's schedules are Soniq 0.1.0's, both ways, through Soniq's
 // own scheduler API.
 func TestSoniqSchedulerInterop(t *testing.T) {
+	t.Parallel()
 	py := soniqPython(t)
 
 	t.Run("a schedule Soniq adds for a Node-only job is fired by the sidecar", func(t *testing.T) {

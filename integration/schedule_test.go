@@ -95,6 +95,7 @@ const recordSchedule = `schedules:
 // metrics count the firings; a restart re-declares the schedule and keeps
 // its id and run count.
 func TestSchedulesFireOnBothDatabases(t *testing.T) {
+	t.Parallel()
 	for _, db := range []string{"postgres", "sqlite"} {
 		t.Run(db, func(t *testing.T) {
 			t.Parallel()
