@@ -662,6 +662,9 @@ func (s *Supervisor) subscribe(ctx context.Context) {
 		s.log.Warn("new-job notifications unavailable; polling only", "poll_interval", s.cfg.Settings.PollInterval, "err", err)
 		return
 	}
+	// A job enqueued before the LISTEN was active sent its notification
+	// to nobody: claim once now instead of at the next poll.
+	s.emit(wakeEvent{})
 	for w := range ch {
 		if w.CancelJobID != "" {
 			s.emit(cancelWakeEvent{jobID: w.CancelJobID})

@@ -91,6 +91,13 @@ func (b *Backend) deliver(ctx context.Context, conn *pgx.Conn, out chan<- backen
 				continue
 			}
 			backoff = listenBackoffMin
+			// Notifications sent while no LISTEN was active are lost: one
+			// wake-up for every queue ("") makes the subscriber claim now
+			// rather than at its next poll.
+			select {
+			case out <- backends.Wakeup{}:
+			default:
+			}
 		}
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
