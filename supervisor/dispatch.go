@@ -651,9 +651,9 @@ func (l *loop) startSpan(t *task) *string {
 	return nil
 }
 
-// subscribe forwards new-job notifications to the loop as wake-ups.
-func (s *Supervisor) subscribe(ctx context.Context) {
-	ch, err := s.cfg.Backend.Subscribe(ctx)
+// forwardWakeups forwards the subscription's new-job notifications and cancel
+// requests to the loop as events.
+func (s *Supervisor) forwardWakeups(ch <-chan backends.Wakeup, err error) {
 	if errors.Is(err, backends.ErrNoWakeups) {
 		s.log.Info("polling only: no new-job notifications", "poll_interval", s.cfg.Settings.PollInterval, "reason", err)
 		return
@@ -662,9 +662,6 @@ func (s *Supervisor) subscribe(ctx context.Context) {
 		s.log.Warn("new-job notifications unavailable; polling only", "poll_interval", s.cfg.Settings.PollInterval, "err", err)
 		return
 	}
-	// A job enqueued before the LISTEN was active sent its notification
-	// to nobody: claim once now instead of at the next poll.
-	s.emit(wakeEvent{})
 	for w := range ch {
 		if w.CancelJobID != "" {
 			s.emit(cancelWakeEvent{jobID: w.CancelJobID})

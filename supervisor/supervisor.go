@@ -344,9 +344,14 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	svc := s.startServices(bg, total)
 
+	// Subscribed before the loop's first claim: a job enqueued once the
+	// handlers are ready notifies a LISTEN that is already active (an
+	// attached handler can be ready before a LISTEN set up beside the loop
+	// is, and its first job then waited for the poll).
 	subCtx, stopSubscription := context.WithCancel(bg)
+	wakeups, subErr := s.cfg.Backend.Subscribe(subCtx)
 	wg.Add(1)
-	go func() { defer wg.Done(); s.subscribe(subCtx) }()
+	go func() { defer wg.Done(); s.forwardWakeups(wakeups, subErr) }()
 
 	sp := transport.StartSpawner()
 
