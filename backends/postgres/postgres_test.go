@@ -394,15 +394,22 @@ func TestSubscribeReconnectsAfterConnectionLoss(t *testing.T) {
 	_, err = b.pool.Exec(t.Context(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 	WHERE datname = current_database() AND query LIKE 'LISTEN%'`)
 	require.NoError(t, err)
-	// The listener re-LISTENs after a backoff; keep enqueueing until a
-	// notification gets through.
+	// The listener re-LISTENs after a backoff, and then wakes every queue
+	// once (notifications sent meanwhile reached nobody); keep enqueueing
+	// until a notification gets through.
 	deadline := time.After(15 * time.Second)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
+	woken := false
 	for {
 		select {
 		case q, ok := <-ch:
 			require.True(t, ok, "channel closed although ctx is live")
+			if !woken {
+				assert.Equal(t, backends.Wakeup{}, q, "the LISTEN set up again first wakes every queue")
+				woken = true
+				continue
+			}
 			assert.Equal(t, backends.Wakeup{Queue: "again"}, q)
 			return
 		case <-tick.C:
