@@ -140,6 +140,9 @@ def test_on_error_runs_before_the_failure_is_reported(tmp_path, kind):
         release.touch()
         res = h.recv()
         assert (res["status"], res["error"]["message"]) == ("failed", f"{kind} boom")
+        # stderr is another pipe than the result's: its line may be read a
+        # moment after the result (the order of the writes is what counts).
+        h.wait_stderr("EV slowerr-1 on_error released")
         assert events(h, "slowerr-1")[-2:] == ["on_error waiting", "on_error released"]
     finally:
         h.kill()
