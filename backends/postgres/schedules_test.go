@@ -127,7 +127,9 @@ func TestScheduleFollowersHoldNoConnection(t *testing.T) {
 	require.True(t, lead)
 	var followers []*Backend
 	for range 3 {
-		followers = append(followers, openURL(t, url))
+		// One pooled session each at most: a follower's lock check must
+		// fit in its pool, with no connection of its own beside it.
+		followers = append(followers, openURL(t, url+"&pool_max_conns=1"))
 	}
 	for _, f := range followers {
 		_, _, err := f.ScheduleLeader().Hold(ctx) // warm each pool
@@ -153,5 +155,8 @@ func TestScheduleFollowersHoldNoConnection(t *testing.T) {
 		}
 	}
 	require.LessOrEqual(t, conns(), beforeConns, "following opens no sessions")
+	for _, f := range followers {
+		require.LessOrEqual(t, f.pool.Stat().TotalConns(), int32(1), "a follower's pool of one session is all it uses")
+	}
 	t.Logf("sessions of the database before and after: %d, %d", before, sessions())
 }
