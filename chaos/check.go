@@ -82,6 +82,7 @@ type checker struct {
 	h       *History
 	r       Rules
 	incs    map[int]*Incarnation // by pid
+	cuts    map[int][]cut        // by sidecar pid, filled by cutsOf
 	rep     *Report
 	execs   map[string][]Execution // by job, in start order
 	cancels map[string][]Cancel    // the cancel fault's commands, by job
@@ -89,7 +90,7 @@ type checker struct {
 
 // Check applies every rule to the history.
 func Check(h *History, r Rules) *Report {
-	c := &checker{h: h, r: r, incs: map[int]*Incarnation{}, execs: map[string][]Execution{},
+	c := &checker{h: h, r: r, incs: map[int]*Incarnation{}, cuts: map[int][]cut{}, execs: map[string][]Execution{},
 		rep: &Report{Jobs: len(h.Jobs), Executions: len(h.Executions), Faults: map[string]int{}, Reruns: map[string]int{}}}
 	for i := range h.Incarnations {
 		c.incs[h.Incarnations[i].PID] = &h.Incarnations[i]
@@ -160,7 +161,7 @@ func (c *checker) job(j Job) {
 			// (recovery requeues with attempts kept) or NACKed it at a
 			// shutdown: a claim ahead that is given back is refunded, and a
 			// row on its last attempt is never claimed ahead.
-			c.violate(ruleChargedUnrun, j.ID, "%s dead-lettered at attempts %d/%d after %d runs: %d attempts charged without a run, and only %d sidecar kills, stops, shutdowns or outages during its life to explain them",
+			c.violate(ruleChargedUnrun, j.ID, "%s dead-lettered at attempts %d/%d after %d runs: %d attempts charged without a run, and only %d sidecar kills, shutdowns or cuts from the database long enough for recovery during its life to explain them",
 				j.Name, j.Attempts, j.MaxAttempts, len(es), unrun, crashes)
 		}
 	case "cancelled": // cancelRule
@@ -185,7 +186,7 @@ func (c *checker) job(j Job) {
 			c.rep.Reruns[why]++
 			continue
 		}
-		c.violate(ruleDuplicate, j.ID, "%s ran again: execution %d %s follows execution %d %s, which nothing explains (no failure, cancel, NACK, kill of its process or sidecar, nor a stop or database outage long enough for recovery)",
+		c.violate(ruleDuplicate, j.ID, "%s ran again: execution %d %s follows execution %d %s, which nothing explains (no failure, cancel, NACK, kill of its process or sidecar, nor a cut from the database long enough for recovery: a stop, partition, outage or read-only window, alone or back to back)",
 			j.Name, k+1, e.describe(), k, prev.describe())
 	}
 }
@@ -227,15 +228,13 @@ func (c *checker) killed(e Execution) string {
 	return ""
 }
 
-// explain says why the execution after e may exist: e failed, was
-// cancelled or NACKed, its process or sidecar was killed while it ran or
-// before its result was written, or its sidecar was stopped or cut from the
-// database long enough for another one to recover its rows. "" when
-// nothing does.
 // chargingFaults counts the faults during j's life that may charge one of
-// its attempts without a run: a sidecar SIGKILLed, stopped long enough for
-// recovery or SIGTERMed (a NACK of a claimed row keeps its attempt), and
-// database outages long enough for recovery.
+// its attempts without a run: a sidecar SIGKILLed or SIGTERMed (a NACK of a
+// claimed row keeps its attempt), and a cut of some sidecar long enough for
+// recovery (a stop, a partition, an outage of its path, a read-only
+// window, or several of them back to back). Which sidecar held the row
+// unrun is not known, so every sidecar's cuts count; a cut that several
+// sidecars share (an outage, a read-only window) counts once.
 func (c *checker) chargingFaults(j Job) int {
 	from, to := j.Enqueued.Add(-c.r.Slack), j.Finished.Add(c.r.Slack)
 	n := 0
@@ -243,23 +242,28 @@ func (c *checker) chargingFaults(j Job) int {
 		if f.At.Before(from) || f.At.After(to) {
 			continue
 		}
-		switch f.Kind {
-		case faultSidecarKill, faultSidecarTerm:
+		if f.Kind == faultSidecarKill || f.Kind == faultSidecarTerm {
 			n++
-		case faultSidecarStop:
-			if c.stopSpan(f) >= c.r.recoverableStop() {
-				n++
-			}
 		}
 	}
-	for _, o := range c.h.Outages {
-		if !o.From.Before(from) && !o.From.After(to) && o.To.Sub(o.From) >= c.r.recoverableStop() {
-			n++
+	seen := map[[2]time.Time]bool{}
+	for _, in := range c.h.Incarnations {
+		for _, k := range c.cutsOf(in.PID) {
+			key := [2]time.Time{k.from, k.to}
+			if k.span() >= c.r.recoverableStop() && !k.from.Before(from) && !k.from.After(to) && !seen[key] {
+				seen[key] = true
+				n++
+			}
 		}
 	}
 	return n
 }
 
+// explain says why the execution after e may exist: e failed, was
+// cancelled or NACKed, its process or sidecar was killed while it ran or
+// before its result was written, or its sidecar was stopped or cut from the
+// database long enough for another one to recover its rows. "" when
+// nothing does.
 func (c *checker) explain(e Execution) string {
 	switch e.Outcome {
 	case "fail":
@@ -281,65 +285,20 @@ func (c *checker) explain(e Execution) string {
 		if f.PID != e.SidecarPID || (!writeEnd.IsZero() && f.At.After(writeEnd)) {
 			continue
 		}
-		switch f.Kind {
-		case faultSidecarKill:
-			// An attached handler outlives its sidecar: the result has no
-			// session to go to, the row is recovered and runs again.
-			if !f.At.Before(e.Start.Add(-c.r.Slack)) {
-				return faultSidecarKill
-			}
-		case faultSidecarStop:
-			// The job started before the stop ended (its frame was sent
-			// before it), and the stop was long enough for recovery.
-			if dur := c.stopSpan(f); dur >= c.r.recoverableStop() && !e.Start.After(f.At.Add(dur+c.r.Slack)) {
-				return "stop"
-			}
-		case faultNetPartition:
-			// Cut from the database long enough for its heartbeat to go
-			// stale while the job ran or its result waited: another
-			// sidecar may have recovered the row.
-			if f.Dur >= c.r.recoverableStop() && !e.Start.After(f.At.Add(f.Dur+c.r.Slack)) {
-				return "partition"
-			}
+		// An attached handler outlives its sidecar: the result has no
+		// session to go to, the row is recovered and runs again.
+		if f.Kind == faultSidecarKill && !f.At.Before(e.Start.Add(-c.r.Slack)) {
+			return faultSidecarKill
 		}
 	}
-	if in := c.incs[e.SidecarPID]; in != nil {
-		for _, o := range c.h.Outages {
-			// The job was in flight before the database went away, and it
-			// stayed away long enough for the sidecar's heartbeats to go
-			// stale. A job claimed during such an outage (through a pooler
-			// that answered again before the heartbeat did) is not
-			// explained: that is a claim under a stale worker row.
-			if o.Path == in.DBPath && o.To.Sub(o.From) >= c.r.recoverableStop() &&
-				!e.Start.After(o.From.Add(c.r.Slack)) && (writeEnd.IsZero() || !o.From.After(writeEnd)) {
-				return "outage"
-			}
-		}
+	// Cut from the database long enough for its heartbeat to go stale
+	// while the job ran or its result waited (stopped, black-holed, its
+	// path down, the server read-only, or several of these back to back):
+	// another sidecar may have recovered the row.
+	if k := c.recoverableCut(e, writeEnd); k != nil {
+		return k.reason()
 	}
 	return ""
-}
-
-// stopResumeMax is the longest resume between two stops of one sidecar
-// that still counts as one stop: too short for a heartbeat to reach the
-// database (the nemesis may SIGSTOP a sidecar again a millisecond after
-// its SIGCONT).
-const stopResumeMax = 100 * time.Millisecond
-
-// stopSpan is how long the sidecar stopped by f stayed stopped: f's own
-// stop, and the stops of the same process that followed it with resumes
-// shorter than stopResumeMax.
-func (c *checker) stopSpan(f Fault) time.Duration {
-	end := f.At.Add(f.Dur)
-	for extended := true; extended; {
-		extended = false
-		for _, g := range c.h.Faults {
-			if g.Kind == faultSidecarStop && g.PID == f.PID && g.At.After(f.At) && !g.At.Before(end) &&
-				g.At.Sub(end) <= stopResumeMax && g.At.Add(g.Dur).After(end) {
-				end, extended = g.At.Add(g.Dur), true
-			}
-		}
-	}
-	return end.Sub(f.At)
 }
 
 // executionsOfUnknownJobs: an execution of a job the producer never
@@ -478,7 +437,7 @@ func (rep *Report) Summary(seed int64, seconds time.Duration) string {
 	}
 	reruns := 0
 	var why []string
-	for _, k := range []string{"retry", "cancelled", "nack", faultHandlerKill, faultSidecarKill, "stop", "partition", "outage"} {
+	for _, k := range []string{"retry", "cancelled", "nack", faultHandlerKill, faultSidecarKill, "stop", "partition", "outage", "read-only", "cut"} {
 		reruns += rep.Reruns[k]
 		why = append(why, fmt.Sprintf("%s=%d", k, rep.Reruns[k]))
 	}
