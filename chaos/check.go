@@ -155,12 +155,15 @@ func (c *checker) job(j Job) {
 			c.violate(ruleWrongEnd, j.ID, "%s dead-lettered (%s, attempts %d/%d): %s", j.Name, j.Reason, j.Attempts, j.MaxAttempts, firstLine(j.LastError))
 		} else if j.Reason != "max_retries_exceeded" {
 			c.violate(ruleWrongEnd, j.ID, "%s dead-lettered with reason %s, want max_retries_exceeded: %s", j.Name, j.Reason, firstLine(j.LastError))
-		} else if unrun, crashes := j.Attempts-len(es), c.chargingFaults(j); unrun > crashes {
+		} else if unrun, crashes := min(j.Attempts, j.MaxAttempts)-len(es), c.chargingFaults(j); unrun > crashes {
 			// An attempt is charged at claim. A row that never ran keeps
 			// the charge only when its sidecar died or stopped holding it
 			// (recovery requeues with attempts kept) or NACKed it at a
 			// shutdown: a claim ahead that is given back is refunded, and a
-			// row on its last attempt is never claimed ahead.
+			// row on its last attempt is never claimed ahead. A charge past
+			// max_attempts is the claim that found the attempts spent and
+			// dead-lettered the row unrun, as Soniq's worker does: it
+			// charges nothing a run could have used (seed 103).
 			c.violate(ruleChargedUnrun, j.ID, "%s dead-lettered at attempts %d/%d after %d runs: %d attempts charged without a run, and only %d sidecar kills, shutdowns or cuts from the database long enough for recovery during its life to explain them",
 				j.Name, j.Attempts, j.MaxAttempts, len(es), unrun, crashes)
 		}
