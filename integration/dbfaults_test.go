@@ -374,3 +374,82 @@ func TestShutdownDuringAPartitionIsBounded(t *testing.T) {
 		assert.Equal(t, 1, j.Attempts, "attempts kept")
 	}
 }
+
+// A claim whose reply is lost after Postgres committed it (the proxy
+// forwards the claim, drops the first bytes of the answer and resets the
+// connection) took rows the sidecar does not know about. The sidecar reads
+// its own processing rows before its next claim and gives those back
+// unstarted, their attempt refunded, in one WARN line naming them; they are
+// then claimed again and done once, at attempt 1. The self-audit, whose
+// interval is left at its 60 s default here, has no part in it. Before, the
+// rows stayed processing under the live sidecar until the self-audit
+// released them as a defect (11–14 s at audit_interval 5, up to two minutes
+// at the default).
+func TestALostClaimReplyGivesItsRowsBackAtOnce(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, sdks[0], manifestOpts{})
+	u, err := url.Parse(w.dbURL)
+	require.NoError(t, err)
+	proxy, err := netfault.Start(u.Host)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = proxy.Close() })
+	viaProxy := *u
+	viaProxy.Host = proxy.Addr()
+	// The queue's name is in the claim's arguments and in no other
+	// statement after registration, so the armed fault takes a claim.
+	const queue = "lost-reply-queue"
+	sc := w.startSidecar(map[string]string{"SONIQ_DATABASE_URL": viaProxy.String(), "SONIQ_QUEUES": queue,
+		"SONIQ_POLL_INTERVAL": "0.2", "SONIQ_AUDIT_INTERVAL": "60"}, "--metrics-addr", "127.0.0.1:0")
+	sc.waitReady(t, w.handlerName(), 1)
+	addr := sc.httpAddr(t)
+
+	// Hold the proxy while the jobs arrive, so the first claim to reach
+	// the server after the fault is armed finds them: a poll's claim held
+	// in the partition is forwarded at Heal, or the next poll's is.
+	proxy.Partition()
+	time.Sleep(500 * time.Millisecond)
+	ids := make([]string, 4)
+	for i := range ids {
+		j, err := w.backend.Enqueue(t.Context(), backends.EnqueueParams{Name: "t.record", Queue: queue, Args: []byte(`{}`)})
+		require.NoError(t, err)
+		ids[i] = j.ID
+	}
+	fired := proxy.LoseReply(queue)
+	healed := time.Now()
+	proxy.Heal()
+	select {
+	case <-fired:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no claim reached the proxy within 10 s of healing")
+	}
+
+	w.waitDone(t, sc, 20*time.Second, ids...)
+	t.Logf("all %d jobs done %v after the claim's reply was lost", len(ids), time.Since(healed))
+	line := sc.waitLog(5*time.Second, "a claim's reply was lost after it took rows", nil)
+	require.NotNil(t, line, "one WARN line names the rows given back")
+	assert.Equal(t, "WARN", line["level"])
+	assert.EqualValues(t, len(ids), line["returned"], "every row the lost claim took was given back")
+	assert.ElementsMatch(t, ids, line["job_ids"], "the line names each row")
+	assert.Len(t, sc.logs("a claim's reply was lost after it took rows"), 1)
+	assert.Empty(t, sc.logs("self-audit:"), "the self-audit has no part in it")
+	assert.Equal(t, 1, proxy.Stats().LostReplies)
+	for _, id := range ids {
+		assert.Equal(t, 1, w.job(id).Attempts, "job %s: the lost claim's attempt was refunded", id)
+	}
+	runs := map[string]int{}
+	for _, r := range w.recorded() {
+		if r[0] == "run" {
+			runs[r[1]]++
+		}
+	}
+	for _, id := range ids {
+		assert.Equal(t, 1, runs[id], "job %s ran once", id)
+	}
+	n, ok := obsScrape(t, addr).value("soniq_jobs_returned_total", map[string]string{"reason": "lost_reply"})
+	assert.True(t, ok, "soniq_jobs_returned_total{reason=\"lost_reply\"} is exported")
+	assert.EqualValues(t, len(ids), n)
+
+	sc.signal(syscall.SIGTERM)
+	code, _ := sc.wait(30 * time.Second)
+	assert.Equal(t, 0, code)
+}

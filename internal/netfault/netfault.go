@@ -381,16 +381,19 @@ func (l *link) pump(src, dst net.Conn, up bool) {
 			l.reset()
 			return
 		}
-		if _, err := dst.Write(c.data); err != nil {
-			l.reset()
-			return
-		}
+		// The fault is armed on the link before the statement goes out:
+		// armed after, the answer could come back and pass before it, and
+		// the next statement's answer would be the one lost.
 		if up {
 			if fired, ok := l.p.takeLoss(c.data); ok {
 				l.mu.Lock()
 				l.losing = fired
 				l.mu.Unlock()
 			}
+		}
+		if _, err := dst.Write(c.data); err != nil {
+			l.reset()
+			return
 		}
 	}
 	// Drain the reader so it can end.
