@@ -517,6 +517,20 @@ type PoolStater interface {
 	PoolStats() PoolStats
 }
 
+// CompleteClaimer is implemented by backends that can write completions
+// and claim in one round trip (Postgres: one pipelined batch, one implicit
+// transaction). At full load results arrive just as slots free up, so a
+// claim usually has completions to carry; a separate write would cost the
+// database another statement round and commit for each claim.
+type CompleteClaimer interface {
+	// CompleteAndClaim is Complete(ctx, workerID, cs) and Claim(ctx, p) in
+	// one transaction, p.WorkerID being workerID. err means neither is
+	// known to have taken effect (as either call failing would); claimErr
+	// is the claim's own refusal (ErrWorkerNotActive, ErrNotFound), with
+	// the completions written and applied naming them as Complete does.
+	CompleteAndClaim(ctx context.Context, workerID string, cs []Completion, p ClaimParams) (applied []string, jobs []Job, claimErr, err error)
+}
+
 // ClaimIndexer is implemented by backends that can add the index matching
 // the claim order (priority, scheduled_at nulls first, created_at) over
 // queued rows. Soniq's schema has none, so without it each claim sorts every

@@ -42,6 +42,7 @@ func Run(t *testing.T, newHarness Factory) {
 	all = append(all, miscCases()...)
 	all = append(all, scheduleCases()...)
 	all = append(all, cancelCases()...)
+	all = append(all, completeClaimCases()...)
 	for _, tc := range all {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

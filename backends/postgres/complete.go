@@ -19,6 +19,62 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 	if len(cs) == 0 {
 		return nil, nil
 	}
+	batch := &pgx.Batch{}
+	// As for Claim: with stale statistics the planner hashes the whole
+	// table, or walks every row this worker ever ran through
+	// idx_soniq_jobs_worker_id, to join a few hundred ids. Primary-key
+	// lookups are what these statements need whatever the estimates say,
+	// so the guards are written as one IS TRUE expression (the same rows
+	// pass: a NULL is not TRUE either), which no other index can serve.
+	batch.Queue(claimPlannerHints)
+	applied, err := queueCompletions(batch, workerID, cs)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.pool.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, b.wrap(err, "complete %d jobs for worker %s", len(cs), workerID)
+	}
+	return applied(), nil
+}
+
+// CompleteAndClaim claims and writes cs in one pipelined batch: one round
+// trip and one implicit transaction where Claim and Complete would take
+// two. Both or neither take effect, except that the claim's own refusal
+// (claimErr: the worker row is not active or is gone) leaves the
+// completions written, as separate calls would.
+//
+// The claim goes first: it locks the worker row before the completions
+// lock their job rows, the order stale-worker recovery takes them in, so
+// the two cannot deadlock. It therefore does not see what the completions
+// requeue; the caller claims again for those, as after a write.
+func (b *Backend) CompleteAndClaim(ctx context.Context, workerID string, cs []backends.Completion, p backends.ClaimParams) (applied []string, jobs []backends.Job, claimErr, err error) {
+	if p.WorkerID != workerID {
+		return nil, nil, nil, fmt.Errorf("complete and claim: the completions are worker %s's and the claim is worker %s's", workerID, p.WorkerID)
+	}
+	if err := checkClaim(p); err != nil {
+		return nil, nil, nil, err
+	}
+	batch := &pgx.Batch{}
+	// The claim's prelude sets the planner's settings for the whole
+	// transaction: they serve the completions too.
+	claimed := queueClaim(batch, p)
+	claimed.queueStatement(batch)
+	report, err := queueCompletions(batch, workerID, cs)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := b.pool.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, nil, nil, b.wrap(err, "complete %d jobs and claim for worker %s", len(cs), workerID)
+	}
+	jobs, claimErr = claimed.result()
+	return report(), jobs, claimErr, nil
+}
+
+// queueCompletions adds the guarded writes of cs to batch, one statement
+// per outcome kind, after the planner settings the caller queued; the
+// returned function reports, once the batch has run, the ids written, in
+// the callers' order.
+func queueCompletions(batch *pgx.Batch, workerID string, cs []backends.Completion) (func() []string, error) {
 	if !isUUID(workerID) {
 		return nil, fmt.Errorf("complete: worker id %q is not a uuid", workerID)
 	}
@@ -100,14 +156,6 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 		}
 	}
 
-	batch := &pgx.Batch{}
-	// As for Claim: with stale statistics the planner hashes the whole
-	// table, or walks every row this worker ever ran through
-	// idx_soniq_jobs_worker_id, to join a few hundred ids. Primary-key
-	// lookups are what these statements need whatever the estimates say,
-	// so the guards are written as one IS TRUE expression (the same rows
-	// pass: a NULL is not TRUE either), which no other index can serve.
-	batch.Queue(claimPlannerHints)
 	// The statements return the ids they wrote as uuids (no string per
 	// row); they are matched back to the callers' ids below.
 	applied := make(map[pgtype.UUID]bool, len(cs))
@@ -189,21 +237,20 @@ RETURNING id::uuid`, deadIDs, deadErrs, deadReasons, workerID)
 	if len(cancelIDs) > 0 {
 		queue(cancelStatement, cancelIDs, workerID)
 	}
-	if err := b.pool.SendBatch(ctx, batch).Close(); err != nil {
-		return nil, b.wrap(err, "complete %d jobs for worker %s", len(cs), workerID)
-	}
-	// Report in the caller's order, each id once.
-	out := make([]string, 0, len(applied))
-	for _, c := range cs {
-		if !isUUID(c.JobID) {
-			continue
+	return func() []string {
+		// Report in the caller's order, each id once.
+		out := make([]string, 0, len(applied))
+		for _, c := range cs {
+			if !isUUID(c.JobID) {
+				continue
+			}
+			if id := parseUUID(c.JobID); applied[id] {
+				out = append(out, c.JobID)
+				delete(applied, id)
+			}
 		}
-		if id := parseUUID(c.JobID); applied[id] {
-			out = append(out, c.JobID)
-			delete(applied, id)
-		}
-	}
-	return out, nil
+		return out
+	}, nil
 }
 
 // Nack is the shutdown contract's nack_job over many ids, guarded by the

@@ -228,13 +228,9 @@ func (b *Backend) Cancel(ctx context.Context, id string) (bool, error) {
 
 // Claim locks and takes up to p.Limit runnable rows in one statement.
 func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends.Job, error) {
-	if p.Limit < 0 || p.Ahead < 0 || p.Limit+p.Ahead <= 0 {
-		return nil, fmt.Errorf("claim: limit %d and ahead %d must not be negative and must add up to more than 0", p.Limit, p.Ahead)
+	if err := checkClaim(p); err != nil {
+		return nil, err
 	}
-	if !isUUID(p.WorkerID) {
-		return nil, fmt.Errorf("claim: worker id %q is not a uuid (soniq_jobs.worker_id is uuid)", p.WorkerID)
-	}
-	sql, args := claimStatement(p)
 	// The planner's row estimates for a queue table are often wrong (a
 	// table analysed while nearly empty, or just truncated, looks tiny),
 	// and then it sorts every queued row instead of walking the
@@ -258,20 +254,56 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 	// had refused, rows the caller then dropped while the worker lived on.
 	// The prelude only reads the row's status, to explain an empty claim.
 	batch := &pgx.Batch{}
-	var status *string
-	batch.Queue(claimPrelude, p.WorkerID).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&status)
-	})
-	var jobs []backends.Job
-	batch.Queue(sql, args...).Query(func(rows pgx.Rows) error {
-		sc := newJobScanner()
-		var err error
-		jobs, err = pgx.AppendRows(make([]backends.Job, 0, p.Limit+p.Ahead), rows, func(r pgx.CollectableRow) (backends.Job, error) { return sc.scan(r) })
-		return err
-	})
+	c := queueClaim(batch, p)
+	c.queueStatement(batch)
 	if err := b.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, b.wrap(err, "claim jobs for worker %s", p.WorkerID)
 	}
+	return c.result()
+}
+
+func checkClaim(p backends.ClaimParams) error {
+	if p.Limit < 0 || p.Ahead < 0 || p.Limit+p.Ahead <= 0 {
+		return fmt.Errorf("claim: limit %d and ahead %d must not be negative and must add up to more than 0", p.Limit, p.Ahead)
+	}
+	if !isUUID(p.WorkerID) {
+		return fmt.Errorf("claim: worker id %q is not a uuid (soniq_jobs.worker_id is uuid)", p.WorkerID)
+	}
+	return nil
+}
+
+// pendingClaim is a claim queued in a batch: its prelude, then (after
+// whatever else shares the transaction) its statement; result reads it
+// once the batch has run.
+type pendingClaim struct {
+	p      backends.ClaimParams
+	status *string
+	jobs   []backends.Job
+}
+
+// queueClaim queues p's prelude in batch.
+func queueClaim(batch *pgx.Batch, p backends.ClaimParams) *pendingClaim {
+	c := &pendingClaim{p: p}
+	batch.Queue(claimPrelude, p.WorkerID).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&c.status)
+	})
+	return c
+}
+
+// queueStatement queues the claim itself.
+func (c *pendingClaim) queueStatement(batch *pgx.Batch) {
+	sql, args := claimStatement(c.p)
+	batch.Queue(sql, args...).Query(func(rows pgx.Rows) error {
+		sc := newJobScanner()
+		var err error
+		c.jobs, err = pgx.AppendRows(make([]backends.Job, 0, c.p.Limit+c.p.Ahead), rows, func(r pgx.CollectableRow) (backends.Job, error) { return sc.scan(r) })
+		return err
+	})
+}
+
+// result is what the claim took, or why it took nothing.
+func (c *pendingClaim) result() ([]backends.Job, error) {
+	p, status, jobs := c.p, c.status, c.jobs
 	// Rows taken are this worker's whatever the prelude saw: the claim's
 	// own check passed on the snapshot that took them.
 	switch {

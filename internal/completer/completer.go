@@ -74,6 +74,8 @@ type Completer struct {
 
 	mu          sync.Mutex
 	completions []backends.Completion
+	writing     int                   // completions[:writing] are in run's write
+	lent        []backends.Completion // taken into claims (Lend), not yet back
 	nacks       []string
 	returns     []backends.Job // claimed rows given back unstarted (ReturnJobs)
 	closed      bool
@@ -177,7 +179,48 @@ func (w *Completer) wrote() {
 func (w *Completer) Pending() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.completions) + len(w.nacks) + len(w.returns)
+	return len(w.completions) + len(w.lent) + len(w.nacks) + len(w.returns)
+}
+
+// Lend gives a claim about to be sent up to n of the completions waiting
+// that no write has taken, to be written in the claim's own transaction
+// (backends.CompleteClaimer): at full load results arrive as slots free
+// up, and one round trip then does what two did. The caller must end the
+// loan with Lent. Nothing is lent once shutdown has begun: what remains is
+// written at once, on the shutdown's deadline.
+func (w *Completer) Lend(n int) []backends.Completion {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	k := min(len(w.completions)-w.writing, n, maxBatch)
+	if k <= 0 || w.closed || w.hurried || !w.deadline.IsZero() {
+		return nil
+	}
+	cs := slices.Clone(w.completions[w.writing : w.writing+k])
+	w.completions = slices.Delete(w.completions, w.writing, w.writing+k)
+	w.lent = append(w.lent, cs...)
+	return cs
+}
+
+// Lent ends the loan of cs. Written, they are settled as the writer settles
+// its own batches (applied names the rows whose guard matched); not
+// written (the claim failed), they go back to the writer, which writes them
+// as it writes every other completion.
+func (w *Completer) Lent(cs []backends.Completion, applied []string, written bool) {
+	if written {
+		w.settle(cs, applied)
+		w.wrote()
+	}
+	ids := make(map[string]bool, len(cs))
+	for _, c := range cs {
+		ids[c.JobID] = true
+	}
+	w.mu.Lock()
+	w.lent = slices.DeleteFunc(w.lent, func(c backends.Completion) bool { return ids[c.JobID] })
+	if !written {
+		w.completions = append(w.completions, cs...)
+	}
+	w.mu.Unlock()
+	w.signal()
 }
 
 // Written is how many batches the Completer has written. A claim issued
@@ -190,9 +233,11 @@ func (w *Completer) Written() int64 { return w.written.Load() }
 func (w *Completer) Holds(id string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, c := range w.completions {
-		if c.JobID == id {
-			return true
+	for _, cs := range [][]backends.Completion{w.completions, w.lent} {
+		for _, c := range cs {
+			if c.JobID == id {
+				return true
+			}
 		}
 	}
 	return slices.Contains(w.nacks, id) || slices.ContainsFunc(w.returns, func(j backends.Job) bool { return j.ID == id })
@@ -295,13 +340,15 @@ func (w *Completer) run() {
 	var lingerTimer *time.Timer
 	for {
 		w.mu.Lock()
-		cs, ns, rs, closed, hurried := w.completions, w.nacks, w.returns, w.closed, w.hurried
+		cs, ns, rs, closed, hurried, lent := w.completions, w.nacks, w.returns, w.closed, w.hurried, len(w.lent)
 		w.mu.Unlock()
 		if closed && closedAt.IsZero() {
 			closedAt = time.Now()
 		}
 		if len(cs) == 0 && len(ns) == 0 && len(rs) == 0 {
-			if closed {
+			// Completions lent to a claim come back written or to be
+			// written: the writer waits for them before it ends.
+			if closed && lent == 0 {
 				return
 			}
 			<-w.wake
@@ -334,11 +381,23 @@ func (w *Completer) run() {
 		lingerUntil = time.Time{}
 		var err error
 		if len(cs) > 0 {
-			cs = cs[:min(len(cs), maxBatch):min(len(cs), maxBatch)]
-			if err = w.writeCompletions(cs); err == nil {
-				w.mu.Lock()
-				w.completions = w.completions[len(cs):]
-				w.mu.Unlock()
+			// What is written is taken under the lock that Lend takes:
+			// the prefix marked writing is never lent.
+			w.mu.Lock()
+			n := min(len(w.completions), maxBatch)
+			cs, w.writing = w.completions[:n:n], n
+			w.mu.Unlock()
+			if n == 0 {
+				continue // a claim took them all
+			}
+			err = w.writeCompletions(cs)
+			w.mu.Lock()
+			if err == nil {
+				w.completions = w.completions[n:]
+			}
+			w.writing = 0
+			w.mu.Unlock()
+			if err == nil {
 				w.wrote()
 			}
 		} else if len(ns) > 0 {
@@ -424,6 +483,14 @@ func (w *Completer) writeCompletions(cs []backends.Completion) error {
 	if err != nil {
 		return err
 	}
+	w.settle(cs, applied)
+	return nil
+}
+
+// settle follows a batch of completions written, by the writer or in a
+// claim: the loop learns which rows are settled, claiming resumes for rows
+// requeued for now, and each result a guard refused is logged.
+func (w *Completer) settle(cs []backends.Completion, applied []string) {
 	if w.settled != nil {
 		ids := make([]string, len(cs))
 		for i, c := range cs {
@@ -438,7 +505,7 @@ func (w *Completer) writeCompletions(cs []backends.Completion) error {
 		}
 	}
 	if len(applied) == len(cs) {
-		return nil
+		return
 	}
 	ok := make(map[string]bool, len(applied))
 	for _, id := range applied {
@@ -451,7 +518,6 @@ func (w *Completer) writeCompletions(cs []backends.Completion) error {
 			w.log.Warn("result discarded: the row is no longer processing for this worker", "job_id", c.JobID, "outcome", c.Outcome.String())
 		}
 	}
-	return nil
 }
 
 func (w *Completer) writeReturns(held []backends.Job) error {
