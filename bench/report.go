@@ -200,11 +200,11 @@ func (r *report) evaluate(cores int) {
 
 	for _, pair := range [][2]string{{"python-stdio", "pgqueuer"}, {"node-stdio", "pg-boss"}} {
 		sc, pe := r.peer(pair[0]), r.peer(pair[1])
-		g := goal{Name: fmt.Sprintf("throughput in the peers section (same rounds): %s vs %s", labelOr(sc.Label, pair[0]), labelOr(pe.Label, pair[1])), Target: "≥ 1.3×"}
+		g := goal{Name: fmt.Sprintf("throughput in the peers section (same rounds): %s vs %s", labelOr(sc.Label, pair[0]), labelOr(pe.Label, pair[1])), Target: "≥ 2×"}
 		if ok(sc.JobsPerS) && ok(pe.JobsPerS) {
 			x := sc.JobsPerS / pe.JobsPerS
-			g.Measured, g.Met = fmt.Sprintf("%.2f× (%.0f vs %.0f jobs/s)", x, sc.JobsPerS, pe.JobsPerS), yes(x >= 1.3)
-			if x < 1.3 {
+			g.Measured, g.Met = fmt.Sprintf("%.2f× (%.0f vs %.0f jobs/s)", x, sc.JobsPerS, pe.JobsPerS), yes(x >= 2)
+			if x < 2 {
 				g.Note = fmt.Sprintf("per 10,000 jobs the sidecar row spent %.2f CPU-s in its processes (sidecar %.2f) and %.2f in Postgres; %s %.2f and %.2f",
 					sc.ProcCPU10k, sc.SidecarCPU10k, sc.PostgresCPU10k, pe.Label, pe.ProcCPU10k, pe.PostgresCPU10k)
 			}
@@ -222,7 +222,7 @@ func (r *report) evaluate(cores int) {
 	for _, ref := range []struct {
 		key    string
 		target float64
-	}{{"node-stdio", 2}, {"node-stdio-ttl0", 1.5}} {
+	}{{"node-stdio", 1.6}, {"node-stdio-ttl0", 1.4}} {
 		sc := r.peer(ref.key)
 		g := goal{Name: fmt.Sprintf("total CPU per job (processes + Postgres), peers section: %s vs %s", labelOr(sc.Label, ref.key), labelOr(gw.Label, "graphile-worker")),
 			Target: fmt.Sprintf("≤ %.4g×", ref.target)}
@@ -292,9 +292,9 @@ func (r *report) evaluate(cores int) {
 
 	for _, key := range []string{"python-stdio", "node-stdio"} {
 		t := r.tp(key)
-		g := goal{Name: "sidecar CPU per 10,000 jobs, " + labelOr(t.Label, key) + " (throughput section)", Target: "≤ 0.25 CPU-s"}
+		g := goal{Name: "sidecar CPU per 10,000 jobs, " + labelOr(t.Label, key) + " (throughput section)", Target: "≤ 0.10 CPU-s"}
 		if ok(t.Median) && ok(t.SidecarCPU10k) {
-			g.Measured, g.Met = fmt.Sprintf("%.2f CPU-s (%.0f µs a job)", t.SidecarCPU10k, t.SidecarCPU10k*100), yes(t.SidecarCPU10k <= 0.25)
+			g.Measured, g.Met = fmt.Sprintf("%.2f CPU-s (%.0f µs a job)", t.SidecarCPU10k, t.SidecarCPU10k*100), yes(t.SidecarCPU10k <= 0.10)
 		} else {
 			g.Measured, g.Met = nm, nm
 		}
@@ -359,7 +359,7 @@ func (r *report) evaluate(cores int) {
 		add(g)
 	}
 
-	g = goal{Name: "drain rate as the queue grows, largest depth vs smallest (Python SDK, stdio)", Target: "within 1.3×"}
+	g = goal{Name: "drain rate as the queue grows, largest depth vs smallest (Python SDK, stdio)", Target: "within 1.2×"}
 	var pts []depthPoint
 	for _, p := range r.Depth {
 		if p.Error == "" && ok(p.JobsPerS) {
@@ -371,7 +371,7 @@ func (r *report) evaluate(cores int) {
 		claimX, tpX := last.ClaimMS/first.ClaimMS, first.JobsPerS/last.JobsPerS
 		g.Measured = fmt.Sprintf("%d → %d queued: %.0f → %.0f jobs/s (%.2f×); one claim %.2f → %.2f ms (%.2f×)",
 			first.Depth, last.Depth, first.JobsPerS, last.JobsPerS, tpX, first.ClaimMS, last.ClaimMS, claimX)
-		g.Met = yes(tpX <= 1.3)
+		g.Met = yes(tpX <= 1.2)
 	} else {
 		g.Measured, g.Met = nm, nm
 	}
