@@ -68,7 +68,13 @@ func TestFaultFrozenSidecarRegistersAgain(t *testing.T) {
 	w := newWorld(t, sdks[0], manifestOpts{concurrency: 8})
 	// A timeout of 15 beats: a live sidecar never looks stale to a loaded machine.
 	fast := map[string]string{"SONIQ_HEARTBEAT_INTERVAL": "0.2", "SONIQ_HEARTBEAT_TIMEOUT": "3", "SONIQ_CLEANUP_INTERVAL": "0.5"}
-	a := w.startSidecar(fast)
+	// a makes its maintenance pass at start and no other, so the SIGSTOP
+	// never catches it leading mid-pass: a leader frozen mid-pass keeps
+	// leadership for backends.LeaderHoldLimit (45 s), longer than this
+	// test waits for b's recovery, and that case has a test of its own
+	// (TestPartitionedLeaderLosesLeadershipAndAnotherRecovers). Before, a loaded
+	// machine sometimes froze a inside a pass, and b never led in time.
+	a := w.startSidecar(map[string]string{"SONIQ_HEARTBEAT_INTERVAL": "0.2", "SONIQ_HEARTBEAT_TIMEOUT": "3", "SONIQ_CLEANUP_INTERVAL": "3600"})
 	wa := a.workerID(t)
 	a.waitReady(t, w.handlerName(), 1)
 	ids := w.enqueueN("t.sleep_async", `{"seconds":4,"pid":true}`, 8)
