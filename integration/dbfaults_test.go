@@ -74,6 +74,20 @@ func (a *dbAdmin) status(id string) string {
 	return st
 }
 
+// faultProxy puts a fault proxy between the test and its database, for the
+// test's life, and returns it with the database URL through it.
+func (w *world) faultProxy() (*netfault.Proxy, url.URL) {
+	w.t.Helper()
+	u, err := url.Parse(w.dbURL)
+	require.NoError(w.t, err)
+	proxy, err := netfault.Start(u.Host)
+	require.NoError(w.t, err)
+	w.t.Cleanup(func() { _ = proxy.Close() })
+	via := *u
+	via.Host = proxy.Addr()
+	return proxy, via
+}
+
 // started returns the jobs a handler has started, in order, once each.
 func started(recs [][]string) []string {
 	var out []string
@@ -214,13 +228,7 @@ func TestPartitionedLeaderLosesLeadershipAndAnotherRecovers(t *testing.T) {
 	w := newWorld(t, sdks[0], manifestOpts{})
 	admin := newDBAdmin(t, w.dbURL)
 	ctx := context.Background()
-	u, err := url.Parse(w.dbURL)
-	require.NoError(t, err)
-	proxy, err := netfault.Start(u.Host)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = proxy.Close() })
-	viaProxy := *u
-	viaProxy.Host = proxy.Addr()
+	proxy, viaProxy := w.faultProxy()
 	fast := map[string]string{"SONIQ_HEARTBEAT_TIMEOUT": "5", "SONIQ_CLEANUP_INTERVAL": "1", "SONIQ_SHUTDOWN_TIMEOUT": "5"}
 	with := func(extra map[string]string) map[string]string {
 		env := map[string]string{}
@@ -344,13 +352,7 @@ CREATE TRIGGER refuse_while_read_only BEFORE INSERT OR UPDATE ON soniq_workers
 func TestShutdownDuringAPartitionIsBounded(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, sdks[0], manifestOpts{})
-	u, err := url.Parse(w.dbURL)
-	require.NoError(t, err)
-	proxy, err := netfault.Start(u.Host)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = proxy.Close() })
-	viaProxy := *u
-	viaProxy.Host = proxy.Addr()
+	proxy, viaProxy := w.faultProxy()
 	ids := w.enqueueN("t.sleep_async", `{"seconds":60}`, 3)
 	sc := w.startSidecar(map[string]string{"SONIQ_DATABASE_URL": viaProxy.String(), "SONIQ_SHUTDOWN_TIMEOUT": "3",
 		"SONIQ_SHUTDOWN_WRITE_TIMEOUT": "2", "SONIQ_POLL_INTERVAL": "0.1"})
@@ -388,13 +390,7 @@ func TestShutdownDuringAPartitionIsBounded(t *testing.T) {
 func TestALostClaimReplyGivesItsRowsBackAtOnce(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, sdks[0], manifestOpts{})
-	u, err := url.Parse(w.dbURL)
-	require.NoError(t, err)
-	proxy, err := netfault.Start(u.Host)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = proxy.Close() })
-	viaProxy := *u
-	viaProxy.Host = proxy.Addr()
+	proxy, viaProxy := w.faultProxy()
 	// The queue's name is in the claim's arguments and in no other
 	// statement after registration, so the armed fault takes a claim.
 	const queue = "lost-reply-queue"
