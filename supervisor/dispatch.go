@@ -317,6 +317,33 @@ func claimOrder(a, b *task) int {
 // completed counts an execution of pl that ended, for its reserve's rate.
 func (l *loop) completed(pl *pool) { pl.claim.reserve.completed(time.Now()) }
 
+// giveBackStale gives back, before anything is dispatched, the pending
+// rows that waited more than twice the reserve's bound. The wait timer
+// gives rows back at the bound, so such a row means the loop did not run
+// meanwhile: the sidecar was frozen (SIGSTOP, a paused VM). Its first
+// event after that may be a result that frees a slot, and the rows it
+// still holds may have been recovered and run, even cancelled, by another
+// worker; dispatched, such a row ran again here (make chaos, seed 7).
+// Given back, the guarded write leaves a row another worker holds alone.
+func (l *loop) giveBackStale(pl *pool) {
+	r := &pl.claim.reserve
+	// Draining keeps its own rule (settleReserve): what free slots will
+	// take stays, and is NACKed at FORCE_TIMEOUT_PATH if it never starts.
+	if !r.on() || len(pl.pending) == 0 || l.shut.state != StateRunning {
+		return
+	}
+	now := time.Now()
+	var stale []*task
+	for _, t := range pl.pending {
+		if !t.suspect && now.Sub(t.queuedAt) >= 2*r.waitBound() {
+			stale = append(stale, t)
+		}
+	}
+	if len(stale) > 0 {
+		l.giveBack(stale, "waited")
+	}
+}
+
 // settleReserve gives back the reserved rows that will not start here
 // soon: all of them once the sidecar drains (a reserved row is not
 // in-flight work: another worker can start it now) or when the pool has no

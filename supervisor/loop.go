@@ -347,7 +347,8 @@ func touched(e event) *pool {
 
 // settle is the one step after every event, so that no handler has to
 // remember what to do next: for the pools the event touched (nil: all),
-// a retiring process left without a job is stopped, pending jobs go to
+// a retiring process left without a job is stopped, rows held since before
+// a freeze are given back, pending jobs go to
 // free slots and a claim is made if one is due; then the unknown-name
 // claim, the end of `run --once` and the end of shutdown are checked.
 func (l *loop) settle(only *pool) {
@@ -360,6 +361,7 @@ func (l *loop) settle(only *pool) {
 				l.stopIdle(p)
 			}
 		}
+		l.giveBackStale(pl)
 		l.tryDispatch(pl)
 		l.settleReserve(pl)
 		l.maybeClaim(pl)
