@@ -1,6 +1,7 @@
 package backends
 
 import (
+	"context"
 	"errors"
 	"time"
 )
@@ -89,3 +90,25 @@ const CancelRequestTTL = time.Hour
 // when the sidecar's table does not exist: the database was set up by
 // Soniq alone.
 var ErrNoCancelTable = errors.New("the table soniq_sidecar_cancel_requests does not exist in this database: run `soniq-sidecar migrate` first")
+
+// Cancels is the storage of cancel requests (soniq_sidecar_cancel_requests).
+type Cancels interface {
+	// RequestCancel cancels a job wherever it is, in one transaction: a
+	// queued job becomes cancelled at once (CancelledQueued, as Cancel); a
+	// processing job gets a pending request naming the worker that holds
+	// it (replacing an earlier request for the job), and subscribers are
+	// woken with Wakeup.CancelJobID (CancelRequested); a done or cancelled
+	// job is left alone (CancelFinished). ErrNotFound when no soniq_jobs
+	// row has the id (a dead-lettered job has left the table).
+	RequestCancel(ctx context.Context, id string) (CancelResult, error)
+	// PendingCancels returns the ids of the jobs processing under
+	// workerID that have a pending cancel request, whichever worker held
+	// them when it was made. This is the holder's poll.
+	PendingCancels(ctx context.Context, workerID string) ([]string, error)
+	// RefuseCancel answers a pending request for a job processing under
+	// workerID with refused, naming the handler and why (a sync job cannot
+	// be interrupted). False when there was no such pending request.
+	RefuseCancel(ctx context.Context, workerID, jobID, handler, detail string) (bool, error)
+	// GetCancelRequest returns a job's cancel request; ErrNotFound if none.
+	GetCancelRequest(ctx context.Context, jobID string) (CancelRequest, error)
+}
