@@ -75,6 +75,9 @@ func newRootCmd(e env) *cobra.Command {
 		root.AddCommand(c)
 	}
 	root.AddCommand(newVersionCmd(e))
+	// cobra adds help and completion as it executes; added here, they are
+	// in the tree for the loop below and for the tests that walk it.
+	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()
 	for _, c := range root.Commands() {
 		if c.Name() == "completion" {
