@@ -39,7 +39,7 @@ cancellable: false). If nobody answers in time the request stays recorded.`,
 		example: `  soniq-sidecar cancel 3f1e1f7e-2a51-4c36-9d1e-8a1b2c3d4e5f
   soniq-sidecar cancel 3f1e1f7e-2a51-4c36-9d1e-8a1b2c3d4e5f --wait 1m`,
 		flags: func(fs *pflag.FlagSet) {
-			fs.StringVar(&wait, "wait", defaultCancelWait.String(), "how long to wait for the sidecar that runs the job to cancel it (10s, 1m, or seconds)")
+			fs.StringVar(&wait, "wait", defaultCancelWait.String(), "how long (`DUR`: 10s, 1m, or seconds) to wait for the sidecar that runs the job to cancel it")
 		},
 		args: func(pos []string) error {
 			if len(pos) != 1 {

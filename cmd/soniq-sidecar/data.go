@@ -140,12 +140,12 @@ name and args) is not queued again: its id is printed instead.`,
   soniq-sidecar enqueue report.build --queue reports --delay 5m --json
   soniq-sidecar enqueue invoice.sync --args '{"tenant":42}' --unique`,
 		flags: func(fs *pflag.FlagSet) {
-			fs.StringVar(&argsJSON, "args", "{}", "job arguments, a JSON object")
+			fs.StringVar(&argsJSON, "args", "{}", "job arguments, a `JSON` object")
 			fs.StringVar(&queue, "queue", "default", "queue")
 			fs.IntVar(&priority, "priority", 100, "priority (lower runs first)")
 			fs.IntVar(&maxAttempts, "max-attempts", 3, "maximum attempts")
-			fs.StringVar(&delay, "delay", "", "run no earlier than now + DUR (30s, 5m, or seconds)")
-			fs.StringVar(&dedup, "dedup-key", "", "at most one queued job per key")
+			fs.StringVar(&delay, "delay", "", "run no earlier than now + `DUR` (30s, 5m, or seconds)")
+			fs.StringVar(&dedup, "dedup-key", "", "at most one queued job per `KEY`")
 			fs.BoolVar(&unique, "unique", false, "at most one queued job with this name and these args (Soniq's unique_job, matched by args_hash); a duplicate prints the queued job's id")
 			fs.BoolVar(&asJSON, "json", false, "print the whole row as JSON")
 		},

@@ -37,7 +37,7 @@ manifest's settings: (in that order of precedence; docs/manifest.md lists them).
 
 const runExample = `  soniq-sidecar run --manifest manifest.yaml --database-url postgres://soniq@db:5432/app
   SONIQ_DATABASE_URL=postgres://soniq@db:5432/app soniq-sidecar run --queues mail,reports
-  soniq-sidecar run --once --metrics-addr ""      # drain what is queued, then exit`
+  soniq-sidecar run --once --metrics-addr ""      # run the jobs that are due, then exit 0`
 
 func newRunCmd(e env) *cobra.Command {
 	cmd := &cobra.Command{

@@ -60,9 +60,9 @@ at least 1s) or on a five-field cron expression in UTC. Its next run is printed.
 		example: `  soniq-sidecar schedule add reports.nightly --cron "0 3 * * *" --queue reports
   soniq-sidecar schedule add cache.refresh --every 5m --args '{"region":"eu"}'`,
 		flags: func(fs *pflag.FlagSet) {
-			fs.StringVar(&every, "every", "", "run every DUR (30s, 1h, or seconds; whole seconds, at least 1s)")
+			fs.StringVar(&every, "every", "", "run every `DUR` (30s, 1h, or seconds; whole seconds, at least 1s)")
 			fs.StringVar(&cron, "cron", "", "run on a five-field cron `expression` in UTC, like \"*/5 * * * *\"")
-			fs.StringVar(&argsJSON, "args", "{}", "the job's arguments, a JSON object")
+			fs.StringVar(&argsJSON, "args", "{}", "the job's arguments, a `JSON` object")
 			fs.StringVar(&queue, "queue", "default", "the job's queue")
 			fs.IntVar(&priority, "priority", 100, "the job's priority (lower runs first)")
 			fs.IntVar(&maxAttempts, "max-attempts", 3, "the job's maximum attempts")
