@@ -78,6 +78,11 @@ func TestEveryCommandAnswersHelp(t *testing.T) {
 				if c.Short != "" {
 					assert.Contains(t, out, strings.TrimSpace(cmp.Or(c.Long, c.Short)))
 				}
+				for _, sub := range c.Commands() {
+					if !sub.Hidden {
+						assert.Contains(t, out, "\n  "+sub.Name()+" ", "a group's help lists its commands")
+					}
+				}
 			})
 		}
 		t.Run(path+" says what it does", func(t *testing.T) {

@@ -32,9 +32,6 @@ type dataSpec struct {
 	plainOpen bool
 	// run does the command's work.
 	run func(ctx context.Context, d dataRun) error
-	// complete offers the positional arguments to shell completion; nil:
-	// none (no file names either).
-	complete cobra.CompletionFunc
 }
 
 // dataRun is what a data command's run is handed: the environment, the
@@ -53,15 +50,13 @@ func (d dataRun) url() string { return databaseURL(d.opts) }
 // check are usage errors (exit 2); run's keep their own meaning.
 func dataCommand(e env, s dataSpec) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:               s.use,
-		Short:             s.short,
-		Long:              s.long,
-		Example:           s.example,
-		Args:              cobra.ArbitraryArgs,
-		ValidArgsFunction: s.complete,
-	}
-	if cmd.ValidArgsFunction == nil {
-		cmd.ValidArgsFunction = cobra.NoFileCompletions
+		Use:     s.use,
+		Short:   s.short,
+		Long:    s.long,
+		Example: s.example,
+		Args:    cobra.ArbitraryArgs,
+		// Their arguments are ids and names, never files.
+		ValidArgsFunction: cobra.NoFileCompletions,
 	}
 	db := config.RegisterFlags(cmd.Flags(), config.CommandData)
 	if s.flags != nil {
