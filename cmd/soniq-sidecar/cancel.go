@@ -7,6 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
 )
@@ -18,37 +21,52 @@ const defaultCancelWait = 10 * time.Second
 // cancelPoll is how often `cancel` reads the row while it waits.
 const cancelPoll = 100 * time.Millisecond
 
-// cmdCancel cancels a job: a queued one at once; a running one by asking
-// the sidecar that holds it, then waiting (--wait) for its row to be
+// newCancelCmd is `cancel ID`: a queued job at once; a running one by
+// asking the sidecar that holds it, then waiting (--wait) for its row to be
 // cancelled, or for the holder to say it cannot (a sync job).
-func cmdCancel(ctx context.Context, e env, args []string) error {
-	fs := newFlagSet(e, "cancel")
-	db := config.RegisterFlags(fs, config.CommandData)
-	wait := fs.String("wait", defaultCancelWait.String(), "how long to wait for the sidecar that runs the job to cancel it (10s, 1m, or seconds)")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return err
-	}
-	opts, err := db.Options(e.lookupEnv)
-	if err != nil {
-		return usageError{err}
-	}
-	if len(pos) != 1 {
-		return usageErrorf("cancel: want exactly one job ID, got %d arguments", len(pos))
-	}
-	id := strings.TrimSpace(pos[0])
-	waitFor, err := config.ParseDuration(*wait)
-	if err != nil || waitFor < 0 {
-		return usageErrorf("cancel: --wait %q: want a duration ≥ 0 such as 10s, 1m or 2.5", *wait)
-	}
-	b, err := openForCommand(ctx, e, opts)
-	if err != nil {
-		return err
-	}
-	defer b.Close()
+func newCancelCmd(e env) *cobra.Command {
+	var (
+		wait    string
+		waitFor time.Duration
+	)
+	return dataCommand(e, dataSpec{
+		use:   "cancel ID",
+		short: "Cancel a job: a queued one at once, a running one by its sidecar",
+		long: `Cancel a job. A queued job is cancelled at once and will not run. A running job
+is cancelled by the sidecar that holds it, at its next poll: cancel waits up to
+--wait for the row to say cancelled, or for the holder to refuse (a sync job,
+cancellable: false). If nobody answers in time the request stays recorded.`,
+		example: `  soniq-sidecar cancel 3f1e1f7e-2a51-4c36-9d1e-8a1b2c3d4e5f
+  soniq-sidecar cancel 3f1e1f7e-2a51-4c36-9d1e-8a1b2c3d4e5f --wait 1m`,
+		flags: func(fs *pflag.FlagSet) {
+			fs.StringVar(&wait, "wait", defaultCancelWait.String(), "how long (`DUR`: 10s, 1m, or seconds) to wait for the sidecar that runs the job to cancel it")
+		},
+		args: func(pos []string) error {
+			if len(pos) != 1 {
+				return usageErrorf("cancel: want exactly one job ID, got %d arguments", len(pos))
+			}
+			return nil
+		},
+		check: func([]string) (err error) {
+			waitFor, err = config.ParseDuration(wait)
+			if err != nil || waitFor < 0 {
+				return usageErrorf("cancel: --wait %q: want a duration ≥ 0 such as 10s, 1m or 2.5", wait)
+			}
+			return nil
+		},
+		run: func(ctx context.Context, d dataRun) error {
+			return cancelJob(ctx, d, strings.TrimSpace(d.args[0]), waitFor)
+		},
+	})
+}
+
+// cancelJob asks for the cancel of job id and, for a running job, waits
+// for its holder's answer.
+func cancelJob(ctx context.Context, d dataRun, id string, waitFor time.Duration) error {
+	e, b := d.env, d.b
 	res, err := b.RequestCancel(ctx, id)
 	if errors.Is(err, backends.ErrNotFound) {
-		return notCancellable(ctx, b, id, databaseURL(opts))
+		return notCancellable(ctx, b, id, d.url())
 	}
 	if err != nil {
 		return fmt.Errorf("cancelling job %s: %w", id, err)

@@ -75,9 +75,9 @@ func TestCancelWithoutAHolder(t *testing.T) {
 				assert.Equal(t, 2, code, "%v: %s", tc.args, errOut)
 				assert.Contains(t, errOut, tc.want, "%v", tc.args)
 			}
-			code, _, errOut = c.run("cancel", "--help")
+			code, out, _ = c.run("cancel", "--help")
 			assert.Equal(t, 0, code)
-			assert.Contains(t, errOut, "-wait")
+			assert.Contains(t, out, "-wait")
 		})
 	}
 }

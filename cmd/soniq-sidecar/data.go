@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -13,79 +12,54 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/backends/connect"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
 )
 
-// newFlagSet returns a FlagSet whose errors become usage errors.
-func newFlagSet(e env, name string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	return fs
-}
-
-// parseInterspersed parses flags and positional arguments in any order
-// (`enqueue NAME --args …` and `enqueue --args … NAME` both work).
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				// The flag package printed the flags; asking is not an error.
-				return nil, exitCodeError{code: exitOK}
+func newMigrateCmd(e env) *cobra.Command {
+	var claimIndex, noClaimIndex bool
+	return dataCommand(e, dataSpec{
+		use:   "migrate",
+		short: "Create Soniq's tables (and the claim-order index on Postgres)",
+		long: `Create Soniq's tables if they are missing; on Postgres also the claim-order index
+(additive to Soniq's schema; see docs/operations.md). Safe to run again. Behind
+PgBouncer in transaction mode, give migrate a direct URL.`,
+		example: `  soniq-sidecar migrate --database-url postgres://soniq@db:5432/app
+  SONIQ_DATABASE_URL=postgres://soniq@db:5432/app soniq-sidecar migrate --no-claim-index`,
+		flags: func(fs *pflag.FlagSet) {
+			fs.BoolVar(&claimIndex, "claim-index", false, "Postgres: create the claim-order index (the default; an error on other backends)")
+			fs.BoolVar(&noClaimIndex, "no-claim-index", false, "Postgres: do not create the claim-order index (additive to Soniq's schema; see docs/operations.md)")
+		},
+		check: func([]string) error {
+			if claimIndex && noClaimIndex {
+				return usageErrorf("migrate: --claim-index and --no-claim-index contradict each other")
 			}
-			return nil, usageError{fmt.Errorf("%s: %w", fs.Name(), err)}
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return positional, nil
-		}
-		positional = append(positional, args[0])
-		args = args[1:]
-	}
-}
-
-func cmdMigrate(ctx context.Context, e env, args []string) error {
-	fs := newFlagSet(e, "migrate")
-	db := config.RegisterFlags(fs, config.CommandData)
-	claimIndex := fs.Bool("claim-index", false, "Postgres: create the claim-order index (the default; an error on other backends)")
-	noClaimIndex := fs.Bool("no-claim-index", false, "Postgres: do not create the claim-order index (additive to Soniq's schema; see docs/operations.md)")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return err
-	}
-	opts, err := db.Options(e.lookupEnv)
-	if err != nil {
-		return usageError{err}
-	}
-	if len(pos) > 0 {
-		return usageErrorf("migrate: unexpected argument %q", pos[0])
-	}
-	b, err := openBackend(ctx, opts)
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	if err := b.Migrate(ctx); err != nil {
-		return fmt.Errorf("creating Soniq's tables: %w", err)
-	}
-	fmt.Fprintf(e.stdout, "migrated %s\n", connect.Redact(databaseURL(opts)))
-	if *claimIndex && *noClaimIndex {
-		return usageErrorf("migrate: --claim-index and --no-claim-index contradict each other")
-	}
-	ci, ok := b.(backends.ClaimIndexer)
-	switch {
-	case *noClaimIndex:
-	case !ok && *claimIndex:
-		return usageErrorf("migrate --claim-index: only the Postgres backend has it (SQLite queues stay small enough to sort)")
-	case ok:
-		if err := ci.CreateClaimIndex(ctx); err != nil {
-			return err
-		}
-		fmt.Fprintln(e.stdout, "claim-order index soniq_sidecar_claim_order on soniq_jobs (priority, scheduled_at NULLS FIRST, created_at) WHERE status = 'queued': present (skip with --no-claim-index)")
-	}
-	return nil
+			return nil
+		},
+		plainOpen: true,
+		run: func(ctx context.Context, d dataRun) error {
+			if err := d.b.Migrate(ctx); err != nil {
+				return fmt.Errorf("creating Soniq's tables: %w", err)
+			}
+			fmt.Fprintf(d.stdout, "migrated %s\n", connect.Redact(d.url()))
+			ci, ok := d.b.(backends.ClaimIndexer)
+			switch {
+			case noClaimIndex:
+			case !ok && claimIndex:
+				return usageErrorf("migrate --claim-index: only the Postgres backend has it (SQLite queues stay small enough to sort)")
+			case ok:
+				if err := ci.CreateClaimIndex(ctx); err != nil {
+					return err
+				}
+				fmt.Fprintln(d.stdout, "claim-order index soniq_sidecar_claim_order on soniq_jobs (priority, scheduled_at NULLS FIRST, created_at) WHERE status = 'queued': present (skip with --no-claim-index)")
+			}
+			return nil
+		},
+	})
 }
 
 // parseArgsJSON validates --args: a JSON object. Errors name the byte offset.
@@ -148,63 +122,72 @@ func parseDelay(s string) (time.Duration, error) {
 	return d, nil
 }
 
-func cmdEnqueue(ctx context.Context, e env, args []string) error {
-	fs := newFlagSet(e, "enqueue")
-	db := config.RegisterFlags(fs, config.CommandData)
-	argsJSON := fs.String("args", "{}", "job arguments, a JSON object")
-	queue := fs.String("queue", "default", "queue")
-	priority := fs.Int("priority", 100, "priority (lower runs first)")
-	maxAttempts := fs.Int("max-attempts", 3, "maximum attempts")
-	delay := fs.String("delay", "", "run no earlier than now + DUR (30s, 5m, or seconds)")
-	dedup := fs.String("dedup-key", "", "at most one queued job per key")
-	unique := fs.Bool("unique", false, "at most one queued job with this name and these args (Soniq's unique_job, matched by args_hash); a duplicate prints the queued job's id")
-	asJSON := fs.Bool("json", false, "print the whole row as JSON")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return err
-	}
-	opts, err := db.Options(e.lookupEnv)
-	if err != nil {
-		return usageError{err}
-	}
-	if len(pos) != 1 {
-		return usageErrorf("enqueue: want exactly one job NAME, got %d arguments", len(pos))
-	}
-	name := strings.TrimSpace(pos[0])
-	if name == "" {
-		return usageErrorf("enqueue: the job NAME is empty")
-	}
-	rawArgs, err := parseArgsJSON(*argsJSON)
-	if err != nil {
-		return usageError{err}
-	}
-	d, err := parseDelay(*delay)
-	if err != nil {
-		return usageError{err}
-	}
-	if *maxAttempts < 1 {
-		return usageErrorf("--max-attempts must be at least 1, got %d", *maxAttempts)
-	}
-	if *queue == "" {
-		return usageErrorf("--queue must not be empty")
-	}
-	b, err := openForCommand(ctx, e, opts)
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	job, err := b.Enqueue(ctx, backends.EnqueueParams{
-		Name: name, Args: rawArgs, Queue: *queue, Priority: priority,
-		MaxAttempts: maxAttempts, Delay: d, DedupKey: *dedup, UniqueJob: *unique,
+func newEnqueueCmd(e env) *cobra.Command {
+	var (
+		argsJSON, queue, delay, dedup string
+		priority, maxAttempts         int
+		unique, asJSON                bool
+		rawArgs                       json.RawMessage
+		d                             time.Duration
+	)
+	return dataCommand(e, dataSpec{
+		use:   "enqueue NAME",
+		short: "Queue one job; prints its id",
+		long: `Queue one job named NAME with --args (a JSON object) and print its id. With
+--dedup-key or --unique, a job already queued under the same key (or the same
+name and args) is not queued again: its id is printed instead.`,
+		example: `  soniq-sidecar enqueue send.mail --args '{"to":"a@example.com"}'
+  soniq-sidecar enqueue report.build --queue reports --delay 5m --json
+  soniq-sidecar enqueue invoice.sync --args '{"tenant":42}' --unique`,
+		flags: func(fs *pflag.FlagSet) {
+			fs.StringVar(&argsJSON, "args", "{}", "job arguments, a `JSON` object")
+			fs.StringVar(&queue, "queue", "default", "queue")
+			fs.IntVar(&priority, "priority", 100, "priority (lower runs first)")
+			fs.IntVar(&maxAttempts, "max-attempts", 3, "maximum attempts")
+			fs.StringVar(&delay, "delay", "", "run no earlier than now + `DUR` (30s, 5m, or seconds)")
+			fs.StringVar(&dedup, "dedup-key", "", "at most one queued job per `KEY`")
+			fs.BoolVar(&unique, "unique", false, "at most one queued job with this name and these args (Soniq's unique_job, matched by args_hash); a duplicate prints the queued job's id")
+			fs.BoolVar(&asJSON, "json", false, "print the whole row as JSON")
+		},
+		args: func(pos []string) error {
+			if len(pos) != 1 {
+				return usageErrorf("enqueue: want exactly one job NAME, got %d arguments", len(pos))
+			}
+			if strings.TrimSpace(pos[0]) == "" {
+				return usageErrorf("enqueue: the job NAME is empty")
+			}
+			return nil
+		},
+		check: func([]string) (err error) {
+			if rawArgs, err = parseArgsJSON(argsJSON); err != nil {
+				return err
+			}
+			if d, err = parseDelay(delay); err != nil {
+				return err
+			}
+			if maxAttempts < 1 {
+				return usageErrorf("--max-attempts must be at least 1, got %d", maxAttempts)
+			}
+			if queue == "" {
+				return usageErrorf("--queue must not be empty")
+			}
+			return nil
+		},
+		run: func(ctx context.Context, r dataRun) error {
+			job, err := r.b.Enqueue(ctx, backends.EnqueueParams{
+				Name: strings.TrimSpace(r.args[0]), Args: rawArgs, Queue: queue, Priority: &priority,
+				MaxAttempts: &maxAttempts, Delay: d, DedupKey: dedup, UniqueJob: unique,
+			})
+			if err != nil {
+				return err // the backend names the job and the database
+			}
+			if asJSON {
+				return writeJSON(r.stdout, job)
+			}
+			fmt.Fprintln(r.stdout, job.ID)
+			return nil
+		},
 	})
-	if err != nil {
-		return err // the backend names the job and the database
-	}
-	if *asJSON {
-		return writeJSON(e.stdout, job)
-	}
-	fmt.Fprintln(e.stdout, job.ID)
-	return nil
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -216,46 +199,41 @@ func writeJSON(w io.Writer, v any) error {
 	return nil
 }
 
-func cmdStatus(ctx context.Context, e env, args []string) error {
-	fs := newFlagSet(e, "status")
-	db := config.RegisterFlags(fs, config.CommandData)
-	asJSON := fs.Bool("json", false, "print the six canonical keys as one JSON object")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return err
-	}
-	opts, err := db.Options(e.lookupEnv)
-	if err != nil {
-		return usageError{err}
-	}
-	if len(pos) > 0 {
-		return usageErrorf("status: unexpected argument %q", pos[0])
-	}
-	b, err := openForCommand(ctx, e, opts)
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	st, err := b.Stats(ctx)
-	if err != nil {
-		return err // the backend says what it was reading
-	}
-	fmt.Fprintf(e.stderr, "database %s\n", describeDatabase(databaseURL(opts)))
-	if *asJSON {
-		// Stats marshals its six keys in the canonical order (docs/compatibility.md).
-		out, err := json.Marshal(st)
-		if err != nil {
-			return fmt.Errorf("encoding stats: %w", err)
-		}
-		fmt.Fprintln(e.stdout, string(out))
-		return nil
-	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	values := [...]int64{st.Total, st.Queued, st.Processing, st.Done, st.DeadLetter, st.Cancelled}
-	for i, k := range backends.StatsKeys {
-		fmt.Fprintf(tw, "%s\t%d\t\n", k, values[i])
-	}
-	return tw.Flush()
+func newStatusCmd(e env) *cobra.Command {
+	var asJSON bool
+	return dataCommand(e, dataSpec{
+		use:   "status",
+		short: "Count the jobs by status",
+		long: `Count the jobs by status: total, queued, processing, done, dead_letter and
+cancelled. The database it read is named on stderr.`,
+		example: `  soniq-sidecar status
+  soniq-sidecar status --json | jq .queued`,
+		flags: func(fs *pflag.FlagSet) {
+			fs.BoolVar(&asJSON, "json", false, "print the six canonical keys as one JSON object")
+		},
+		run: func(ctx context.Context, d dataRun) error {
+			st, err := d.b.Stats(ctx)
+			if err != nil {
+				return err // the backend says what it was reading
+			}
+			fmt.Fprintf(d.stderr, "database %s\n", describeDatabase(d.url()))
+			if asJSON {
+				// Stats marshals its six keys in the canonical order (docs/compatibility.md).
+				out, err := json.Marshal(st)
+				if err != nil {
+					return fmt.Errorf("encoding stats: %w", err)
+				}
+				fmt.Fprintln(d.stdout, string(out))
+				return nil
+			}
+			tw := tabwriter.NewWriter(d.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+			values := [...]int64{st.Total, st.Queued, st.Processing, st.Done, st.DeadLetter, st.Cancelled}
+			for i, k := range backends.StatsKeys {
+				fmt.Fprintf(tw, "%s\t%d\t\n", k, values[i])
+			}
+			return tw.Flush()
+		},
+	})
 }
 
 // describeDatabase names a database for people: the URL without its
@@ -280,52 +258,54 @@ func firstLine(s *string, max int) string {
 	return line
 }
 
-// cmdJob prints one job's row: its status, attempts, last error and result.
-func cmdJob(ctx context.Context, e env, args []string) error {
-	fs := newFlagSet(e, "job")
-	db := config.RegisterFlags(fs, config.CommandData)
-	asJSON := fs.Bool("json", false, "print the whole row as one JSON object")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return err
-	}
-	opts, err := db.Options(e.lookupEnv)
-	if err != nil {
-		return usageError{err}
-	}
-	if len(pos) != 1 {
-		return usageErrorf("job: want one job id, got %d arguments", len(pos))
-	}
-	b, err := openForCommand(ctx, e, opts)
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	j, err := b.Get(ctx, pos[0])
-	if errors.Is(err, backends.ErrNotFound) {
-		// A dead-lettered job has left soniq_jobs for the dead-letter table.
-		return printDeadLetterJob(ctx, e, b, pos[0], *asJSON, databaseURL(opts))
-	}
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		out, err := json.Marshal(j)
-		if err != nil {
-			return fmt.Errorf("encoding job %s: %w", j.ID, err)
-		}
-		fmt.Fprintln(e.stdout, string(out))
-		return nil
-	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "id\t%s\njob_name\t%s\nqueue\t%s\nstatus\t%s\nattempts\t%d of %d\n", j.ID, j.Name, j.Queue, j.Status, j.Attempts, j.MaxAttempts)
-	if j.LastError != nil {
-		fmt.Fprintf(tw, "last_error\t%s\n", strings.ReplaceAll(*j.LastError, "\n", "\n\t"))
-	}
-	if j.Result != nil {
-		fmt.Fprintf(tw, "result\t%s\n", j.Result)
-	}
-	return tw.Flush()
+// newJobCmd is `job ID`: one job's row, its status, attempts, last error
+// and result.
+func newJobCmd(e env) *cobra.Command {
+	var asJSON bool
+	return dataCommand(e, dataSpec{
+		use:   "job ID",
+		short: "Show one job: status, attempts, last error and result",
+		long: `Show what became of one job: its status, attempts, last error and result. A job
+in the dead-letter table is shown from there, with the command that replays it.`,
+		example: `  soniq-sidecar job 3f1e1f7e-2a51-4c36-9d1e-8a1b2c3d4e5f
+  soniq-sidecar job 3f1e1f7e-2a51-4c36-9d1e-8a1b2c3d4e5f --json`,
+		flags: func(fs *pflag.FlagSet) {
+			fs.BoolVar(&asJSON, "json", false, "print the whole row as one JSON object")
+		},
+		args: func(pos []string) error {
+			if len(pos) != 1 {
+				return usageErrorf("job: want one job id, got %d arguments", len(pos))
+			}
+			return nil
+		},
+		run: func(ctx context.Context, d dataRun) error {
+			j, err := d.b.Get(ctx, d.args[0])
+			if errors.Is(err, backends.ErrNotFound) {
+				// A dead-lettered job has left soniq_jobs for the dead-letter table.
+				return printDeadLetterJob(ctx, d.env, d.b, d.args[0], asJSON, d.url())
+			}
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				out, err := json.Marshal(j)
+				if err != nil {
+					return fmt.Errorf("encoding job %s: %w", j.ID, err)
+				}
+				fmt.Fprintln(d.stdout, string(out))
+				return nil
+			}
+			tw := tabwriter.NewWriter(d.stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintf(tw, "id\t%s\njob_name\t%s\nqueue\t%s\nstatus\t%s\nattempts\t%d of %d\n", j.ID, j.Name, j.Queue, j.Status, j.Attempts, j.MaxAttempts)
+			if j.LastError != nil {
+				fmt.Fprintf(tw, "last_error\t%s\n", strings.ReplaceAll(*j.LastError, "\n", "\n\t"))
+			}
+			if j.Result != nil {
+				fmt.Fprintf(tw, "result\t%s\n", j.Result)
+			}
+			return tw.Flush()
+		},
+	})
 }
 
 func printDeadLetterJob(ctx context.Context, e env, b backends.Backend, id string, asJSON bool, url string) error {

@@ -271,7 +271,7 @@ func TestExitCodes(t *testing.T) {
 		name string
 		args []string
 		code int
-		want string // in stderr
+		want string // in stdout when help was asked for (exit 0), else in stderr
 	}{
 		{"top-level help", []string{"--help"}, 0, ""},
 		{"run --help", []string{"run", "--help"}, 0, "-manifest"},
@@ -285,9 +285,13 @@ func TestExitCodes(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			code, _, errOut := c.run(tc.args...)
+			code, out, errOut := c.run(tc.args...)
 			assert.Equal(t, tc.code, code, errOut)
-			assert.Contains(t, errOut, tc.want)
+			if tc.code == 0 {
+				assert.Contains(t, out, tc.want)
+			} else {
+				assert.Contains(t, errOut, tc.want)
+			}
 			assert.NotContains(t, errOut, "help requested")
 		})
 	}

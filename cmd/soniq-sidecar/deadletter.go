@@ -7,7 +7,6 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +15,9 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
@@ -41,6 +43,8 @@ type listFlag []string
 
 func (l *listFlag) String() string { return strings.Join(*l, ",") }
 
+func (l *listFlag) Type() string { return "strings" }
+
 func (l *listFlag) Set(v string) error {
 	v = strings.TrimSpace(v)
 	if v == "" {
@@ -64,6 +68,8 @@ func (a *ageFlag) String() string {
 	}
 	return a.text
 }
+
+func (a *ageFlag) Type() string { return "duration" }
 
 func (a *ageFlag) Set(v string) error {
 	v = strings.TrimSpace(v)
@@ -92,13 +98,11 @@ type selectors struct {
 	since, olderThan ageFlag
 }
 
-func registerSelectors(fs *flag.FlagSet) *selectors {
-	s := &selectors{}
+func (s *selectors) register(fs *pflag.FlagSet) {
 	fs.Var(&s.names, "job-name", "select rows of this job `NAME` (repeat for several)")
 	fs.Var(&s.queues, "queue", "select rows of queue `Q` (repeat for several)")
 	fs.Var(&s.since, "since", "select rows moved to the dead-letter table within the last `DUR` (30m, 2h, 7d)")
 	fs.Var(&s.olderThan, "older-than", "select rows moved more than `DUR` ago (as Soniq's cleanup --days)")
-	return s
 }
 
 func (s *selectors) any() bool {
@@ -131,95 +135,148 @@ func (s *selectors) describe() string {
 	return "dead-letter jobs (" + strings.Join(parts, "; ") + ")"
 }
 
-func cmdDeadLetter(ctx context.Context, e env, args []string) error {
-	if len(args) == 0 {
-		return usageErrorf("%s", deadLetterUsage)
-	}
-	sub, rest := args[0], args[1:]
-	switch sub {
-	case "list", "replay", "purge", "export":
-	default:
-		return usageErrorf("dead-letter: unknown subcommand %q (want list, replay, purge or export)", sub)
-	}
-	fs := newFlagSet(e, "dead-letter "+sub)
-	db := config.RegisterFlags(fs, config.CommandData)
-	sel := registerSelectors(fs)
+const deadLetterLong = `The dead-letter table holds the jobs that failed their last attempt (or were
+dead-lettered by a handler). list and export read it; replay queues rows again as
+new jobs; purge deletes them. A selection is --all or SELECTORS, ANDed; each of
+--job-name and --queue may repeat:
+  --job-name NAME  --queue Q  --since DUR (moved within DUR)  --older-than DUR (moved more than DUR ago)
+DUR is 30m, 2h, 7d or seconds. Replay and purge of more than 100 rows ask first,
+or need --yes when standard input is not a terminal.`
+
+func newDeadLetterCmd(e env) *cobra.Command {
+	return newGroup("dead-letter", "List, replay, purge or export dead-lettered jobs", deadLetterLong,
+		deadLetterUsage, "list, replay, purge or export",
+		newDeadLetterListCmd(e), newDeadLetterBulkCmd(e, "replay"), newDeadLetterBulkCmd(e, "purge"), newDeadLetterExportCmd(e))
+}
+
+func newDeadLetterListCmd(e env) *cobra.Command {
 	var (
-		limit         *int
-		asJSON        *bool
-		all, dry, yes *bool
-		format        *string
-		output        *string
+		sel    selectors
+		limit  int
+		asJSON bool
 	)
-	switch sub {
-	case "list":
-		limit = fs.Int("limit", 100, "at most N rows (0 = all)")
-		asJSON = fs.Bool("json", false, "print JSON lines")
-	case "replay", "purge":
-		all = fs.Bool("all", false, "select every dead-letter job (the selectors narrow it)")
-		dry = fs.Bool("dry-run", false, "say what would be "+pastTense(sub)+" and change nothing")
-		yes = fs.Bool("yes", false, fmt.Sprintf("act on more than %d rows without asking (required when standard input is not a terminal)", bulkConfirmAbove))
-	case "export":
-		format = fs.String("format", "csv", "csv or json")
-		output = fs.String("output", "", "write to `FILE` (replaced whole once complete) instead of standard output")
+	return dataCommand(e, dataSpec{
+		use:   "list [SELECTORS]",
+		short: "List dead-letter jobs, newest first",
+		long:  "List the dead-letter jobs the selectors choose (all when none is given), at most --limit of them.",
+		example: `  soniq-sidecar dead-letter list --since 1h
+  soniq-sidecar dead-letter list --job-name send.mail --queue mail --limit 0 --json`,
+		flags: func(fs *pflag.FlagSet) {
+			sel.register(fs)
+			fs.IntVar(&limit, "limit", 100, "at most N rows (0 = all)")
+			fs.BoolVar(&asJSON, "json", false, "print JSON lines")
+		},
+		check: func([]string) error {
+			if limit < 0 {
+				return usageErrorf("dead-letter list: --limit must not be negative, got %d", limit)
+			}
+			return nil
+		},
+		run: func(ctx context.Context, d dataRun) error {
+			return listDeadLetters(ctx, d.env, d.b, sel.filter(), limit, asJSON)
+		},
+	})
+}
+
+func newDeadLetterExportCmd(e env) *cobra.Command {
+	var (
+		sel            selectors
+		format, output string
+	)
+	cmd := dataCommand(e, dataSpec{
+		use:   "export [SELECTORS]",
+		short: "Write dead-letter jobs as CSV or JSON",
+		long: `Write the dead-letter jobs the selectors choose (all when none is given) as CSV
+(Soniq's export columns) or a JSON array, streamed in bounded memory. With --output
+the file is replaced only once the export is complete. A line on stderr says how
+many rows were written.`,
+		example: `  soniq-sidecar dead-letter export --older-than 7d --output old.csv
+  soniq-sidecar dead-letter export --queue mail --format json | jq length`,
+		flags: func(fs *pflag.FlagSet) {
+			sel.register(fs)
+			fs.StringVar(&format, "format", "csv", "csv or json")
+			fs.StringVar(&output, "output", "", "write to `FILE` (replaced whole once complete) instead of standard output")
+		},
+		check: func([]string) error {
+			if format != "csv" && format != "json" {
+				return usageErrorf("dead-letter export: --format %q: want csv or json", format)
+			}
+			return nil
+		},
+		run: func(ctx context.Context, d dataRun) error {
+			return exportDeadLetters(ctx, d.env, d.b, &sel, format, output)
+		},
+	})
+	_ = cmd.RegisterFlagCompletionFunc("format", cobra.FixedCompletions([]cobra.Completion{"csv", "json"}, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+// newDeadLetterBulkCmd is replay or purge (sub): one row by its ID, or a
+// selection.
+func newDeadLetterBulkCmd(e env, sub string) *cobra.Command {
+	var (
+		sel            selectors
+		all, dry, yes  bool
+		bulk           bool
+		short, example string
+	)
+	if sub == "replay" {
+		short = "Queue dead-letter jobs again as new jobs"
+		example = `  soniq-sidecar dead-letter replay 3f1e1f7e-2a51-4c36-9d1e-8a1b2c3d4e5f
+  soniq-sidecar dead-letter replay --job-name send.mail --since 2h --dry-run
+  soniq-sidecar dead-letter replay --job-name send.mail --since 2h --yes`
+	} else {
+		short = "Delete dead-letter jobs for good"
+		example = `  soniq-sidecar dead-letter purge 3f1e1f7e-2a51-4c36-9d1e-8a1b2c3d4e5f
+  soniq-sidecar dead-letter purge --older-than 30d --dry-run
+  soniq-sidecar dead-letter purge --older-than 30d --yes`
 	}
-	pos, err := parseInterspersed(fs, rest)
-	if err != nil {
-		return err
-	}
-	opts, err := db.Options(e.lookupEnv)
-	if err != nil {
-		return usageError{err}
-	}
-	bulk := false
-	switch sub {
-	case "list", "export":
-		if len(pos) > 0 {
-			return usageErrorf("dead-letter %s: unexpected argument %q", sub, pos[0])
-		}
-		if sub == "list" && *limit < 0 {
-			return usageErrorf("dead-letter list: --limit must not be negative, got %d", *limit)
-		}
-		if sub == "export" && *format != "csv" && *format != "json" {
-			return usageErrorf("dead-letter export: --format %q: want csv or json", *format)
-		}
-	default:
-		bulk = *all || sel.any()
-		switch {
-		case bulk && len(pos) > 0:
-			return usageErrorf("dead-letter %s: give one job ID or a selection (--all, --job-name, --queue, --since, --older-than), not both", sub)
-		case !bulk && len(pos) != 1:
-			return usageErrorf("dead-letter %s: want one job ID, or --all, or selectors (--job-name, --queue, --since, --older-than)", sub)
-		case !bulk && *dry:
-			return usageErrorf("dead-letter %s: --dry-run applies to a selection; `soniq-sidecar job %s` shows one row", sub, pos[0])
-		}
-	}
-	b, err := openForCommand(ctx, e, opts)
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	switch {
-	case sub == "list":
-		return listDeadLetters(ctx, e, b, sel.filter(), *limit, *asJSON)
-	case sub == "export":
-		return exportDeadLetters(ctx, e, b, sel, *format, *output)
-	case bulk:
-		return bulkDeadLetters(ctx, e, b, sub, sel, *dry, *yes)
-	case sub == "replay":
-		id, err := b.ReplayDeadLetter(ctx, pos[0])
-		if err != nil {
-			return err // names the job; not found is a failure (exit 1), not a usage error
-		}
-		fmt.Fprintln(e.stdout, id)
-		return nil
-	default: // purge ID
-		if err := b.PurgeDeadLetter(ctx, pos[0]); err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stdout, "purged %s\n", pos[0])
-		return nil
-	}
+	return dataCommand(e, dataSpec{
+		use:   sub + " (ID | --all | SELECTORS)",
+		short: short,
+		long: short + `: one row by its ID, or a selection (--all, or SELECTORS: see
+soniq-sidecar dead-letter --help) in one transaction. --dry-run lists what a
+selection would ` + sub + ` and changes nothing. More than 100 rows ask for
+confirmation on a terminal, and need --yes otherwise.`,
+		example: example,
+		flags: func(fs *pflag.FlagSet) {
+			sel.register(fs)
+			fs.BoolVar(&all, "all", false, "select every dead-letter job (the selectors narrow it)")
+			fs.BoolVar(&dry, "dry-run", false, "say what would be "+pastTense(sub)+" and change nothing")
+			fs.BoolVar(&yes, "yes", false, fmt.Sprintf("act on more than %d rows without asking (required when standard input is not a terminal)", bulkConfirmAbove))
+		},
+		args: func(pos []string) error {
+			bulk = all || sel.any()
+			switch {
+			case bulk && len(pos) > 0:
+				return usageErrorf("dead-letter %s: give one job ID or a selection (--all, --job-name, --queue, --since, --older-than), not both", sub)
+			case !bulk && len(pos) != 1:
+				return usageErrorf("dead-letter %s: want one job ID, or --all, or selectors (--job-name, --queue, --since, --older-than)", sub)
+			case !bulk && dry:
+				return usageErrorf("dead-letter %s: --dry-run applies to a selection; `soniq-sidecar job %s` shows one row", sub, pos[0])
+			}
+			return nil
+		},
+		run: func(ctx context.Context, d dataRun) error {
+			switch {
+			case bulk:
+				return bulkDeadLetters(ctx, d.env, d.b, sub, &sel, dry, yes)
+			case sub == "replay":
+				id, err := d.b.ReplayDeadLetter(ctx, d.args[0])
+				if err != nil {
+					return err // names the job; not found is a failure (exit 1), not a usage error
+				}
+				fmt.Fprintln(d.stdout, id)
+				return nil
+			default: // purge ID
+				if err := d.b.PurgeDeadLetter(ctx, d.args[0]); err != nil {
+					return err
+				}
+				fmt.Fprintf(d.stdout, "purged %s\n", d.args[0])
+				return nil
+			}
+		},
+	})
 }
 
 func pastTense(sub string) string {

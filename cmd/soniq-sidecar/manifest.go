@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/spf13/cobra"
+
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/supervisor"
 )
@@ -17,11 +19,38 @@ func loadManifest(path string) (*config.Manifest, error) {
 	return m, nil
 }
 
-func cmdManifest(ctx context.Context, e env, args []string) error {
-	if len(args) != 2 || args[0] != "check" {
-		return usageErrorf("manifest: usage: soniq-sidecar manifest check FILE")
+const manifestUsage = "manifest: usage: soniq-sidecar manifest check FILE"
+
+func newManifestCmd(e env) *cobra.Command {
+	return newGroup("manifest", "Check a manifest against its handlers", `Commands on a manifest (the YAML file that names the handlers, their jobs and
+the settings; see docs/manifest.md).`, manifestUsage, "check FILE", newManifestCheckCmd(e))
+}
+
+func newManifestCheckCmd(e env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "check FILE",
+		Short: "Load a manifest, start each handler and compare its hello with the manifest",
+		Long: `Load the manifest FILE (an error names its file, line and field), start each
+handler once, and check that the jobs its hello announces are the manifest's.
+Exit 0 when every handler passes, 2 when the manifest or a handler does not.
+No database is opened.`,
+		Example: "  soniq-sidecar manifest check manifest.yaml",
+		Args:    cobra.ArbitraryArgs,
+		ValidArgsFunction: func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			return []cobra.Completion{"yaml", "yml"}, cobra.ShellCompDirectiveFilterFileExt
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageErrorf("%s", manifestUsage)
+			}
+			return checkManifest(cmd.Context(), e, args[0])
+		},
 	}
-	m, err := loadManifest(args[1])
+}
+
+// checkManifest is `manifest check FILE`.
+func checkManifest(ctx context.Context, e env, path string) error {
+	m, err := loadManifest(path)
 	if err != nil {
 		return err
 	}
@@ -37,9 +66,9 @@ func cmdManifest(ctx context.Context, e env, args []string) error {
 		fmt.Fprintf(e.stdout, "ok   handler %s (%s, pid %d): %d jobs, hello matches the manifest\n", r.Handler, r.SDK, r.PID, len(h.Jobs))
 	}
 	if failed > 0 {
-		return exitCodeError{code: exitUsage, msg: fmt.Sprintf("%s: %d of %d handlers failed the check", args[1], failed, len(m.Handlers))}
+		return exitCodeError{code: exitUsage, msg: fmt.Sprintf("%s: %d of %d handlers failed the check", path, failed, len(m.Handlers))}
 	}
-	fmt.Fprintf(e.stdout, "%s: ok\n", args[1])
+	fmt.Fprintf(e.stdout, "%s: ok\n", path)
 	return nil
 }
 

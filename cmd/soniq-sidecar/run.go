@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/oklog/run"
+	"github.com/spf13/cobra"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/backends/connect"
@@ -27,16 +28,42 @@ type runConfig struct {
 	settings config.Settings
 }
 
-// parseRun reads run's flags, the environment and the manifest; every
-// setting comes from the settings table (internal/config). Its errors are
-// configuration errors (exit 2).
-func parseRun(e env, args []string) (runConfig, error) {
-	fs := newFlagSet(e, "run")
-	flags := config.RegisterFlags(fs, config.CommandRun)
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return runConfig{}, err
+const runLong = `Claim Soniq jobs and run them in the manifest's handler processes until SIGTERM,
+SIGINT or SIGHUP; then drain (a second signal forces the shutdown's end).
+/healthz, /readyz and /metrics are served on --metrics-addr.
+
+Every setting is a flag here, an environment variable, or a key under the
+manifest's settings: (in that order of precedence; docs/manifest.md lists them).`
+
+const runExample = `  soniq-sidecar run --manifest manifest.yaml --database-url postgres://soniq@db:5432/app
+  SONIQ_DATABASE_URL=postgres://soniq@db:5432/app soniq-sidecar run --queues mail,reports
+  soniq-sidecar run --once --metrics-addr ""      # run the jobs that are due, then exit 0`
+
+func newRunCmd(e env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:               "run",
+		Short:             "Claim jobs and run them in the manifest's handlers",
+		Long:              runLong,
+		Example:           runExample,
+		Args:              cobra.ArbitraryArgs,
+		ValidArgsFunction: cobra.NoFileCompletions,
 	}
+	flags := config.RegisterFlags(cmd.Flags(), config.CommandRun)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		return cmdRun(cmd.Context(), e, flags, args)
+	}
+	_ = cmd.RegisterFlagCompletionFunc("log-format", cobra.FixedCompletions([]cobra.Completion{"auto", "text", "json"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("database-pooler", cobra.FixedCompletions([]cobra.Completion{"session", "transaction"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("manifest", func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		return []cobra.Completion{"yaml", "yml"}, cobra.ShellCompDirectiveFilterFileExt
+	})
+	return cmd
+}
+
+// parseRun reads run's flags (parsed into flags), the environment and the
+// manifest; every setting comes from the settings table (internal/config).
+// Its errors are configuration errors (exit 2).
+func parseRun(e env, flags *config.Flags, pos []string) (runConfig, error) {
 	if len(pos) > 0 {
 		return runConfig{}, usageErrorf("run: unexpected argument %q", pos[0])
 	}
@@ -76,8 +103,8 @@ func parseRun(e env, args []string) (runConfig, error) {
 // and its error is run's. The HTTP server comes up first: while the
 // database is not reachable yet, /healthz says alive and /readyz says why
 // it is not ready.
-func cmdRun(ctx context.Context, e env, args []string) error {
-	rc, err := parseRun(e, args)
+func cmdRun(ctx context.Context, e env, flags *config.Flags, args []string) error {
+	rc, err := parseRun(e, flags, args)
 	if err != nil {
 		return err
 	}

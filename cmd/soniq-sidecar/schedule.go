@@ -10,6 +10,9 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
 	"github.com/soniq-dev/soniq-sidecar/internal/schedule"
@@ -17,111 +20,136 @@ import (
 
 const scheduleUsage = "schedule: want a subcommand: add NAME (--every DUR | --cron EXPR), list, pause NAME, resume NAME or remove NAME"
 
-// cmdSchedule is `schedule add|list|pause|resume|remove`: the recurring
-// schedules of soniq_recurring_jobs, which `run` (and Soniq's own
-// scheduler) fire.
-func cmdSchedule(ctx context.Context, e env, args []string) error {
-	if len(args) == 0 {
-		return usageErrorf(scheduleUsage)
-	}
-	sub, rest := args[0], args[1:]
-	fs := newFlagSet(e, "schedule "+sub)
-	db := config.RegisterFlags(fs, config.CommandData)
-	var (
-		every, cron, argsJSON, queue *string
-		priority, maxAttempts        *int
-		asJSON                       *bool
-	)
-	switch sub {
-	case "add":
-		every = fs.String("every", "", "run every DUR (30s, 1h, or seconds; whole seconds, at least 1s)")
-		cron = fs.String("cron", "", "run on a five-field cron `expression` in UTC, like \"*/5 * * * *\"")
-		argsJSON = fs.String("args", "{}", "the job's arguments, a JSON object")
-		queue = fs.String("queue", "default", "the job's queue")
-		priority = fs.Int("priority", 100, "the job's priority (lower runs first)")
-		maxAttempts = fs.Int("max-attempts", 3, "the job's maximum attempts")
-	case "list":
-		asJSON = fs.Bool("json", false, "print a JSON array of the rows, keyed by the table's column names")
-	case "pause", "resume", "remove":
-	default:
-		return usageErrorf("schedule: unknown subcommand %q (%s)", sub, strings.TrimPrefix(scheduleUsage, "schedule: "))
-	}
-	pos, err := parseInterspersed(fs, rest)
-	if err != nil {
-		return err
-	}
-	opts, err := db.Options(e.lookupEnv)
-	if err != nil {
-		return usageError{err}
-	}
-	var p backends.ScheduleParams
-	switch sub {
-	case "list":
-		if len(pos) > 0 {
-			return usageErrorf("schedule list: unexpected argument %q", pos[0])
-		}
-	default:
+const scheduleLong = `The recurring schedules of soniq_recurring_jobs, which run (with --scheduler,
+the default) and Soniq's own scheduler fire. A schedule is named by its job's
+NAME: adding one that exists updates it. Schedules the manifest declares are
+declared again at every start.`
+
+// newScheduleCmd is `schedule add|list|pause|resume|remove`.
+func newScheduleCmd(e env) *cobra.Command {
+	return newGroup("schedule", "Add, list, pause, resume or remove recurring schedules", scheduleLong,
+		scheduleUsage, strings.TrimPrefix(scheduleUsage, "schedule: want "),
+		newScheduleAddCmd(e), newScheduleListCmd(e),
+		newScheduleStatusCmd(e, "pause", backends.SchedulePaused, "Stop firing a schedule (it keeps its run count and timing)"),
+		newScheduleStatusCmd(e, "resume", backends.ScheduleActive, "Fire a paused schedule again"),
+		newScheduleRemoveCmd(e))
+}
+
+// scheduleName is the argument check of the schedule commands that take
+// one job NAME.
+func scheduleName(sub string) func(pos []string) error {
+	return func(pos []string) error {
 		if len(pos) != 1 || strings.TrimSpace(pos[0]) == "" {
 			return usageErrorf("schedule %s: want exactly one job NAME, got %d arguments", sub, len(pos))
 		}
-	}
-	if sub == "add" {
-		if p, err = scheduleParams(pos[0], *every, *cron, *argsJSON, *queue, *priority, *maxAttempts, time.Now()); err != nil {
-			return usageError{err}
-		}
-	}
-	b, err := openForCommand(ctx, e, opts)
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	switch sub {
-	case "add":
-		s, created, err := b.UpsertSchedule(ctx, p)
-		if err != nil {
-			return err
-		}
-		verb := "updated"
-		if created {
-			verb = "added"
-		}
-		fmt.Fprintf(e.stdout, "schedule %s %s: %s, status %s, next run %s\n", s.Name, verb, describeSchedule(s), s.Status, formatWhen(s.NextRun))
 		return nil
-	case "list":
-		list, err := b.ListSchedules(ctx)
-		if err != nil {
+	}
+}
+
+func newScheduleAddCmd(e env) *cobra.Command {
+	var (
+		every, cron, argsJSON, queue string
+		priority, maxAttempts        int
+		p                            backends.ScheduleParams
+	)
+	return dataCommand(e, dataSpec{
+		use:   "add NAME (--every DUR | --cron EXPR)",
+		short: "Add or update the schedule of job NAME",
+		long: `Add the schedule of job NAME, or update it if it exists: every DUR (whole seconds,
+at least 1s) or on a five-field cron expression in UTC. Its next run is printed.`,
+		example: `  soniq-sidecar schedule add reports.nightly --cron "0 3 * * *" --queue reports
+  soniq-sidecar schedule add cache.refresh --every 5m --args '{"region":"eu"}'`,
+		flags: func(fs *pflag.FlagSet) {
+			fs.StringVar(&every, "every", "", "run every `DUR` (30s, 1h, or seconds; whole seconds, at least 1s)")
+			fs.StringVar(&cron, "cron", "", "run on a five-field cron `expression` in UTC, like \"*/5 * * * *\"")
+			fs.StringVar(&argsJSON, "args", "{}", "the job's arguments, a `JSON` object")
+			fs.StringVar(&queue, "queue", "default", "the job's queue")
+			fs.IntVar(&priority, "priority", 100, "the job's priority (lower runs first)")
+			fs.IntVar(&maxAttempts, "max-attempts", 3, "the job's maximum attempts")
+		},
+		args: scheduleName("add"),
+		check: func(pos []string) (err error) {
+			p, err = scheduleParams(pos[0], every, cron, argsJSON, queue, priority, maxAttempts, time.Now())
 			return err
-		}
-		if *asJSON {
-			if list == nil {
-				list = []backends.Schedule{}
+		},
+		run: func(ctx context.Context, d dataRun) error {
+			s, created, err := d.b.UpsertSchedule(ctx, p)
+			if err != nil {
+				return err
 			}
-			return writeJSON(e.stdout, list)
-		}
-		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tSCHEDULE\tSTATUS\tNEXT RUN\tLAST RUN\tRUNS\tQUEUE")
-		for _, s := range list {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", s.Name, describeSchedule(s), s.Status,
-				formatWhen(s.NextRun), formatWhen(s.LastRun), s.RunCount, s.Queue)
-		}
-		return tw.Flush()
-	case "remove":
-		if err := b.RemoveSchedule(ctx, pos[0]); err != nil {
-			return scheduleNotFound(err, pos[0])
-		}
-		fmt.Fprintf(e.stdout, "schedule %s removed\n", pos[0])
-		return nil
-	default: // pause, resume
-		status := backends.SchedulePaused
-		if sub == "resume" {
-			status = backends.ScheduleActive
-		}
-		if err := b.SetScheduleStatus(ctx, pos[0], status); err != nil {
-			return scheduleNotFound(err, pos[0])
-		}
-		fmt.Fprintf(e.stdout, "schedule %s %s\n", pos[0], status)
-		return nil
-	}
+			verb := "updated"
+			if created {
+				verb = "added"
+			}
+			fmt.Fprintf(d.stdout, "schedule %s %s: %s, status %s, next run %s\n", s.Name, verb, describeSchedule(s), s.Status, formatWhen(s.NextRun))
+			return nil
+		},
+	})
+}
+
+func newScheduleListCmd(e env) *cobra.Command {
+	var asJSON bool
+	return dataCommand(e, dataSpec{
+		use:     "list",
+		short:   "List the schedules: timing, status, next and last run",
+		example: "  soniq-sidecar schedule list\n  soniq-sidecar schedule list --json",
+		flags: func(fs *pflag.FlagSet) {
+			fs.BoolVar(&asJSON, "json", false, "print a JSON array of the rows, keyed by the table's column names")
+		},
+		run: func(ctx context.Context, d dataRun) error {
+			list, err := d.b.ListSchedules(ctx)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if list == nil {
+					list = []backends.Schedule{}
+				}
+				return writeJSON(d.stdout, list)
+			}
+			tw := tabwriter.NewWriter(d.stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSCHEDULE\tSTATUS\tNEXT RUN\tLAST RUN\tRUNS\tQUEUE")
+			for _, s := range list {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", s.Name, describeSchedule(s), s.Status,
+					formatWhen(s.NextRun), formatWhen(s.LastRun), s.RunCount, s.Queue)
+			}
+			return tw.Flush()
+		},
+	})
+}
+
+// newScheduleStatusCmd is pause or resume (sub): it sets the schedule's
+// status.
+func newScheduleStatusCmd(e env, sub, status, short string) *cobra.Command {
+	return dataCommand(e, dataSpec{
+		use:     sub + " NAME",
+		short:   short,
+		example: "  soniq-sidecar schedule " + sub + " reports.nightly",
+		args:    scheduleName(sub),
+		run: func(ctx context.Context, d dataRun) error {
+			if err := d.b.SetScheduleStatus(ctx, d.args[0], status); err != nil {
+				return scheduleNotFound(err, d.args[0])
+			}
+			fmt.Fprintf(d.stdout, "schedule %s %s\n", d.args[0], status)
+			return nil
+		},
+	})
+}
+
+func newScheduleRemoveCmd(e env) *cobra.Command {
+	return dataCommand(e, dataSpec{
+		use:     "remove NAME",
+		short:   "Delete a schedule (a manifest's schedule comes back at the next start)",
+		example: "  soniq-sidecar schedule remove reports.nightly",
+		args:    scheduleName("remove"),
+		run: func(ctx context.Context, d dataRun) error {
+			if err := d.b.RemoveSchedule(ctx, d.args[0]); err != nil {
+				return scheduleNotFound(err, d.args[0])
+			}
+			fmt.Fprintf(d.stdout, "schedule %s removed\n", d.args[0])
+			return nil
+		},
+	})
 }
 
 // scheduleParams checks `schedule add`'s options; its errors name the flag.

@@ -2,7 +2,6 @@ package config
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"strconv"
 	"strings"
@@ -38,11 +37,19 @@ type Flags struct {
 	given     map[string]any // command settings by key, parsed
 }
 
+// FlagSet is where RegisterFlags declares flags: the standard library's
+// *flag.FlagSet and the CLI's *pflag.FlagSet both are one, so this
+// package names no command-line library.
+type FlagSet interface {
+	Func(name, usage string, fn func(string) error)
+	BoolFunc(name, usage string, fn func(string) error)
+}
+
 // RegisterFlags registers, as flags of fs, the settings cmd takes as
 // flags: for `run` every setting of the table, for the data commands the
 // database URL. A duration flag takes a Go duration (90s, 1m30s) or a
 // number of seconds, as in the manifest; a number flag a whole number.
-func RegisterFlags(fs *flag.FlagSet, cmd Command) *Flags {
+func RegisterFlags(fs FlagSet, cmd Command) *Flags {
 	f := &Flags{cmd: cmd, given: map[string]any{}}
 	for i := range settingTable {
 		sp := &settingTable[i]

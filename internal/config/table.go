@@ -33,7 +33,8 @@ const (
 	// CommandRun is `run`.
 	CommandRun Command = 1 << iota
 	// CommandData is every command that opens the database without
-	// running jobs: migrate, enqueue, status, job and dead-letter.
+	// running jobs: migrate, enqueue, status, job, cancel, dead-letter and
+	// schedule (the CLI's dataCommand declares their flags).
 	CommandData
 )
 
