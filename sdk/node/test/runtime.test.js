@@ -275,6 +275,48 @@ test('session: a reported result becomes the Result message its parsed stdio enc
   }
 });
 
+test('runtime: a done result is written as encode writes it, and fails as encode fails, its value written once', () => {
+  const rt = new Runtime(new Registry(), { concurrency: 1, maxFrameBytes: 1 << 20 });
+  const deep = (n) => { let v = 1; for (let i = 0; i < n; i++) v = [v]; return v; };
+  const cycle = {};
+  cycle.self = cycle;
+  const values = [
+    null, undefined, 0, -0, 1e21, NaN, Infinity, true, '', 'é😀\u2028"\\\n\u0001', [1, undefined, () => 1], { b: 1, 2: 'two', u: undefined },
+    JSON.parse('{"__proto__":{"a":1}}'), new Date(0), { toJSON: () => undefined }, { '\ud800': 1 }, 'lone \ud800 end', '\ufffd',
+    () => 1, Symbol('s'), 1n, { n: 1n }, cycle, deep(9998), deep(10001), { get bad() { throw new Error('getter'); } },
+    { toJSON() { throw new RangeError('no'); } },
+  ];
+  for (const id of ['j', 'lone \udc00 id', 'é']) {
+    values.forEach((value, i) => {
+      const frame = { type: 'result', id, status: 'done', result: value };
+      let want;
+      try {
+        want = { text: encode(frame) };
+      } catch (err) {
+        want = { err };
+      }
+      let calls = 0;
+      // A plain object's value gets a toJSON that counts the times it is written.
+      const wrapped = value !== null && typeof value === 'object' && Object.getPrototypeOf(value) === Object.prototype
+        && !('toJSON' in value) && !Object.getOwnPropertyDescriptor(value, 'bad');
+      const counted = wrapped ? { ...value, toJSON() { calls++; return value; } } : value;
+      const { frame: sent, text } = rt.encodeResult({ ...frame, result: counted });
+      if (want.text !== undefined) {
+        assert.equal(text, want.text, `value ${i}`);
+        assert.equal(sent.status, 'done');
+        if (wrapped) assert.equal(calls, 1, `value ${i} written once`);
+      } else if (sent.status === 'done') {
+        // What JSON cannot hold, written as a string (a BigInt; a function or symbol as the value).
+        assert.equal(text, encode(sent), `value ${i}`);
+        assert.match(text, /"result":("|\{"n":")/, `value ${i}`);
+      } else {
+        assert.equal(sent.status, 'failed', `value ${i}`);
+        assert.ok(sent.error.message.includes(want.err.message.split('\n')[0]), `value ${i}: ${sent.error.message}`);
+      }
+    });
+  }
+});
+
 test('runtime: hooks and middleware run in order, afterJob once the result is reported', async () => {
   const h = harness();
   const seen = [];
