@@ -78,7 +78,11 @@ child.on('exit', (code, signal) => {
 });
 
 if (mode === 'stdio') {
-  const frame = (i) => `{"type":"job","id":"${id(i)}","name":"bench.noop","args":{},"attempt":1,"max_attempts":3,"queue":"default"}\n`;
+  // SIDECAR_FIELDS=1: the fields the sidecar adds to a claimed row's frame (worker_id,
+  // scheduled_at, created_at), which the bench's SDK-alone row leaves out.
+  const extra = process.env.SIDECAR_FIELDS === '1'
+    ? `,"worker_id":"5c1d2e3f-0000-4000-8000-000000000001","scheduled_at":${Date.now()},"created_at":${Date.now()}` : '';
+  const frame = (i) => `{"type":"job","id":"${id(i)}","name":"bench.noop","args":{},"attempt":1,"max_attempts":3,"queue":"default"${extra}}\n`;
   const more = (k) => {
     let text = '';
     for (; k > 0 && sent < n; k--) text += frame(sent++);
