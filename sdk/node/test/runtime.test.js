@@ -102,6 +102,99 @@ test('runtime: a job cancelled while it waits for a slot never runs', async () =
   assert.deepEqual(before, ['a']);
 });
 
+// A job with no hook, validation or middleware takes a shorter way through the Runtime than one
+// with them; both must end the same. `chained` adds a middleware that only passes the job on.
+for (const chained of [false, true]) {
+  const way = chained ? 'through a middleware' : 'with nothing around it';
+  const setup = (opts) => {
+    const h = harness(opts);
+    if (chained) h.reg.middleware.push((ctx, args, next) => next());
+    return h;
+  };
+
+  test(`runtime, a job ${way}: cancelled in the turn that brought it, it never runs`, async () => {
+    const h = setup({ concurrency: 4 });
+    const ran = [];
+    h.add('w', (args, ctx) => { ran.push(ctx.id); return 'ran'; });
+    h.start('a', 'w');
+    h.start('b', 'w');
+    h.rt.cancel('b', 'shutdown_timeout');
+    const got = await h.until(2);
+    assert.deepEqual([got.a.status, got.a.result, got.b.status], ['done', 'ran', 'cancelled']);
+    assert.deepEqual(ran, ['a']);
+  });
+
+  test(`runtime, a job ${way}: what its handler gives or throws, and how it is called`, async () => {
+    const h = setup({ concurrency: 16 });
+    const seen = {};
+    const thenable = (v) => ({ then(resolve) { resolve(v); } });
+    const rejecting = { then(resolve, reject) { reject(new TypeError('thenable said no')); } };
+    const badThen = { get then() { throw new RangeError('then getter'); } };
+    const subclassed = new (class P extends Promise {})((resolve) => { resolve('sub'); });
+    const ownThen = Promise.resolve('hidden');
+    ownThen.then = (resolve) => resolve('own then');
+    h.add('this', function record() { seen.this = this; seen.args = arguments.length; return 1; });
+    h.add('sync', () => ({ a: [1] }));
+    h.add('undef', () => undefined);
+    h.add('async', async () => 'later');
+    h.add('thenable', () => thenable(thenable('deep')));
+    h.add('rejecting', () => rejecting);
+    h.add('badThen', () => badThen);
+    h.add('subclassed', () => subclassed);
+    h.add('ownThen', () => ownThen);
+    h.add('fn', () => function named() {});
+    h.add('throws', () => { throw new PermanentError('sync throw'); });
+    h.add('rejects', async () => { throw new Error('async throw'); });
+    h.add('snooze', async () => new Snooze(3, 'wait'));
+    const names = ['this', 'sync', 'undef', 'async', 'thenable', 'rejecting', 'badThen', 'subclassed', 'ownThen', 'fn', 'throws', 'rejects', 'snooze'];
+    for (const n of names) h.start(n, n);
+    const got = await h.until(names.length);
+    assert.equal(seen.this, undefined);
+    assert.equal(seen.args, 2);
+    assert.deepEqual(got.sync.result, { a: [1] });
+    assert.equal(got.undef.result, null);
+    assert.equal(got.async.result, 'later');
+    assert.equal(got.thenable.result, 'deep');
+    assert.deepEqual([got.rejecting.status, got.rejecting.error.type, got.rejecting.error.message], ['failed', 'TypeError', 'thenable said no']);
+    assert.deepEqual([got.badThen.status, got.badThen.error.type], ['failed', 'RangeError']);
+    assert.equal(got.subclassed.result, 'sub');
+    assert.equal(got.ownThen.result, 'own then');
+    assert.equal(got.fn.result, '[function named]');
+    assert.deepEqual([got.throws.status, got.throws.error.message, got.throws.error.retryable], ['failed', 'sync throw', false]);
+    assert.deepEqual([got.rejects.status, got.rejects.error.message, got.rejects.error.retryable], ['failed', 'async throw', true]);
+    assert.deepEqual([got.snooze.status, got.snooze.seconds, got.snooze.reason], ['snooze', 3, 'wait']);
+  });
+
+  test(`runtime, a job ${way}: its context`, async () => {
+    const h = setup();
+    let ctx;
+    let aborted;
+    h.add('c', async (args, c) => {
+      ctx = c;
+      await new Promise((resolve) => { c.signal.addEventListener('abort', resolve); });
+      aborted = c.signal.reason;
+      throw new Error('stopped');
+    });
+    h.rt.start({ ...job('c1', 'c'), deadline: 1000, traceparent: 'tp', worker_id: 'w', scheduled_at: 2000, created_at: 3000 }, (frame) => h.reports.push(frame));
+    await waitFor(() => ctx !== undefined, () => 'the handler did not start', 5000);
+    assert.ok(Object.isFrozen(ctx));
+    assert.equal(Object.getPrototypeOf(ctx), Object.prototype);
+    assert.deepEqual(Reflect.ownKeys(ctx), ['id', 'name', 'attempt', 'maxAttempts', 'queue', 'deadline', 'traceparent', 'workerId', 'scheduledAt', 'createdAt', 'signal']);
+    assert.deepEqual({ ...ctx, signal: undefined }, {
+      id: 'c1', name: 'c', attempt: 2, maxAttempts: 5, queue: 'default', deadline: new Date(1000), traceparent: 'tp', workerId: 'w',
+      scheduledAt: new Date(2000), createdAt: new Date(3000), signal: undefined,
+    });
+    const desc = Object.getOwnPropertyDescriptor(ctx, 'signal');
+    assert.deepEqual([typeof desc.get, desc.set, desc.enumerable, desc.configurable], ['function', undefined, true, false]);
+    assert.equal(ctx.signal, ctx.signal);
+    assert.equal(ctx.signal.aborted, false);
+    h.rt.cancel('c1', 'job_timeout');
+    await waitFor(() => h.reports.length === 1, () => 'no result', 5000);
+    assert.equal(aborted, 'job_timeout');
+    assert.equal(h.reports[0].status, 'cancelled');
+  });
+}
+
 test('runtime: a non-cancellable job ignores a cancel and reports its real result', async () => {
   const h = harness();
   const g = gate();
