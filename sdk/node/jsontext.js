@@ -59,4 +59,70 @@ function checkDepth(text, length = text.length, outer = 0) {
   }
 }
 
-module.exports = { MAX_DEPTH, checkDepth, depthOf, replaceLoneSurrogates };
+// The most digits an integer may have for its double to hold it exactly and print back as the
+// same text (2^53 has 16).
+const EXACT_DIGITS = 15;
+// An integer part this long may round to infinity (1.8e308 has 309 digits).
+const FINITE_DIGITS = 308;
+
+// Whether JSON.parse may stand in for the decoders' strict parser (protocol.js) on `text`: true
+// when nothing in it could break a rule JSON.parse does not enforce (docs/protocol.md,
+// "Framing"), so that JSON.parse either fails (the strict parser then says why) or builds what
+// the strict parser would. False for a `\u` escape of a surrogate (it may be unpaired), a number
+// with an exponent or an integer part of more than FINITE_DIGITS digits (it may round to
+// infinity), nesting deeper than MAX_DEPTH, and, directly in the outermost container (where a
+// frame's own integer fields are; `outer`: how deep in its frame the text's value stands), a
+// number with a fraction, of more than EXACT_DIGITS digits or
+// written `-0`: there every number is then an integer whose String() is its text, which is what
+// the integer fields' checks read. A key given twice needs no check: JSON.parse keeps its last
+// value in its first place, as the strict parser does. One pass, no allocation.
+function plainJSON(text, outer = 0) {
+  const n = text.length;
+  let depth = outer;
+  let backslash = text.indexOf('\\'); // the next one: a string before it has no escapes
+  for (let i = 0; i < n; i++) {
+    let c = text.charCodeAt(i);
+    if (c === 0x22) {
+      // A string: only its escapes matter.
+      const end = text.indexOf('"', i + 1);
+      if (end === -1) return true; // unterminated: JSON.parse fails
+      if (backslash === -1 || backslash > end) {
+        i = end;
+        continue;
+      }
+      for (i++; i < n; i++) {
+        c = text.charCodeAt(i);
+        if (c === 0x22) break;
+        if (c === 0x5c) {
+          i++;
+          if (text.charCodeAt(i) === 0x75 && (text.charCodeAt(i + 1) | 0x20) === 0x64) {
+            const d = text.charCodeAt(i + 2) | 0x20;
+            if ((d >= 0x38 && d <= 0x39) || (d >= 0x61 && d <= 0x66)) return false; // \ud800-\udfff
+          }
+        }
+      }
+      backslash = text.indexOf('\\', i);
+    } else if (c === 0x7b || c === 0x5b) {
+      if (++depth > MAX_DEPTH) return false;
+    } else if (c === 0x7d || c === 0x5d) {
+      depth--;
+    } else if (c === 0x2d || (c >= 0x30 && c <= 0x39)) {
+      // A number: its integer part, then what follows it.
+      const start = i;
+      if (c === 0x2d) i++;
+      const first = i;
+      while (i < n && (c = text.charCodeAt(i)) >= 0x30 && c <= 0x39) i++;
+      const digits = i - first;
+      if (digits > FINITE_DIGITS) return false;
+      if (depth <= 1 && (digits > EXACT_DIGITS || c === 0x2e || (start !== first && text.charCodeAt(first) === 0x30))) return false;
+      if (c === 0x2e) {
+        for (i++; i < n && (c = text.charCodeAt(i)) >= 0x30 && c <= 0x39;) i++;
+      }
+      if (c === 0x65 || c === 0x45) return false;
+      i--; // the loop steps past the character after the number
+    }
+  }
+  return true;
+}
+
+module.exports = { MAX_DEPTH, checkDepth, depthOf, plainJSON, replaceLoneSurrogates };

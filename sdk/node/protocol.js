@@ -2,12 +2,15 @@
 // Strict decoder and canonical encoder for the Soniq handler protocol, version 1
 // (docs/protocol.md, conformance vectors in protocol/testdata/). Stdlib only.
 //
-// JSON.parse cannot be used for validation: it accepts `1.0` for an int and silently
-// rounds integers beyond 2^53. This module has its own small JSON parser that builds
-// ordinary JS values (the same values JSON.parse would build) and remembers the raw text
-// of every number so the validators can tell `1` from `1.0` / `1e0` and detect overflow.
+// JSON.parse alone cannot be used for validation: it accepts `1.0` for an int, silently
+// rounds integers beyond 2^53, reads `1e400` as Infinity and takes an unpaired surrogate
+// escape. This module has its own small JSON parser that builds ordinary JS values (the same
+// values JSON.parse would build) and remembers the raw text of every number so the validators
+// can tell `1` from `1.0` / `1e0` and detect overflow. It is the slow way: a frame in which
+// nothing could break those rules (jsontext.js plainJSON, one pass over the text) is parsed by
+// JSON.parse, which builds the same values several times faster and with less garbage.
 
-const { MAX_DEPTH, checkDepth, replaceLoneSurrogates } = require('./jsontext');
+const { MAX_DEPTH, checkDepth, plainJSON, replaceLoneSurrogates } = require('./jsontext');
 
 const DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024;
 
@@ -240,6 +243,30 @@ function parseJSON(s) {
   }
 }
 
+// Thrown by a Reader of a value JSON.parse built when it needs what only the strict parser
+// keeps (a number's text below the frame's own fields): the frame is parsed again that way.
+const STRICT = Symbol('parse strictly');
+
+// The frame text's value: by JSON.parse when plainJSON says it builds what parseJSON would
+// (`raw` null: every number directly in the outermost object is an integer written as String()
+// writes it), else by parseJSON. Throws ProtocolError invalid_json.
+// `outer`: how deep in the frame the text's value stands (1: args given apart from its frame).
+function parseText(text, strict, outer = 0) {
+  if (!strict && plainJSON(text, outer)) {
+    try {
+      return { value: JSON.parse(text), raw: null };
+    } catch {
+      // not JSON: the strict parser says where and why
+    }
+  }
+  try {
+    return parseJSON(text);
+  } catch (e) {
+    if (e instanceof JSONSyntaxError) throw new ProtocolError('invalid_json', null, e.message);
+    throw e;
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Validation
 
@@ -249,10 +276,13 @@ const path = (prefix, key) => (prefix ? `${prefix}.${key}` : key);
 
 // A Reader wraps one JSON object of the frame and checks its fields in order.
 class Reader {
-  constructor(obj, raw, prefix) {
+  // `raw`: parseJSON's number texts, or null for a value JSON.parse built; `ints`: the texts of
+  // the outermost object's integers when they come apart from it (decodeJobMessage), else null.
+  constructor(obj, raw, prefix, ints = null) {
     this.obj = obj;
     this.raw = raw;
     this.prefix = prefix;
+    this.ints = ints;
   }
 
   // Returns undefined when absent (or null, for optional fields).
@@ -284,8 +314,17 @@ class Reader {
     const v = this._get(key, required, nullable);
     if (v === undefined) return null;
     const p = path(this.prefix, key);
-    const m = this.raw.get(this.obj);
-    const text = m && m.get(key);
+    let text;
+    if (this.ints !== null) {
+      text = has(this.ints, key) ? this.ints[key] : undefined;
+    } else if (this.raw !== null) {
+      const m = this.raw.get(this.obj);
+      text = m && m.get(key);
+    } else if (this.prefix === '') {
+      text = typeof v === 'number' ? String(v) : undefined;
+    } else {
+      throw STRICT;
+    }
     if (typeof v !== 'number' || text === undefined || !INT_RE.test(text)) {
       throw new ProtocolError('wrong_type', p, 'expected an integer');
     }
@@ -435,13 +474,16 @@ function decode(line, { maxFrameBytes = DEFAULT_MAX_FRAME_BYTES } = {}) {
   } catch (e) {
     throw new ProtocolError('invalid_utf8', null, e.message);
   }
-  let parsed;
   try {
-    parsed = parseJSON(text);
+    return decodeText(text, false);
   } catch (e) {
-    if (e instanceof JSONSyntaxError) throw new ProtocolError('invalid_json', null, e.message);
-    throw e;
+    if (e !== STRICT) throw e;
+    return decodeText(text, true);
   }
+}
+
+function decodeText(text, strict) {
+  const parsed = parseText(text, strict);
   const obj = parsed.value;
   if (!isObject(obj)) throw new ProtocolError('not_object', null);
   if (!has(obj, 'type')) throw new ProtocolError('missing_field', 'type');
@@ -457,29 +499,27 @@ function decode(line, { maxFrameBytes = DEFAULT_MAX_FRAME_BYTES } = {}) {
 // integer fields as decimal text, as they would stand in the frame. Sizes are the caller's
 // check (the frame limit).
 function decodeJobMessage(job, argsText, ints) {
+  try {
+    return decodeJobParts(job, argsText, ints, false);
+  } catch (e) {
+    if (e !== STRICT) throw e;
+    return decodeJobParts(job, argsText, ints, true);
+  }
+}
+
+function decodeJobParts(job, argsText, ints, strict) {
   const obj = { type: 'job', id: job.id, name: job.name };
-  let raw = new WeakMap();
+  let raw = null;
   if (argsText !== undefined) {
-    let parsed;
-    try {
-      parsed = parseJSON(argsText);
-    } catch (e) {
-      if (e instanceof JSONSyntaxError) throw new ProtocolError('invalid_json', null, e.message);
-      throw e;
-    }
+    const parsed = parseText(argsText, strict, 1);
     obj.args = parsed.value;
     raw = parsed.raw;
   }
-  const top = new Map();
-  for (const [key, text] of Object.entries(ints)) {
-    obj[key] = Number(text);
-    top.set(key, text);
-  }
+  for (const key in ints) obj[key] = Number(ints[key]);
   obj.queue = job.queue;
   if (job.traceparent !== undefined) obj.traceparent = job.traceparent;
   if (job.worker_id !== undefined) obj.worker_id = job.worker_id;
-  raw.set(obj, top);
-  return DECODERS.job(new Reader(obj, raw, ''));
+  return DECODERS.job(new Reader(obj, raw, '', ints));
 }
 
 // ---------------------------------------------------------------------------------------

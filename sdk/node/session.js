@@ -25,6 +25,8 @@ const ACK_WAIT_MS = 5000;
 // frame limit: it stays within the stream's message size.
 const MAX_BATCH = 256;
 
+const APART = Object.freeze({ apart: true }); // Runtime.start's option: results as encodeResultApart gives them
+
 const STATUS = { done: 'DONE', failed: 'FAILED', snooze: 'SNOOZE', cancelled: 'CANCELLED' };
 
 // The Result message of a result frame (the stdio encoding, already checked by
@@ -136,14 +138,14 @@ function decodeJob(j, maxFrameBytes) {
   const chars = args.length + (j.id ?? '').length + (j.name ?? '').length + (j.queue ?? '').length
     + (j.traceparent ?? '').length + (j.worker_id ?? '').length;
   if (6 * chars + 512 > maxFrameBytes) return decode(frameOf({ message: 'job', job: j }), { maxFrameBytes });
+  // Field by field, as frameOf writes them (in its order), without a table walked per job.
   const ints = { attempt: int(j.attempt), max_attempts: int(j.max_attempts) };
-  for (const [field, key] of [['deadline_ms', 'deadline'], ['scheduled_at_ms', 'scheduled_at'], ['created_at_ms', 'created_at']]) {
-    if (j[field] !== undefined && j[field] !== null) ints[key] = int(j[field]);
-  }
+  if (j.deadline_ms !== undefined && j.deadline_ms !== null) ints.deadline = int(j.deadline_ms);
+  if (j.scheduled_at_ms !== undefined && j.scheduled_at_ms !== null) ints.scheduled_at = int(j.scheduled_at_ms);
+  if (j.created_at_ms !== undefined && j.created_at_ms !== null) ints.created_at = int(j.created_at_ms);
   const strings = { id: j.id ?? '', name: j.name ?? '', queue: j.queue ?? '' };
-  for (const key of ['traceparent', 'worker_id']) {
-    if (j[key] !== undefined && j[key] !== null) strings[key] = j[key];
-  }
+  if (j.traceparent !== undefined && j.traceparent !== null) strings.traceparent = j.traceparent;
+  if (j.worker_id !== undefined && j.worker_id !== null) strings.worker_id = j.worker_id;
   return decodeJobMessage(strings, args === '' ? undefined : args, ints);
 }
 
@@ -350,7 +352,7 @@ class SessionCore {
       return;
     }
     s.jobs.add(msg.id);
-    this.rt.start(msg, (r) => this._finished(s, apartMessage(r), r.bytes), { apart: true });
+    this.rt.start(msg, (r) => this._finished(s, apartMessage(r), r.bytes), APART);
   }
 
   // A job's result (its Result message), reported by the Runtime: to the session open now (kept

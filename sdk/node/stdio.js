@@ -34,6 +34,8 @@ function protectStdout() {
   return stdoutGuard;
 }
 
+const NONE = Object.freeze([]);
+
 // One serialised writer for protocol frames: frames never interleave; the frames queued in one
 // turn of the event loop go out in one write (a write per result was a system call per job);
 // waits for 'drain' when the pipe is full.
@@ -41,26 +43,37 @@ class FrameWriter {
   constructor(stream, write) {
     this.stream = stream;
     this.write = write;
-    this.queue = [];
+    this.text = ''; // the frames queued since the last write, each with its '\n'
+    this.count = 0; // how many
+    this.resolvers = []; // send()'s promises for those frames
     this.busy = false;
     this.scheduled = false;
     this.idleWaiters = [];
     this.pending = 0;
+    this._onImmediate = () => {
+      this.scheduled = false;
+      this._pump();
+    };
   }
 
-  // Queues one frame. The promise resolves once it is handed to the OS; it never rejects
-  // (a broken stdout ends the process through the stream's 'error' handler).
-  send(text) {
+  // Queues one frame (its text without the '\n'). A result needs nothing more: a broken stdout
+  // ends the process through the stream's 'error' handler.
+  push(text) {
     this.pending++;
+    this.text += text;
+    this.text += '\n';
+    this.count++;
+    if (!this.scheduled) {
+      this.scheduled = true;
+      setImmediate(this._onImmediate);
+    }
+  }
+
+  // push, and a promise that resolves once the frame is handed to the OS; it never rejects.
+  send(text) {
     return new Promise((resolve) => {
-      this.queue.push({ text, resolve });
-      if (!this.scheduled) {
-        this.scheduled = true;
-        setImmediate(() => {
-          this.scheduled = false;
-          this._pump();
-        });
-      }
+      this.push(text);
+      this.resolvers.push(resolve);
     });
   }
 
@@ -72,12 +85,18 @@ class FrameWriter {
   async _pump() {
     if (this.busy) return;
     this.busy = true;
-    while (this.queue.length > 0) {
-      const items = this.queue.splice(0);
-      const text = items.length === 1 ? items[0].text : items.map((i) => i.text).join('');
+    while (this.count > 0) {
+      const { text, count } = this;
+      let resolvers = NONE;
+      if (this.resolvers.length > 0) {
+        resolvers = this.resolvers;
+        this.resolvers = [];
+      }
+      this.text = '';
+      this.count = 0;
       const ok = this.write(text, () => {
-        this.pending -= items.length;
-        for (const i of items) i.resolve();
+        this.pending -= count;
+        for (const resolve of resolvers) resolve();
         this._checkIdle();
       });
       if (!ok) {
@@ -183,7 +202,7 @@ class Stdio {
   }
 
   _send(msg) {
-    return this.writer.send(`${encode(msg)}\n`);
+    return this.writer.send(encode(msg));
   }
 
   _fatal(err) {
@@ -222,7 +241,7 @@ class Stdio {
       this._send(shuttingDown(msg.id));
       return;
     }
-    this.rt.start(msg, (frame, text) => this.writer.send(`${text}\n`));
+    this.rt.start(msg, (frame, text) => this.writer.push(text));
   }
 
   _beginDrain() {

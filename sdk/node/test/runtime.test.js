@@ -102,6 +102,99 @@ test('runtime: a job cancelled while it waits for a slot never runs', async () =
   assert.deepEqual(before, ['a']);
 });
 
+// A job with no hook, validation or middleware takes a shorter way through the Runtime than one
+// with them; both must end the same. `chained` adds a middleware that only passes the job on.
+for (const chained of [false, true]) {
+  const way = chained ? 'through a middleware' : 'with nothing around it';
+  const setup = (opts) => {
+    const h = harness(opts);
+    if (chained) h.reg.middleware.push((ctx, args, next) => next());
+    return h;
+  };
+
+  test(`runtime, a job ${way}: cancelled in the turn that brought it, it never runs`, async () => {
+    const h = setup({ concurrency: 4 });
+    const ran = [];
+    h.add('w', (args, ctx) => { ran.push(ctx.id); return 'ran'; });
+    h.start('a', 'w');
+    h.start('b', 'w');
+    h.rt.cancel('b', 'shutdown_timeout');
+    const got = await h.until(2);
+    assert.deepEqual([got.a.status, got.a.result, got.b.status], ['done', 'ran', 'cancelled']);
+    assert.deepEqual(ran, ['a']);
+  });
+
+  test(`runtime, a job ${way}: what its handler gives or throws, and how it is called`, async () => {
+    const h = setup({ concurrency: 16 });
+    const seen = {};
+    const thenable = (v) => ({ then(resolve) { resolve(v); } });
+    const rejecting = { then(resolve, reject) { reject(new TypeError('thenable said no')); } };
+    const badThen = { get then() { throw new RangeError('then getter'); } };
+    const subclassed = new (class P extends Promise {})((resolve) => { resolve('sub'); });
+    const ownThen = Promise.resolve('hidden');
+    ownThen.then = (resolve) => resolve('own then');
+    h.add('this', function record() { seen.this = this; seen.args = arguments.length; return 1; });
+    h.add('sync', () => ({ a: [1] }));
+    h.add('undef', () => undefined);
+    h.add('async', async () => 'later');
+    h.add('thenable', () => thenable(thenable('deep')));
+    h.add('rejecting', () => rejecting);
+    h.add('badThen', () => badThen);
+    h.add('subclassed', () => subclassed);
+    h.add('ownThen', () => ownThen);
+    h.add('fn', () => function named() {});
+    h.add('throws', () => { throw new PermanentError('sync throw'); });
+    h.add('rejects', async () => { throw new Error('async throw'); });
+    h.add('snooze', async () => new Snooze(3, 'wait'));
+    const names = ['this', 'sync', 'undef', 'async', 'thenable', 'rejecting', 'badThen', 'subclassed', 'ownThen', 'fn', 'throws', 'rejects', 'snooze'];
+    for (const n of names) h.start(n, n);
+    const got = await h.until(names.length);
+    assert.equal(seen.this, undefined);
+    assert.equal(seen.args, 2);
+    assert.deepEqual(got.sync.result, { a: [1] });
+    assert.equal(got.undef.result, null);
+    assert.equal(got.async.result, 'later');
+    assert.equal(got.thenable.result, 'deep');
+    assert.deepEqual([got.rejecting.status, got.rejecting.error.type, got.rejecting.error.message], ['failed', 'TypeError', 'thenable said no']);
+    assert.deepEqual([got.badThen.status, got.badThen.error.type], ['failed', 'RangeError']);
+    assert.equal(got.subclassed.result, 'sub');
+    assert.equal(got.ownThen.result, 'own then');
+    assert.equal(got.fn.result, '[function named]');
+    assert.deepEqual([got.throws.status, got.throws.error.message, got.throws.error.retryable], ['failed', 'sync throw', false]);
+    assert.deepEqual([got.rejects.status, got.rejects.error.message, got.rejects.error.retryable], ['failed', 'async throw', true]);
+    assert.deepEqual([got.snooze.status, got.snooze.seconds, got.snooze.reason], ['snooze', 3, 'wait']);
+  });
+
+  test(`runtime, a job ${way}: its context`, async () => {
+    const h = setup();
+    let ctx;
+    let aborted;
+    h.add('c', async (args, c) => {
+      ctx = c;
+      await new Promise((resolve) => { c.signal.addEventListener('abort', resolve); });
+      aborted = c.signal.reason;
+      throw new Error('stopped');
+    });
+    h.rt.start({ ...job('c1', 'c'), deadline: 1000, traceparent: 'tp', worker_id: 'w', scheduled_at: 2000, created_at: 3000 }, (frame) => h.reports.push(frame));
+    await waitFor(() => ctx !== undefined, () => 'the handler did not start', 5000);
+    assert.ok(Object.isFrozen(ctx));
+    assert.equal(Object.getPrototypeOf(ctx), Object.prototype);
+    assert.deepEqual(Reflect.ownKeys(ctx), ['id', 'name', 'attempt', 'maxAttempts', 'queue', 'deadline', 'traceparent', 'workerId', 'scheduledAt', 'createdAt', 'signal']);
+    assert.deepEqual({ ...ctx, signal: undefined }, {
+      id: 'c1', name: 'c', attempt: 2, maxAttempts: 5, queue: 'default', deadline: new Date(1000), traceparent: 'tp', workerId: 'w',
+      scheduledAt: new Date(2000), createdAt: new Date(3000), signal: undefined,
+    });
+    const desc = Object.getOwnPropertyDescriptor(ctx, 'signal');
+    assert.deepEqual([typeof desc.get, desc.set, desc.enumerable, desc.configurable], ['function', undefined, true, false]);
+    assert.equal(ctx.signal, ctx.signal);
+    assert.equal(ctx.signal.aborted, false);
+    h.rt.cancel('c1', 'job_timeout');
+    await waitFor(() => h.reports.length === 1, () => 'no result', 5000);
+    assert.equal(aborted, 'job_timeout');
+    assert.equal(h.reports[0].status, 'cancelled');
+  });
+}
+
 test('runtime: a non-cancellable job ignores a cancel and reports its real result', async () => {
   const h = harness();
   const g = gate();
@@ -272,6 +365,48 @@ test('session: a reported result becomes the Result message its parsed stdio enc
     }
   } finally {
     JSON.parse = parse;
+  }
+});
+
+test('runtime: a done result is written as encode writes it, and fails as encode fails, its value written once', () => {
+  const rt = new Runtime(new Registry(), { concurrency: 1, maxFrameBytes: 1 << 20 });
+  const deep = (n) => { let v = 1; for (let i = 0; i < n; i++) v = [v]; return v; };
+  const cycle = {};
+  cycle.self = cycle;
+  const values = [
+    null, undefined, 0, -0, 1e21, NaN, Infinity, true, '', 'é😀\u2028"\\\n\u0001', [1, undefined, () => 1], { b: 1, 2: 'two', u: undefined },
+    JSON.parse('{"__proto__":{"a":1}}'), new Date(0), { toJSON: () => undefined }, { '\ud800': 1 }, 'lone \ud800 end', '\ufffd',
+    () => 1, Symbol('s'), 1n, { n: 1n }, cycle, deep(9998), deep(10001), { get bad() { throw new Error('getter'); } },
+    { toJSON() { throw new RangeError('no'); } },
+  ];
+  for (const id of ['j', 'lone \udc00 id', 'é']) {
+    values.forEach((value, i) => {
+      const frame = { type: 'result', id, status: 'done', result: value };
+      let want;
+      try {
+        want = { text: encode(frame) };
+      } catch (err) {
+        want = { err };
+      }
+      let calls = 0;
+      // A plain object's value gets a toJSON that counts the times it is written.
+      const wrapped = value !== null && typeof value === 'object' && Object.getPrototypeOf(value) === Object.prototype
+        && !('toJSON' in value) && !Object.getOwnPropertyDescriptor(value, 'bad');
+      const counted = wrapped ? { ...value, toJSON() { calls++; return value; } } : value;
+      const { frame: sent, text } = rt.encodeResult({ ...frame, result: counted });
+      if (want.text !== undefined) {
+        assert.equal(text, want.text, `value ${i}`);
+        assert.equal(sent.status, 'done');
+        if (wrapped) assert.equal(calls, 1, `value ${i} written once`);
+      } else if (sent.status === 'done') {
+        // What JSON cannot hold, written as a string (a BigInt; a function or symbol as the value).
+        assert.equal(text, encode(sent), `value ${i}`);
+        assert.match(text, /"result":("|\{"n":")/, `value ${i}`);
+      } else {
+        assert.equal(sent.status, 'failed', `value ${i}`);
+        assert.ok(sent.error.message.includes(want.err.message.split('\n')[0]), `value ${i}: ${sent.error.message}`);
+      }
+    });
   }
 });
 
