@@ -329,7 +329,7 @@ def main() -> None:
         )
         if a.profile == "cprofile":
             top_cprofile(out, a.top)
-        else:
+        elif a.profile != "none":
             top_stacks(out, a.top, a.profile)
 
 
