@@ -296,7 +296,9 @@ class Runtime:
         if handler is None:
             # As under a Soniq worker, an unregistered job runs no hook.
             return failed(ctx.id, "UnknownJob", f"no handler registered for job {ctx.name!r}", None, False)
-        await self._call_hooks("before_job", ctx.name, ctx.id, ctx.attempt)
+        hooks = self.registry.hooks
+        if hooks["before_job"]:
+            await self._call_hooks("before_job", ctx.name, ctx.id, ctx.attempt)
         args: Any = job.args
         if handler.validate is not None:
             try:
@@ -311,7 +313,11 @@ class Runtime:
                 args = checked
         job.ran = True
         try:
-            value = await self._chain(handler, args)(ctx)
+            if handler.is_async and not self.registry.middleware:
+                # The chain of no middleware, without building it.
+                value = await (handler.func(args, ctx) if handler.wants_ctx else handler.func(args))
+            else:
+                value = await self._chain(handler, args)(ctx)
         except asyncio.CancelledError:
             if job.cancel_reason == "job_timeout":
                 # A job timeout is a failure of the job (the sidecar fails

@@ -40,6 +40,7 @@ class _Stdio:
         self.rt = rt
         self.chan = chan
         self.draining = False
+        self.woken = False  # a "wake" is in the inbox
         self.inbox: asyncio.Queue[Tuple[str, Any]] = asyncio.Queue()
         # Frames to write, written together once the event loop has run what
         # is ready (one write for the results of one turn, not one each).
@@ -64,6 +65,7 @@ class _Stdio:
                 self._flush()
                 return
             kind, data = await self.inbox.get()
+            self.woken = False
             if kind == "eof":
                 # Same as shutdown: nothing more can arrive; the loop ends
                 # once the jobs in flight have written their results.
@@ -77,7 +79,11 @@ class _Stdio:
             # "wake" only makes the loop check its conditions again.
 
     def _wake(self) -> None:
-        self.inbox.put_nowait(("wake", None))
+        # The loop has something to check only once it drains or serving
+        # failed: a job that ends meanwhile needs no turn of it.
+        if (self.draining or self.rt.failure is not None) and not self.woken:
+            self.woken = True
+            self.inbox.put_nowait(("wake", None))
 
     def _dispatch(self, line: bytes) -> None:
         """Acts on one frame from the sidecar; a malformed one ends serving
