@@ -472,7 +472,8 @@ def _valid_job(obj: Dict[str, Any]) -> Optional[JobFrame]:
     decodes or refuses with its error."""
     get = obj.get
     id_, name, args, queue = get("id"), get("name"), get("args"), get("queue")
-    attempt, max_attempts = get("attempt"), get("max_attempts")
+    attempt: Any = get("attempt")
+    max_attempts: Any = get("max_attempts")
     if not (
         type(id_) is str
         and id_
@@ -494,7 +495,7 @@ def _valid_job(obj: Dict[str, Any]) -> Optional[JobFrame]:
         and (created_at is None or _valid_int(created_at, -MAX_SAFE_INT))
     ):
         return None
-    job = {
+    job: JobFrame = {
         "type": "job",
         "id": id_,
         "name": name,
@@ -508,7 +509,7 @@ def _valid_job(obj: Dict[str, Any]) -> Optional[JobFrame]:
         "scheduled_at": scheduled_at,
         "created_at": created_at,
     }
-    return cast(JobFrame, job)
+    return job
 
 
 # --------------------------------------------------------------------------
