@@ -35,6 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HANDLER = os.path.join(ROOT, "bench", "handlers", "py_handler.py")
 TICK = os.sysconf("SC_CLK_TCK")
 SDK = [os.path.join(ROOT, "sdk", "python")]  # --sdk
+FULL = [False]  # --full
 
 
 def cpu_seconds(pid: int) -> float:
@@ -117,10 +118,17 @@ def handler_env(concurrency: int, extra: Dict[str, str]) -> Dict[str, str]:
 
 def run_stdio(n: int, concurrency: int, profile: str, out: str, python: str) -> Tuple[float, float]:
     """Returns (handler CPU seconds, wall seconds) for n jobs."""
+    # --full: the fields the sidecar adds to every job (its deadline, the
+    # worker's id, the row's created_at), which the bench's row leaves out.
+    extra = (
+        ',"deadline":1765000000000,"worker_id":"0193a5c2-7d7e-7b3a-9c1e-2f4b5a6c7d8f","created_at":1765000000000'
+        if FULL[0]
+        else ""
+    )
     frames = [
         (
-            '{"type":"job","id":"%s","name":"bench.noop","args":{},"attempt":1,"max_attempts":3,"queue":"default"}\n'
-            % job_id(i)
+            '{"type":"job","id":"%s","name":"bench.noop","args":{},"attempt":1,"max_attempts":3,"queue":"default"%s}\n'
+            % (job_id(i), extra)
         ).encode()
         for i in range(n)
     ]
@@ -316,8 +324,10 @@ def main() -> None:
     ap.add_argument("--out", default="", help="where the profile goes (default: a temporary file)")
     ap.add_argument("--python", default=sys.executable, help="the handler's interpreter")
     ap.add_argument("--sdk", default=SDK[0], help="the directory holding soniq_handler (another checkout's, to compare)")
+    ap.add_argument("--full", action="store_true", help="stdio: job frames with the fields the sidecar adds (deadline, worker_id, created_at)")
     a = ap.parse_args()
     SDK[0] = os.path.abspath(a.sdk)
+    FULL[0] = a.full
     run = run_stdio if a.transport == "stdio" else run_attach
     for r in range(a.rounds):
         out = a.out or tempfile.mktemp(prefix="py-alone-", suffix=".prof")
