@@ -125,3 +125,34 @@ def test_serve_raises_when_it_cannot_start(tmp_path, env, code, text):
     assert out == []
     assert f"ServeError exit_code={code}: " in err and text in err
     assert "main returned" in err
+
+
+@pytest.mark.parametrize("stdin", ["pipe", "file"])
+def test_frames_from_a_pipe_or_from_a_file_that_cannot_be_polled(tmp_path, stdin):
+    # The sidecar gives a pipe, which the event loop reads itself; a regular
+    # file (the event loop cannot poll one) is read by a thread. The same
+    # frames give the same results either way, up to EOF and past a partial
+    # last line.
+    frames = [job(f"j{i}", "s.add", {"a": i, "b": 1}) for i in range(50)]
+    data = b"".join(f + b"\n" for f in frames) + b'{"type":"ping","seq":7}\n{"type":"res'
+    if stdin == "file":
+        (tmp_path / "frames").write_bytes(data)
+        (tmp_path / "prog.py").write_text(PROGRAM)
+        child_env = {k: v for k, v in os.environ.items() if not k.startswith("SONIQ_")}
+        child_env["SONIQ_PROTOCOL_VERSIONS"] = "1"
+        with open(tmp_path / "frames", "rb") as f:
+            done = subprocess.run([sys.executable, "prog.py"], stdin=f, capture_output=True, cwd=tmp_path,
+                                  env=child_env, timeout=60)
+        code, stdout, err = done.returncode, done.stdout, done.stderr.decode()
+    else:
+        proc = start(tmp_path)
+        stdout, stderr = proc.communicate(data, timeout=60)
+        code, err = proc.returncode, stderr.decode()
+    assert code == 0, err
+    out = [protocol.decode(line) for line in stdout.splitlines()]
+    assert out[0]["type"] == "hello"
+    results = {f["id"]: f["result"] for f in out if f["type"] == "result"}
+    assert results == {f"j{i}": {"sum": i + 1} for i in range(50)}
+    assert [f["seq"] for f in out if f["type"] == "pong"] == [7]
+    assert "partial last line before EOF ignored: b'{\"type\":\"res'" in err
+    assert "serve returned" in err
