@@ -45,6 +45,21 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def thread_cpu(pid: int) -> Dict[str, float]:
+    """CPU seconds of each thread of a process, by name (the main thread as "main")."""
+    out: Dict[str, float] = collections.Counter()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                head, rest = f.read().rsplit(")", 1)
+        except OSError:
+            continue
+        fields = rest.split()
+        name = "main" if int(tid) == pid else head.split("(", 1)[1]
+        out[name] += (int(fields[11]) + int(fields[12])) / TICK
+    return out
+
+
 def job_id(i: int) -> str:
     return f"00000000-0000-4000-8000-{i:012d}"
 
@@ -236,7 +251,9 @@ async def _session(sock: str, n: int, concurrency: int, pid_of: "asyncio.Future[
                 await call.write(jobs(sent, more))
                 sent += more
         cpu, wall = cpu_seconds(pid) - cpu0, time.monotonic() - t0
-        print(f"{msgs} result messages, {n / msgs:.1f} results per message", flush=True)
+        threads = ", ".join(f"{k} {v:.2f} s" for k, v in sorted(thread_cpu(pid).items(), key=lambda kv: -kv[1]))
+        print(f"{msgs} result messages, {n / msgs:.1f} results per message; CPU by thread (whole life): {threads}",
+              flush=True)
         await call.write(pb.SidecarMessage(shutdown=pb.Shutdown()))
         await call.done_writing()
         return cpu, wall
