@@ -51,6 +51,7 @@ class _Stdio:
         rt = self.rt
         rt.on_change = self._wake  # a job ended, hooks ended, serving failed
         loop = asyncio.get_running_loop()
+        reader: Optional[_LoopReader] = None
         if _pollable(self.chan.rfd):
             # A pipe (what the sidecar gives) is read by the event loop
             # itself when it is readable, and its frames acted on there and
@@ -66,7 +67,6 @@ class _Stdio:
                 daemon=True,
             )
             thread.start()
-            reader = None
         try:
             await self._loop(version)
         finally:
