@@ -5,12 +5,16 @@ Feeds no-op jobs to one bench handler process (bench/handlers/py_handler.py)
 as the bench's "SDK alone" rows do (at most --concurrency in flight, the same
 job frames), over stdio or over the Session stream of attach mode, and
 prints the handler's CPU per job (user + system, all its threads, read from
-/proc: wall time means little on a shared machine). With --profile it runs
-the handler under cProfile (its main thread) or with py-spy attached to it
-(every thread, sampled: the figures are not distorted much by the
-profiler's own cost) and prints the top entries.
+/proc: wall time means little on a shared machine). With --profile it
+profiles the handler and prints the top entries: ``cpu`` samples its main
+thread every millisecond of the process's CPU time (what bench/analysis.md
+shows), ``cprofile`` runs it under cProfile (deterministic, but its cost per
+call distorts small functions), ``py-spy`` attaches py-spy to it (threads
+holding the GIL, sampled in wall time: on a loaded machine that counts a
+thread's wait for a core as time spent where it stood). --sdk runs another
+copy of the SDK (say, an export of an earlier commit) to compare.
 
-    .venv/bin/python bench/py_alone.py -n 100000 --transport stdio --profile py-spy
+    .venv/bin/python bench/py_alone.py -n 100000 --transport stdio --profile cpu
     .venv/bin/python bench/py_alone.py -n 100000 --transport attach --rounds 3
 
 Run it with the project's virtualenv: attach mode needs grpcio (the SDK's
