@@ -90,6 +90,9 @@ class _Job:
     # cannot be sent gets on_error before its failure goes out): reported as
     # it is when it is the frame the job ended with.
     encoded: Optional[Tuple[protocol.ResultFrame, bytes]] = None
+    # Its task's done callback (_finish) reports it: always with hooks or
+    # middleware, else only once it was cancelled or raised (see _run).
+    watched: bool = False
 
     @property
     def cancellable(self) -> bool:
@@ -124,6 +127,9 @@ class Runtime:
         self._active = 0  # started jobs (tasks not yet finished)
         self._hook_tasks: Set[asyncio.Task[None]] = set()  # after_job hooks still running
         self._executor: Optional[ThreadPoolExecutor] = None
+        # The context jobs start from (that of serve()): a job launched from
+        # inside another job's task must not inherit what its handler set.
+        self._context = contextvars.copy_context()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -211,6 +217,7 @@ class Runtime:
         if job.task is not None:
             # The reason is the CancelledError's message (its args[0]) in the
             # handler: it can tell a user's cancel from a timeout.
+            self._watch(job_id, job)
             job.task.cancel(reason)  # _finish reports it
             return
         # Still waiting for a slot: it never ran.
@@ -240,9 +247,51 @@ class Runtime:
 
     def _launch(self, job_id: str) -> None:
         job = self._jobs[job_id]
-        job.task = asyncio.ensure_future(self._execute(job))
+        loop = asyncio.get_running_loop()
+        reg = self.registry
+        hooks = reg.hooks
         self._active += 1
-        job.task.add_done_callback(lambda t: self._finish(job_id, t))
+        if reg.middleware or hooks["before_job"] or hooks["after_job"] or hooks["on_error"]:
+            job.task = loop.create_task(self._execute(job))
+            self._watch(job_id, job)
+        else:
+            # Nothing of the App's runs around the handler: the task reports
+            # its own result as it ends, without a callback scheduled after it.
+            job.task = loop.create_task(self._run(job_id, job))
+
+    def _watch(self, job_id: str, job: _Job, context: Optional[contextvars.Context] = None) -> None:
+        """Has the job's task report its result once it is done (_finish)."""
+        if not job.watched:
+            job.watched = True
+            assert job.task is not None
+            job.task.add_done_callback(lambda t: self._finish(job_id, t), context=context)
+
+    async def _run(self, job_id: str, job: _Job) -> protocol.ResultFrame:
+        """A job of an App with no hooks and no middleware: runs it and
+        reports its result at once, in the task's last step. One cancelled
+        (a cancel watches it first: one cancelled before its first step runs
+        none of this) or ending in an exception reports through _finish."""
+        try:
+            frame = await self._execute(job)
+        except BaseException:
+            self._watch(job_id, job, self._context)
+            raise
+        if job.watched:
+            return frame  # cancelled, the cancel swallowed by the handler: _finish reports it
+        del self._jobs[job_id]
+        self._active -= 1
+        try:
+            self._report(job, frame)
+        finally:
+            if self._waiting and self._active < self.concurrency:
+                self._context.run(self._launch_waiting)
+            self.on_change()
+        return frame
+
+    def _launch_waiting(self) -> None:
+        """Starts jobs waiting for a slot while slots are free."""
+        while self._waiting and self._active < self.concurrency:
+            self._launch(self._waiting.popleft())
 
     def _finish(self, job_id: str, task: asyncio.Task[protocol.ResultFrame]) -> None:
         """Done callback of a job's task: reports its result.
@@ -264,8 +313,7 @@ class Runtime:
             self._report(job, frame)
         finally:
             # Whatever happened above, the slot is free again.
-            while self._waiting and self._active < self.concurrency:
-                self._launch(self._waiting.popleft())
+            self._launch_waiting()
             self.on_change()
 
     def _report(self, job: _Job, frame: protocol.ResultFrame) -> None:
@@ -296,7 +344,9 @@ class Runtime:
         if handler is None:
             # As under a Soniq worker, an unregistered job runs no hook.
             return failed(ctx.id, "UnknownJob", f"no handler registered for job {ctx.name!r}", None, False)
-        await self._call_hooks("before_job", ctx.name, ctx.id, ctx.attempt)
+        hooks = self.registry.hooks
+        if hooks["before_job"]:
+            await self._call_hooks("before_job", ctx.name, ctx.id, ctx.attempt)
         args: Any = job.args
         if handler.validate is not None:
             try:
@@ -311,7 +361,11 @@ class Runtime:
                 args = checked
         job.ran = True
         try:
-            value = await self._chain(handler, args)(ctx)
+            if handler.is_async and not self.registry.middleware:
+                # The chain of no middleware, without building it.
+                value = await (handler.func(args, ctx) if handler.wants_ctx else handler.func(args))
+            else:
+                value = await self._chain(handler, args)(ctx)
         except asyncio.CancelledError:
             if job.cancel_reason == "job_timeout":
                 # A job timeout is a failure of the job (the sidecar fails

@@ -137,15 +137,17 @@ def job_frame(j: pb.Job, max_frame_bytes: int) -> protocol.Frame:
     and parsing that frame's text: its args are parsed with the frame's
     rules and the object gets the frame's checks. A job whose frame could
     come near the frame limit takes the exact way (``frame_of``)."""
-    text_chars = len(j.args_json) + len(j.id) + len(j.name) + len(j.queue) + len(j.traceparent) + len(j.worker_id)
+    # Each field read once: a read of a protobuf field is a call.
+    job_id, name, args_json, queue = j.id, j.name, j.args_json, j.queue
+    text_chars = len(args_json) + len(job_id) + len(name) + len(queue) + len(j.traceparent) + len(j.worker_id)
     if 6 * text_chars + 512 > max_frame_bytes:  # a char escapes to at most 6 bytes
         return protocol.decode(frame_of(pb.SidecarMessage(job=j)), max_frame_bytes)
-    obj: Dict[str, Any] = {"type": "job", "id": j.id, "name": j.name}
-    if j.args_json != "":
-        obj["args"] = protocol.parse_json(j.args_json)
+    obj: Dict[str, Any] = {"type": "job", "id": job_id, "name": name}
+    if args_json != "":
+        obj["args"] = protocol.parse_json(args_json)
     obj["attempt"] = j.attempt
     obj["max_attempts"] = j.max_attempts
-    obj["queue"] = j.queue
+    obj["queue"] = queue
     for field, key in _JOB_OPTIONAL:
         if j.HasField(field):
             obj[key] = getattr(j, field)

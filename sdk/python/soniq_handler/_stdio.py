@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any, List, Tuple
+from typing import Any, List, Optional, Tuple
 
 from . import protocol
 from ._log import log, quote
@@ -40,6 +41,7 @@ class _Stdio:
         self.rt = rt
         self.chan = chan
         self.draining = False
+        self.woken = False  # a "wake" is in the inbox
         self.inbox: asyncio.Queue[Tuple[str, Any]] = asyncio.Queue()
         # Frames to write, written together once the event loop has run what
         # is ready (one write for the results of one turn, not one each).
@@ -48,13 +50,31 @@ class _Stdio:
     async def serve(self, version: int) -> None:
         rt = self.rt
         rt.on_change = self._wake  # a job ended, hooks ended, serving failed
-        reader = threading.Thread(
-            target=_read_frames,
-            args=(self.chan.rfd, rt.max_frame_bytes, asyncio.get_running_loop(), self.inbox),
-            name="soniq-stdin",
-            daemon=True,
-        )
-        reader.start()
+        loop = asyncio.get_running_loop()
+        reader: Optional[_LoopReader] = None
+        if _pollable(self.chan.rfd):
+            # A pipe (what the sidecar gives) is read by the event loop
+            # itself when it is readable, and its frames acted on there and
+            # then: no thread handing each read over.
+            reader = _LoopReader(self.chan.rfd, rt.max_frame_bytes, loop, self)
+            reader.start()
+        else:
+            # A file or a terminal cannot be polled: a thread reads it.
+            thread = threading.Thread(
+                target=_read_frames,
+                args=(self.chan.rfd, rt.max_frame_bytes, loop, self.inbox),
+                name="soniq-stdin",
+                daemon=True,
+            )
+            thread.start()
+        try:
+            await self._loop(version)
+        finally:
+            if reader is not None:
+                reader.stop()
+
+    async def _loop(self, version: int) -> None:
+        rt = self.rt
         self._send(protocol.encode(rt.hello(version)))
         while True:
             if rt.failure is not None:
@@ -64,6 +84,7 @@ class _Stdio:
                 self._flush()
                 return
             kind, data = await self.inbox.get()
+            self.woken = False
             if kind == "eof":
                 # Same as shutdown: nothing more can arrive; the loop ends
                 # once the jobs in flight have written their results.
@@ -72,12 +93,25 @@ class _Stdio:
                 self._flush()  # the results before it go out first (rt.fail may exit at once)
                 rt.fail(EXIT_PROTOCOL_ERROR, f"protocol error: {data}")
             elif kind == "lines":
-                for line in data:
-                    self._dispatch(line)
+                self.lines(data)
+            elif kind == "raise":
+                raise data
             # "wake" only makes the loop check its conditions again.
 
+    def lines(self, lines: List[bytes]) -> None:
+        """Acts on the frames of one read, in order."""
+        for line in lines:
+            self._dispatch(line)
+
+    def wake(self) -> None:
+        self._wake()
+
     def _wake(self) -> None:
-        self.inbox.put_nowait(("wake", None))
+        # The loop has something to check only once it drains or serving
+        # failed: a job that ends meanwhile needs no turn of it.
+        if (self.draining or self.rt.failure is not None) and not self.woken:
+            self.woken = True
+            self.inbox.put_nowait(("wake", None))
 
     def _dispatch(self, line: bytes) -> None:
         """Acts on one frame from the sidecar; a malformed one ends serving
@@ -172,6 +206,109 @@ def _protect_stdio() -> _Channel:
     return _Channel(rfd=rfd, wfd=wfd)
 
 
+def _pollable(fd: int) -> bool:
+    """Whether the event loop can watch ``fd``: a pipe or a socket."""
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+class _Splitter:
+    """Splits what is read into frames: the lines of a read (empty ones
+    ignored), and whether the line being read is over the frame limit."""
+
+    def __init__(self, max_frame_bytes: int) -> None:
+        self.buf = bytearray()
+        # A line may carry one "\r" before its "\n" that does not count.
+        self.limit = max_frame_bytes + 1
+
+    def feed(self, chunk: bytes) -> List[bytes]:
+        buf = self.buf
+        start = len(buf)
+        buf += chunk
+        lines = []  # the frames of this read go to the loop together
+        while True:
+            nl = buf.find(b"\n", start)
+            if nl < 0:
+                break
+            line = bytes(buf[:nl])
+            del buf[: nl + 1]
+            start = 0
+            if line == b"" or line == b"\r":
+                continue  # empty lines are ignored
+            lines.append(line)
+        return lines
+
+    @property
+    def oversize(self) -> bool:
+        return len(self.buf) > self.limit
+
+    def eof(self) -> None:
+        if self.buf:
+            # Every frame ends with "\n": bytes after the last one are a
+            # truncated frame, not something to run.
+            log(f"partial last line before EOF ignored: {quote(bytes(self.buf))}")
+
+
+class _LoopReader:
+    """Reads the private stdin from the event loop (add_reader): each read's
+    frames are acted on at once, in the loop; EOF, a read error and an
+    oversize frame go to the serving loop's inbox as the reader thread puts
+    them. The fd stays blocking: it is read only once it is readable, and
+    one read then never blocks."""
+
+    def __init__(self, fd: int, max_frame_bytes: int, loop: asyncio.AbstractEventLoop, stdio: _Stdio) -> None:
+        self.fd = fd
+        self.max_frame_bytes = max_frame_bytes
+        self.loop = loop
+        self.stdio = stdio
+        self.split = _Splitter(max_frame_bytes)
+        self.reading = False
+
+    def start(self) -> None:
+        self.loop.add_reader(self.fd, self._readable)
+        self.reading = True
+
+    def stop(self) -> None:
+        if self.reading:
+            self.reading = False
+            self.loop.remove_reader(self.fd)
+
+    def _readable(self) -> None:
+        stdio = self.stdio
+        if stdio.rt.failure is not None:
+            self.stop()  # serving is over: what comes now is never acted on
+            return
+        try:
+            chunk = os.read(self.fd, 1 << 16)
+        except (InterruptedError, BlockingIOError):
+            return  # called again while it is readable
+        except OSError as e:
+            self.stop()
+            stdio.inbox.put_nowait(("error", f"reading stdin: {e}"))
+            return
+        if not chunk:
+            self.stop()
+            self.split.eof()
+            stdio.inbox.put_nowait(("eof", None))
+            return
+        lines = self.split.feed(chunk)
+        if lines:
+            try:
+                stdio.lines(lines)
+            except Exception as e:
+                # Raised out of serve(), as when the serving loop acted on them.
+                self.stop()
+                stdio.inbox.put_nowait(("raise", e))
+                return
+            stdio.wake()
+        if self.split.oversize:
+            self.stop()
+            stdio.inbox.put_nowait(("error", f"oversize: a frame exceeds {self.max_frame_bytes} bytes"))
+
+
 def _read_frames(
     fd: int, max_frame_bytes: int, loop: asyncio.AbstractEventLoop, inbox: asyncio.Queue[Tuple[str, Any]]
 ) -> None:
@@ -188,9 +325,7 @@ def _read_frames(
         except RuntimeError:
             pass  # the loop is closed: the process is exiting
 
-    buf = bytearray()
-    # A line may carry one "\r" before its "\n" that does not count.
-    limit = max_frame_bytes + 1
+    split = _Splitter(max_frame_bytes)
     while True:
         try:
             chunk = os.read(fd, 1 << 16)
@@ -200,27 +335,12 @@ def _read_frames(
             put(("error", f"reading stdin: {e}"))
             return
         if not chunk:
-            if buf:
-                # Every frame ends with "\n": bytes after the last one are a
-                # truncated frame, not something to run.
-                log(f"partial last line before EOF ignored: {quote(bytes(buf))}")
+            split.eof()
             put(("eof", None))
             return
-        start = len(buf)
-        buf += chunk
-        lines = []  # the frames of this read go to the loop together
-        while True:
-            nl = buf.find(b"\n", start)
-            if nl < 0:
-                break
-            line = bytes(buf[:nl])
-            del buf[: nl + 1]
-            start = 0
-            if line == b"" or line == b"\r":
-                continue  # empty lines are ignored
-            lines.append(line)
+        lines = split.feed(chunk)
         if lines:
             put(("lines", lines))
-        if len(buf) > limit:
+        if split.oversize:
             put(("error", f"oversize: a frame exceeds {max_frame_bytes} bytes"))
             return

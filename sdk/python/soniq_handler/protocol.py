@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from decimal import Decimal
 from typing import Any, Callable, Dict, List, Literal, Mapping, Optional, Tuple, TypedDict, Union, cast
 
@@ -402,12 +403,70 @@ def decode(line: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Frame
     return check(parse_json(text))
 
 
+# The decoders are made once: json.loads with hooks makes a new decoder (and
+# scanner) per call. An integer beyond a 64-bit float has at least 309
+# digits, so a shorter text cannot hold one and needs no per-integer hook.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_parse_float, parse_int=_parse_int)
+_DECODER_SHORT = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_parse_float)
+_SHORT = 309
+_Scan = Callable[[str, int], Tuple[Any, int]]
+_SCANS: Dict[bool, Tuple[json.JSONDecoder, _Scan]] = {
+    True: (_DECODER_SHORT, _DECODER_SHORT.scan_once),  # type: ignore[attr-defined]
+    False: (_DECODER, _DECODER.scan_once),  # type: ignore[attr-defined]
+}
+
+
+# The "fast" extra (pip install "soniq-handler[fast]"): orjson parses long
+# texts (a frame with args of a few KB: about 3 times faster than json) when
+# it is installed. Only where its result is json's: no run of 19 digits (an
+# integer beyond 64 bits is a float to orjson, exact to json) and nesting that
+# json takes too (it refuses what nests past the interpreter's recursion
+# limit, orjson past 1024 levels; brackets bound the nesting). What orjson
+# refuses, json parses again, for the exact error.
+_fast_loads: Optional[Callable[[str], Any]]
+try:
+    from orjson import loads as _fast_loads
+except ImportError:
+    _fast_loads = None
+FAST_MIN_CHARS = 1024  # below this json costs about what the checks do
+# A run of 19 digits shows as 19 zeros once every digit is a zero (a
+# translate and a search in C: a regular expression costs twice orjson).
+_DIGITS_AS_ZERO = str.maketrans("123456789", "000000000")
+_LONG_DIGITS = "0" * 19
+
+
+def _fast(text: str) -> bool:
+    if _fast_loads is None or len(text) < FAST_MIN_CHARS:
+        return False
+    brackets = text.count("[") + text.count("{")
+    return brackets < min(1000, sys.getrecursionlimit()) - 200 and _LONG_DIGITS not in text.translate(_DIGITS_AS_ZERO)
+
+
 def parse_json(text: str) -> Any:
     """One JSON value, parsed as ``decode`` parses a frame: no NaN or
     Infinity, no number beyond a 64-bit float, no unpaired surrogate escape
     (``INVALID_JSON`` otherwise)."""
+    if _fast(text):
+        assert _fast_loads is not None
+        try:
+            # orjson refuses NaN, Infinity, numbers beyond a 64-bit float and
+            # unpaired surrogate escapes, as the checks below do.
+            return _fast_loads(text)
+        except ValueError:
+            pass
     try:
-        obj = json.loads(text, parse_constant=_reject_constant, parse_float=_parse_float, parse_int=_parse_int)
+        if text.startswith("\ufeff"):
+            # What json.loads says of a str that starts with a BOM.
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        decoder, scan = _SCANS[len(text) < _SHORT]
+        try:
+            # One value filling the text (a frame as the sidecar writes it):
+            # what decode() would return, without its two whitespace scans.
+            obj, end = scan(text, 0)
+        except (StopIteration, ValueError):
+            end = -1
+        if end != len(text):
+            obj = decoder.decode(text)  # whitespace around it, or the exact error
     except (ValueError, RecursionError) as e:
         raise ProtocolError(INVALID_JSON, None, str(e)) from None
     if "\\u" in text and _has_lone_surrogate(obj):
@@ -425,12 +484,67 @@ def check(obj: Any) -> Frame:
     mtype = obj["type"]
     if type(mtype) is not str:
         raise ProtocolError(WRONG_TYPE, "type", "expected a string")
+    if mtype == "job":
+        job = _valid_job(obj)
+        if job is not None:
+            return job
     spec = _SPECS.get(mtype)
     if spec is None:
         raise ProtocolError(UNKNOWN_TYPE, None, f"unknown message type {mtype!r}")
     out: Dict[str, Any] = {"type": mtype}
     out.update(_decode_fields(obj, spec))
     return cast(Frame, out)
+
+
+def _valid_int(v: Any, minimum: int) -> bool:
+    return type(v) is int and minimum <= v <= MAX_SAFE_INT
+
+
+def _valid_job(obj: Dict[str, Any]) -> Optional[JobFrame]:
+    """A job frame that passes every check of its spec, decoded as
+    ``_decode_fields`` decodes it, without walking the spec (a job per job
+    is the hot path); None for anything else, which the spec's walk then
+    decodes or refuses with its error."""
+    get = obj.get
+    id_, name, args, queue = get("id"), get("name"), get("args"), get("queue")
+    attempt: Any = get("attempt")
+    max_attempts: Any = get("max_attempts")
+    if not (
+        type(id_) is str
+        and id_
+        and type(name) is str
+        and name
+        and type(args) is dict
+        and _valid_int(attempt, 1)
+        and _valid_int(max_attempts, 1)
+        and type(queue) is str
+    ):
+        return None
+    deadline, traceparent, worker_id = get("deadline"), get("traceparent"), get("worker_id")
+    scheduled_at, created_at = get("scheduled_at"), get("created_at")
+    if not (
+        (deadline is None or _valid_int(deadline, -MAX_SAFE_INT))
+        and (traceparent is None or type(traceparent) is str)
+        and (worker_id is None or type(worker_id) is str)
+        and (scheduled_at is None or _valid_int(scheduled_at, -MAX_SAFE_INT))
+        and (created_at is None or _valid_int(created_at, -MAX_SAFE_INT))
+    ):
+        return None
+    job: JobFrame = {
+        "type": "job",
+        "id": id_,
+        "name": name,
+        "args": args,
+        "attempt": attempt,
+        "max_attempts": max_attempts,
+        "queue": queue,
+        "deadline": deadline,
+        "traceparent": traceparent,
+        "worker_id": worker_id,
+        "scheduled_at": scheduled_at,
+        "created_at": created_at,
+    }
+    return job
 
 
 # --------------------------------------------------------------------------
@@ -477,10 +591,10 @@ def _format_float(f: float) -> str:
     return sign + body
 
 
-def _encode_string(s: str) -> str:
-    # ensure_ascii=False: non-ASCII characters are written as UTF-8, not \\u
-    # escapes; json.dumps never escapes <, > or & (no HTML escaping).
-    return json.dumps(s, ensure_ascii=False)
+# json.dumps(s, ensure_ascii=False) for a str, without making an encoder
+# per call: non-ASCII characters are written as UTF-8, not \\u escapes, and
+# <, > and & are not escaped (no HTML escaping).
+_encode_string: Callable[[str], str] = json.encoder.encode_basestring
 
 
 def _json_float(f: float) -> str:
@@ -492,10 +606,22 @@ def _json_float(f: float) -> str:
     return float.__repr__(f)
 
 
+# Integers within this bound are exact as 64-bit floats' neighbours and far
+# from overflowing one: no float() check needed.
+_SMALL_INT = 2**63
+
+
 def _encode_value(v: Any, out: List[str], format_float: Callable[[float], str], depth: int) -> None:
     # ``depth``: how many containers enclose ``v`` in the frame (the frame's
-    # own object is the first).
-    if v is None:
+    # own object is the first). The exact str and int types go first (the
+    # common values); everything else, subclasses included, takes the
+    # isinstance chain below.
+    t = type(v)
+    if t is str:
+        out.append(_encode_string(v))
+    elif t is int and -_SMALL_INT < v < _SMALL_INT:
+        out.append(int.__repr__(v))
+    elif v is None:
         out.append("null")
     elif v is True:
         out.append("true")
@@ -573,6 +699,10 @@ def encode(msg: Frame) -> bytes:
     """
     fields: Mapping[str, Any] = msg
     mtype = fields.get("type")
+    if mtype == "result":
+        data = _encode_plain_result(fields)
+        if data is not None:
+            return data
     order = _KEY_ORDER.get(mtype) if isinstance(mtype, str) else None
     if order is None:
         raise ValueError(f"unknown message type {mtype!r}")
@@ -590,3 +720,29 @@ def encode(msg: Frame) -> bytes:
         _encode_value(value, out, _json_float if key in _FREE_FORM else _format_float, 1)
     out.append("}")
     return "".join(out).encode("utf-8")
+
+
+def _encode_plain_result(msg: Mapping[str, Any]) -> Optional[bytes]:
+    """A result frame with no error, seconds or reason (every done result,
+    and cancelled), encoded as ``encode`` encodes it; None for any other
+    (``encode`` walks the key order for it)."""
+    get = msg.get
+    job_id, status = get("id"), get("status")
+    if type(job_id) is not str or type(status) is not str or get("error") is not None:
+        return None
+    if get("seconds") is not None or get("reason") is not None:
+        return None
+    value = get("result")
+    if value is None:
+        text = '{"type":"result","id":' + _encode_string(job_id) + ',"status":' + _encode_string(status) + "}"
+    else:
+        text = (
+            '{"type":"result","id":'
+            + _encode_string(job_id)
+            + ',"status":'
+            + _encode_string(status)
+            + ',"result":'
+            + encode_value(value)
+            + "}"
+        )
+    return text.encode("utf-8")

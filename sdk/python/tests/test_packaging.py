@@ -102,6 +102,8 @@ def test_wheel_holds_the_sdk_only(wheel):
     assert "Provides-Extra: unix" in metadata
     extra = sorted(re.findall(r'^Requires-Dist: ([a-z-]+)\b.*; extra == "unix"$', metadata, re.M))
     assert extra == ["grpcio", "grpcio-health-checking", "protobuf"]
+    assert "Provides-Extra: fast" in metadata
+    assert re.findall(r'^Requires-Dist: ([a-z-]+)\b.*; extra == "fast"$', metadata, re.M) == ["orjson"]
     assert not re.search(r"^Requires-Dist: (?!.*extra ==)", metadata, re.M), "stdio needs no dependency"
 
 

@@ -151,6 +151,98 @@ def test_cancel_running_async_job(reason, hook_runs):
     run(main())
 
 
+# An App with no hooks and no middleware takes a shorter way: its jobs'
+# tasks report their own results as they end, and a callback is added only
+# once a job is cancelled or raises. The same outcomes either way:
+
+
+@pytest.mark.parametrize("hooked", [False, True])
+def test_a_job_cancelled_before_its_first_step_is_reported_cancelled_and_never_runs(hooked):
+    async def main():
+        h = Harness()
+        ran = []
+
+        async def work(args):
+            ran.append(1)
+
+        if hooked:
+            h.reg.add_hook("on_error", lambda *a: None)
+        h.reg.add_job("w", work, None)
+        h.rt.open()
+        # One turn of the loop: the task exists and has not stepped yet.
+        h.start("a", "w")
+        h.rt.cancel("a", "user")
+        got = await h.until(1)
+        assert got["a"]["status"] == "cancelled" and ran == []
+        await asyncio.sleep(0.05)
+        assert len(h.reports) == 1 and h.rt.count == 0 and h.rt.idle
+        h.rt.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize("hooked", [False, True])
+def test_a_handler_that_swallows_its_cancel_is_reported_once_with_its_value(hooked):
+    async def main():
+        h = Harness()
+        after = []
+
+        async def stubborn(args):
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                return "kept"
+
+        if hooked:
+            h.reg.add_hook("after_job", lambda *a: after.append(a))
+        h.reg.add_job("s", stubborn, None)
+        h.rt.open()
+        h.start("a", "s")
+        await asyncio.sleep(0.05)
+        h.rt.cancel("a", "user")
+        got = await h.until(1)
+        assert (got["a"]["status"], got["a"]["result"]) == ("done", "kept")
+        await asyncio.sleep(0.05)
+        await h.rt.hooks_idle()
+        assert len(h.reports) == 1 and h.rt.count == 0
+        assert after == []  # a cancelled job runs no after_job hook, whatever it returned
+        h.rt.close()
+
+    run(main())
+
+
+def test_a_job_that_waited_for_a_slot_starts_in_serves_context_not_the_one_the_job_before_left():
+    import contextvars
+
+    var = contextvars.ContextVar("var", default="unset")
+
+    async def main():
+        h = Harness(concurrency=1)
+        seen = []
+
+        async def work(args):
+            seen.append((args["n"], var.get()))
+            var.set(f"set by {args['n']}")
+            await asyncio.sleep(0)
+            return args["n"]
+
+        h.reg.add_job("w", work, None)
+        h.rt.open()
+        for n in range(3):
+            h.start(str(n), "w", {"n": n})
+        got = await h.until(3)
+        assert [got[str(n)]["result"] for n in range(3)] == [0, 1, 2]
+        assert seen == [(0, "serve"), (1, "serve"), (2, "serve")]
+        assert h.rt.count == 0 and h.rt.idle
+        h.rt.close()
+
+    async def serve():
+        var.set("serve")
+        await main()
+
+    run(serve())
+
+
 def test_sync_jobs_are_not_cancelled_and_run_in_the_pool():
     async def main():
         h = Harness(sync_concurrency=1)

@@ -125,3 +125,89 @@ def test_serve_raises_when_it_cannot_start(tmp_path, env, code, text):
     assert out == []
     assert f"ServeError exit_code={code}: " in err and text in err
     assert "main returned" in err
+
+
+@pytest.mark.parametrize("stdin", ["pipe", "file"])
+def test_frames_from_a_pipe_or_from_a_file_that_cannot_be_polled(tmp_path, stdin):
+    # The sidecar gives a pipe, which the event loop reads itself; a regular
+    # file (the event loop cannot poll one) is read by a thread. The same
+    # frames give the same results either way, up to EOF and past a partial
+    # last line.
+    frames = [job(f"j{i}", "s.add", {"a": i, "b": 1}) for i in range(50)]
+    data = b"".join(f + b"\n" for f in frames) + b'{"type":"ping","seq":7}\n{"type":"res'
+    if stdin == "file":
+        (tmp_path / "frames").write_bytes(data)
+        (tmp_path / "prog.py").write_text(PROGRAM)
+        child_env = {k: v for k, v in os.environ.items() if not k.startswith("SONIQ_")}
+        child_env["SONIQ_PROTOCOL_VERSIONS"] = "1"
+        with open(tmp_path / "frames", "rb") as f:
+            done = subprocess.run([sys.executable, "prog.py"], stdin=f, capture_output=True, cwd=tmp_path,
+                                  env=child_env, timeout=60)
+        code, stdout, err = done.returncode, done.stdout, done.stderr.decode()
+    else:
+        proc = start(tmp_path)
+        stdout, stderr = proc.communicate(data, timeout=60)
+        code, err = proc.returncode, stderr.decode()
+    assert code == 0, err
+    out = [protocol.decode(line) for line in stdout.splitlines()]
+    assert out[0]["type"] == "hello"
+    results = {f["id"]: f["result"] for f in out if f["type"] == "result"}
+    assert results == {f"j{i}": {"sum": i + 1} for i in range(50)}
+    assert [f["seq"] for f in out if f["type"] == "pong"] == [7]
+    assert "partial last line before EOF ignored: b'{\"type\":\"res'" in err
+    assert "serve returned" in err
+
+
+# Counts the SDK's writes to the sidecar (os.write on its private fd): the
+# frames of one turn of the loop go out in one write.
+COUNTING = textwrap.dedent(
+    """
+    import asyncio
+    import os
+    import sys
+
+    import soniq_handler
+
+    writes = []
+    real_write = os.write
+
+
+    def write(fd, data):
+        if fd > 2:  # the SDK's private copy of stdout
+            writes.append(bytes(data).count(b"\\n"))
+        return real_write(fd, data)
+
+
+    os.write = write
+    app = soniq_handler.App(concurrency=8, sync_concurrency=1)
+
+
+    @app.job("s.noop")
+    async def noop(args):
+        return None
+
+
+    asyncio.run(app.serve())
+    print(f"frames per write {writes}", file=sys.stderr)
+    """
+)
+
+
+def test_results_ready_in_one_turn_go_out_in_one_write(tmp_path):
+    # Eight async no-op jobs (the App's concurrency) in one read end in the
+    # same turn: their results go out in one write, after the hello's own.
+    (tmp_path / "prog.py").write_text(COUNTING)
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith("SONIQ_")}
+    child_env["SONIQ_PROTOCOL_VERSIONS"] = "1"
+    proc = subprocess.Popen([sys.executable, "prog.py"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=tmp_path, env=child_env)
+    assert protocol.decode(proc.stdout.readline())["type"] == "hello"
+    frames = b"".join(job(f"j{i}", "s.noop", {}) + b"\n" for i in range(8))
+    assert len(frames) < 4096  # one write to the pipe, so one read
+    proc.stdin.write(frames)
+    proc.stdin.flush()
+    results = [protocol.decode(proc.stdout.readline()) for _ in range(8)]
+    assert sorted(r["id"] for r in results) == sorted(f"j{i}" for i in range(8))
+    _, stderr = proc.communicate(b"", timeout=60)
+    assert proc.returncode == 0, stderr
+    assert "frames per write [1, 8]" in stderr.decode()

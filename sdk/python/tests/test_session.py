@@ -552,3 +552,21 @@ def test_results_that_cannot_be_written_fail_over_a_session_too(tmp_path):
         proc.kill()
         proc.wait(10)
     assert b"Exception in callback" not in proc.stderr.read()
+
+
+def test_results_ready_in_one_turn_go_out_in_one_results_message(listening):
+    # As many async jobs as the example App runs at once (its concurrency,
+    # 8), in one Jobs message: they start together, end in the same turn of
+    # the loop, and their results leave in one message.
+    c, hello = open_session(listening.sock)
+    assert hello.concurrency == 8
+    c.send(jobs=pb.Jobs())
+    c.send(ack=pb.Ack())
+    for rnd in range(3):
+        ids = [f"t{rnd}-{i}" for i in range(8)]
+        c.send(jobs=pb.Jobs(jobs=[job(i) for i in ids]))
+        m = c.recv()
+        assert m.WhichOneof("message") == "results", m
+        assert sorted(r.id for r in m.results.results) == sorted(ids)
+        c.send(ack=pb.Ack(ids=ids))
+    c.close()
