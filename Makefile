@@ -11,7 +11,7 @@ VENV     ?= .venv
 VENV_PYTHON := $(VENV)/bin/python
 ON_VENV  := PATH="$(abspath $(VENV))/bin:$$PATH"
 
-.PHONY: dist all build images test-pod docker-steps docker-steps-examples cross-build test test-go test-go-compile test-python test-node test-prometheus lint vet fmt-check tidy-check staticcheck demo demo-python demo-node bench bench-smoke chaos chaos-smoke clean
+.PHONY: dist all build images test-pod docker-steps docker-steps-examples cross-build test test-go test-go-compile test-python test-node test-node-client deps-node-client test-prometheus lint vet fmt-check tidy-check staticcheck demo demo-python demo-node bench bench-smoke chaos chaos-smoke clean
 
 all: build
 
@@ -86,7 +86,7 @@ endif
 # Node, lint, cross-build and bench-smoke parts fill the idle CPU instead of adding to the
 # wall time of a CI run. make starts them in this order: the longest (test-go, then
 # chaos-smoke's two 90 s runs) first, so that no long part starts last.
-TEST_PARTS := test-go chaos-smoke test-python test-node bench-smoke lint cross-build docker-steps-examples test-prometheus
+TEST_PARTS := test-go chaos-smoke test-python test-node test-node-client bench-smoke lint cross-build docker-steps-examples test-prometheus
 test: build docker-steps
 ifeq ($(SONIQ_TEST_DATABASE_URL),)
 	.ci/pg.sh run .ci/pgbouncer.sh run $(MAKE) --no-print-directory -j4 --output-sync=target $(TEST_PARTS)
@@ -117,6 +117,12 @@ test-python: deps-python
 test-node: deps-node
 	cd sdk/node && npm test --silent
 
+# The Node producer package (sdk/node-client): its tests against the Postgres and PgBouncer
+# make test runs (SONIQ_TEST_DATABASE_URL, SONIQ_TEST_PGBOUNCER_URL) and SQLite files, each
+# migrated by the binary just built.
+test-node-client: deps-node-client build
+	cd sdk/node-client && npm test --silent
+
 # The alerting rules (deploy/prometheus): promtool's syntax and lint check, then its unit
 # tests, which fire and do not fire each alert. promtool comes with Debian's prometheus
 # package (.ci/run installs it). Which metric names the rules may use is checked against the
@@ -136,10 +142,21 @@ deps-python: $(VENV_PYTHON)
 	$(VENV_PYTHON) -m pip install -q --disable-pip-version-check \
 		-r sdk/python/requirements-dev.txt -e 'sdk/python[unix]' -e examples/python
 
-# The SDK's dev tree, and the examples' own install of it (a link to sdk/node).
-deps-node:
+# The SDK's dev tree, and the examples' own install of it (a link to sdk/node) and of the
+# producer package (a link to sdk/node-client).
+deps-node: deps-node-client
 	cd sdk/node && npm ci --no-audit --no-fund --silent
 	cd examples/node && npm ci --no-audit --no-fund --silent
+
+# The producer package's dev tree (pg, better-sqlite3, typescript), from its package-lock.json.
+# better-sqlite3 is compiled from source where no prebuilt binary can be fetched (minutes, and
+# g++ and make: .ci/run checks them), so the tree is installed again only when the lock file
+# changed since the last install.
+NODE_CLIENT_STAMP := sdk/node-client/node_modules/.installed-from-lock
+deps-node-client:
+	@if cmp -s sdk/node-client/package-lock.json $(NODE_CLIENT_STAMP); then :; else \
+		echo "cd sdk/node-client && npm ci"; \
+		cd sdk/node-client && npm ci --no-audit --no-fund --silent && cp package-lock.json node_modules/.installed-from-lock; fi
 
 lint: vet fmt-check tidy-check staticcheck
 
