@@ -120,7 +120,7 @@ test-node: deps-node
 # The Node producer package (sdk/node-client): its tests against the Postgres and PgBouncer
 # make test runs (SONIQ_TEST_DATABASE_URL, SONIQ_TEST_PGBOUNCER_URL) and SQLite files, each
 # migrated by the binary just built.
-test-node-client: deps-node-client build
+test-node-client: deps-node build
 	cd sdk/node-client && npm test --silent
 
 # The alerting rules (deploy/prometheus): promtool's syntax and lint check, then its unit
@@ -142,11 +142,12 @@ deps-python: $(VENV_PYTHON)
 	$(VENV_PYTHON) -m pip install -q --disable-pip-version-check \
 		-r sdk/python/requirements-dev.txt -e 'sdk/python[unix]' -e examples/python
 
-# The SDK's dev tree, and the examples' own install of it (a link to sdk/node) and of the
-# producer package (a link to sdk/node-client).
+# The SDK's dev tree, the examples' own install of it (a link to sdk/node), and the
+# producer example's install of soniq-client (a link to sdk/node-client) and pg.
 deps-node: deps-node-client
 	cd sdk/node && npm ci --no-audit --no-fund --silent
 	cd examples/node && npm ci --no-audit --no-fund --silent
+	cd examples/node/producer && npm ci --no-audit --no-fund --silent
 
 # The producer package's dev tree (pg, better-sqlite3, typescript), from its package-lock.json.
 # better-sqlite3 is compiled from source where no prebuilt binary can be fetched (minutes, and
