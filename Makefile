@@ -119,8 +119,8 @@ test-node: deps-node
 
 # The Node producer package (sdk/node-client): its tests against the Postgres and PgBouncer
 # make test runs (SONIQ_TEST_DATABASE_URL, SONIQ_TEST_PGBOUNCER_URL) and SQLite files, each
-# migrated by the binary just built.
-test-node-client: deps-node build
+# migrated by bin/soniq-sidecar, which make test builds first (not rebuilt here: other parts run it).
+test-node-client: deps-node
 	cd sdk/node-client && npm test --silent
 
 # The alerting rules (deploy/prometheus): promtool's syntax and lint check, then its unit

@@ -20,8 +20,10 @@ export type ClientConfig =
 /** A JSON value as the job's args may hold it. */
 export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue | undefined };
 
-/** Job args: a plain object whose values JSON can hold (Dates are stored as their toJSON() text). */
-export type JobArgs = { [key: string]: unknown };
+/** Job args: a plain object whose values JSON can hold (Dates are stored as their toJSON() text).
+ * Any object type is accepted, an interface included; an array or a class instance is refused
+ * when the job is enqueued. */
+export type JobArgs = object;
 
 export interface EnqueueOptions {
   /** Queue name; default "default". */

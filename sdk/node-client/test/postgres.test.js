@@ -383,3 +383,51 @@ test('connectionString: the client makes its pool and ends it on close', async (
   assert.throws(() => new Client({ connectionString: 'sqlite://x.db' }), /write sqlite:PATH or sqlite:\/\/\/PATH/);
   assert.throws(() => new Client({ pool: db.direct }), /pool must be a pg\.Pool or pg\.Client/);
 });
+
+test('a duplicate committed by another transaction while the enqueue waited on it: its id, not a second row', async () => {
+  const db = await database();
+  const pool = new pg.Pool({ connectionString: db.direct, max: 4 });
+  const soniq = new Client({ pool });
+  try {
+    for (const [label, enqueue] of [
+      ['enqueue', (args) => soniq.enqueue('t.race', args, { unique: true })],
+      ['enqueueMany', async (args) => (await soniq.enqueueMany([{ name: 't.race', args, unique: true }]))[0]],
+      ['dedup key and unique', (args) => soniq.enqueue('t.race', args, { unique: true, dedupKey: `race-${JSON.stringify(args)}` })],
+    ]) {
+      const args = { label };
+      const first = await pool.connect();
+      try {
+        await first.query('BEGIN');
+        const held = await soniq.enqueue('t.race', args, { unique: true, db: first });
+        // The second producer's insert waits on the first's uncommitted row…
+        const second = enqueue(args);
+        await new Promise((r) => setTimeout(r, 300));
+        await first.query('COMMIT');
+        // …and once it commits, answers with that row (its statement's snapshot predates it).
+        assert.equal(await second, held, label);
+      } finally {
+        first.release();
+      }
+      const n = await pool.query(`SELECT count(*)::int AS n FROM soniq_jobs WHERE job_name = 't.race' AND args = $1::jsonb`, [JSON.stringify(args)]);
+      assert.equal(n.rows[0].n, 1, label);
+    }
+  } finally {
+    await pool.end();
+  }
+});
+
+test('a pg.Client works in place of a pool, cancel\'s transaction included', async () => {
+  const db = await database();
+  const c = new pg.Client({ connectionString: db.pooled });
+  await c.connect();
+  try {
+    const soniq = new Client({ pool: c });
+    const id = await soniq.enqueue('t.client', { a: 1 });
+    assert.equal((await soniq.getJob(id)).status, 'queued');
+    assert.equal((await soniq.cancel(id)).outcome, 'cancelled_queued');
+    await soniq.close();
+    assert.equal((await c.query('SELECT 1 AS one')).rows[0].one, 1, 'close() leaves the application\'s client open');
+  } finally {
+    await c.end();
+  }
+});

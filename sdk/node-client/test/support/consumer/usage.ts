@@ -5,6 +5,11 @@ import type { Job, Stats, CancelResult, Queryable } from 'soniq-client';
 
 declare const pool: Queryable;
 declare const tx: Queryable;
+interface Email {
+  to: string;
+  subject?: string;
+}
+declare const email: Email;
 
 export async function usage(): Promise<void> {
   const soniq = new Client({ pool });
@@ -12,6 +17,7 @@ export async function usage(): Promise<void> {
   const id: string = await soniq.enqueue('emails.send', { to: 'a@example.com' }, { queue: 'emails', priority: 10, delay: 5000 });
   await soniq.enqueue('emails.send', { to: 'a@example.com' }, { db: tx, runAt: new Date(), maxAttempts: 5, dedupKey: 'k', unique: true });
   await soniq.enqueue('reports.nightly');
+  await soniq.enqueue('emails.send', email);
   const ids: string[] = await soniq.enqueueMany([{ name: 'a', args: { n: 1 } }, { name: 'b', queue: 'q' }], { db: tx });
   const job: Job | null = await soniq.getJob(ids[0] ?? id);
   if (job) {
