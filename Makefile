@@ -120,7 +120,7 @@ test-node: deps-node
 # The Node producer package (sdk/node-client): its tests against the Postgres and PgBouncer
 # make test runs (SONIQ_TEST_DATABASE_URL, SONIQ_TEST_PGBOUNCER_URL) and SQLite files, each
 # migrated by bin/soniq-sidecar, which make test builds first (not rebuilt here: other parts run it).
-test-node-client: deps-node
+test-node-client: deps-node deps-node-client
 	cd sdk/node-client && npm test --silent
 
 # The alerting rules (deploy/prometheus): promtool's syntax and lint check, then its unit
@@ -143,8 +143,9 @@ deps-python: $(VENV_PYTHON)
 		-r sdk/python/requirements-dev.txt -e 'sdk/python[unix]' -e examples/python
 
 # The SDK's dev tree, the examples' own install of it (a link to sdk/node), and the
-# producer example's install of soniq-client (a link to sdk/node-client) and pg.
-deps-node: deps-node-client
+# producer example's install of soniq-client (a link to sdk/node-client) and pg, which the
+# integration tests and the bench enqueue through.
+deps-node:
 	cd sdk/node && npm ci --no-audit --no-fund --silent
 	cd examples/node && npm ci --no-audit --no-fund --silent
 	cd examples/node/producer && npm ci --no-audit --no-fund --silent
@@ -152,7 +153,8 @@ deps-node: deps-node-client
 # The producer package's dev tree (pg, better-sqlite3, typescript), from its package-lock.json.
 # better-sqlite3 is compiled from source where no prebuilt binary can be fetched (minutes, and
 # g++ and make: .ci/run checks them), so the tree is installed again only when the lock file
-# changed since the last install.
+# changed since the last install, and only the parts that need it wait for it (not deps-node,
+# which most parts of make test wait for).
 NODE_CLIENT_STAMP := sdk/node-client/node_modules/.installed-from-lock
 deps-node-client:
 	@if cmp -s sdk/node-client/package-lock.json $(NODE_CLIENT_STAMP); then :; else \
@@ -183,7 +185,7 @@ demo: demo-python demo-node
 demo-python: build
 	scripts/demo.sh examples/python/manifest.yaml
 
-demo-node: build deps-node
+demo-node: build deps-node deps-node-client  # SQLite: better-sqlite3 from sdk/node-client's tree
 	scripts/demo.sh examples/node/manifest.yaml
 
 # The benchmarks: bounded to about 15 minutes; writes docs/benchmarks.md and

@@ -52,7 +52,7 @@ var producers = []struct {
 func (b *bench) producersSection(ctx context.Context) error {
 	c := b.c
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "BENCH_DATABASE_URL=" + c.dbURL,
-		"BENCH_CLIENT_DIR=" + filepath.Join(c.root, "sdk", "node-client"),
+		"BENCH_CLIENT_APP=" + filepath.Join(c.root, "examples", "node", "producer"),
 		fmt.Sprintf("BENCH_PRODUCERS_BATCH=%d", c.producersBatch), fmt.Sprintf("BENCH_PRODUCERS_ROUNDS=%d", c.producersRuns),
 		fmt.Sprintf("BENCH_PRODUCERS_SINGLE=%d", c.producersSingle)}
 	rows := make([]*producerResult, len(producers))

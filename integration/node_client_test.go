@@ -35,7 +35,7 @@ func nodeClient(t *testing.T, root, url, command string, args, out any) {
 	cmd := exec.CommandContext(ctx, "node", filepath.Join(root, "integration/testdata/node_client.js"), command, url, string(raw))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	require.NoError(t, cmd.Run(), "node_client.js %s: %s (sdk/node-client needs its node_modules: make deps-node)", command, stderr.String())
+	require.NoError(t, cmd.Run(), "node_client.js %s: %s (examples/node/producer needs its node_modules: make deps-node)", command, stderr.String())
 	require.NoError(t, json.Unmarshal(stdout.Bytes(), out), "node_client.js %s output %q", command, stdout.String())
 }
 

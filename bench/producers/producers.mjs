@@ -35,14 +35,15 @@ async function load(dir, name) {
 const version = (file) => JSON.parse(readFileSync(file, 'utf8')).version;
 const installed = (dir, name) => version(join(dir, 'node_modules', name, 'package.json'));
 
-const clientDir = env('BENCH_CLIENT_DIR');
-const { Client } = (await load(clientDir, clientDir)).default;
-const pg = (await load(clientDir, 'pg')).default;
+// soniq-client and pg as examples/node/producer, an application, has them installed.
+const appDir = env('BENCH_CLIENT_APP');
+const { Client } = (await load(appDir, 'soniq-client')).default;
+const pg = (await load(appDir, 'pg')).default;
 
 const producers = [];
 producers.push({
   key: 'soniq-client',
-  version: version(join(clientDir, 'package.json')),
+  version: installed(appDir, 'soniq-client'),
   reset: ['TRUNCATE soniq_jobs'],
   async open() {
     this.pool = new pg.Pool({ connectionString: url, max: 2 });

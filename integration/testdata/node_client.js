@@ -1,12 +1,13 @@
 'use strict';
-// Drives soniq-client (sdk/node-client, with its own node_modules) for node_client_test.go.
+// Drives soniq-client for node_client_test.go, as the application of examples/node/producer
+// has it installed (soniq-client linked to sdk/node-client, and pg: make deps-node).
 // Usage: node node_client.js COMMAND DATABASE_URL [JSON_ARGS]; prints one JSON document.
 const path = require('node:path');
 const { createRequire } = require('node:module');
 
-const clientDir = path.join(__dirname, '..', '..', 'sdk', 'node-client');
-const { Client } = require(clientDir);
-const pg = createRequire(path.join(clientDir, 'package.json'))('pg');
+const app = createRequire(path.join(__dirname, '..', '..', 'examples', 'node', 'producer', 'package.json'));
+const { Client } = app('soniq-client');
+const pg = app('pg');
 
 async function main() {
   const [command, url, raw] = process.argv.slice(2);
