@@ -229,14 +229,15 @@ chaos-smoke: deps-python deps-node
 	done
 
 # What a release ships, built locally into dist/ (never into the source tree): the
-# static binary, the Python SDK's wheel and the Node SDK's tarball. The image is
+# static binary, the Python SDK's wheel and the Node SDK's and the Node producer's tarballs. The image is
 # `docker build -t IMAGE .` from the repository root; .github/workflows/release.yml
-# publishes all four on a version tag.
+# publishes them on a version tag.
 dist: build deps-python
 	rm -rf dist && mkdir -p dist
 	cp $(BIN) dist/
 	$(VENV_PYTHON) -m pip wheel -q --no-deps --disable-pip-version-check -w dist sdk/python
 	cd sdk/node && npm pack --silent --pack-destination ../../dist >/dev/null
+	cd sdk/node-client && npm pack --silent --pack-destination ../../dist >/dev/null
 	@ls -1 dist
 
 clean:
