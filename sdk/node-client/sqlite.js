@@ -6,6 +6,7 @@
 // has no notification between processes: a sidecar finds the job at its next poll.
 
 const crypto = require('node:crypto');
+const fs = require('node:fs');
 const { UUID_RE } = require('./postgres');
 
 const CANCEL_TABLE = 'soniq_sidecar_cancel_requests';
@@ -83,7 +84,12 @@ class SqliteStore {
   constructor(path) {
     const Database = loadDriver();
     this.path = path;
-    this.db = new Database(path, { timeout: BUSY_TIMEOUT_MS, fileMustExist: false });
+    // A producer never creates the file: a mistyped path would otherwise enqueue into a new,
+    // empty database no sidecar reads.
+    if (!fs.existsSync(path)) {
+      throw new Error(`soniq-client: sqlite:${path}: no such file: create it with \`soniq-sidecar migrate --database-url sqlite:${path}\``);
+    }
+    this.db = new Database(path, { timeout: BUSY_TIMEOUT_MS, fileMustExist: true });
     this.kind = 'sqlite';
   }
 

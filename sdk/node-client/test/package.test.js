@@ -43,7 +43,9 @@ test('the packed tarball holds every module it requires, and works from an appli
       c.stats().then(() => console.log('ok'), (e) => { console.log(e.message); process.exit(1); });
     `);
     fs.writeFileSync(path.join(app, 'main.mjs'), `import { Client } from 'soniq-client'; console.log(typeof Client);`);
-    const cjs = spawnSync(process.execPath, ['main.js', path.join(tmp, 'none.db')], { cwd: app, encoding: 'utf8' });
+    const dbFile = path.join(tmp, 'empty.db');
+    fs.writeFileSync(dbFile, '');
+    const cjs = spawnSync(process.execPath, ['main.js', dbFile], { cwd: app, encoding: 'utf8' });
     assert.match(cjs.stdout, /no such table: soniq_jobs/, 'loads from the tarball and reaches SQLite');
     const esm = spawnSync(process.execPath, ['main.mjs'], { cwd: app, encoding: 'utf8' });
     assert.equal(esm.stdout.trim(), 'function', esm.stderr);

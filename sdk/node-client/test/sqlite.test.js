@@ -4,6 +4,7 @@
 // caller's transaction, getJob, stats and cancel.
 const { test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
+const fs = require('node:fs');
 const Database = require('better-sqlite3');
 const { Client, STATS_KEYS } = require('..');
 const { isoformat } = require('../sqlite');
@@ -131,7 +132,11 @@ test('getJob, stats and cancel', async () => {
   assert.equal(r.cancelled, true);
 });
 
-test('a sqlite: file without the Soniq tables: the error says to migrate', async () => {
+test('a sqlite: path that does not exist is refused, not created; a file without the tables says to migrate', async () => {
+  assert.throws(() => new Client({ connectionString: `sqlite:${db.file}.missing` }),
+    /sqlite:.*\.missing: no such file: create it with `soniq-sidecar migrate --database-url sqlite:/);
+  assert.equal(fs.existsSync(`${db.file}.missing`), false);
+  new Database(`${db.file}.empty`).close();
   const empty = new Client({ connectionString: `sqlite:${db.file}.empty` });
   await assert.rejects(empty.enqueue('x', {}), /no such table: soniq_jobs: the Soniq tables are missing: run `soniq-sidecar migrate/);
   await empty.close();
