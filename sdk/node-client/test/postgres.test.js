@@ -206,6 +206,17 @@ for (const target of ['direct', 'pgbouncer']) {
       assert.deepEqual(j.args, { i: 1234 });
     });
 
+    test('concurrent enqueues through the pool: each its own row; one unique job however many race for it', async () => {
+      const ids = await Promise.all(Array.from({ length: 40 }, (_, i) => soniq.enqueue('t.conc', { i })));
+      assert.equal(new Set(ids).size, 40);
+      const same = await Promise.all(Array.from({ length: 40 }, () => soniq.enqueue('t.conc.u', { k: target }, { unique: true })));
+      assert.equal(new Set(same).size, 1);
+      const batches = await Promise.all(Array.from({ length: 8 }, () =>
+        soniq.enqueueMany([{ name: 't.conc.m', args: { k: target }, unique: true }, { name: 't.conc.m', args: {}, dedupKey: `conc-${target}` }])));
+      assert.equal(new Set(batches.map((b) => b[0])).size, 1);
+      assert.equal(new Set(batches.map((b) => b[1])).size, 1);
+    });
+
     test('a single enqueue is one statement', async () => {
       for (const options of [{}, { dedupKey: `one-${target}` }, { unique: true }]) {
         const sent = counts.n;

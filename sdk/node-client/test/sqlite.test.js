@@ -141,3 +141,28 @@ test('a sqlite: path that does not exist is refused, not created; a file without
   await assert.rejects(empty.enqueue('x', {}), /no such table: soniq_jobs: the Soniq tables are missing: run `soniq-sidecar migrate/);
   await empty.close();
 });
+
+test('two processes racing for one unique job on one file: one row', () => {
+  const { spawn } = require('node:child_process');
+  const path = require('node:path');
+  const script = `
+    const { Client } = require(${JSON.stringify(path.join(__dirname, '..'))});
+    const c = new Client({ connectionString: ${JSON.stringify(db.url)} });
+    (async () => {
+      const ids = new Set();
+      for (let i = 0; i < 30; i++) ids.add(await c.enqueue('s.race', { n: i % 3 }, { unique: true }));
+      await c.close();
+      console.log(JSON.stringify([...ids]));
+    })();`;
+  const run = () => new Promise((resolve, reject) => {
+    const p = spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    p.stdout.on('data', (d) => { out += d; });
+    p.on('exit', (code) => (code === 0 ? resolve(JSON.parse(out)) : reject(new Error(`exit ${code}`))));
+  });
+  return Promise.all([run(), run()]).then(([a, b]) => {
+    assert.equal(a.length, 3);
+    assert.deepEqual([...a].sort(), [...b].sort(), 'both saw the same three rows');
+    assert.equal(conn.prepare(`SELECT count(*) AS n FROM soniq_jobs WHERE job_name = 's.race'`).get().n, 3);
+  });
+});
