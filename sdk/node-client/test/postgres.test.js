@@ -59,6 +59,18 @@ async function listener(url, ...channels) {
   };
 }
 
+// requested waits until cancel() has recorded its request for a running job (then the row may
+// change under it, as the holder would change it).
+async function requested(c, id) {
+  const end = Date.now() + 10000;
+  for (;;) {
+    const r = await c.query(`SELECT 1 FROM soniq_sidecar_cancel_requests WHERE job_id = $1 AND status = 'pending'`, [id]);
+    if (r.rows.length) return;
+    if (Date.now() > end) throw new Error(`no cancel request for ${id}`);
+    await new Promise((res) => setTimeout(res, 20));
+  }
+}
+
 // A pool whose queries are counted: how many statements an operation sent.
 function countingPool(url) {
   const pool = new pg.Pool({ connectionString: url, max: 4 });
@@ -305,8 +317,8 @@ for (const target of ['direct', 'pgbouncer']) {
 
         // The holder cancels it while cancel() waits.
         const r2 = await running();
-        const waiting = soniq.cancel(r2, { wait: 5000 });
-        await new Promise((r) => setTimeout(r, 150));
+        const waiting = soniq.cancel(r2, { wait: 10000 });
+        await requested(c, r2);
         await c.query(`UPDATE soniq_jobs SET status = 'cancelled', updated_at = now() WHERE id = $1`, [r2]);
         const done = await waiting;
         assert.equal(done.outcome, 'cancelled_running');
@@ -315,8 +327,8 @@ for (const target of ['direct', 'pgbouncer']) {
 
         // A sync job: the holder refuses.
         const r3 = await running();
-        const refusing = soniq.cancel(r3, { wait: 5000 });
-        await new Promise((r) => setTimeout(r, 150));
+        const refusing = soniq.cancel(r3, { wait: 10000 });
+        await requested(c, r3);
         await c.query(`UPDATE soniq_sidecar_cancel_requests SET status = 'refused', handler = 'py', detail = 'sync job'
           WHERE job_id = $1`, [r3]);
         const refused = await refusing;
@@ -332,8 +344,8 @@ for (const target of ['direct', 'pgbouncer']) {
 
         // Back in the queue while waiting: cancelled there.
         const r5 = await running();
-        const requeue = soniq.cancel(r5, { wait: 5000 });
-        await new Promise((r) => setTimeout(r, 150));
+        const requeue = soniq.cancel(r5, { wait: 10000 });
+        await requested(c, r5);
         await c.query(`UPDATE soniq_jobs SET status = 'queued', worker_id = NULL WHERE id = $1`, [r5]);
         const rq = await requeue;
         assert.equal(rq.outcome, 'cancelled_requeued');

@@ -122,9 +122,11 @@ test('getJob, stats and cancel', async () => {
   const worker = '6f1c3f0e-8a57-4d4e-9a57-0d1f0c2b9e33';
   const run = await soniq.enqueue('s.run', {});
   conn.prepare(`UPDATE soniq_jobs SET status = 'processing', attempts = 1, worker_id = ? WHERE id = ?`).run(worker, run);
-  const waiting = soniq.cancel(run, { wait: 5000 });
-  await new Promise((r) => setTimeout(r, 150));
-  const req = conn.prepare('SELECT status, worker_id FROM soniq_sidecar_cancel_requests WHERE job_id = ?').get(run);
+  const waiting = soniq.cancel(run, { wait: 10000 });
+  let req;
+  for (const end = Date.now() + 10000; !req && Date.now() < end; await new Promise((r) => setTimeout(r, 20))) {
+    req = conn.prepare('SELECT status, worker_id FROM soniq_sidecar_cancel_requests WHERE job_id = ?').get(run);
+  }
   assert.deepEqual({ ...req }, { status: 'pending', worker_id: worker });
   conn.prepare(`UPDATE soniq_jobs SET status = 'cancelled' WHERE id = ?`).run(run);
   const r = await waiting;
