@@ -17,8 +17,9 @@ function tsc(...args) {
   assert.equal(r.status, 0, `tsc ${args.join(' ')} failed:\n${r.stdout}${r.stderr}`);
 }
 
-// One tsc run (it is the slow part): index.d.ts is checked with --strict as a file the usage imports.
-test('index.d.ts, the usage and the README example compile with --strict; every misuse is an error', () => {
+// One tsc run (it is the slow part), with node-postgres's own types (@types/pg): its Pool,
+// Client and PoolClient are what the application hands over.
+test('the usage and the README example compile with --strict against index.d.ts and @types/pg; every misuse is an error', () => {
   tsc('--noEmit', '-p', 'test/support/consumer/tsconfig.json');
 });
 
@@ -30,8 +31,11 @@ test('the README example is test/support/consumer/readme.mts', () => {
   assert.equal(block[1].trim().split('\n').length, 5, 'five lines');
 });
 
-test('index.d.ts declares exactly the values index.js exports, and Client\'s methods', () => {
-  const program = ts.createProgram([path.join(ROOT, 'index.d.ts')], { types: [], lib: ['lib.es2022.d.ts'], noEmit: true });
+test('index.d.ts compiles alone, declares exactly the values index.js exports, and Client\'s methods', () => {
+  // On its own, strict, with no @types/node: an application without Node's types can use it.
+  const program = ts.createProgram([path.join(ROOT, 'index.d.ts')], { types: [], lib: ['lib.es2022.d.ts'], noEmit: true, strict: true });
+  const diagnostics = ts.getPreEmitDiagnostics(program).map((d) => ts.flattenDiagnosticMessageText(d.messageText, '\n'));
+  assert.deepEqual(diagnostics, [], 'index.d.ts compiles alone');
   const c = program.getTypeChecker();
   const exportsOf = c.getExportsOfModule(c.getSymbolAtLocation(program.getSourceFile(path.join(ROOT, 'index.d.ts'))));
   const values = exportsOf.filter((s) => (s.flags & ts.SymbolFlags.Value) !== 0).map((s) => s.name).sort();

@@ -1,10 +1,13 @@
 // How an application uses soniq-client, type-checked by test/types.test.js; each misuse at
 // the end is marked as an expected error, which the types must refuse.
 import { Client, EnqueueError, argsHash, STATS_KEYS } from 'soniq-client';
-import type { Job, Stats, CancelResult, Queryable } from 'soniq-client';
+import type { Job, Stats, CancelResult } from 'soniq-client';
+import pg from 'pg';
 
-declare const pool: Queryable;
-declare const tx: Queryable;
+// node-postgres's own types (@types/pg): a Pool, a Client and a checked-out PoolClient.
+const pool = new pg.Pool({ connectionString: 'postgres://localhost/app' });
+declare const tx: pg.PoolClient;
+declare const single: pg.Client;
 interface Email {
   to: string;
   subject?: string;
@@ -14,6 +17,8 @@ declare const email: Email;
 export async function usage(): Promise<void> {
   const soniq = new Client({ pool });
   const fromUrl = new Client({ connectionString: 'sqlite:soniq.db' });
+  const onClient = new Client({ pool: single });
+  await onClient.close();
   const id: string = await soniq.enqueue('emails.send', { to: 'a@example.com' }, { queue: 'emails', priority: 10, delay: 5000 });
   await soniq.enqueue('emails.send', { to: 'a@example.com' }, { db: tx, runAt: new Date(), maxAttempts: 5, dedupKey: 'k', unique: true });
   await soniq.enqueue('reports.nightly');
