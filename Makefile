@@ -150,16 +150,12 @@ deps-node:
 	cd examples/node && npm ci --no-audit --no-fund --silent
 	cd examples/node/producer && npm ci --no-audit --no-fund --silent
 
-# The producer package's dev tree (pg, better-sqlite3, typescript), from its package-lock.json.
-# better-sqlite3 is compiled from source where no prebuilt binary can be fetched (minutes, and
-# g++ and make: .ci/run checks them), so the tree is installed again only when the lock file
-# changed since the last install, and only the parts that need it wait for it (not deps-node,
-# which most parts of make test wait for).
-NODE_CLIENT_STAMP := sdk/node-client/node_modules/.installed-from-lock
+# The producer package's dev tree (pg, better-sqlite3, typescript), from its package-lock.json
+# with npm ci, or copied from the user cache where the same lock file was installed before
+# (better-sqlite3 is compiled from source: scripts/deps-node-client.sh). Only the parts that
+# need it wait for it (not deps-node, which most parts of make test wait for).
 deps-node-client:
-	@if cmp -s sdk/node-client/package-lock.json $(NODE_CLIENT_STAMP); then :; else \
-		echo "cd sdk/node-client && npm ci"; \
-		cd sdk/node-client && npm ci --no-audit --no-fund --silent && cp package-lock.json node_modules/.installed-from-lock; fi
+	scripts/deps-node-client.sh
 
 lint: vet fmt-check tidy-check staticcheck
 
