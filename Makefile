@@ -11,7 +11,7 @@ VENV     ?= .venv
 VENV_PYTHON := $(VENV)/bin/python
 ON_VENV  := PATH="$(abspath $(VENV))/bin:$$PATH"
 
-.PHONY: dist all build images test-pod docker-steps docker-steps-examples cross-build test test-go test-go-compile test-python test-node test-prometheus lint vet fmt-check tidy-check staticcheck demo demo-python demo-node bench bench-smoke chaos chaos-smoke clean
+.PHONY: dist all build images test-pod docker-steps docker-steps-examples cross-build test test-go test-go-compile test-python test-node test-node-client deps-node-client test-prometheus lint vet fmt-check tidy-check staticcheck demo demo-python demo-node bench bench-smoke chaos chaos-smoke clean
 
 all: build
 
@@ -86,7 +86,7 @@ endif
 # Node, lint, cross-build and bench-smoke parts fill the idle CPU instead of adding to the
 # wall time of a CI run. make starts them in this order: the longest (test-go, then
 # chaos-smoke's two 90 s runs) first, so that no long part starts last.
-TEST_PARTS := test-go chaos-smoke test-python test-node bench-smoke lint cross-build docker-steps-examples test-prometheus
+TEST_PARTS := test-go chaos-smoke test-python test-node test-node-client bench-smoke lint cross-build docker-steps-examples test-prometheus
 test: build docker-steps
 ifeq ($(SONIQ_TEST_DATABASE_URL),)
 	.ci/pg.sh run .ci/pgbouncer.sh run $(MAKE) --no-print-directory -j4 --output-sync=target $(TEST_PARTS)
@@ -117,6 +117,12 @@ test-python: deps-python
 test-node: deps-node
 	cd sdk/node && npm test --silent
 
+# The Node producer package (sdk/node-client): its tests against the Postgres and PgBouncer
+# make test runs (SONIQ_TEST_DATABASE_URL, SONIQ_TEST_PGBOUNCER_URL) and SQLite files, each
+# migrated by bin/soniq-sidecar, which make test builds first (not rebuilt here: other parts run it).
+test-node-client: deps-node deps-node-client
+	cd sdk/node-client && npm test --silent
+
 # The alerting rules (deploy/prometheus): promtool's syntax and lint check, then its unit
 # tests, which fire and do not fire each alert. promtool comes with Debian's prometheus
 # package (.ci/run installs it). Which metric names the rules may use is checked against the
@@ -136,10 +142,20 @@ deps-python: $(VENV_PYTHON)
 	$(VENV_PYTHON) -m pip install -q --disable-pip-version-check \
 		-r sdk/python/requirements-dev.txt -e 'sdk/python[unix]' -e examples/python
 
-# The SDK's dev tree, and the examples' own install of it (a link to sdk/node).
+# The SDK's dev tree, the examples' own install of it (a link to sdk/node), and the
+# producer example's install of soniq-client (a link to sdk/node-client) and pg, which the
+# integration tests and the bench enqueue through.
 deps-node:
 	cd sdk/node && npm ci --no-audit --no-fund --silent
 	cd examples/node && npm ci --no-audit --no-fund --silent
+	cd examples/node/producer && npm ci --no-audit --no-fund --silent
+
+# The producer package's dev tree (pg, better-sqlite3, typescript), from its package-lock.json
+# with npm ci, or copied from the user cache where the same lock file was installed before
+# (better-sqlite3 is compiled from source: scripts/deps-node-client.sh). Only the parts that
+# need it wait for it (not deps-node, which most parts of make test wait for).
+deps-node-client:
+	scripts/deps-node-client.sh
 
 lint: vet fmt-check tidy-check staticcheck
 
@@ -165,7 +181,7 @@ demo: demo-python demo-node
 demo-python: build
 	scripts/demo.sh examples/python/manifest.yaml
 
-demo-node: build deps-node
+demo-node: build deps-node deps-node-client  # SQLite: better-sqlite3 from sdk/node-client's tree
 	scripts/demo.sh examples/node/manifest.yaml
 
 # The benchmarks: bounded to about 15 minutes; writes docs/benchmarks.md and
@@ -209,14 +225,15 @@ chaos-smoke: deps-python deps-node
 	done
 
 # What a release ships, built locally into dist/ (never into the source tree): the
-# static binary, the Python SDK's wheel and the Node SDK's tarball. The image is
+# static binary, the Python SDK's wheel and the Node SDK's and the Node producer's tarballs. The image is
 # `docker build -t IMAGE .` from the repository root; .github/workflows/release.yml
-# publishes all four on a version tag.
+# publishes them on a version tag.
 dist: build deps-python
 	rm -rf dist && mkdir -p dist
 	cp $(BIN) dist/
 	$(VENV_PYTHON) -m pip wheel -q --no-deps --disable-pip-version-check -w dist sdk/python
 	cd sdk/node && npm pack --silent --pack-destination ../../dist >/dev/null
+	cd sdk/node-client && npm pack --silent --pack-destination ../../dist >/dev/null
 	@ls -1 dist
 
 clean:

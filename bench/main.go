@@ -73,6 +73,10 @@ type config struct {
 	peersStrict   bool              // a failed peers run fails the bench (bench-smoke)
 	pgBossLocal   int               // pg-boss: workers per process (the budget split as localConcurrency × batchSize)
 	pgQueuerBatch int               // PgQueuer: batch_size (0: half the per-process budget)
+
+	producersBatch  int // jobs of one bulk call of the producers section
+	producersRuns   int // rounds of the producers section
+	producersSingle int // single enqueues a round of the producers section times
 }
 
 func main() {
@@ -94,7 +98,7 @@ func main() {
 	flag.DurationVar(&c.shutTO, "shutdown-timeout", 2*time.Second, "shutdown_timeout for the shutdown runs")
 	flag.DurationVar(&c.budget, "budget", 13*time.Minute+30*time.Second, "wall-time bound of the measuring: later rounds are skipped past it (with the build and the venvs, make bench stays within 15 minutes on 2 cores)")
 	only := flag.String("only", "", "comma-separated variant keys to run (soniq, python-stdio, node-stdio, python-stdio-ahead0, node-stdio-ahead0 (claim_ahead 0), python-unix, node-unix, python-attach, node-attach, ceiling, floor, alone-python, alone-node, and in the peers section also python-stdio-ttl0, node-stdio-ttl0 (result_ttl 0) and the peers graphile-worker, pg-boss, pgqueuer, procrastinate); default all")
-	sections := flag.String("sections", "shutdown,latency,priority,pooler,sqlite,peers,throughput,depth,sharing", "comma-separated sections to run (priority: a high-priority job's start delay behind a full reserve; pooler: pickup latency direct and through PgBouncer, needs pgbouncer; sqlite: the embedded SQLite default beside Soniq's worker on SQLite; peers: graphile-worker, pg-boss, PgQueuer and Procrastinate beside the sidecar's stdio rows, needs -peer-installs)")
+	sections := flag.String("sections", "shutdown,latency,priority,pooler,sqlite,peers,producers,throughput,depth,sharing", "comma-separated sections to run (producers: enqueueing from Node, soniq-client beside pg-boss and graphile-worker, needs -peer-installs for those two; priority: a high-priority job's start delay behind a full reserve; pooler: pickup latency direct and through PgBouncer, needs pgbouncer; sqlite: the embedded SQLite default beside Soniq's worker on SQLite; peers: graphile-worker, pg-boss, PgQueuer and Procrastinate beside the sidecar's stdio rows, needs -peer-installs)")
 	flag.IntVar(&c.soniqN, "soniq-n", 5000, "jobs per throughput run of the Soniq worker (fewer than -n: it is 20-50 times slower, and a shallower queue only flatters it)")
 	depths := flag.String("depths", "10000,100000,1000000", "queue depths of the depth curve")
 	sidecarCounts := flag.String("sidecars", "1,2,4,8", "sidecar counts of the sharing curve (same total budget)")
@@ -117,6 +121,9 @@ func main() {
 	flag.BoolVar(&c.peersStrict, "peers-strict", false, "fail the bench when a run of the peers section fails (bench-smoke: the peers' harnesses must not rot)")
 	flag.IntVar(&c.pgBossLocal, "pgboss-local", 1, "pg-boss: the per-process budget split as localConcurrency × batchSize, this many workers (1 × 32 drained fastest of 1 × 32, 2 × 16, 4 × 8 and 8 × 4 in trials: about 1.7×, 2.5× and 3.5× the others)")
 	flag.IntVar(&c.pgQueuerBatch, "pgqueuer-batch", 0, "PgQueuer: batch_size (default half the per-process budget, the largest PgQueuer allows with max_concurrent_tasks = the budget)")
+	flag.IntVar(&c.producersBatch, "producers-batch", 10000, "jobs of one bulk call in the producers section (soniq-client enqueueMany, pg-boss insert, graphile-worker addJobs)")
+	flag.IntVar(&c.producersRuns, "producers-runs", 3, "rounds of the producers section")
+	flag.IntVar(&c.producersSingle, "producers-single", 500, "single enqueues timed per round of the producers section")
 	renderOnly := flag.String("render", "", "only rewrite this report from the JSON it embeds (goals, analysis), measuring nothing")
 	flag.Parse()
 	if *renderOnly != "" {
@@ -259,6 +266,7 @@ func run(ctx context.Context, c *config) error {
 		run  func(context.Context) error
 	}{{"shutdown", b.shutdownSection}, {"latency", b.latencySection}, {"priority", b.prioritySection}, {"pooler", b.poolerSection}, {"sqlite", b.sqliteSection},
 		{"peers", b.peersSection},
+		{"producers", b.producersSection},
 		{"throughput", b.throughputSection},
 		{"depth", b.depthSection}, {"sharing", b.shareSection}} {
 		if !c.sections[s.name] {

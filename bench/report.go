@@ -27,6 +27,7 @@ type report struct {
 	Sharing    []*shareResult    `json:"sharing,omitempty"`
 	SQLite     *sqliteReport     `json:"sqlite,omitempty"`
 	Peers      []*peerResult     `json:"peers,omitempty"`
+	Producers  []*producerResult `json:"producers,omitempty"`
 	Loads      []sectionLoad     `json:"loads,omitempty"`
 	Notes      []string          `json:"notes,omitempty"`
 	Goals      []goal            `json:"goals"`
@@ -54,6 +55,9 @@ type params struct {
 	PeersSlowN       int     `json:"peers_slow_jobs_per_run,omitempty"`
 	PeersRounds      int     `json:"peers_rounds,omitempty"`
 	PeersLatSeconds  float64 `json:"peers_latency_seconds,omitempty"`
+	ProducersBatch   int     `json:"producers_batch,omitempty"`
+	ProducersRounds  int     `json:"producers_rounds,omitempty"`
+	ProducersSingle  int     `json:"producers_single,omitempty"`
 	Bound            string  `json:"budget"`
 	Command          string  `json:"command"`
 }
@@ -726,6 +730,7 @@ func (r *report) write(path string) error {
 	w("\n")
 
 	r.writePeers(w)
+	r.writeProducers(w)
 
 	if len(r.Depth) > 0 {
 		w("## 6a. Queue depth (Python SDK, stdio, with the index)\n\n")

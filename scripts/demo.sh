@@ -2,7 +2,9 @@
 # The zero-setup quickstart: in a fresh directory, with no database server and
 # no environment, enqueue a handful of example jobs into the default
 # sqlite:soniq.db, run the sidecar with an example manifest until they are all
-# finished, and print the queue status.
+# finished, and print the queue status. The Node demo enqueues from Node, through the
+# soniq-client package (examples/node/producer/enqueue.js), as a Node application would; the
+# Python demo with soniq-sidecar enqueue.
 #
 #   scripts/demo.sh examples/python/manifest.yaml
 set -euo pipefail
@@ -18,15 +20,22 @@ unset SONIQ_DATABASE_URL
 
 echo "\$ soniq-sidecar migrate"
 "$bin" migrate
-echo "\$ soniq-sidecar enqueue ...   (8 example jobs)"
-"$bin" enqueue examples.add --args '{"a": 1, "b": 2}' >/dev/null
-"$bin" enqueue examples.add --args '{"a": 40, "b": 2}' >/dev/null
-"$bin" enqueue examples.sleep_async --args '{"seconds": 0.5}' >/dev/null
-"$bin" enqueue examples.sleep_sync --args '{"seconds": 0.5}' >/dev/null
-"$bin" enqueue examples.print >/dev/null
-"$bin" enqueue examples.fail --max-attempts 2 >/dev/null
-"$bin" enqueue examples.permanent >/dev/null
-"$bin" enqueue examples.add --args '{"a": "x", "b": 2}' >/dev/null
+# enqueue NAME [ARGS_JSON] [MAX_ATTEMPTS]
+if [[ "$1" == examples/node/* ]]; then
+  echo "\$ node examples/node/producer/enqueue.js ...   (8 example jobs, through soniq-client)"
+  enqueue() { node "$root/examples/node/producer/enqueue.js" "$1" "${2:-{\}}" ${3:+--max-attempts "$3"} >/dev/null; }
+else
+  echo "\$ soniq-sidecar enqueue ...   (8 example jobs)"
+  enqueue() { "$bin" enqueue "$1" --args "${2:-{\}}" ${3:+--max-attempts "$3"} >/dev/null; }
+fi
+enqueue examples.add '{"a": 1, "b": 2}'
+enqueue examples.add '{"a": 40, "b": 2}'
+enqueue examples.sleep_async '{"seconds": 0.5}'
+enqueue examples.sleep_sync '{"seconds": 0.5}'
+enqueue examples.print
+enqueue examples.fail '{}' 2
+enqueue examples.permanent
+enqueue examples.add '{"a": "x", "b": 2}'
 echo "\$ soniq-sidecar run --manifest $1   (until every job is finished)"
 SONIQ_POLL_INTERVAL=0.2 "$bin" run --manifest "$manifest" --metrics-addr "" --log-format text 2>run.log &
 pid=$!

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 
 from soniq import Soniq
 from soniq.core.leadership import advisory_key, with_advisory_lock
+from soniq.utils.hashing import compute_args_hash
 
 
 def make_app(url):
@@ -37,6 +38,9 @@ async def run(command, url, args):
     try:
         if command == "setup":
             return {"applied": await app.setup()}
+        if command == "args_hashes":
+            # Soniq's own hash of each JSON text (the shared enqueue vectors).
+            return [compute_args_hash(json.loads(a)) for a in args]
         if command == "advisory_keys":
             return {n: advisory_key(n) for n in ("soniq.migrations", "soniq.maintenance")}
         if command == "scheduler_leader":
