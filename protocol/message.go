@@ -181,6 +181,10 @@ type Enqueue struct {
 	Immediate *bool
 }
 
+// FeatureEnqueue is the feature a sidecar announces when it takes Enqueue
+// frames (SONIQ_FEATURES, the Session's Features message).
+const FeatureEnqueue = "enqueue"
+
 // IsImmediate reports whether the child is to be written at once.
 func (e *Enqueue) IsImmediate() bool { return e.Immediate != nil && *e.Immediate }
 

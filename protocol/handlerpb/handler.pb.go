@@ -262,8 +262,9 @@ type SidecarMessage_Enqueued struct {
 }
 
 type SidecarMessage_Features struct {
-	// Session only, sent right after the hello (before anything else): the
-	// features this sidecar speaks beyond v1, e.g. "enqueue".
+	// Session only, and only to a handler whose hello set `features`: sent
+	// right after the hello (before anything else), the features this
+	// sidecar speaks beyond v1, e.g. "enqueue".
 	Features *Features `protobuf:"bytes,8,opt,name=features,proto3,oneof"`
 }
 
@@ -823,7 +824,12 @@ type Hello struct {
 	Acks bool `protobuf:"varint,9,opt,name=acks,proto3" json:"acks,omitempty"`
 	// Session only: the handler takes Jobs messages, and sends Results once
 	// the sidecar has sent one.
-	Batches       bool `protobuf:"varint,10,opt,name=batches,proto3" json:"batches,omitempty"`
+	Batches bool `protobuf:"varint,10,opt,name=batches,proto3" json:"batches,omitempty"`
+	// Session only: the handler reads a Features message, which the sidecar
+	// then sends right after this hello, before anything else. A handler
+	// that does not set it is sent none (an older handler would take the
+	// unknown message for a protocol error).
+	Features      bool `protobuf:"varint,11,opt,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -924,6 +930,13 @@ func (x *Hello) GetAcks() bool {
 func (x *Hello) GetBatches() bool {
 	if x != nil {
 		return x.Batches
+	}
+	return false
+}
+
+func (x *Hello) GetFeatures() bool {
+	if x != nil {
+		return x.Features
 	}
 	return false
 }
@@ -1625,7 +1638,7 @@ const file_protocol_handler_proto_rawDesc = "" +
 	"\n" +
 	"RunningJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"\xbe\x02\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\xda\x02\n" +
 	"\x05Hello\x12\x1a\n" +
 	"\bprotocol\x18\x01 \x01(\x05R\bprotocol\x12\x10\n" +
 	"\x03sdk\x18\x02 \x01(\tR\x03sdk\x12\x10\n" +
@@ -1637,7 +1650,8 @@ const file_protocol_handler_proto_rawDesc = "" +
 	"\x04kept\x18\b \x03(\tR\x04kept\x12\x12\n" +
 	"\x04acks\x18\t \x01(\bR\x04acks\x12\x18\n" +
 	"\abatches\x18\n" +
-	" \x01(\bR\abatches\"@\n" +
+	" \x01(\bR\abatches\x12\x1a\n" +
+	"\bfeatures\x18\v \x01(\bR\bfeatures\"@\n" +
 	"\bHelloJob\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vcancellable\x18\x02 \x01(\bR\vcancellable\"\xb2\x03\n" +

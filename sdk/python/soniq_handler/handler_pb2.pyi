@@ -90,7 +90,7 @@ class RunningJob(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("protocol", "sdk", "pid", "jobs", "concurrency", "sync_concurrency", "running", "kept", "acks", "batches")
+    __slots__ = ("protocol", "sdk", "pid", "jobs", "concurrency", "sync_concurrency", "running", "kept", "acks", "batches", "features")
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     SDK_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
@@ -101,6 +101,7 @@ class Hello(_message.Message):
     KEPT_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
     BATCHES_FIELD_NUMBER: _ClassVar[int]
+    FEATURES_FIELD_NUMBER: _ClassVar[int]
     protocol: int
     sdk: str
     pid: int
@@ -111,7 +112,8 @@ class Hello(_message.Message):
     kept: _containers.RepeatedScalarFieldContainer[str]
     acks: bool
     batches: bool
-    def __init__(self, protocol: _Optional[int] = ..., sdk: _Optional[str] = ..., pid: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[HelloJob, _Mapping]]] = ..., concurrency: _Optional[int] = ..., sync_concurrency: _Optional[int] = ..., running: _Optional[_Iterable[_Union[RunningJob, _Mapping]]] = ..., kept: _Optional[_Iterable[str]] = ..., acks: _Optional[bool] = ..., batches: _Optional[bool] = ...) -> None: ...
+    features: bool
+    def __init__(self, protocol: _Optional[int] = ..., sdk: _Optional[str] = ..., pid: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[HelloJob, _Mapping]]] = ..., concurrency: _Optional[int] = ..., sync_concurrency: _Optional[int] = ..., running: _Optional[_Iterable[_Union[RunningJob, _Mapping]]] = ..., kept: _Optional[_Iterable[str]] = ..., acks: _Optional[bool] = ..., batches: _Optional[bool] = ..., features: _Optional[bool] = ...) -> None: ...
 
 class HelloJob(_message.Message):
     __slots__ = ("name", "cancellable")
