@@ -348,10 +348,10 @@ def is_uuid(v: str) -> bool:
 
 
 def _uuid(v: Any, path: str) -> str:
-    v = _string()(v, path)
-    if not is_uuid(v):
+    s: str = _string()(v, path)
+    if not is_uuid(s):
         raise ProtocolError(INVALID_VALUE, path, "must be a lower-case UUID (8-4-4-4-12 hex digits)")
-    return v
+    return s
 
 
 ENQUEUE_ERROR_CODES = ("invalid", "cap", "parent", "unavailable")
