@@ -38,6 +38,7 @@ const {
 } = require('./results');
 const { SDK } = require('./version');
 const { EXIT_SIDECAR_GONE } = require('./exits');
+const { Children } = require('./children');
 
 // Epoch milliseconds from a job frame as a Date; null when absent.
 function dateOrNull(ms) {
@@ -60,6 +61,8 @@ class Runtime {
     this.waiting = []; // entries over the concurrency limit, in arrival order
     this.running = 0;
     this.hooksRunning = 0; // afterJob hooks of jobs whose result is reported
+    // The child jobs its handlers make (ctx.enqueue, children.js); the transport connects it.
+    this.children = new Children(maxFrameBytes);
   }
 
   hello(protocol) {
@@ -170,6 +173,7 @@ class Runtime {
       };
     }
     if (entry.cancellable && entry.aborted) return { ...base, status: 'cancelled' };
+    const children = this.children;
     const ctx = Object.freeze({
       id: msg.id,
       name: msg.name,
@@ -182,6 +186,7 @@ class Runtime {
       scheduledAt: dateOrNull(msg.scheduled_at),
       createdAt: dateOrNull(msg.created_at),
       get signal() { return controller.signal; },
+      enqueue(name, args, options) { return children.enqueue(msg.id, name, args, options); },
     });
     const started = performance.now();
     await this._runHooks('beforeJob', ctx, [ctx]);
