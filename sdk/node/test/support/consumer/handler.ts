@@ -1,7 +1,7 @@
 // A TypeScript handler: type-checked against the package's index.d.ts (test/types.test.js)
 // and, compiled, run from a fresh install (test/package.test.js).
 import { setTimeout as sleep } from 'node:timers/promises';
-import { App, ChildJobError, PermanentError, Snooze, type JobContext } from 'soniq-handler';
+import { App, PermanentError, Snooze, type JobContext } from 'soniq-handler';
 
 interface ResizeArgs {
   url: string;
@@ -16,18 +16,6 @@ app.job<ResizeArgs>('ts.resize', async ({ url, width }, ctx: JobContext) => {
   await sleep(1, undefined, { signal: ctx.signal });
   const deadline: Date | null = ctx.deadline;
   return { url, width, attempt: ctx.attempt, deadline: deadline?.toISOString() ?? null };
-}, { cancellable: true });
-
-// Child jobs: an id at once (written with this job's result), or a Promise of it (immediate).
-app.job<ResizeArgs>('ts.fan_out', async ({ url }, ctx: JobContext) => {
-  const later: string = ctx.enqueue('ts.resize', { url, width: 64 }, { queue: 'images', priority: 5, delay: 1000 });
-  try {
-    const now: string = await ctx.enqueue('ts.resize', { url, width: 128 }, { immediate: true, dedupKey: url });
-    return { later, now };
-  } catch (err) {
-    if (err instanceof ChildJobError && err.code === 'cap') return { later, now: null };
-    throw err;
-  }
 }, { cancellable: true });
 
 // Untyped args are JSON values: narrow them before use.
