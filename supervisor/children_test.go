@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/config"
@@ -102,4 +104,23 @@ func TestChildParams(t *testing.T) {
 	assert.Nil(t, bare.MaxAttempts)
 	assert.Zero(t, bare.Delay)
 	assert.Empty(t, bare.Queue, "the backend's default queue")
+}
+
+func TestJobsEnqueuedBySource(t *testing.T) {
+	m, r := testMetrics(t)
+	d, ok := collected(t, r, "soniq_jobs_enqueued")
+	require.True(t, ok, "exported at 0 from the start")
+	assert.Len(t, d.(metricdata.Sum[int64]).DataPoints, 2, "child and schedule")
+	m.jobsEnqueued("child", 3)
+	m.jobsEnqueued("schedule", 1)
+	m.jobsEnqueued("child", 0)
+	d, _ = collected(t, r, "soniq_jobs_enqueued")
+	got := map[string]int64{}
+	for _, p := range d.(metricdata.Sum[int64]).DataPoints {
+		v, _ := p.Attributes.Value("source")
+		got[v.AsString()] = p.Value
+	}
+	assert.Equal(t, map[string]int64{"child": 3, "schedule": 1}, got)
+	var none *Metrics
+	none.jobsEnqueued("child", 1) // a nil Metrics records nothing
 }
