@@ -65,10 +65,12 @@ func (l *loop) onEnqueued(p *process, id, jobID string, err error) {
 	l.answerChild(p, m)
 }
 
-// answerChild sends an enqueued frame to p unless p is gone; a process that
-// no longer reads what it is sent is broken, as for a job.
+// answerChild sends an enqueued frame to p unless p is gone or being
+// stopped (its input may be closed already: an answer its handler did not
+// wait for is moot); a process that no longer reads what it is sent is
+// broken, as for a job.
 func (l *loop) answerChild(p *process, m *protocol.Enqueued) {
-	if p.state == procDead || p.brokenCause != "" {
+	if p.state == procDead || p.state == procStopping || p.brokenCause != "" {
 		return
 	}
 	if !p.send(m) {
