@@ -3,6 +3,7 @@ package postgres
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -104,14 +105,14 @@ func (k *childBatch) addChild(parent pgtype.UUID, p backends.EnqueueParams) erro
 // notified in the same transaction. The children's thirteen parameters
 // start at $n.
 func childTail(n int) string {
-	p := make([]any, 13)
-	for i := range p {
-		p[i] = n + i
+	pairs := make([]string, 0, 26)
+	for i := 12; i >= 0; i-- { // $c12 before $c1: no token is a prefix of one replaced later
+		pairs = append(pairs, "$c"+strconv.Itoa(i), "$"+strconv.Itoa(n+i))
 	}
-	return fmt.Sprintf(`,
+	return strings.NewReplacer(pairs...).Replace(`,
 c AS (
-	SELECT * FROM unnest($%d::uuid[], $%d::uuid[], $%d::text[], $%d::text[], $%d::text[], $%d::int[], $%d::int[],
-		$%d::text[], $%d::bool[], $%d::text[], $%d::float8[], $%d::text[]) WITH ORDINALITY
+	SELECT * FROM unnest($c0::uuid[], $c1::uuid[], $c2::text[], $c3::text[], $c4::text[], $c5::int[], $c6::int[],
+		$c7::text[], $c8::bool[], $c9::text[], $c10::float8[], $c11::text[]) WITH ORDINALITY
 		AS c(parent, id, name, args, hash, max_attempts, priority, queue, uniq, dedup, delay, producer, ord)
 	WHERE c.parent IN (SELECT id FROM done)
 ), kids AS (
@@ -122,9 +123,9 @@ c AS (
 	FROM c ORDER BY ord
 	ON CONFLICT DO NOTHING
 ), notified AS (
-	SELECT count(pg_notify($%d, q.queue)) AS n FROM (SELECT DISTINCT queue FROM c) AS q
+	SELECT count(pg_notify($c12, q.queue)) AS n FROM (SELECT DISTINCT queue FROM c) AS q
 )
-SELECT done.id FROM done, notified`, p...)
+SELECT done.id FROM done, notified`)
 }
 
 // queueStatements adds the statements of k to a completion batch through
