@@ -196,6 +196,19 @@ func childrenCases() []testCase {
 			assert.Equal(s.t, []string{parent.ID}, applied)
 			assert.Equal(s.t, backends.StatusQueued, s.get(kid).Status)
 		}},
+		{"children/args with a NUL escape do not fail the batch", func(s *suite) {
+			w := s.worker()
+			a, b := s.enqueueNamed("kids.nul.a"), s.enqueueNamed("kids.nul.b")
+			s.claimOne(w, "kids.nul.a")
+			s.claimOne(w, "kids.nul.b")
+			kid := backends.NewID()
+			applied := s.complete(w,
+				backends.Completion{JobID: a.ID, Outcome: backends.OutcomeDone, ResultTTL: time.Hour,
+					Children: []backends.EnqueueParams{{ID: kid, Name: "kids.nul", Args: json.RawMessage(`{"s":"a\u0000b"}`)}}},
+				backends.Completion{JobID: b.ID, Outcome: backends.OutcomeDone, ResultTTL: time.Hour})
+			assert.ElementsMatch(s.t, []string{a.ID, b.ID}, applied)
+			assert.Equal(s.t, backends.StatusQueued, s.get(kid).Status)
+		}},
 		{"children/enqueue takes the caller's id", func(s *suite) {
 			id := backends.NewID()
 			j := s.enqueue(backends.EnqueueParams{ID: id, Name: "kids.own.id"})

@@ -82,7 +82,13 @@ func (k *childBatch) addChild(parent pgtype.UUID, p backends.EnqueueParams) erro
 	k.parent = append(k.parent, parent)
 	k.id = append(k.id, parseUUID(childID))
 	k.name = append(k.name, p.Name)
-	k.args = append(k.args, string(args))
+	// As a done result is: jsonb refuses \u0000 and unpaired surrogate
+	// escapes, and one such child would fail its whole completion batch.
+	stored, err := storableJSON(string(args))
+	if err != nil {
+		return err
+	}
+	k.args = append(k.args, stored)
 	k.hash = append(k.hash, hash)
 	k.maxAttempts = append(k.maxAttempts, int32(deref(p.MaxAttempts, defaultMaxAttempts)))
 	k.priority = append(k.priority, int32(deref(p.Priority, defaultPriority)))
