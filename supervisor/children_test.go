@@ -42,6 +42,8 @@ func TestChildFate(t *testing.T) {
 		{"a negative priority within it", child(func(e *protocol.Enqueue) { e.Priority = i64(-5) }), true, 0, "", ""},
 		{"max_attempts beyond the column", child(func(e *protocol.Enqueue) { e.MaxAttempts = i64(math.MaxInt32 + 1) }), true, 0, protocol.EnqueueInvalid, "max_attempts"},
 		{"a delay past a hundred years", child(func(e *protocol.Enqueue) { e.Delay = f64(4e9) }), true, 0, protocol.EnqueueInvalid, "delay"},
+		{"a NUL in the name", child(func(e *protocol.Enqueue) { e.Name = "a\x00b" }), true, 0, protocol.EnqueueInvalid, "NUL"},
+		{"a NUL in the dedup key", child(func(e *protocol.Enqueue) { k := "k\x00"; e.DedupKey = &k }), true, 0, protocol.EnqueueInvalid, "NUL"},
 		{"args too deep for a handler", child(func(e *protocol.Enqueue) {
 			e.Args = json.RawMessage(`{"a":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`)
 		}), true, 0, protocol.EnqueueInvalid, ""},

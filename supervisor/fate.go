@@ -7,6 +7,7 @@ package supervisor
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
@@ -199,6 +200,10 @@ func childFate(e *protocol.Enqueue, held bool, made, limit, maxFrameBytes int) (
 		return protocol.EnqueueInvalid, fmt.Sprintf("max_attempts %d is outside the column's 32-bit range", *e.MaxAttempts)
 	case e.Delay != nil && *e.Delay > maxChildDelay.Seconds():
 		return protocol.EnqueueInvalid, fmt.Sprintf("delay %g s is more than %g s", *e.Delay, maxChildDelay.Seconds())
+	case hasNUL(e.Name, e.Queue, e.DedupKey):
+		// A text column cannot hold it, and a deferred child's failed
+		// write would fail its parent's whole batch.
+		return protocol.EnqueueInvalid, "name, queue and dedup_key cannot hold a NUL character"
 	}
 	if why := protocol.ArgsUnsendable(e.Args, maxFrameBytes); why != "" {
 		// It would be dead-lettered at its claim: refused now, where the
@@ -206,6 +211,19 @@ func childFate(e *protocol.Enqueue, held bool, made, limit, maxFrameBytes int) (
 		return protocol.EnqueueInvalid, why
 	}
 	return "", ""
+}
+
+// hasNUL reports whether s or a set optional value holds a NUL character.
+func hasNUL(s string, opt ...*string) bool {
+	if strings.IndexByte(s, 0) >= 0 {
+		return true
+	}
+	for _, o := range opt {
+		if o != nil && strings.IndexByte(*o, 0) >= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // maxChildDelay bounds a child's delay: a hundred years, well within a
