@@ -69,6 +69,10 @@ var StatsKeys = [...]string{"total", "queued", "processing", "done", "dead_lette
 // EnqueueParams describes a new job. Zero values take Soniq's defaults
 // (queue "default", priority 100, max_attempts 3).
 type EnqueueParams struct {
+	// ID is the new row's id, a UUID the caller drew (a handler's child
+	// job); "" = the backend draws one. A dedup or unique conflict still
+	// returns the queued duplicate, whose id is not ID.
+	ID          string
 	Name        string
 	Args        json.RawMessage // a JSON object; nil means {}
 	Queue       string
@@ -156,6 +160,13 @@ type Completion struct {
 	Error     string          // OutcomeRetry, OutcomeDeadLetter: last_error
 	Reason    string          // OutcomeDeadLetter: dead_letter_reason; OutcomeSnooze: snooze reason
 	Delay     time.Duration   // OutcomeRetry, OutcomeSnooze
+	// Children (OutcomeDone only) are jobs the run made: written in the
+	// same transaction as the done write and only when its guard matched,
+	// each as Enqueue writes it (args_hash, the new-job notification); a
+	// child whose dedup_key or unique job conflicts with a queued row, or
+	// whose ID is taken, is not written. A completion whose guard fails
+	// writes none of them.
+	Children []EnqueueParams
 }
 
 // Backend is the storage contract. Methods are safe for concurrent use.

@@ -82,8 +82,11 @@ type ManifestSettings struct {
 	ClaimAhead *time.Duration
 	// ClaimAheadMax (claim_ahead_max) caps a pool's reserve, in rows.
 	ClaimAheadMax *int
-	ResultTTL     *time.Duration // result_ttl
-	Scheduler     *bool          // scheduler
+	// MaxChildrenPerJob (max_children_per_job) caps the child jobs one
+	// execution of a job may make.
+	MaxChildrenPerJob *int
+	ResultTTL         *time.Duration // result_ttl
+	Scheduler         *bool          // scheduler
 	// Queues comes from `settings.queues` or the top-level `queues:` (one
 	// of the two at most); nil means all queues.
 	Queues []string

@@ -24,6 +24,9 @@ type Settings struct {
 	ClaimAhead time.Duration
 	// ClaimAheadMax caps a pool's reserve, in rows; > 0.
 	ClaimAheadMax int
+	// MaxChildrenPerJob caps the child jobs one execution of a job may
+	// make (ctx.enqueue); > 0.
+	MaxChildrenPerJob int
 	// SyncHandlerGrace is the flat extra wait for sync jobs once
 	// ShutdownTimeout has expired. Unless set explicitly (SyncGraceSet) it
 	// equals the resolved JobTimeout, as in Soniq; when that is 0 (no job
@@ -86,6 +89,8 @@ type SettingOverrides struct {
 	// ClaimAheadMax caps a pool's reserve, in rows; > 0.
 	ClaimAheadMax *int
 	ResultTTL     *time.Duration
+	// MaxChildrenPerJob caps the child jobs one execution may make; > 0.
+	MaxChildrenPerJob *int
 }
 
 // Source is the layer a setting's value came from.

@@ -103,7 +103,7 @@ var testJobs = []struct {
 }{
 	{"t.noop", true}, {"t.record", true}, {"t.sleep_async", true}, {"t.sleep_sync", false},
 	{"t.stubborn", true}, {"t.fail", false}, {"t.snooze", true}, {"t.trace", true},
-	{"t.crash", true}, {"t.await_cancel", true},
+	{"t.crash", true}, {"t.await_cancel", true}, {"t.children", true},
 }
 
 // manifestOpts shapes a generated manifest.

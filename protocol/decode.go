@@ -97,6 +97,10 @@ func decodeFields(f fields) (Message, *FrameError) {
 		return &Pong{Seq: seq}, nil
 	case TypeShutdown:
 		return &Shutdown{}, nil
+	case TypeEnqueue:
+		return decodeEnqueue(f)
+	case TypeEnqueued:
+		return decodeEnqueued(f)
 	}
 	return nil, &FrameError{Code: CodeUnknownType, Detail: "unknown message type " + strconv.Quote(typ)}
 }
@@ -301,6 +305,116 @@ func decodeCancel(f fields) (Message, *FrameError) {
 		Detail: strconv.Quote(reason) + " is not one of job_timeout, shutdown_timeout, user"}
 }
 
+func decodeEnqueue(f fields) (Message, *FrameError) {
+	var e Enqueue
+	var ferr *FrameError
+	if e.Parent, ferr = f.nonEmpty("parent"); ferr != nil {
+		return nil, ferr
+	}
+	id, _, ferr := f.str("id", true)
+	if ferr != nil {
+		return nil, ferr
+	}
+	if !IsCanonicalUUID(id) {
+		return nil, &FrameError{Code: CodeInvalidValue, Field: "id",
+			Detail: strconv.Quote(id) + " is not a lower-case UUID (8-4-4-4-12 hex digits)"}
+	}
+	e.ID = id
+	if e.Name, ferr = f.nonEmpty("name"); ferr != nil {
+		return nil, ferr
+	}
+	if e.Args, ferr = f.value("args", true, '{', "object"); ferr != nil {
+		return nil, ferr
+	}
+	e.Args = bytes.Clone(e.Args) // the frame's buffer is reused
+	if e.Queue, ferr = f.optNonEmpty("queue"); ferr != nil {
+		return nil, ferr
+	}
+	if e.Priority, ferr = f.optInt("priority", -maxSafeInt); ferr != nil {
+		return nil, ferr
+	}
+	if e.MaxAttempts, ferr = f.optInt("max_attempts", 1); ferr != nil {
+		return nil, ferr
+	}
+	if raw, ferr := f.value("delay", false, '0', "number"); ferr != nil {
+		return nil, ferr
+	} else if raw != nil {
+		d, ferr := nonNegative("delay", raw)
+		if ferr != nil {
+			return nil, ferr
+		}
+		e.Delay = &d
+	}
+	if e.DedupKey, ferr = f.optNonEmpty("dedup_key"); ferr != nil {
+		return nil, ferr
+	}
+	if e.Unique, ferr = f.optBool("unique"); ferr != nil {
+		return nil, ferr
+	}
+	if e.Immediate, ferr = f.optBool("immediate"); ferr != nil {
+		return nil, ferr
+	}
+	return &e, nil
+}
+
+func decodeEnqueued(f fields) (Message, *FrameError) {
+	var e Enqueued
+	var ferr *FrameError
+	if e.ID, ferr = f.nonEmpty("id"); ferr != nil {
+		return nil, ferr
+	}
+	if e.JobID, ferr = f.optString("job_id"); ferr != nil {
+		return nil, ferr
+	}
+	raw, ferr := f.value("error", false, '{', "object")
+	if ferr != nil || raw == nil {
+		return &e, ferr
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, &FrameError{Code: CodeInvalidJSON, Detail: err.Error()}
+	}
+	ef := fields{m: m, prefix: "error."}
+	code, _, ferr := ef.str("code", true)
+	if ferr != nil {
+		return nil, ferr
+	}
+	switch c := EnqueueErrorCode(code); c {
+	case EnqueueInvalid, EnqueueCap, EnqueueParent, EnqueueUnavailable:
+	default:
+		return nil, &FrameError{Code: CodeInvalidValue, Field: "error.code",
+			Detail: strconv.Quote(code) + " is not one of invalid, cap, parent, unavailable"}
+	}
+	msg, _, ferr := ef.str("message", true)
+	if ferr != nil {
+		return nil, ferr
+	}
+	e.Error = &EnqueuedError{Code: EnqueueErrorCode(code), Message: msg}
+	return &e, nil
+}
+
+// IsCanonicalUUID reports whether s is a UUID in its canonical lower-case text form,
+// 8-4-4-4-12 hex digits.
+func IsCanonicalUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // fields reads the members of one JSON object, from m or, when m is nil,
 // from kv (split in place by splitObject); prefix is the path of nested
 // objects.
@@ -454,6 +568,30 @@ func (f fields) optString(name string) (*string, *FrameError) {
 	return &s, nil
 }
 
+func (f fields) optNonEmpty(name string) (*string, *FrameError) {
+	s, ferr := f.optString(name)
+	if ferr == nil && s != nil && *s == "" {
+		return nil, &FrameError{Code: CodeInvalidValue, Field: f.prefix + name, Detail: "must not be empty"}
+	}
+	return s, ferr
+}
+
+func (f fields) optInt(name string, min int64) (*int64, *FrameError) {
+	n, ok, ferr := f.integer(name, false, min)
+	if !ok {
+		return nil, ferr
+	}
+	return &n, nil
+}
+
+func (f fields) optBool(name string) (*bool, *FrameError) {
+	b, ok, ferr := f.boolean(name, false)
+	if !ok {
+		return nil, ferr
+	}
+	return &b, nil
+}
+
 // optTime reads an optional epoch-milliseconds int (any sign).
 func (f fields) optTime(name string) (*int64, *FrameError) {
 	n, ok, ferr := f.integer(name, false, -maxSafeInt)
@@ -498,12 +636,17 @@ func (f fields) seconds() (float64, *FrameError) {
 	if ferr != nil {
 		return 0, ferr
 	}
+	return nonNegative("seconds", raw)
+}
+
+// nonNegative reads a number field's raw value: finite and ≥ 0.
+func nonNegative(field string, raw json.RawMessage) (float64, *FrameError) {
 	s, err := strconv.ParseFloat(string(raw), 64)
 	if err != nil || math.IsInf(s, 0) {
-		return 0, &FrameError{Code: CodeInvalidValue, Field: "seconds", Detail: string(raw) + " is out of range"}
+		return 0, &FrameError{Code: CodeInvalidValue, Field: field, Detail: string(raw) + " is out of range"}
 	}
 	if s < 0 {
-		return 0, &FrameError{Code: CodeInvalidValue, Field: "seconds", Detail: "must be ≥ 0, got " + string(raw)}
+		return 0, &FrameError{Code: CodeInvalidValue, Field: field, Detail: "must be ≥ 0, got " + string(raw)}
 	}
 	return s, nil
 }

@@ -152,10 +152,81 @@ func appendMessage(b []byte, m Message) ([]byte, error) {
 		b = strconv.AppendInt(b, m.Seq, 10)
 	case *Shutdown:
 		b = append(b, `{"type":"shutdown"`...)
+	case *Enqueue:
+		if b, err = appendEnqueue(b, m); err != nil {
+			return nil, err
+		}
+	case *Enqueued:
+		b = append(b, `{"type":"enqueued","id":`...)
+		b = appendString(b, m.ID)
+		if m.JobID != nil {
+			b = append(b, `,"job_id":`...)
+			b = appendString(b, *m.JobID)
+		}
+		if m.Error != nil {
+			b = append(b, `,"error":{"code":`...)
+			b = appendString(b, string(m.Error.Code))
+			b = append(b, `,"message":`...)
+			b = appendString(b, m.Error.Message)
+			b = append(b, '}')
+		}
 	default:
 		return nil, fmt.Errorf("protocol: encode: unsupported message %T", m)
 	}
 	return append(b, '}'), nil
+}
+
+func appendEnqueue(b []byte, m *Enqueue) ([]byte, error) {
+	var err error
+	b = append(b, `{"type":"enqueue","parent":`...)
+	b = appendString(b, m.Parent)
+	b = append(b, `,"id":`...)
+	b = appendString(b, m.ID)
+	b = append(b, `,"name":`...)
+	b = appendString(b, m.Name)
+	b = append(b, `,"args":`...)
+	if m.Args == nil {
+		b = append(b, "{}"...)
+	} else {
+		start := len(b)
+		if b, err = appendRaw(b, m.Args, "args"); err != nil {
+			return nil, err
+		}
+		if b[start] != '{' {
+			return nil, errors.New("protocol: encode enqueue: args is not a JSON object")
+		}
+	}
+	if m.Queue != nil {
+		b = append(b, `,"queue":`...)
+		b = appendString(b, *m.Queue)
+	}
+	if m.Priority != nil {
+		b = append(b, `,"priority":`...)
+		b = strconv.AppendInt(b, *m.Priority, 10)
+	}
+	if m.MaxAttempts != nil {
+		b = append(b, `,"max_attempts":`...)
+		b = strconv.AppendInt(b, *m.MaxAttempts, 10)
+	}
+	if m.Delay != nil {
+		b = append(b, `,"delay":`...)
+		if b, err = appendFloat(b, *m.Delay); err != nil {
+			return nil, err
+		}
+	}
+	if m.DedupKey != nil {
+		b = append(b, `,"dedup_key":`...)
+		b = appendString(b, *m.DedupKey)
+	}
+	if m.Unique != nil {
+		b = append(b, `,"unique":`...)
+		b = strconv.AppendBool(b, *m.Unique)
+	}
+	if m.Immediate != nil {
+		b = append(b, `,"immediate":`...)
+		b = strconv.AppendBool(b, *m.Immediate)
+	}
+	return b, nil
 }
 
 func appendRaw(b []byte, raw json.RawMessage, field string) ([]byte, error) {

@@ -23,7 +23,7 @@ const DefaultMaxFrameBytes = 16 << 20
 // Type is the value of a frame's "type" field.
 type Type string
 
-// The seven message types.
+// The message types.
 const (
 	TypeHello    Type = "hello"    // handler → sidecar, first frame
 	TypeJob      Type = "job"      // sidecar → handler
@@ -32,15 +32,18 @@ const (
 	TypePing     Type = "ping"     // sidecar → handler
 	TypePong     Type = "pong"     // handler → sidecar
 	TypeShutdown Type = "shutdown" // sidecar → handler
+	TypeEnqueue  Type = "enqueue"  // handler → sidecar: a child job
+	TypeEnqueued Type = "enqueued" // sidecar → handler: an immediate child written or refused
 )
 
 // FromHandler reports whether messages of type t travel from the handler to the sidecar
-// (hello, result, pong). The other types travel from the sidecar to the handler.
+// (hello, result, pong, enqueue). The other types travel from the sidecar to the handler.
 func (t Type) FromHandler() bool {
-	return t == TypeHello || t == TypeResult || t == TypePong
+	return t == TypeHello || t == TypeResult || t == TypePong || t == TypeEnqueue
 }
 
-// Message is one decoded frame: *Hello, *Job, *Result, *Cancel, *Ping, *Pong or *Shutdown.
+// Message is one decoded frame: *Hello, *Job, *Result, *Cancel, *Ping, *Pong, *Shutdown,
+// *Enqueue or *Enqueued.
 type Message interface {
 	Type() Type
 }
@@ -157,6 +160,59 @@ type Pong struct{ Seq int64 }
 // Shutdown tells the handler to finish what it holds and exit 0.
 type Shutdown struct{}
 
+// Enqueue asks the sidecar to write a child job of Parent, a job the process holds.
+// The optional fields are nil when absent (the row then takes Soniq's default).
+type Enqueue struct {
+	Parent string
+	// ID is the child's id, drawn by the handler: a canonical lower-case UUID.
+	ID   string
+	Name string
+	// Args is the child's arguments, a JSON object.
+	Args        json.RawMessage
+	Queue       *string
+	Priority    *int64
+	MaxAttempts *int64
+	// Delay is in seconds (≥ 0, finite).
+	Delay    *float64
+	DedupKey *string
+	Unique   *bool
+	// Immediate true: written at once and answered by an Enqueued; otherwise written
+	// with the parent's done result.
+	Immediate *bool
+}
+
+// FeatureEnqueue is the feature a sidecar announces when it takes Enqueue
+// frames (SONIQ_FEATURES, the Session's Features message).
+const FeatureEnqueue = "enqueue"
+
+// IsImmediate reports whether the child is to be written at once.
+func (e *Enqueue) IsImmediate() bool { return e.Immediate != nil && *e.Immediate }
+
+// EnqueueErrorCode says why an immediate child was refused.
+type EnqueueErrorCode string
+
+// The refusal codes of an Enqueued.
+const (
+	EnqueueInvalid     EnqueueErrorCode = "invalid"     // a name, args or option the sidecar will not write
+	EnqueueCap         EnqueueErrorCode = "cap"         // past max_children_per_job
+	EnqueueParent      EnqueueErrorCode = "parent"      // the parent is not held by this process
+	EnqueueUnavailable EnqueueErrorCode = "unavailable" // the database write failed
+)
+
+// EnqueuedError is an Enqueued's refusal.
+type EnqueuedError struct {
+	Code    EnqueueErrorCode
+	Message string
+}
+
+// Enqueued answers an immediate Enqueue: JobID names the row that holds the child
+// (the child's own id, or a queued duplicate's), or Error says why nothing was written.
+type Enqueued struct {
+	ID    string
+	JobID *string
+	Error *EnqueuedError
+}
+
 func (*Hello) Type() Type    { return TypeHello }
 func (*Job) Type() Type      { return TypeJob }
 func (*Result) Type() Type   { return TypeResult }
@@ -164,3 +220,5 @@ func (*Cancel) Type() Type   { return TypeCancel }
 func (*Ping) Type() Type     { return TypePing }
 func (*Pong) Type() Type     { return TypePong }
 func (*Shutdown) Type() Type { return TypeShutdown }
+func (*Enqueue) Type() Type  { return TypeEnqueue }
+func (*Enqueued) Type() Type { return TypeEnqueued }

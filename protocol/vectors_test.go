@@ -95,7 +95,8 @@ func TestVectorsFile(t *testing.T) {
 		CodeMissingField, CodeWrongType, CodeInvalidValue} {
 		require.Positive(t, codes[string(c)], "no invalid vector with code %s", c)
 	}
-	for _, typ := range []Type{TypeHello, TypeJob, TypeResult, TypeCancel, TypePing, TypePong, TypeShutdown} {
+	for _, typ := range []Type{TypeHello, TypeJob, TypeResult, TypeCancel, TypePing, TypePong, TypeShutdown,
+		TypeEnqueue, TypeEnqueued} {
 		require.Positive(t, types[string(typ)], "no valid vector of type %s", typ)
 	}
 }
@@ -185,6 +186,10 @@ func fromDecoded(t *testing.T, decoded json.RawMessage) Message {
 		Reason  *string
 		Seq     int64
 	}
+	switch typ := peekType(t, decoded); typ {
+	case TypeEnqueue, TypeEnqueued:
+		return fromDecodedEnqueue(t, typ, decoded)
+	}
 	require.NoError(t, json.Unmarshal(decoded, &d))
 	switch d.Type {
 	case TypeHello:
@@ -225,6 +230,42 @@ func fromDecoded(t *testing.T, decoded json.RawMessage) Message {
 	}
 	t.Fatalf("decoded of unknown type %q", d.Type)
 	return nil
+}
+
+func peekType(t *testing.T, decoded json.RawMessage) Type {
+	t.Helper()
+	var d struct{ Type Type }
+	require.NoError(t, json.Unmarshal(decoded, &d))
+	return d.Type
+}
+
+// fromDecodedEnqueue is fromDecoded for the child-job messages, whose optional fields
+// are pointers.
+func fromDecodedEnqueue(t *testing.T, typ Type, decoded json.RawMessage) Message {
+	t.Helper()
+	var d struct {
+		Parent, ID, Name string
+		Args             json.RawMessage
+		Queue            *string
+		Priority         *int64
+		MaxAttempts      *int64 `json:"max_attempts"`
+		Delay            *float64
+		DedupKey         *string `json:"dedup_key"`
+		Unique           *bool
+		Immediate        *bool
+		JobID            *string `json:"job_id"`
+		Error            *struct{ Code, Message string }
+	}
+	require.NoError(t, json.Unmarshal(decoded, &d))
+	if typ == TypeEnqueued {
+		e := &Enqueued{ID: d.ID, JobID: d.JobID}
+		if d.Error != nil {
+			e.Error = &EnqueuedError{Code: EnqueueErrorCode(d.Error.Code), Message: d.Error.Message}
+		}
+		return e
+	}
+	return &Enqueue{Parent: d.Parent, ID: d.ID, Name: d.Name, Args: d.Args, Queue: d.Queue, Priority: d.Priority,
+		MaxAttempts: d.MaxAttempts, Delay: d.Delay, DedupKey: d.DedupKey, Unique: d.Unique, Immediate: d.Immediate}
 }
 
 // canonical renders m as the vectors' `decoded` form: every field of its type, nulls for
@@ -276,6 +317,16 @@ func canonical(t testing.TB, m Message) []byte {
 		v = map[string]any{"type": "pong", "seq": m.Seq}
 	case *Shutdown:
 		v = map[string]any{"type": "shutdown"}
+	case *Enqueue:
+		v = map[string]any{"type": "enqueue", "parent": m.Parent, "id": m.ID, "name": m.Name, "args": raw(m.Args),
+			"queue": m.Queue, "priority": m.Priority, "max_attempts": m.MaxAttempts, "delay": m.Delay,
+			"dedup_key": m.DedupKey, "unique": m.Unique, "immediate": m.Immediate}
+	case *Enqueued:
+		var e any
+		if m.Error != nil {
+			e = map[string]any{"code": m.Error.Code, "message": m.Error.Message}
+		}
+		v = map[string]any{"type": "enqueued", "id": m.ID, "job_id": m.JobID, "error": e}
 	default:
 		t.Fatalf("unexpected message %T", m)
 	}

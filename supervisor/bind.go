@@ -5,7 +5,11 @@ package supervisor
 // each execution's timeout timer change here and nowhere else, so "who
 // holds this job, and may this process be signalled?" has one answer.
 
-import "time"
+import (
+	"time"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+)
 
 // hold records that t's row is this sidecar's to write: claimed, taken
 // over from a predecessor, or queued again for a suspect's run alone. A
@@ -28,6 +32,7 @@ func (l *loop) drop(t *task) {
 // starts.
 func (l *loop) bind(t *task, p *process) {
 	t.proc, t.state, t.startedAt = p, taskRunning, time.Now()
+	t.kids = taskChildren{} // a new execution has made no child yet
 	p.tasks[t.job.ID] = t
 	if t.sync() {
 		p.syncHeld++
@@ -65,5 +70,32 @@ func (l *loop) vacate(p *process) {
 func (l *loop) stopTimeout(t *task) {
 	if t.timer != nil {
 		t.timer.Stop()
+	}
+}
+
+// taskChildren is what one execution of a job asked for with ctx.enqueue:
+// the deferred children, written with its done result and only with it;
+// how many it made (immediate ones too), for max_children_per_job; and the
+// first deferred child refused, which turns its done into a failure.
+type taskChildren struct {
+	deferred []backends.EnqueueParams
+	made     int
+	refused  string
+}
+
+// keepChild counts a child of t's execution; a deferred one is held until
+// t's result: written with a done, dropped with any other end.
+func (l *loop) keepChild(t *task, c backends.EnqueueParams, deferred bool) {
+	t.kids.made++
+	if deferred {
+		t.kids.deferred = append(t.kids.deferred, c)
+	}
+}
+
+// refuseChild records that a deferred child of t was refused (why names
+// it): t's done result will be written as a failure, with no child.
+func (l *loop) refuseChild(t *task, why string) {
+	if t.kids.refused == "" {
+		t.kids.refused = why
 	}
 }

@@ -133,6 +133,14 @@ type (
 	// settledEvent: the writer settled these completions (written, or
 	// refused by their guard).
 	settledEvent struct{ ids []string }
+	// enqueuedEvent: a child asked for at once was written (jobID: the
+	// row that holds it) or not (err); proc asked for it (children.go).
+	enqueuedEvent struct {
+		proc  *process
+		id    string
+		jobID string
+		err   error
+	}
 	// reregisteredEvent: the worker row is registered again; ids are rows
 	// no longer ours.
 	reregisteredEvent struct {
@@ -170,3 +178,4 @@ func (reregisteredEvent) isEvent()    {}
 func (settleEvent) isEvent()          {}
 func (ackTimeoutEvent) isEvent()      {}
 func (settledEvent) isEvent()         {}
+func (enqueuedEvent) isEvent()        {}

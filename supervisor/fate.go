@@ -6,6 +6,8 @@ package supervisor
 
 import (
 	"fmt"
+	"math"
+	"strings"
 	"time"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
@@ -180,3 +182,66 @@ func crashCounts(held int) bool { return held <= 1 }
 // without end; never killed); every other one, an async job running or any
 // job claimed and not yet running, is NACKed: queued again, attempts kept.
 func nackedAtForce(running, sync bool) bool { return !(running && sync) }
+
+// childFate decides whether the sidecar takes a child job a handler asked
+// for (an enqueue frame): "" when it does, else the refusal's code and
+// why. held: the parent is a job the process holds and has not answered;
+// made: the children its execution made so far; limit:
+// max_children_per_job.
+func childFate(e *protocol.Enqueue, held bool, made, limit, maxFrameBytes int) (protocol.EnqueueErrorCode, string) {
+	switch {
+	case !held:
+		return protocol.EnqueueParent, fmt.Sprintf("job %s is not running in this process (answered, timed out, cancelled or never given)", e.Parent)
+	case made >= limit:
+		return protocol.EnqueueCap, fmt.Sprintf("job %s has made %d child jobs, the most max_children_per_job allows", e.Parent, limit)
+	case e.Priority != nil && (*e.Priority < math.MinInt32 || *e.Priority > math.MaxInt32):
+		return protocol.EnqueueInvalid, fmt.Sprintf("priority %d is outside the column's 32-bit range", *e.Priority)
+	case e.MaxAttempts != nil && *e.MaxAttempts > math.MaxInt32:
+		return protocol.EnqueueInvalid, fmt.Sprintf("max_attempts %d is outside the column's 32-bit range", *e.MaxAttempts)
+	case e.Delay != nil && *e.Delay > maxChildDelay.Seconds():
+		return protocol.EnqueueInvalid, fmt.Sprintf("delay %g s is more than %g s", *e.Delay, maxChildDelay.Seconds())
+	case hasNUL(e.Name, e.Queue, e.DedupKey):
+		// A text column cannot hold it, and a deferred child's failed
+		// write would fail its parent's whole batch.
+		return protocol.EnqueueInvalid, "name, queue and dedup_key cannot hold a NUL character"
+	}
+	if why := protocol.ArgsUnsendable(e.Args, maxFrameBytes); why != "" {
+		// It would be dead-lettered at its claim: refused now, where the
+		// handler can see why.
+		return protocol.EnqueueInvalid, why
+	}
+	return "", ""
+}
+
+// hasNUL reports whether s or a set optional value holds a NUL character.
+func hasNUL(s string, opt ...*string) bool {
+	if strings.IndexByte(s, 0) >= 0 {
+		return true
+	}
+	for _, o := range opt {
+		if o != nil && strings.IndexByte(*o, 0) >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// maxChildDelay bounds a child's delay: a hundred years, well within a
+// time.Duration.
+const maxChildDelay = 100 * 365 * 24 * time.Hour
+
+// childrenOutcome adds an execution's deferred children to its done write.
+// A done whose execution had a deferred child refused is written as a
+// failure instead (ChildJobRefused, through the retry policy), with no
+// child: the parent's work is not complete without it. Any other outcome
+// writes none of them.
+func childrenOutcome(o outcome, j backends.Job, retry config.RetryPolicy, deferred []backends.EnqueueParams, refused string, rnd func() float64) outcome {
+	if o.write.Outcome != backends.OutcomeDone {
+		return o
+	}
+	if refused != "" {
+		return failureOutcome(j, retry, "ChildJobRefused: "+refused, true, "failed", rnd)
+	}
+	o.write.Children = deferred
+	return o
+}

@@ -222,6 +222,12 @@ func (l *loop) onFrame(p *process, m protocol.Message) {
 		if msg.Seq == p.ping.seq {
 			p.ping.sentAt = time.Time{}
 		}
+	case *protocol.Enqueue:
+		if p.hello == nil {
+			l.breakProcess(p, "protocol_error", fmt.Sprintf("protocol error from handler %s process %d: an enqueue before hello", p.pool.h.Name, p.pid))
+			return
+		}
+		l.onEnqueue(p, msg)
 	}
 }
 

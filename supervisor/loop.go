@@ -38,9 +38,10 @@ type task struct {
 	state     taskState
 	timer     *time.Timer
 	startedAt time.Time
-	abandoned string     // why: "job_timeout", "shutdown_timeout", "user" (a cancel request), …
-	span      trace.Span // one span per execution; nil until started
-	suspect   bool       // its process died holding other jobs too: it runs alone next (suspect.go)
+	abandoned string       // why: "job_timeout", "shutdown_timeout", "user" (a cancel request), …
+	span      trace.Span   // one span per execution; nil until started
+	suspect   bool         // its process died holding other jobs too: it runs alone next (suspect.go)
+	kids      taskChildren // the child jobs this execution asked for (bind.go)
 }
 
 // endSpan closes the execution's span once, with its outcome.
@@ -117,17 +118,18 @@ func (pl *pool) pick(t *task) *process {
 type loop struct {
 	// Wiring, set once by newLoop: what the loop reads from, reports to
 	// and writes with.
-	host    loopHost
-	cfg     *Config
-	log     *slog.Logger
-	metrics *Metrics
-	tracer  trace.Tracer
-	spans   bool             // false: tracer is a noop.Tracer, no span is started
-	emit    func(event) bool // queues an event for the loop (from any goroutine)
-	writer  *completer.Completer
-	sp      *transport.Spawner
-	wg      *sync.WaitGroup
-	pools   []*pool
+	host     loopHost
+	cfg      *Config
+	log      *slog.Logger
+	metrics  *Metrics
+	tracer   trace.Tracer
+	spans    bool             // false: tracer is a noop.Tracer, no span is started
+	emit     func(event) bool // queues an event for the loop (from any goroutine)
+	writer   *completer.Completer
+	enqueuer *completer.Enqueuer // writes the children asked for at once (children.go); set by Run
+	sp       *transport.Spawner
+	wg       *sync.WaitGroup
+	pools    []*pool
 
 	// Each group below is written by the file named beside it only
 	// (TestFieldGroupsHaveOneWriter).
@@ -164,6 +166,8 @@ type loopHost struct {
 	// reregister registers the worker row again and returns the held
 	// job ids that are no longer this worker's.
 	reregister func(ctx context.Context, held []string) ([]string, error)
+	// producerID is the producer_id of the child jobs it writes.
+	producerID string
 }
 
 func (s *Supervisor) loopHost() loopHost {
@@ -175,6 +179,7 @@ func (s *Supervisor) loopHost() loopHost {
 		acking:           func() { s.acking.Store(true) },
 		hostname:         s.workerHostname,
 		reregister:       s.reregister,
+		producerID:       s.producerID(),
 	}
 }
 
@@ -299,6 +304,8 @@ func (l *loop) react(e event) {
 		l.onInheritWaitOver()
 	case settledEvent:
 		l.onSettled(e.ids)
+	case enqueuedEvent:
+		l.onEnqueued(e.proc, e.id, e.jobID, e.err)
 	case auditEvent:
 		l.onAudit(e.reading)
 	case ackTimeoutEvent:
@@ -330,6 +337,8 @@ func touched(e event) *pool {
 	case killEvent:
 		return e.proc.pool
 	case ackTimeoutEvent:
+		return e.proc.pool
+	case enqueuedEvent:
 		return e.proc.pool
 	case restartEvent:
 		return e.pool

@@ -40,6 +40,7 @@ type Metrics struct {
 	reserveWait metric.Float64Histogram
 	attach      attachMetrics
 	schedules   *scheduler.Metrics
+	enqueued    metric.Int64Counter
 
 	// lastNack is when the latest shutdown NACK was counted (unix ns; 0:
 	// none), so that run can hold its exit for a scrape that sees it.
@@ -243,6 +244,11 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 	})
 	mk(func() error { return x.initAttach(m) })
 	mk(func() (e error) { x.schedules, e = scheduler.NewMetrics(m); return })
+	mk(func() (e error) {
+		x.enqueued, e = m.Int64Counter("soniq_jobs_enqueued",
+			metric.WithDescription("Jobs this sidecar enqueued, by source: child (written for a handler's ctx.enqueue: with its parent's done, or at once; a dedup or unique hit included) and schedule (fired for a due recurring schedule)."))
+		return
+	})
 	if err != nil {
 		return nil, fmt.Errorf("creating supervisor metrics: %w", err)
 	}
@@ -251,6 +257,9 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 	x.staleWkrs.Add(context.Background(), 0)
 	x.staleJobs.Add(context.Background(), 0)
 	x.auditFreed.Add(context.Background(), 0)
+	for _, source := range enqueueSources {
+		x.enqueued.Add(context.Background(), 0, metric.WithAttributes(attribute.String("source", source)))
+	}
 	for _, reason := range returnReasons {
 		x.returned.Add(context.Background(), 0, metric.WithAttributes(attribute.String("reason", reason)))
 	}
@@ -544,4 +553,15 @@ func (m *Metrics) scheduleMetrics() *scheduler.Metrics {
 		return nil
 	}
 	return m.schedules
+}
+
+// enqueueSources are the source labels of soniq_jobs_enqueued_total.
+var enqueueSources = [...]string{"child", "schedule"}
+
+// jobsEnqueued counts n jobs enqueued by source (enqueueSources).
+func (m *Metrics) jobsEnqueued(source string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.enqueued.Add(context.Background(), int64(n), metric.WithAttributes(attribute.String("source", source)))
 }

@@ -15,7 +15,7 @@ import (
 // struct literal is not one. The first owned name met from the root of the
 // target decides (l.shut.timer belongs to shut, t.timer to binding).
 var fieldOwners = map[string]string{
-	"live": "bind.go", "tasks": "bind.go", "syncHeld": "bind.go", "timer": "bind.go",
+	"live": "bind.go", "tasks": "bind.go", "syncHeld": "bind.go", "timer": "bind.go", "kids": "bind.go",
 	"claim": "dispatch.go", "pending": "dispatch.go",
 	"shut":      "shutdown.go",
 	"rereg":     "identity.go",

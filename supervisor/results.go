@@ -36,9 +36,11 @@ func (l *loop) onResult(p *process, r *protocol.Result) {
 	}
 }
 
-// record turns a handler's result into the row's terminal write.
+// record turns a handler's result into the row's terminal write, with the
+// children its execution made.
 func (l *loop) record(t *task, r *protocol.Result) {
-	l.apply(t, resultOutcome(*t.job, t.spec, r, l.cfg.Settings.ResultTTL, randFloat))
+	o := resultOutcome(*t.job, t.spec, r, l.cfg.Settings.ResultTTL, randFloat)
+	l.apply(t, childrenOutcome(o, *t.job, t.spec.Retry, t.kids.deferred, t.kids.refused, randFloat))
 }
 
 // fail applies the retry policy to a failure the sidecar saw (a timeout, a

@@ -2,8 +2,6 @@ package supervisor
 
 import (
 	"context"
-	"fmt"
-	"os"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/internal/completer"
@@ -21,6 +19,9 @@ type services struct {
 	// writer is stopped once the loop has returned, so every result the
 	// loop decided is written.
 	writer *completer.Completer
+	// enqueuer writes the child jobs asked for at once; stopped with the
+	// writer.
+	enqueuer *completer.Enqueuer
 	// watchers are stopped after the writer: the leader's maintenance,
 	// the queue statistics, the fleet and the claim-order index.
 	watchers []interface{ Stop() }
@@ -38,6 +39,8 @@ func (s *Supervisor) startServices(ctx context.Context, total int) *services {
 
 	svc.writer = s.newWriter(total)
 	svc.writer.Start()
+	svc.enqueuer = s.newEnqueuer()
+	svc.enqueuer.Start()
 
 	maintainer := s.newMaintainer()
 	maintainer.Start(ctx)
@@ -67,7 +70,7 @@ func (s *Supervisor) startServices(ctx context.Context, total int) *services {
 		sch := scheduler.New(scheduler.Config{Backend: s.cfg.Backend, Log: s.log, Metrics: s.metrics.scheduleMetrics(),
 			// Who fired a job: this sidecar's worker row, as Soniq's
 			// producers write host:pid:program.
-			ProducerID: fmt.Sprintf("%s:%d:soniq-sidecar:%s", s.workerHostname(), os.Getpid(), s.workerID)})
+			ProducerID: s.producerID(), Enqueued: func() { s.metrics.jobsEnqueued("schedule", 1) }})
 		sch.Start(ctx)
 		svc.watchers = append(svc.watchers, sch)
 	}
@@ -94,6 +97,7 @@ func (s *Supervisor) newWriter(total int) *completer.Completer {
 			default: // the loop is busy; the next poll will do
 			}
 		},
+		ChildrenWritten: func(n int) { s.metrics.jobsEnqueued("child", n) },
 		// Attached handlers forget a result once it is settled (acks.go).
 		Settled: func(ids []string) {
 			if s.acking.Load() {

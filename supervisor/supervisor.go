@@ -356,6 +356,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	sp := transport.StartSpawner()
 
 	l := newLoop(s, svc.writer, sp, &wg)
+	l.enqueuer = svc.enqueuer
 	l.inherit(inherited)
 	go func() {
 		select {
@@ -370,6 +371,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 
 	// Every result the loop decided is with the writer; wait for it.
 	svc.writer.Stop()
+	svc.enqueuer.Stop()
 	svc.stopWatchers()
 	s.markStopped(bg, svc.writer.GaveUp())
 	// Beats go on until the row is marked stopped.

@@ -43,6 +43,7 @@ func Run(t *testing.T, newHarness Factory) {
 	all = append(all, scheduleCases()...)
 	all = append(all, cancelCases()...)
 	all = append(all, completeClaimCases()...)
+	all = append(all, childrenCases()...)
 	for _, tc := range all {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -102,6 +102,7 @@ func queueCompletions(batch *pgx.Batch, workerID string, cs []backends.Completio
 		deleteIDs = make([]pgtype.UUID, 0, len(cs))
 	}
 	seen := make(map[pgtype.UUID]bool, len(cs))
+	var kids childBatch // done writes with children: children.go
 	for _, c := range cs {
 		// An id that cannot be a uuid matches no row; a repeated id would
 		// make one statement touch a row twice. The first completion wins.
@@ -115,6 +116,12 @@ func queueCompletions(batch *pgx.Batch, workerID string, cs []backends.Completio
 		seen[id] = true
 		switch c.Outcome {
 		case backends.OutcomeDone:
+			if len(c.Children) > 0 {
+				if err := kids.add(id, c); err != nil {
+					return nil, err
+				}
+				continue
+			}
 			if c.ResultTTL <= 0 {
 				deleteIDs = append(deleteIDs, id)
 				continue
@@ -237,6 +244,7 @@ RETURNING id::uuid`, deadIDs, deadErrs, deadReasons, workerID)
 	if len(cancelIDs) > 0 {
 		queue(cancelStatement, cancelIDs, workerID)
 	}
+	kids.queueStatements(queue, workerID)
 	return func() []string {
 		// Report in the caller's order, each id once.
 		out := make([]string, 0, len(applied))

@@ -144,7 +144,12 @@ func (b *Backend) Enqueue(ctx context.Context, p backends.EnqueueParams) (backen
 		s := p.Delay.Seconds()
 		delaySecs = &s
 	}
-	id := backends.NewID()
+	id := p.ID
+	if id == "" {
+		id = backends.NewID()
+	} else if !isUUID(id) {
+		return backends.Job{}, fmt.Errorf("enqueue %s: id %q is not a uuid", p.Name, id)
+	}
 
 	const insert = `INSERT INTO soniq_jobs
 	(id, job_name, args, args_hash, max_attempts, priority, queue, unique_job, dedup_key, scheduled_at, producer_id)

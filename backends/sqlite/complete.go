@@ -111,6 +111,11 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 	if err != nil {
 		return nil, fmt.Errorf("completing jobs: %w", err)
 	}
+	kids, err := buildChildren(cs, t) // children.go
+	if err != nil {
+		return nil, fmt.Errorf("completing jobs: %w", err)
+	}
+	var kidQueues []string
 
 	var applied []string
 	run := func(ctx context.Context, tx *sql.Tx, what, query string, batch any, args ...any) error {
@@ -148,6 +153,13 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 				WHERE soniq_jobs.id = v.value ->> 'id'
 				  AND soniq_jobs.status = 'processing' AND soniq_jobs.worker_id = ?2
 				RETURNING soniq_jobs.id`, bs.done, workerID, ts); err != nil {
+				return err
+			}
+		}
+		if len(kids) > 0 {
+			// applied holds the done writes alone so far.
+			var err error
+			if kidQueues, err = writeChildren(ctx, tx, kids, applied, ts); err != nil {
 				return err
 			}
 		}
@@ -194,6 +206,9 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 	})
 	if err != nil {
 		return nil, err
+	}
+	for _, q := range kidQueues {
+		b.notify(q)
 	}
 	ids := make([]string, len(cs))
 	for i, c := range cs {

@@ -143,7 +143,12 @@ func (b *Backend) Enqueue(ctx context.Context, p backends.EnqueueParams) (backen
 		}
 		hash = h
 	}
-	id := backends.NewID()
+	id := p.ID
+	if id == "" {
+		id = backends.NewID()
+	} else if !backends.IsUUID(id) {
+		return backends.Job{}, fmt.Errorf("enqueueing job %q: id %q is not a uuid", p.Name, id)
+	}
 	ts := now()
 	var scheduled any
 	if p.Delay > 0 {

@@ -58,6 +58,10 @@ type Config struct {
 	// Settled is called with the job ids of every batch of completions
 	// written (applied or refused by their guard).
 	Settled func(ids []string)
+	// ChildrenWritten is called with the number of child jobs a batch
+	// carried with done writes whose guard matched (a child that met a
+	// queued duplicate included).
+	ChildrenWritten func(n int)
 }
 
 // Completer batches terminal writes and NACKs. Create it with New, start
@@ -70,6 +74,7 @@ type Completer struct {
 	requeued    func()
 	afterWrite  func()
 	settled     func(ids []string)
+	children    func(n int)
 	lingerBatch int
 
 	mu          sync.Mutex
@@ -101,7 +106,7 @@ type Completer struct {
 func New(cfg Config) *Completer {
 	w := &Completer{
 		backend: cfg.Backend, workerID: cfg.WorkerID, log: cfg.Log,
-		requeued: cfg.Requeued, afterWrite: cfg.AfterWrite, settled: cfg.Settled,
+		requeued: cfg.Requeued, afterWrite: cfg.AfterWrite, settled: cfg.Settled, children: cfg.ChildrenWritten,
 		lingerBatch: cfg.LingerBatch,
 		wake:        make(chan struct{}, 1), done: make(chan struct{}),
 	}
@@ -504,6 +509,7 @@ func (w *Completer) settle(cs []backends.Completion, applied []string) {
 			break
 		}
 	}
+	w.countChildren(cs, applied)
 	if len(applied) == len(cs) {
 		return
 	}
@@ -517,6 +523,32 @@ func (w *Completer) settle(cs []backends.Completion, applied []string) {
 			// stale-worker recovery or claimed by another worker.
 			w.log.Warn("result discarded: the row is no longer processing for this worker", "job_id", c.JobID, "outcome", c.Outcome.String())
 		}
+	}
+}
+
+// countChildren reports the children of the done writes applied.
+func (w *Completer) countChildren(cs []backends.Completion, applied []string) {
+	if w.children == nil {
+		return
+	}
+	var ok map[string]bool
+	n := 0
+	for _, c := range cs {
+		if len(c.Children) == 0 {
+			continue
+		}
+		if ok == nil {
+			ok = make(map[string]bool, len(applied))
+			for _, id := range applied {
+				ok[id] = true
+			}
+		}
+		if ok[c.JobID] && c.Outcome == backends.OutcomeDone {
+			n += len(c.Children)
+		}
+	}
+	if n > 0 {
+		w.children(n)
 	}
 }
 

@@ -19,6 +19,10 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 			return nil, fmt.Errorf("complete job %s: unknown outcome %d", c.JobID, c.Outcome)
 		}
 	}
+	kids, err := checkChildren(cs)
+	if err != nil {
+		return nil, err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	t := now()
@@ -31,6 +35,7 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 		applied = append(applied, j.ID)
 		switch c.Outcome {
 		case backends.OutcomeDone:
+			b.childrenLocked(kids[c.JobID])
 			if c.ResultTTL == 0 {
 				b.deleteLocked(j.ID)
 				continue

@@ -83,40 +83,68 @@ func (b *Backend) Enqueue(ctx context.Context, p backends.EnqueueParams) (backen
 	if err := ctx.Err(); err != nil {
 		return backends.Job{}, err
 	}
+	args, hash, err := enqueueArgs(p)
+	if err != nil {
+		return backends.Job{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	j, err := b.enqueueLocked(p, args, hash)
+	if err != nil {
+		return backends.Job{}, err
+	}
+	return cloneJob(j), nil
+}
+
+// enqueueArgs checks p's name, id and args and computes its args_hash
+// (unique jobs only).
+func enqueueArgs(p backends.EnqueueParams) (json.RawMessage, *string, error) {
 	if p.Name == "" {
-		return backends.Job{}, fmt.Errorf("enqueue: job name is empty")
+		return nil, nil, fmt.Errorf("enqueue: job name is empty")
+	}
+	if p.ID != "" && !backends.IsUUID(p.ID) {
+		return nil, nil, fmt.Errorf("enqueue %q: id %q is not a uuid", p.Name, p.ID)
 	}
 	args := p.Args
 	if len(bytes.TrimSpace(args)) == 0 {
 		args = json.RawMessage(`{}`)
 	}
 	if !json.Valid(args) {
-		return backends.Job{}, fmt.Errorf("enqueue %q: args are not valid JSON", p.Name)
+		return nil, nil, fmt.Errorf("enqueue %q: args are not valid JSON", p.Name)
 	}
 	var hash *string
 	if p.UniqueJob {
 		h, err := backends.ArgsHash(args)
 		if err != nil {
-			return backends.Job{}, fmt.Errorf("enqueue %q: hash args: %w", p.Name, err)
+			return nil, nil, fmt.Errorf("enqueue %q: hash args: %w", p.Name, err)
 		}
 		hash = &h
 	}
+	return args, hash, nil
+}
 
-	b.mu.Lock()
-	defer b.mu.Unlock()
+// enqueueLocked inserts a queued job, or returns the queued row it
+// conflicts with (its dedup key, or its name and args when unique). An id
+// already taken is an error.
+func (b *Backend) enqueueLocked(p backends.EnqueueParams, args json.RawMessage, hash *string) (*backends.Job, error) {
 	for _, j := range b.jobs {
 		if j.Status != backends.StatusQueued {
 			continue
 		}
 		if p.DedupKey != "" && j.DedupKey != nil && *j.DedupKey == p.DedupKey {
-			return cloneJob(j), nil
+			return j, nil
 		}
 		if hash != nil && j.UniqueJob && j.Name == p.Name && j.ArgsHash != nil && *j.ArgsHash == *hash {
-			return cloneJob(j), nil
+			return j, nil
 		}
 	}
 
-	id := backends.NewID()
+	id := p.ID
+	if id == "" {
+		id = backends.NewID()
+	} else if _, taken := b.jobs[id]; taken {
+		return nil, fmt.Errorf("enqueue %q: job id %s is taken", p.Name, id)
+	}
 	t := now()
 	j := &backends.Job{
 		ID:          id,
@@ -152,7 +180,7 @@ func (b *Backend) Enqueue(ctx context.Context, p backends.EnqueueParams) (backen
 	}
 	b.insertLocked(j)
 	b.notifyLocked(j.Queue)
-	return cloneJob(j), nil
+	return j, nil
 }
 
 func (b *Backend) insertLocked(j *backends.Job) {

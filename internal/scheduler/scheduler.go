@@ -34,6 +34,8 @@ type Config struct {
 	// Tick is the time between looks for due schedules; 0 means DefaultTick.
 	Tick time.Duration
 	Log  *slog.Logger
+	// Enqueued, when set, is called for every job a firing enqueued.
+	Enqueued func()
 	// Metrics counts firings; nil counts nothing.
 	Metrics *Metrics
 	// Now is the clock; nil means time.Now.
@@ -223,6 +225,9 @@ func (s *Scheduler) fire(ctx context.Context, sc backends.Schedule, now time.Tim
 	}
 	if !fired {
 		return // another scheduler fired this run, or it was paused or removed meanwhile
+	}
+	if s.cfg.Enqueued != nil {
+		s.cfg.Enqueued()
 	}
 	late := firedAt.Sub(*sc.NextRun)
 	s.cfg.Metrics.fired(late > s.cfg.Tick)

@@ -50,6 +50,7 @@ func convertHello(h *handlerpb.Hello, maxFrame int) (*Hello, error) {
 	}
 	out.Acks = h.GetAcks()
 	out.Batches = h.GetBatches()
+	out.Features = h.GetFeatures()
 	return out, nil
 }
 
@@ -67,6 +68,12 @@ func convert(m *handlerpb.HandlerMessage, maxFrame int) (protocol.Message, error
 		return msg, nil
 	case *handlerpb.HandlerMessage_Draining:
 		return &Draining{}, nil
+	case *handlerpb.HandlerMessage_Enqueue:
+		e, err := m.Enqueue.ToProtocol(maxFrame)
+		if err != nil {
+			return nil, err
+		}
+		return e, nil
 	case *handlerpb.HandlerMessage_Hello:
 		return nil, fmt.Errorf("a second hello")
 	case *handlerpb.HandlerMessage_Results:

@@ -114,6 +114,9 @@ type Hello struct {
 	// results in one message) once the sidecar has sent it one. Open sends
 	// it an empty one: this package takes Results.
 	Batches bool
+	// Features: the handler reads a Features message; Open sends it
+	// Options.Features right after the hello.
+	Features bool
 }
 
 // Options tune Open. The zero value is usable.
@@ -124,6 +127,9 @@ type Options struct {
 	// MaxFrameBytes is the frame limit every message is checked against;
 	// 0 means protocol.DefaultMaxFrameBytes.
 	MaxFrameBytes int
+	// Features are announced to a handler whose hello reads them (the
+	// names SONIQ_FEATURES gives a spawned handler), e.g. "enqueue".
+	Features []string
 }
 
 const (
@@ -201,6 +207,14 @@ func Open(ctx context.Context, path string, opt Options) (*Session, error) {
 		return nil, err
 	}
 	s.hello = hello
+	if hello.Features {
+		// First after the hello: what this sidecar speaks beyond v1.
+		f := &handlerpb.Features{Names: opt.Features}
+		if err := s.send(&handlerpb.SidecarMessage{Message: &handlerpb.SidecarMessage_Features{Features: f}}); err != nil {
+			_ = s.Close()
+			return nil, fmt.Errorf("session with %s: after the hello: %w", path, err)
+		}
+	}
 	if hello.Batches {
 		// An empty Jobs message: this sidecar takes Results.
 		if err := s.send(&handlerpb.SidecarMessage{Message: &handlerpb.SidecarMessage_Jobs{Jobs: &handlerpb.Jobs{}}}); err != nil {
@@ -302,7 +316,7 @@ func (s *Session) recvResults(rs *handlerpb.Results) (protocol.Message, error) {
 }
 
 // Send sends a *protocol.Job, *Jobs, *protocol.Cancel, *protocol.Ping,
-// *protocol.Shutdown or *Ack. A job the handler's decoder would refuse is not sent
+// *protocol.Shutdown, *protocol.Enqueued or *Ack. A job the handler's decoder would refuse is not sent
 // (ErrUnsendable; for *Jobs, none of them is sent); a failed send means the stream is broken (ErrBroken:
 // Recv tells why).
 func (s *Session) Send(m protocol.Message) error {
@@ -324,6 +338,8 @@ func (s *Session) Send(m protocol.Message) error {
 		out = &handlerpb.SidecarMessage{Message: &handlerpb.SidecarMessage_Shutdown{Shutdown: &handlerpb.Shutdown{}}}
 	case *Ack:
 		out = &handlerpb.SidecarMessage{Message: &handlerpb.SidecarMessage_Ack{Ack: &handlerpb.Ack{Ids: m.IDs}}}
+	case *protocol.Enqueued:
+		out = &handlerpb.SidecarMessage{Message: &handlerpb.SidecarMessage_Enqueued{Enqueued: handlerpb.FromEnqueued(m)}}
 	default:
 		return fmt.Errorf("sending %T: not a sidecar message", m)
 	}
@@ -433,6 +449,8 @@ func kind(m *handlerpb.HandlerMessage) string {
 		return "draining"
 	case *handlerpb.HandlerMessage_Results:
 		return "results"
+	case *handlerpb.HandlerMessage_Enqueue:
+		return "enqueue"
 	}
 	return "an empty message"
 }

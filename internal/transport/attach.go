@@ -127,7 +127,8 @@ func (a *attachProc) connect() (*session.Session, bool) {
 	waitingSince := time.Now()
 	warned := false
 	for {
-		s, err := session.Open(a.ctx, a.path, session.Options{HelloTimeout: h.StartupTimeout, MaxFrameBytes: a.l.env.MaxFrameBytes})
+		s, err := session.Open(a.ctx, a.path, session.Options{HelloTimeout: h.StartupTimeout, MaxFrameBytes: a.l.env.MaxFrameBytes,
+			Features: Features()})
 		switch {
 		case err == nil:
 			return s, false

@@ -148,7 +148,8 @@ func probeAttach(ctx context.Context, h *config.Handler, check func(*protocol.He
 	}
 	var errs []error
 	for _, ep := range endpoints {
-		s, err := session.Open(ctx, ep, session.Options{HelloTimeout: h.StartupTimeout, MaxFrameBytes: protocol.DefaultMaxFrameBytes})
+		s, err := session.Open(ctx, ep, session.Options{HelloTimeout: h.StartupTimeout, MaxFrameBytes: protocol.DefaultMaxFrameBytes,
+			Features: Features()})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("handler %s: attaching to %s: %w", h.Name, ep, err))
 			continue

@@ -102,6 +102,7 @@ func childEnv(h *config.Handler, maxFrame int) []string {
 		"SONIQ_TRANSPORT="+string(h.Transport),
 		"SONIQ_HANDLER="+h.Name,
 		"SONIQ_MAX_FRAME_BYTES="+strconv.Itoa(maxFrame),
+		"SONIQ_FEATURES="+strings.Join(Features(), ","),
 	)
 }
 

@@ -20,5 +20,6 @@ func TestChildEnvHoldsOnlyWhatTheManifestGrants(t *testing.T) {
 		"SONIQ_TRANSPORT=stdio",
 		"SONIQ_HANDLER=py",
 		"SONIQ_MAX_FRAME_BYTES=1024",
+		"SONIQ_FEATURES=enqueue", // what this sidecar speaks beyond v1
 	}, childEnv(h, 1024))
 }

@@ -161,7 +161,7 @@ func (c *streamConn) receive() {
 			return
 		}
 		switch m.(type) {
-		case *protocol.Result, *protocol.Pong, *session.Draining:
+		case *protocol.Result, *protocol.Pong, *protocol.Enqueue, *session.Draining:
 			m = fromSession(m)
 			if fb, ok := c.l.ev.(FrameBatcher); ok && c.s.Buffered() > 0 {
 				// The rest of a Results message: handed over together.

@@ -264,3 +264,9 @@ func (t *stderrTail) String() string {
 	defer t.mu.Unlock()
 	return strings.Join(t.lines, "\n")
 }
+
+// Features are what this sidecar speaks beyond protocol v1, announced to
+// every handler: in SONIQ_FEATURES to a spawned one, in a Features message
+// on a Session whose hello reads it. "enqueue": child jobs from handlers
+// (docs/protocol.md, "Child jobs").
+func Features() []string { return []string{protocol.FeatureEnqueue} }

@@ -234,7 +234,8 @@ func (u *unixProc) connect() bool {
 		return false
 	}
 	s, err := session.Open(u.ctx, rc.Addr.String(), session.Options{
-		HelloTimeout: max(time.Until(u.deadline), time.Millisecond), MaxFrameBytes: u.l.env.MaxFrameBytes})
+		HelloTimeout: max(time.Until(u.deadline), time.Millisecond), MaxFrameBytes: u.l.env.MaxFrameBytes,
+		Features: Features()})
 	switch {
 	case errors.Is(err, session.ErrProtocol):
 		u.protocolError(err)

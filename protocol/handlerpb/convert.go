@@ -97,3 +97,25 @@ func (r *Result) ToProtocol(id string, maxFrame int) (*protocol.Result, error) {
 	}
 	return m.(*protocol.Result), nil
 }
+
+// ToProtocol checks an Enqueue message as the enqueue frame it stands for.
+func (e *Enqueue) ToProtocol(maxFrame int) (*protocol.Enqueue, error) {
+	out := &protocol.Enqueue{Parent: e.GetParent(), ID: e.GetId(), Name: e.GetName(),
+		Args: []byte(e.GetArgsJson()), Queue: e.Queue, Priority: e.Priority, MaxAttempts: e.MaxAttempts,
+		Delay: e.DelaySeconds, DedupKey: e.DedupKey, Unique: e.Unique, Immediate: e.Immediate}
+	m, err := viaFrame(out, maxFrame)
+	if err != nil {
+		return nil, fmt.Errorf("enqueue: %w", err)
+	}
+	return m.(*protocol.Enqueue), nil
+}
+
+// FromEnqueued is the Enqueued message of an enqueued frame.
+func FromEnqueued(e *protocol.Enqueued) *Enqueued {
+	out := &Enqueued{Id: e.ID, JobId: e.JobID}
+	if e.Error != nil {
+		code, msg := string(e.Error.Code), e.Error.Message
+		out.ErrorCode, out.ErrorMessage = &code, &msg
+	}
+	return out
+}

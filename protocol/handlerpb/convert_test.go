@@ -101,3 +101,49 @@ func TestFromJob(t *testing.T) {
 		t.Fatalf("context fields: %+v", j)
 	}
 }
+
+func TestEnqueueToProtocol(t *testing.T) {
+	const limit = protocol.DefaultMaxFrameBytes
+	const child = "3f2b8c1e-9d4a-4e6b-a1c7-5e2f0b9d8a34"
+	in := &Enqueue{Parent: "j1", Id: child, Name: "images.resize", ArgsJson: `{"size": 64}`,
+		Queue: ptr("images"), Priority: ptr(int64(-5)), DelaySeconds: ptr(2.5), Immediate: ptr(true)}
+	e, err := in.ToProtocol(limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Parent != "j1" || e.ID != child || string(e.Args) != `{"size":64}` || *e.Queue != "images" ||
+		*e.Priority != -5 || *e.Delay != 2.5 || !e.IsImmediate() || e.MaxAttempts != nil || e.Unique != nil {
+		t.Errorf("converted: %+v", e)
+	}
+	bad := map[string]*Enqueue{
+		"args not an object": {Parent: "j1", Id: child, Name: "n", ArgsJson: `[1]`},
+		"args not JSON":      {Parent: "j1", Id: child, Name: "n", ArgsJson: `{"a":`},
+		"id not a UUID":      {Parent: "j1", Id: "c1", Name: "n", ArgsJson: `{}`},
+		"empty name":         {Parent: "j1", Id: child, ArgsJson: `{}`},
+		"empty queue":        {Parent: "j1", Id: child, Name: "n", ArgsJson: `{}`, Queue: ptr("")},
+		"negative delay":     {Parent: "j1", Id: child, Name: "n", ArgsJson: `{}`, DelaySeconds: ptr(-1.0)},
+		"NaN delay":          {Parent: "j1", Id: child, Name: "n", ArgsJson: `{}`, DelaySeconds: ptr(math.NaN())},
+		"max_attempts 0":     {Parent: "j1", Id: child, Name: "n", ArgsJson: `{}`, MaxAttempts: ptr(int64(0))},
+		"over the limit":     {Parent: "j1", Id: child, Name: "n", ArgsJson: `{"s":"` + strings.Repeat("x", 200) + `"}`},
+	}
+	for name, c := range bad {
+		l := limit
+		if name == "over the limit" {
+			l = 150
+		}
+		if _, err := c.ToProtocol(l); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestFromEnqueued(t *testing.T) {
+	ok := FromEnqueued(&protocol.Enqueued{ID: "c", JobID: ptr("d")})
+	if ok.GetId() != "c" || ok.GetJobId() != "d" || ok.ErrorCode != nil {
+		t.Errorf("written: %+v", ok)
+	}
+	ref := FromEnqueued(&protocol.Enqueued{ID: "c", Error: &protocol.EnqueuedError{Code: protocol.EnqueueCap, Message: "m"}})
+	if ref.JobId != nil || ref.GetErrorCode() != "cap" || ref.GetErrorMessage() != "m" {
+		t.Errorf("refused: %+v", ref)
+	}
+}

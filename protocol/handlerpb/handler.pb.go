@@ -97,6 +97,8 @@ type SidecarMessage struct {
 	//	*SidecarMessage_Shutdown
 	//	*SidecarMessage_Ack
 	//	*SidecarMessage_Jobs
+	//	*SidecarMessage_Enqueued
+	//	*SidecarMessage_Features
 	Message       isSidecarMessage_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -193,6 +195,24 @@ func (x *SidecarMessage) GetJobs() *Jobs {
 	return nil
 }
 
+func (x *SidecarMessage) GetEnqueued() *Enqueued {
+	if x != nil {
+		if x, ok := x.Message.(*SidecarMessage_Enqueued); ok {
+			return x.Enqueued
+		}
+	}
+	return nil
+}
+
+func (x *SidecarMessage) GetFeatures() *Features {
+	if x != nil {
+		if x, ok := x.Message.(*SidecarMessage_Features); ok {
+			return x.Features
+		}
+	}
+	return nil
+}
+
 type isSidecarMessage_Message interface {
 	isSidecarMessage_Message()
 }
@@ -236,6 +256,18 @@ type SidecarMessage_Jobs struct {
 	Jobs *Jobs `protobuf:"bytes,6,opt,name=jobs,proto3,oneof"`
 }
 
+type SidecarMessage_Enqueued struct {
+	// The stdio `enqueued` frame: an immediate child written or refused.
+	Enqueued *Enqueued `protobuf:"bytes,7,opt,name=enqueued,proto3,oneof"`
+}
+
+type SidecarMessage_Features struct {
+	// Session only, and only to a handler whose hello set `features`: sent
+	// right after the hello (before anything else), the features this
+	// sidecar speaks beyond v1, e.g. "enqueue".
+	Features *Features `protobuf:"bytes,8,opt,name=features,proto3,oneof"`
+}
+
 func (*SidecarMessage_Job) isSidecarMessage_Message() {}
 
 func (*SidecarMessage_Cancel) isSidecarMessage_Message() {}
@@ -248,6 +280,10 @@ func (*SidecarMessage_Ack) isSidecarMessage_Message() {}
 
 func (*SidecarMessage_Jobs) isSidecarMessage_Message() {}
 
+func (*SidecarMessage_Enqueued) isSidecarMessage_Message() {}
+
+func (*SidecarMessage_Features) isSidecarMessage_Message() {}
+
 // HandlerMessage: one handler → sidecar frame of a Session.
 type HandlerMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -258,6 +294,7 @@ type HandlerMessage struct {
 	//	*HandlerMessage_Pong
 	//	*HandlerMessage_Draining
 	//	*HandlerMessage_Results
+	//	*HandlerMessage_Enqueue
 	Message       isHandlerMessage_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -345,6 +382,15 @@ func (x *HandlerMessage) GetResults() *Results {
 	return nil
 }
 
+func (x *HandlerMessage) GetEnqueue() *Enqueue {
+	if x != nil {
+		if x, ok := x.Message.(*HandlerMessage_Enqueue); ok {
+			return x.Enqueue
+		}
+	}
+	return nil
+}
+
 type isHandlerMessage_Message interface {
 	isHandlerMessage_Message()
 }
@@ -378,6 +424,12 @@ type HandlerMessage_Results struct {
 	Results *Results `protobuf:"bytes,5,opt,name=results,proto3,oneof"`
 }
 
+type HandlerMessage_Enqueue struct {
+	// The stdio `enqueue` frame: a child job of a job this handler holds;
+	// only to a sidecar that announced the "enqueue" feature.
+	Enqueue *Enqueue `protobuf:"bytes,6,opt,name=enqueue,proto3,oneof"`
+}
+
 func (*HandlerMessage_Hello) isHandlerMessage_Message() {}
 
 func (*HandlerMessage_Result) isHandlerMessage_Message() {}
@@ -387,6 +439,8 @@ func (*HandlerMessage_Pong) isHandlerMessage_Message() {}
 func (*HandlerMessage_Draining) isHandlerMessage_Message() {}
 
 func (*HandlerMessage_Results) isHandlerMessage_Message() {}
+
+func (*HandlerMessage_Enqueue) isHandlerMessage_Message() {}
 
 // Jobs and Results batch the messages that come one per job: a stream
 // message costs far more than the frame it carries (above all in Python
@@ -770,7 +824,12 @@ type Hello struct {
 	Acks bool `protobuf:"varint,9,opt,name=acks,proto3" json:"acks,omitempty"`
 	// Session only: the handler takes Jobs messages, and sends Results once
 	// the sidecar has sent one.
-	Batches       bool `protobuf:"varint,10,opt,name=batches,proto3" json:"batches,omitempty"`
+	Batches bool `protobuf:"varint,10,opt,name=batches,proto3" json:"batches,omitempty"`
+	// Session only: the handler reads a Features message, which the sidecar
+	// then sends right after this hello, before anything else. A handler
+	// that does not set it is sent none (an older handler would take the
+	// unknown message for a protocol error).
+	Features      bool `protobuf:"varint,11,opt,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -871,6 +930,13 @@ func (x *Hello) GetAcks() bool {
 func (x *Hello) GetBatches() bool {
 	if x != nil {
 		return x.Batches
+	}
+	return false
+}
+
+func (x *Hello) GetFeatures() bool {
+	if x != nil {
+		return x.Features
 	}
 	return false
 }
@@ -1286,25 +1352,274 @@ func (x *CancelRequest) GetReason() string {
 	return ""
 }
 
+// Enqueue is the stdio `enqueue` frame: a child job of `parent`.
+type Enqueue struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Parent string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	// The child's id: a canonical lower-case UUID the handler drew.
+	Id   string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// The child's arguments as the text of a JSON object.
+	ArgsJson string `protobuf:"bytes,4,opt,name=args_json,json=argsJson,proto3" json:"args_json,omitempty"`
+	// Each absent = Soniq's default (queue "default", priority 100,
+	// max_attempts 3, no delay, no dedup, not unique, deferred).
+	Queue         *string  `protobuf:"bytes,5,opt,name=queue,proto3,oneof" json:"queue,omitempty"`
+	Priority      *int64   `protobuf:"varint,6,opt,name=priority,proto3,oneof" json:"priority,omitempty"`
+	MaxAttempts   *int64   `protobuf:"varint,7,opt,name=max_attempts,json=maxAttempts,proto3,oneof" json:"max_attempts,omitempty"`
+	DelaySeconds  *float64 `protobuf:"fixed64,8,opt,name=delay_seconds,json=delaySeconds,proto3,oneof" json:"delay_seconds,omitempty"`
+	DedupKey      *string  `protobuf:"bytes,9,opt,name=dedup_key,json=dedupKey,proto3,oneof" json:"dedup_key,omitempty"`
+	Unique        *bool    `protobuf:"varint,10,opt,name=unique,proto3,oneof" json:"unique,omitempty"`
+	Immediate     *bool    `protobuf:"varint,11,opt,name=immediate,proto3,oneof" json:"immediate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Enqueue) Reset() {
+	*x = Enqueue{}
+	mi := &file_protocol_handler_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Enqueue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Enqueue) ProtoMessage() {}
+
+func (x *Enqueue) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_handler_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Enqueue.ProtoReflect.Descriptor instead.
+func (*Enqueue) Descriptor() ([]byte, []int) {
+	return file_protocol_handler_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Enqueue) GetParent() string {
+	if x != nil {
+		return x.Parent
+	}
+	return ""
+}
+
+func (x *Enqueue) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Enqueue) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Enqueue) GetArgsJson() string {
+	if x != nil {
+		return x.ArgsJson
+	}
+	return ""
+}
+
+func (x *Enqueue) GetQueue() string {
+	if x != nil && x.Queue != nil {
+		return *x.Queue
+	}
+	return ""
+}
+
+func (x *Enqueue) GetPriority() int64 {
+	if x != nil && x.Priority != nil {
+		return *x.Priority
+	}
+	return 0
+}
+
+func (x *Enqueue) GetMaxAttempts() int64 {
+	if x != nil && x.MaxAttempts != nil {
+		return *x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *Enqueue) GetDelaySeconds() float64 {
+	if x != nil && x.DelaySeconds != nil {
+		return *x.DelaySeconds
+	}
+	return 0
+}
+
+func (x *Enqueue) GetDedupKey() string {
+	if x != nil && x.DedupKey != nil {
+		return *x.DedupKey
+	}
+	return ""
+}
+
+func (x *Enqueue) GetUnique() bool {
+	if x != nil && x.Unique != nil {
+		return *x.Unique
+	}
+	return false
+}
+
+func (x *Enqueue) GetImmediate() bool {
+	if x != nil && x.Immediate != nil {
+		return *x.Immediate
+	}
+	return false
+}
+
+// Enqueued is the stdio `enqueued` frame: the answer to an immediate Enqueue.
+type Enqueued struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The id of the Enqueue it answers.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The row that holds the child; absent when refused.
+	JobId *string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3,oneof" json:"job_id,omitempty"`
+	// When refused: invalid, cap, parent or unavailable, and why.
+	ErrorCode     *string `protobuf:"bytes,3,opt,name=error_code,json=errorCode,proto3,oneof" json:"error_code,omitempty"`
+	ErrorMessage  *string `protobuf:"bytes,4,opt,name=error_message,json=errorMessage,proto3,oneof" json:"error_message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Enqueued) Reset() {
+	*x = Enqueued{}
+	mi := &file_protocol_handler_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Enqueued) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Enqueued) ProtoMessage() {}
+
+func (x *Enqueued) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_handler_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Enqueued.ProtoReflect.Descriptor instead.
+func (*Enqueued) Descriptor() ([]byte, []int) {
+	return file_protocol_handler_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *Enqueued) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Enqueued) GetJobId() string {
+	if x != nil && x.JobId != nil {
+		return *x.JobId
+	}
+	return ""
+}
+
+func (x *Enqueued) GetErrorCode() string {
+	if x != nil && x.ErrorCode != nil {
+		return *x.ErrorCode
+	}
+	return ""
+}
+
+func (x *Enqueued) GetErrorMessage() string {
+	if x != nil && x.ErrorMessage != nil {
+		return *x.ErrorMessage
+	}
+	return ""
+}
+
+// Features names what a sidecar speaks beyond protocol v1.
+type Features struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Names         []string               `protobuf:"bytes,1,rep,name=names,proto3" json:"names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Features) Reset() {
+	*x = Features{}
+	mi := &file_protocol_handler_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Features) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Features) ProtoMessage() {}
+
+func (x *Features) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_handler_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Features.ProtoReflect.Descriptor instead.
+func (*Features) Descriptor() ([]byte, []int) {
+	return file_protocol_handler_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *Features) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
 var File_protocol_handler_proto protoreflect.FileDescriptor
 
 const file_protocol_handler_proto_rawDesc = "" +
 	"\n" +
-	"\x16protocol/handler.proto\x12\x10soniq.handler.v1\"\xc2\x02\n" +
+	"\x16protocol/handler.proto\x12\x10soniq.handler.v1\"\xb6\x03\n" +
 	"\x0eSidecarMessage\x12)\n" +
 	"\x03job\x18\x01 \x01(\v2\x15.soniq.handler.v1.JobH\x00R\x03job\x129\n" +
 	"\x06cancel\x18\x02 \x01(\v2\x1f.soniq.handler.v1.CancelRequestH\x00R\x06cancel\x12,\n" +
 	"\x04ping\x18\x03 \x01(\v2\x16.soniq.handler.v1.PingH\x00R\x04ping\x128\n" +
 	"\bshutdown\x18\x04 \x01(\v2\x1a.soniq.handler.v1.ShutdownH\x00R\bshutdown\x12)\n" +
 	"\x03ack\x18\x05 \x01(\v2\x15.soniq.handler.v1.AckH\x00R\x03ack\x12,\n" +
-	"\x04jobs\x18\x06 \x01(\v2\x16.soniq.handler.v1.JobsH\x00R\x04jobsB\t\n" +
-	"\amessage\"\x9f\x02\n" +
+	"\x04jobs\x18\x06 \x01(\v2\x16.soniq.handler.v1.JobsH\x00R\x04jobs\x128\n" +
+	"\benqueued\x18\a \x01(\v2\x1a.soniq.handler.v1.EnqueuedH\x00R\benqueued\x128\n" +
+	"\bfeatures\x18\b \x01(\v2\x1a.soniq.handler.v1.FeaturesH\x00R\bfeaturesB\t\n" +
+	"\amessage\"\xd6\x02\n" +
 	"\x0eHandlerMessage\x12/\n" +
 	"\x05hello\x18\x01 \x01(\v2\x17.soniq.handler.v1.HelloH\x00R\x05hello\x122\n" +
 	"\x06result\x18\x02 \x01(\v2\x18.soniq.handler.v1.ResultH\x00R\x06result\x12,\n" +
 	"\x04pong\x18\x03 \x01(\v2\x16.soniq.handler.v1.PongH\x00R\x04pong\x128\n" +
 	"\bdraining\x18\x04 \x01(\v2\x1a.soniq.handler.v1.DrainingH\x00R\bdraining\x125\n" +
-	"\aresults\x18\x05 \x01(\v2\x19.soniq.handler.v1.ResultsH\x00R\aresultsB\t\n" +
+	"\aresults\x18\x05 \x01(\v2\x19.soniq.handler.v1.ResultsH\x00R\aresults\x125\n" +
+	"\aenqueue\x18\x06 \x01(\v2\x19.soniq.handler.v1.EnqueueH\x00R\aenqueueB\t\n" +
 	"\amessage\"1\n" +
 	"\x04Jobs\x12)\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x15.soniq.handler.v1.JobR\x04jobs\"=\n" +
@@ -1323,7 +1638,7 @@ const file_protocol_handler_proto_rawDesc = "" +
 	"\n" +
 	"RunningJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"\xbe\x02\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\xda\x02\n" +
 	"\x05Hello\x12\x1a\n" +
 	"\bprotocol\x18\x01 \x01(\x05R\bprotocol\x12\x10\n" +
 	"\x03sdk\x18\x02 \x01(\tR\x03sdk\x12\x10\n" +
@@ -1335,7 +1650,8 @@ const file_protocol_handler_proto_rawDesc = "" +
 	"\x04kept\x18\b \x03(\tR\x04kept\x12\x12\n" +
 	"\x04acks\x18\t \x01(\bR\x04acks\x12\x18\n" +
 	"\abatches\x18\n" +
-	" \x01(\bR\abatches\"@\n" +
+	" \x01(\bR\abatches\x12\x1a\n" +
+	"\bfeatures\x18\v \x01(\bR\bfeatures\"@\n" +
 	"\bHelloJob\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vcancellable\x18\x02 \x01(\bR\vcancellable\"\xb2\x03\n" +
@@ -1390,7 +1706,40 @@ const file_protocol_handler_proto_rawDesc = "" +
 	"\a_reason\"7\n" +
 	"\rCancelRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason2\\\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xb3\x03\n" +
+	"\aEnqueue\x12\x16\n" +
+	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1b\n" +
+	"\targs_json\x18\x04 \x01(\tR\bargsJson\x12\x19\n" +
+	"\x05queue\x18\x05 \x01(\tH\x00R\x05queue\x88\x01\x01\x12\x1f\n" +
+	"\bpriority\x18\x06 \x01(\x03H\x01R\bpriority\x88\x01\x01\x12&\n" +
+	"\fmax_attempts\x18\a \x01(\x03H\x02R\vmaxAttempts\x88\x01\x01\x12(\n" +
+	"\rdelay_seconds\x18\b \x01(\x01H\x03R\fdelaySeconds\x88\x01\x01\x12 \n" +
+	"\tdedup_key\x18\t \x01(\tH\x04R\bdedupKey\x88\x01\x01\x12\x1b\n" +
+	"\x06unique\x18\n" +
+	" \x01(\bH\x05R\x06unique\x88\x01\x01\x12!\n" +
+	"\timmediate\x18\v \x01(\bH\x06R\timmediate\x88\x01\x01B\b\n" +
+	"\x06_queueB\v\n" +
+	"\t_priorityB\x0f\n" +
+	"\r_max_attemptsB\x10\n" +
+	"\x0e_delay_secondsB\f\n" +
+	"\n" +
+	"_dedup_keyB\t\n" +
+	"\a_uniqueB\f\n" +
+	"\n" +
+	"_immediate\"\xb0\x01\n" +
+	"\bEnqueued\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
+	"\x06job_id\x18\x02 \x01(\tH\x00R\x05jobId\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"error_code\x18\x03 \x01(\tH\x01R\terrorCode\x88\x01\x01\x12(\n" +
+	"\rerror_message\x18\x04 \x01(\tH\x02R\ferrorMessage\x88\x01\x01B\t\n" +
+	"\a_job_idB\r\n" +
+	"\v_error_codeB\x10\n" +
+	"\x0e_error_message\" \n" +
+	"\bFeatures\x12\x14\n" +
+	"\x05names\x18\x01 \x03(\tR\x05names2\\\n" +
 	"\aHandler\x12Q\n" +
 	"\aSession\x12 .soniq.handler.v1.SidecarMessage\x1a .soniq.handler.v1.HandlerMessage(\x010\x01B7Z5github.com/soniq-dev/soniq-sidecar/protocol/handlerpbb\x06proto3"
 
@@ -1407,7 +1756,7 @@ func file_protocol_handler_proto_rawDescGZIP() []byte {
 }
 
 var file_protocol_handler_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_protocol_handler_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_protocol_handler_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_protocol_handler_proto_goTypes = []any{
 	(Result_Status)(0),     // 0: soniq.handler.v1.Result.Status
 	(*SidecarMessage)(nil), // 1: soniq.handler.v1.SidecarMessage
@@ -1426,6 +1775,9 @@ var file_protocol_handler_proto_goTypes = []any{
 	(*Result)(nil),         // 14: soniq.handler.v1.Result
 	(*ResultError)(nil),    // 15: soniq.handler.v1.ResultError
 	(*CancelRequest)(nil),  // 16: soniq.handler.v1.CancelRequest
+	(*Enqueue)(nil),        // 17: soniq.handler.v1.Enqueue
+	(*Enqueued)(nil),       // 18: soniq.handler.v1.Enqueued
+	(*Features)(nil),       // 19: soniq.handler.v1.Features
 }
 var file_protocol_handler_proto_depIdxs = []int32{
 	13, // 0: soniq.handler.v1.SidecarMessage.job:type_name -> soniq.handler.v1.Job
@@ -1434,24 +1786,27 @@ var file_protocol_handler_proto_depIdxs = []int32{
 	7,  // 3: soniq.handler.v1.SidecarMessage.shutdown:type_name -> soniq.handler.v1.Shutdown
 	8,  // 4: soniq.handler.v1.SidecarMessage.ack:type_name -> soniq.handler.v1.Ack
 	3,  // 5: soniq.handler.v1.SidecarMessage.jobs:type_name -> soniq.handler.v1.Jobs
-	11, // 6: soniq.handler.v1.HandlerMessage.hello:type_name -> soniq.handler.v1.Hello
-	14, // 7: soniq.handler.v1.HandlerMessage.result:type_name -> soniq.handler.v1.Result
-	6,  // 8: soniq.handler.v1.HandlerMessage.pong:type_name -> soniq.handler.v1.Pong
-	9,  // 9: soniq.handler.v1.HandlerMessage.draining:type_name -> soniq.handler.v1.Draining
-	4,  // 10: soniq.handler.v1.HandlerMessage.results:type_name -> soniq.handler.v1.Results
-	13, // 11: soniq.handler.v1.Jobs.jobs:type_name -> soniq.handler.v1.Job
-	14, // 12: soniq.handler.v1.Results.results:type_name -> soniq.handler.v1.Result
-	12, // 13: soniq.handler.v1.Hello.jobs:type_name -> soniq.handler.v1.HelloJob
-	10, // 14: soniq.handler.v1.Hello.running:type_name -> soniq.handler.v1.RunningJob
-	0,  // 15: soniq.handler.v1.Result.status:type_name -> soniq.handler.v1.Result.Status
-	15, // 16: soniq.handler.v1.Result.error:type_name -> soniq.handler.v1.ResultError
-	1,  // 17: soniq.handler.v1.Handler.Session:input_type -> soniq.handler.v1.SidecarMessage
-	2,  // 18: soniq.handler.v1.Handler.Session:output_type -> soniq.handler.v1.HandlerMessage
-	18, // [18:19] is the sub-list for method output_type
-	17, // [17:18] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	18, // 6: soniq.handler.v1.SidecarMessage.enqueued:type_name -> soniq.handler.v1.Enqueued
+	19, // 7: soniq.handler.v1.SidecarMessage.features:type_name -> soniq.handler.v1.Features
+	11, // 8: soniq.handler.v1.HandlerMessage.hello:type_name -> soniq.handler.v1.Hello
+	14, // 9: soniq.handler.v1.HandlerMessage.result:type_name -> soniq.handler.v1.Result
+	6,  // 10: soniq.handler.v1.HandlerMessage.pong:type_name -> soniq.handler.v1.Pong
+	9,  // 11: soniq.handler.v1.HandlerMessage.draining:type_name -> soniq.handler.v1.Draining
+	4,  // 12: soniq.handler.v1.HandlerMessage.results:type_name -> soniq.handler.v1.Results
+	17, // 13: soniq.handler.v1.HandlerMessage.enqueue:type_name -> soniq.handler.v1.Enqueue
+	13, // 14: soniq.handler.v1.Jobs.jobs:type_name -> soniq.handler.v1.Job
+	14, // 15: soniq.handler.v1.Results.results:type_name -> soniq.handler.v1.Result
+	12, // 16: soniq.handler.v1.Hello.jobs:type_name -> soniq.handler.v1.HelloJob
+	10, // 17: soniq.handler.v1.Hello.running:type_name -> soniq.handler.v1.RunningJob
+	0,  // 18: soniq.handler.v1.Result.status:type_name -> soniq.handler.v1.Result.Status
+	15, // 19: soniq.handler.v1.Result.error:type_name -> soniq.handler.v1.ResultError
+	1,  // 20: soniq.handler.v1.Handler.Session:input_type -> soniq.handler.v1.SidecarMessage
+	2,  // 21: soniq.handler.v1.Handler.Session:output_type -> soniq.handler.v1.HandlerMessage
+	21, // [21:22] is the sub-list for method output_type
+	20, // [20:21] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_protocol_handler_proto_init() }
@@ -1466,6 +1821,8 @@ func file_protocol_handler_proto_init() {
 		(*SidecarMessage_Shutdown)(nil),
 		(*SidecarMessage_Ack)(nil),
 		(*SidecarMessage_Jobs)(nil),
+		(*SidecarMessage_Enqueued)(nil),
+		(*SidecarMessage_Features)(nil),
 	}
 	file_protocol_handler_proto_msgTypes[1].OneofWrappers = []any{
 		(*HandlerMessage_Hello)(nil),
@@ -1473,17 +1830,20 @@ func file_protocol_handler_proto_init() {
 		(*HandlerMessage_Pong)(nil),
 		(*HandlerMessage_Draining)(nil),
 		(*HandlerMessage_Results)(nil),
+		(*HandlerMessage_Enqueue)(nil),
 	}
 	file_protocol_handler_proto_msgTypes[12].OneofWrappers = []any{}
 	file_protocol_handler_proto_msgTypes[13].OneofWrappers = []any{}
 	file_protocol_handler_proto_msgTypes[14].OneofWrappers = []any{}
+	file_protocol_handler_proto_msgTypes[16].OneofWrappers = []any{}
+	file_protocol_handler_proto_msgTypes[17].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_protocol_handler_proto_rawDesc), len(file_protocol_handler_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

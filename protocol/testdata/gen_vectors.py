@@ -58,13 +58,28 @@ def shutdown():
     return {"type": "shutdown"}
 
 
+CHILD = "3f2b8c1e-9d4a-4e6b-a1c7-5e2f0b9d8a34"
+DUP = "b7e1c2d3-4f5a-4b6c-8d7e-9f0a1b2c3d4e"
+
+
+def enqueue(parent="j1", id=CHILD, name="images.resize", args=None, queue=None, priority=None, max_attempts=None,
+            delay=None, dedup_key=None, unique=None, immediate=None):
+    return {"type": "enqueue", "parent": parent, "id": id, "name": name, "args": {} if args is None else args,
+            "queue": queue, "priority": priority, "max_attempts": max_attempts, "delay": delay,
+            "dedup_key": dedup_key, "unique": unique, "immediate": immediate}
+
+
+def enqueued(id=CHILD, job_id=None, error=None):
+    return {"type": "enqueued", "id": id, "job_id": job_id, "error": error}
+
+
 def encode(decoded):
     """The encoder rule: drop message-level (and error-level) nulls, keep everything else."""
     out = {}
     for k, v in decoded.items():
         if v is None:
             continue
-        if k == "error" and decoded["type"] == "result":
+        if k == "error" and decoded["type"] in ("result", "enqueued"):
             v = {ek: ev for ek, ev in v.items() if ev is not None}
         out[k] = v
     return json.dumps(out, ensure_ascii=False, separators=(",", ":"))
@@ -243,6 +258,35 @@ valid("pong", '{"type":"pong","seq":7}', pong(7))
 valid("pong unknown fields dropped", '{"type":"pong","seq":8,"load":0.5}', pong(8))
 valid("shutdown", '{"type":"shutdown"}', shutdown())
 valid("shutdown unknown fields dropped", '{"type":"shutdown","reason":"SIGTERM","grace_ms":30000}', shutdown())
+
+# ---------------------------------------------------------------- valid: enqueue, enqueued
+E = '{"type":"enqueue","parent":"j1","id":"%s","name":"images.resize","args":{"size":64}' % CHILD
+valid("enqueue minimal (every option absent is null)", E + "}", enqueue(args={"size": 64}))
+valid("enqueue with every option",
+      E + ',"queue":"images","priority":-5,"max_attempts":7,"delay":2.5,"dedup_key":"img-1-64","unique":true,"immediate":true}',
+      enqueue(args={"size": 64}, queue="images", priority=-5, max_attempts=7, delay=2.5, dedup_key="img-1-64",
+              unique=True, immediate=True))
+valid("enqueue options explicit null take their defaults",
+      E + ',"queue":null,"priority":null,"max_attempts":null,"delay":null,"dedup_key":null,"unique":null,"immediate":null}',
+      enqueue(args={"size": 64}))
+valid("enqueue unique and immediate false, delay 0, integer delay",
+      E + ',"delay":0,"unique":false,"immediate":false}',
+      enqueue(args={"size": 64}, delay=0, unique=False, immediate=False))
+valid("enqueue delay with exponent is a number", E + ',"delay":1e2}', enqueue(args={"size": 64}, delay=100))
+valid("enqueue unknown fields are dropped", E + ',"run_at":"later","tags":["a"]}', enqueue(args={"size": 64}))
+valid("enqueue nested args and a non-ASCII name",
+      '{"type":"enqueue","parent":"0193a6f2-7c1e-7d3a-9a4b-2f1e8c3d5b6a","id":"%s","name":"café.résumé","args":{"a":[1,{"b":null}],"ü":"ß"}}' % CHILD,
+      enqueue(parent="0193a6f2-7c1e-7d3a-9a4b-2f1e8c3d5b6a", name="café.résumé", args={"a": [1, {"b": None}], "ü": "ß"}))
+valid("enqueued written", '{"type":"enqueued","id":"%s","job_id":"%s"}' % (CHILD, CHILD), enqueued(job_id=CHILD))
+valid("enqueued names a queued duplicate", '{"type":"enqueued","id":"%s","job_id":"%s"}' % (CHILD, DUP), enqueued(job_id=DUP))
+valid("enqueued refused",
+      '{"type":"enqueued","id":"%s","error":{"code":"cap","message":"job j1 has made 1000 children, the max_children_per_job"}}' % CHILD,
+      enqueued(error={"code": "cap", "message": "job j1 has made 1000 children, the max_children_per_job"}))
+valid("enqueued every refusal code decodes (unavailable, job_id null)",
+      '{"type":"enqueued","id":"%s","job_id":null,"error":{"code":"unavailable","message":"database is down"}}' % CHILD,
+      enqueued(error={"code": "unavailable", "message": "database is down"}))
+valid("enqueued error null and unknown fields dropped",
+      '{"type":"enqueued","id":"%s","job_id":"%s","error":null,"at":1}' % (CHILD, CHILD), enqueued(job_id=CHILD))
 
 # ---------------------------------------------------------------- valid: syntax details
 valid("whitespace around and between tokens", ' { "type" : "ping" ,\t"seq" : 1 } ', ping(1))
@@ -432,6 +476,58 @@ invalid("ping seq 2^53", '{"type":"ping","seq":9007199254740992}', "invalid_valu
 invalid("pong missing seq", '{"type":"pong"}', "missing_field", "seq")
 invalid("pong seq true", '{"type":"pong","seq":true}', "wrong_type", "seq")
 invalid("pong seq 1e3", '{"type":"pong","seq":1e3}', "wrong_type", "seq")
+
+# ---------------------------------------------------------------- invalid: enqueue, enqueued
+
+
+def enqueue_frame(**repl):
+    fields = {"type": '"enqueue"', "parent": '"j1"', "id": '"%s"' % CHILD, "name": '"images.resize"',
+              "args": '{"size":64}'}
+    for k, v in repl.items():
+        if v is None:
+            del fields[k]
+        else:
+            fields[k] = v
+    return "{" + ",".join('"%s":%s' % (k, v) for k, v in fields.items()) + "}"
+
+
+invalid("enqueue missing parent", enqueue_frame(parent=None), "missing_field", "parent")
+invalid("enqueue parent empty", enqueue_frame(parent='""'), "invalid_value", "parent")
+invalid("enqueue missing id", enqueue_frame(id=None), "missing_field", "id")
+invalid("enqueue id is a number", enqueue_frame(id="7"), "wrong_type", "id")
+invalid("enqueue id not a UUID", enqueue_frame(id='"child-1"'), "invalid_value", "id")
+invalid("enqueue id upper-case UUID", enqueue_frame(id='"%s"' % CHILD.upper()), "invalid_value", "id")
+invalid("enqueue id UUID without hyphens", enqueue_frame(id='"%s"' % CHILD.replace("-", "")), "invalid_value", "id")
+invalid("enqueue missing name", enqueue_frame(name=None), "missing_field", "name")
+invalid("enqueue name empty", enqueue_frame(name='""'), "invalid_value", "name")
+invalid("enqueue missing args", enqueue_frame(args=None), "missing_field", "args")
+invalid("enqueue args is an array", enqueue_frame(args="[1]"), "wrong_type", "args")
+invalid("enqueue args null", enqueue_frame(args="null"), "wrong_type", "args")
+invalid("enqueue queue empty", enqueue_frame(queue='""'), "invalid_value", "queue")
+invalid("enqueue queue is a number", enqueue_frame(queue="1"), "wrong_type", "queue")
+invalid("enqueue priority 1.5", enqueue_frame(priority="1.5"), "wrong_type", "priority")
+invalid("enqueue priority is a string", enqueue_frame(priority='"high"'), "wrong_type", "priority")
+invalid("enqueue priority beyond 2^53-1", enqueue_frame(priority="9007199254740992"), "invalid_value", "priority")
+invalid("enqueue max_attempts 0", enqueue_frame(max_attempts="0"), "invalid_value", "max_attempts")
+invalid("enqueue max_attempts 2.0 is not an int", enqueue_frame(max_attempts="2.0"), "wrong_type", "max_attempts")
+invalid("enqueue delay negative", enqueue_frame(delay="-1"), "invalid_value", "delay")
+invalid("enqueue delay is a string", enqueue_frame(delay='"5s"'), "wrong_type", "delay")
+invalid("enqueue dedup_key empty", enqueue_frame(dedup_key='""'), "invalid_value", "dedup_key")
+invalid("enqueue dedup_key is a number", enqueue_frame(dedup_key="5"), "wrong_type", "dedup_key")
+invalid("enqueue unique is a string", enqueue_frame(unique='"yes"'), "wrong_type", "unique")
+invalid("enqueue immediate is 1", enqueue_frame(immediate="1"), "wrong_type", "immediate")
+invalid("enqueue fields are checked in table order (name before args)", enqueue_frame(name='""', args="[]"),
+        "invalid_value", "name")
+invalid("enqueued missing id", '{"type":"enqueued","job_id":"%s"}' % CHILD, "missing_field", "id")
+invalid("enqueued id empty", '{"type":"enqueued","id":""}', "invalid_value", "id")
+invalid("enqueued job_id is a number", '{"type":"enqueued","id":"%s","job_id":5}' % CHILD, "wrong_type", "job_id")
+invalid("enqueued error is a string", '{"type":"enqueued","id":"%s","error":"cap"}' % CHILD, "wrong_type", "error")
+invalid("enqueued error without code", '{"type":"enqueued","id":"%s","error":{"message":"m"}}' % CHILD,
+        "missing_field", "error.code")
+invalid("enqueued error code unknown", '{"type":"enqueued","id":"%s","error":{"code":"full","message":"m"}}' % CHILD,
+        "invalid_value", "error.code")
+invalid("enqueued error without message", '{"type":"enqueued","id":"%s","error":{"code":"cap"}}' % CHILD,
+        "missing_field", "error.message")
 
 names = [v["name"] for v in vectors]
 assert len(names) == len(set(names)), "duplicate vector names"

@@ -202,8 +202,10 @@ function decodeEmpty(r, end) {
 
 const CANCEL_FIELDS = [undefined, 'id', 'reason'];
 const ACK_FIELDS = [undefined, 'ids'];
+const ENQUEUED_FIELDS = [undefined, 'id', 'job_id', 'error_code', 'error_message'];
+const FEATURES_FIELDS = [undefined, 'names'];
 // The oneof members of SidecarMessage, by field number.
-const SIDECAR_MEMBERS = [undefined, 'job', 'cancel', 'ping', 'shutdown', 'ack', 'jobs'];
+const SIDECAR_MEMBERS = [undefined, 'job', 'cancel', 'ping', 'shutdown', 'ack', 'jobs', 'enqueued', 'features'];
 
 // A SidecarMessage (the Session method's requestDeserialize).
 function decodeSidecarMessage(buf) {
@@ -213,7 +215,7 @@ function decodeSidecarMessage(buf) {
   while (r.pos < buf.length) {
     const tag = r.uint32();
     const field = tag >>> 3;
-    if ((tag & 7) !== 2 || field < 1 || field > 6) {
+    if ((tag & 7) !== 2 || field < 1 || field >= SIDECAR_MEMBERS.length) {
       r.skip(tag & 7);
       continue;
     }
@@ -225,7 +227,9 @@ function decodeSidecarMessage(buf) {
       case 3: v = decodePing(r, end); break;
       case 4: v = decodeEmpty(r, end); break;
       case 5: v = decodeStrings(r, end, ACK_FIELDS, true); break;
-      default: v = decodeJobs(r, end);
+      case 6: v = decodeJobs(r, end); break;
+      case 7: v = decodeStrings(r, end, ENQUEUED_FIELDS, false); break;
+      default: v = decodeStrings(r, end, FEATURES_FIELDS, true);
     }
     // A field seen twice: the last one, as protobufjs has it.
     m[SIDECAR_MEMBERS[field]] = v;
@@ -406,6 +410,27 @@ function hello(h) {
   if (has(h.kept)) for (const id of h.kept) { tag(0x42); string(String(id)); }
   if (has(h.acks)) { tag(0x48); varint(h.acks ? 1 : 0); }
   if (has(h.batches)) { tag(0x50); varint(h.batches ? 1 : 0); }
+  if (has(h.features)) { tag(0x58); varint(h.features ? 1 : 0); }
+}
+
+// An Enqueue (a child job, children.js): its optional fields only when set.
+function enqueue(e) {
+  if (has(e.parent)) { tag(0x0a); string(String(e.parent)); }
+  if (has(e.id)) { tag(0x12); string(String(e.id)); }
+  if (has(e.name)) { tag(0x1a); string(String(e.name)); }
+  if (has(e.args_json)) { tag(0x22); string(String(e.args_json)); }
+  if (has(e.queue)) { tag(0x2a); string(String(e.queue)); }
+  if (has(e.priority)) { tag(0x30); int64(e.priority); }
+  if (has(e.max_attempts)) { tag(0x38); int64(e.max_attempts); }
+  if (has(e.delay_seconds)) {
+    tag(0x41);
+    reserve(8);
+    scratch.writeDoubleLE(Number(e.delay_seconds), pos);
+    pos += 8;
+  }
+  if (has(e.dedup_key)) { tag(0x4a); string(String(e.dedup_key)); }
+  if (has(e.unique)) { tag(0x50); varint(e.unique ? 1 : 0); }
+  if (has(e.immediate)) { tag(0x58); varint(e.immediate ? 1 : 0); }
 }
 
 function pong(p) {
@@ -415,7 +440,7 @@ function pong(p) {
 function empty() {}
 
 // A HandlerMessage (the Session method's responseSerialize), from the object the SDK writes
-// ({ hello }, { result }, { results: { results } }, { pong }, { draining }).
+// ({ hello }, { result }, { results: { results } }, { pong }, { draining }, { enqueue }).
 function encodeHandlerMessage(m) {
   pos = 0;
   try {
@@ -424,6 +449,7 @@ function encodeHandlerMessage(m) {
     if (has(m.pong)) sub(0x1a, pong, m.pong);
     if (has(m.draining)) sub(0x22, empty, m.draining);
     if (has(m.results)) sub(0x2a, results, m.results);
+    if (has(m.enqueue)) sub(0x32, enqueue, m.enqueue);
     const out = Buffer.allocUnsafe(pos);
     scratch.copy(out, 0, 0, pos);
     return out;

@@ -108,6 +108,45 @@ export interface JobContext {
    * Never aborted for a job registered with `cancellable: false`.
    */
   readonly signal: AbortSignal;
+  /**
+   * Makes a child job of this one and returns its id at once. By default the child is written
+   * with this job's successful result, in the same transaction: if this attempt fails, snoozes,
+   * is cancelled or crashes, the child is never written (a retry makes it again). With
+   * `immediate: true` it is written now, whatever this job does next, and the call returns a
+   * Promise of the id of the row that holds it (a queued duplicate's on a `dedupKey` or
+   * `unique` hit), rejected with a ChildJobError when the sidecar refuses it. Throws a
+   * ChildJobError (`unsupported`) under a sidecar that takes no child jobs, and a TypeError or
+   * RangeError for bad input, before anything is sent.
+   */
+  enqueue(name: string, args?: JsonObject, options?: EnqueueOptions & { immediate?: false }): string;
+  enqueue(name: string, args: JsonObject | undefined, options: EnqueueOptions & { immediate: true }): Promise<string>;
+  enqueue(name: string, args?: JsonObject, options?: EnqueueOptions): string | Promise<string>;
+}
+
+/** Options of ctx.enqueue; each absent one takes Soniq's default. */
+export interface EnqueueOptions {
+  /** Default 'default'. */
+  queue?: string;
+  /** Default 100; lower runs first. */
+  priority?: number;
+  /** Milliseconds before it may run; default 0. */
+  delay?: number;
+  /** Default 3. */
+  maxAttempts?: number;
+  /** Nothing is written while a queued job has this key. */
+  dedupKey?: string;
+  /** Nothing is written while a queued job has the same name and args. */
+  unique?: boolean;
+  /** Written at once (a Promise of its id) rather than with this job's result. */
+  immediate?: boolean;
+}
+
+/** A child job that was not written. */
+export class ChildJobError extends Error {
+  /** 'invalid', 'cap', 'parent', 'unavailable' (from the sidecar) or 'unsupported'. */
+  readonly code: 'invalid' | 'cap' | 'parent' | 'unavailable' | 'unsupported';
+  /** The sidecar's (or the SDK's) explanation. */
+  readonly reason: string;
 }
 
 /**

@@ -13,6 +13,7 @@ const { log } = require('./log');
 const { SDK, SUPPORTED_PROTOCOLS } = require('./version');
 const { EXIT_CANNOT_START, EXIT_SIDECAR_GONE, EXIT_NO_COMMON_PROTOCOL, EXIT_USAGE } = require('./exits');
 const stdio = require('./stdio');
+const { ChildJobError } = require('./children');
 
 // ---------------------------------------------------------------------------------------
 // Version negotiation
@@ -163,6 +164,7 @@ function protectStdout() {
 
 module.exports = {
   App,
+  ChildJobError,
   PermanentError,
   Snooze,
   ProtocolError,

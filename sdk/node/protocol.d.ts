@@ -109,6 +109,34 @@ export interface ShutdownMessage {
   type: 'shutdown';
 }
 
+/** A child job of `parent`, a job this process holds (docs/protocol.md, "Child jobs"). */
+export interface EnqueueMessage {
+  type: 'enqueue';
+  parent: string;
+  /** The child's id: a canonical lower-case UUID. */
+  id: string;
+  name: string;
+  args: JsonObject;
+  queue: string | null;
+  priority: number | null;
+  max_attempts: number | null;
+  /** Seconds. */
+  delay: number | null;
+  dedup_key: string | null;
+  unique: boolean | null;
+  immediate: boolean | null;
+}
+
+export type EnqueueErrorCode = 'invalid' | 'cap' | 'parent' | 'unavailable';
+
+/** The answer to an immediate enqueue. */
+export interface EnqueuedMessage {
+  type: 'enqueued';
+  id: string;
+  job_id: string | null;
+  error: { code: EnqueueErrorCode; message: string } | null;
+}
+
 export type Message =
   | HelloMessage
   | JobMessage
@@ -116,7 +144,9 @@ export type Message =
   | CancelMessage
   | PingMessage
   | PongMessage
-  | ShutdownMessage;
+  | ShutdownMessage
+  | EnqueueMessage
+  | EnqueuedMessage;
 
 /** A message as `encode` takes it: `type` required; null or missing fields are left out. */
 export type EncodableMessage = Message extends infer M
@@ -135,6 +165,9 @@ export const DEFAULT_MAX_FRAME_BYTES: number;
 
 /** 10,000: how deep a frame may nest, its own object included; `encode` refuses deeper. */
 export const MAX_DEPTH: number;
+
+/** A UUID in its canonical lower-case text form. */
+export const UUID_RE: RegExp;
 
 /**
  * Decodes one frame (without its '\n'; a trailing '\r' is stripped). A string is UTF-8

@@ -377,6 +377,9 @@ class Reader {
 const STATUSES = ['done', 'failed', 'snooze', 'cancelled'];
 const CANCEL_REASONS = ['job_timeout', 'shutdown_timeout', 'user'];
 const ERROR_REASONS = ['invalid_arguments'];
+const ENQUEUE_ERROR_CODES = ['invalid', 'cap', 'parent', 'unavailable'];
+// A UUID in its canonical lower-case text form: what an enqueue's id must be.
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 const DECODERS = {
   hello(r) {
@@ -453,6 +456,37 @@ const DECODERS = {
   },
   shutdown() {
     return { type: 'shutdown' };
+  },
+  enqueue(r) {
+    const opt = { required: false };
+    const parent = r.string('parent', { nonEmpty: true });
+    const id = r.string('id');
+    if (!UUID_RE.test(id)) throw new ProtocolError('invalid_value', 'id', `${JSON.stringify(id)} is not a lower-case UUID`);
+    return {
+      type: 'enqueue',
+      parent,
+      id,
+      name: r.string('name', { nonEmpty: true }),
+      args: r.object('args'),
+      queue: r.string('queue', { ...opt, nonEmpty: true }),
+      priority: r.int('priority', opt),
+      max_attempts: r.int('max_attempts', { ...opt, min: 1 }),
+      delay: r.number('delay', { ...opt, min: 0 }),
+      dedup_key: r.string('dedup_key', { ...opt, nonEmpty: true }),
+      unique: r.bool('unique', opt),
+      immediate: r.bool('immediate', opt),
+    };
+  },
+  enqueued(r) {
+    const id = r.string('id', { nonEmpty: true });
+    const jobId = r.string('job_id', { required: false });
+    const eo = r.object('error', { required: false });
+    let error = null;
+    if (eo !== null) {
+      const er = r.sub('error', eo);
+      error = { code: er.string('code', { oneOf: ENQUEUE_ERROR_CODES }), message: er.string('message') };
+    }
+    return { type: 'enqueued', id, job_id: jobId, error };
   },
 };
 
@@ -534,7 +568,11 @@ const FIELDS = {
   ping: ['type', 'seq'],
   pong: ['type', 'seq'],
   shutdown: ['type'],
+  enqueue: ['type', 'parent', 'id', 'name', 'args', 'queue', 'priority', 'max_attempts', 'delay', 'dedup_key',
+    'unique', 'immediate'],
+  enqueued: ['type', 'id', 'job_id', 'error'],
 };
+const ENQUEUED_ERROR_FIELDS = ['code', 'message'];
 const RESULT_STATUS_FIELDS = { done: ['result'], failed: ['error'], snooze: ['seconds', 'reason'], cancelled: [] };
 const ERROR_FIELDS = ['type', 'message', 'traceback', 'retryable', 'reason'];
 const JOB_ENTRY_FIELDS = ['name', 'cancellable'];
@@ -578,7 +616,7 @@ function encodeFrame(msg) {
   }
   return encodeFields(msg, fields, '', {
     jobs: (list) => `[${list.map((j, idx) => encodeFields(j, JOB_ENTRY_FIELDS, `jobs[${idx}]`)).join(',')}]`,
-    error: (e) => encodeFields(e, ERROR_FIELDS, 'error'),
+    error: (e) => encodeFields(e, msg.type === 'enqueued' ? ENQUEUED_ERROR_FIELDS : ERROR_FIELDS, 'error'),
   });
 }
 
@@ -586,6 +624,7 @@ module.exports = {
   DEFAULT_MAX_FRAME_BYTES,
   MAX_DEPTH,
   ProtocolError,
+  UUID_RE,
   decode,
   decodeJobMessage,
   encode,

@@ -39,6 +39,7 @@ const {
 } = require('./results');
 const { SDK } = require('./version');
 const { EXIT_SIDECAR_GONE } = require('./exits');
+const { Children } = require('./children');
 
 // Epoch milliseconds from a job frame as a Date; null when absent.
 function dateOrNull(ms) {
@@ -92,6 +93,8 @@ class Runtime {
     this.hooksRunning = 0; // afterJob hooks of jobs whose result is reported
     this.plain = []; // jobs _startPlain started this turn, their handlers not called yet
     this._runPlain = () => this._runPlainJobs();
+    // The child jobs its handlers make (ctx.enqueue, children.js); the transport connects it.
+    this.children = new Children(maxFrameBytes);
   }
 
   hello(protocol) {
@@ -277,6 +280,7 @@ class Runtime {
   // The job's context, as its handler, hooks and middleware see it.
   _context(entry) {
     const { msg, controller } = entry;
+    const children = this.children;
     const ctx = {
       id: msg.id,
       name: msg.name,
@@ -288,6 +292,7 @@ class Runtime {
       workerId: msg.worker_id ?? null,
       scheduledAt: dateOrNull(msg.scheduled_at),
       createdAt: dateOrNull(msg.created_at),
+      enqueue: (name, args, options) => children.enqueue(msg.id, name, args, options),
     };
     Object.defineProperty(ctx, 'signal', SIGNAL);
     new WithController(ctx, controller);

@@ -11,7 +11,8 @@
 // protocol error, reported as on stdio.
 
 const { withCodec } = require('./codec');
-const { decode, decodeJobMessage, ProtocolError } = require('./protocol');
+const { decode, decodeJobMessage, encode, ProtocolError } = require('./protocol');
+const { enqueueMessage, enqueuedFrame } = require('./children');
 const { Ledger, MAX_KEPT_RESULTS } = require('./ledger');
 const { log } = require('./log');
 const { draining, shuttingDown, unencodable } = require('./results');
@@ -257,6 +258,9 @@ class SessionCore {
     s.maxFrameBytes = this.rt.maxFrameBytes;
     this.current = s;
     s.write({ hello });
+    // ctx.enqueue sends on this session; its Features message says whether the sidecar takes
+    // child jobs.
+    this.rt.children.connect((frame) => s.write({ enqueue: enqueueMessage(frame) }));
     for (const msg of kept) s.writeResult(msg, 0);
     if (this.draining) s.write({ draining: {} });
     call.on('data', (m) => this._onMessage(s, m));
@@ -277,6 +281,7 @@ class SessionCore {
       kept: [...this.ledger.kept.keys()].filter((id) => !held.has(id)),
       acks: this.attach,
       batches: true,
+      features: true, // this SDK reads a Features message (child jobs)
     };
   }
 
@@ -292,6 +297,24 @@ class SessionCore {
         if (s.ended) return;
         this._onFrame(s, { message: 'job', job });
       }
+      return;
+    }
+    if (m.message === 'features') {
+      // Not a stdio frame: what this sidecar speaks beyond v1.
+      this.rt.children.announce(m.features?.names ?? []);
+      return;
+    }
+    if (m.message === 'enqueued') {
+      // The answer to an immediate child, checked as its frame.
+      let frame;
+      try {
+        frame = decode(encode(enqueuedFrame(m.enqueued ?? {})), { maxFrameBytes: this.rt.maxFrameBytes });
+      } catch (err) {
+        if (!(err instanceof ProtocolError)) throw err;
+        this._protocolError(s, err);
+        return;
+      }
+      this.rt.children.answered(frame);
       return;
     }
     this.ledger.heard(s.sent, m.message === 'ack');
@@ -383,7 +406,10 @@ class SessionCore {
     if (s.closed) return;
     s.closed = true;
     s.ended = true;
-    if (this.current === s) this.current = null;
+    if (this.current === s) {
+      this.current = null;
+      this.rt.children.disconnect('the session with the sidecar ended');
+    }
     // Results written on it that the sidecar may never have received or recorded (the session
     // broke with them in flight, or before they were written) go to the next session, when
     // the sidecar acknowledges results.

@@ -145,6 +145,8 @@ class Stdio {
     const rt = this.rt;
     rt.onChange = () => this._maybeExit();
     this._send(rt.hello(protocolVersion));
+    // ctx.enqueue sends its frames with the results (children.js).
+    rt.children.connect((frame, text) => this.writer.send(`${text}\n`));
 
     process.on('exit', () => {
       if (rt.count > 0 && !this.exiting) {
@@ -229,6 +231,7 @@ class Stdio {
       case 'cancel': return this.rt.cancel(msg.id, msg.reason);
       case 'ping': return void this._send({ type: 'pong', seq: msg.seq });
       case 'shutdown': return this._beginDrain();
+      case 'enqueued': return this.rt.children.answered(msg);
       default:
         return this._fatal(new Error(`unexpected ${JSON.stringify(msg.type)} frame from the sidecar`));
     }

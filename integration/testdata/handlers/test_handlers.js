@@ -88,6 +88,20 @@ app.job('t.snooze', async (args, ctx) => {
 }, { cancellable: true });
 
 // A poison job: it takes its whole process down, neighbours included.
+// Child jobs (t.child, a name nobody serves: they stay queued) of this attempt, deferred unless
+// immediate; then it fails while its attempt is below fail_until, or holds for hold seconds.
+app.job('t.children', async ({ n = 2, immediate, fail_until: failUntil = 0, hold }, ctx) => {
+  const ids = [];
+  for (let k = 0; k < n; k++) {
+    const child = { parent: ctx.id, attempt: ctx.attempt, k };
+    ids.push(immediate ? await ctx.enqueue('t.child', child, { immediate: true }) : ctx.enqueue('t.child', child));
+  }
+  record('children', ctx);
+  if (ctx.attempt < failUntil) throw new Error(`attempt ${ctx.attempt} fails on purpose`);
+  if (hold) await sleep(hold * 1000, undefined, { signal: ctx.signal });
+  return { ids };
+}, { cancellable: true });
+
 app.job('t.crash', async ({ seconds }, ctx) => {
   record('start', ctx);
   await sleep((seconds ?? 0) * 1000);

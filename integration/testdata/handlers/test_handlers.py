@@ -104,6 +104,26 @@ async def snooze(args, ctx):
     return {"snoozed_before": True}
 
 
+@app.job("t.children")
+async def children(args, ctx):
+    # Child jobs (t.child, a name nobody serves: they stay queued) of this
+    # attempt, deferred unless immediate; then it fails while its attempt is
+    # below fail_until, or holds for hold seconds.
+    ids = []
+    for k in range(args.get("n", 2)):
+        child = {"parent": ctx.id, "attempt": ctx.attempt, "k": k}
+        if args.get("immediate"):
+            ids.append(await ctx.enqueue_async("t.child", child, immediate=True))
+        else:
+            ids.append(ctx.enqueue("t.child", child))
+    record("children", ctx)
+    if ctx.attempt < args.get("fail_until", 0):
+        raise ValueError(f"attempt {ctx.attempt} fails on purpose")
+    if args.get("hold"):
+        await asyncio.sleep(args["hold"])
+    return {"ids": ids}
+
+
 @app.job("t.crash")
 async def crash(args, ctx):
     # A poison job: it takes its whole process down, neighbours included.

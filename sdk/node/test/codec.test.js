@@ -53,6 +53,9 @@ const sidecar = fc.oneof(
   fc.constant({ shutdown: {} }),
   fc.array(text, { maxLength: 5 }).map((ids) => ({ ack: { ids } })),
   fc.array(job, { maxLength: 8 }).map((jobs) => ({ jobs: { jobs } })),
+  fc.record({ id: opt(text), job_id: opt(text), error_code: opt(text), error_message: opt(text) }, { requiredKeys: [] })
+    .map((e) => ({ enqueued: e })),
+  fc.array(text, { maxLength: 5 }).map((names) => ({ features: { names } })),
   fc.constant({}),
 );
 
@@ -134,7 +137,14 @@ const handler = fc.oneof(
     concurrency: opt(int32), sync_concurrency: opt(int32),
     running: opt(fc.array(fc.record({ id: opt(text), name: opt(text) }, { requiredKeys: [] }), { maxLength: 4 })),
     kept: opt(fc.array(text, { maxLength: 4 })), acks: opt(fc.boolean()), batches: opt(fc.boolean()),
+    features: opt(fc.boolean()),
   }, { requiredKeys: [] }).map((hello) => ({ hello })),
+  fc.record({
+    parent: opt(text), id: opt(text), name: opt(text), args_json: opt(text), queue: opt(text),
+    priority: opt(int64.map(String)), max_attempts: opt(int64.map(String)),
+    delay_seconds: opt(fc.oneof(fc.double({ noNaN: true }), fc.constantFrom(0, 2.5, 1e9))),
+    dedup_key: opt(text), unique: opt(fc.boolean()), immediate: opt(fc.boolean()),
+  }, { requiredKeys: [] }).map((enqueue) => ({ enqueue })),
 );
 
 test('codec: HandlerMessages encode to the bytes protobufjs writes', () => {

@@ -93,7 +93,7 @@ test('the tarball holds the SDK, its types and the proto, and no tests', () => {
   const { packed, installed, dir } = project();
   const files = packed.files.map((f) => f.path).sort();
   assert.deepEqual(files, [
-    'README.md', 'codec.js', 'exits.js', 'index.d.ts', 'index.js', 'jsontext.js', 'ledger.js', 'listen.js', 'log.js', 'outcomes.js', 'package.json',
+    'README.md', 'children.js', 'codec.js', 'exits.js', 'index.d.ts', 'index.js', 'jsontext.js', 'ledger.js', 'listen.js', 'log.js', 'outcomes.js', 'package.json',
     'probe.js', 'proto/handler.proto', 'protocol.d.ts', 'protocol.js', 'registry.js', 'results.js', 'runtime.js', 'session.js', 'stdio.js',
     'unix.js', 'version.js',
   ]);
@@ -129,7 +129,7 @@ test('stdio: a JS handler in the project serves jobs from the installed package,
   });
   const { sdkFile, keys, ...ctx } = (await h.result('c1')).result;
   assert.equal(sdkFile, path.join(installed, 'index.js'));
-  assert.equal(keys.length, 11);
+  assert.equal(keys.length, 12); // with ctx.enqueue
   assert.deepEqual(ctx, {
     id: 'c1', name: 'pkg.ctx', attempt: 2, maxAttempts: 5, queue: 'q',
     deadline: '2030-01-01T00:00:00.000Z', traceparent: 'tp', workerId: 'w-1',

@@ -15,6 +15,7 @@
 See README.md next to this package for the full story.
 """
 
+from ._children import ChildJobError
 from ._version import PROTOCOL_VERSIONS, __version__
 from ._serve import negotiate_version
 from ._types import CallNext, JobContext, Middleware, PermanentError, ServeError, Snooze, Validator
@@ -30,6 +31,7 @@ from .protocol import ProtocolError
 __all__ = [
     "App",
     "CallNext",
+    "ChildJobError",
     "JobContext",
     "Middleware",
     "PermanentError",

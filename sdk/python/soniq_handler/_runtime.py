@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from . import protocol
+from ._children import Children
 from ._log import exit_now, log
 from ._registry import Handler, Registry, job_context
 from ._results import (
@@ -130,6 +131,9 @@ class Runtime:
         # The context jobs start from (that of serve()): a job launched from
         # inside another job's task must not inherit what its handler set.
         self._context = contextvars.copy_context()
+        # The child jobs its handlers make (ctx.enqueue); the transport
+        # connects it.
+        self.children = Children(max_frame_bytes)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -196,7 +200,9 @@ class Runtime:
         job_id = msg["id"]
         if job_id in self._jobs:
             raise ValueError(f"job {job_id} is held already")
-        self._jobs[job_id] = _Job(self.registry.handlers.get(msg["name"]), msg["args"], job_context(msg), report)
+        ctx = job_context(msg)
+        ctx.__dict__["_children"] = self.children  # ctx.enqueue (_children.py)
+        self._jobs[job_id] = _Job(self.registry.handlers.get(msg["name"]), msg["args"], ctx, report)
         if self._active < self.concurrency:
             self._launch(job_id)
         else:

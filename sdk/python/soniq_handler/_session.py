@@ -127,9 +127,36 @@ def frame_of(msg: pb.SidecarMessage) -> bytes:
         frame = {"type": "ping", "seq": msg.ping.seq}
     elif kind == "shutdown":
         frame = {"type": "shutdown"}
+    elif kind == "enqueued":
+        answer = msg.enqueued
+        frame = {"type": "enqueued", "id": answer.id}
+        if answer.HasField("job_id"):
+            frame["job_id"] = answer.job_id
+        if answer.HasField("error_code") or answer.HasField("error_message"):
+            frame["error"] = {"code": answer.error_code, "message": answer.error_message}
     else:
         raise protocol.ProtocolError(protocol.UNKNOWN_TYPE, None, "a SidecarMessage with no message set")
     return json.dumps(frame, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+
+
+def enqueue_message(frame: protocol.EnqueueFrame) -> pb.Enqueue:
+    """The Enqueue message of an enqueue frame (its args as JSON text)."""
+    m = pb.Enqueue(parent=frame["parent"], id=frame["id"], name=frame["name"], args_json=protocol.encode_value(frame["args"]))
+    if frame["queue"] is not None:
+        m.queue = frame["queue"]
+    if frame["priority"] is not None:
+        m.priority = frame["priority"]
+    if frame["max_attempts"] is not None:
+        m.max_attempts = frame["max_attempts"]
+    if frame["delay"] is not None:
+        m.delay_seconds = float(frame["delay"])
+    if frame["dedup_key"] is not None:
+        m.dedup_key = frame["dedup_key"]
+    if frame["unique"] is not None:
+        m.unique = frame["unique"]
+    if frame["immediate"] is not None:
+        m.immediate = frame["immediate"]
+    return m
 
 
 def job_frame(j: pb.Job, max_frame_bytes: int) -> protocol.Frame:
@@ -262,6 +289,12 @@ class SessionCore:
         self.current = s
         self.sessions += 1
         s.outbox.put_nowait(pb.HandlerMessage(hello=hello))
+        # ctx.enqueue sends on this session; its Features message says
+        # whether the sidecar takes child jobs.
+        self.rt.children.connect(
+            lambda frame, data: s.outbox.put_nowait(pb.HandlerMessage(enqueue=enqueue_message(frame))),
+            asyncio.get_running_loop(),
+        )
         for frame in kept:
             s.outbox.put_nowait(_Result(frame))
         if self.draining:
@@ -328,6 +361,7 @@ class SessionCore:
             kept=[i for i in self.ledger.kept if i not in dict(held)],
             acks=self.attach,
             batches=True,
+            features=True,  # this SDK reads a Features message (child jobs)
         )
 
     async def _read(self, s: _Session, requests: Any) -> None:
@@ -346,6 +380,10 @@ class SessionCore:
                     for job in msg.jobs.jobs:
                         if not self._take(s, msg, job):
                             return
+                    continue
+                if kind == "features":
+                    # Not a stdio frame: what this sidecar speaks beyond v1.
+                    self.rt.children.announce(msg.features.names)
                     continue
                 is_ack = kind == "ack"
                 self.ledger.heard(s.sent, is_ack)
@@ -402,6 +440,8 @@ class SessionCore:
             s.outbox.put_nowait(pb.HandlerMessage(pong=pb.Pong(seq=frame["seq"])))
         elif frame["type"] == "shutdown":
             self._shutdown(s)
+        elif frame["type"] == "enqueued":
+            self.rt.children.answered(frame)
 
     # ----------------------------------------------------------------- jobs
 
@@ -450,6 +490,7 @@ class SessionCore:
         s.ended = True
         if self.current is s:
             self.current = None
+            self.rt.children.disconnect("the session with the sidecar ended")
         # Results not acknowledged go to the next session: those queued but
         # never written, and, when the sidecar acknowledges results, those
         # written that it may never have received or recorded (the session

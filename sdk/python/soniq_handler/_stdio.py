@@ -76,6 +76,8 @@ class _Stdio:
     async def _loop(self, version: int) -> None:
         rt = self.rt
         self._send(protocol.encode(rt.hello(version)))
+        # ctx.enqueue sends its frames with the results (_children.py).
+        rt.children.connect(lambda frame, data: self._send(data), asyncio.get_running_loop())
         while True:
             if rt.failure is not None:
                 self._flush()
@@ -139,6 +141,8 @@ class _Stdio:
             self._send(protocol.encode({"type": "pong", "seq": msg["seq"]}))
         elif msg["type"] == "shutdown":
             self.draining = True
+        elif msg["type"] == "enqueued":
+            rt.children.answered(msg)
         else:
             self._flush()
             rt.fail(EXIT_PROTOCOL_ERROR, f"protocol error: unexpected {msg['type']!r} frame from the sidecar")

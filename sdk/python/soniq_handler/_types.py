@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Awaitable, Callable, Dict, Optional, Type, Union
+from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Type, Union
 
+from ._children import Children
 from ._version import __version__
 
 SDK_NAME = f"soniq-python/{__version__}"
@@ -93,6 +94,64 @@ class JobContext:
     @property
     def job_name(self) -> str:
         return self.name
+
+    def enqueue(
+        self,
+        name: str,
+        args: Optional[Mapping[str, Any]] = None,
+        *,
+        queue: Optional[str] = None,
+        priority: Optional[int] = None,
+        delay: Optional[Union[int, float, timedelta]] = None,
+        max_attempts: Optional[int] = None,
+        dedup_key: Optional[str] = None,
+        unique: bool = False,
+        immediate: bool = False,
+    ) -> str:
+        """Makes a child job of this one and returns its id at once.
+
+        By default the child is written with this job's successful result,
+        in the same transaction: if this attempt fails, snoozes, is
+        cancelled or crashes, the child is never written (a retry makes it
+        again). ``immediate=True`` writes it now, whatever this job does
+        next: the call blocks this (sync handler's) thread until the sidecar
+        has written it and returns the id of the row that holds it (a queued
+        duplicate's on a ``dedup_key`` or ``unique`` hit), or raises
+        ChildJobError; an async handler uses ``await ctx.enqueue_async``.
+        ``delay`` is in seconds (or a timedelta). Raises ChildJobError
+        (``unsupported``) under a sidecar that does not take child jobs, and
+        TypeError or ValueError for bad input, before anything is sent.
+        """
+        return _children_of(self).enqueue(self.id, name, args, dict(
+            queue=queue, priority=priority, delay=delay, max_attempts=max_attempts,
+            dedup_key=dedup_key, unique=unique, immediate=immediate))
+
+    async def enqueue_async(
+        self,
+        name: str,
+        args: Optional[Mapping[str, Any]] = None,
+        *,
+        queue: Optional[str] = None,
+        priority: Optional[int] = None,
+        delay: Optional[Union[int, float, timedelta]] = None,
+        max_attempts: Optional[int] = None,
+        dedup_key: Optional[str] = None,
+        unique: bool = False,
+        immediate: bool = False,
+    ) -> str:
+        """``enqueue`` for async handlers: awaits an immediate child's write
+        without blocking the event loop (a deferred one returns at once)."""
+        return await _children_of(self).enqueue_async(self.id, name, args, dict(
+            queue=queue, priority=priority, delay=delay, max_attempts=max_attempts,
+            dedup_key=dedup_key, unique=unique, immediate=immediate))
+
+
+def _children_of(ctx: JobContext) -> Children:
+    """The Children of the process that runs ctx's job (set by the Runtime)."""
+    children: Optional[Children] = ctx.__dict__.get("_children")
+    if children is None:
+        raise RuntimeError("ctx.enqueue needs a job run by the sidecar (this JobContext was made by hand)")
+    return children
 
 
 def datetime_of_ms(ms: Optional[int]) -> Optional[datetime]:

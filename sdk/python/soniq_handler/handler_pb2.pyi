@@ -8,34 +8,40 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SidecarMessage(_message.Message):
-    __slots__ = ("job", "cancel", "ping", "shutdown", "ack", "jobs")
+    __slots__ = ("job", "cancel", "ping", "shutdown", "ack", "jobs", "enqueued", "features")
     JOB_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     PING_FIELD_NUMBER: _ClassVar[int]
     SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     JOBS_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUED_FIELD_NUMBER: _ClassVar[int]
+    FEATURES_FIELD_NUMBER: _ClassVar[int]
     job: Job
     cancel: CancelRequest
     ping: Ping
     shutdown: Shutdown
     ack: Ack
     jobs: Jobs
-    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., cancel: _Optional[_Union[CancelRequest, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., shutdown: _Optional[_Union[Shutdown, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., jobs: _Optional[_Union[Jobs, _Mapping]] = ...) -> None: ...
+    enqueued: Enqueued
+    features: Features
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., cancel: _Optional[_Union[CancelRequest, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., shutdown: _Optional[_Union[Shutdown, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., jobs: _Optional[_Union[Jobs, _Mapping]] = ..., enqueued: _Optional[_Union[Enqueued, _Mapping]] = ..., features: _Optional[_Union[Features, _Mapping]] = ...) -> None: ...
 
 class HandlerMessage(_message.Message):
-    __slots__ = ("hello", "result", "pong", "draining", "results")
+    __slots__ = ("hello", "result", "pong", "draining", "results", "enqueue")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     PONG_FIELD_NUMBER: _ClassVar[int]
     DRAINING_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUE_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     result: Result
     pong: Pong
     draining: Draining
     results: Results
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., draining: _Optional[_Union[Draining, _Mapping]] = ..., results: _Optional[_Union[Results, _Mapping]] = ...) -> None: ...
+    enqueue: Enqueue
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., draining: _Optional[_Union[Draining, _Mapping]] = ..., results: _Optional[_Union[Results, _Mapping]] = ..., enqueue: _Optional[_Union[Enqueue, _Mapping]] = ...) -> None: ...
 
 class Jobs(_message.Message):
     __slots__ = ("jobs",)
@@ -84,7 +90,7 @@ class RunningJob(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("protocol", "sdk", "pid", "jobs", "concurrency", "sync_concurrency", "running", "kept", "acks", "batches")
+    __slots__ = ("protocol", "sdk", "pid", "jobs", "concurrency", "sync_concurrency", "running", "kept", "acks", "batches", "features")
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     SDK_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
@@ -95,6 +101,7 @@ class Hello(_message.Message):
     KEPT_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
     BATCHES_FIELD_NUMBER: _ClassVar[int]
+    FEATURES_FIELD_NUMBER: _ClassVar[int]
     protocol: int
     sdk: str
     pid: int
@@ -105,7 +112,8 @@ class Hello(_message.Message):
     kept: _containers.RepeatedScalarFieldContainer[str]
     acks: bool
     batches: bool
-    def __init__(self, protocol: _Optional[int] = ..., sdk: _Optional[str] = ..., pid: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[HelloJob, _Mapping]]] = ..., concurrency: _Optional[int] = ..., sync_concurrency: _Optional[int] = ..., running: _Optional[_Iterable[_Union[RunningJob, _Mapping]]] = ..., kept: _Optional[_Iterable[str]] = ..., acks: _Optional[bool] = ..., batches: _Optional[bool] = ...) -> None: ...
+    features: bool
+    def __init__(self, protocol: _Optional[int] = ..., sdk: _Optional[str] = ..., pid: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[HelloJob, _Mapping]]] = ..., concurrency: _Optional[int] = ..., sync_concurrency: _Optional[int] = ..., running: _Optional[_Iterable[_Union[RunningJob, _Mapping]]] = ..., kept: _Optional[_Iterable[str]] = ..., acks: _Optional[bool] = ..., batches: _Optional[bool] = ..., features: _Optional[bool] = ...) -> None: ...
 
 class HelloJob(_message.Message):
     __slots__ = ("name", "cancellable")
@@ -190,3 +198,47 @@ class CancelRequest(_message.Message):
     id: str
     reason: str
     def __init__(self, id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class Enqueue(_message.Message):
+    __slots__ = ("parent", "id", "name", "args_json", "queue", "priority", "max_attempts", "delay_seconds", "dedup_key", "unique", "immediate")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    DELAY_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_KEY_FIELD_NUMBER: _ClassVar[int]
+    UNIQUE_FIELD_NUMBER: _ClassVar[int]
+    IMMEDIATE_FIELD_NUMBER: _ClassVar[int]
+    parent: str
+    id: str
+    name: str
+    args_json: str
+    queue: str
+    priority: int
+    max_attempts: int
+    delay_seconds: float
+    dedup_key: str
+    unique: bool
+    immediate: bool
+    def __init__(self, parent: _Optional[str] = ..., id: _Optional[str] = ..., name: _Optional[str] = ..., args_json: _Optional[str] = ..., queue: _Optional[str] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., delay_seconds: _Optional[float] = ..., dedup_key: _Optional[str] = ..., unique: _Optional[bool] = ..., immediate: _Optional[bool] = ...) -> None: ...
+
+class Enqueued(_message.Message):
+    __slots__ = ("id", "job_id", "error_code", "error_message")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    job_id: str
+    error_code: str
+    error_message: str
+    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class Features(_message.Message):
+    __slots__ = ("names",)
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, names: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -30,6 +30,9 @@ __all__ = [
     "MESSAGE_TYPES",
     "CancelFrame",
     "DepthError",
+    "EnqueueFrame",
+    "EnqueuedError",
+    "EnqueuedFrame",
     "ErrorInfo",
     "Frame",
     "HelloFrame",
@@ -165,7 +168,36 @@ class ShutdownFrame(TypedDict):
     type: Literal["shutdown"]
 
 
-Frame = Union[HelloFrame, JobFrame, ResultFrame, CancelFrame, PingFrame, PongFrame, ShutdownFrame]
+class EnqueueFrame(TypedDict):
+    type: Literal["enqueue"]
+    parent: str
+    id: str  # a canonical lower-case UUID
+    name: str
+    args: Dict[str, Any]
+    queue: Optional[str]
+    priority: Optional[int]
+    max_attempts: Optional[int]
+    delay: Optional[float]  # seconds
+    dedup_key: Optional[str]
+    unique: Optional[bool]
+    immediate: Optional[bool]
+
+
+class EnqueuedError(TypedDict):
+    code: Literal["invalid", "cap", "parent", "unavailable"]
+    message: str
+
+
+class EnqueuedFrame(TypedDict):
+    type: Literal["enqueued"]
+    id: str
+    job_id: Optional[str]
+    error: Optional[EnqueuedError]
+
+
+Frame = Union[
+    HelloFrame, JobFrame, ResultFrame, CancelFrame, PingFrame, PongFrame, ShutdownFrame, EnqueueFrame, EnqueuedFrame
+]
 
 
 # --------------------------------------------------------------------------
@@ -304,6 +336,36 @@ def _error_object(v: Any, path: str) -> Dict[str, Any]:
     )
 
 
+_HEX = frozenset("0123456789abcdef")
+
+
+def is_uuid(v: str) -> bool:
+    """Whether ``v`` is a UUID in its canonical lower-case form (8-4-4-4-12)."""
+    return (
+        len(v) == 36
+        and all(v[i] == "-" for i in (8, 13, 18, 23))
+        and all(c in _HEX for i, c in enumerate(v) if i not in (8, 13, 18, 23))
+    )
+
+
+def _uuid(v: Any, path: str) -> str:
+    s: str = _string()(v, path)
+    if not is_uuid(s):
+        raise ProtocolError(INVALID_VALUE, path, "must be a lower-case UUID (8-4-4-4-12 hex digits)")
+    return s
+
+
+ENQUEUE_ERROR_CODES = ("invalid", "cap", "parent", "unavailable")
+
+
+def _enqueued_error(v: Any, path: str) -> Dict[str, Any]:
+    return _decode_fields(
+        _object(v, path),
+        [("code", _string(choices=ENQUEUE_ERROR_CODES), True, None), ("message", _string(), True, None)],
+        prefix=path + ".",
+    )
+
+
 RESULT_STATUSES = ("done", "failed", "snooze", "cancelled")
 CANCEL_REASONS = ("job_timeout", "shutdown_timeout", "user")
 ERROR_REASONS = ("invalid_arguments",)
@@ -346,9 +408,27 @@ _SPECS: Dict[str, List[Field]] = {
     "ping": [("seq", _int(0), True, None)],
     "pong": [("seq", _int(0), True, None)],
     "shutdown": [],
+    "enqueue": [
+        ("parent", _string(non_empty=True), True, None),
+        ("id", _uuid, True, None),
+        ("name", _string(non_empty=True), True, None),
+        ("args", _object, True, None),
+        ("queue", _string(non_empty=True), False, None),
+        ("priority", _int(), False, None),
+        ("max_attempts", _int(1), False, None),
+        ("delay", _number(0), False, None),
+        ("dedup_key", _string(non_empty=True), False, None),
+        ("unique", _bool, False, None),
+        ("immediate", _bool, False, None),
+    ],
+    "enqueued": [
+        ("id", _string(non_empty=True), True, None),
+        ("job_id", _string(), False, None),
+        ("error", _enqueued_error, False, None),
+    ],
 }
 
-MESSAGE_TYPES = tuple(_SPECS)  # the seven frame types
+MESSAGE_TYPES = tuple(_SPECS)  # the nine frame types
 
 
 def _reject_constant(name: str) -> Any:
@@ -678,6 +758,8 @@ def encode_value(value: Any) -> str:
     return "".join(out)
 
 
+_ENQUEUED_ERROR = ["code", "message"]
+
 # Fields whose value is the user's JSON rather than the protocol's.
 _FREE_FORM = frozenset({"args", "result"})
 
@@ -710,7 +792,7 @@ def encode(msg: Frame) -> bytes:
     if "jobs" in top:
         top["jobs"] = [_ordered(j, _NESTED_ORDER["jobs"]) for j in top["jobs"]]
     if "error" in top:
-        top["error"] = _ordered(top["error"], _NESTED_ORDER["error"])
+        top["error"] = _ordered(top["error"], _ENQUEUED_ERROR if mtype == "enqueued" else _NESTED_ORDER["error"])
     out: List[str] = ["{"]
     for i, (key, value) in enumerate(top.items()):
         if i:

@@ -14,6 +14,7 @@ PKG = Path(soniq_handler.__file__).resolve().parent
 PUBLIC = {
     "App",
     "CallNext",
+    "ChildJobError",
     "JobContext",
     "Middleware",
     "PermanentError",

@@ -100,3 +100,15 @@ void spawned;
 app.run({ listen: 1 });
 // @ts-expect-error a misspelt run option is not silently ignored
 app.run({ socket: '/run/soniq/h.sock' });
+
+app.job('m.kids', async (_args, ctx: JobContext) => {
+  // @ts-expect-error a deferred child's id is a string, not a Promise
+  const p: Promise<string> = ctx.enqueue('k', {});
+  // @ts-expect-error an immediate child is a Promise of its id
+  const s: string = ctx.enqueue('k', {}, { immediate: true });
+  // @ts-expect-error the options are camelCase
+  ctx.enqueue('k', {}, { max_attempts: 2 });
+  // @ts-expect-error delay is a number of milliseconds
+  ctx.enqueue('k', {}, { delay: '5s' });
+  return [p, s];
+}, { cancellable: true });
