@@ -84,7 +84,9 @@ type Schedules interface {
 	// name.
 	RemoveSchedule(ctx context.Context, name string) error
 	// DueSchedules returns the active schedules whose next_run is at or
-	// before now, or NULL (a row written without one), oldest first.
+	// before now, or NULL (a row written without one), oldest first. A
+	// scheduler passes a time ahead of its clock to learn what falls due
+	// before it looks again.
 	DueSchedules(ctx context.Context, now time.Time) ([]Schedule, error)
 	// InitScheduleNextRun sets next_run on a schedule that has none;
 	// false when it has one (or is gone).

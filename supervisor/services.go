@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"sync"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/internal/completer"
@@ -77,11 +78,16 @@ func (s *Supervisor) startServices(ctx context.Context, total int) *services {
 	return svc
 }
 
-// stopWatchers stops the watchers, each returning once its goroutine has.
-func (svc *services) stopWatchers() {
+// stopWatchers stops every watcher at once (their last words, such as
+// a leadership's release, go out together) and returns a wait for them:
+// on a slow link to the database, stopped one after another they cost a
+// round trip or two each.
+func (svc *services) stopWatchers() (wait func()) {
+	var wg sync.WaitGroup
 	for _, w := range svc.watchers {
-		w.Stop()
+		wg.Go(w.Stop)
 	}
+	return wg.Wait
 }
 
 // newWriter is the result writer, wired to the loop.

@@ -54,6 +54,9 @@ type shutdownState struct {
 	endCut        context.CancelFunc
 	writeDeadline time.Time
 	cutTimer      *time.Timer
+	// forceNacks collects FORCE_TIMEOUT_PATH's NACKs while it takes every
+	// job (nil otherwise): the writer gets them together, in one batch.
+	forceNacks *[]string
 }
 
 func newShutdownState() shutdownState {
@@ -126,6 +129,12 @@ func (l *loop) enterForce(why string) {
 	// The predecessor's rows no handler has reported yet are not running
 	// here: given back like claimed-not-yet-running ones.
 	l.settleInherited(true, "shutdown_timeout")
+	var nacks []string
+	l.shut.forceNacks = &nacks
+	defer func() {
+		l.shut.forceNacks = nil
+		l.writer.NackAll(nacks)
+	}()
 	for _, pl := range l.pools {
 		for _, t := range l.takePending(pl) {
 			l.nack(t, "shutdown_timeout")
@@ -187,7 +196,11 @@ func (l *loop) nack(t *task, reason string) {
 		l.metrics.jobEnded(t, "nacked")
 	}
 	t.endSpan("nacked", "")
-	l.writer.Nack(j.ID)
+	if l.shut.forceNacks != nil {
+		*l.shut.forceNacks = append(*l.shut.forceNacks, j.ID)
+	} else {
+		l.writer.Nack(j.ID)
+	}
 	l.metrics.shutdownNack(j.Queue, j.Name, reason)
 	l.log.Warn("shutdown_nack", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "reason", reason, "attempts", j.Attempts)
 }

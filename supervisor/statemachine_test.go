@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -43,8 +44,13 @@ type fakeWorld struct {
 	crashes []fakeCrash        // every fake process that crashed
 	beats   []fakeBeat         // every heartbeat the backend accepted
 	claims  []fakeClaim        // every claim of a handler's jobs (claimhold_test.go)
-	runErr  chan error
-	stopped time.Time
+	nacks   [][]string         // the ids of every NACK write, one entry per write
+	// busyNacking makes the loop take a millisecond over each shutdown
+	// NACK it logs, as a loop with more to do between two NACKs (cancel
+	// frames, spans) would: the writer then runs in between.
+	busyNacking atomic.Bool
+	runErr      chan error
+	stopped     time.Time
 	// unreachableAtStart: how many registrations find the database
 	// unreachable before one gets through (registerwait_test.go).
 	unreachableAtStart int
@@ -90,6 +96,33 @@ func (r beatRecorder) Heartbeat(ctx context.Context, workerID string) error {
 	return err
 }
 
+// pausingHandler is the log recorder, which takes a millisecond (of the
+// bubble's clock) over each shutdown NACK while busyNacking is set.
+type pausingHandler struct {
+	logtest.Handler
+	w *fakeWorld
+}
+
+func (h pausingHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "shutdown_nack" && h.w.busyNacking.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h pausingHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return pausingHandler{Handler: h.Handler.WithAttrs(as).(logtest.Handler), w: h.w}
+}
+
+func (h pausingHandler) WithGroup(string) slog.Handler { return h }
+
+func (r beatRecorder) Nack(ctx context.Context, workerID string, ids []string) ([]string, error) {
+	r.w.mu.Lock()
+	r.w.nacks = append(r.w.nacks, slices.Clone(ids))
+	r.w.mu.Unlock()
+	return r.Backend.Nack(ctx, workerID, ids)
+}
+
 // fakeJobs are the jobs of the fake handler: *.sleep jobs sleep args.seconds
 // on the fake clock; async.sleep ends on a cancel, sync.sleep ignores it;
 // crash sleeps args.seconds, then its whole process dies with exit status 7.
@@ -116,7 +149,7 @@ func newFakePool(t *testing.T, s config.Settings, processes, concurrency, syncCo
 		Name: "fake", Command: []string{"fake"}, Transport: config.TransportStdio, Processes: processes,
 		Concurrency: concurrency, SyncConcurrency: syncConcurrency, StartupTimeout: 10 * time.Second, Jobs: jobs,
 	}}}
-	log := slog.New(logtest.Handler{Mu: &w.mu, Records: &w.logs})
+	log := slog.New(pausingHandler{Handler: logtest.Handler{Mu: &w.mu, Records: &w.logs}, w: w})
 	sup, err := New(Config{Manifest: m, Settings: s, Backend: beatRecorder{Backend: w.mem, w: w}, Logger: log, startTransport: w.transport})
 	require.NoError(t, err)
 	w.sup = sup
@@ -369,6 +402,32 @@ func TestStateMachineAsyncForcedIsBoundedByShutdownTimeout(t *testing.T) {
 		assert.Nil(t, j.WorkerID)
 		assert.Nil(t, j.LastError)
 		assert.Equal(t, []protocol.CancelReason{protocol.ReasonShutdownTimeout}, w.cancels(a))
+	})
+}
+
+// FORCE_TIMEOUT_PATH hands its NACKs to the writer together: one write,
+// one round trip, however many async jobs were running (handed over one
+// by one, the writer woke at the first and wrote the rest in a second
+// round trip, which a slow link to the database showed in the exit).
+func TestStateMachineForceNacksInOneWrite(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t, fakeSettings(30*time.Second, time.Minute), 8, 4, nil)
+		var ids []string
+		for range 6 {
+			ids = append(ids, w.enqueue("async.sleep", 1000))
+		}
+		w.run(6)
+		w.busyNacking.Store(true)
+		w.sup.Shutdown()
+		w.wait()
+		w.mu.Lock()
+		nacks := slices.Clone(w.nacks)
+		w.mu.Unlock()
+		require.Len(t, nacks, 1, "one NACK write: %v", nacks)
+		assert.ElementsMatch(t, ids, nacks[0])
+		for _, id := range ids {
+			assert.Equal(t, backends.StatusQueued, w.job(id).Status)
+		}
 	})
 }
 

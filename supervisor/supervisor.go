@@ -369,11 +369,16 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	close(s.loopDone)
 	stopSubscription()
 
-	// Every result the loop decided is with the writer; wait for it.
+	// Every result the loop decided is with the writer; wait for it. The
+	// stop mark follows at once, usually on the connection the writer
+	// just gave back (fresh: no liveness ping, no dial), and the watchers
+	// stop beside it: over a slow link their last writes (a leadership's
+	// release) cost no round trip of their own.
 	svc.writer.Stop()
 	svc.enqueuer.Stop()
-	svc.stopWatchers()
+	watchersStopped := svc.stopWatchers()
 	s.markStopped(bg, svc.writer.GaveUp())
+	watchersStopped()
 	// Beats go on until the row is marked stopped.
 	svc.heartbeat.Stop()
 	wg.Wait()

@@ -268,10 +268,12 @@ func (b *Backend) Nack(ctx context.Context, workerID string, ids []string) ([]st
 	if len(ids) == 0 || !isUUID(workerID) {
 		return nil, nil
 	}
+	// One round trip (exec mode: no statement prepared first): NACKs are
+	// among a shutdown's last writes.
 	rows, err := b.pool.Query(ctx, `UPDATE soniq_jobs
 	SET status = 'queued', worker_id = NULL, updated_at = now(), scheduled_at = now()
 	WHERE id = ANY($1::uuid[]) AND status = 'processing' AND worker_id = $2
-	RETURNING id::text`, ids, workerID)
+	RETURNING id::text`, pgx.QueryExecModeExec, ids, workerID)
 	if err != nil {
 		return nil, b.wrap(err, "nack %d jobs for worker %s", len(ids), workerID)
 	}

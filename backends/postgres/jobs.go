@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,6 +29,9 @@ func jobColumns(p string) string {
 	}
 	return strings.Join(cols, ", ")
 }
+
+// jobColumnsPlain is jobColumns(""), for statements built once.
+var jobColumnsPlain = jobColumns("")
 
 // scanJob reads one row selected with jobColumns. Columns Soniq leaves
 // nullable (attempts, queue, ...) read as the schema defaults when NULL.
@@ -108,10 +112,38 @@ const (
 // Enqueue inserts a queued job as Soniq's create_job does: a dedup_key
 // conflict (else a unique_job conflict) turns into a no-op update returning
 // the existing row, and pg_notify('soniq_new_job', queue) is sent in the
-// same implicit transaction.
+// same implicit transaction. EnqueueTx (enqueuetx.go) writes the same in a
+// transaction of the caller's.
 func (b *Backend) Enqueue(ctx context.Context, p backends.EnqueueParams) (backends.Job, error) {
+	r, err := newEnqueueRow(p)
+	if err != nil {
+		return backends.Job{}, err
+	}
+	jobs, err := sendEnqueue(ctx, b.pool, []enqueueRow{r})
+	if r.uniqueClash(err) {
+		return b.queuedUnique(ctx, b.pool, r)
+	}
+	if err != nil {
+		return backends.Job{}, b.wrap(err, "enqueue %s on queue %s", r.name, r.queue)
+	}
+	return jobs[0], nil
+}
+
+// enqueueRow is one job's insert as Soniq's create_job writes it: the
+// statement, its arguments, and the queue its notification names.
+type enqueueRow struct {
+	name, queue string
+	argsHash    *string
+	// bothKeys: a dedup_key and unique_job together (see uniqueClash).
+	bothKeys bool
+	sql      string
+	args     []any
+}
+
+// newEnqueueRow checks p and fills in Soniq's defaults.
+func newEnqueueRow(p backends.EnqueueParams) (enqueueRow, error) {
 	if p.Name == "" {
-		return backends.Job{}, errors.New("enqueue: job name is empty")
+		return enqueueRow{}, errors.New("enqueue: job name is empty")
 	}
 	args := p.Args
 	if len(args) == 0 {
@@ -121,11 +153,11 @@ func (b *Backend) Enqueue(ctx context.Context, p backends.EnqueueParams) (backen
 	if p.UniqueJob {
 		h, err := backends.ArgsHash(args)
 		if err != nil {
-			return backends.Job{}, fmt.Errorf("enqueue %s: %w", p.Name, err)
+			return enqueueRow{}, fmt.Errorf("enqueue %s: %w", p.Name, err)
 		}
 		argsHash = &h
 	} else if !isJSONObject(args) {
-		return backends.Job{}, fmt.Errorf("enqueue %s: args must be a JSON object", p.Name)
+		return enqueueRow{}, fmt.Errorf("enqueue %s: args must be a JSON object", p.Name)
 	}
 	queue := p.Queue
 	if queue == "" {
@@ -148,57 +180,88 @@ func (b *Backend) Enqueue(ctx context.Context, p backends.EnqueueParams) (backen
 	if id == "" {
 		id = backends.NewID()
 	} else if !isUUID(id) {
-		return backends.Job{}, fmt.Errorf("enqueue %s: id %q is not a uuid", p.Name, id)
+		return enqueueRow{}, fmt.Errorf("enqueue %s: id %q is not a uuid", p.Name, id)
 	}
 
-	const insert = `INSERT INTO soniq_jobs
+	sql := enqueueInsert + enqueueReturning
+	switch {
+	case p.DedupKey != "":
+		sql = enqueueOnDedupKey
+	case p.UniqueJob:
+		sql = enqueueOnUnique
+	}
+	return enqueueRow{name: p.Name, queue: queue, argsHash: argsHash, bothKeys: p.DedupKey != "" && p.UniqueJob, sql: sql,
+		args: []any{id, p.Name, string(args), argsHash, maxAttempts, priority, queue,
+			p.UniqueJob, p.DedupKey, delaySecs, p.ProducerID}}, nil
+}
+
+// The insert, and its two conflict rules: a queued row with the same
+// dedup_key, else (unique_job) a queued unique row with the same name and
+// args_hash, is returned as it is instead of a new one.
+const enqueueInsert = `INSERT INTO soniq_jobs
 	(id, job_name, args, args_hash, max_attempts, priority, queue, unique_job, dedup_key, scheduled_at, producer_id)
 	VALUES ($1, $2, $3::text::jsonb, $4, $5, $6, $7, $8, NULLIF($9, ''),
 	        now() + make_interval(secs => $10::float8), NULLIF($11, ''))`
-	var onConflict string
-	switch {
-	case p.DedupKey != "":
-		onConflict = ` ON CONFLICT (dedup_key) WHERE status = 'queued' AND dedup_key IS NOT NULL
-	DO UPDATE SET dedup_key = EXCLUDED.dedup_key`
-	case p.UniqueJob:
-		onConflict = ` ON CONFLICT (job_name, args_hash) WHERE status = 'queued' AND unique_job = TRUE
-	DO UPDATE SET unique_job = EXCLUDED.unique_job`
-	}
-	sql := insert + onConflict + " RETURNING " + jobColumns("")
 
-	batch := &pgx.Batch{}
-	batch.Queue(sql, id, p.Name, string(args), argsHash, maxAttempts, priority, queue,
-		p.UniqueJob, p.DedupKey, delaySecs, p.ProducerID)
-	batch.Queue("SELECT pg_notify($1, $2)", notifyChannel, queue)
-	br := b.pool.SendBatch(ctx, batch)
-	job, err := scanJob(br.QueryRow())
-	if err == nil {
-		_, err = br.Exec()
-	}
-	closeErr := br.Close()
-	if err == nil {
-		err = closeErr
-	}
-	var pgErr *pgconn.PgError
-	if err != nil && p.DedupKey != "" && p.UniqueJob && errors.As(err, &pgErr) &&
-		pgErr.Code == "23505" && pgErr.ConstraintName == "idx_soniq_jobs_unique_queued" {
-		// Soniq only resolves the dedup_key conflict when both are set; a
-		// unique_job clash would raise there. Returning the queued
-		// duplicate honours the contract instead.
-		return b.queuedUnique(ctx, p.Name, *argsHash)
-	}
-	if err != nil {
-		return backends.Job{}, b.wrap(err, "enqueue %s on queue %s", p.Name, queue)
-	}
-	return job, nil
+var (
+	enqueueReturning  = " RETURNING " + jobColumnsPlain
+	enqueueOnDedupKey = enqueueInsert + ` ON CONFLICT (dedup_key) WHERE status = 'queued' AND dedup_key IS NOT NULL
+	DO UPDATE SET dedup_key = EXCLUDED.dedup_key` + enqueueReturning
+	enqueueOnUnique = enqueueInsert + ` ON CONFLICT (job_name, args_hash) WHERE status = 'queued' AND unique_job = TRUE
+	DO UPDATE SET unique_job = EXCLUDED.unique_job` + enqueueReturning
+)
+
+// querier is what an enqueue runs on: the pool (each batch its own
+// implicit transaction) or a caller's transaction.
+type querier interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-func (b *Backend) queuedUnique(ctx context.Context, name, argsHash string) (backends.Job, error) {
-	row := b.pool.QueryRow(ctx, `SELECT `+jobColumns("")+` FROM soniq_jobs
-	WHERE job_name = $1 AND args_hash = $2 AND status = 'queued' AND unique_job`, name, argsHash)
+// sendEnqueue writes rows and then one notification per queue they name,
+// in one batch (one round trip) on q, and returns the rows as written.
+// Postgres delivers the notifications when the transaction commits.
+func sendEnqueue(ctx context.Context, q querier, rows []enqueueRow) ([]backends.Job, error) {
+	jobs := make([]backends.Job, len(rows))
+	batch := &pgx.Batch{}
+	sc := newJobScanner()
+	queues := make([]string, 0, 1)
+	for i, r := range rows {
+		batch.Queue(r.sql, r.args...).QueryRow(func(row pgx.Row) (err error) {
+			jobs[i], err = sc.scan(row)
+			return err
+		})
+		if !slices.Contains(queues, r.queue) {
+			queues = append(queues, r.queue)
+		}
+	}
+	for _, queue := range queues {
+		batch.Queue("SELECT pg_notify($1, $2)", notifyChannel, queue)
+	}
+	if err := q.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, err
+	}
+	return jobs, nil
+}
+
+// uniqueClash reports whether err is the one conflict Soniq's insert does
+// not resolve: with both a dedup_key and unique_job set, only the
+// dedup_key conflict is handled, and a queued unique twin raises a
+// unique violation. The caller returns that queued twin instead, which
+// honours the contract.
+func (r enqueueRow) uniqueClash(err error) bool {
+	var pgErr *pgconn.PgError
+	return err != nil && r.bothKeys && errors.As(err, &pgErr) &&
+		pgErr.Code == "23505" && pgErr.ConstraintName == "idx_soniq_jobs_unique_queued"
+}
+
+// queuedUnique reads the queued unique twin of r (see uniqueClash).
+func (b *Backend) queuedUnique(ctx context.Context, q querier, r enqueueRow) (backends.Job, error) {
+	row := q.QueryRow(ctx, `SELECT `+jobColumnsPlain+` FROM soniq_jobs
+	WHERE job_name = $1 AND args_hash = $2 AND status = 'queued' AND unique_job`, r.name, *r.argsHash)
 	job, err := scanJob(row)
 	if err != nil {
-		return backends.Job{}, b.wrap(err, "read queued unique job %s", name)
+		return backends.Job{}, b.wrap(err, "read queued unique job %s", r.name)
 	}
 	return job, nil
 }

@@ -343,8 +343,10 @@ func (l *scheduleLeader) Close() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	// One round trip (exec mode: no statement prepared first), at the
+	// end of a shutdown.
 	var unlocked bool
-	_ = l.conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", schedulerLockKey).Scan(&unlocked)
+	_ = l.conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", pgx.QueryExecModeExec, schedulerLockKey).Scan(&unlocked)
 	// Closing the session frees the lock in any case.
 	l.drop(ctx)
 }

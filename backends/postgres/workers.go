@@ -233,8 +233,11 @@ func (b *Backend) SetWorkerStatus(ctx context.Context, workerID, status string) 
 	if !isUUID(workerID) {
 		return notFound("worker", workerID)
 	}
+	// One round trip (exec mode: no statement prepared first): the stop
+	// mark is one of a shutdown's last writes, and on a slow link each
+	// round trip shows in the exit.
 	tag, err := b.pool.Exec(ctx, `UPDATE soniq_workers SET status = $2, last_heartbeat = now() WHERE id = $1`,
-		workerID, status)
+		pgx.QueryExecModeExec, workerID, status)
 	if err != nil {
 		return b.wrap(err, "set worker %s status to %s", workerID, status)
 	}

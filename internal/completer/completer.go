@@ -157,6 +157,19 @@ func (w *Completer) Nack(id string) {
 	w.signal()
 }
 
+// NackAll queues the shutdown NACKs of several jobs at once, so that they
+// go out in one batch: handed over one by one, the writer could wake at
+// the first and write the others in a second round trip.
+func (w *Completer) NackAll(ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	w.mu.Lock()
+	w.nacks = append(w.nacks, ids...)
+	w.mu.Unlock()
+	w.signal()
+}
+
 // Return queues a claimed row that never reached a handler to go back to
 // the queue, its attempt refunded (Backend.ReturnJobs).
 func (w *Completer) Return(j backends.Job) {

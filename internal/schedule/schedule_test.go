@@ -107,3 +107,26 @@ func TestNextIsSoniqs(t *testing.T) {
 		assert.Equal(t, tc.want, s.Next(at.In(time.FixedZone("x", 5*3600))), "%s %q in another zone", tc.typ, tc.value)
 	}
 }
+
+func TestNextAfterDueKeepsTheIntervalsGrid(t *testing.T) {
+	due := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name, typ, value string
+		firedAfter       time.Duration
+		want             time.Time
+	}{
+		{"on time: the next run is due plus the interval", "interval", "1", 3 * ms, due.Add(time.Second)},
+		{"late by less than an interval: still on the grid", "interval", "60", 59 * time.Second, due.Add(time.Minute)},
+		{"late by a whole interval: counts from the firing", "interval", "1", time.Second, due.Add(2 * time.Second)},
+		{"after downtime: once, from the firing", "interval", "60", 3*time.Hour + 7*ms, due.Add(3*time.Hour + 7*ms + time.Minute)},
+		{"cron counts from the firing as before", "cron", "*/5 * * * *", 3 * ms, due.Add(5 * time.Minute)},
+		{"cron after downtime", "cron", "*/5 * * * *", 12 * time.Minute, due.Add(15 * time.Minute)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Parse(tc.typ, tc.value)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, s.NextAfterDue(due, due.Add(tc.firedAfter)))
+		})
+	}
+}

@@ -139,6 +139,23 @@ func (s Spec) Next(now time.Time) time.Time {
 	return time.Time{}
 }
 
+// NextAfterDue is the run after the run due at due, fired at now. An
+// interval counts from the run that was due, so firing a few milliseconds
+// after it does not push every later run back (Next counts from the
+// firing, and those milliseconds add up at every run); when that run has
+// passed too (a firing later than a whole interval, after downtime) it
+// counts from now as Next does, so missed runs are not made up. A cron
+// schedule takes Next(now) either way: its runs do not depend on the
+// firings.
+func (s Spec) NextAfterDue(due, now time.Time) time.Time {
+	if s.Type == TypeInterval {
+		if next := s.Next(due); next.After(now) {
+			return next
+		}
+	}
+	return s.Next(now)
+}
+
 // Interval is an interval schedule's length; 0 for a cron schedule.
 func (s Spec) Interval() time.Duration {
 	if s.Type != TypeInterval {

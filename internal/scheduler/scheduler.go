@@ -16,9 +16,11 @@ import (
 	"github.com/soniq-dev/soniq-sidecar/internal/schedule"
 )
 
-// DefaultTick is how often a scheduler looks for due schedules: the
-// finest interval a schedule can have, so a one-second schedule runs every
-// second.
+// DefaultTick is the longest a scheduler goes without reading the
+// schedules: how soon it learns of a schedule added, changed, paused or
+// removed by another process, and how often a scheduler that does not
+// lead tries the leadership. Between two reads it fires each schedule
+// at its next_run, on a timer.
 const DefaultTick = time.Second
 
 // tickTimeout bounds one tick's database work; it exists only so a wedged
@@ -31,7 +33,8 @@ type Config struct {
 	// ProducerID is written to the producer_id of every job fired: which
 	// sidecar fired it.
 	ProducerID string
-	// Tick is the time between looks for due schedules; 0 means DefaultTick.
+	// Tick is the longest time between two looks at the schedules; 0
+	// means DefaultTick.
 	Tick time.Duration
 	Log  *slog.Logger
 	// Enqueued, when set, is called for every job a firing enqueued.
@@ -77,8 +80,8 @@ func New(cfg Config) *Scheduler {
 	return &Scheduler{cfg: cfg, warned: map[string]string{}}
 }
 
-// Start ticks now and every Tick until ctx ends or Stop is called. A
-// second Start does nothing.
+// Start looks now, then at each schedule's next_run and at least every
+// Tick, until ctx ends or Stop is called. A second Start does nothing.
 func (s *Scheduler) Start(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -91,15 +94,15 @@ func (s *Scheduler) Start(ctx context.Context) {
 	go func() {
 		defer close(s.done)
 		defer s.leader.Close()
-		t := time.NewTicker(s.cfg.Tick)
+		t := time.NewTimer(0)
 		defer t.Stop()
 		for {
-			s.Tick(ctx)
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
+			t.Reset(s.look(ctx).Sub(s.cfg.Now()))
 		}
 	}()
 }
@@ -118,13 +121,23 @@ func (s *Scheduler) Stop() {
 }
 
 // Tick is one look for due schedules: when this scheduler leads, each due
-// one fires once. Exported for tests that drive the scheduler tick by tick
-// instead of calling Start (which calls it on its own goroutine); never
-// call it beside Start.
+// one fires once. Exported for tests that drive the scheduler look by look
+// instead of calling Start (which looks on its own goroutine); never call
+// it beside Start.
 func (s *Scheduler) Tick(ctx context.Context) {
+	s.look(ctx)
+}
+
+// look fires the due schedules when this scheduler leads, and returns
+// when to look next: the earliest next_run before the next Tick (so a
+// schedule fires at its due time, not at the first look after it), else
+// a Tick from now.
+func (s *Scheduler) look(ctx context.Context) time.Time {
 	if s.leader == nil {
 		s.leader = s.cfg.Backend.ScheduleLeader()
 	}
+	now := s.cfg.Now()
+	wake := now.Add(s.cfg.Tick)
 	ctx, cancel := context.WithTimeout(ctx, tickTimeout)
 	defer cancel()
 	lead, done, err := s.leader.Hold(ctx)
@@ -133,28 +146,39 @@ func (s *Scheduler) Tick(ctx context.Context) {
 			s.warn("scheduler: taking the leadership failed; trying again every tick", err)
 		}
 		s.setLeads(false)
-		return
+		return wake
 	}
 	s.setLeads(lead)
 	if !lead {
-		return
+		return wake
 	}
 	defer done()
-	now := s.cfg.Now()
-	due, err := s.cfg.Backend.DueSchedules(ctx, now)
+	// What falls due before the next look is read too: its timer.
+	due, err := s.cfg.Backend.DueSchedules(ctx, wake)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.warn("scheduler: reading due schedules failed; trying again every tick", err)
 		}
-		return
+		return wake
 	}
 	if s.failing != "" {
 		s.cfg.Log.Info("scheduler: reading due schedules works again")
 		s.failing = ""
 	}
 	for _, sc := range due {
-		s.fire(ctx, sc, now)
+		next := sc.NextRun
+		if next == nil || !next.After(now) {
+			var ok bool
+			if next, ok = s.fire(ctx, sc, now); !ok {
+				// Not fired: it is read again at the next look.
+				continue
+			}
+		}
+		if next.Before(wake) {
+			wake = *next
+		}
 	}
+	return wake
 }
 
 // warn logs a tick's failure unless it is the one logged last.
@@ -188,10 +212,14 @@ func (s *Scheduler) setLeads(lead bool) {
 	}
 }
 
-// fire fires one due schedule, as Soniq's scheduler does: the next run
-// counts from now, so a schedule that missed several runs (nothing fired
-// while every scheduler was down) fires once to catch up.
-func (s *Scheduler) fire(ctx context.Context, sc backends.Schedule, now time.Time) {
+// fire fires one due schedule and returns its next run once the row
+// holds it (nil, false when it does not: not fired, lost to another
+// scheduler, failed). An interval's next run counts from the run that was
+// due, so the firing's own lateness does not add up run after run; a
+// schedule that missed runs (nothing fired while every scheduler was
+// down) fires once to catch up and counts from now, as Soniq's scheduler
+// does (schedule.Spec.NextAfterDue).
+func (s *Scheduler) fire(ctx context.Context, sc backends.Schedule, now time.Time) (*time.Time, bool) {
 	spec, err := schedule.Parse(sc.Type, sc.Value)
 	if err != nil {
 		if s.warned[sc.ID] != sc.Type+" "+sc.Value {
@@ -199,32 +227,34 @@ func (s *Scheduler) fire(ctx context.Context, sc backends.Schedule, now time.Tim
 			s.cfg.Log.Error("scheduler: schedule cannot be read; it does not fire until it is declared again",
 				"schedule_id", sc.ID, "job_name", sc.Name, "error", err)
 		}
-		return
+		return nil, false
 	}
 	delete(s.warned, sc.ID)
-	next := spec.Next(now)
 	if sc.NextRun == nil {
 		// A row written without a first run (by SQL): it gets one, as
 		// Soniq's scheduler gives it on loading.
-		if _, err := s.cfg.Backend.InitScheduleNextRun(ctx, sc.ID, next); err != nil && ctx.Err() == nil {
+		next := spec.Next(now)
+		ok, err := s.cfg.Backend.InitScheduleNextRun(ctx, sc.ID, next)
+		if err != nil && ctx.Err() == nil {
 			s.cfg.Log.Warn("scheduler: setting a schedule's first run failed", "job_name", sc.Name, "error", err)
 		}
-		return
+		return &next, ok && err == nil
 	}
+	next := spec.NextAfterDue(*sc.NextRun, now)
 	firedAt := now.UTC().Truncate(time.Microsecond)
 	job, fired, err := s.cfg.Backend.FireSchedule(ctx, backends.ScheduleFiring{ScheduleID: sc.ID, Due: *sc.NextRun,
 		NextRun: next, FiredAt: firedAt, ProducerID: s.cfg.ProducerID})
 	if err != nil {
 		if ctx.Err() != nil {
-			return
+			return nil, false
 		}
 		s.cfg.Metrics.failed()
 		s.cfg.Log.Error("scheduler: enqueueing a due schedule's job failed; the schedule stays due and is tried again next tick",
 			"job_name", sc.Name, "due", sc.NextRun.UTC(), "error", err)
-		return
+		return nil, false
 	}
 	if !fired {
-		return // another scheduler fired this run, or it was paused or removed meanwhile
+		return nil, false // another scheduler fired this run, or it was paused or removed meanwhile
 	}
 	if s.cfg.Enqueued != nil {
 		s.cfg.Enqueued()
@@ -233,6 +263,7 @@ func (s *Scheduler) fire(ctx context.Context, sc backends.Schedule, now time.Tim
 	s.cfg.Metrics.fired(late > s.cfg.Tick)
 	s.cfg.Log.Info("scheduler: fired", "job_name", sc.Name, "job_id", job.ID, "queue", job.Queue,
 		"due", sc.NextRun.UTC(), "late", late.Round(time.Millisecond), "next_run", next)
+	return &next, true
 }
 
 // Metrics are the scheduler's counters.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -189,4 +190,171 @@ func TestARepeatedFailureIsLoggedOnce(t *testing.T) {
 		s.Tick(t.Context())
 	}
 	assert.Equal(t, 1, strings.Count(logs.String(), "reading due schedules failed"), logs.String())
+}
+
+// recorder is the in-memory store with a leadership a test switches, and
+// a record of when each firing happened.
+type recorder struct {
+	*memory.Backend
+	lead  atomic.Bool
+	mu    sync.Mutex
+	fired []time.Time
+	// latencies is how long each look at the lock, read and firing
+	// takes in turn (a database's round trips, in the bubble's time, which
+	// never vary otherwise); none when empty.
+	latencies []time.Duration
+	calls     int
+}
+
+// roundTrip waits the next latency.
+func (r *recorder) roundTrip() {
+	r.mu.Lock()
+	var d time.Duration
+	if len(r.latencies) > 0 {
+		d = r.latencies[r.calls%len(r.latencies)]
+		r.calls++
+	}
+	r.mu.Unlock()
+	time.Sleep(d)
+}
+
+func (r *recorder) DueSchedules(ctx context.Context, at time.Time) ([]backends.Schedule, error) {
+	r.roundTrip()
+	return r.Backend.DueSchedules(ctx, at)
+}
+
+func newRecorder() *recorder {
+	r := &recorder{Backend: memory.New()}
+	r.lead.Store(true)
+	return r
+}
+
+func (r *recorder) FireSchedule(ctx context.Context, f backends.ScheduleFiring) (backends.Job, bool, error) {
+	r.roundTrip()
+	j, fired, err := r.Backend.FireSchedule(ctx, f)
+	if fired {
+		r.mu.Lock()
+		r.fired = append(r.fired, f.FiredAt)
+		r.mu.Unlock()
+	}
+	return j, fired, err
+}
+
+// firedAt is when each firing happened, as offsets from start.
+func (r *recorder) firedAt(start time.Time) []time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []time.Duration
+	for _, f := range r.fired {
+		out = append(out, f.Sub(start.UTC().Truncate(time.Microsecond)))
+	}
+	return out
+}
+
+func (r *recorder) ScheduleLeader() backends.ScheduleLeader { return switchedLeader{r} }
+
+type switchedLeader struct{ r *recorder }
+
+func (l switchedLeader) Hold(context.Context) (bool, func(), error) {
+	l.r.roundTrip()
+	return l.r.lead.Load(), func() {}, nil
+}
+func (switchedLeader) Close() {}
+
+func seconds(s ...float64) []time.Duration {
+	out := make([]time.Duration, len(s))
+	for i, v := range s {
+		out[i] = time.Duration(v * float64(time.Second))
+	}
+	return out
+}
+
+func TestTimerFiresAtNextRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRecorder()
+		start := time.Now()
+		every5, _ := schedule.Every(5 * time.Second)
+		declare(t, r, "every5", every5, start.Add(1300*time.Millisecond))
+		s := New(Config{Backend: r})
+		s.Start(t.Context())
+		time.Sleep(12 * time.Second)
+		s.Stop()
+		// At its due time, not at the first look after it, and the next
+		// run counts from the due time: no drift.
+		assert.Equal(t, seconds(1.3, 6.3, 11.3), r.firedAt(start))
+	})
+}
+
+func TestOneSecondScheduleFiresEverySecondWithoutDrift(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRecorder()
+		// Each look at the lock, read and firing takes a few ms: a
+		// firing is that much past its due time, and those milliseconds
+		// must not add up.
+		r.latencies = []time.Duration{3 * time.Millisecond, 7 * time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond, 4 * time.Millisecond}
+		start := time.Now()
+		sec, _ := schedule.Every(time.Second)
+		declare(t, r, "a", sec, start.Add(10*time.Millisecond))
+		declare(t, r, "b", sec, start.Add(990*time.Millisecond))
+		s := New(Config{Backend: r})
+		s.Start(t.Context())
+		time.Sleep(27*time.Second + 500*time.Millisecond)
+		s.Stop()
+		// Every run at its due time: 28 of a (0.01 s to 27.01 s) and 27
+		// of b (0.99 s to 26.99 s). Counted from the firings instead,
+		// each run would start a few ms late, a look once a second would
+		// miss it whenever the next look came sooner, and the schedules
+		// fired about 18 times each.
+		var want []time.Duration
+		for k := range 28 {
+			want = append(want, time.Duration(k)*time.Second+10*time.Millisecond)
+			if k < 27 {
+				want = append(want, time.Duration(k)*time.Second+990*time.Millisecond)
+			}
+		}
+		assert.Equal(t, want, r.firedAt(start))
+	})
+}
+
+func TestChangedScheduleReArmsTheTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRecorder()
+		start := time.Now()
+		minute, _ := schedule.Every(time.Minute)
+		declare(t, r, "x", minute, start.Add(30*time.Second))
+		s := New(Config{Backend: r})
+		s.Start(t.Context())
+		time.Sleep(500 * time.Millisecond)
+		// Declared again elsewhere (a `schedule add` in another process)
+		// with a new timing: seen at the next look, then fired on time.
+		every10, _ := schedule.Every(10 * time.Second)
+		declare(t, r, "x", every10, start.Add(2250*time.Millisecond))
+		time.Sleep(13 * time.Second)
+		s.Stop()
+		assert.Equal(t, seconds(2.25, 12.25), r.firedAt(start))
+	})
+}
+
+func TestLeadershipLossStopsTheTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRecorder()
+		start := time.Now()
+		sec, _ := schedule.Every(time.Second)
+		declare(t, r, "s", sec, start.Add(500*time.Millisecond))
+		s := New(Config{Backend: r})
+		s.Start(t.Context())
+		time.Sleep(3 * time.Second)
+		r.lead.Store(false) // the timer is armed for 3.5 s
+		time.Sleep(5 * time.Second)
+		assert.Equal(t, seconds(0.5, 1.5, 2.5), r.firedAt(start), "nothing fired while another scheduler led")
+		r.lead.Store(true)
+		time.Sleep(3 * time.Second)
+		s.Stop()
+		// Led again at 8 s: the next look (by 9 s) catches up once, then
+		// every second from there.
+		got := r.firedAt(start)
+		require.Len(t, got, 6, "%v", got)
+		assert.LessOrEqual(t, got[3], 9*time.Second)
+		assert.Equal(t, got[3]+time.Second, got[4])
+	})
 }
