@@ -258,7 +258,7 @@ func (l *loop) onClaimed(e claimedEvent) {
 		t := &task{job: j, pool: pl, spec: spec, state: taskPending}
 		if o, nack, ok := claimedOutcome(*j, spec, l.cfg.MaxFrameBytes); nack {
 			l.log.Error(o.line, "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "handler", pl.h.Name)
-			l.writer.Nack(j.ID)
+			l.writer.Nack(*j)
 			continue
 		} else if !ok {
 			l.apply(t, o)

@@ -187,7 +187,7 @@ func (l *loop) nack(t *task, reason string) {
 		l.metrics.jobEnded(t, "nacked")
 	}
 	t.endSpan("nacked", "")
-	l.writer.Nack(j.ID)
+	l.writer.Nack(*j)
 	l.metrics.shutdownNack(j.Queue, j.Name, reason)
 	l.log.Warn("shutdown_nack", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "reason", reason, "attempts", j.Attempts)
 }

@@ -76,8 +76,8 @@ type Completer struct {
 	completions []backends.Completion
 	writing     int                   // completions[:writing] are in run's write
 	lent        []backends.Completion // taken into claims (Lend), not yet back
-	nacks       []string
-	returns     []backends.Job // claimed rows given back unstarted (ReturnJobs)
+	nacks       []backends.Job        // rows NACKed at shutdown, at the attempt held
+	returns     []backends.Job        // claimed rows given back unstarted (ReturnJobs)
 	closed      bool
 	hurried     bool // shutdown began: write what arrives at once
 	lingering   bool // run waits for its small batch to grow
@@ -144,10 +144,10 @@ func (w *Completer) Complete(c backends.Completion) {
 	}
 }
 
-// Nack queues a shutdown NACK of a job.
-func (w *Completer) Nack(id string) {
+// Nack queues a shutdown NACK of a row held at j.Attempts.
+func (w *Completer) Nack(j backends.Job) {
 	w.mu.Lock()
-	w.nacks = append(w.nacks, id)
+	w.nacks = append(w.nacks, j)
 	w.mu.Unlock()
 	w.signal()
 }
@@ -240,7 +240,8 @@ func (w *Completer) Holds(id string) bool {
 			}
 		}
 	}
-	return slices.Contains(w.nacks, id) || slices.ContainsFunc(w.returns, func(j backends.Job) bool { return j.ID == id })
+	is := func(j backends.Job) bool { return j.ID == id }
+	return slices.ContainsFunc(w.nacks, is) || slices.ContainsFunc(w.returns, is)
 }
 
 // Hurry makes the Completer write at once from now on, without lingering:
@@ -459,12 +460,15 @@ func (w *Completer) giveUp(err error) {
 	for _, c := range w.completions {
 		results = append(results, c.JobID+":"+c.Outcome.String())
 	}
-	returns := make([]string, len(w.returns))
-	for i, j := range w.returns {
-		returns[i] = j.ID
+	ids := func(js []backends.Job) []string {
+		out := make([]string, len(js))
+		for i, j := range js {
+			out[i] = j.ID
+		}
+		return out
 	}
 	w.log.Error("giving up on result writes at shutdown: these rows stay processing, and stale-worker recovery or a takeover requeues them with attempts preserved",
-		"lost", len(w.completions)+len(w.nacks)+len(w.returns), "results", results, "nacks", slices.Clone(w.nacks), "returns", returns, "err", err)
+		"lost", len(w.completions)+len(w.nacks)+len(w.returns), "results", results, "nacks", ids(w.nacks), "returns", ids(w.returns), "err", err)
 	w.completions, w.nacks, w.returns = nil, nil, nil
 	w.gaveUp = true
 }
@@ -527,9 +531,9 @@ func (w *Completer) writeReturns(held []backends.Job) error {
 	return err
 }
 
-func (w *Completer) writeNacks(ids []string) error {
+func (w *Completer) writeNacks(held []backends.Job) error {
 	ctx, done := w.writeCtx()
 	defer done()
-	_, err := w.backend.Nack(ctx, w.workerID, ids)
+	_, err := w.backend.Nack(ctx, w.workerID, held)
 	return err
 }
