@@ -103,6 +103,44 @@ func retriedWriteCases() []testCase {
 		}},
 	}
 
+	cases = append(cases, testCase{"retried write/one batch holding the retried write of attempt 1 and attempt 2's own writes attempt 2's", func(s *suite) {
+		// The writer took the lost write back while attempt 2 ran and
+		// failed: both go in its next batch, the earlier first.
+		w := s.worker()
+		s.enqueueNamed(name)
+		first := s.claimOne(w, name)
+		retried := backends.Completion{JobID: first.ID, Attempts: first.Attempts, Outcome: backends.OutcomeRetry, Error: "attempt 1 failed"}
+		require.Equal(s.t, []string{first.ID}, s.complete(w, retried))
+		later := again(s, w, first.ID, 2)
+		own := backends.Completion{JobID: first.ID, Attempts: later.Attempts, Outcome: backends.OutcomeRetry, Error: "attempt 2 failed"}
+		assert.Equal(s.t, []string{first.ID}, s.complete(w, retried, own), "attempt 2's retry lands")
+		got := s.get(first.ID)
+		assert.Equal(s.t, backends.StatusQueued, got.Status)
+		require.NotNil(s.t, got.LastError)
+		assert.Equal(s.t, "attempt 2 failed", *got.LastError)
+		assert.Equal(s.t, 2, got.Attempts)
+
+		third := again(s, w, first.ID, 3)
+		own = backends.Completion{JobID: first.ID, Attempts: third.Attempts, Outcome: backends.OutcomeDone, ResultTTL: time.Hour}
+		assert.Equal(s.t, []string{first.ID}, s.complete(w, own, own, retried), "attempt 3's done lands, once")
+		assert.Equal(s.t, backends.StatusDone, s.get(first.ID).Status)
+	}})
+	cases = append(cases, testCase{"retried write/one NACK holding attempt 1 and attempt 2 of a row NACKs attempt 2", func(s *suite) {
+		w := s.worker()
+		s.enqueueNamed(name)
+		first := s.claimOne(w, name)
+		nacked, err := s.b.Nack(s.ctx, w, []backends.Job{first})
+		require.NoError(s.t, err)
+		require.Equal(s.t, []string{first.ID}, nacked)
+		later := again(s, w, first.ID, 2)
+		nacked, err = s.b.Nack(s.ctx, w, []backends.Job{first, later})
+		require.NoError(s.t, err)
+		assert.Equal(s.t, []string{first.ID}, nacked)
+		got := s.get(first.ID)
+		assert.Equal(s.t, backends.StatusQueued, got.Status)
+		assert.Equal(s.t, 2, got.Attempts)
+	}})
+
 	// A write held up while the row was recovered and claimed again by
 	// the same worker, registered again: one clause per write.
 	late := []struct {

@@ -105,22 +105,28 @@ func queueCompletions(batch *pgx.Batch, workerID string, cs []backends.Completio
 	} else if c.Outcome == backends.OutcomeDone {
 		deleteIDs, deleteAt = make([]pgtype.UUID, 0, len(cs)), make([]int32, 0, len(cs))
 	}
-	seen := make(map[pgtype.UUID]bool, len(cs))
+	type attempt struct {
+		id pgtype.UUID
+		at int32
+	}
+	seen := make(map[attempt]bool, len(cs))
 	for _, c := range cs {
-		// An id that cannot be a uuid matches no row; a repeated id would
-		// make one statement touch a row twice. The first completion wins.
+		// An id that cannot be a uuid matches no row; a repeated attempt
+		// of one id would make one statement touch a row twice: the first
+		// completion wins. Two attempts of one row (a write retried after
+		// its reply was lost, beside the later attempt's own) both go: the
+		// guard lets at most one of them match.
 		if !isUUID(c.JobID) {
 			continue
 		}
 		if c.Attempts < 1 {
 			return nil, fmt.Errorf("complete job %s: %w", c.JobID, backends.ErrNoAttempt)
 		}
-		id := parseUUID(c.JobID)
-		if seen[id] {
+		id, at := parseUUID(c.JobID), int32(c.Attempts)
+		if seen[attempt{id, at}] {
 			continue
 		}
-		seen[id] = true
-		at := int32(c.Attempts)
+		seen[attempt{id, at}] = true
 		switch c.Outcome {
 		case backends.OutcomeDone:
 			if c.ResultTTL <= 0 {
@@ -269,22 +275,26 @@ func (b *Backend) Nack(ctx context.Context, workerID string, held []backends.Job
 	}
 	ids := make([]pgtype.UUID, 0, len(held))
 	attempts := make([]int32, 0, len(held))
-	seen := make(map[pgtype.UUID]bool, len(held))
+	type attempt struct {
+		id pgtype.UUID
+		at int32
+	}
+	seen := make(map[attempt]bool, len(held))
 	for _, j := range held {
-		// An id that cannot be a uuid matches no row; a repeated one would
-		// join the row twice. The first wins.
+		// An id that cannot be a uuid matches no row; a repeated attempt
+		// would join the row twice. The first wins.
 		if !isUUID(j.ID) {
 			continue
 		}
 		if j.Attempts < 1 {
 			return nil, fmt.Errorf("nack job %s: %w", j.ID, backends.ErrNoAttempt)
 		}
-		id := parseUUID(j.ID)
-		if seen[id] {
+		id, at := parseUUID(j.ID), int32(j.Attempts)
+		if seen[attempt{id, at}] {
 			continue
 		}
-		seen[id] = true
-		ids, attempts = append(ids, id), append(attempts, int32(j.Attempts))
+		seen[attempt{id, at}] = true
+		ids, attempts = append(ids, id), append(attempts, at)
 	}
 	if len(ids) == 0 {
 		return nil, nil

@@ -137,7 +137,8 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 			if err := run(ctx, tx, "deleting done jobs", `DELETE FROM soniq_jobs
 				WHERE id IN (SELECT value ->> 'id' FROM json_each(?1))
 				  AND status = 'processing' AND worker_id = ?2
-				  AND attempts = (SELECT v.value ->> 'attempts' FROM json_each(?1) AS v WHERE v.value ->> 'id' = soniq_jobs.id)
+				  AND EXISTS (SELECT 1 FROM json_each(?1) AS v
+				              WHERE v.value ->> 'id' = soniq_jobs.id AND v.value ->> 'attempts' = soniq_jobs.attempts)
 				RETURNING id`, bs.deleted, workerID); err != nil {
 				return err
 			}
@@ -257,15 +258,15 @@ func (b *Backend) Nack(ctx context.Context, workerID string, held []backends.Job
 		return nil, nil
 	}
 	rows := make([]heldRow, 0, len(held))
-	seen := make(map[string]bool, len(held))
+	seen := make(map[heldRow]bool, len(held))
 	for _, j := range held {
 		if j.Attempts < 1 {
 			return nil, fmt.Errorf("nacking job %s: %w", j.ID, backends.ErrNoAttempt)
 		}
-		// A repeated id would join the row twice; the first wins.
-		if !seen[j.ID] {
-			seen[j.ID] = true
-			rows = append(rows, heldRow{ID: j.ID, Attempts: j.Attempts})
+		// A repeated attempt would join the row twice; the first wins.
+		if r := (heldRow{ID: j.ID, Attempts: j.Attempts}); !seen[r] {
+			seen[r] = true
+			rows = append(rows, r)
 		}
 	}
 	payload, err := marshalJSON(rows)

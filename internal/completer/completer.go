@@ -518,8 +518,9 @@ func (w *Completer) settle(cs []backends.Completion, applied []string) {
 	for _, c := range cs {
 		if !ok[c.JobID] {
 			// The guard did its job: the row was NACKed, recovered by
-			// stale-worker recovery or claimed by another worker.
-			w.log.Warn("result discarded: the row is no longer processing for this worker", "job_id", c.JobID, "outcome", c.Outcome.String())
+			// stale-worker recovery, claimed by another worker, or this
+			// is a retried write whose first try committed.
+			w.log.Warn("result discarded: the row is no longer processing for this worker at this attempt", "job_id", c.JobID, "attempt", c.Attempts, "outcome", c.Outcome.String())
 		}
 	}
 }
