@@ -213,7 +213,7 @@ func TestCheckRules(t *testing.T) {
 		// The histories of the issue that made the checker exact: cuts of
 		// different kinds back to back, no single one long enough, no
 		// heartbeat landing between them.
-		{name: "a read-only window, then at once a PgBouncer restart: out 8.5 s through PgBouncer (seed 60606)", jobs: []Job{done("a", jobAsync, 0, 20)},
+		{name: "a read-only window, then at once a PgBouncer restart: out 8.5 s through PgBouncer", jobs: []Job{done("a", jobAsync, 0, 20)},
 			execs: []Execution{ex("a", 300, 0.1, 0.6, "ok"), ex("a", 101, 12, 12.5, "ok")},
 			faults: []Fault{{At: at(0.5), Kind: faultDBReadOnly, Target: "postgres", Dur: 4 * time.Second},
 				{At: at(4.6), Kind: faultPgBouncerKill, Target: "pgbouncer", Dur: 3500 * time.Millisecond}},
@@ -231,7 +231,7 @@ func TestCheckRules(t *testing.T) {
 				outageOf(h, "pgbouncer", 4.9, 8.4)
 			},
 			want: []string{ruleDuplicate}},
-		{name: "a 5.5 s read-only window, then two Postgres restarts, the first heartbeat a second after (seed 424242)", jobs: []Job{done("a", jobAsync, 0, 20)},
+		{name: "a 5.5 s read-only window, then two Postgres restarts, the first heartbeat a second after", jobs: []Job{done("a", jobAsync, 0, 20)},
 			execs: []Execution{ex("a", 300, 0.1, 0.6, "ok"), ex("a", 101, 12, 12.5, "ok")},
 			faults: []Fault{{At: at(0.5), Kind: faultDBReadOnly, Target: "postgres", Dur: 5500 * time.Millisecond},
 				{At: at(6), Kind: faultPGRestart, Target: "postgres", Dur: 2 * time.Second},

@@ -20,9 +20,9 @@ import (
 // between them, however far apart the faults' own records put them: a
 // probe notices an outage up to a probe round late, a restart's end is not
 // the sidecar's reconnect, and after a read-only window ends the next
-// heartbeat is up to an interval away (seeds 60606 and 424242 at the
-// issue that made this exact: a read-only window, then a PgBouncer or two
-// Postgres restarts, 8 s out with no single cut long enough).
+// heartbeat is up to an interval away (a read-only window, then at once a
+// PgBouncer restart or two Postgres restarts: 8 s out, no single cut long
+// enough, no heartbeat landing between them).
 type cut struct {
 	from, to time.Time
 	kinds    []string
