@@ -210,12 +210,18 @@ func (w *Completer) Lent(cs []backends.Completion, applied []string, written boo
 		w.settle(cs, applied)
 		w.wrote()
 	}
-	ids := make(map[string]bool, len(cs))
+	// By row and attempt: a retried copy of an earlier attempt's write and
+	// the later attempt's own may be lent to two claims at once.
+	type write struct {
+		id       string
+		attempts int
+	}
+	ended := make(map[write]bool, len(cs))
 	for _, c := range cs {
-		ids[c.JobID] = true
+		ended[write{c.JobID, c.Attempts}] = true
 	}
 	w.mu.Lock()
-	w.lent = slices.DeleteFunc(w.lent, func(c backends.Completion) bool { return ids[c.JobID] })
+	w.lent = slices.DeleteFunc(w.lent, func(c backends.Completion) bool { return ended[write{c.JobID, c.Attempts}] })
 	if !written {
 		w.completions = append(w.completions, cs...)
 	}
