@@ -495,11 +495,14 @@ func TestARetriedCompletionDoesNotLandOnTheSameWorkersLaterClaim(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []int{1, 2, 3}, attempts, "each attempt ran once")
+	refused := 0
 	for _, line := range sc.logs("result discarded") {
 		if line["job_id"] == id {
+			refused++
 			assert.EqualValues(t, 1, line["attempt"], "only the retried copy of attempt 1's write is refused: %v", line)
 		}
 	}
+	t.Logf("attempts run %v; %d copy of attempt 1's write refused", attempts, refused)
 	sc.signal(syscall.SIGTERM)
 	code, _ := sc.wait(30 * time.Second)
 	assert.Equal(t, 0, code)
