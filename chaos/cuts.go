@@ -96,8 +96,8 @@ func (c *checker) cutsOf(pid int) []cut {
 func (r Rules) beatGap() time.Duration { return 2*r.HeartbeatInterval + r.Slack }
 
 // outsOf returns the spans, between two writes of the sidecar with pid that
-// landed (History.Beats), longer than heartbeat_timeout, that its cuts
-// explain: covered by cuts back to back, no stretch of the span without a
+// landed (History.Beats), longer than heartbeat_timeout, or from its last
+// write to the end of its process, that its cuts explain: covered by cuts back to back, no stretch of the span without a
 // cut longer than beatGap. Another sidecar may have recovered the rows it
 // held then; in no other span can it have.
 func (c *checker) outsOf(pid int) []cut {
@@ -107,9 +107,18 @@ func (c *checker) outsOf(pid int) []cut {
 	var outs []cut
 	beats := c.h.Beats[pid]
 	ks := c.cutsOf(pid)
+	// The process's end closes its last span: it writes nothing after it,
+	// so a span its cuts cover up to its end (stopped, then killed; cut
+	// off, then shut down giving up its writes) is long enough whatever
+	// its length.
+	end := time.Time{}
+	if in := c.incs[pid]; in != nil && len(beats) > 0 && in.End.After(beats[len(beats)-1]) {
+		end = in.End
+		beats = append(slices.Clip(beats), end)
+	}
 	for i := 1; i < len(beats); i++ {
 		a, b := beats[i-1], beats[i]
-		if b.Sub(a) <= c.r.HeartbeatTimeout {
+		if b.Sub(a) <= c.r.HeartbeatTimeout && !b.Equal(end) {
 			continue
 		}
 		cursor, ok := a, true
