@@ -54,6 +54,11 @@ const (
 // ErrNotFound is returned (wrapped) when a job, dead-letter or worker row does not exist.
 var ErrNotFound = errors.New("not found")
 
+// ErrNoAttempt is returned (wrapped, naming the job) by Complete and Nack
+// for a write that names no attempt (attempts < 1): guarded by the worker
+// alone, a retried write could settle a later claim of the same row.
+var ErrNoAttempt = errors.New("names no attempt (the row's attempts as claimed, at least 1)")
+
 // ErrWorkerNotActive is returned (wrapped) by Heartbeat and Claim when the
 // worker row exists but is no longer active: another worker's stale-worker recovery
 // stopped it (this worker was silent too long: a frozen VM, a partition) and

@@ -150,10 +150,18 @@ func (o Outcome) String() string {
 }
 
 // Completion is one job's terminal write. Every completion is guarded by
-// status='processing' AND worker_id=<worker>: a completion for a row that
-// was NACKed, recovered or re-claimed changes nothing.
+// status='processing' AND worker_id=<worker> AND attempts=Attempts: a
+// completion for a row that was NACKed, recovered or claimed again changes
+// nothing, even when the same worker claimed it again (a write retried
+// after its first try committed and its reply was lost must not settle the
+// later attempt).
 type Completion struct {
-	JobID     string
+	JobID string
+	// Attempts is the row's attempts as the worker claimed it (Job.Attempts
+	// of the claimed row): the attempt this write settles. A completion
+	// naming none (< 1) is refused with an error: every claimed row has
+	// attempts >= 1.
+	Attempts  int
 	Outcome   Outcome
 	Result    json.RawMessage // OutcomeDone; nil leaves result NULL
 	ResultTTL time.Duration   // OutcomeDone
@@ -204,13 +212,14 @@ type Jobs interface {
 	// whose guard matched.
 	Complete(ctx context.Context, workerID string, cs []Completion) (applied []string, err error)
 	// Nack is the shutdown contract's nack_job, batched and guarded by the
-	// worker: status='queued', worker_id=NULL, updated_at=now(),
-	// scheduled_at=now() WHERE id IN ids AND status='processing' AND
-	// worker_id=workerID. attempts and last_error are untouched. A late
-	// NACK (delayed by a partition) on a row that stale recovery requeued
-	// and another worker claimed again changes nothing. Returns the ids
-	// that were processing under workerID.
-	Nack(ctx context.Context, workerID string, ids []string) (nacked []string, err error)
+	// worker and the attempt: status='queued', worker_id=NULL,
+	// updated_at=now(), scheduled_at=now() for each row of held still
+	// processing under workerID at the attempts held says. attempts and
+	// last_error are untouched. A late NACK (delayed by a partition, or
+	// retried after its first try committed and its reply was lost) on a
+	// row claimed again since, by another worker or by this one, changes
+	// nothing. Returns the ids nacked, in held's order.
+	Nack(ctx context.Context, workerID string, held []Job) (nacked []string, err error)
 
 	// AdoptOrphans sets worker_id = workerID on the rows among ids that are
 	// processing with no worker: rows whose worker row was deleted while

@@ -99,7 +99,7 @@ func ceilingRun(ctx context.Context, url string, batch int, ready, finished func
 		mu.Lock()
 		for _, j := range jobs {
 			// What the supervisor writes for a handler that returned None.
-			pending = append(pending, backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDone, Result: null, ResultTTL: 300 * time.Second})
+			pending = append(pending, backends.Completion{JobID: j.ID, Attempts: j.Attempts, Outcome: backends.OutcomeDone, Result: null, ResultTTL: 300 * time.Second})
 		}
 		if len(jobs) == 0 {
 			closed = true

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -33,12 +34,6 @@ type Rules struct {
 	RSSGrowthKB  int
 	RSSMaxKB     int
 }
-
-// recoverableStop is the shortest SIGSTOP after which another sidecar's
-// stale-worker recovery may requeue the stopped sidecar's rows: its last
-// heartbeat is up to one interval older than the stop, and one more
-// interval covers a late beat on a busy machine.
-func (r Rules) recoverableStop() time.Duration { return r.HeartbeatTimeout - 2*r.HeartbeatInterval }
 
 // Violation rules.
 const (
@@ -83,6 +78,7 @@ type checker struct {
 	r       Rules
 	incs    map[int]*Incarnation // by pid
 	cuts    map[int][]cut        // by sidecar pid, filled by cutsOf
+	outs    map[int][]cut        // by sidecar pid, filled by outsOf
 	rep     *Report
 	execs   map[string][]Execution // by job, in start order
 	cancels map[string][]Cancel    // the cancel fault's commands, by job
@@ -90,7 +86,7 @@ type checker struct {
 
 // Check applies every rule to the history.
 func Check(h *History, r Rules) *Report {
-	c := &checker{h: h, r: r, incs: map[int]*Incarnation{}, cuts: map[int][]cut{}, execs: map[string][]Execution{},
+	c := &checker{h: h, r: r, incs: map[int]*Incarnation{}, cuts: map[int][]cut{}, outs: map[int][]cut{}, execs: map[string][]Execution{},
 		rep: &Report{Jobs: len(h.Jobs), Executions: len(h.Executions), Faults: map[string]int{}, Reruns: map[string]int{}}}
 	for i := range h.Incarnations {
 		c.incs[h.Incarnations[i].PID] = &h.Incarnations[i]
@@ -233,11 +229,11 @@ func (c *checker) killed(e Execution) string {
 
 // chargingFaults counts the faults during j's life that may charge one of
 // its attempts without a run: a sidecar SIGKILLed or SIGTERMed (a NACK of a
-// claimed row keeps its attempt), and a cut of some sidecar long enough for
-// recovery (a stop, a partition, an outage of its path, a read-only
-// window, or several of them back to back). Which sidecar held the row
-// unrun is not known, so every sidecar's cuts count; a cut that several
-// sidecars share (an outage, a read-only window) counts once.
+// claimed row keeps its attempt), and a sidecar out of the database long
+// enough for recovery (outsOf: stops, partitions, outages of its path,
+// restarts, read-only windows, alone or back to back). Which sidecar held
+// the row unrun is not known, so every sidecar's outs count; outs that
+// overlap (a read-only window that cut several sidecars) count once.
 func (c *checker) chargingFaults(j Job) int {
 	from, to := j.Enqueued.Add(-c.r.Slack), j.Finished.Add(c.r.Slack)
 	n := 0
@@ -249,14 +245,22 @@ func (c *checker) chargingFaults(j Job) int {
 			n++
 		}
 	}
-	seen := map[[2]time.Time]bool{}
+	var outs []cut
 	for _, in := range c.h.Incarnations {
-		for _, k := range c.cutsOf(in.PID) {
-			key := [2]time.Time{k.from, k.to}
-			if k.span() >= c.r.recoverableStop() && !k.from.Before(from) && !k.from.After(to) && !seen[key] {
-				seen[key] = true
-				n++
+		for _, k := range c.outsOf(in.PID) {
+			if !k.to.Before(from) && !k.from.After(to) {
+				outs = append(outs, k)
 			}
+		}
+	}
+	slices.SortFunc(outs, func(a, b cut) int { return a.from.Compare(b.from) })
+	var end time.Time
+	for _, k := range outs {
+		if k.from.After(end) {
+			n++
+		}
+		if k.to.After(end) {
+			end = k.to
 		}
 	}
 	return n
@@ -294,11 +298,11 @@ func (c *checker) explain(e Execution) string {
 			return faultSidecarKill
 		}
 	}
-	// Cut from the database long enough for its heartbeat to go stale
-	// while the job ran or its result waited (stopped, black-holed, its
-	// path down, the server read-only, or several of these back to back):
-	// another sidecar may have recovered the row.
-	if k := c.recoverableCut(e, writeEnd); k != nil {
+	// Out of the database long enough for its heartbeat to go stale while
+	// the job ran or its result waited (stopped, black-holed, its path
+	// down, the server read-only or restarting, or several of these back
+	// to back): another sidecar may have recovered the row.
+	if k := c.recoverableOut(e, writeEnd); k != nil {
 		return k.reason()
 	}
 	return ""
@@ -440,7 +444,7 @@ func (rep *Report) Summary(seed int64, seconds time.Duration) string {
 	}
 	reruns := 0
 	var why []string
-	for _, k := range []string{"retry", "cancelled", "nack", faultHandlerKill, faultSidecarKill, "stop", "partition", "outage", "read-only", "cut"} {
+	for _, k := range []string{"retry", "cancelled", "nack", faultHandlerKill, faultSidecarKill, cutStop, cutPartition, cutOutage, cutReadOnly, cutPGRestart, cutPgBouncer, "cut"} {
 		reruns += rep.Reruns[k]
 		why = append(why, fmt.Sprintf("%s=%d", k, rep.Reruns[k]))
 	}

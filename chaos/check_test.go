@@ -60,6 +60,10 @@ func TestCheckRules(t *testing.T) {
 		execs  []Execution
 		faults []Fault
 		edit   func(h *History)
+		// beats replaces a sidecar's landed writes (by pid, seconds);
+		// by default each sidecar beats every second outside its cuts and
+		// once just after each cut (synthBeats).
+		beats  map[int][]float64
 		want   []string // the rules violated, in order
 		reruns map[string]int
 	}{
@@ -130,7 +134,16 @@ func TestCheckRules(t *testing.T) {
 			want:   []string{ruleSyncInterrupted}, reruns: map[string]int{faultSidecarKill: 1}},
 		{name: "a stop long enough for recovery", jobs: []Job{done("a", jobAsync, 0, 12)},
 			execs:  []Execution{ex("a", 101, 0.1, 0.6, "ok"), ex("a", 102, 9, 9.5, "ok")},
+			faults: []Fault{{At: at(0.2), Kind: faultSidecarStop, Target: "py", PID: 100, Dur: 9 * time.Second}},
+			reruns: map[string]int{"stop": 1}},
+		{name: "a 7 s stop, its last heartbeat just before it: 7.3 s out, too short for recovery", jobs: []Job{done("a", jobAsync, 0, 12)},
+			execs:  []Execution{ex("a", 101, 0.1, 0.6, "ok"), ex("a", 102, 9, 9.5, "ok")},
 			faults: []Fault{{At: at(0.2), Kind: faultSidecarStop, Target: "py", PID: 100, Dur: 7 * time.Second}},
+			want:   []string{ruleDuplicate}},
+		{name: "a 7 s stop, its last heartbeat a second before it: 8.3 s out, long enough", jobs: []Job{done("a", jobAsync, 0, 12)},
+			execs:  []Execution{ex("a", 101, 0.1, 0.6, "ok"), ex("a", 102, 9, 9.5, "ok")},
+			faults: []Fault{{At: at(1.95), Kind: faultSidecarStop, Target: "py", PID: 100, Dur: 7 * time.Second}},
+			beats:  map[int][]float64{100: {0, 1, 9.3, 10, 11, 12}},
 			reruns: map[string]int{"stop": 1}},
 		{name: "claimed before a long stop, delivered after it, once its replacement had run", jobs: []Job{done("a", jobSync, 0, 20)},
 			execs:  []Execution{ex("a", 300, 11.1, 11.5, "ok"), func() Execution { e := ex("a", 101, 9, 9.4, "ok"); e.Attempt = 2; return e }()},
@@ -156,7 +169,7 @@ func TestCheckRules(t *testing.T) {
 			want:   []string{ruleDuplicate}},
 		{name: "its sidecar cut from the database long enough for recovery", jobs: []Job{done("a", jobAsync, 0, 20)},
 			execs:  []Execution{ex("a", 101, 0.1, 0.6, "ok"), ex("a", 102, 9, 9.5, "ok")},
-			edit:   func(h *History) { outageOf(h, "direct", 0.5, 7.5) },
+			edit:   func(h *History) { outageOf(h, "direct", 0.5, 9.5) },
 			reruns: map[string]int{"outage": 1}},
 		{name: "an outage too short for recovery explains nothing", jobs: []Job{done("a", jobAsync, 0, 20)},
 			execs: []Execution{ex("a", 101, 0.1, 0.6, "ok"), ex("a", 102, 9, 9.5, "ok")},
@@ -166,9 +179,10 @@ func TestCheckRules(t *testing.T) {
 			execs: []Execution{ex("a", 101, 0.1, 0.6, "ok"), ex("a", 102, 9, 9.5, "ok")},
 			edit:  func(h *History) { outageOf(h, "pgbouncer", 0.5, 7.5) },
 			want:  []string{ruleDuplicate}},
-		{name: "claimed during an outage, recovered at its end: a claim under a stale worker row", jobs: []Job{done("a", jobAsync, 0, 20)},
+		{name: "claimed during an outage as probed: its claim landed, so the sidecar was not out long enough", jobs: []Job{done("a", jobAsync, 0, 20)},
 			execs: []Execution{ex("a", 101, 6, 6.2, "ok"), ex("a", 102, 9, 9.5, "ok")},
-			edit:  func(h *History) { outageOf(h, "direct", 0.5, 7.5) },
+			edit:  func(h *History) { outageOf(h, "direct", 0.5, 9.5) },
+			beats: map[int][]float64{100: {0, 5.9, 9.6, 10.6}},
 			want:  []string{ruleDuplicate}},
 		{name: "a stop, then at once a read-only window: one cut long enough for recovery (seed 101)", jobs: []Job{done("a", jobAsync, 0, 20)},
 			execs: []Execution{ex("a", 300, 0.1, 0.6, "ok"), ex("a", 101, 9, 9.5, "ok")},
@@ -182,20 +196,96 @@ func TestCheckRules(t *testing.T) {
 			want: []string{ruleDuplicate}},
 		{name: "a partition long enough for recovery", jobs: []Job{done("a", jobAsync, 0, 20)},
 			execs:  []Execution{ex("a", 101, 0.1, 0.6, "ok"), ex("a", 102, 9, 9.5, "ok")},
-			faults: []Fault{{At: at(0.5), Kind: faultNetPartition, Target: "net-py", PID: 100, Dur: 7 * time.Second}},
+			faults: []Fault{{At: at(0.5), Kind: faultNetPartition, Target: "net-py", PID: 100, Dur: 9 * time.Second}},
 			reruns: map[string]int{"partition": 1}},
 		{name: "another sidecar's partition explains nothing", jobs: []Job{done("a", jobAsync, 0, 20)},
 			execs:  []Execution{ex("a", 101, 0.1, 0.6, "ok"), ex("a", 102, 9, 9.5, "ok")},
-			faults: []Fault{{At: at(0.5), Kind: faultNetPartition, Target: "net-attach", PID: 200, Dur: 7 * time.Second}},
+			faults: []Fault{{At: at(0.5), Kind: faultNetPartition, Target: "net-attach", PID: 200, Dur: 9 * time.Second}},
 			want:   []string{ruleDuplicate}},
 		{name: "a failing job dead-lettered with an attempt a long partition charged", jobs: []Job{dead("a", jobFailSync, 0, 20)},
 			execs:  []Execution{ex("a", 101, 0.1, 0.2, "fail"), ex("a", 101, 10, 10.1, "fail")},
-			faults: []Fault{{At: at(0.5), Kind: faultNetPartition, Target: "net-py", PID: 100, Dur: 7 * time.Second}},
+			faults: []Fault{{At: at(0.5), Kind: faultNetPartition, Target: "net-py", PID: 100, Dur: 9 * time.Second}},
 			reruns: map[string]int{"retry": 1}},
 		{name: "a failing job dead-lettered with an attempt a short partition cannot explain", jobs: []Job{dead("a", jobFailSync, 0, 20)},
 			execs:  []Execution{ex("a", 101, 0.1, 0.2, "fail"), ex("a", 101, 10, 10.1, "fail")},
 			faults: []Fault{{At: at(0.5), Kind: faultNetPartition, Target: "net-py", PID: 100, Dur: 3 * time.Second}},
 			reruns: map[string]int{"retry": 1}, want: []string{ruleChargedUnrun}},
+		// The histories of the issue that made the checker exact: cuts of
+		// different kinds back to back, no single one long enough, no
+		// heartbeat landing between them.
+		{name: "a read-only window, then at once a PgBouncer restart: out 8.5 s through PgBouncer", jobs: []Job{done("a", jobAsync, 0, 20)},
+			execs: []Execution{ex("a", 300, 0.1, 0.6, "ok"), ex("a", 101, 12, 12.5, "ok")},
+			faults: []Fault{{At: at(0.5), Kind: faultDBReadOnly, Target: "postgres", Dur: 4 * time.Second},
+				{At: at(4.6), Kind: faultPgBouncerKill, Target: "pgbouncer", Dur: 3500 * time.Millisecond}},
+			edit: func(h *History) {
+				h.Incarnations[1].DBPath = "pgbouncer"
+				outageOf(h, "pgbouncer", 4.9, 8.4)
+			},
+			reruns: map[string]int{"cut": 1}},
+		{name: "the same faults do not explain a rerun of a sidecar that goes straight to Postgres", jobs: []Job{done("a", jobAsync, 0, 20)},
+			execs: []Execution{ex("a", 101, 0.1, 0.6, "ok"), ex("a", 300, 12, 12.5, "ok")},
+			faults: []Fault{{At: at(0.5), Kind: faultDBReadOnly, Target: "postgres", Dur: 4 * time.Second},
+				{At: at(4.6), Kind: faultPgBouncerKill, Target: "pgbouncer", Dur: 3500 * time.Millisecond}},
+			edit: func(h *History) {
+				h.Incarnations[1].DBPath = "pgbouncer"
+				outageOf(h, "pgbouncer", 4.9, 8.4)
+			},
+			want: []string{ruleDuplicate}},
+		{name: "a 5.5 s read-only window, then two Postgres restarts, the first heartbeat a second after", jobs: []Job{done("a", jobAsync, 0, 20)},
+			execs: []Execution{ex("a", 300, 0.1, 0.6, "ok"), ex("a", 101, 12, 12.5, "ok")},
+			faults: []Fault{{At: at(0.5), Kind: faultDBReadOnly, Target: "postgres", Dur: 5500 * time.Millisecond},
+				{At: at(6), Kind: faultPGRestart, Target: "postgres", Dur: 2 * time.Second},
+				{At: at(8), Kind: faultPGRestart, Target: "postgres", Dur: 2400 * time.Millisecond}},
+			edit:   func(h *History) { outageOf(h, "direct", 6.9, 10.9) },
+			beats:  map[int][]float64{200: {0, 11.5, 12.5}},
+			reruns: map[string]int{"cut": 1}},
+		{name: "the same faults with a heartbeat landing between the window and the restarts explain nothing", jobs: []Job{done("a", jobAsync, 0, 20)},
+			execs: []Execution{ex("a", 300, 0.1, 0.6, "ok"), ex("a", 101, 12, 12.5, "ok")},
+			faults: []Fault{{At: at(0.5), Kind: faultDBReadOnly, Target: "postgres", Dur: 5500 * time.Millisecond},
+				{At: at(7), Kind: faultPGRestart, Target: "postgres", Dur: 2 * time.Second},
+				{At: at(9), Kind: faultPGRestart, Target: "postgres", Dur: 2400 * time.Millisecond}},
+			beats: map[int][]float64{200: {0, 6.2, 11.5, 12.5}},
+			want:  []string{ruleDuplicate}},
+		{name: "a read-only window and an outage the probe noticed 0.9 s after it, no heartbeat between: one out", jobs: []Job{done("a", jobAsync, 0, 20)},
+			execs:  []Execution{ex("a", 101, 0.1, 0.6, "ok"), ex("a", 102, 12, 12.5, "ok")},
+			faults: []Fault{{At: at(0.5), Kind: faultDBReadOnly, Target: "postgres", Dur: 4500 * time.Millisecond}},
+			edit:   func(h *History) { outageOf(h, "direct", 5.9, 9) },
+			beats:  map[int][]float64{100: {0, 9.1, 10.1}},
+			reruns: map[string]int{"cut": 1}},
+		{name: "a heartbeat silent past heartbeat_timeout with a short cut in it: the faults do not explain the rest", jobs: []Job{done("a", jobAsync, 0, 20)},
+			execs:  []Execution{ex("a", 101, 0.1, 0.6, "ok"), ex("a", 102, 12, 12.5, "ok")},
+			faults: []Fault{{At: at(0.5), Kind: faultSidecarStop, Target: "py", PID: 100, Dur: 2 * time.Second}},
+			beats:  map[int][]float64{100: {0, 10, 11}},
+			want:   []string{ruleDuplicate}},
+		{name: "stopped, then SIGKILLed as the stop ended, no write landing after the stop: out until its end", jobs: []Job{done("a", jobAsync, 0, 20)},
+			execs: []Execution{ex("a", 101, 0.1, 0.6, "ok"), ex("a", 300, 10, 10.5, "ok")},
+			faults: []Fault{{At: at(0.3), Kind: faultSidecarStop, Target: "py", PID: 100, Dur: 11 * time.Second},
+				{At: at(11.3), Kind: faultSidecarKill, Target: "py", PID: 100}},
+			edit:   func(h *History) { h.Incarnations[0].End = at(11.31) },
+			beats:  map[int][]float64{100: {0}},
+			reruns: map[string]int{"stop": 1}},
+		{name: "a restart then a partition, then a shutdown that gives up its writes: out until its end", jobs: []Job{done("a", jobSync, 0, 20)},
+			execs: []Execution{ex("a", 300, 0.1, 0.2, "ok"), ex("a", 101, 8.1, 8.2, "ok")},
+			faults: []Fault{{At: at(0.05), Kind: faultPGRestart, Target: "postgres", Dur: 2100 * time.Millisecond},
+				{At: at(2.05), Kind: faultNetPartition, Target: "net-attach", PID: 200, Dur: 9200 * time.Millisecond},
+				{At: at(4.7), Kind: faultSidecarTerm, Target: "attach", PID: 200}},
+			edit: func(h *History) {
+				h.Incarnations[1].End, h.Incarnations[1].TermAt = at(9.8), at(4.7)
+			},
+			beats:  map[int][]float64{200: {0}, 100: {0, 2.2, 3, 4, 5, 6, 7, 8, 9}},
+			reruns: map[string]int{"cut": 1}},
+		{name: "a short cut, then a SIGKILL long after it with no write landing between: nothing explains the rest", jobs: []Job{done("a", jobAsync, 0, 20)},
+			execs: []Execution{ex("a", 101, 0.1, 0.6, "ok"), ex("a", 300, 12, 12.5, "ok")},
+			faults: []Fault{{At: at(0.3), Kind: faultNetPartition, Target: "net-py", PID: 100, Dur: time.Second},
+				{At: at(9), Kind: faultSidecarKill, Target: "py", PID: 100}},
+			edit:  func(h *History) { h.Incarnations[0].End = at(9.01) },
+			beats: map[int][]float64{100: {0}},
+			want:  []string{ruleDuplicate}},
+		{name: "a long cut with no heartbeat record explains nothing", jobs: []Job{done("a", jobAsync, 0, 20)},
+			execs:  []Execution{ex("a", 101, 0.1, 0.6, "ok"), ex("a", 102, 12, 12.5, "ok")},
+			faults: []Fault{{At: at(0.5), Kind: faultSidecarStop, Target: "py", PID: 100, Dur: 10 * time.Second}},
+			beats:  map[int][]float64{100: {}},
+			want:   []string{ruleDuplicate}},
 		{name: "cancelled at shutdown, then run again", jobs: []Job{done("a", jobAsync, 0, 2)},
 			execs:  []Execution{ex("a", 101, 0.1, 0.3, "cancelled"), ex("a", 102, 1, 1.5, "ok")},
 			reruns: map[string]int{"cancelled": 1}},
@@ -240,6 +330,13 @@ func TestCheckRules(t *testing.T) {
 			if tc.edit != nil {
 				tc.edit(h)
 			}
+			h.Beats = synthBeats(h, testRules())
+			for pid, secs := range tc.beats {
+				h.Beats[pid] = nil
+				for _, s := range secs {
+					h.Beats[pid] = append(h.Beats[pid], at(s))
+				}
+			}
 			rep := Check(h, testRules())
 			var got []string
 			for _, v := range rep.Violations {
@@ -259,6 +356,37 @@ func TestCheckRules(t *testing.T) {
 			}
 		})
 	}
+}
+
+// synthBeats is the heartbeat record of a well-behaved sidecar: a beat
+// every interval from its start (up to a minute in), none inside its cuts,
+// and one 100 ms after each cut ends.
+func synthBeats(h *History, r Rules) map[int][]time.Time {
+	c := &checker{h: h, r: r, incs: map[int]*Incarnation{}, cuts: map[int][]cut{}}
+	for i := range h.Incarnations {
+		c.incs[h.Incarnations[i].PID] = &h.Incarnations[i]
+	}
+	out := map[int][]time.Time{}
+	for _, in := range h.Incarnations {
+		ks := c.cutsOf(in.PID)
+		cutAt := func(t time.Time) bool {
+			return slices.ContainsFunc(ks, func(k cut) bool { return !t.Before(k.from) && t.Before(k.to) })
+		}
+		var bs []time.Time
+		for t := in.Start; t.Before(in.End) && t.Before(at(60)); t = t.Add(r.HeartbeatInterval) {
+			if !cutAt(t) {
+				bs = append(bs, t)
+			}
+		}
+		for _, k := range ks {
+			if t := k.to.Add(100 * time.Millisecond); !cutAt(t) {
+				bs = append(bs, t)
+			}
+		}
+		slices.SortFunc(bs, func(a, b time.Time) int { return a.Compare(b) })
+		out[in.PID] = bs
+	}
+	return out
 }
 
 // outageOf adds an outage of path from from to to.

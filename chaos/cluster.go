@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/soniq-dev/soniq-sidecar/internal/netfault"
 	"github.com/soniq-dev/soniq-sidecar/internal/proc"
 )
@@ -136,6 +138,15 @@ func (c *cluster) startDatabase(ctx context.Context) error {
 	mig := exec.CommandContext(ctx, c.cfg.sidecarBin, "migrate", "--database-url", c.dbURL)
 	if out, err := mig.CombinedOutput(); err != nil {
 		return fmt.Errorf("soniq-sidecar migrate: %w\n%s", err, out)
+	}
+	pool, err := pgxpool.New(ctx, c.dbURL)
+	if err != nil {
+		return fmt.Errorf("installing the heartbeat record: %w", err)
+	}
+	err = installBeats(ctx, pool)
+	pool.Close()
+	if err != nil {
+		return err
 	}
 	for range 3 {
 		var out string

@@ -113,6 +113,9 @@ func (c *cluster) collect(ctx context.Context, pool *pgxpool.Pool, produced []Pr
 		return nil, err
 	}
 	attribute(h.Executions, h.Incarnations)
+	if h.Beats, err = readBeats(ctx, pool); err != nil {
+		return nil, err
+	}
 	return h, nil
 }
 

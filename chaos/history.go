@@ -140,7 +140,12 @@ type History struct {
 	Incarnations []Incarnation
 	RSS          []RSSSample
 	Outages      []Outage
-	Cancels      []Cancel // the cancel fault's commands (cancel.go)
+	// Beats are the times each sidecar process (by pid) wrote its
+	// last_heartbeat, as the rows say: registration, heartbeats and
+	// claims that landed (beats.go), in time order. Stale-worker recovery
+	// reads nothing else.
+	Beats   map[int][]time.Time
+	Cancels []Cancel // the cancel fault's commands (cancel.go)
 	// Holders describes who held each row still processing at the end of
 	// the drain, by job id (read before the sidecars were stopped).
 	Holders map[string]string

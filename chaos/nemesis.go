@@ -196,10 +196,13 @@ func (c *cluster) applyInfra(ctx context.Context, st Step) {
 			rec.logf("skipped %s: no pgbouncer pid", st.Kind)
 			return
 		}
-		rec.fault(Fault{At: time.Now(), Kind: faultPgBouncerKill, Target: "pgbouncer", PID: pid, Detail: "started again after " + st.Dur.Round(time.Millisecond).String()})
+		at := time.Now()
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 		sleep(ctx, st.Dur)
-		if _, err := c.script(context.WithoutCancel(ctx), "pgbouncer.sh", "restart", c.pgbDir); err != nil {
+		_, err := c.script(context.WithoutCancel(ctx), "pgbouncer.sh", "restart", c.pgbDir)
+		// Dur is the whole time PgBouncer was away, its restart included.
+		rec.fault(Fault{At: at, Kind: faultPgBouncerKill, Target: "pgbouncer", PID: pid, Dur: time.Since(at), Detail: "started again after " + st.Dur.Round(time.Millisecond).String()})
+		if err != nil {
 			rec.problem("pgbouncer restart failed: %v", err)
 		}
 	}

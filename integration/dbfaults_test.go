@@ -451,3 +451,59 @@ func TestALostClaimReplyGivesItsRowsBackAtOnce(t *testing.T) {
 	code, _ := sc.wait(30 * time.Second)
 	assert.Equal(t, 0, code)
 }
+
+// A completion whose write committed but whose reply was lost (the proxy
+// forwards the write, drops the answer and resets the connection) is taken
+// back by the result writer and written again. Meanwhile the job, retried
+// at once, is queued, and the same sidecar's next claim takes it again at
+// attempt 2, carrying the retried write of attempt 1 in the same
+// transaction. Guarded by worker and status alone, that write requeued
+// attempt 2 with attempt 1's error: attempt 2 was charged, its run's result
+// discarded, and the job ran one attempt short (the chain of a chaos run's
+// job dead-lettered with an attempt charged and never run). Each write now
+// names the attempt it settles: the retried write is refused, and every
+// attempt's own result is written. The poll is fast so that a claim goes
+// out while the writer backs off after the lost reply.
+func TestARetriedCompletionDoesNotLandOnTheSameWorkersLaterClaim(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, sdks[0], manifestOpts{recordFrames: true})
+	proxy, viaProxy := w.faultProxy()
+	sc := w.startSidecar(map[string]string{"SONIQ_DATABASE_URL": viaProxy.String(), "SONIQ_POLL_INTERVAL": "0.01"})
+	sc.waitReady(t, w.handlerName(), 1)
+
+	// Attempt 1's error is in the write's arguments; a claim's arguments
+	// name the jobs the handler serves (t.noop among them), so the armed
+	// fault takes the writer's own write, not a claim carrying it.
+	fired := proxy.LoseReplyUnless("boom from attempt 1", "t.noop")
+	id := w.enqueue("t.fail", `{}`, 3)
+	select {
+	case <-fired:
+	case <-time.After(20 * time.Second):
+		t.Fatal("attempt 1's write did not reach the proxy within 20 s")
+	}
+	dl := w.waitDeadLetter(t, sc, 30*time.Second, id)
+	assert.Equal(t, 3, dl.Attempts)
+	require.NotNil(t, dl.LastError)
+	assert.Contains(t, *dl.LastError, "boom from attempt 3", "the last attempt ran and its failure was written")
+	assert.Equal(t, 1, proxy.Stats().LostReplies)
+
+	var attempts []int
+	for _, f := range w.framesSent() {
+		if f["type"] == "job" && f["id"] == id {
+			n, _ := f["attempt"].(float64)
+			attempts = append(attempts, int(n))
+		}
+	}
+	assert.Equal(t, []int{1, 2, 3}, attempts, "each attempt ran once")
+	refused := 0
+	for _, line := range sc.logs("result discarded") {
+		if line["job_id"] == id {
+			refused++
+			assert.EqualValues(t, 1, line["attempt"], "only the retried copy of attempt 1's write is refused: %v", line)
+		}
+	}
+	t.Logf("attempts run %v; %d copy of attempt 1's write refused", attempts, refused)
+	sc.signal(syscall.SIGTERM)
+	code, _ := sc.wait(30 * time.Second)
+	assert.Equal(t, 0, code)
+}

@@ -337,7 +337,7 @@ func TestDeadLetterCLIExport(t *testing.T) {
 			require.NoError(t, err)
 			_, err = db.b.Claim(t.Context(), backends.ClaimParams{WorkerID: w.ID, Names: []string{"dl.z"}, Limit: 1})
 			require.NoError(t, err)
-			_, err = db.b.Complete(t.Context(), w.ID, []backends.Completion{{JobID: j.ID, Outcome: backends.OutcomeDeadLetter,
+			_, err = db.b.Complete(t.Context(), w.ID, []backends.Completion{{JobID: j.ID, Attempts: 1, Outcome: backends.OutcomeDeadLetter,
 				Error: "Traceback:\n  line \"1\", here", Reason: backends.ReasonPermanentFailure}})
 			require.NoError(t, err)
 			want := db.dead(t)

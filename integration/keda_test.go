@@ -151,10 +151,10 @@ func TestKEDAQueueDepthQuery(t *testing.T) {
 		enqueue(charge, 0)
 	}
 	js := claim(charge, 4)
-	complete(backends.Completion{JobID: js[0].ID, Outcome: backends.OutcomeDone, ResultTTL: time.Hour})
-	complete(backends.Completion{JobID: js[1].ID, Outcome: backends.OutcomeDeadLetter, Reason: "max_retries_exceeded", Error: "boom"})
-	complete(backends.Completion{JobID: js[2].ID, Outcome: backends.OutcomeRetry, Error: "boom", Delay: time.Hour})
-	complete(backends.Completion{JobID: js[3].ID, Outcome: backends.OutcomeSnooze, Reason: "later", Delay: time.Hour})
+	complete(backends.Completion{JobID: js[0].ID, Attempts: js[0].Attempts, Outcome: backends.OutcomeDone, ResultTTL: time.Hour})
+	complete(backends.Completion{JobID: js[1].ID, Attempts: js[1].Attempts, Outcome: backends.OutcomeDeadLetter, Reason: "max_retries_exceeded", Error: "boom"})
+	complete(backends.Completion{JobID: js[2].ID, Attempts: js[2].Attempts, Outcome: backends.OutcomeRetry, Error: "boom", Delay: time.Hour})
+	complete(backends.Completion{JobID: js[3].ID, Attempts: js[3].Attempts, Outcome: backends.OutcomeSnooze, Reason: "later", Delay: time.Hour})
 	for range 3 {
 		enqueue(charge, 0)
 	}

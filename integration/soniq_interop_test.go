@@ -94,7 +94,7 @@ func TestSoniqInterop(t *testing.T) {
 		assert.Equal(t, "interop", claimed[0].Queue)
 
 		// Finished by the sidecar, reported by Soniq.
-		applied, err := b.Complete(ctx, workerID, []backends.Completion{{JobID: echo.ID, Outcome: backends.OutcomeDone,
+		applied, err := b.Complete(ctx, workerID, []backends.Completion{{JobID: echo.ID, Attempts: claimed[0].Attempts, Outcome: backends.OutcomeDone,
 			Result: json.RawMessage(`{"ok":true}`), ResultTTL: time.Hour}})
 		require.NoError(t, err)
 		require.Equal(t, []string{echo.ID}, applied)
@@ -129,7 +129,7 @@ func TestSoniqInterop(t *testing.T) {
 		py.run(t, "enqueue", url, map[string]any{"name": "interop.fail", "args": map[string]any{"x": 2}}, &fail)
 		_, err = b.Claim(ctx, backends.ClaimParams{WorkerID: workerID, Names: []string{"interop.fail"}, Limit: 1})
 		require.NoError(t, err)
-		applied, err = b.Complete(ctx, workerID, []backends.Completion{{JobID: fail.ID, Outcome: backends.OutcomeDeadLetter,
+		applied, err = b.Complete(ctx, workerID, []backends.Completion{{JobID: fail.ID, Attempts: 1, Outcome: backends.OutcomeDeadLetter,
 			Error: "boom", Reason: backends.ReasonPermanentFailure}})
 		require.NoError(t, err)
 		require.Equal(t, []string{fail.ID}, applied)

@@ -161,7 +161,7 @@ func TestAuditKnowsWhatTheLoopHolds(t *testing.T) {
 	for _, id := range []string{"live", "inherited", "acked"} {
 		assert.True(t, r.l.knows(id), id)
 	}
-	w.Nack("nacked") // not started: it stays with the writer
+	w.Nack(backends.Job{ID: "nacked", Attempts: 1}) // not started: it stays with the writer
 	assert.True(t, r.l.knows("nacked"))
 	assert.False(t, r.l.knows("other"))
 }

@@ -163,6 +163,7 @@ func (l *loop) claimer(pl *pool) {
 		// that committed must reach the loop, or its rows would stay
 		// processing under a live worker. Past it the claim is abandoned.
 		ctx, cancel := context.WithTimeout(l.shut.cut, writeTimeout)
+		sentAt := time.Now()
 		var jobs []backends.Job
 		var err error
 		var cs []backends.Completion
@@ -183,7 +184,7 @@ func (l *loop) claimer(pl *pool) {
 			jobs, err = b.Claim(ctx, req.params)
 		}
 		cancel()
-		l.emit(claimedEvent{pool: pl, jobs: jobs, limit: req.params.Limit, ahead: req.params.Ahead, err: err, allNames: req.allNames, writtenAt: req.writtenAt})
+		l.emit(claimedEvent{pool: pl, jobs: jobs, limit: req.params.Limit, ahead: req.params.Ahead, err: err, allNames: req.allNames, writtenAt: req.writtenAt, sentAt: sentAt})
 	}
 }
 
@@ -252,13 +253,17 @@ func (l *loop) onClaimed(e claimedEvent) {
 		}
 	}
 	now := time.Now()
+	if late := now.Sub(e.sentAt); len(jobs) > 0 && l.claimStale(late) {
+		l.giveBackLateClaim(pl, jobs, late)
+		return
+	}
 	for i := range jobs {
 		j := &jobs[i]
 		spec := pl.h.Job(j.Name)
 		t := &task{job: j, pool: pl, spec: spec, state: taskPending}
 		if o, nack, ok := claimedOutcome(*j, spec, l.cfg.MaxFrameBytes); nack {
 			l.log.Error(o.line, "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "handler", pl.h.Name)
-			l.writer.Nack(j.ID)
+			l.writer.Nack(*j)
 			continue
 		} else if !ok {
 			l.apply(t, o)
@@ -286,6 +291,34 @@ func (l *loop) onClaimed(e claimedEvent) {
 		// priority than the reserve's worst row does not wait behind it.
 		slices.SortStableFunc(pl.pending, claimOrder)
 	}
+}
+
+// claimStale reports whether a claim whose answer reached the loop late
+// after it was sent may have had its rows recovered meanwhile: the claim
+// proved this worker alive when it ran, no earlier than it was sent, and
+// another worker recovers it only once heartbeat_timeout has passed since
+// its last proof of life. A beat's worth of margin covers the clocks.
+func (l *loop) claimStale(late time.Duration) bool {
+	s := l.cfg.Settings
+	return s.HeartbeatTimeout > 0 && late > s.HeartbeatTimeout-s.HeartbeatInterval
+}
+
+// giveBackLateClaim gives back unstarted the rows of a claim whose answer
+// came after the sidecar was frozen (SIGSTOP, a paused VM) or cut off
+// longer than claimStale allows: another worker may have recovered them
+// and run them, even cancelled them, by now. The guarded return leaves a
+// row another worker holds alone; a row nobody took goes back to the queue
+// with its attempt refunded. Dispatched, such a row ran again here (make
+// chaos: a claim answered as its sidecar was stopped, its rows started on
+// resume after another sidecar had recovered and cancelled one).
+func (l *loop) giveBackLateClaim(pl *pool, jobs []backends.Job, late time.Duration) {
+	ts := make([]*task, len(jobs))
+	for i := range jobs {
+		ts[i] = &task{job: &jobs[i], pool: pl, state: taskPending}
+	}
+	l.log.Warn("a claim's answer came too late to trust its rows (the sidecar was frozen or cut off meanwhile): another worker may have recovered them; gave them back unstarted",
+		"handler", pl.h.Name, "took", late.Round(time.Millisecond), "heartbeat_timeout", l.cfg.Settings.HeartbeatTimeout, "jobs", len(jobs))
+	l.giveBack(ts, "waited")
 }
 
 // claimOrder is the order pending jobs start in: suspects first, then the

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"syscall"
+	"time"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
@@ -108,6 +109,8 @@ type (
 		// the writer had written writtenAt batches (run --once).
 		allNames  bool
 		writtenAt int64
+		// sentAt is when the claimer sent the claim (claimStale).
+		sentAt time.Time
 	}
 	// unknownClaimedEvent: a --dead-letter-unknown claim returned.
 	unknownClaimedEvent struct {

@@ -40,7 +40,7 @@ func (l *loop) inherit(jobs []backends.Job) {
 		pl, spec := l.attachPoolFor(j.Name)
 		if pl == nil {
 			back = append(back, j.ID)
-			l.writer.Nack(j.ID)
+			l.writer.Nack(*j)
 			continue
 		}
 		l.inherited.rows[j.ID] = &task{job: j, pool: pl, spec: spec, state: taskPending}
@@ -122,8 +122,8 @@ func (l *loop) settleInherited(all bool, why string) {
 	}
 	slices.Sort(back)
 	for _, id := range back {
+		l.writer.Nack(*l.inherited.rows[id].job)
 		delete(l.inherited.rows, id)
-		l.writer.Nack(id)
 	}
 	if len(back) > 0 {
 		l.log.Info("gave back the predecessor's jobs no attached handler reports (neither running nor finished there): queued again, attempts unchanged",

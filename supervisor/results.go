@@ -60,6 +60,10 @@ func (l *loop) apply(t *task, o outcome, extra ...any) {
 	}
 	t.endSpan(o.status, o.err)
 	c := o.write
+	// The write settles this claim of the row and no later one: a write
+	// retried after its first try committed (the reply lost) must not land
+	// on the row claimed again by this worker.
+	c.Attempts = j.Attempts
 	if o.line != "" {
 		attrs := append([]any{"job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "attempt", j.Attempts, "max_attempts", j.MaxAttempts}, extra...)
 		if c.Outcome == backends.OutcomeRetry {

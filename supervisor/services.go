@@ -33,7 +33,7 @@ type services struct {
 func (s *Supervisor) startServices(ctx context.Context, total int) *services {
 	svc := &services{}
 	svc.heartbeat = maintenance.NewHeartbeat(maintenance.HeartbeatConfig{Backend: s.cfg.Backend, WorkerID: s.workerID,
-		Interval: s.cfg.Settings.HeartbeatInterval, Log: s.log,
+		Interval: s.cfg.Settings.HeartbeatInterval, Timeout: s.cfg.Settings.HeartbeatTimeout, Log: s.log,
 		// The loop stops claiming and registers again.
 		Lost: func(err error) { s.emit(workerLostEvent{err: err}) }})
 	svc.heartbeat.Start(ctx)

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/protocol"
 )
 
@@ -56,7 +57,7 @@ type shutdownState struct {
 	cutTimer      *time.Timer
 	// forceNacks collects FORCE_TIMEOUT_PATH's NACKs while it takes every
 	// job (nil otherwise): the writer gets them together, in one batch.
-	forceNacks *[]string
+	forceNacks *[]backends.Job
 }
 
 func newShutdownState() shutdownState {
@@ -129,7 +130,7 @@ func (l *loop) enterForce(why string) {
 	// The predecessor's rows no handler has reported yet are not running
 	// here: given back like claimed-not-yet-running ones.
 	l.settleInherited(true, "shutdown_timeout")
-	var nacks []string
+	var nacks []backends.Job
 	l.shut.forceNacks = &nacks
 	defer func() {
 		l.shut.forceNacks = nil
@@ -197,9 +198,9 @@ func (l *loop) nack(t *task, reason string) {
 	}
 	t.endSpan("nacked", "")
 	if l.shut.forceNacks != nil {
-		*l.shut.forceNacks = append(*l.shut.forceNacks, j.ID)
+		*l.shut.forceNacks = append(*l.shut.forceNacks, *j)
 	} else {
-		l.writer.Nack(j.ID)
+		l.writer.Nack(*j)
 	}
 	l.metrics.shutdownNack(j.Queue, j.Name, reason)
 	l.log.Warn("shutdown_nack", "job_id", j.ID, "job_name", j.Name, "queue", j.Queue, "reason", reason, "attempts", j.Attempts)

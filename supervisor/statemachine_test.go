@@ -116,11 +116,15 @@ func (h pausingHandler) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h pausingHandler) WithGroup(string) slog.Handler { return h }
 
-func (r beatRecorder) Nack(ctx context.Context, workerID string, ids []string) ([]string, error) {
+func (r beatRecorder) Nack(ctx context.Context, workerID string, held []backends.Job) ([]string, error) {
+	ids := make([]string, len(held))
+	for i, j := range held {
+		ids[i] = j.ID
+	}
 	r.w.mu.Lock()
-	r.w.nacks = append(r.w.nacks, slices.Clone(ids))
+	r.w.nacks = append(r.w.nacks, ids)
 	r.w.mu.Unlock()
-	return r.Backend.Nack(ctx, workerID, ids)
+	return r.Backend.Nack(ctx, workerID, held)
 }
 
 // fakeJobs are the jobs of the fake handler: *.sleep jobs sleep args.seconds

@@ -61,7 +61,7 @@ func auditCases() []testCase {
 			// Since the audit read them: b finished, c was given back and
 			// claimed again (attempt 2). d was never this worker's.
 			s.complete(w, backends.Completion{JobID: b.ID, Outcome: backends.OutcomeDone})
-			_, err = s.b.Nack(s.ctx, w, []string{c.ID})
+			_, err = s.nack(w, c.ID)
 			require.NoError(s.t, err)
 			c2 := s.claimOne(w, "rel.c")
 			require.Equal(s.t, 2, c2.Attempts)

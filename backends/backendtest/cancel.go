@@ -197,7 +197,7 @@ func cancelCases() []testCase {
 		}},
 		{"cancel/a request follows the job to its next holder", func(s *suite) {
 			w1, j := s.runningWithRequest("cancel.moved")
-			nacked, err := s.b.Nack(s.ctx, w1, []string{j.ID})
+			nacked, err := s.nack(w1, j.ID)
 			require.NoError(s.t, err)
 			require.Equal(s.t, []string{j.ID}, nacked)
 			assert.Empty(s.t, s.pendingCancels(w1), "no longer held")

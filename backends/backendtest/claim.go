@@ -79,7 +79,7 @@ func claimCases() []testCase {
 			require.Len(s.t, got, 2)
 			ids := []string{got[0].ID, got[1].ID}
 			require.ElementsMatch(s.t, []string{urgent.ID, nacked.ID}, ids)
-			n, err := s.b.Nack(s.ctx, tmp, ids)
+			n, err := s.nack(tmp, ids...)
 			require.NoError(s.t, err)
 			require.ElementsMatch(s.t, ids, n)
 			time.Sleep(10 * time.Millisecond) // scheduled_at = now must be in the past

@@ -142,7 +142,7 @@ func completeCases() []testCase {
 			s.claimOne(w, "nack.one")
 			queuedBefore := snapshot(s.get(queued.ID))
 
-			nacked, err := s.b.Nack(s.ctx, w, []string{j.ID, queued.ID, newUUID(s.t)})
+			nacked, err := s.nack(w, j.ID, queued.ID, newUUID(s.t))
 			require.NoError(s.t, err)
 			assert.Equal(s.t, []string{j.ID}, nacked, "only the processing row")
 			got := s.get(j.ID)
@@ -155,10 +155,10 @@ func completeCases() []testCase {
 			assert.Equal(s.t, "earlier failure", *got.LastError)
 			assert.Equal(s.t, queuedBefore, snapshot(s.get(queued.ID)), "queued row untouched")
 
-			again, err := s.b.Nack(s.ctx, w, []string{j.ID})
+			again, err := s.nack(w, j.ID)
 			require.NoError(s.t, err)
 			assert.Empty(s.t, again, "idempotent")
-			none, err := s.b.Nack(s.ctx, w, nil)
+			none, err := s.nack(w)
 			require.NoError(s.t, err)
 			assert.Empty(s.t, none)
 		}},
@@ -179,7 +179,7 @@ func completeCases() []testCase {
 			require.Equal(s.t, j.ID, s.claimOne(w2, "nack.late").ID)
 			before := snapshot(s.get(j.ID))
 
-			nacked, err := s.b.Nack(s.ctx, w1, []string{j.ID})
+			nacked, err := s.nack(w1, j.ID)
 			require.NoError(s.t, err)
 			assert.Empty(s.t, nacked, "the row is another worker's now")
 			assert.Equal(s.t, before, snapshot(s.get(j.ID)), "row untouched")
@@ -190,7 +190,7 @@ func completeCases() []testCase {
 			assert.Equal(s.t, 2, got.Attempts)
 
 			// Its holder's own NACK still lands.
-			nacked, err = s.b.Nack(s.ctx, w2, []string{j.ID})
+			nacked, err = s.nack(w2, j.ID)
 			require.NoError(s.t, err)
 			assert.Equal(s.t, []string{j.ID}, nacked)
 		}},
@@ -201,7 +201,7 @@ func completeCases() []testCase {
 			s.claimOne(w1, "nack.mine")
 			s.claimOne(w2, "nack.theirs")
 			theirsBefore := snapshot(s.get(theirs.ID))
-			nacked, err := s.b.Nack(s.ctx, w1, []string{mine.ID, theirs.ID})
+			nacked, err := s.nack(w1, mine.ID, theirs.ID)
 			require.NoError(s.t, err)
 			assert.Equal(s.t, []string{mine.ID}, nacked)
 			assert.Equal(s.t, backends.StatusQueued, s.get(mine.ID).Status)
@@ -222,7 +222,7 @@ func completeCases() []testCase {
 			assert.Equal(s.t, "SNOOZE: rate limited", *got.LastError)
 			assert.Nil(s.t, got.WorkerID)
 		}},
-		{"snooze/gives back exactly one attempt, never below 0", func(s *suite) {
+		{"snooze/gives back exactly one attempt; a row whose attempts changed under its holder is not written", func(s *suite) {
 			w := s.worker()
 			const name = "snooze.attempts"
 			j := s.enqueueNamed(name)
@@ -233,14 +233,15 @@ func completeCases() []testCase {
 			s.complete(w, backends.Completion{JobID: j.ID, Outcome: backends.OutcomeSnooze, Reason: "wait"})
 			assert.Equal(s.t, 1, s.get(j.ID).Attempts, "one attempt given back")
 
-			// A processing row at attempts 0 (hand-written, or another
-			// program's claim) stays at 0.
+			// A processing row set to attempts 0 under its holder (by hand,
+			// or another program) is not the attempt the holder claimed:
+			// the write names attempt 2 and changes nothing.
 			time.Sleep(10 * time.Millisecond) // a zero delay: scheduled_at = now must be in the past
-			s.claimOne(w, name)
+			held := s.claimOne(w, name)
 			require.NoError(s.t, s.h.SetRawAttempts(s.ctx, j.ID, 0))
-			s.complete(w, backends.Completion{JobID: j.ID, Outcome: backends.OutcomeSnooze, Reason: "wait"})
+			assert.Empty(s.t, s.complete(w, backends.Completion{JobID: j.ID, Attempts: held.Attempts, Outcome: backends.OutcomeSnooze, Reason: "wait"}))
 			got := s.get(j.ID)
-			assert.Equal(s.t, backends.StatusQueued, got.Status)
+			assert.Equal(s.t, backends.StatusProcessing, got.Status)
 			assert.Equal(s.t, 0, got.Attempts)
 		}},
 		{"snooze/last_error is SNOOZE alone without a reason, truncated like any error", func(s *suite) {
@@ -332,7 +333,7 @@ func guardCases() []testCase {
 		lose func(s *suite, w1, jobID, name string)
 	}{
 		{"nacked", func(s *suite, w1, jobID, _ string) {
-			n, err := s.b.Nack(s.ctx, w1, []string{jobID})
+			n, err := s.nack(w1, jobID)
 			require.NoError(s.t, err)
 			require.Equal(s.t, []string{jobID}, n)
 		}},
@@ -344,7 +345,7 @@ func guardCases() []testCase {
 			require.Equal(s.t, 1, jobs)
 		}},
 		{"re-claimed", func(s *suite, w1, jobID, name string) {
-			_, err := s.b.Nack(s.ctx, w1, []string{jobID})
+			_, err := s.nack(w1, jobID)
 			require.NoError(s.t, err)
 			time.Sleep(10 * time.Millisecond) // scheduled_at = now must be in the past
 			w2 := s.worker()

@@ -27,8 +27,8 @@ func completeClaimCases() []testCase {
 				}
 			}
 			cs := []backends.Completion{
-				{JobID: held[0].ID, Outcome: backends.OutcomeDone, Result: json.RawMessage(`{"n":1}`), ResultTTL: time.Hour},
-				{JobID: held[1].ID, Outcome: backends.OutcomeRetry, Error: "boom", Delay: time.Minute},
+				{JobID: held[0].ID, Attempts: 1, Outcome: backends.OutcomeDone, Result: json.RawMessage(`{"n":1}`), ResultTTL: time.Hour},
+				{JobID: held[1].ID, Attempts: 1, Outcome: backends.OutcomeRetry, Error: "boom", Delay: time.Minute},
 			}
 			applied, jobs, claimErr, err := cc.CompleteAndClaim(s.ctx, w, cs, backends.ClaimParams{WorkerID: w, Names: []string{"cc.job"}, Limit: 5})
 			require.NoError(s.t, err)
@@ -53,7 +53,7 @@ func completeClaimCases() []testCase {
 			s.claimOne(other, "cc.theirs")
 			next := s.enqueueNamed("cc.next")
 			applied, jobs, claimErr, err := cc.CompleteAndClaim(s.ctx, w,
-				[]backends.Completion{{JobID: theirs.ID, Outcome: backends.OutcomeDone}},
+				[]backends.Completion{{JobID: theirs.ID, Attempts: 1, Outcome: backends.OutcomeDone}},
 				backends.ClaimParams{WorkerID: w, Names: []string{"cc.next"}, Limit: 1})
 			require.NoError(s.t, err)
 			require.NoError(s.t, claimErr)
@@ -76,7 +76,7 @@ func completeClaimCases() []testCase {
 			// row alone, as Complete's is.
 			require.NoError(s.t, s.b.SetWorkerStatus(s.ctx, w, backends.WorkerStopped))
 			applied, jobs, claimErr, err := cc.CompleteAndClaim(s.ctx, w,
-				[]backends.Completion{{JobID: mine.ID, Outcome: backends.OutcomeDone, ResultTTL: time.Hour}},
+				[]backends.Completion{{JobID: mine.ID, Attempts: 1, Outcome: backends.OutcomeDone, ResultTTL: time.Hour}},
 				backends.ClaimParams{WorkerID: w, Names: []string{"cc.waiting"}, Limit: 1})
 			require.NoError(s.t, err)
 			assert.ErrorIs(s.t, claimErr, backends.ErrWorkerNotActive)

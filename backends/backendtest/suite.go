@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -44,6 +45,7 @@ func Run(t *testing.T, newHarness Factory) {
 	all = append(all, cancelCases()...)
 	all = append(all, completeClaimCases()...)
 	all = append(all, childrenCases()...)
+	all = append(all, retriedWriteCases()...)
 	for _, tc := range all {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -137,11 +139,42 @@ func (s *suite) claimOne(workerID, name string) backends.Job {
 	return jobs[0]
 }
 
+// complete writes cs for workerID. A completion that names no attempt is
+// written for the attempt its row is at now (1 for a row that does not
+// exist): the clauses about a write for an earlier attempt name theirs.
 func (s *suite) complete(workerID string, cs ...backends.Completion) []string {
 	s.t.Helper()
+	cs = slices.Clone(cs)
+	for i := range cs {
+		if cs[i].Attempts == 0 {
+			cs[i].Attempts = s.attemptsNow(cs[i].JobID)
+		}
+	}
 	applied, err := s.b.Complete(s.ctx, workerID, cs)
 	require.NoError(s.t, err, "complete")
 	return applied
+}
+
+// nack NACKs ids for workerID, each at the attempt its row is at now (1
+// for a row that does not exist).
+func (s *suite) nack(workerID string, ids ...string) ([]string, error) {
+	s.t.Helper()
+	held := make([]backends.Job, len(ids))
+	for i, id := range ids {
+		held[i] = backends.Job{ID: id, Attempts: s.attemptsNow(id)}
+	}
+	return s.b.Nack(s.ctx, workerID, held)
+}
+
+// attemptsNow is the attempts of row id now, or 1 when it cannot be read
+// (no such row, an id that is no uuid).
+func (s *suite) attemptsNow(id string) int {
+	s.t.Helper()
+	j, err := s.b.Get(s.ctx, id)
+	if err != nil {
+		return 1
+	}
+	return max(j.Attempts, 1)
 }
 
 func (s *suite) stats() backends.Stats {

@@ -300,7 +300,7 @@ func workerCases() []testCase {
 			// can give one back with a NACK (attempts preserved).
 			s.complete(next.ID, backends.Completion{JobID: running.ID, Outcome: backends.OutcomeDone, ResultTTL: time.Hour})
 			assert.Equal(s.t, backends.StatusDone, s.get(running.ID).Status)
-			nacked, err := s.b.Nack(s.ctx, next.ID, []string{other.ID})
+			nacked, err := s.nack(next.ID, other.ID)
 			require.NoError(s.t, err)
 			assert.Equal(s.t, []string{other.ID}, nacked)
 			assert.Equal(s.t, 1, s.get(other.ID).Attempts)

@@ -141,9 +141,10 @@ func (b *Backend) deleteSettledCancels(ctx context.Context) error {
 // acknowledges their pending requests in the same statement, so a request
 // is acknowledged exactly when its row was cancelled by its holder.
 const cancelStatement = `WITH c AS (
-	UPDATE soniq_jobs SET status = 'cancelled', updated_at = now()
-	WHERE id = ANY($1::uuid[]) AND (status = 'processing' AND worker_id = $2::uuid) IS TRUE
-	RETURNING id
+	UPDATE soniq_jobs j SET status = 'cancelled', updated_at = now()
+	FROM unnest($1::uuid[], $3::int4[]) AS u(id, attempts)
+	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $2::uuid AND j.attempts = u.attempts) IS TRUE
+	RETURNING j.id
 ), a AS (
 	UPDATE ` + cancelTable + ` r SET status = 'acknowledged', resolved_at = now()
 	FROM c WHERE r.job_id = c.id AND r.status = 'pending'

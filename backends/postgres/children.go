@@ -22,9 +22,12 @@ type childBatch struct {
 	keptResults []string
 	keptValid   []bool
 	keptTTLs    []float64
+	keptAt      []int32
 	deletedIDs  []pgtype.UUID
+	deletedAt   []int32
 
 	parent, id            []pgtype.UUID
+	parentAt              []int32
 	name, args, queue     []string
 	hash, dedup, producer []pgtype.Text
 	maxAttempts, priority []int32
@@ -34,8 +37,9 @@ type childBatch struct {
 
 // add takes one done completion with children; id is its parsed job id.
 func (k *childBatch) add(id pgtype.UUID, c backends.Completion) error {
+	at := int32(c.Attempts)
 	if c.ResultTTL <= 0 {
-		k.deletedIDs = append(k.deletedIDs, id)
+		k.deletedIDs, k.deletedAt = append(k.deletedIDs, id), append(k.deletedAt, at)
 	} else {
 		res, err := storableJSON(strings.TrimSpace(string(c.Result)))
 		if err != nil {
@@ -45,9 +49,10 @@ func (k *childBatch) add(id pgtype.UUID, c backends.Completion) error {
 		k.keptValid = append(k.keptValid, res != "" && res != "null")
 		k.keptResults = append(k.keptResults, res)
 		k.keptTTLs = append(k.keptTTLs, c.ResultTTL.Seconds())
+		k.keptAt = append(k.keptAt, at)
 	}
 	for _, p := range c.Children {
-		if err := k.addChild(id, p); err != nil {
+		if err := k.addChild(id, at, p); err != nil {
 			return fmt.Errorf("complete job %s: child %s: %w", c.JobID, p.Name, err)
 		}
 	}
@@ -55,7 +60,7 @@ func (k *childBatch) add(id pgtype.UUID, c backends.Completion) error {
 }
 
 // addChild checks one child as Enqueue does and appends its columns.
-func (k *childBatch) addChild(parent pgtype.UUID, p backends.EnqueueParams) error {
+func (k *childBatch) addChild(parent pgtype.UUID, parentAt int32, p backends.EnqueueParams) error {
 	if p.Name == "" {
 		return fmt.Errorf("job name is empty")
 	}
@@ -79,7 +84,7 @@ func (k *childBatch) addChild(parent pgtype.UUID, p backends.EnqueueParams) erro
 	} else if !isJSONObject(args) {
 		return fmt.Errorf("args must be a JSON object")
 	}
-	k.parent = append(k.parent, parent)
+	k.parent, k.parentAt = append(k.parent, parent), append(k.parentAt, parentAt)
 	k.id = append(k.id, parseUUID(childID))
 	k.name = append(k.name, p.Name)
 	// As a done result is: jsonb refuses \u0000 and unpaired surrogate
@@ -105,22 +110,22 @@ func (k *childBatch) addChild(parent pgtype.UUID, p backends.EnqueueParams) erro
 }
 
 // childTail follows a statement's `done` CTE (the parents it wrote, their
-// ids): the children of those parents are inserted as Enqueue inserts a
+// ids and attempts): the children of those parents' attempts are inserted as Enqueue inserts a
 // job, except that any conflict (a queued row with the dedup key, a queued
 // unique duplicate, an id taken) skips that child; their queues are
-// notified in the same transaction. The children's thirteen parameters
+// notified in the same transaction. The children's fourteen parameters
 // start at $n.
 func childTail(n int) string {
-	pairs := make([]string, 0, 26)
-	for i := 12; i >= 0; i-- { // $c12 before $c1: no token is a prefix of one replaced later
+	pairs := make([]string, 0, 28)
+	for i := 13; i >= 0; i-- { // $c12 before $c1: no token is a prefix of one replaced later
 		pairs = append(pairs, "$c"+strconv.Itoa(i), "$"+strconv.Itoa(n+i))
 	}
 	return strings.NewReplacer(pairs...).Replace(`,
 c AS (
 	SELECT * FROM unnest($c0::uuid[], $c1::uuid[], $c2::text[], $c3::text[], $c4::text[], $c5::int[], $c6::int[],
-		$c7::text[], $c8::bool[], $c9::text[], $c10::float8[], $c11::text[]) WITH ORDINALITY
-		AS c(parent, id, name, args, hash, max_attempts, priority, queue, uniq, dedup, delay, producer, ord)
-	WHERE c.parent IN (SELECT id FROM done)
+		$c7::text[], $c8::bool[], $c9::text[], $c10::float8[], $c11::text[], $c13::int4[]) WITH ORDINALITY
+		AS c(parent, id, name, args, hash, max_attempts, priority, queue, uniq, dedup, delay, producer, parent_at, ord)
+	WHERE (c.parent, c.parent_at) IN (SELECT id, attempts FROM done)
 ), kids AS (
 	INSERT INTO soniq_jobs
 	(id, job_name, args, args_hash, max_attempts, priority, queue, unique_job, dedup_key, scheduled_at, producer_id)
@@ -141,7 +146,7 @@ func (k *childBatch) queueStatements(queue func(sql string, args ...any), worker
 		return
 	}
 	kids := []any{k.parent, k.id, k.name, k.args, k.hash, k.maxAttempts, k.priority, k.queue, k.unique,
-		k.dedup, k.delay, k.producer, notifyChannel}
+		k.dedup, k.delay, k.producer, notifyChannel, k.parentAt}
 	if len(k.keptIDs) > 0 {
 		queue(`WITH done AS (
 	UPDATE soniq_jobs j
@@ -149,16 +154,17 @@ func (k *childBatch) queueStatements(queue func(sql string, args ...any), worker
 	    result = CASE WHEN u.has_result THEN u.result::jsonb ELSE j.result END,
 	    expires_at = now() + make_interval(secs => u.ttl),
 	    updated_at = now()
-	FROM unnest($1::uuid[], $2::text[], $3::bool[], $4::float8[]) AS u(id, result, has_result, ttl)
-	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $5::uuid) IS TRUE
-	RETURNING j.id
-)`+childTail(6), append([]any{k.keptIDs, k.keptResults, k.keptValid, k.keptTTLs, workerID}, kids...)...)
+	FROM unnest($1::uuid[], $2::text[], $3::bool[], $4::float8[], $5::int4[]) AS u(id, result, has_result, ttl, attempts)
+	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $6::uuid AND j.attempts = u.attempts) IS TRUE
+	RETURNING j.id, j.attempts
+)`+childTail(7), append([]any{k.keptIDs, k.keptResults, k.keptValid, k.keptTTLs, k.keptAt, workerID}, kids...)...)
 	}
 	if len(k.deletedIDs) > 0 {
 		queue(`WITH done AS (
-	DELETE FROM soniq_jobs
-	WHERE id = ANY($1::uuid[]) AND (status = 'processing' AND worker_id = $2::uuid) IS TRUE
-	RETURNING id
-)`+childTail(3), append([]any{k.deletedIDs, workerID}, kids...)...)
+	DELETE FROM soniq_jobs j
+	USING unnest($1::uuid[], $2::int4[]) AS d(id, attempts)
+	WHERE j.id = d.id AND (j.status = 'processing' AND j.worker_id = $3::uuid AND j.attempts = d.attempts) IS TRUE
+	RETURNING j.id, j.attempts
+)`+childTail(4), append([]any{k.deletedIDs, k.deletedAt, workerID}, kids...)...)
 	}
 }

@@ -85,35 +85,49 @@ func queueCompletions(batch *pgx.Batch, workerID string, cs []backends.Completio
 		doneIDs, deleteIDs, retryIDs []pgtype.UUID
 		deadIDs, snoozeIDs           []pgtype.UUID
 		cancelIDs                    []pgtype.UUID
-		doneResults                  []string
-		doneResultValid              []bool
-		doneTTLs                     []float64
-		retryErrs                    []string
-		retryDelays                  []float64
-		deadErrs, deadReasons        []string
-		snoozeErrs                   []string
-		snoozeDelays                 []float64
+		// The attempt each write settles, beside its id.
+		doneAt, deleteAt, retryAt  []int32
+		deadAt, snoozeAt, cancelAt []int32
+		doneResults                []string
+		doneResultValid            []bool
+		doneTTLs                   []float64
+		retryErrs                  []string
+		retryDelays                []float64
+		deadErrs, deadReasons      []string
+		snoozeErrs                 []string
+		snoozeDelays               []float64
 	)
 	// Done (kept or deleted) is nearly every completion: room for all.
 	if c := cs[0]; c.Outcome == backends.OutcomeDone && c.ResultTTL > 0 {
 		doneIDs, doneResults = make([]pgtype.UUID, 0, len(cs)), make([]string, 0, len(cs))
 		doneResultValid, doneTTLs = make([]bool, 0, len(cs)), make([]float64, 0, len(cs))
+		doneAt = make([]int32, 0, len(cs))
 	} else if c.Outcome == backends.OutcomeDone {
-		deleteIDs = make([]pgtype.UUID, 0, len(cs))
+		deleteIDs, deleteAt = make([]pgtype.UUID, 0, len(cs)), make([]int32, 0, len(cs))
 	}
-	seen := make(map[pgtype.UUID]bool, len(cs))
+	type attempt struct {
+		id pgtype.UUID
+		at int32
+	}
+	seen := make(map[attempt]bool, len(cs))
 	var kids childBatch // done writes with children: children.go
 	for _, c := range cs {
-		// An id that cannot be a uuid matches no row; a repeated id would
-		// make one statement touch a row twice. The first completion wins.
+		// An id that cannot be a uuid matches no row; a repeated attempt
+		// of one id would make one statement touch a row twice: the first
+		// completion wins. Two attempts of one row (a write retried after
+		// its reply was lost, beside the later attempt's own) both go: the
+		// guard lets at most one of them match.
 		if !isUUID(c.JobID) {
 			continue
 		}
-		id := parseUUID(c.JobID)
-		if seen[id] {
+		if c.Attempts < 1 {
+			return nil, fmt.Errorf("complete job %s: %w", c.JobID, backends.ErrNoAttempt)
+		}
+		id, at := parseUUID(c.JobID), int32(c.Attempts)
+		if seen[attempt{id, at}] {
 			continue
 		}
-		seen[id] = true
+		seen[attempt{id, at}] = true
 		switch c.Outcome {
 		case backends.OutcomeDone:
 			if len(c.Children) > 0 {
@@ -123,21 +137,21 @@ func queueCompletions(batch *pgx.Batch, workerID string, cs []backends.Completio
 				continue
 			}
 			if c.ResultTTL <= 0 {
-				deleteIDs = append(deleteIDs, id)
+				deleteIDs, deleteAt = append(deleteIDs, id), append(deleteAt, at)
 				continue
 			}
 			res, err := storableJSON(strings.TrimSpace(string(c.Result)))
 			if err != nil {
 				return nil, fmt.Errorf("complete job %s: %w", c.JobID, err)
 			}
-			doneIDs = append(doneIDs, id)
+			doneIDs, doneAt = append(doneIDs, id), append(doneAt, at)
 			// JSON null is stored as SQL NULL, as Soniq skips writing a
 			// None result.
 			doneResultValid = append(doneResultValid, res != "" && res != "null")
 			doneResults = append(doneResults, res)
 			doneTTLs = append(doneTTLs, c.ResultTTL.Seconds())
 		case backends.OutcomeRetry:
-			retryIDs = append(retryIDs, id)
+			retryIDs, retryAt = append(retryIDs, id), append(retryAt, at)
 			retryErrs = append(retryErrs, backends.TruncateError(c.Error))
 			retryDelays = append(retryDelays, max(c.Delay.Seconds(), 0))
 		case backends.OutcomeDeadLetter:
@@ -145,7 +159,7 @@ func queueCompletions(batch *pgx.Batch, workerID string, cs []backends.Completio
 			if reason == "" {
 				reason = backends.ReasonMaxRetriesExceeded
 			}
-			deadIDs = append(deadIDs, id)
+			deadIDs, deadAt = append(deadIDs, id), append(deadAt, at)
 			deadErrs = append(deadErrs, backends.TruncateError(c.Error))
 			deadReasons = append(deadReasons, reason)
 		case backends.OutcomeSnooze:
@@ -153,11 +167,11 @@ func queueCompletions(batch *pgx.Batch, workerID string, cs []backends.Completio
 			if c.Reason != "" {
 				msg = "SNOOZE: " + c.Reason
 			}
-			snoozeIDs = append(snoozeIDs, id)
+			snoozeIDs, snoozeAt = append(snoozeIDs, id), append(snoozeAt, at)
 			snoozeErrs = append(snoozeErrs, backends.TruncateError(msg))
 			snoozeDelays = append(snoozeDelays, min(max(c.Delay, 0), backends.MaxSnooze).Seconds())
 		case backends.OutcomeCancelled:
-			cancelIDs = append(cancelIDs, id)
+			cancelIDs, cancelAt = append(cancelIDs, id), append(cancelAt, at)
 		default:
 			return nil, fmt.Errorf("complete job %s: unknown outcome %d", c.JobID, c.Outcome)
 		}
@@ -185,14 +199,14 @@ func queueCompletions(batch *pgx.Batch, workerID string, cs []backends.Completio
 	    result = CASE WHEN u.has_result THEN u.result::jsonb ELSE j.result END,
 	    expires_at = now() + make_interval(secs => u.ttl),
 	    updated_at = now()
-	FROM unnest($1::uuid[], $2::text[], $3::bool[], $4::float8[]) AS u(id, result, has_result, ttl)
-	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $5::uuid) IS TRUE
-	RETURNING j.id`, doneIDs, doneResults, doneResultValid, doneTTLs, workerID)
+	FROM unnest($1::uuid[], $2::text[], $3::bool[], $4::float8[], $6::int4[]) AS u(id, result, has_result, ttl, attempts)
+	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $5::uuid AND j.attempts = u.attempts) IS TRUE
+	RETURNING j.id`, doneIDs, doneResults, doneResultValid, doneTTLs, workerID, doneAt)
 	}
 	if len(deleteIDs) > 0 {
-		queue(`DELETE FROM soniq_jobs
-	WHERE id = ANY($1::uuid[]) AND (status = 'processing' AND worker_id = $2::uuid) IS TRUE
-	RETURNING id`, deleteIDs, workerID)
+		queue(`DELETE FROM soniq_jobs j USING unnest($1::uuid[], $3::int4[]) AS u(id, attempts)
+	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $2::uuid AND j.attempts = u.attempts) IS TRUE
+	RETURNING j.id`, deleteIDs, workerID, deleteAt)
 	}
 	if len(retryIDs) > 0 {
 		queue(`UPDATE soniq_jobs j
@@ -201,9 +215,9 @@ func queueCompletions(batch *pgx.Batch, workerID string, cs []backends.Completio
 	    scheduled_at = CASE WHEN u.delay > 0 THEN now() + make_interval(secs => u.delay) END,
 	    worker_id = NULL,
 	    updated_at = now()
-	FROM unnest($1::uuid[], $2::text[], $3::float8[]) AS u(id, err, delay)
-	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid) IS TRUE
-	RETURNING j.id`, retryIDs, retryErrs, retryDelays, workerID)
+	FROM unnest($1::uuid[], $2::text[], $3::float8[], $5::int4[]) AS u(id, err, delay, attempts)
+	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid AND j.attempts = u.attempts) IS TRUE
+	RETURNING j.id`, retryIDs, retryErrs, retryDelays, workerID, retryAt)
 	}
 	if len(snoozeIDs) > 0 {
 		queue(`UPDATE soniq_jobs j
@@ -213,9 +227,9 @@ func queueCompletions(batch *pgx.Batch, workerID string, cs []backends.Completio
 	    scheduled_at = now() + make_interval(secs => u.delay),
 	    worker_id = NULL,
 	    updated_at = now()
-	FROM unnest($1::uuid[], $2::text[], $3::float8[]) AS u(id, err, delay)
-	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid) IS TRUE
-	RETURNING j.id`, snoozeIDs, snoozeErrs, snoozeDelays, workerID)
+	FROM unnest($1::uuid[], $2::text[], $3::float8[], $5::int4[]) AS u(id, err, delay, attempts)
+	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid AND j.attempts = u.attempts) IS TRUE
+	RETURNING j.id`, snoozeIDs, snoozeErrs, snoozeDelays, workerID, snoozeAt)
 	}
 	if len(deadIDs) > 0 {
 		// The delete and the insert are one statement, so the move is
@@ -223,10 +237,10 @@ func queueCompletions(batch *pgx.Batch, workerID string, cs []backends.Completio
 		// table leaves nullable are NOT NULL in the dead-letter table,
 		// hence the defaults.
 		queue(`WITH u AS (
-	SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[]) AS u(id, err, reason)
+	SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $5::int4[]) AS u(id, err, reason, attempts)
 ), moved AS (
 	DELETE FROM soniq_jobs j USING u
-	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid) IS TRUE
+	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid AND j.attempts = u.attempts) IS TRUE
 	RETURNING j.id, j.job_name, j.args, j.queue, j.priority, j.max_attempts, j.attempts,
 	          j.created_at, u.err, u.reason
 )
@@ -239,10 +253,10 @@ ON CONFLICT (id) DO UPDATE SET
 	attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
 	dead_letter_reason = EXCLUDED.dead_letter_reason,
 	moved_to_dead_letter_at = EXCLUDED.moved_to_dead_letter_at
-RETURNING id::uuid`, deadIDs, deadErrs, deadReasons, workerID)
+RETURNING id::uuid`, deadIDs, deadErrs, deadReasons, workerID, deadAt)
 	}
 	if len(cancelIDs) > 0 {
-		queue(cancelStatement, cancelIDs, workerID)
+		queue(cancelStatement, cancelIDs, workerID, cancelAt)
 	}
 	kids.queueStatements(queue, workerID)
 	return func() []string {
@@ -261,27 +275,64 @@ RETURNING id::uuid`, deadIDs, deadErrs, deadReasons, workerID)
 	}, nil
 }
 
-// Nack is the shutdown contract's nack_job over many ids, guarded by the
-// worker that holds them.
-func (b *Backend) Nack(ctx context.Context, workerID string, ids []string) ([]string, error) {
-	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !isUUID(id) })
-	if len(ids) == 0 || !isUUID(workerID) {
+// Nack is the shutdown contract's nack_job over many rows, guarded by the
+// worker that holds them and the attempt it holds them at.
+func (b *Backend) Nack(ctx context.Context, workerID string, held []backends.Job) ([]string, error) {
+	if !isUUID(workerID) {
 		return nil, nil
 	}
 	// One round trip (exec mode: no statement prepared first): NACKs are
 	// among a shutdown's last writes.
-	rows, err := b.pool.Query(ctx, `UPDATE soniq_jobs
+	ids := make([]pgtype.UUID, 0, len(held))
+	attempts := make([]int32, 0, len(held))
+	type attempt struct {
+		id pgtype.UUID
+		at int32
+	}
+	seen := make(map[attempt]bool, len(held))
+	for _, j := range held {
+		// An id that cannot be a uuid matches no row; a repeated attempt
+		// would join the row twice. The first wins.
+		if !isUUID(j.ID) {
+			continue
+		}
+		if j.Attempts < 1 {
+			return nil, fmt.Errorf("nack job %s: %w", j.ID, backends.ErrNoAttempt)
+		}
+		id, at := parseUUID(j.ID), int32(j.Attempts)
+		if seen[attempt{id, at}] {
+			continue
+		}
+		seen[attempt{id, at}] = true
+		ids, attempts = append(ids, id), append(attempts, at)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := b.pool.Query(ctx, `UPDATE soniq_jobs j
 	SET status = 'queued', worker_id = NULL, updated_at = now(), scheduled_at = now()
-	WHERE id = ANY($1::uuid[]) AND status = 'processing' AND worker_id = $2
-	RETURNING id::text`, pgx.QueryExecModeExec, ids, workerID)
+	FROM unnest($1::uuid[], $3::int4[]) AS h(id, attempts)
+	WHERE j.id = h.id AND j.status = 'processing' AND j.worker_id = $2 AND j.attempts = h.attempts
+	RETURNING j.id`, pgx.QueryExecModeExec, ids, workerID, attempts)
 	if err != nil {
 		return nil, b.wrap(err, "nack %d jobs for worker %s", len(ids), workerID)
 	}
-	nacked, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	nacked, err := pgx.CollectRows(rows, pgx.RowTo[pgtype.UUID])
 	if err != nil {
 		return nil, b.wrap(err, "nack %d jobs for worker %s", len(ids), workerID)
 	}
-	return nacked, nil
+	written := make(map[pgtype.UUID]bool, len(nacked))
+	for _, id := range nacked {
+		written[id] = true
+	}
+	out := make([]string, 0, len(nacked))
+	for _, j := range held {
+		if isUUID(j.ID) && written[parseUUID(j.ID)] {
+			out = append(out, j.ID)
+			delete(written, parseUUID(j.ID))
+		}
+	}
+	return out, nil
 }
 
 // AdoptOrphans gives processing rows with no worker back to workerID.

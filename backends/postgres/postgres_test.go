@@ -440,7 +440,7 @@ func TestLongErrorIsStoredTruncated(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.Claim(ctx, backends.ClaimParams{WorkerID: w, Limit: 1})
 	require.NoError(t, err)
-	applied, err := b.Complete(ctx, w, []backends.Completion{{JobID: j.ID, Outcome: backends.OutcomeRetry,
+	applied, err := b.Complete(ctx, w, []backends.Completion{{JobID: j.ID, Attempts: 1, Outcome: backends.OutcomeRetry,
 		Error: strings.Repeat("é", backends.MaxErrorBytes) + "\x00"}})
 	require.NoError(t, err)
 	require.Equal(t, []string{j.ID}, applied)
@@ -458,7 +458,7 @@ func TestMalformedIDsAreNotFound(t *testing.T) {
 	ok, err := b.Cancel(ctx, "nope")
 	require.NoError(t, err)
 	assert.False(t, ok)
-	nacked, err := b.Nack(ctx, "nope", []string{"nope"})
+	nacked, err := b.Nack(ctx, "nope", []backends.Job{{ID: "nope", Attempts: 1}})
 	require.NoError(t, err)
 	assert.Empty(t, nacked)
 	assert.ErrorIs(t, b.PurgeDeadLetter(ctx, "nope"), backends.ErrNotFound)
@@ -474,7 +474,7 @@ func TestResultsJSONBRejectsAreMadeStorable(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.Claim(ctx, backends.ClaimParams{WorkerID: w, Limit: 1})
 	require.NoError(t, err)
-	applied, err := b.Complete(ctx, w, []backends.Completion{{JobID: j.ID, Outcome: backends.OutcomeDone,
+	applied, err := b.Complete(ctx, w, []backends.Completion{{JobID: j.ID, Attempts: 1, Outcome: backends.OutcomeDone,
 		Result: json.RawMessage(`{"s":"a\u0000b","t":"\ud800","n":12345678901234567890,"k\u0000":"<&>"}`), ResultTTL: time.Hour}})
 	require.NoError(t, err)
 	require.Equal(t, []string{j.ID}, applied)

@@ -141,14 +141,17 @@ func (b *Backend) GetCancelRequest(ctx context.Context, jobID string) (backends.
 
 // cancelBatch writes the guarded rows cancelled and acknowledges their
 // pending requests, inside the caller's transaction.
-func (b *Backend) cancelBatch(ctx context.Context, tx *sql.Tx, workerID, ts string, ids []string, applied *[]string) error {
-	payload, err := json.Marshal(ids)
+func (b *Backend) cancelBatch(ctx context.Context, tx *sql.Tx, workerID, ts string, rows []completionRow, applied *[]string) error {
+	payload, err := json.Marshal(rows)
 	if err != nil {
 		return fmt.Errorf("cancelling jobs: encoding batch: %w", err)
 	}
 	done, err := queryIDs(ctx, tx, `UPDATE soniq_jobs SET status = 'cancelled', updated_at = ?3
-		WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'processing' AND worker_id = ?2
-		RETURNING id`, string(payload), workerID, ts)
+		FROM json_each(?1) AS v
+		WHERE soniq_jobs.id = v.value ->> 'id'
+		  AND soniq_jobs.status = 'processing' AND soniq_jobs.worker_id = ?2
+		  AND soniq_jobs.attempts = v.value ->> 'attempts'
+		RETURNING soniq_jobs.id`, string(payload), workerID, ts)
 	if err != nil {
 		return fmt.Errorf("cancelling jobs: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 // read through json_each. Pointers become JSON null, hence SQL NULL.
 type completionRow struct {
 	ID          string  `json:"id"`
+	Attempts    int     `json:"attempts"` // the attempt the write settles
 	Result      *string `json:"result,omitempty"`
 	ExpiresAt   *string `json:"expires_at,omitempty"`
 	ScheduledAt *string `json:"scheduled_at,omitempty"`
@@ -24,22 +25,25 @@ type completionRow struct {
 
 // completionBatches groups a Complete call by the statement each row needs.
 type completionBatches struct {
-	deleted    []string // done with ResultTTL 0
+	deleted    []completionRow // done with ResultTTL 0
 	done       []completionRow
 	retry      []completionRow
 	snooze     []completionRow
 	deadLetter []completionRow
-	cancelled  []string
+	cancelled  []completionRow
 }
 
 func buildBatches(cs []backends.Completion, ts time.Time) (completionBatches, error) {
 	var bs completionBatches
 	for _, c := range cs {
-		row := completionRow{ID: c.JobID}
+		if c.Attempts < 1 {
+			return bs, fmt.Errorf("job %s: %w", c.JobID, backends.ErrNoAttempt)
+		}
+		row := completionRow{ID: c.JobID, Attempts: c.Attempts}
 		switch c.Outcome {
 		case backends.OutcomeDone:
 			if c.ResultTTL <= 0 {
-				bs.deleted = append(bs.deleted, c.JobID)
+				bs.deleted = append(bs.deleted, row)
 				continue
 			}
 			if res := bytes.TrimSpace(c.Result); len(res) > 0 && !bytes.Equal(res, []byte("null")) {
@@ -82,7 +86,7 @@ func buildBatches(cs []backends.Completion, ts time.Time) (completionBatches, er
 			}
 			bs.deadLetter = append(bs.deadLetter, row)
 		case backends.OutcomeCancelled:
-			bs.cancelled = append(bs.cancelled, c.JobID)
+			bs.cancelled = append(bs.cancelled, row)
 		default:
 			return bs, fmt.Errorf("job %s: unknown outcome %d", c.JobID, int(c.Outcome))
 		}
@@ -136,8 +140,10 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 	err = b.inWriteTx(ctx, "completing jobs", func(tx *sql.Tx) error {
 		if len(bs.deleted) > 0 {
 			if err := run(ctx, tx, "deleting done jobs", `DELETE FROM soniq_jobs
-				WHERE id IN (SELECT value FROM json_each(?1))
+				WHERE id IN (SELECT value ->> 'id' FROM json_each(?1))
 				  AND status = 'processing' AND worker_id = ?2
+				  AND EXISTS (SELECT 1 FROM json_each(?1) AS v
+				              WHERE v.value ->> 'id' = soniq_jobs.id AND v.value ->> 'attempts' = soniq_jobs.attempts)
 				RETURNING id`, bs.deleted, workerID); err != nil {
 				return err
 			}
@@ -152,6 +158,7 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 				FROM json_each(?1) AS v
 				WHERE soniq_jobs.id = v.value ->> 'id'
 				  AND soniq_jobs.status = 'processing' AND soniq_jobs.worker_id = ?2
+				  AND soniq_jobs.attempts = v.value ->> 'attempts'
 				RETURNING soniq_jobs.id`, bs.done, workerID, ts); err != nil {
 				return err
 			}
@@ -173,6 +180,7 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 				FROM json_each(?1) AS v
 				WHERE soniq_jobs.id = v.value ->> 'id'
 				  AND soniq_jobs.status = 'processing' AND soniq_jobs.worker_id = ?2
+				  AND soniq_jobs.attempts = v.value ->> 'attempts'
 				RETURNING soniq_jobs.id`, bs.retry, workerID, ts); err != nil {
 				return err
 			}
@@ -188,6 +196,7 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 				FROM json_each(?1) AS v
 				WHERE soniq_jobs.id = v.value ->> 'id'
 				  AND soniq_jobs.status = 'processing' AND soniq_jobs.worker_id = ?2
+				  AND soniq_jobs.attempts = v.value ->> 'attempts'
 				RETURNING soniq_jobs.id`, bs.snooze, workerID, ts); err != nil {
 				return err
 			}
@@ -235,7 +244,7 @@ func (b *Backend) deadLetterBatch(ctx context.Context, tx *sql.Tx, workerID, ts 
 			COALESCE(j.max_attempts, 3), COALESCE(j.attempts, 0), v.value ->> 'error',
 			v.value ->> 'reason', COALESCE(j.created_at, ?1), ?1, 0, NULL, NULL, ?1
 		FROM soniq_jobs AS j JOIN json_each(?2) AS v ON j.id = v.value ->> 'id'
-		WHERE j.status = 'processing' AND j.worker_id = ?3
+		WHERE j.status = 'processing' AND j.worker_id = ?3 AND j.attempts = v.value ->> 'attempts'
 		RETURNING id`, ts, payload, workerID)
 	if err != nil {
 		return fmt.Errorf("copying jobs to the dead-letter table: %w", err)
@@ -254,30 +263,50 @@ func (b *Backend) deadLetterBatch(ctx context.Context, tx *sql.Tx, workerID, ts 
 	return nil
 }
 
-// Nack is the shutdown contract's nack_job for many ids in one statement.
+// Nack is the shutdown contract's nack_job for many rows in one statement.
 // Soniq's SQLite nack_job writes its ISO now() where the contract says
 // NOW()/CURRENT_TIMESTAMP; so does this, keeping scheduled_at comparable.
-// Guarded by the worker that holds the rows, as every other write is.
-func (b *Backend) Nack(ctx context.Context, workerID string, ids []string) ([]string, error) {
-	if len(ids) == 0 {
+// Guarded by the worker that holds the rows and the attempt it holds them
+// at, as every other write is.
+func (b *Backend) Nack(ctx context.Context, workerID string, held []backends.Job) ([]string, error) {
+	if len(held) == 0 {
 		return nil, nil
 	}
-	idsJSON, err := json.Marshal(ids)
+	rows := make([]heldRow, 0, len(held))
+	seen := make(map[heldRow]bool, len(held))
+	for _, j := range held {
+		if j.Attempts < 1 {
+			return nil, fmt.Errorf("nacking job %s: %w", j.ID, backends.ErrNoAttempt)
+		}
+		// A repeated attempt would join the row twice; the first wins.
+		if r := (heldRow{ID: j.ID, Attempts: j.Attempts}); !seen[r] {
+			seen[r] = true
+			rows = append(rows, r)
+		}
+	}
+	payload, err := marshalJSON(rows)
 	if err != nil {
-		return nil, fmt.Errorf("nacking jobs: encoding ids: %w", err)
+		return nil, fmt.Errorf("nacking jobs of worker %s: %w", workerID, err)
 	}
 	ts := formatTime(now())
 	var nacked []string
 	err = b.inWriteTx(ctx, "nacking jobs for worker "+workerID, func(tx *sql.Tx) error {
 		var err error
 		nacked, err = queryIDs(ctx, tx, `UPDATE soniq_jobs
-			SET status = 'queued', worker_id = NULL, updated_at = ?, scheduled_at = ?
-			WHERE id IN (SELECT value FROM json_each(?)) AND status = 'processing' AND worker_id = ?
-			RETURNING id`, ts, ts, string(idsJSON), workerID)
+			SET status = 'queued', worker_id = NULL, updated_at = ?3, scheduled_at = ?3
+			FROM json_each(?1) AS v
+			WHERE soniq_jobs.id = v.value ->> 'id'
+			  AND soniq_jobs.status = 'processing' AND soniq_jobs.worker_id = ?2
+			  AND soniq_jobs.attempts = v.value ->> 'attempts'
+			RETURNING soniq_jobs.id`, payload, workerID, ts)
 		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
 	}
 	return inInputOrder(ids, nacked), nil
 }

@@ -240,13 +240,14 @@ func TestNackFieldSet(t *testing.T) {
 	w := registerWorker(t, b, 1)
 	j, err := b.Enqueue(ctx, backends.EnqueueParams{Name: "n"})
 	require.NoError(t, err)
-	_, err = b.Claim(ctx, backends.ClaimParams{WorkerID: w, Limit: 1})
+	claimed, err := b.Claim(ctx, backends.ClaimParams{WorkerID: w, Limit: 1})
 	require.NoError(t, err)
+	require.Len(t, claimed, 1)
 	// A previous attempt's error must survive the NACK.
 	_, err = b.write.ExecContext(ctx, `UPDATE soniq_jobs SET last_error = 'earlier' WHERE id = ?`, j.ID)
 	require.NoError(t, err)
 
-	nacked, err := b.Nack(ctx, w, []string{j.ID, "missing"})
+	nacked, err := b.Nack(ctx, w, []backends.Job{claimed[0], {ID: "missing", Attempts: 1}})
 	require.NoError(t, err)
 	assert.Equal(t, []string{j.ID}, nacked)
 
@@ -258,7 +259,7 @@ func TestNackFieldSet(t *testing.T) {
 	assert.Regexp(t, soniqTimestamp, sched)
 	assert.Equal(t, sched, rawText(t, b, "soniq_jobs", "updated_at", j.ID), "one now() for both")
 
-	again, err := b.Nack(ctx, w, []string{j.ID})
+	again, err := b.Nack(ctx, w, claimed)
 	require.NoError(t, err)
 	assert.Empty(t, again, "idempotent: a queued row is not nacked twice")
 	// Nacked rows are claimable at once (scheduled_at = now <= now).
@@ -371,10 +372,10 @@ func TestCompleteBatchAcrossInstances(t *testing.T) {
 	require.Len(t, jobs, 4)
 	// The other instance completes them: the guard is on the row, not the connection.
 	applied, err := b2.Complete(ctx, w, []backends.Completion{
-		{JobID: jobs[0].ID, Outcome: backends.OutcomeDone, Result: json.RawMessage(`{"ok":true}`), ResultTTL: time.Hour},
-		{JobID: jobs[1].ID, Outcome: backends.OutcomeRetry, Error: "later", Delay: time.Minute},
-		{JobID: jobs[2].ID, Outcome: backends.OutcomeSnooze, Reason: "busy", Delay: time.Minute},
-		{JobID: jobs[3].ID, Outcome: backends.OutcomeDeadLetter, Error: "bad", Reason: backends.ReasonInvalidArguments},
+		{JobID: jobs[0].ID, Attempts: 1, Outcome: backends.OutcomeDone, Result: json.RawMessage(`{"ok":true}`), ResultTTL: time.Hour},
+		{JobID: jobs[1].ID, Attempts: 1, Outcome: backends.OutcomeRetry, Error: "later", Delay: time.Minute},
+		{JobID: jobs[2].ID, Attempts: 1, Outcome: backends.OutcomeSnooze, Reason: "busy", Delay: time.Minute},
+		{JobID: jobs[3].ID, Attempts: 1, Outcome: backends.OutcomeDeadLetter, Error: "bad", Reason: backends.ReasonInvalidArguments},
 	})
 	require.NoError(t, err)
 	assert.Equal(t, []string{jobs[0].ID, jobs[1].ID, jobs[2].ID, jobs[3].ID}, applied)
@@ -479,7 +480,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 		}
 		cs := make([]backends.Completion, len(claimed))
 		for i, j := range claimed {
-			cs[i] = backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDone, ResultTTL: time.Hour}
+			cs[i] = backends.Completion{JobID: j.ID, Attempts: j.Attempts, Outcome: backends.OutcomeDone, ResultTTL: time.Hour}
 		}
 		applied, err := be.Complete(ctx, wid, cs)
 		require.NoError(b, err)

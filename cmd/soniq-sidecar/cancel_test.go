@@ -137,7 +137,7 @@ func TestCancelOfARunningJobNobodyAnswers(t *testing.T) {
 	// Given back to the queue while the command waits: cancelled at once.
 	go func() {
 		time.Sleep(200 * time.Millisecond)
-		_, _ = b.Nack(ctx, worker, []string{j.ID})
+		_, _ = b.Nack(ctx, worker, []backends.Job{{ID: j.ID, Attempts: 1}})
 	}()
 	code, out, errOut := c.run("cancel", j.ID, "--wait", "5s")
 	assert.Equal(t, 0, code, errOut)

@@ -28,7 +28,7 @@ func deadLetter(t *testing.T, path, id string) {
 	require.NoError(t, err)
 	require.Len(t, jobs, 1)
 	require.Equal(t, id, jobs[0].ID)
-	applied, err := b.Complete(ctx, worker, []backends.Completion{{JobID: id, Outcome: backends.OutcomeDeadLetter,
+	applied, err := b.Complete(ctx, worker, []backends.Completion{{JobID: id, Attempts: jobs[0].Attempts, Outcome: backends.OutcomeDeadLetter,
 		Reason: backends.ReasonMaxRetriesExceeded, Error: "boom"}})
 	require.NoError(t, err)
 	require.Equal(t, []string{id}, applied)

@@ -81,8 +81,8 @@ type Completer struct {
 	completions []backends.Completion
 	writing     int                   // completions[:writing] are in run's write
 	lent        []backends.Completion // taken into claims (Lend), not yet back
-	nacks       []string
-	returns     []backends.Job // claimed rows given back unstarted (ReturnJobs)
+	nacks       []backends.Job        // rows NACKed at shutdown, at the attempt held
+	returns     []backends.Job        // claimed rows given back unstarted (ReturnJobs)
 	closed      bool
 	hurried     bool // shutdown began: write what arrives at once
 	lingering   bool // run waits for its small batch to grow
@@ -149,10 +149,10 @@ func (w *Completer) Complete(c backends.Completion) {
 	}
 }
 
-// Nack queues a shutdown NACK of a job.
-func (w *Completer) Nack(id string) {
+// Nack queues a shutdown NACK of a row held at j.Attempts.
+func (w *Completer) Nack(j backends.Job) {
 	w.mu.Lock()
-	w.nacks = append(w.nacks, id)
+	w.nacks = append(w.nacks, j)
 	w.mu.Unlock()
 	w.signal()
 }
@@ -160,12 +160,12 @@ func (w *Completer) Nack(id string) {
 // NackAll queues the shutdown NACKs of several jobs at once, so that they
 // go out in one batch: handed over one by one, the writer could wake at
 // the first and write the others in a second round trip.
-func (w *Completer) NackAll(ids []string) {
-	if len(ids) == 0 {
+func (w *Completer) NackAll(held []backends.Job) {
+	if len(held) == 0 {
 		return
 	}
 	w.mu.Lock()
-	w.nacks = append(w.nacks, ids...)
+	w.nacks = append(w.nacks, held...)
 	w.mu.Unlock()
 	w.signal()
 }
@@ -228,12 +228,18 @@ func (w *Completer) Lent(cs []backends.Completion, applied []string, written boo
 		w.settle(cs, applied)
 		w.wrote()
 	}
-	ids := make(map[string]bool, len(cs))
+	// By row and attempt: a retried copy of an earlier attempt's write and
+	// the later attempt's own may be lent to two claims at once.
+	type write struct {
+		id       string
+		attempts int
+	}
+	ended := make(map[write]bool, len(cs))
 	for _, c := range cs {
-		ids[c.JobID] = true
+		ended[write{c.JobID, c.Attempts}] = true
 	}
 	w.mu.Lock()
-	w.lent = slices.DeleteFunc(w.lent, func(c backends.Completion) bool { return ids[c.JobID] })
+	w.lent = slices.DeleteFunc(w.lent, func(c backends.Completion) bool { return ended[write{c.JobID, c.Attempts}] })
 	if !written {
 		w.completions = append(w.completions, cs...)
 	}
@@ -258,7 +264,8 @@ func (w *Completer) Holds(id string) bool {
 			}
 		}
 	}
-	return slices.Contains(w.nacks, id) || slices.ContainsFunc(w.returns, func(j backends.Job) bool { return j.ID == id })
+	is := func(j backends.Job) bool { return j.ID == id }
+	return slices.ContainsFunc(w.nacks, is) || slices.ContainsFunc(w.returns, is)
 }
 
 // Hurry makes the Completer write at once from now on, without lingering:
@@ -477,12 +484,15 @@ func (w *Completer) giveUp(err error) {
 	for _, c := range w.completions {
 		results = append(results, c.JobID+":"+c.Outcome.String())
 	}
-	returns := make([]string, len(w.returns))
-	for i, j := range w.returns {
-		returns[i] = j.ID
+	ids := func(js []backends.Job) []string {
+		out := make([]string, len(js))
+		for i, j := range js {
+			out[i] = j.ID
+		}
+		return out
 	}
 	w.log.Error("giving up on result writes at shutdown: these rows stay processing, and stale-worker recovery or a takeover requeues them with attempts preserved",
-		"lost", len(w.completions)+len(w.nacks)+len(w.returns), "results", results, "nacks", slices.Clone(w.nacks), "returns", returns, "err", err)
+		"lost", len(w.completions)+len(w.nacks)+len(w.returns), "results", results, "nacks", ids(w.nacks), "returns", ids(w.returns), "err", err)
 	w.completions, w.nacks, w.returns = nil, nil, nil
 	w.gaveUp = true
 }
@@ -533,8 +543,9 @@ func (w *Completer) settle(cs []backends.Completion, applied []string) {
 	for _, c := range cs {
 		if !ok[c.JobID] {
 			// The guard did its job: the row was NACKed, recovered by
-			// stale-worker recovery or claimed by another worker.
-			w.log.Warn("result discarded: the row is no longer processing for this worker", "job_id", c.JobID, "outcome", c.Outcome.String())
+			// stale-worker recovery, claimed by another worker, or this
+			// is a retried write whose first try committed.
+			w.log.Warn("result discarded: the row is no longer processing for this worker at this attempt", "job_id", c.JobID, "attempt", c.Attempts, "outcome", c.Outcome.String())
 		}
 	}
 }
@@ -572,9 +583,9 @@ func (w *Completer) writeReturns(held []backends.Job) error {
 	return err
 }
 
-func (w *Completer) writeNacks(ids []string) error {
+func (w *Completer) writeNacks(held []backends.Job) error {
 	ctx, done := w.writeCtx()
 	defer done()
-	_, err := w.backend.Nack(ctx, w.workerID, ids)
+	_, err := w.backend.Nack(ctx, w.workerID, held)
 	return err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,7 +50,7 @@ func TestRetriesUntilTheDatabaseAccepts(t *testing.T) {
 	fb.failures.Store(3)
 	w := New(Config{Backend: fb, WorkerID: worker})
 	w.Start()
-	w.Complete(backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDone, ResultTTL: time.Minute})
+	w.Complete(backends.Completion{JobID: j.ID, Attempts: 1, Outcome: backends.OutcomeDone, ResultTTL: time.Minute})
 	w.Stop()
 	assert.EqualValues(t, 4, fb.calls.Load(), "three failures, then the write")
 	got, err := mem.Get(ctx, j.ID)
@@ -83,13 +82,17 @@ func (r *recordingBackend) Complete(_ context.Context, _ string, cs []backends.C
 	return ids, nil
 }
 
-func (r *recordingBackend) Nack(_ context.Context, _ string, ids []string) ([]string, error) {
+func (r *recordingBackend) Nack(_ context.Context, _ string, held []backends.Job) ([]string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.down {
 		return nil, errors.New("connection refused")
 	}
-	r.nacks = append(r.nacks, slices.Clone(ids))
+	ids := make([]string, len(held))
+	for i, j := range held {
+		ids[i] = j.ID
+	}
+	r.nacks = append(r.nacks, ids)
 	return ids, nil
 }
 
@@ -123,7 +126,7 @@ func TestBatchesAreBoundedAndStopDrains(t *testing.T) {
 				w.Complete(backends.Completion{JobID: backends.NewID(), Outcome: backends.OutcomeDone})
 			}
 			for range tc.nacks {
-				w.Nack(backends.NewID())
+				w.Nack(backends.Job{ID: backends.NewID(), Attempts: 1})
 			}
 			assert.Equal(t, tc.completions+tc.nacks, w.Pending())
 			w.Start()
@@ -192,7 +195,7 @@ func TestStopGivesUpAfterWriteTimeout(t *testing.T) {
 		w.Start()
 		done, nacked := backends.NewID(), backends.NewID()
 		w.Complete(backends.Completion{JobID: done, Outcome: backends.OutcomeDone})
-		w.Nack(nacked)
+		w.Nack(backends.Job{ID: nacked, Attempts: 1})
 		start := time.Now()
 		w.Stop()
 		took := time.Since(start)
@@ -230,7 +233,7 @@ func (b *wedgedBackend) Complete(ctx context.Context, _ string, _ []backends.Com
 	return nil, ctx.Err()
 }
 
-func (b *wedgedBackend) Nack(ctx context.Context, _ string, _ []string) ([]string, error) {
+func (b *wedgedBackend) Nack(ctx context.Context, _ string, _ []backends.Job) ([]string, error) {
 	b.calls.Add(1)
 	<-ctx.Done()
 	return nil, ctx.Err()
@@ -247,7 +250,7 @@ func TestDeadlineCutsTheWriteInFlight(t *testing.T) {
 		var logs []logtest.Record
 		w := New(Config{Backend: b, WorkerID: backends.NewID(), Log: slog.New(logtest.Handler{Mu: &mu, Records: &logs})})
 		w.Start()
-		w.Nack(backends.NewID())
+		w.Nack(backends.Job{ID: backends.NewID(), Attempts: 1})
 		synctest.Wait() // the NACK's write is in flight, and hangs
 		require.EqualValues(t, 1, b.calls.Load())
 		start := time.Now()

@@ -108,3 +108,29 @@ func TestLendAndShutdown(t *testing.T) {
 		})
 	})
 }
+
+// Two attempts of one row may be lent to two claims at once (the retried
+// copy of attempt 1's write, taken back after its reply was lost, and
+// attempt 2's own result): the end of one loan leaves the other held.
+func TestTwoAttemptsOfOneRowLentApart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &gatedBackend{gate: make(chan struct{})}
+		w := New(Config{Backend: g, WorkerID: backends.NewID()})
+		close(g.gate)
+		first := backends.Completion{JobID: "j", Attempts: 1, Outcome: backends.OutcomeRetry}
+		second := backends.Completion{JobID: "j", Attempts: 2, Outcome: backends.OutcomeDone}
+		w.Complete(first)
+		a := w.Lend(10)
+		w.Complete(second)
+		b := w.Lend(10)
+		require.Equal(t, []backends.Completion{first}, a)
+		require.Equal(t, []backends.Completion{second}, b)
+		w.Lent(a, nil, true)
+		assert.Equal(t, 1, w.Pending(), "attempt 2's loan is still out")
+		assert.True(t, w.Holds("j"))
+		w.Lent(b, []string{"j"}, true)
+		assert.Zero(t, w.Pending())
+		w.Start()
+		w.Stop()
+	})
+}

@@ -56,8 +56,12 @@ func (g *gatedBackend) Complete(_ context.Context, _ string, cs []backends.Compl
 	return ids, nil
 }
 
-func (g *gatedBackend) Nack(_ context.Context, _ string, ids []string) ([]string, error) {
-	g.record(len(ids), true)
+func (g *gatedBackend) Nack(_ context.Context, _ string, held []backends.Job) ([]string, error) {
+	g.record(len(held), true)
+	ids := make([]string, len(held))
+	for i, j := range held {
+		ids[i] = j.ID
+	}
 	return ids, nil
 }
 
@@ -120,7 +124,7 @@ func TestResultWriterLinger(t *testing.T) {
 
 				complete(tc.completions)
 				for range tc.nacks {
-					w.Nack(backends.NewID())
+					w.Nack(backends.Job{ID: backends.NewID(), Attempts: 1})
 				}
 				if tc.hurry {
 					w.Hurry()

@@ -143,6 +143,43 @@ func TestHeartbeatOutcomes(t *testing.T) {
 	}
 }
 
+// A beat that lands after a silence longer than half of heartbeat_timeout
+// (the database away, a failover) says so once; a shorter one says nothing.
+func TestHeartbeatWarnsAfterALongSilence(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		failed int // beats that fail before they land again
+		want   []string
+	}{
+		{"a silence of 3 s against a timeout of 8 s", 2, []string{"heartbeat failed", "heartbeat failed"}},
+		{"a silence of 5 s against a timeout of 8 s", 4, []string{"heartbeat failed", "heartbeat failed", "heartbeat failed", "heartbeat failed",
+			"no heartbeat landed for more than half of heartbeat_timeout: a silence longer than the timeout lets another worker recover this sidecar's jobs and run them again; set heartbeat_timeout (on every worker of the database) above the longest outage you expect"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := &fakeBackend{}
+				var logs recorder
+				h := NewHeartbeat(HeartbeatConfig{Backend: f, WorkerID: "w", Interval: time.Second, Timeout: 8 * time.Second, Log: logs.logger()})
+				h.Start(t.Context())
+				time.Sleep(time.Second + time.Millisecond) // one beat lands
+				synctest.Wait()
+				f.mu.Lock()
+				f.beatErr = errors.New("connection refused")
+				f.mu.Unlock()
+				time.Sleep(time.Duration(tt.failed) * time.Second)
+				synctest.Wait()
+				f.mu.Lock()
+				f.beatErr = nil
+				f.mu.Unlock()
+				time.Sleep(3 * time.Second) // the next beat lands, then two more
+				synctest.Wait()
+				h.Stop()
+				assert.Equal(t, tt.want, logs.messages())
+			})
+		})
+	}
+}
+
 // Stop ends the goroutine and returns once it has; a second Start or Stop
 // does nothing, and Stop before Start returns at once.
 func TestServiceStartStop(t *testing.T) {

@@ -18,6 +18,9 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 		if c.Outcome < backends.OutcomeDone || c.Outcome > backends.OutcomeCancelled {
 			return nil, fmt.Errorf("complete job %s: unknown outcome %d", c.JobID, c.Outcome)
 		}
+		if c.Attempts < 1 {
+			return nil, fmt.Errorf("complete job %s: %w", c.JobID, backends.ErrNoAttempt)
+		}
 	}
 	kids, err := checkChildren(cs)
 	if err != nil {
@@ -29,7 +32,7 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 	var applied []string
 	for _, c := range cs {
 		j, ok := b.jobs[c.JobID]
-		if !ok || j.Status != backends.StatusProcessing || j.WorkerID == nil || *j.WorkerID != workerID {
+		if !ok || j.Status != backends.StatusProcessing || j.WorkerID == nil || *j.WorkerID != workerID || j.Attempts != c.Attempts {
 			continue
 		}
 		applied = append(applied, j.ID)
@@ -96,25 +99,30 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 }
 
 // Nack returns processing rows to the queue (the field contract of docs/compatibility.md, "nack").
-// Guarded by the worker that holds the rows.
-func (b *Backend) Nack(ctx context.Context, workerID string, ids []string) ([]string, error) {
+// Guarded by the worker that holds the rows and the attempt it holds them at.
+func (b *Backend) Nack(ctx context.Context, workerID string, held []backends.Job) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	for _, h := range held {
+		if h.Attempts < 1 {
+			return nil, fmt.Errorf("nack job %s: %w", h.ID, backends.ErrNoAttempt)
+		}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	t := now()
 	var nacked []string
-	for _, id := range ids {
-		j, ok := b.jobs[id]
-		if !ok || j.Status != backends.StatusProcessing || j.WorkerID == nil || *j.WorkerID != workerID {
+	for _, h := range held {
+		j, ok := b.jobs[h.ID]
+		if !ok || j.Status != backends.StatusProcessing || j.WorkerID == nil || *j.WorkerID != workerID || j.Attempts != h.Attempts {
 			continue
 		}
 		j.Status = backends.StatusQueued
 		j.WorkerID = nil
 		j.UpdatedAt = t
 		j.ScheduledAt = ptr(t)
-		nacked = append(nacked, id)
+		nacked = append(nacked, h.ID)
 	}
 	return nacked, nil
 }

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"time"
 )
@@ -51,10 +52,11 @@ type Stats struct {
 }
 
 // loss is one armed lost-reply fault: the next statement whose bytes
-// contain match (any statement when match is empty).
+// contain match (any statement when match is empty) and none of unless.
 type loss struct {
-	match []byte
-	fired chan struct{}
+	match  []byte
+	unless [][]byte
+	fired  chan struct{}
 }
 
 // Start listens on a free loopback port and forwards every connection to
@@ -160,10 +162,22 @@ func (p *Proxy) Reset() int {
 // statement took effect; the server did it. The returned channel is closed
 // when the fault has fired.
 func (p *Proxy) LoseReply(match string) <-chan struct{} {
+	return p.LoseReplyUnless(match)
+}
+
+// LoseReplyUnless is LoseReply for the next statement whose bytes contain
+// match and none of unless: a test that must lose one kind of write and
+// not another carrying the same arguments (a completion written alone, not
+// one riding in a claim) names what only the other carries.
+func (p *Proxy) LoseReplyUnless(match string, unless ...string) <-chan struct{} {
 	fired := make(chan struct{})
+	l := loss{match: []byte(match), fired: fired}
+	for _, u := range unless {
+		l.unless = append(l.unless, []byte(u))
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.lose = append(p.lose, loss{match: []byte(match), fired: fired})
+	p.lose = append(p.lose, l)
 	return fired
 }
 
@@ -207,7 +221,8 @@ func (p *Proxy) takeLoss(chunk []byte) (chan struct{}, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, l := range p.lose {
-		if len(l.match) == 0 || bytes.Contains(chunk, l.match) {
+		if (len(l.match) == 0 || bytes.Contains(chunk, l.match)) &&
+			!slices.ContainsFunc(l.unless, func(u []byte) bool { return bytes.Contains(chunk, u) }) {
 			p.lose = append(p.lose[:i:i], p.lose[i+1:]...)
 			return l.fired, true
 		}
