@@ -110,6 +110,33 @@ func childrenCases() []testCase {
 			assert.Equal(s.t, backends.StatusQueued, s.get(queued.ID).Status)
 			assert.Equal(s.t, backends.StatusProcessing, s.get(stolen.ID).Status)
 		}},
+		{"children/none from a done for an earlier attempt of a row this worker holds again", func(s *suite) {
+			// A done retried after its first try's reply was lost cannot
+			// exist (the first try ended the row), but a done naming an
+			// earlier attempt must still write nothing: children belong to
+			// the attempt whose done the guard let through.
+			w := s.worker()
+			kept, deleted := s.enqueueNamed("kids.again.kept"), s.enqueueNamed("kids.again.deleted")
+			for _, name := range []string{"kids.again.kept", "kids.again.deleted"} {
+				first := s.claimOne(w, name)
+				s.complete(w, backends.Completion{JobID: first.ID, Attempts: first.Attempts, Outcome: backends.OutcomeRetry, Error: "e"})
+				require.Equal(s.t, 2, s.claimOne(w, name).Attempts)
+			}
+			kids := []string{backends.NewID(), backends.NewID()}
+			applied := s.complete(w,
+				backends.Completion{JobID: kept.ID, Attempts: 1, Outcome: backends.OutcomeDone, ResultTTL: time.Hour,
+					Children: []backends.EnqueueParams{{ID: kids[0], Name: "kids.no"}}},
+				backends.Completion{JobID: deleted.ID, Attempts: 1, Outcome: backends.OutcomeDone,
+					Children: []backends.EnqueueParams{{ID: kids[1], Name: "kids.no"}}})
+			assert.Empty(s.t, applied)
+			for _, k := range kids {
+				s.requireGone(k)
+			}
+			for _, id := range []string{kept.ID, deleted.ID} {
+				assert.Equal(s.t, backends.StatusProcessing, s.get(id).Status)
+				assert.Equal(s.t, 2, s.get(id).Attempts)
+			}
+		}},
 		{"children/a dedup or unique hit writes that child only, leaving the queued row", func(s *suite) {
 			w := s.worker()
 			dup := s.enqueue(backends.EnqueueParams{Name: "kids.dedup", DedupKey: "kids-k", Args: json.RawMessage(`{"x":1}`)})
@@ -188,7 +215,7 @@ func childrenCases() []testCase {
 			s.claimOne(w, "kids.cc")
 			kid := backends.NewID()
 			applied, _, claimErr, err := cc.CompleteAndClaim(s.ctx, w, []backends.Completion{{JobID: parent.ID,
-				Outcome: backends.OutcomeDone, ResultTTL: time.Hour,
+				Attempts: 1, Outcome: backends.OutcomeDone, ResultTTL: time.Hour,
 				Children: []backends.EnqueueParams{{ID: kid, Name: "kids.cc.child"}}}},
 				backends.ClaimParams{WorkerID: w, Names: []string{"kids.none"}, Limit: 1})
 			require.NoError(s.t, err)
