@@ -146,7 +146,7 @@ class Stdio {
     rt.onChange = () => this._maybeExit();
     this._send(rt.hello(protocolVersion));
     // ctx.enqueue sends its frames with the results (children.js).
-    rt.children.connect((frame, text) => this.writer.send(`${text}\n`));
+    rt.children.connect((frame, text) => this.writer.push(text));
 
     process.on('exit', () => {
       if (rt.count > 0 && !this.exiting) {

@@ -179,10 +179,11 @@ for (const chained of [false, true]) {
     await waitFor(() => ctx !== undefined, () => 'the handler did not start', 5000);
     assert.ok(Object.isFrozen(ctx));
     assert.equal(Object.getPrototypeOf(ctx), Object.prototype);
-    assert.deepEqual(Reflect.ownKeys(ctx), ['id', 'name', 'attempt', 'maxAttempts', 'queue', 'deadline', 'traceparent', 'workerId', 'scheduledAt', 'createdAt', 'signal']);
-    assert.deepEqual({ ...ctx, signal: undefined }, {
+    assert.deepEqual(Reflect.ownKeys(ctx), ['id', 'name', 'attempt', 'maxAttempts', 'queue', 'deadline', 'traceparent', 'workerId', 'scheduledAt', 'createdAt', 'enqueue', 'signal']);
+    assert.equal(typeof ctx.enqueue, 'function');
+    assert.deepEqual({ ...ctx, signal: undefined, enqueue: undefined }, {
       id: 'c1', name: 'c', attempt: 2, maxAttempts: 5, queue: 'default', deadline: new Date(1000), traceparent: 'tp', workerId: 'w',
-      scheduledAt: new Date(2000), createdAt: new Date(3000), signal: undefined,
+      scheduledAt: new Date(2000), createdAt: new Date(3000), signal: undefined, enqueue: undefined,
     });
     const desc = Object.getOwnPropertyDescriptor(ctx, 'signal');
     assert.deepEqual([typeof desc.get, desc.set, desc.enumerable, desc.configurable], ['function', undefined, true, false]);
