@@ -70,7 +70,8 @@ type pool struct {
 	procs   []*process   // by slot; nil while the slot waits for a (re)start (lifecycle.go)
 	restart poolRestarts // backoff and crash loop (lifecycle.go)
 	pending []*task      // claimed, waiting for a free slot (dispatch.go)
-	claim   poolClaims   // claim sizing and the claim in flight (dispatch.go)
+	claim   poolClaims   // the claim in flight and when to make the next (dispatch.go)
+	ahead   poolReserve  // claim-ahead: the reserve's sizing and give-back (reserve.go)
 	// isolated: processes running a suspect alone (suspect.go).
 	isolated map[*process]*task
 	attach   poolAttach // attach handlers' endpoints (attach.go)
@@ -190,7 +191,8 @@ func newLoop(s *Supervisor, w *completer.Completer, sp *transport.Spawner, wg *s
 	for i := range s.cfg.Manifest.Handlers {
 		h := &s.cfg.Manifest.Handlers[i]
 		pl := &pool{h: h, procs: make([]*process, h.Processes), restart: poolRestarts{pending: make([]bool, h.Processes)},
-			claim: poolClaims{more: true, reserve: newReserve(s.cfg.Settings.ClaimAhead, s.cfg.Settings.ClaimAheadMax),
+			claim: poolClaims{more: true},
+			ahead: poolReserve{sizing: newReserve(s.cfg.Settings.ClaimAhead, s.cfg.Settings.ClaimAheadMax),
 				shown: [2]int{-1, -1}}} // the reserve's gauges are exported from the first step
 		for _, j := range h.Jobs {
 			pl.allNames = append(pl.allNames, j.Name)

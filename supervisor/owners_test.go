@@ -17,6 +17,7 @@ import (
 var fieldOwners = map[string]string{
 	"live": "bind.go", "tasks": "bind.go", "syncHeld": "bind.go", "timer": "bind.go", "kids": "bind.go",
 	"claim": "dispatch.go", "pending": "dispatch.go",
+	"ahead":     "reserve.go",
 	"shut":      "shutdown.go",
 	"rereg":     "identity.go",
 	"inherited": "inherit.go",
