@@ -118,7 +118,7 @@ type (
 		err  error
 	}
 	// reconcileReadEvent: the rows processing under this worker, read
-	// after a claim failed (dispatch.go, reconcile).
+	// after a claim failed (claim.go, reconcile).
 	reconcileReadEvent struct {
 		rows []backends.Job
 		err  error

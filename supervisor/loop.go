@@ -70,7 +70,7 @@ type pool struct {
 	procs   []*process   // by slot; nil while the slot waits for a (re)start (lifecycle.go)
 	restart poolRestarts // backoff and crash loop (lifecycle.go)
 	pending []*task      // claimed, waiting for a free slot (dispatch.go)
-	claim   poolClaims   // the claim in flight and when to make the next (dispatch.go)
+	claim   poolClaims   // the claim in flight and when to make the next (claim.go)
 	ahead   poolReserve  // claim-ahead: the reserve's sizing and give-back (reserve.go)
 	// isolated: processes running a suspect alone (suspect.go).
 	isolated map[*process]*task
@@ -137,7 +137,8 @@ type loop struct {
 	live      map[string]*task         // rows this sidecar still has to write (bind.go)
 	procs     int                      // processes spawned and not yet reaped (lifecycle.go)
 	fatal     error                    // a configuration error: the run cannot go on (lifecycle.go)
-	claim     loopClaims               // claims in flight, the dispatch under way (dispatch.go)
+	claim     loopClaims               // claims in flight, the unknown-name claim, reconciliation (claim.go)
+	dispatch  loopDispatch             // the dispatch under way (dispatch.go)
 	shut      shutdownState            // the shutdown state machine (shutdown.go)
 	rereg     reregistration           // a lost worker row being registered again (identity.go)
 	inherited inheritedRows            // a dead predecessor's rows not yet reported (inherit.go)
