@@ -1,0 +1,121 @@
+package memory
+
+import (
+	"slices"
+	"time"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
+)
+
+// scopeKey is one key of one scope.
+type scopeKey struct {
+	scope, key string
+	null       bool
+}
+
+// limited picks, from the runnable candidates in claim order, the rows a
+// claim with limits takes: limited rows only into the first p.Limit and
+// only under their caps, unlimited ones as an unlimited claim would.
+// b.mu is held.
+func (b *Backend) limited(candidates []*backends.Job, p backends.ClaimParams, t time.Time) []*backends.Job {
+	scopeOf := map[string]*backends.ClaimLimit{}
+	for i := range p.Limits {
+		for _, n := range p.Limits[i].Names {
+			scopeOf[n] = &p.Limits[i]
+		}
+	}
+	keyOf := func(l *backends.ClaimLimit, j *backends.Job) scopeKey {
+		k := scopeKey{scope: l.Scope}
+		if len(l.Key) == 0 {
+			k.null = true
+			return k
+		}
+		var ok bool
+		k.key, ok = backends.LimitKey(j.Args, l.Key)
+		k.null = !ok
+		return k
+	}
+	running := map[scopeKey]int{}
+	for _, j := range b.jobs {
+		if l := scopeOf[j.Name]; l != nil && j.Status == backends.StatusProcessing {
+			running[keyOf(l, j)]++
+		}
+	}
+	deferred := map[[2]string]map[scopeKey]bool{}
+	deferKey := func(k scopeKey, limit string) {
+		m := deferred[[2]string{k.scope, limit}]
+		if m == nil {
+			m = map[scopeKey]bool{}
+			deferred[[2]string{k.scope, limit}] = m
+		}
+		m[k] = true
+	}
+	var out []*backends.Job
+	slots, ahead := p.Limit, p.Ahead
+	for _, j := range candidates {
+		l := scopeOf[j.Name]
+		if l == nil {
+			switch {
+			case slots > 0:
+				slots--
+				out = append(out, j)
+			case ahead > 0 && j.Attempts+1 < j.MaxAttempts:
+				ahead--
+				out = append(out, j)
+			}
+			continue
+		}
+		if slots == 0 {
+			continue
+		}
+		k := keyOf(l, j)
+		conc, rateN, ratePer := l.Caps(k.key, k.null)
+		switch {
+		case conc < 0 || (conc > 0 && running[k] >= conc):
+			deferKey(k, "concurrency")
+			continue
+		case rateN > 0 && b.claimsSince(k, t.Add(-ratePer)) >= rateN:
+			deferKey(k, "rate")
+			continue
+		}
+		running[k]++
+		if rateN > 0 {
+			b.rateLog[k] = append(b.rateLog[k], t)
+		}
+		slots--
+		out = append(out, j)
+	}
+	if p.Report != nil && len(deferred) > 0 {
+		var ds []backends.Deferral
+		for sl, keys := range deferred {
+			ds = append(ds, backends.Deferral{Scope: sl[0], Limit: sl[1], Keys: len(keys)})
+		}
+		slices.SortFunc(ds, func(a, b backends.Deferral) int {
+			if a.Scope != b.Scope {
+				if a.Scope < b.Scope {
+					return -1
+				}
+				return 1
+			}
+			if a.Limit < b.Limit {
+				return -1
+			}
+			return 1
+		})
+		p.Report(ds)
+	}
+	return out
+}
+
+// claimsSince counts the claims of k logged after since, dropping older
+// ones. b.mu is held.
+func (b *Backend) claimsSince(k scopeKey, since time.Time) int {
+	log := b.rateLog[k]
+	i := 0
+	for i < len(log) && !log[i].After(since) {
+		i++
+	}
+	log = log[i:]
+	b.rateLog[k] = log
+	return len(log)
+}
