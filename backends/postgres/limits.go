@@ -258,10 +258,16 @@ func keyDiscovery(l backends.ClaimLimit, names, queues []string) (string, []any)
 		rateWindow = fmt.Sprintf(`(SELECT count(*) FROM soniq_sidecar_limit_claims c WHERE c.scope = $%d
 			AND c.key IS NOT DISTINCT FROM keys.k AND c.claimed_at > statement_timestamp() - make_interval(secs => $%d::float8))`, n-1, n)
 	}
+	// A key's first row: per name (job_name = one value lets the key's
+	// index give the claim order, where = ANY would walk the claim-order
+	// index past every row of the capped keys), then the first of those.
 	head := func(match string) string {
-		return `(SELECT priority, scheduled_at, created_at FROM soniq_jobs
-			WHERE job_name = ANY($1::text[]) AND ` + runnable + ` AND ` + match + `
-			ORDER BY priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC LIMIT 1)`
+		return `(SELECT hh.* FROM (` + eachName(names, func(n string) string {
+			return `SELECT priority, scheduled_at, created_at FROM soniq_jobs
+			WHERE job_name = ` + n + ` AND ` + runnable + ` AND ` + match + `
+			ORDER BY priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC LIMIT 1`
+		}) + `) hh
+			ORDER BY hh.priority ASC, hh.scheduled_at ASC NULLS FIRST, hh.created_at ASC LIMIT 1)`
 	}
 	running := func(match string) string {
 		return `(SELECT count(*) FROM soniq_jobs WHERE job_name = ANY($2::text[]) AND status = 'processing' AND ` + match + `)`
@@ -270,25 +276,49 @@ func keyDiscovery(l backends.ClaimLimit, names, queues []string) (string, []any)
 	if len(l.Key) == 0 {
 		sql = `SELECT NULL::text AS k, h.priority, h.scheduled_at, h.created_at, ` + running("true") + `, ` +
 			strings.ReplaceAll(rateWindow, "keys.k", "NULL::text") + `
-		FROM ` + head("true") + ` h`
+		FROM ` + head("true") + ` h WHERE cardinality($1::text[]) > 0` // $1 is the keyed form's
 	} else {
-		sql = `WITH RECURSIVE ks(name, k) AS (
-			SELECT n, (SELECT ` + k + ` FROM soniq_jobs WHERE job_name = n AND status = 'queued' AND ` + k + ` IS NOT NULL ORDER BY ` + k + ` LIMIT 1)
-			FROM unnest($1::text[]) AS n
+		// Each step finds the next key and its first runnable row in one
+		// probe of the key's index: ordered by the key first, which only
+		// that index gives, so the planner cannot walk the claim-order
+		// index past a capped key's rows instead.
+		probe := func(cond string) string {
+			return `SELECT ` + k + ` AS k, priority, scheduled_at, created_at FROM soniq_jobs
+				WHERE job_name = %s AND ` + runnable + ` AND ` + cond + `
+				ORDER BY ` + k + `, priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC LIMIT 1`
+		}
+		sql = `WITH RECURSIVE ks(name, k, priority, scheduled_at, created_at) AS (
+			SELECT nn.n, h.* FROM unnest($1::text[]) AS nn(n) CROSS JOIN LATERAL (` + fmt.Sprintf(probe(k+" IS NOT NULL"), "nn.n") + `) h
 			UNION ALL
-			SELECT ks.name, (SELECT ` + k + ` FROM soniq_jobs WHERE job_name = ks.name AND status = 'queued' AND ` + k + ` > ks.k ORDER BY ` + k + ` LIMIT 1)
-			FROM ks WHERE ks.k IS NOT NULL
+			SELECT ks.name, h.* FROM ks CROSS JOIN LATERAL (` + fmt.Sprintf(probe(k+" > ks.k"), "ks.name") + `) h
 		), keys AS (
-			SELECT DISTINCT k FROM ks WHERE k IS NOT NULL
+			SELECT DISTINCT ON (k) k, priority, scheduled_at, created_at FROM ks
+			ORDER BY k, priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC
+		), nullkey AS (
+			SELECT h.* FROM unnest($1::text[]) AS nn(n) CROSS JOIN LATERAL (` + fmt.Sprintf(probe(k+" IS NULL"), "nn.n") + `) h
+			ORDER BY h.priority ASC, h.scheduled_at ASC NULLS FIRST, h.created_at ASC LIMIT 1
 		)
-		SELECT keys.k, h.priority, h.scheduled_at, h.created_at, ` + running(k+" = keys.k") + `, ` + rateWindow + `
-		FROM keys CROSS JOIN LATERAL ` + head(k+" = keys.k") + ` h
+		SELECT keys.k, keys.priority, keys.scheduled_at, keys.created_at, ` + running(k+" = keys.k") + `, ` + rateWindow + `
+		FROM keys
 		UNION ALL
-		SELECT NULL::text, h.priority, h.scheduled_at, h.created_at, ` + running(k+" IS NULL") + `, ` +
+		SELECT NULL::text, nullkey.priority, nullkey.scheduled_at, nullkey.created_at, ` + running(k+" IS NULL") + `, ` +
 			strings.ReplaceAll(rateWindow, "keys.k", "NULL::text") + `
-		FROM ` + head(k+" IS NULL") + ` h`
+		FROM nullkey`
 	}
 	return sql, args
+}
+
+// eachName is body for each of names, a UNION ALL of them: each name is
+// written into its statement as a literal, so the planner reads its own
+// statistics for it (how many rows it has) and walks that name's rows
+// alone, where a parameter, estimated as an average name, let it walk the
+// claim-order index past every row of a capped scope.
+func eachName(names []string, body func(lit string) string) string {
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = "(" + body("'"+strings.ReplaceAll(n, "'", "''")+"'") + ")"
+	}
+	return strings.Join(parts, "\nUNION ALL ")
 }
 
 // queueLimitLocks queues the advisory locks of the plan's keys, taken in
@@ -331,9 +361,15 @@ func limitedPicks(p backends.ClaimParams, plan limitPlan, where string, add func
 		if len(keys) == 0 && !hasNull {
 			continue
 		}
-		names := add(claimables(l, p))
+		names := claimables(l, p)
 		all := add(l.Names)
 		kx := keyExpr(l.Key)
+		// Ordered by the key first: only the key's index gives that order
+		// (see keyDiscovery).
+		orderKey := ""
+		if len(l.Key) > 0 {
+			orderKey = kx + ", "
+		}
 		on, per := rated(l)
 		rateCount := func(match string) string {
 			if !on {
@@ -348,13 +384,18 @@ func limitedPicks(p backends.ClaimParams, plan limitPlan, where string, add func
 	FROM `+from+`
 	CROSS JOIN LATERAL (SELECT count(*) AS n FROM soniq_jobs WHERE job_name = ANY(`+all+`::text[]) AND status = 'processing' AND `+match+`) r
 	CROSS JOIN LATERAL (SELECT `+rateCount(cmatch)+` AS n) rc
+	CROSS JOIN LATERAL (SELECT LEAST(CASE WHEN c.cap > 0 THEN GREATEST(c.cap - r.n, 0) ELSE $2 END,
+		CASE WHEN c.rate > 0 THEN GREATEST(c.rate - rc.n, 0) ELSE $2 END, $2) AS n) q
 	CROSS JOIN LATERAL (
-		SELECT id, priority, scheduled_at, created_at, `+kx+` AS k FROM soniq_jobs
-		WHERE job_name = ANY(`+names+`::text[]) AND `+where+` AND `+match+`
-		ORDER BY priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC
-		LIMIT LEAST(CASE WHEN c.cap > 0 THEN GREATEST(c.cap - r.n, 0) ELSE $2 END,
-		            CASE WHEN c.rate > 0 THEN GREATEST(c.rate - rc.n, 0) ELSE $2 END, $2)
-		FOR UPDATE SKIP LOCKED
+		SELECT y.* FROM (`+eachName(names, func(n string) string {
+				return `SELECT id, priority, scheduled_at, created_at, ` + kx + ` AS k FROM soniq_jobs
+			WHERE job_name = ` + n + ` AND ` + where + ` AND ` + match + `
+			ORDER BY ` + orderKey + `priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC
+			LIMIT q.n
+			FOR UPDATE SKIP LOCKED`
+			})+`) y
+		ORDER BY y.priority ASC, y.scheduled_at ASC NULLS FIRST, y.created_at ASC
+		LIMIT q.n
 	) x
 )`)
 			union = append(union, `SELECT id, priority, scheduled_at, created_at, scope, k, rated FROM `+name)
@@ -409,9 +450,6 @@ func limitedClaimStatement(p backends.ClaimParams, plan limitPlan) (string, []an
 	}
 	unlimited := len(p.Names) == 0 || len(free) > 0
 	uwhere := where
-	if unlimited && len(p.Names) > 0 {
-		uwhere += " AND job_name = ANY(" + add(free) + "::text[])"
-	}
 	if excl := append(slices.Clone(p.ExcludeNames), limitedNames...); unlimited && len(excl) > 0 {
 		uwhere += " AND job_name <> ALL(" + add(excl) + "::text[])"
 	}
@@ -420,12 +458,21 @@ func limitedClaimStatement(p backends.ClaimParams, plan limitPlan) (string, []an
 	UPDATE soniq_workers SET last_heartbeat = now() WHERE id = $1::uuid AND status = 'active' RETURNING 1
 )`}
 	var cands []string
+	// The unlimited names are read one by one, in their order by name
+	// (only the name's index gives it): a walk of the claim-order index
+	// filtered by name would pass every row of a capped scope first.
+	perName := func(cols, limit string) string {
+		if len(p.Names) == 0 {
+			return `SELECT ` + cols + ` FROM soniq_jobs WHERE ` + uwhere + ` ` + order + ` LIMIT ` + limit + ` FOR UPDATE SKIP LOCKED`
+		}
+		return `SELECT y.* FROM (` + eachName(free, func(n string) string {
+			return `SELECT ` + cols + ` FROM soniq_jobs WHERE job_name = ` + n + ` AND ` + uwhere + `
+		` + order + ` LIMIT ` + limit + ` FOR UPDATE SKIP LOCKED`
+		}) + `) y`
+	}
 	if unlimited {
 		ctes = append(ctes, `free AS (
-	SELECT id, priority, scheduled_at, created_at, NULL::text AS scope, NULL::text AS k, false AS rated FROM soniq_jobs WHERE `+uwhere+`
-	`+order+`
-	LIMIT $2
-	FOR UPDATE SKIP LOCKED
+	`+perName(`id, priority, scheduled_at, created_at, NULL::text AS scope, NULL::text AS k, false AS rated`, "$2")+`
 )`)
 		cands = append(cands, `SELECT * FROM free`)
 	}
@@ -442,12 +489,13 @@ func limitedClaimStatement(p backends.ClaimParams, plan limitPlan) (string, []an
 )`)
 	picked := `SELECT id FROM slots`
 	if unlimited && p.Ahead > 0 {
+		n := add(p.Ahead)
+		uwhere += " AND id NOT IN (SELECT id FROM slots)"
 		ctes = append(ctes, `ahead AS (
 	SELECT id FROM (
-		SELECT id, attempts, max_attempts FROM soniq_jobs WHERE `+uwhere+` AND id NOT IN (SELECT id FROM slots)
+		SELECT id, attempts, max_attempts, priority, scheduled_at, created_at FROM (`+perName(`id, attempts, max_attempts, priority, scheduled_at, created_at`, n)+`) a
 		`+order+`
-		LIMIT `+add(p.Ahead)+`
-		FOR UPDATE SKIP LOCKED
+		LIMIT `+n+`
 	) next WHERE COALESCE(next.attempts, 0) + 1 < next.max_attempts
 )`)
 		picked += ` UNION ALL SELECT id FROM ahead`
