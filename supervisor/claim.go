@@ -46,6 +46,10 @@ type poolClaims struct {
 	// empty, issued when the writer had written drainedAt batches.
 	drained   bool
 	drainedAt int64
+	// capped: the last claim with free slots left runnable rows queued
+	// because of a fleet-wide cap, so a write that frees a slot of the
+	// scope claims again (onWritten).
+	capped bool
 }
 
 // serve records the job names of a pool, for the unknown-name claim.
@@ -84,6 +88,9 @@ func (l *loop) maybeClaim(pl *pool) {
 	unfilled := free - queued
 	ahead := pl.ahead.sizing.topUp(max(-unfilled, 0), pl.ahead.sizing.target(time.Now(), budget > 0))
 	free = max(unfilled, 0)
+	if pl.limit.all {
+		ahead = 0 // limited rows are never reserved
+	}
 	if free+ahead <= 0 {
 		return
 	}
@@ -98,7 +105,8 @@ func (l *loop) maybeClaim(pl *pool) {
 	}
 	pl.claim.busy, pl.claim.more = true, false
 	l.claim.inFlight++
-	params := backends.ClaimParams{WorkerID: l.host.workerID, Queues: l.cfg.Settings.Queues, Names: names, Limit: free, Ahead: ahead}
+	params := backends.ClaimParams{WorkerID: l.host.workerID, Queues: l.cfg.Settings.Queues, Names: names, Limit: free, Ahead: ahead,
+		Limits: pl.limit.scopes}
 	if pl.claim.reqs == nil {
 		pl.claim.reqs = make(chan claimReq, 1)
 		l.wg.Add(1)
@@ -106,6 +114,18 @@ func (l *loop) maybeClaim(pl *pool) {
 	}
 	// Never blocks: one claim of a pool is in flight at a time.
 	pl.claim.reqs <- claimReq{params: params, allNames: len(names) == len(pl.allNames), writtenAt: l.writer.Written()}
+}
+
+// onWritten: a batch of results was written. A pool whose last claim left
+// rows queued at a cap claims again: the rows just written may have freed
+// the slots the cap counts (a claim made as the result arrived, before its
+// write, still counted them).
+func (l *loop) onWritten() {
+	for _, pl := range l.pools {
+		if pl.claim.capped {
+			pl.claim.more = true
+		}
+	}
 }
 
 // claimReq is one claim for a pool's claimer.
@@ -128,6 +148,13 @@ func (l *loop) claimer(pl *pool) {
 		// processing under a live worker. Past it the claim is abandoned.
 		ctx, cancel := context.WithTimeout(l.shut.cut, writeTimeout)
 		sentAt := time.Now()
+		capped := false
+		if len(req.params.Limits) > 0 {
+			req.params.Report = func(ds []backends.Deferral) {
+				capped = true
+				l.metrics.limitDeferred(ds)
+			}
+		}
 		var jobs []backends.Job
 		var err error
 		var cs []backends.Completion
@@ -148,7 +175,7 @@ func (l *loop) claimer(pl *pool) {
 			jobs, err = b.Claim(ctx, req.params)
 		}
 		cancel()
-		l.emit(claimedEvent{pool: pl, jobs: jobs, limit: req.params.Limit, ahead: req.params.Ahead, err: err, allNames: req.allNames, writtenAt: req.writtenAt, sentAt: sentAt})
+		l.emit(claimedEvent{pool: pl, jobs: jobs, limit: req.params.Limit, ahead: req.params.Ahead, err: err, allNames: req.allNames, writtenAt: req.writtenAt, sentAt: sentAt, capped: capped})
 	}
 }
 
@@ -204,6 +231,11 @@ func (l *loop) onClaimed(e claimedEvent) {
 	}
 	l.metrics.jobsClaimed(jobs)
 	l.metrics.claimRows(pl.h.Name, len(jobs))
+	if limit > 0 {
+		// A claim with no free slot asks no cap anything: what the last
+		// one with slots found still holds.
+		pl.claim.capped = e.capped
+	}
 	if e.ahead > 0 {
 		// A reserve claim is never held back; it ran dry when it found
 		// nothing (rows on their last attempt may have been skipped).

@@ -111,6 +111,8 @@ type (
 		writtenAt int64
 		// sentAt is when the claimer sent the claim (claimStale).
 		sentAt time.Time
+		// capped: a cap held back runnable rows (limits.go).
+		capped bool
 	}
 	// unknownClaimedEvent: a --dead-letter-unknown claim returned.
 	unknownClaimedEvent struct {
@@ -131,6 +133,9 @@ type (
 	}
 	// wakeEvent: new-job notification for a queue ("" wakes every pool).
 	wakeEvent struct{ queue string }
+	// writtenEvent: the writer wrote a batch of results, which may have
+	// freed slots of a limited scope (limits.go).
+	writtenEvent struct{}
 	// workerLostEvent: the heartbeat found our worker row gone or not active.
 	workerLostEvent struct{ err error }
 	// settledEvent: the writer settled these completions (written, or
@@ -182,3 +187,4 @@ func (settleEvent) isEvent()          {}
 func (ackTimeoutEvent) isEvent()      {}
 func (settledEvent) isEvent()         {}
 func (enqueuedEvent) isEvent()        {}
+func (writtenEvent) isEvent()         {}

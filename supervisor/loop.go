@@ -72,6 +72,7 @@ type pool struct {
 	pending []*task      // claimed, waiting for a free slot (dispatch.go)
 	claim   poolClaims   // the claim in flight and when to make the next (claim.go)
 	ahead   poolReserve  // claim-ahead: the reserve's sizing and give-back (reserve.go)
+	limit   poolLimits   // the fleet-wide caps its claims obey (limits.go)
 	// isolated: processes running a suspect alone (suspect.go).
 	isolated map[*process]*task
 	attach   poolAttach // attach handlers' endpoints (attach.go)
@@ -204,6 +205,7 @@ func newLoop(s *Supervisor, w *completer.Completer, sp *transport.Spawner, wg *s
 		l.pools = append(l.pools, pl)
 		l.serve(pl)
 		l.initAttach(pl)
+		l.initLimits(pl)
 	}
 	return l
 }
@@ -275,6 +277,8 @@ func (l *loop) react(e event) {
 		l.onReconciled(e.held, e.returned, e.err)
 	case wakeEvent:
 		l.onWake(e.queue)
+	case writtenEvent:
+		l.onWritten()
 	case pollEvent:
 		l.onPoll()
 	case cancelWakeEvent:

@@ -340,6 +340,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.log.Info("worker registered", "worker_id", s.workerID, "hostname", s.workerHostname(), "pid", os.Getpid(),
 		"handlers", len(m.Handlers), "jobs", len(names))
 
+	s.prepareLimits(ctx)
+
 	// Owned goroutines, stopped in reverse order below.
 	var wg sync.WaitGroup
 	svc := s.startServices(bg, total)
