@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"hash/fnv"
+	"slices"
 	"strings"
 	"time"
 )
@@ -153,4 +154,88 @@ func KeyPath(path []string) string {
 // paths its manifest declares; it is idempotent.
 type LimitIndexer interface {
 	PrepareLimitKeys(ctx context.Context, paths [][]string) error
+}
+
+// LimitOverride is an operator's cap for a scope, or for one key value of
+// it, set with `soniq-sidecar limit set` and kept in the database until
+// cleared, replacing the manifests' caps on every sidecar.
+type LimitOverride struct {
+	Scope string
+	// Key is the key value the override is for; nil for the whole scope.
+	Key *string
+	// Concurrency replaces the concurrency cap when set; 0 pauses (its
+	// rows stay queued).
+	Concurrency *int
+	// RateN claims in any window of RatePer replace the rate cap when
+	// RateN > 0.
+	RateN   int
+	RatePer time.Duration
+	// UpdatedAt is when it was last set.
+	UpdatedAt time.Time
+}
+
+// Limits is the storage of the operators' overrides of the limits
+// (limits.go: the sidecar's own table, made by Migrate).
+type Limits interface {
+	// SetLimit creates or replaces the override of o.Scope (and o.Key).
+	// A field left unset in o keeps the override's earlier value of it.
+	SetLimit(ctx context.Context, o LimitOverride) (LimitOverride, error)
+	// ClearLimit deletes the override of scope (and key); false when
+	// there was none.
+	ClearLimit(ctx context.Context, scope string, key *string) (bool, error)
+	// LimitOverrides returns every override, by scope then key (the
+	// scope's own first).
+	LimitOverrides(ctx context.Context) ([]LimitOverride, error)
+}
+
+// SortOverrides orders overrides by scope, then key, the scope's own first.
+func SortOverrides(os []LimitOverride) {
+	slices.SortFunc(os, func(a, b LimitOverride) int {
+		if c := strings.Compare(a.Scope, b.Scope); c != 0 {
+			return c
+		}
+		switch {
+		case a.Key == nil && b.Key == nil:
+			return 0
+		case a.Key == nil:
+			return -1
+		case b.Key == nil:
+			return 1
+		}
+		return strings.Compare(*a.Key, *b.Key)
+	})
+}
+
+// ApplyOverrides lays the overrides over a scope's declared caps: the
+// scope's own replaces them (a concurrency of 0 pauses the scope), each
+// key's becomes a KeyCaps (0 pauses the key).
+func ApplyOverrides(l ClaimLimit, os []LimitOverride) ClaimLimit {
+	l.Keys = nil
+	for _, o := range os {
+		if o.Scope != l.Scope {
+			continue
+		}
+		if o.Key == nil {
+			if o.Concurrency != nil {
+				l.Concurrency = pausedIfZero(*o.Concurrency)
+			}
+			if o.RateN > 0 {
+				l.RateN, l.RatePer = o.RateN, o.RatePer
+			}
+			continue
+		}
+		k := KeyCaps{Key: *o.Key, RateN: o.RateN, RatePer: o.RatePer}
+		if o.Concurrency != nil {
+			k.Concurrency = pausedIfZero(*o.Concurrency)
+		}
+		l.Keys = append(l.Keys, k)
+	}
+	return l
+}
+
+func pausedIfZero(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

@@ -231,6 +231,16 @@ CREATE TABLE IF NOT EXISTS soniq_sidecar_limit_claims (
 );
 CREATE INDEX IF NOT EXISTS soniq_sidecar_limit_claims_window
     ON soniq_sidecar_limit_claims (scope, key, claimed_at);
+CREATE TABLE IF NOT EXISTS soniq_sidecar_limit_overrides (
+    scope TEXT NOT NULL,
+    has_key INTEGER NOT NULL,
+    key TEXT NOT NULL DEFAULT '',
+    concurrency INTEGER,
+    rate_n INTEGER,
+    rate_seconds INTEGER,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (scope, has_key, key)
+);
 `
 
 // claimLimited is the claim with limits, in Claim's write transaction:

@@ -1,6 +1,8 @@
 package memory
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -118,4 +120,75 @@ func (b *Backend) claimsSince(k scopeKey, since time.Time) int {
 	log = log[i:]
 	b.rateLog[k] = log
 	return len(log)
+}
+
+// overrideKey addresses one override.
+type overrideKey struct {
+	scope  string
+	key    string
+	hasKey bool
+}
+
+func overrideKeyOf(scope string, key *string) overrideKey {
+	if key == nil {
+		return overrideKey{scope: scope}
+	}
+	return overrideKey{scope: scope, key: *key, hasKey: true}
+}
+
+// SetLimit creates or replaces an override; unset fields keep their value.
+func (b *Backend) SetLimit(ctx context.Context, o backends.LimitOverride) (backends.LimitOverride, error) {
+	if err := ctx.Err(); err != nil {
+		return backends.LimitOverride{}, err
+	}
+	if o.Scope == "" {
+		return backends.LimitOverride{}, errors.New("set limit: the scope is empty")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := overrideKeyOf(o.Scope, o.Key)
+	cur, ok := b.overrides[k]
+	if !ok {
+		cur = backends.LimitOverride{Scope: o.Scope}
+		if o.Key != nil {
+			cur.Key = ptr(*o.Key)
+		}
+	}
+	if o.Concurrency != nil {
+		cur.Concurrency = ptr(*o.Concurrency)
+	}
+	if o.RateN > 0 {
+		cur.RateN, cur.RatePer = o.RateN, o.RatePer
+	}
+	cur.UpdatedAt = now()
+	b.overrides[k] = cur
+	return cur, nil
+}
+
+// ClearLimit deletes an override.
+func (b *Backend) ClearLimit(ctx context.Context, scope string, key *string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := overrideKeyOf(scope, key)
+	_, ok := b.overrides[k]
+	delete(b.overrides, k)
+	return ok, nil
+}
+
+// LimitOverrides returns every override in order.
+func (b *Backend) LimitOverrides(ctx context.Context) ([]backends.LimitOverride, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]backends.LimitOverride, 0, len(b.overrides))
+	for _, o := range b.overrides {
+		out = append(out, o)
+	}
+	backends.SortOverrides(out)
+	return out, nil
 }

@@ -35,6 +35,8 @@ type Backend struct {
 	seqs map[string]int64
 	// rateLog holds the claim times of rate-limited keys (limits.go).
 	rateLog map[scopeKey][]time.Time
+	// overrides are the operators' caps (limits.go).
+	overrides map[overrideKey]backends.LimitOverride
 }
 
 type taskKey struct{ name, workerID string }
@@ -54,6 +56,7 @@ func New() *Backend {
 		closed:      make(chan struct{}),
 		seqs:        map[string]int64{},
 		rateLog:     map[scopeKey][]time.Time{},
+		overrides:   map[overrideKey]backends.LimitOverride{},
 	}
 }
 

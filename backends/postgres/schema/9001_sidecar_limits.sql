@@ -10,3 +10,17 @@ CREATE TABLE IF NOT EXISTS soniq_sidecar_limit_claims (
 );
 CREATE INDEX IF NOT EXISTS soniq_sidecar_limit_claims_window
   ON soniq_sidecar_limit_claims (scope, key, claimed_at);
+
+-- The operators' overrides of the manifests' caps (`soniq-sidecar limit
+-- set|clear|list`), read by every running sidecar each poll interval. A row
+-- is a scope's own override (has_key false, key '') or one key value's.
+CREATE TABLE IF NOT EXISTS soniq_sidecar_limit_overrides (
+  scope TEXT NOT NULL,
+  has_key BOOLEAN NOT NULL,
+  key TEXT NOT NULL DEFAULT '',
+  concurrency INTEGER,
+  rate_n INTEGER,
+  rate_seconds INTEGER,
+  updated_at TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT now(),
+  PRIMARY KEY (scope, has_key, key)
+);
