@@ -239,3 +239,28 @@ func pausedIfZero(n int) int {
 	}
 	return n
 }
+
+// MetaLimits is the worker metadata key under which a sidecar publishes the
+// caps its manifest declares, by scope, so the sidecars of a fleet can see
+// that they disagree (a rollout) and hold the smaller.
+const MetaLimits = "limits"
+
+// DeclaredCaps is one scope's caps as a sidecar declares them in its
+// worker row's metadata.
+type DeclaredCaps struct {
+	Concurrency int `json:"concurrency,omitempty"`
+	RateN       int `json:"rate_n,omitempty"`
+	RateSeconds int `json:"rate_seconds,omitempty"`
+}
+
+// DeclaredLimits reads the caps a worker row's metadata declares, by
+// scope; nil when it declares none.
+func DeclaredLimits(meta json.RawMessage) map[string]DeclaredCaps {
+	var m struct {
+		Limits map[string]DeclaredCaps `json:"limits"`
+	}
+	if json.Unmarshal(meta, &m) != nil {
+		return nil
+	}
+	return m.Limits
+}

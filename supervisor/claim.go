@@ -204,7 +204,7 @@ func (l *loop) onWake(q string) {
 }
 
 // onPoll: the poll interval elapsed.
-func (l *loop) onPoll() { l.claimEverything(); l.readCancels() }
+func (l *loop) onPoll() { l.claimEverything(); l.readCancels(); l.readOverrides() }
 
 // claimEverything: every pool may claim again, and the unknown-name claim
 // runs (the poll, a registration again).

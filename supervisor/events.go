@@ -133,6 +133,13 @@ type (
 	}
 	// wakeEvent: new-job notification for a queue ("" wakes every pool).
 	wakeEvent struct{ queue string }
+	// overridesReadEvent: the limits' overrides and the live sidecars'
+	// declared caps were read (limits.go).
+	overridesReadEvent struct {
+		overrides []backends.LimitOverride
+		peers     []peerCaps
+		err       error
+	}
 	// writtenEvent: the writer wrote a batch of results, which may have
 	// freed slots of a limited scope (limits.go).
 	writtenEvent struct{}
@@ -188,3 +195,4 @@ func (ackTimeoutEvent) isEvent()      {}
 func (settledEvent) isEvent()         {}
 func (enqueuedEvent) isEvent()        {}
 func (writtenEvent) isEvent()         {}
+func (overridesReadEvent) isEvent()   {}

@@ -57,3 +57,83 @@ func TestLimitedJobsKeepTheirCapInAPoolThatReserves(t *testing.T) {
 		require.NoError(t, <-w.runErr)
 	})
 }
+
+// processingOf counts the rows of ids processing.
+func (w *fakeWorld) processingOf(ids []string) int {
+	n := 0
+	for _, id := range ids {
+		if w.job(id).Status == backends.StatusProcessing {
+			n++
+		}
+	}
+	return n
+}
+
+// An operator's override is read before the first claim (a paused scope is
+// never claimed by a sidecar just started) and then every poll; clearing
+// it restores the manifest's cap.
+func TestLimitOverridesApplyAtStartAndEachPoll(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := aheadSettings(0)
+		s.PollInterval = time.Second
+		w := newFakeWorld(t, s, 8, 4, nil)
+		w.sup.cfg.Manifest.Handlers[0].Jobs[0].Limit = &config.Limit{Scope: "async.sleep", Concurrency: 3, Line: 1}
+		ctx := context.Background()
+		zero, one := 0, 1
+		_, err := w.mem.SetLimit(ctx, backends.LimitOverride{Scope: "async.sleep", Concurrency: &zero})
+		require.NoError(t, err)
+		var ids []string
+		for range 10 {
+			ids = append(ids, w.enqueue("async.sleep", 60))
+		}
+		go func() { w.runErr <- w.sup.Run(ctx) }()
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		assert.Equal(t, 0, w.processingOf(ids), "paused from the start")
+
+		_, err = w.mem.SetLimit(ctx, backends.LimitOverride{Scope: "async.sleep", Concurrency: &one})
+		require.NoError(t, err)
+		time.Sleep(2500 * time.Millisecond)
+		synctest.Wait()
+		assert.Equal(t, 1, w.processingOf(ids), "the override's cap, within a poll interval")
+
+		_, err = w.mem.ClearLimit(ctx, "async.sleep", nil)
+		require.NoError(t, err)
+		time.Sleep(2500 * time.Millisecond)
+		synctest.Wait()
+		assert.Equal(t, 3, w.processingOf(ids), "the manifest's cap again")
+		w.sup.Shutdown()
+		require.NoError(t, <-w.runErr)
+	})
+}
+
+// Sidecars that declare different caps for one scope hold the smaller, and
+// each says so once.
+func TestSidecarsThatDisagreeHoldTheSmallerCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := aheadSettings(0)
+		s.PollInterval = time.Second
+		w := newFakeWorld(t, s, 8, 4, nil)
+		w.sup.cfg.Manifest.Handlers[0].Jobs[0].Limit = &config.Limit{Scope: "async.sleep", Concurrency: 4, Line: 1}
+		ctx := context.Background()
+		require.NoError(t, w.mem.RegisterWorker(ctx, backends.Worker{ID: backends.NewID(), Hostname: "old@host", PID: 1, Status: backends.WorkerActive,
+			Metadata: []byte(`{"limits":{"async.sleep":{"concurrency":2}}}`)}))
+		var ids []string
+		for range 10 {
+			ids = append(ids, w.enqueue("async.sleep", 60))
+		}
+		go func() { w.runErr <- w.sup.Run(ctx) }()
+		for range 5 {
+			time.Sleep(time.Second) // the older sidecar keeps beating
+			synctest.Wait()
+		}
+		assert.LessOrEqual(t, w.processingOf(ids), 2, "the smaller cap holds")
+		warns := w.logged("another sidecar declares different caps")
+		require.Len(t, warns, 1, "one WARN")
+		assert.Equal(t, "async.sleep", warns[0]["scope"])
+		assert.Equal(t, "concurrency 4", warns[0]["ours"])
+		assert.Equal(t, "concurrency 2", warns[0]["theirs"])
+		w.sup.Shutdown()
+		require.NoError(t, <-w.runErr)
+	})
+}

@@ -146,6 +146,7 @@ type loop struct {
 	ackWait   map[string]*process      // results being written, by job id, to acknowledge (acks.go)
 	audit     maintenance.AuditTracker // the self-audit's readings (audit.go)
 	cancels   cancelReads              // reads of the cancel requests (cancel.go)
+	overrides overrideReads            // reads of the limits' overrides (limits.go)
 }
 
 // loopHost is the Supervisor as the loop sees it: its worker id and
@@ -279,6 +280,8 @@ func (l *loop) react(e event) {
 		l.onWake(e.queue)
 	case writtenEvent:
 		l.onWritten()
+	case overridesReadEvent:
+		l.onOverridesRead(e)
 	case pollEvent:
 		l.onPoll()
 	case cancelWakeEvent:

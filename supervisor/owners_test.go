@@ -17,8 +17,8 @@ import (
 var fieldOwners = map[string]string{
 	"live": "bind.go", "tasks": "bind.go", "syncHeld": "bind.go", "timer": "bind.go", "kids": "bind.go",
 	"claim": "claim.go", "pending": "dispatch.go", "dispatch": "dispatch.go",
-	"ahead":     "reserve.go",
-	"limit":     "limits.go",
+	"ahead": "reserve.go",
+	"limit": "limits.go", "overrides": "limits.go",
 	"shut":      "shutdown.go",
 	"rereg":     "identity.go",
 	"inherited": "inherit.go",

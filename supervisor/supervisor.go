@@ -359,6 +359,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 
 	l := newLoop(s, svc.writer, sp, &wg)
 	l.enqueuer = svc.enqueuer
+	l.readOverridesAtStart(bg)
 	l.inherit(inherited)
 	go func() {
 		select {
@@ -421,7 +422,8 @@ func (s *Supervisor) markStopped(bg context.Context, writesFailed bool) {
 // its heartbeat interval.
 func (s *Supervisor) setIdentity(hostname string, pid, concurrency int) error {
 	meta, err := json.Marshal(map[string]any{backends.MetaKind: workerKind, backends.MetaInstance: s.cfg.Instance,
-		backends.MetaHost: hostname, backends.MetaHeartbeatInterval: s.cfg.Settings.HeartbeatInterval.Seconds()})
+		backends.MetaHost: hostname, backends.MetaHeartbeatInterval: s.cfg.Settings.HeartbeatInterval.Seconds(),
+		backends.MetaLimits: declaredCaps(s.cfg.Manifest)})
 	if err != nil {
 		return fmt.Errorf("encoding the worker row's metadata: %w", err)
 	}
