@@ -50,6 +50,8 @@ type poolClaims struct {
 	// because of a fleet-wide cap, so a write that frees a slot of the
 	// scope claims again (onWritten).
 	capped bool
+	// rateTimer claims again after a rate cap held rows back (retryRated).
+	rateTimer *time.Timer
 }
 
 // serve records the job names of a pool, for the unknown-name claim.
@@ -128,6 +130,21 @@ func (l *loop) onWritten() {
 	}
 }
 
+// retryRated claims again for pl soon after a rate cap held rows back: a
+// rate's window slides with time, not with a result written, and waiting
+// for the poll would drain a backlog far under the rate.
+func (l *loop) retryRated(pl *pool) {
+	d := rateRetry(pl.limit.scopes)
+	if pl.claim.rateTimer == nil {
+		pl.claim.rateTimer = time.AfterFunc(d, func() { l.emit(rateRetryEvent{pool: pl}) })
+	} else {
+		pl.claim.rateTimer.Reset(d)
+	}
+}
+
+// onRateRetry: a rate-capped pool's window may have moved on.
+func (l *loop) onRateRetry(pl *pool) { pl.claim.more = true }
+
 // claimReq is one claim for a pool's claimer.
 type claimReq struct {
 	params    backends.ClaimParams
@@ -148,10 +165,13 @@ func (l *loop) claimer(pl *pool) {
 		// processing under a live worker. Past it the claim is abandoned.
 		ctx, cancel := context.WithTimeout(l.shut.cut, writeTimeout)
 		sentAt := time.Now()
-		capped := false
+		capped, rated := false, false
 		if len(req.params.Limits) > 0 {
 			req.params.Report = func(ds []backends.Deferral) {
 				capped = true
+				for _, d := range ds {
+					rated = rated || d.Limit == "rate"
+				}
 				l.metrics.limitDeferred(ds)
 			}
 		}
@@ -175,7 +195,7 @@ func (l *loop) claimer(pl *pool) {
 			jobs, err = b.Claim(ctx, req.params)
 		}
 		cancel()
-		l.emit(claimedEvent{pool: pl, jobs: jobs, limit: req.params.Limit, ahead: req.params.Ahead, err: err, allNames: req.allNames, writtenAt: req.writtenAt, sentAt: sentAt, capped: capped})
+		l.emit(claimedEvent{pool: pl, jobs: jobs, limit: req.params.Limit, ahead: req.params.Ahead, err: err, allNames: req.allNames, writtenAt: req.writtenAt, sentAt: sentAt, capped: capped, rated: rated})
 	}
 }
 
@@ -186,6 +206,9 @@ const maxCarried = 500
 func (l *loop) stopClaimers() {
 	for _, pl := range l.pools {
 		l.stopReserveTimer(pl)
+		if pl.claim.rateTimer != nil {
+			pl.claim.rateTimer.Stop()
+		}
 		if pl.claim.reqs != nil {
 			close(pl.claim.reqs)
 			pl.claim.reqs = nil
@@ -235,6 +258,9 @@ func (l *loop) onClaimed(e claimedEvent) {
 		// A claim with no free slot asks no cap anything: what the last
 		// one with slots found still holds.
 		pl.claim.capped = e.capped
+	}
+	if e.rated {
+		l.retryRated(pl)
 	}
 	if e.ahead > 0 {
 		// A reserve claim is never held back; it ran dry when it found

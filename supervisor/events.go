@@ -111,8 +111,9 @@ type (
 		writtenAt int64
 		// sentAt is when the claimer sent the claim (claimStale).
 		sentAt time.Time
-		// capped: a cap held back runnable rows (limits.go).
-		capped bool
+		// capped: a cap held back runnable rows (limits.go); rated: a rate
+		// cap did.
+		capped, rated bool
 	}
 	// unknownClaimedEvent: a --dead-letter-unknown claim returned.
 	unknownClaimedEvent struct {
@@ -140,6 +141,8 @@ type (
 		peers     []peerCaps
 		err       error
 	}
+	// rateRetryEvent: a rate-capped pool may claim again (claim.go).
+	rateRetryEvent struct{ pool *pool }
 	// writtenEvent: the writer wrote a batch of results, which may have
 	// freed slots of a limited scope (limits.go).
 	writtenEvent struct{}
@@ -195,4 +198,5 @@ func (ackTimeoutEvent) isEvent()      {}
 func (settledEvent) isEvent()         {}
 func (enqueuedEvent) isEvent()        {}
 func (writtenEvent) isEvent()         {}
+func (rateRetryEvent) isEvent()       {}
 func (overridesReadEvent) isEvent()   {}

@@ -277,3 +277,22 @@ func readOverrides(ctx context.Context, backend backends.Backend, within time.Du
 	}
 	return e
 }
+
+// rateRetry is how soon a pool whose claim a rate cap held back claims
+// again: a twentieth of its shortest rate window (50 ms at 1/s), so a
+// backlog drains at no less than about 95 % of the rate.
+func rateRetry(scopes []backends.ClaimLimit) time.Duration {
+	d := time.Duration(0)
+	for _, s := range scopes {
+		per := s.RatePer
+		for _, k := range s.Keys {
+			if k.RateN > 0 && (per == 0 || k.RatePer < per) {
+				per = k.RatePer
+			}
+		}
+		if per > 0 && (d == 0 || per/20 < d) {
+			d = per / 20
+		}
+	}
+	return max(d, 10*time.Millisecond)
+}

@@ -137,3 +137,34 @@ func TestSidecarsThatDisagreeHoldTheSmallerCap(t *testing.T) {
 		require.NoError(t, <-w.runErr)
 	})
 }
+
+// A backlog under a rate cap drains at no less than 90 % of the rate, and
+// never more than the rate in any window.
+func TestRateCappedBacklogDrainsNearTheRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := aheadSettings(0)
+		s.PollInterval = time.Minute // the window's slide, not the poll, claims again
+		w := newFakeWorld(t, s, 8, 4, nil)
+		w.sup.cfg.Manifest.Handlers[0].Jobs[0].Limit = &config.Limit{Scope: "async.sleep", Rate: &config.Rate{N: 10, Per: time.Second}, Line: 1}
+		var ids []string
+		for range 200 {
+			ids = append(ids, w.enqueue("async.sleep", 0.001))
+		}
+		go func() { w.runErr <- w.sup.Run(context.Background()) }()
+		start := time.Now()
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		started := 0
+		for _, id := range ids {
+			if w.job(id).Attempts > 0 {
+				started++
+			}
+		}
+		elapsed := time.Since(start).Seconds()
+		t.Logf("%d claims in %.1f s under 10/1s", started, elapsed)
+		assert.GreaterOrEqual(t, float64(started), 0.9*10*elapsed, "drains at ≥ 90 % of the rate")
+		assert.LessOrEqual(t, float64(started), 10*(elapsed+1), "never more than the rate in any window")
+		w.sup.Shutdown()
+		require.NoError(t, <-w.runErr)
+	})
+}

@@ -280,6 +280,8 @@ func (l *loop) react(e event) {
 		l.onWake(e.queue)
 	case writtenEvent:
 		l.onWritten()
+	case rateRetryEvent:
+		l.onRateRetry(e.pool)
 	case overridesReadEvent:
 		l.onOverridesRead(e)
 	case pollEvent:
@@ -357,6 +359,8 @@ func touched(e event) *pool {
 	case claimHoldEvent:
 		return e.pool
 	case reserveWaitEvent:
+		return e.pool
+	case rateRetryEvent:
 		return e.pool
 	case jobTimeoutEvent:
 		return e.task.pool
