@@ -34,6 +34,9 @@ type poolLimits struct {
 func (l *loop) initLimits(pl *pool) {
 	scopes := claimLimits(l.cfg.Manifest, pl.h)
 	pl.limit = poolLimits{declared: scopes, scopes: scopes, all: len(pl.h.Jobs) > 0}
+	for _, c := range scopes {
+		l.metrics.limitDeclared(c.Scope, c.Concurrency > 0, c.RateN > 0)
+	}
 	for _, j := range pl.h.Jobs {
 		if j.Limit == nil {
 			pl.limit.all = false

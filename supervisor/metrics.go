@@ -486,6 +486,21 @@ func (m *Metrics) limitRunning(scope string, delta int) {
 	m.limitHeld.Add(context.Background(), int64(delta), metric.WithAttributes(attribute.String("scope", scope)))
 }
 
+// limitDeclared exports a scope's series at 0 from the start, so a
+// dashboard and an alert see the scope before its first deferral.
+func (m *Metrics) limitDeclared(scope string, concurrency, rate bool) {
+	if m == nil {
+		return
+	}
+	ctx := context.Background()
+	m.limitHeld.Add(ctx, 0, metric.WithAttributes(attribute.String("scope", scope)))
+	for limit, on := range map[string]bool{"concurrency": concurrency, "rate": rate} {
+		if on {
+			m.limitDefer.Add(ctx, 0, metric.WithAttributes(attribute.String("scope", scope), attribute.String("limit", limit)))
+		}
+	}
+}
+
 // limitDeferred counts the keys a claim's caps held back. Called on a
 // claim goroutine: the instruments are safe for that.
 func (m *Metrics) limitDeferred(ds []backends.Deferral) {

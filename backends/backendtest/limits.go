@@ -169,20 +169,22 @@ func limitCases() []testCase {
 			require.Len(s.t, claim(w), 1, "a completion frees the slot")
 		}},
 		{"limits/limited rows are never reserved ahead; unlimited ones still are", func(s *suite) {
-			const name, free = "lim.noahead", "lim.ahead"
+			const name, free, free2 = "lim.noahead", "lim.ahead", "lim.ahead2"
 			for range 5 {
 				s.enqueueNamed(name)
 				s.enqueueNamed(free)
 			}
+			s.enqueueNamed(free2)
 			lim := []backends.ClaimLimit{{Scope: name, Names: []string{name}, Concurrency: 5}}
 			jobs := s.claim(backends.ClaimParams{WorkerID: s.worker(), Names: []string{name}, Limit: 1, Ahead: 10, Limits: lim})
 			assert.Len(s.t, jobs, 1, "only the free slot's row")
-			jobs = s.claim(backends.ClaimParams{WorkerID: s.worker(), Names: []string{name, free}, Limit: 2, Ahead: 10, Limits: lim})
+			jobs = s.claim(backends.ClaimParams{WorkerID: s.worker(), Names: []string{name, free, free2}, Limit: 2, Ahead: 10, Limits: lim})
 			n := map[string]int{}
 			for _, j := range jobs {
 				n[j.Name]++
 			}
 			assert.Equal(s.t, 5, n[free], "the unlimited rows, in slots and ahead")
+			assert.Equal(s.t, 1, n[free2], "of every unlimited name")
 			assert.LessOrEqual(s.t, n[name], 2, "limited rows only into the free slots")
 		}},
 		{"limits/a group counts every job naming it, whoever claims them", func(s *suite) {

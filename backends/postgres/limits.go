@@ -70,6 +70,30 @@ func keyIndexName(path []string, suffix string) string {
 // (each key's count). CONCURRENTLY: claims and enqueues go on while they
 // build. Idempotent (see backends.LimitIndexer).
 func (b *Backend) PrepareLimitKeys(ctx context.Context, paths [][]string) error {
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		return b.wrap(err, "acquire a connection to index the limits' keys")
+	}
+	defer conn.Release()
+	if !b.opts.TransactionPooling {
+		// Sidecars starting together would build the same index at once,
+		// and two concurrent builds of one index deadlock: Soniq's
+		// migration lock makes them take turns (the second finds it
+		// built). Behind a transaction pooler no session lock holds; a
+		// failed build is then logged by the caller, and the next start
+		// builds it.
+		if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrationLockKey); err != nil {
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+			return b.wrap(err, "take migration lock")
+		}
+		defer func() {
+			unlockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if _, err := conn.Exec(unlockCtx, "SELECT pg_advisory_unlock($1)", migrationLockKey); err != nil {
+				_ = conn.Conn().Close(unlockCtx)
+			}
+		}()
+	}
 	// The scopes without a key: their queued rows by name in claim order,
 	// their processing rows by name.
 	for _, stmt := range []string{
@@ -77,7 +101,7 @@ func (b *Backend) PrepareLimitKeys(ctx context.Context, paths [][]string) error 
 			(job_name, priority, scheduled_at NULLS FIRST, created_at) WHERE status = 'queued'`,
 		`CREATE INDEX CONCURRENTLY IF NOT EXISTS soniq_sidecar_limit_processing ON soniq_jobs (job_name) WHERE status = 'processing'`,
 	} {
-		if _, err := b.pool.Exec(ctx, stmt); err != nil {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
 			return b.wrap(err, "create the limits' index")
 		}
 	}
@@ -95,7 +119,7 @@ func (b *Backend) PrepareLimitKeys(ctx context.Context, paths [][]string) error 
 			`CREATE INDEX CONCURRENTLY IF NOT EXISTS ` + keyIndexName(path, "p") + ` ON soniq_jobs (job_name, ` + k +
 				`) WHERE status = 'processing'`,
 		} {
-			if _, err := b.pool.Exec(ctx, stmt); err != nil {
+			if _, err := conn.Exec(ctx, stmt); err != nil {
 				return b.wrap(err, "create the index of limit key %s", backends.KeyPath(path))
 			}
 		}
@@ -314,9 +338,11 @@ func keyDiscovery(l backends.ClaimLimit, names, queues []string) (string, []any)
 // alone, where a parameter, estimated as an average name, let it walk the
 // claim-order index past every row of a capped scope.
 func eachName(names []string, body func(lit string) string) string {
+	// Each arm is a subquery of its own: a set operation's arms may not
+	// lock rows themselves (FOR UPDATE), a subquery in FROM may.
 	parts := make([]string, len(names))
 	for i, n := range names {
-		parts[i] = "(" + body("'"+strings.ReplaceAll(n, "'", "''")+"'") + ")"
+		parts[i] = fmt.Sprintf("SELECT * FROM (%s) AS n%d", body("'"+strings.ReplaceAll(n, "'", "''")+"'"), i)
 	}
 	return strings.Join(parts, "\nUNION ALL ")
 }
