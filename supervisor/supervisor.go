@@ -421,9 +421,13 @@ func (s *Supervisor) markStopped(bg context.Context, writesFailed bool) {
 // INSTANCE@HOST, its metadata names its identity (kind, instance, host) and
 // its heartbeat interval.
 func (s *Supervisor) setIdentity(hostname string, pid, concurrency int) error {
-	meta, err := json.Marshal(map[string]any{backends.MetaKind: workerKind, backends.MetaInstance: s.cfg.Instance,
-		backends.MetaHost: hostname, backends.MetaHeartbeatInterval: s.cfg.Settings.HeartbeatInterval.Seconds(),
-		backends.MetaLimits: declaredCaps(s.cfg.Manifest)})
+	m := map[string]any{backends.MetaKind: workerKind, backends.MetaInstance: s.cfg.Instance,
+		backends.MetaHost: hostname, backends.MetaHeartbeatInterval: s.cfg.Settings.HeartbeatInterval.Seconds()}
+	if caps := declaredCaps(s.cfg.Manifest); len(caps) > 0 {
+		// The caps this sidecar declares, for the others to compare (limits.go).
+		m[backends.MetaLimits] = caps
+	}
+	meta, err := json.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("encoding the worker row's metadata: %w", err)
 	}

@@ -21,7 +21,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -544,7 +543,3 @@ func limitedClaimStatement(p backends.ClaimParams, plan limitPlan) (string, []an
 SELECT ` + jobColumns("") + ` FROM claimed
 ` + order, args
 }
-
-// errNoLimitTable explains a rate cap on a database migrated before the
-// claim log existed.
-var errNoLimitTable = errors.New("the limits' claim log soniq_sidecar_limit_claims does not exist: run `soniq-sidecar migrate`")

@@ -84,11 +84,11 @@ func TestParseRate(t *testing.T) {
 		want Rate
 		err  string
 	}{
-		{"100/1m", Rate{100, time.Minute}, ""},
-		{"25/1s", Rate{25, time.Second}, ""},
-		{"25/s", Rate{25, time.Second}, ""},
-		{"5/90s", Rate{5, 90 * time.Second}, ""},
-		{"1/1h", Rate{1, time.Hour}, ""},
+		{"100/1m", Rate{N: 100, Per: time.Minute}, ""},
+		{"25/1s", Rate{N: 25, Per: time.Second}, ""},
+		{"25/s", Rate{N: 25, Per: time.Second}, ""},
+		{"5/90s", Rate{N: 5, Per: 90 * time.Second}, ""},
+		{"1/1h", Rate{N: 1, Per: time.Hour}, ""},
 		{"1/1500ms", Rate{}, "whole seconds"},
 		{"x/1s", Rate{}, "whole number"},
 		{"", Rate{}, "not N/DURATION"},
