@@ -58,7 +58,6 @@ func TestLimitsHoldAcrossTwoSidecarsASigkillAndLiveOverrides(t *testing.T) {
 	free := w.enqueue("t.noop", `{}`, 0)
 	env := map[string]string{"SONIQ_HEARTBEAT_TIMEOUT": "3"}
 	first := w.startSidecar(env)
-	second := w.startSidecar(env)
 
 	most := map[string]int{}
 	sample := func() {
@@ -67,21 +66,25 @@ func TestLimitsHoldAcrossTwoSidecarsASigkillAndLiveOverrides(t *testing.T) {
 			require.LessOrEqual(t, n, cap, "tenant %s at a sample: %v", k, w.processingByTenant(name))
 		}
 	}
-	// Kill the first sidecar while it holds capped rows.
+	// The first sidecar alone takes capped rows; then a second one claims
+	// beside it; then the first is killed while it holds capped rows.
 	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
+	for time.Now().Before(deadline) && w.processingByTenant(name)["a"] == 0 {
 		sample()
-		var held int
-		err := w.db.QueryRow(ctx, `SELECT count(*) FROM soniq_jobs j JOIN soniq_workers wk ON wk.id = j.worker_id
-			WHERE j.job_name = $1 AND j.status = 'processing' AND wk.hostname LIKE 'soniq-sidecar@%'`, name).Scan(&held)
-		require.NoError(t, err)
-		if held > 0 {
-			break
-		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	second := w.startSidecar(env)
+	for range 20 {
+		sample()
+		time.Sleep(10 * time.Millisecond)
+	}
+	var held int
+	require.NoError(t, w.db.QueryRow(ctx, `SELECT count(*) FROM soniq_jobs j JOIN soniq_workers wk ON wk.id = j.worker_id
+		WHERE j.job_name = $1 AND j.status = 'processing' AND wk.hostname NOT LIKE 'soniq-sidecar-2@%'`, name).Scan(&held))
 	first.signal(syscall.SIGKILL)
 	first.wait(10 * time.Second)
+	require.Positive(t, held, "the killed sidecar held capped rows")
+	t.Logf("the killed sidecar held %d capped rows", held)
 
 	// The others drain (the killed sidecar's rows recovered), c stays queued.
 	for time.Now().Before(deadline) {

@@ -69,40 +69,13 @@ func keyIndexName(path []string, suffix string) string {
 // (each key's count). CONCURRENTLY: claims and enqueues go on while they
 // build. Idempotent (see backends.LimitIndexer).
 func (b *Backend) PrepareLimitKeys(ctx context.Context, paths [][]string) error {
-	conn, err := b.pool.Acquire(ctx)
-	if err != nil {
-		return b.wrap(err, "acquire a connection to index the limits' keys")
-	}
-	defer conn.Release()
-	if !b.opts.TransactionPooling {
-		// Sidecars starting together would build the same index at once,
-		// and two concurrent builds of one index deadlock: Soniq's
-		// migration lock makes them take turns (the second finds it
-		// built). Behind a transaction pooler no session lock holds; a
-		// failed build is then logged by the caller, and the next start
-		// builds it.
-		if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrationLockKey); err != nil {
-			_ = conn.Conn().Close(context.WithoutCancel(ctx))
-			return b.wrap(err, "take migration lock")
-		}
-		defer func() {
-			unlockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			if _, err := conn.Exec(unlockCtx, "SELECT pg_advisory_unlock($1)", migrationLockKey); err != nil {
-				_ = conn.Conn().Close(unlockCtx)
-			}
-		}()
-	}
 	// The scopes without a key: their queued rows by name in claim order,
 	// their processing rows by name.
-	for _, stmt := range []string{
+	names := []string{"soniq_sidecar_limit_queued", "soniq_sidecar_limit_processing"}
+	stmts := []string{
 		`CREATE INDEX CONCURRENTLY IF NOT EXISTS soniq_sidecar_limit_queued ON soniq_jobs
 			(job_name, priority, scheduled_at NULLS FIRST, created_at) WHERE status = 'queued'`,
 		`CREATE INDEX CONCURRENTLY IF NOT EXISTS soniq_sidecar_limit_processing ON soniq_jobs (job_name) WHERE status = 'processing'`,
-	} {
-		if _, err := conn.Exec(ctx, stmt); err != nil {
-			return b.wrap(err, "create the limits' index")
-		}
 	}
 	for _, path := range paths {
 		if len(path) == 0 {
@@ -112,15 +85,49 @@ func (b *Backend) PrepareLimitKeys(ctx context.Context, paths [][]string) error 
 			return err
 		}
 		k := keyExpr(path)
-		for _, stmt := range []string{
-			`CREATE INDEX CONCURRENTLY IF NOT EXISTS ` + keyIndexName(path, "q") + ` ON soniq_jobs (job_name, ` + k +
+		names = append(names, keyIndexName(path, "q"), keyIndexName(path, "p"))
+		stmts = append(stmts,
+			`CREATE INDEX CONCURRENTLY IF NOT EXISTS `+keyIndexName(path, "q")+` ON soniq_jobs (job_name, `+k+
 				`, priority, scheduled_at NULLS FIRST, created_at) WHERE status = 'queued'`,
-			`CREATE INDEX CONCURRENTLY IF NOT EXISTS ` + keyIndexName(path, "p") + ` ON soniq_jobs (job_name, ` + k +
-				`) WHERE status = 'processing'`,
-		} {
-			if _, err := conn.Exec(ctx, stmt); err != nil {
-				return b.wrap(err, "create the index of limit key %s", backends.KeyPath(path))
+			`CREATE INDEX CONCURRENTLY IF NOT EXISTS `+keyIndexName(path, "p")+` ON soniq_jobs (job_name, `+k+
+				`) WHERE status = 'processing'`)
+	}
+	var valid int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_index i WHERE i.indisvalid
+		AND i.indexrelid IN (SELECT to_regclass(n) FROM unnest($1::text[]) AS n)`, names).Scan(&valid); err != nil {
+		return b.wrap(err, "look up the limits' indexes")
+	}
+	if valid == len(names) {
+		return nil
+	}
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		return b.wrap(err, "acquire a connection to index the limits' keys")
+	}
+	defer conn.Release()
+	if !b.opts.TransactionPooling {
+		// One builder at a time, and no waiting for it: a sidecar that
+		// waited for the lock would hold a snapshot the concurrent build
+		// waits out, each waiting for the other. One that does not get
+		// the lock claims without the indexes until its next start.
+		var got bool
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", migrationLockKey).Scan(&got); err != nil {
+			return b.wrap(err, "take migration lock")
+		}
+		if !got {
+			return fmt.Errorf("index the limits' keys: another session (a migrate, or another sidecar starting) holds the migration lock; not built by this one")
+		}
+		defer func() {
+			unlockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if _, err := conn.Exec(unlockCtx, "SELECT pg_advisory_unlock($1)", migrationLockKey); err != nil {
+				_ = conn.Conn().Close(unlockCtx)
 			}
+		}()
+	}
+	for i, stmt := range stmts {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			return b.wrap(err, "create the limits' index %s", names[i])
 		}
 	}
 	return nil
