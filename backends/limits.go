@@ -186,6 +186,9 @@ type Limits interface {
 	// LimitOverrides returns every override, by scope then key (the
 	// scope's own first).
 	LimitOverrides(ctx context.Context) ([]LimitOverride, error)
+	// CountByStatus counts the rows of names queued and processing, for
+	// what `limit list` shows of a scope.
+	CountByStatus(ctx context.Context, names []string) (queued, processing int64, err error)
 }
 
 // SortOverrides orders overrides by scope, then key, the scope's own first.
@@ -248,9 +251,11 @@ const MetaLimits = "limits"
 // DeclaredCaps is one scope's caps as a sidecar declares them in its
 // worker row's metadata.
 type DeclaredCaps struct {
-	Concurrency int `json:"concurrency,omitempty"`
-	RateN       int `json:"rate_n,omitempty"`
-	RateSeconds int `json:"rate_seconds,omitempty"`
+	// Names are the job names of the scope in the sidecar's manifest.
+	Names       []string `json:"names,omitempty"`
+	Concurrency int      `json:"concurrency,omitempty"`
+	RateN       int      `json:"rate_n,omitempty"`
+	RateSeconds int      `json:"rate_seconds,omitempty"`
 }
 
 // DeclaredLimits reads the caps a worker row's metadata declares, by

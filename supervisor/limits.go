@@ -118,7 +118,9 @@ func declaredCaps(m *config.Manifest) map[string]backends.DeclaredCaps {
 			if j.Limit == nil {
 				continue
 			}
-			d := backends.DeclaredCaps{Concurrency: j.Limit.Concurrency}
+			d := out[j.Limit.Scope]
+			d.Names = append(d.Names, j.Name)
+			d.Concurrency = j.Limit.Concurrency
 			if r := j.Limit.Rate; r != nil {
 				d.RateN, d.RateSeconds = r.N, int(r.Per/time.Second)
 			}
@@ -209,7 +211,8 @@ func (l *loop) applyOverrides(os []backends.LimitOverride, peers []peerCaps) {
 // WARN, once, for each that differs.
 func (l *loop) smallerCaps(c, ours backends.ClaimLimit, theirs backends.DeclaredCaps) backends.ClaimLimit {
 	mine := backends.DeclaredCaps{Concurrency: ours.Concurrency, RateN: ours.RateN, RateSeconds: int(ours.RatePer / time.Second)}
-	if mine == theirs {
+	theirs.Names = nil // the caps are compared, not the names
+	if mine.Concurrency == theirs.Concurrency && mine.RateN == theirs.RateN && mine.RateSeconds == theirs.RateSeconds {
 		return c
 	}
 	if w := fmt.Sprintf("%s|%+v", ours.Scope, theirs); !l.overrides.warned[w] {

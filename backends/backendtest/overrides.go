@@ -12,6 +12,20 @@ import (
 func overrideCases() []testCase {
 	strp := func(s string) *string { return &s }
 	return []testCase{
+		{"limits/CountByStatus counts the queued and processing rows of the names given", func(s *suite) {
+			for range 3 {
+				s.enqueueNamed("cnt.a")
+			}
+			s.enqueueNamed("cnt.b")
+			s.enqueueNamed("cnt.other")
+			s.claimOne(s.worker(), "cnt.b")
+			q, p, err := s.b.CountByStatus(s.ctx, []string{"cnt.a", "cnt.b"})
+			require.NoError(s.t, err)
+			assert.Equal(s.t, [2]int64{3, 1}, [2]int64{q, p})
+			q, p, err = s.b.CountByStatus(s.ctx, []string{"nothing"})
+			require.NoError(s.t, err)
+			assert.Equal(s.t, [2]int64{0, 0}, [2]int64{q, p})
+		}},
 		{"limits/overrides: set, update keeping what was not given, list in order, clear", func(s *suite) {
 			got, err := s.b.LimitOverrides(s.ctx)
 			require.NoError(s.t, err)

@@ -80,3 +80,13 @@ func scanOverride(row pgx.Row) (backends.LimitOverride, error) {
 	}
 	return o, nil
 }
+
+// CountByStatus counts the rows of names queued and processing.
+func (b *Backend) CountByStatus(ctx context.Context, names []string) (queued, processing int64, err error) {
+	err = b.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'queued'), count(*) FILTER (WHERE status = 'processing')
+	FROM soniq_jobs WHERE job_name = ANY($1::text[]) AND status IN ('queued', 'processing')`, names).Scan(&queued, &processing)
+	if err != nil {
+		return 0, 0, b.wrap(err, "count the jobs of %v", names)
+	}
+	return queued, processing, nil
+}

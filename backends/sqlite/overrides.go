@@ -103,3 +103,16 @@ func scanOverride(row interface{ Scan(...any) error }) (backends.LimitOverride, 
 	o.UpdatedAt = t
 	return o, nil
 }
+
+// CountByStatus counts the rows of names queued and processing.
+func (b *Backend) CountByStatus(ctx context.Context, names []string) (queued, processing int64, err error) {
+	if len(names) == 0 {
+		return 0, 0, nil
+	}
+	args := []any{}
+	q := `SELECT COALESCE(SUM(status = 'queued'), 0), COALESCE(SUM(status = 'processing'), 0) FROM soniq_jobs WHERE job_name IN ` + inList(names, &args)
+	if err := b.read.QueryRowContext(ctx, q, args...).Scan(&queued, &processing); err != nil {
+		return 0, 0, fmt.Errorf("counting the jobs of %v: %w", names, err)
+	}
+	return queued, processing, nil
+}

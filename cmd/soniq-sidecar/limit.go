@@ -138,16 +138,21 @@ type limitRow struct {
 	Declared []string `json:"declared"`
 	Override *string  `json:"override"`
 	Paused   bool     `json:"paused"`
+	// Running and Queued count the scope's rows (nil for a key's row, and
+	// for a scope no running sidecar declares: its job names are unknown).
+	Running *int64 `json:"running"`
+	Queued  *int64 `json:"queued"`
+	names   []string
 }
 
 func newLimitListCmd(e env) *cobra.Command {
 	var asJSON bool
 	return dataCommand(e, dataSpec{
 		use:   "list",
-		short: "List the limited scopes: the caps the running sidecars declare, and the overrides",
+		short: "List the limited scopes: the caps the running sidecars declare, the overrides, rows running and queued",
 		long: `List each scope the running sidecars declare, with their caps (more than one
-value: the sidecars disagree, and the smaller holds), and each override, of a
-scope or of one key value.`,
+value: the sidecars disagree, and the smaller holds), its rows running and
+queued, and each override, of a scope or of one key value.`,
 		example: "  soniq-sidecar limit list\n  soniq-sidecar limit list --json",
 		flags: func(fs *pflag.FlagSet) {
 			fs.BoolVar(&asJSON, "json", false, "print a JSON array of the scopes and overridden keys")
@@ -164,15 +169,28 @@ scope or of one key value.`,
 				return err
 			}
 			rows := limitRows(overrides, workers)
+			for i := range rows {
+				if rows[i].Key != nil || len(rows[i].names) == 0 {
+					continue
+				}
+				q, p, err := d.b.CountByStatus(ctx, rows[i].names)
+				if err != nil {
+					return err
+				}
+				rows[i].Queued, rows[i].Running = &q, &p
+			}
 			if asJSON {
 				return writeJSON(d.stdout, rows)
 			}
 			tw := tabwriter.NewWriter(d.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "SCOPE\tKEY\tDECLARED\tOVERRIDE")
+			fmt.Fprintln(tw, "SCOPE\tKEY\tDECLARED\tOVERRIDE\tRUNNING\tQUEUED")
 			for _, r := range rows {
-				k, ov := "-", "-"
+				k, ov, running, queued := "-", "-", "-", "-"
 				if r.Key != nil {
 					k = *r.Key
+				}
+				if r.Running != nil {
+					running, queued = fmt.Sprint(*r.Running), fmt.Sprint(*r.Queued)
 				}
 				if r.Override != nil {
 					ov = *r.Override
@@ -181,7 +199,7 @@ scope or of one key value.`,
 				if decl == "" {
 					decl = "-"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Scope, k, decl, ov)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Scope, k, decl, ov, running, queued)
 			}
 			return tw.Flush()
 		},
@@ -191,11 +209,17 @@ scope or of one key value.`,
 // limitRows joins the declared caps and the overrides by scope, then key.
 func limitRows(overrides []backends.LimitOverride, workers []backends.Worker) []limitRow {
 	declared := map[string][]string{}
+	names := map[string][]string{}
 	for _, w := range workers {
 		for scope, c := range backends.DeclaredLimits(w.Metadata) {
 			text := declaredText(c)
 			if !slices.Contains(declared[scope], text) {
 				declared[scope] = append(declared[scope], text)
+			}
+			for _, n := range c.Names {
+				if !slices.Contains(names[scope], n) {
+					names[scope] = append(names[scope], n)
+				}
 			}
 		}
 	}
@@ -213,9 +237,9 @@ func limitRows(overrides []backends.LimitOverride, workers []backends.Worker) []
 	}
 	backends.SortOverrides(overrides)
 	for _, o := range overrides {
-		r := limitRow{Scope: o.Scope, Key: o.Key, Declared: declared[o.Scope]}
+		r := limitRow{Scope: o.Scope, Key: o.Key, Declared: declared[o.Scope], names: names[o.Scope]}
 		if o.Key != nil {
-			r.Declared = nil
+			r.Declared, r.names = nil, nil
 		}
 		if o.Concurrency != nil || o.RateN > 0 {
 			text := overrideCaps(o)

@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
 )
 
 // The limit commands on a SQLite file: exit codes, output, and bad values
@@ -60,4 +62,23 @@ func TestLimitCommands(t *testing.T) {
 	code, out, _ = run("limit", "clear", "emails.send", "--key", "acme")
 	require.Equal(t, 0, code)
 	assert.Equal(t, "limit emails.send key \"acme\" had no override\n", out)
+}
+
+// limit list joins what the running sidecars declare (their worker rows'
+// metadata) with the overrides, and counts each declared scope's rows.
+func TestLimitRowsJoinDeclaredCapsAndOverrides(t *testing.T) {
+	four := 4
+	workers := []backends.Worker{
+		{Metadata: []byte(`{"limits":{"stripe":{"names":["stripe.charge"],"concurrency":10}}}`)},
+		{Metadata: []byte(`{"limits":{"stripe":{"names":["stripe.charge","stripe.refund"],"concurrency":8}}}`)},
+		{Metadata: []byte(`{}`)},
+	}
+	rows := limitRows([]backends.LimitOverride{{Scope: "stripe", Concurrency: &four}}, workers)
+	require.Len(t, rows, 1)
+	assert.Equal(t, []string{"concurrency 10", "concurrency 8"}, rows[0].Declared, "the sidecars disagree: both values")
+	assert.Equal(t, "concurrency 4", *rows[0].Override)
+	assert.Equal(t, []string{"stripe.charge", "stripe.refund"}, rows[0].names)
+	rows = limitRows(nil, workers[:1])
+	require.Len(t, rows, 1, "a declared scope without an override is listed")
+	assert.Nil(t, rows[0].Override)
 }

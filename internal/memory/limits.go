@@ -192,3 +192,24 @@ func (b *Backend) LimitOverrides(ctx context.Context) ([]backends.LimitOverride,
 	backends.SortOverrides(out)
 	return out, nil
 }
+
+// CountByStatus counts the rows of names queued and processing.
+func (b *Backend) CountByStatus(ctx context.Context, names []string) (queued, processing int64, err error) {
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, j := range b.jobs {
+		if !slices.Contains(names, j.Name) {
+			continue
+		}
+		switch j.Status {
+		case backends.StatusQueued:
+			queued++
+		case backends.StatusProcessing:
+			processing++
+		}
+	}
+	return queued, processing, nil
+}
