@@ -72,7 +72,7 @@ func limitCases() []testCase {
 						}
 						var cs []backends.Completion
 						for _, j := range jobs {
-							cs = append(cs, backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDone})
+							cs = append(cs, backends.Completion{JobID: j.ID, Attempts: j.Attempts, Outcome: backends.OutcomeDone})
 						}
 						if len(cs) > 0 {
 							applied, err := s.b.Complete(s.ctx, w, cs)
@@ -122,7 +122,7 @@ func limitCases() []testCase {
 			// Finishing b's row frees b's slot only.
 			for _, j := range first {
 				if k, ok := backends.LimitKey(j.Args, path); ok && k == "b" {
-					s.complete(w, backends.Completion{JobID: j.ID, Outcome: backends.OutcomeDone})
+					s.complete(w, backends.Completion{JobID: j.ID, Attempts: j.Attempts, Outcome: backends.OutcomeDone})
 				}
 			}
 			again := s.claim(p)
@@ -164,7 +164,7 @@ func limitCases() []testCase {
 
 			j = claim(w)
 			require.Len(s.t, j, 1, "a recovery frees the slot")
-			s.complete(w, backends.Completion{JobID: j[0].ID, Outcome: backends.OutcomeDone})
+			s.complete(w, backends.Completion{JobID: j[0].ID, Attempts: j[0].Attempts, Outcome: backends.OutcomeDone})
 			require.Len(s.t, claim(w), 1, "a completion frees the slot")
 		}},
 		{"limits/limited rows are never reserved ahead; unlimited ones still are", func(s *suite) {
@@ -229,7 +229,7 @@ func limitCases() []testCase {
 			// A retry is a new claim: the rows come back at once.
 			var cs []backends.Completion
 			for _, j := range first {
-				cs = append(cs, backends.Completion{JobID: j.ID, Outcome: backends.OutcomeRetry, Error: "again"})
+				cs = append(cs, backends.Completion{JobID: j.ID, Attempts: j.Attempts, Outcome: backends.OutcomeRetry, Error: "again"})
 			}
 			s.complete(w, cs...)
 			again := s.claim(p)
