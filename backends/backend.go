@@ -113,6 +113,7 @@ type Backend interface {
 	DeadLetters
 	Workers
 	Schedules
+	Limits
 
 	// Subscribe delivers a Wakeup for every newly enqueued job (its
 	// queue; Postgres: LISTEN soniq_new_job; others: local enqueues) and

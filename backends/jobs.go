@@ -104,8 +104,17 @@ type ClaimParams struct {
 	// (attempts + 1 >= max_attempts), which are skipped and stay queued. A
 	// reserved row may be lost with its worker before it runs, and the
 	// attempt its claim charged must never dead-letter a job that never
-	// ran. Limit + Ahead must be > 0.
+	// ran. Limit + Ahead must be > 0. Rows of a limited scope (Limits)
+	// are never taken for the reserve.
 	Ahead int
+	// Limits are the scopes whose caps the claim obeys (limits.go): a row
+	// of a name in a scope's Names is taken only into the first Limit,
+	// and only while its scope and key are under every cap, counted in
+	// the whole database. A scope or key at its cap never holds back the
+	// rows of another key or of an unlimited name.
+	Limits []ClaimLimit
+	// Report, when set, is told what the caps held back.
+	Report LimitReport
 }
 
 // Outcome is the terminal write a Completion asks for.

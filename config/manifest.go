@@ -41,6 +41,9 @@ type Manifest struct {
 	// `schedules:` list declares; `run` declares them in the database at
 	// start, as Soniq's @periodic registrations are.
 	Schedules []Schedule
+	// Limits are the groups of the top-level `limits:` list, caps shared
+	// by the jobs that name them; a job's own caps are on its JobSpec.
+	Limits []Limit
 }
 
 // Schedule is one recurring job of the manifest's `schedules:` list: a job
@@ -158,6 +161,9 @@ type JobSpec struct {
 	TimeoutSet bool
 	// Retry is when a failed attempt is tried again.
 	Retry RetryPolicy
+	// Limit is the scope whose caps the job's claims obey: its own
+	// `limit:` or the group it names (a copy of the group's); nil = none.
+	Limit *Limit
 	// Line is where the job is declared.
 	Line int
 }

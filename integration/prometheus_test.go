@@ -346,7 +346,8 @@ func TestPrometheusScrapesTheSidecar(t *testing.T) {
 	promtool := toolPath(t, "PROMTOOL", "promtool")
 	began := time.Now()
 
-	w := newWorld(t, sdks[0], manifestOpts{concurrency: 4, syncConcurrency: 2})
+	// t.noop is limited (a cap it never reaches) for the limits' panel.
+	w := newWorld(t, sdks[0], manifestOpts{concurrency: 4, syncConcurrency: 2, limits: map[string]string{"t.noop": "{concurrency: 50}"}})
 	sc := w.startSidecar(map[string]string{
 		"SONIQ_SHUTDOWN_TIMEOUT": "1.5",
 		// Hold the exit after the NACK until Prometheus (1 s interval) has scraped once more.

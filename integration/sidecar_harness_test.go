@@ -112,6 +112,7 @@ type manifestOpts struct {
 	recordFrames                            bool
 	jobTimeout                              map[string]string // job name → timeout
 	extraHandlers                           string            // raw YAML appended under handlers:
+	limits                                  map[string]string // job name → its limit: mapping, as YAML
 }
 
 // env is a test's world: a database, a work directory, files the handlers write.
@@ -187,6 +188,9 @@ func (w *world) writeManifest(o manifestOpts) string {
 		fmt.Fprintf(&b, "      - name: %s\n        cancellable: %t\n", j.name, j.cancellable)
 		if to, ok := o.jobTimeout[j.name]; ok {
 			fmt.Fprintf(&b, "        timeout: %s\n", to)
+		}
+		if l, ok := o.limits[j.name]; ok {
+			fmt.Fprintf(&b, "        limit: %s\n", l)
 		}
 	}
 	b.WriteString(o.extraHandlers)

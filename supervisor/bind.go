@@ -14,7 +14,13 @@ import (
 // hold records that t's row is this sidecar's to write: claimed, taken
 // over from a predecessor, or queued again for a suspect's run alone. A
 // task already held for the row is replaced (the caller has abandoned it).
-func (l *loop) hold(t *task) { l.live[t.job.ID] = t }
+func (l *loop) hold(t *task) {
+	if old := l.live[t.job.ID]; old != nil {
+		l.limitHeld(old, -1)
+	}
+	l.live[t.job.ID] = t
+	l.limitHeld(t, 1)
+}
 
 // drop records that t's row is no longer this sidecar's to write: its
 // write is queued, it was NACKed, or another worker owns it now. Its
@@ -23,6 +29,7 @@ func (l *loop) hold(t *task) { l.live[t.job.ID] = t }
 func (l *loop) drop(t *task) {
 	if l.live[t.job.ID] == t {
 		delete(l.live, t.job.ID)
+		l.limitHeld(t, -1)
 	}
 	l.stopTimeout(t)
 }

@@ -1,6 +1,6 @@
 package supervisor
 
-// Claim hysteresis on the fake clock (holdClaim in dispatch.go): after a
+// Claim hysteresis on the fake clock (holdClaim in claim.go): after a
 // claim that came back full, freed slots wait for a quarter of the budget
 // or for claimHoldMax; after a short one they are claimed at once.
 

@@ -111,6 +111,9 @@ type (
 		writtenAt int64
 		// sentAt is when the claimer sent the claim (claimStale).
 		sentAt time.Time
+		// capped: a cap held back runnable rows (limits.go); rated: a rate
+		// cap did.
+		capped, rated bool
 	}
 	// unknownClaimedEvent: a --dead-letter-unknown claim returned.
 	unknownClaimedEvent struct {
@@ -118,7 +121,7 @@ type (
 		err  error
 	}
 	// reconcileReadEvent: the rows processing under this worker, read
-	// after a claim failed (dispatch.go, reconcile).
+	// after a claim failed (claim.go, reconcile).
 	reconcileReadEvent struct {
 		rows []backends.Job
 		err  error
@@ -131,6 +134,18 @@ type (
 	}
 	// wakeEvent: new-job notification for a queue ("" wakes every pool).
 	wakeEvent struct{ queue string }
+	// overridesReadEvent: the limits' overrides and the live sidecars'
+	// declared caps were read (limits.go).
+	overridesReadEvent struct {
+		overrides []backends.LimitOverride
+		peers     []peerCaps
+		err       error
+	}
+	// rateRetryEvent: a rate-capped pool may claim again (claim.go).
+	rateRetryEvent struct{ pool *pool }
+	// writtenEvent: the writer wrote a batch of results, which may have
+	// freed slots of a limited scope (limits.go).
+	writtenEvent struct{}
 	// workerLostEvent: the heartbeat found our worker row gone or not active.
 	workerLostEvent struct{ err error }
 	// settledEvent: the writer settled these completions (written, or
@@ -182,3 +197,6 @@ func (settleEvent) isEvent()          {}
 func (ackTimeoutEvent) isEvent()      {}
 func (settledEvent) isEvent()         {}
 func (enqueuedEvent) isEvent()        {}
+func (writtenEvent) isEvent()         {}
+func (rateRetryEvent) isEvent()       {}
+func (overridesReadEvent) isEvent()   {}

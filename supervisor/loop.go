@@ -70,7 +70,9 @@ type pool struct {
 	procs   []*process   // by slot; nil while the slot waits for a (re)start (lifecycle.go)
 	restart poolRestarts // backoff and crash loop (lifecycle.go)
 	pending []*task      // claimed, waiting for a free slot (dispatch.go)
-	claim   poolClaims   // claim sizing and the claim in flight (dispatch.go)
+	claim   poolClaims   // the claim in flight and when to make the next (claim.go)
+	ahead   poolReserve  // claim-ahead: the reserve's sizing and give-back (reserve.go)
+	limit   poolLimits   // the fleet-wide caps its claims obey (limits.go)
 	// isolated: processes running a suspect alone (suspect.go).
 	isolated map[*process]*task
 	attach   poolAttach // attach handlers' endpoints (attach.go)
@@ -136,13 +138,15 @@ type loop struct {
 	live      map[string]*task         // rows this sidecar still has to write (bind.go)
 	procs     int                      // processes spawned and not yet reaped (lifecycle.go)
 	fatal     error                    // a configuration error: the run cannot go on (lifecycle.go)
-	claim     loopClaims               // claims in flight, the dispatch under way (dispatch.go)
+	claim     loopClaims               // claims in flight, the unknown-name claim, reconciliation (claim.go)
+	dispatch  loopDispatch             // the dispatch under way (dispatch.go)
 	shut      shutdownState            // the shutdown state machine (shutdown.go)
 	rereg     reregistration           // a lost worker row being registered again (identity.go)
 	inherited inheritedRows            // a dead predecessor's rows not yet reported (inherit.go)
 	ackWait   map[string]*process      // results being written, by job id, to acknowledge (acks.go)
 	audit     maintenance.AuditTracker // the self-audit's readings (audit.go)
 	cancels   cancelReads              // reads of the cancel requests (cancel.go)
+	overrides overrideReads            // reads of the limits' overrides (limits.go)
 }
 
 // loopHost is the Supervisor as the loop sees it: its worker id and
@@ -190,7 +194,8 @@ func newLoop(s *Supervisor, w *completer.Completer, sp *transport.Spawner, wg *s
 	for i := range s.cfg.Manifest.Handlers {
 		h := &s.cfg.Manifest.Handlers[i]
 		pl := &pool{h: h, procs: make([]*process, h.Processes), restart: poolRestarts{pending: make([]bool, h.Processes)},
-			claim: poolClaims{more: true, reserve: newReserve(s.cfg.Settings.ClaimAhead, s.cfg.Settings.ClaimAheadMax),
+			claim: poolClaims{more: true},
+			ahead: poolReserve{sizing: newReserve(s.cfg.Settings.ClaimAhead, s.cfg.Settings.ClaimAheadMax),
 				shown: [2]int{-1, -1}}} // the reserve's gauges are exported from the first step
 		for _, j := range h.Jobs {
 			pl.allNames = append(pl.allNames, j.Name)
@@ -201,6 +206,7 @@ func newLoop(s *Supervisor, w *completer.Completer, sp *transport.Spawner, wg *s
 		l.pools = append(l.pools, pl)
 		l.serve(pl)
 		l.initAttach(pl)
+		l.initLimits(pl)
 	}
 	return l
 }
@@ -272,6 +278,12 @@ func (l *loop) react(e event) {
 		l.onReconciled(e.held, e.returned, e.err)
 	case wakeEvent:
 		l.onWake(e.queue)
+	case writtenEvent:
+		l.onWritten()
+	case rateRetryEvent:
+		l.onRateRetry(e.pool)
+	case overridesReadEvent:
+		l.onOverridesRead(e)
 	case pollEvent:
 		l.onPoll()
 	case cancelWakeEvent:
@@ -347,6 +359,8 @@ func touched(e event) *pool {
 	case claimHoldEvent:
 		return e.pool
 	case reserveWaitEvent:
+		return e.pool
+	case rateRetryEvent:
 		return e.pool
 	case jobTimeoutEvent:
 		return e.task.pool

@@ -38,6 +38,8 @@ type Metrics struct {
 	reserved    metric.Int64Gauge
 	reserveCap  metric.Int64Gauge
 	reserveWait metric.Float64Histogram
+	limitHeld   metric.Int64UpDownCounter
+	limitDefer  metric.Int64Counter
 	attach      attachMetrics
 	schedules   *scheduler.Metrics
 	enqueued    metric.Int64Counter
@@ -213,6 +215,16 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 	mk(func() (e error) {
 		x.auditFreed, e = m.Int64Counter("soniq_audit_released",
 			metric.WithDescription("Jobs the self-audit found processing under this worker without the sidecar running them, and gave back to queued."))
+		return
+	})
+	mk(func() (e error) {
+		x.limitHeld, e = m.Int64UpDownCounter("soniq_limit_running_jobs",
+			metric.WithDescription("Jobs of a limited scope this sidecar holds (running, or claimed and waiting for a slot), by scope; summed over the sidecars, what the scope's concurrency cap counts."))
+		return
+	})
+	mk(func() (e error) {
+		x.limitDefer, e = m.Int64Counter("soniq_limit_deferred",
+			metric.WithDescription("Keys of a limited scope whose runnable rows a claim left queued because of a cap, by scope and limit (concurrency or rate); an unkeyed scope is one key."))
 		return
 	})
 	mk(func() (e error) {
@@ -464,6 +476,41 @@ func (m *Metrics) jobsReturned(reason string, n int) {
 		return
 	}
 	m.returned.Add(context.Background(), int64(n), metric.WithAttributes(attribute.String("reason", reason)))
+}
+
+// limitRunning moves a scope's count of jobs held here.
+func (m *Metrics) limitRunning(scope string, delta int) {
+	if m == nil || delta == 0 {
+		return
+	}
+	m.limitHeld.Add(context.Background(), int64(delta), metric.WithAttributes(attribute.String("scope", scope)))
+}
+
+// limitDeclared exports a scope's series at 0 from the start, so a
+// dashboard and an alert see the scope before its first deferral.
+func (m *Metrics) limitDeclared(scope string, concurrency, rate bool) {
+	if m == nil {
+		return
+	}
+	ctx := context.Background()
+	m.limitHeld.Add(ctx, 0, metric.WithAttributes(attribute.String("scope", scope)))
+	for limit, on := range map[string]bool{"concurrency": concurrency, "rate": rate} {
+		if on {
+			m.limitDefer.Add(ctx, 0, metric.WithAttributes(attribute.String("scope", scope), attribute.String("limit", limit)))
+		}
+	}
+}
+
+// limitDeferred counts the keys a claim's caps held back. Called on a
+// claim goroutine: the instruments are safe for that.
+func (m *Metrics) limitDeferred(ds []backends.Deferral) {
+	if m == nil {
+		return
+	}
+	for _, d := range ds {
+		m.limitDefer.Add(context.Background(), int64(d.Keys),
+			metric.WithAttributes(attribute.String("scope", d.Scope), attribute.String("limit", d.Limit)))
+	}
 }
 
 // auditReleased counts orphaned rows the self-audit gave back.

@@ -16,7 +16,9 @@ import (
 // target decides (l.shut.timer belongs to shut, t.timer to binding).
 var fieldOwners = map[string]string{
 	"live": "bind.go", "tasks": "bind.go", "syncHeld": "bind.go", "timer": "bind.go", "kids": "bind.go",
-	"claim": "dispatch.go", "pending": "dispatch.go",
+	"claim": "claim.go", "pending": "dispatch.go", "dispatch": "dispatch.go",
+	"ahead": "reserve.go",
+	"limit": "limits.go", "overrides": "limits.go",
 	"shut":      "shutdown.go",
 	"rereg":     "identity.go",
 	"inherited": "inherit.go",

@@ -23,6 +23,22 @@ import (
 	"time"
 )
 
+// poolReserve is one pool's reserve: its sizing, the timer that gives
+// back reserved rows that waited too long, and the size last recorded in
+// the metrics.
+type poolReserve struct {
+	sizing    reserve
+	waitTimer *time.Timer
+	shown     [2]int
+}
+
+// stopReserveTimer stops pl's wait timer; the loop is returning.
+func (l *loop) stopReserveTimer(pl *pool) {
+	if pl.ahead.waitTimer != nil {
+		pl.ahead.waitTimer.Stop()
+	}
+}
+
 // rateWindow is how often the completion rate is folded into its average.
 const rateWindow = 250 * time.Millisecond
 
@@ -97,3 +113,131 @@ func (r *reserve) topUp(held, target int) int {
 // slowed down, the processes are busy with long ones), and another worker
 // may have a free slot now.
 func (r reserve) waitBound() time.Duration { return max(10*r.ahead, time.Second) }
+
+// completed counts an execution of pl that ended, for its reserve's rate.
+func (l *loop) completed(pl *pool) { pl.ahead.sizing.completed(time.Now()) }
+
+// giveBackStale gives back, before anything is dispatched, the pending
+// rows that waited more than twice the reserve's bound. The wait timer
+// gives rows back at the bound, so such a row means the loop did not run
+// meanwhile: the sidecar was frozen (SIGSTOP, a paused VM). Its first
+// event after that may be a result that frees a slot, and the rows it
+// still holds may have been recovered and run, even cancelled, by another
+// worker; dispatched, such a row ran again here (make chaos, seed 7).
+// Given back, the guarded write leaves a row another worker holds alone.
+func (l *loop) giveBackStale(pl *pool) {
+	r := &pl.ahead.sizing
+	// Draining keeps its own rule (settleReserve): what free slots will
+	// take stays, and is NACKed at FORCE_TIMEOUT_PATH if it never starts.
+	if !r.on() || len(pl.pending) == 0 || l.shut.state != StateRunning {
+		return
+	}
+	now := time.Now()
+	var stale []*task
+	for _, t := range pl.pending {
+		if !t.suspect && now.Sub(t.queuedAt) >= 2*r.waitBound() {
+			stale = append(stale, t)
+		}
+	}
+	if len(stale) > 0 {
+		l.giveBack(stale, "waited")
+	}
+}
+
+// settleReserve gives back the reserved rows that will not start here
+// soon: all of them once the sidecar drains (a reserved row is not
+// in-flight work: another worker can start it now) or when the pool has no
+// ready process, and those that waited longer than the reserve's bound.
+// Given back means queued again with the attempt their claim charged
+// refunded, in their place in line. Then the reserve's size is shown.
+func (l *loop) settleReserve(pl *pool) {
+	r := &pl.ahead.sizing
+	if !r.on() {
+		if pl.ahead.shown != [2]int{} {
+			pl.ahead.shown = [2]int{}
+			l.metrics.reserveSize(pl.h.Name, 0, 0) // exported, at 0, when claim-ahead is off
+		}
+		return
+	}
+	if len(pl.pending) > 0 {
+		// What the free slots will take is claimed-not-yet-running work,
+		// as without a reserve; what waits beyond them is the reserve.
+		var why string
+		slots := 0
+		switch {
+		case !pl.hasReady():
+			why = "no_process"
+		case l.shut.state >= StateDraining:
+			why = "draining"
+			slots = l.freeSlots(pl)
+		}
+		now := time.Now()
+		var back []*task
+		var oldest time.Time
+		for _, t := range pl.pending {
+			switch {
+			case t.suspect:
+				// Its row is kept for its run alone (suspect.go).
+			case why != "" && slots > 0:
+				slots--
+			case why != "" || now.Sub(t.queuedAt) >= r.waitBound():
+				back = append(back, t)
+			case oldest.IsZero() || t.queuedAt.Before(oldest):
+				oldest = t.queuedAt
+			}
+		}
+		if len(back) > 0 {
+			if why == "" {
+				why = "waited"
+			}
+			l.giveBack(back, why)
+		}
+		if !oldest.IsZero() {
+			// Wake when the oldest left reaches the bound.
+			d := oldest.Add(r.waitBound()).Sub(now)
+			if pl.ahead.waitTimer == nil {
+				pl.ahead.waitTimer = time.AfterFunc(d, func() { l.emit(reserveWaitEvent{pool: pl}) })
+			} else {
+				pl.ahead.waitTimer.Reset(d)
+			}
+		}
+	}
+	held := 0
+	for _, t := range pl.pending {
+		if !t.suspect {
+			held++
+		}
+	}
+	if shown := [2]int{held, r.target(time.Now(), pl.hasReady())}; shown != pl.ahead.shown {
+		pl.ahead.shown = shown
+		l.metrics.reserveSize(pl.h.Name, shown[0], shown[1])
+	}
+}
+
+// freeSlots is the slots of pl's ready processes not running a job.
+func (l *loop) freeSlots(pl *pool) int {
+	free := 0
+	for _, p := range pl.procs {
+		if p != nil && p.state == procReady && pl.isolated[p] == nil {
+			free += max(p.free(), 0)
+		}
+	}
+	return free
+}
+
+// giveBack returns claimed rows that never reached a handler: queued
+// again, attempts refunded, their place in line kept.
+func (l *loop) giveBack(ts []*task, why string) {
+	ids := make([]string, len(ts))
+	for i, t := range ts {
+		ids[i] = t.job.ID
+		l.drop(t)
+		if t.state == taskPending {
+			l.unqueue(t)
+		}
+		l.writer.Return(*t.job)
+	}
+	l.metrics.jobsReturned(why, len(ts))
+	l.log.Info("gave back reserved jobs unstarted: queued again in their place, their attempt refunded",
+		"handler", ts[0].pool.h.Name, "reason", why, "jobs", len(ids), "job_ids", ids)
+}

@@ -111,13 +111,22 @@ func (s *Supervisor) newWriter(total int) *completer.Completer {
 			}
 		},
 	}
-	if s.cfg.Once {
+	switch {
+	case s.cfg.Once:
 		// Claim again after every write: a retry written back to the
 		// queue is due, and the claim after the last write ends the run.
 		cfg.AfterWrite = func() {
 			select {
 			case s.events <- wakeEvent{}:
 			default:
+			}
+		}
+	case len(limitKeyPaths(s.cfg.Manifest)) > 0:
+		// A write may free slots of a limited scope (limits.go).
+		cfg.AfterWrite = func() {
+			select {
+			case s.events <- writtenEvent{}:
+			default: // the loop is busy; the next write or poll will do
 			}
 		}
 	}

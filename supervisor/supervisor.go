@@ -340,6 +340,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.log.Info("worker registered", "worker_id", s.workerID, "hostname", s.workerHostname(), "pid", os.Getpid(),
 		"handlers", len(m.Handlers), "jobs", len(names))
 
+	s.prepareLimits(ctx)
+
 	// Owned goroutines, stopped in reverse order below.
 	var wg sync.WaitGroup
 	svc := s.startServices(bg, total)
@@ -357,6 +359,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 
 	l := newLoop(s, svc.writer, sp, &wg)
 	l.enqueuer = svc.enqueuer
+	l.readOverridesAtStart(bg)
 	l.inherit(inherited)
 	go func() {
 		select {
@@ -418,8 +421,13 @@ func (s *Supervisor) markStopped(bg context.Context, writesFailed bool) {
 // INSTANCE@HOST, its metadata names its identity (kind, instance, host) and
 // its heartbeat interval.
 func (s *Supervisor) setIdentity(hostname string, pid, concurrency int) error {
-	meta, err := json.Marshal(map[string]any{backends.MetaKind: workerKind, backends.MetaInstance: s.cfg.Instance,
-		backends.MetaHost: hostname, backends.MetaHeartbeatInterval: s.cfg.Settings.HeartbeatInterval.Seconds()})
+	m := map[string]any{backends.MetaKind: workerKind, backends.MetaInstance: s.cfg.Instance,
+		backends.MetaHost: hostname, backends.MetaHeartbeatInterval: s.cfg.Settings.HeartbeatInterval.Seconds()}
+	if caps := declaredCaps(s.cfg.Manifest); len(caps) > 0 {
+		// The caps this sidecar declares, for the others to compare (limits.go).
+		m[backends.MetaLimits] = caps
+	}
+	meta, err := json.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("encoding the worker row's metadata: %w", err)
 	}

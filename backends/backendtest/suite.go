@@ -46,6 +46,8 @@ func Run(t *testing.T, newHarness Factory) {
 	all = append(all, completeClaimCases()...)
 	all = append(all, childrenCases()...)
 	all = append(all, retriedWriteCases()...)
+	all = append(all, limitCases()...)
+	all = append(all, overrideCases()...)
 	for _, tc := range all {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -57,7 +57,10 @@ func (b *Backend) CompleteAndClaim(ctx context.Context, workerID string, cs []ba
 	batch := &pgx.Batch{}
 	// The claim's prelude sets the planner's settings for the whole
 	// transaction: they serve the completions too.
-	claimed := queueClaim(batch, p)
+	claimed, err := b.queueClaim(ctx, batch, p)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	claimed.queueStatement(batch)
 	report, err := queueCompletions(batch, workerID, cs)
 	if err != nil {

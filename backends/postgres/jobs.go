@@ -322,7 +322,10 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 	// had refused, rows the caller then dropped while the worker lived on.
 	// The prelude only reads the row's status, to explain an empty claim.
 	batch := &pgx.Batch{}
-	c := queueClaim(batch, p)
+	c, err := b.queueClaim(ctx, batch, p)
+	if err != nil {
+		return nil, err
+	}
 	c.queueStatement(batch)
 	if err := b.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, b.wrap(err, "claim jobs for worker %s", p.WorkerID)
@@ -345,22 +348,38 @@ func checkClaim(p backends.ClaimParams) error {
 // once the batch has run.
 type pendingClaim struct {
 	p      backends.ClaimParams
+	plan   *limitPlan // a claim with limits (limits.go); nil without
 	status *string
 	jobs   []backends.Job
 }
 
-// queueClaim queues p's prelude in batch.
-func queueClaim(batch *pgx.Batch, p backends.ClaimParams) *pendingClaim {
+// queueClaim queues p's prelude in batch. A claim with limits first reads
+// which keys it may take from (a round trip of its own, limits.go) and
+// queues their locks after the prelude.
+func (b *Backend) queueClaim(ctx context.Context, batch *pgx.Batch, p backends.ClaimParams) (*pendingClaim, error) {
 	c := &pendingClaim{p: p}
+	if len(p.Limits) > 0 {
+		plan, err := b.planLimits(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		c.plan = &plan
+	}
 	batch.Queue(claimPrelude, p.WorkerID).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&c.status)
 	})
-	return c
+	if c.plan != nil {
+		queueLimitLocks(batch, p, *c.plan)
+	}
+	return c, nil
 }
 
 // queueStatement queues the claim itself.
 func (c *pendingClaim) queueStatement(batch *pgx.Batch) {
 	sql, args := claimStatement(c.p)
+	if c.plan != nil {
+		sql, args = limitedClaimStatement(c.p, *c.plan)
+	}
 	batch.Queue(sql, args...).Query(func(rows pgx.Rows) error {
 		sc := newJobScanner()
 		var err error
@@ -372,6 +391,9 @@ func (c *pendingClaim) queueStatement(batch *pgx.Batch) {
 // result is what the claim took, or why it took nothing.
 func (c *pendingClaim) result() ([]backends.Job, error) {
 	p, status, jobs := c.p, c.status, c.jobs
+	if c.plan != nil && p.Report != nil && len(c.plan.deferred) > 0 {
+		p.Report(c.plan.deferred)
+	}
 	// Rows taken are this worker's whatever the prelude saw: the claim's
 	// own check passed on the snapshot that took them.
 	switch {

@@ -269,6 +269,7 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 		rowid int64
 	}
 	var out []claimed
+	var deferred []backends.Deferral
 	err := b.inWriteTx(ctx, "claiming jobs for worker "+p.WorkerID, func(tx *sql.Tx) error {
 		// A claim is proof of life (see backends.Backend.Claim): only an
 		// active row claims, and its heartbeat is refreshed.
@@ -283,22 +284,33 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 		case status.String != backends.WorkerActive:
 			return fmt.Errorf("its status is %q: %w", status.String, backends.ErrWorkerNotActive)
 		}
-		rows, err := tx.QueryContext(ctx, query, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var c claimed
-			if c.job, err = scanJob(rows, &c.rowid); err != nil {
-				return fmt.Errorf("reading claimed row: %w", err)
+		collect := func(query string, args ...any) error {
+			rows, err := tx.QueryContext(ctx, query, args...)
+			if err != nil {
+				return err
 			}
-			out = append(out, c)
+			defer rows.Close()
+			for rows.Next() {
+				var c claimed
+				if c.job, err = scanJob(rows, &c.rowid); err != nil {
+					return fmt.Errorf("reading claimed row: %w", err)
+				}
+				out = append(out, c)
+			}
+			return rows.Err()
 		}
-		return rows.Err()
+		if len(p.Limits) == 0 {
+			return collect(query, args...)
+		}
+		var err2 error
+		deferred, err2 = b.claimLimited(ctx, tx, p, collect)
+		return err2
 	})
 	if err != nil {
 		return nil, err
+	}
+	if p.Report != nil && len(deferred) > 0 {
+		p.Report(deferred)
 	}
 	// RETURNING order is unspecified; hand rows back in claim order.
 	sort.Slice(out, func(i, k int) bool {

@@ -142,7 +142,7 @@ func (b *Backend) Close() error {
 // cancel-request table. It never alters an existing table.
 func (b *Backend) Migrate(ctx context.Context) error {
 	return b.inWriteTx(ctx, "migrating sqlite schema", func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, schemaDDL)
+		_, err := tx.ExecContext(ctx, schemaDDL+limitsDDL)
 		return err
 	})
 }

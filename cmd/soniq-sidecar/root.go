@@ -70,7 +70,7 @@ func newRootCmd(e env) *cobra.Command {
 		root.AddCommand(c)
 	}
 	for _, c := range []*cobra.Command{newMigrateCmd(e), newEnqueueCmd(e), newStatusCmd(e), newJobCmd(e),
-		newCancelCmd(e), newDeadLetterCmd(e), newScheduleCmd(e)} {
+		newCancelCmd(e), newDeadLetterCmd(e), newScheduleCmd(e), newLimitCmd(e)} {
 		c.GroupID = groupJobs
 		root.AddCommand(c)
 	}

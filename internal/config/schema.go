@@ -18,7 +18,7 @@ import (
 
 func (d *manifestDecoder) manifest(root *yaml.Node) *Manifest {
 	m := &Manifest{}
-	fields, ok := d.mapping(root, "", "version", "settings", "queues", "handlers", "schedules")
+	fields, ok := d.mapping(root, "", "version", "settings", "queues", "handlers", "schedules", "limits")
 	if !ok {
 		return m
 	}
@@ -43,6 +43,10 @@ func (d *manifestDecoder) manifest(root *yaml.Node) *Manifest {
 	if e, ok := fields["schedules"]; ok {
 		m.Schedules = d.schedules(e.val, "schedules")
 	}
+	if e, ok := fields["limits"]; ok {
+		m.Limits = d.limitGroups(e.val, "limits")
+	}
+	defer d.resolveGroups(m)
 	e, ok := fields["handlers"]
 	if !ok {
 		d.fail(root, "handlers", "required: declare at least one handler")
@@ -61,7 +65,7 @@ func (d *manifestDecoder) manifest(root *yaml.Node) *Manifest {
 	jobAt := map[string][2]int{}  // job name -> handler index, job index
 	for i, item := range hn.Content {
 		field := fieldIndex("handlers", i)
-		h := d.handler(item, field)
+		h := d.handler(item, field, i)
 		if h.Name != "" {
 			if first, dup := handlerAt[h.Name]; dup {
 				d.fail(nameNode(item), fieldPath(field, "name"), "duplicate handler name %q (first at handlers[%d], line %d)",
@@ -189,7 +193,7 @@ var (
 	envNameRE     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
-func (d *manifestDecoder) handler(n *yaml.Node, field string) Handler {
+func (d *manifestDecoder) handler(n *yaml.Node, field string, index int) Handler {
 	h := Handler{
 		Transport:       TransportStdio,
 		Processes:       defaultProcesses,
@@ -304,7 +308,7 @@ func (d *manifestDecoder) handler(n *yaml.Node, field string) Handler {
 	if e, ok := fields["jobs"]; !ok {
 		d.fail(mapNode, fieldPath(field, "jobs"), "required: declare at least one job")
 	} else {
-		h.Jobs = d.jobs(e.val, fieldPath(field, "jobs"))
+		h.Jobs = d.jobs(e.val, fieldPath(field, "jobs"), index)
 	}
 	return h
 }
@@ -421,7 +425,7 @@ func (d *manifestDecoder) workdir(n *yaml.Node, field, w string) string {
 	return w
 }
 
-func (d *manifestDecoder) jobs(n *yaml.Node, field string) []JobSpec {
+func (d *manifestDecoder) jobs(n *yaml.Node, field string, handler int) []JobSpec {
 	n = derefAlias(n)
 	if n.Kind != yaml.SequenceNode {
 		d.fail(n, field, "expected a list of jobs, got %s", describeNode(n))
@@ -433,14 +437,18 @@ func (d *manifestDecoder) jobs(n *yaml.Node, field string) []JobSpec {
 	}
 	out := make([]JobSpec, 0, len(n.Content))
 	for i, item := range n.Content {
-		out = append(out, d.job(item, fieldIndex(field, i)))
+		j := d.job(item, fieldIndex(field, i))
+		if j.Limit != nil && j.Limit.Group {
+			d.groupRefs = append(d.groupRefs, groupRef{handler: handler, job: i, node: limitGroupNode(item), field: fieldPath(fieldIndex(field, i), "limit")})
+		}
+		out = append(out, j)
 	}
 	return out
 }
 
 func (d *manifestDecoder) job(n *yaml.Node, field string) JobSpec {
 	j := JobSpec{Retry: DefaultRetryPolicy(), Line: derefAlias(n).Line}
-	fields, ok := d.mapping(n, field, "name", "cancellable", "timeout", "retry")
+	fields, ok := d.mapping(n, field, "name", "cancellable", "timeout", "retry", "limit")
 	if !ok {
 		return j
 	}
@@ -470,6 +478,9 @@ func (d *manifestDecoder) job(n *yaml.Node, field string) JobSpec {
 	}
 	if e, ok := fields["retry"]; ok {
 		j.Retry = d.retry(e.val, fieldPath(field, "retry"))
+	}
+	if e, ok := fields["limit"]; ok && j.Name != "" {
+		j.Limit = d.jobLimit(e.val, fieldPath(field, "limit"), j.Name)
 	}
 	return j
 }

@@ -11,6 +11,8 @@ type (
 	Handler          = cfg.Handler
 	JobSpec          = cfg.JobSpec
 	RetryPolicy      = cfg.RetryPolicy
+	Limit            = cfg.Limit
+	Rate             = cfg.Rate
 	Transport        = cfg.Transport
 	ManifestError    = cfg.ManifestError
 	Settings         = cfg.Settings
@@ -35,3 +37,6 @@ func DefaultRetryPolicy() RetryPolicy { return cfg.DefaultRetryPolicy() }
 
 // IsGlob reports whether an attach entry is a pattern rather than a path.
 func IsGlob(p string) bool { return cfg.IsGlob(p) }
+
+// ParseRate reads "N/DURATION" (the public package's).
+func ParseRate(s string) (Rate, error) { return cfg.ParseRate(s) }

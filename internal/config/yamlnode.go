@@ -22,6 +22,8 @@ type manifestDecoder struct {
 	file string
 	dir  string
 	errs []error
+	// groupRefs are the jobs naming a limit group (limits.go).
+	groupRefs []groupRef
 }
 
 func (d *manifestDecoder) fail(n *yaml.Node, field, format string, args ...any) {

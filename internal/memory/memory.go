@@ -33,6 +33,10 @@ type Backend struct {
 	// still claim in insertion order, as a SQL sequence of inserts would.
 	seq  int64
 	seqs map[string]int64
+	// rateLog holds the claim times of rate-limited keys (limits.go).
+	rateLog map[scopeKey][]time.Time
+	// overrides are the operators' caps (limits.go).
+	overrides map[overrideKey]backends.LimitOverride
 }
 
 type taskKey struct{ name, workerID string }
@@ -51,6 +55,8 @@ func New() *Backend {
 		cancels:     map[string]*backends.CancelRequest{},
 		closed:      make(chan struct{}),
 		seqs:        map[string]int64{},
+		rateLog:     map[scopeKey][]time.Time{},
+		overrides:   map[overrideKey]backends.LimitOverride{},
 	}
 }
 
@@ -271,18 +277,22 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 		candidates = append(candidates, j)
 	}
 	slices.SortFunc(candidates, b.compareClaimOrder)
-	if len(candidates) > p.Limit+p.Ahead {
-		candidates = candidates[:p.Limit+p.Ahead]
-	}
-	if len(candidates) > p.Limit {
-		// The reserve's rows: none on its last attempt (ClaimParams.Ahead).
-		kept := candidates[:p.Limit]
-		for _, j := range candidates[p.Limit:] {
-			if j.Attempts+1 < j.MaxAttempts {
-				kept = append(kept, j)
-			}
+	if len(p.Limits) > 0 {
+		candidates = b.limited(candidates, p, t)
+	} else {
+		if len(candidates) > p.Limit+p.Ahead {
+			candidates = candidates[:p.Limit+p.Ahead]
 		}
-		candidates = kept
+		if len(candidates) > p.Limit {
+			// The reserve's rows: none on its last attempt (ClaimParams.Ahead).
+			kept := candidates[:p.Limit]
+			for _, j := range candidates[p.Limit:] {
+				if j.Attempts+1 < j.MaxAttempts {
+					kept = append(kept, j)
+				}
+			}
+			candidates = kept
+		}
 	}
 	out := make([]backends.Job, 0, len(candidates))
 	for _, j := range candidates {

@@ -1,0 +1,271 @@
+package backends
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"hash/fnv"
+	"slices"
+	"strings"
+	"time"
+)
+
+// ClaimLimit is one scope's caps as a claim obeys them: the rows of its
+// job names are claimed only while the scope (per key value, with a key)
+// is under every cap, counted from the rows themselves in the whole
+// database, and never into a reserve (ClaimParams.Ahead).
+type ClaimLimit struct {
+	// Scope names the scope (a job name, or a group's name); claimers
+	// serialize on it, so every sidecar must give a scope the same name.
+	Scope string
+	// Names are every job name of the scope: their rows count against the
+	// caps. The claim takes those that are also in ClaimParams.Names.
+	Names []string
+	// Key is the path into args the caps apply per value of (nil: one cap
+	// for the scope). The key of a row is LimitKey's.
+	Key []string
+	// Concurrency is the most rows of the scope (per key) processing at
+	// once; 0 = no such cap. A negative value pauses the scope: nothing of
+	// it is claimed.
+	Concurrency int
+	// RateN claims in any window of RatePer (per key); RateN 0 = no such
+	// cap.
+	RateN   int
+	RatePer time.Duration
+	// Keys are per-key caps that replace Concurrency and the rate for one
+	// key value (the operator's overrides); nil for none.
+	Keys []KeyCaps
+}
+
+// KeyCaps are the caps of one key value of a scope, replacing the scope's
+// (a field left 0 keeps the scope's; a Concurrency < 0 pauses the key).
+type KeyCaps struct {
+	// Key is the key value; Null means the key null (Key is then "").
+	Key         string
+	Null        bool
+	Concurrency int
+	RateN       int
+	RatePer     time.Duration
+}
+
+// Deferral is one scope's rows a claim left queued because of a cap:
+// Limit is "concurrency" or "rate", Keys the number of keys (1 for an
+// unkeyed scope) that had a runnable row held back by that cap.
+type Deferral struct {
+	Scope, Limit string
+	Keys         int
+}
+
+// LimitReport receives what a limited claim held back, for the metrics.
+// A claim calls it at most once, before it returns; it may be nil.
+type LimitReport func([]Deferral)
+
+// LimitKey is the key of a row with args for the key path: the text of the
+// value at path (a string's own text, a number's as written, true or
+// false), and ok false for the key null (a missing field, a null, an
+// object or an array, or args that are not an object).
+func LimitKey(args json.RawMessage, path []string) (key string, ok bool) {
+	cur := args
+	for _, seg := range path {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(cur, &obj); err != nil || obj == nil {
+			return "", false
+		}
+		v, has := obj[seg]
+		if !has {
+			return "", false
+		}
+		cur = v
+	}
+	cur = bytes.TrimSpace(cur)
+	if len(cur) == 0 {
+		return "", false
+	}
+	switch cur[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(cur, &s); err != nil {
+			return "", false
+		}
+		return s, true
+	case 't', 'f':
+		return string(cur), true
+	case 'n', '{', '[':
+		return "", false
+	}
+	return string(cur), true // a number, as written
+}
+
+// LimitLockID is the 64-bit id claimers serialize a scope and key on
+// (Postgres: a transaction-scoped advisory lock). Every sidecar computes
+// the same id for the same scope and key.
+func LimitLockID(scope, key string, null bool) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("soniq-limit\x00"))
+	h.Write([]byte(scope))
+	if null {
+		h.Write([]byte{0, 0})
+	} else {
+		h.Write([]byte{0, 1})
+		h.Write([]byte(key))
+	}
+	return int64(h.Sum64())
+}
+
+// Caps is the concurrency and rate that apply to one key of l: the key's
+// own caps where the operator set them, else the scope's. Concurrency < 0
+// means paused; 0 means no cap.
+func (l ClaimLimit) Caps(key string, null bool) (concurrency, rateN int, ratePer time.Duration) {
+	concurrency, rateN, ratePer = l.Concurrency, l.RateN, l.RatePer
+	for _, k := range l.Keys {
+		if k.Null != null || (!null && k.Key != key) {
+			continue
+		}
+		if k.Concurrency != 0 {
+			concurrency = k.Concurrency
+		}
+		if k.RateN != 0 {
+			rateN, ratePer = k.RateN, k.RatePer
+		}
+	}
+	return concurrency, rateN, ratePer
+}
+
+// LimitedNames is every job name some scope of limits counts.
+func LimitedNames(limits []ClaimLimit) []string {
+	var out []string
+	for _, l := range limits {
+		out = append(out, l.Names...)
+	}
+	return out
+}
+
+// KeyPath is the key path as the manifest writes it ("args.tenant_id").
+func KeyPath(path []string) string {
+	if len(path) == 0 {
+		return ""
+	}
+	return "args." + strings.Join(path, ".")
+}
+
+// LimitIndexer is implemented by backends that index the rows of limited
+// scopes by key, so a claim finds the keys with queued rows without
+// reading a capped backlog. The engine calls it at start with the key
+// paths its manifest declares; it is idempotent.
+type LimitIndexer interface {
+	PrepareLimitKeys(ctx context.Context, paths [][]string) error
+}
+
+// LimitOverride is an operator's cap for a scope, or for one key value of
+// it, set with `soniq-sidecar limit set` and kept in the database until
+// cleared, replacing the manifests' caps on every sidecar.
+type LimitOverride struct {
+	Scope string
+	// Key is the key value the override is for; nil for the whole scope.
+	Key *string
+	// Concurrency replaces the concurrency cap when set; 0 pauses (its
+	// rows stay queued).
+	Concurrency *int
+	// RateN claims in any window of RatePer replace the rate cap when
+	// RateN > 0.
+	RateN   int
+	RatePer time.Duration
+	// UpdatedAt is when it was last set.
+	UpdatedAt time.Time
+}
+
+// Limits is the storage of the operators' overrides of the limits
+// (limits.go: the sidecar's own table, made by Migrate).
+type Limits interface {
+	// SetLimit creates or replaces the override of o.Scope (and o.Key).
+	// A field left unset in o keeps the override's earlier value of it.
+	SetLimit(ctx context.Context, o LimitOverride) (LimitOverride, error)
+	// ClearLimit deletes the override of scope (and key); false when
+	// there was none.
+	ClearLimit(ctx context.Context, scope string, key *string) (bool, error)
+	// LimitOverrides returns every override, by scope then key (the
+	// scope's own first).
+	LimitOverrides(ctx context.Context) ([]LimitOverride, error)
+	// CountByStatus counts the rows of names queued and processing, for
+	// what `limit list` shows of a scope.
+	CountByStatus(ctx context.Context, names []string) (queued, processing int64, err error)
+}
+
+// SortOverrides orders overrides by scope, then key, the scope's own first.
+func SortOverrides(os []LimitOverride) {
+	slices.SortFunc(os, func(a, b LimitOverride) int {
+		if c := strings.Compare(a.Scope, b.Scope); c != 0 {
+			return c
+		}
+		switch {
+		case a.Key == nil && b.Key == nil:
+			return 0
+		case a.Key == nil:
+			return -1
+		case b.Key == nil:
+			return 1
+		}
+		return strings.Compare(*a.Key, *b.Key)
+	})
+}
+
+// ApplyOverrides lays the overrides over a scope's declared caps: the
+// scope's own replaces them (a concurrency of 0 pauses the scope), each
+// key's becomes a KeyCaps (0 pauses the key).
+func ApplyOverrides(l ClaimLimit, os []LimitOverride) ClaimLimit {
+	l.Keys = nil
+	for _, o := range os {
+		if o.Scope != l.Scope {
+			continue
+		}
+		if o.Key == nil {
+			if o.Concurrency != nil {
+				l.Concurrency = pausedIfZero(*o.Concurrency)
+			}
+			if o.RateN > 0 {
+				l.RateN, l.RatePer = o.RateN, o.RatePer
+			}
+			continue
+		}
+		k := KeyCaps{Key: *o.Key, RateN: o.RateN, RatePer: o.RatePer}
+		if o.Concurrency != nil {
+			k.Concurrency = pausedIfZero(*o.Concurrency)
+		}
+		l.Keys = append(l.Keys, k)
+	}
+	return l
+}
+
+func pausedIfZero(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+// MetaLimits is the worker metadata key under which a sidecar publishes the
+// caps its manifest declares, by scope, so the sidecars of a fleet can see
+// that they disagree (a rollout) and hold the smaller.
+const MetaLimits = "limits"
+
+// DeclaredCaps is one scope's caps as a sidecar declares them in its
+// worker row's metadata.
+type DeclaredCaps struct {
+	// Names are the job names of the scope in the sidecar's manifest.
+	Names       []string `json:"names,omitempty"`
+	Concurrency int      `json:"concurrency,omitempty"`
+	RateN       int      `json:"rate_n,omitempty"`
+	RateSeconds int      `json:"rate_seconds,omitempty"`
+}
+
+// DeclaredLimits reads the caps a worker row's metadata declares, by
+// scope; nil when it declares none.
+func DeclaredLimits(meta json.RawMessage) map[string]DeclaredCaps {
+	var m struct {
+		Limits map[string]DeclaredCaps `json:"limits"`
+	}
+	if json.Unmarshal(meta, &m) != nil {
+		return nil
+	}
+	return m.Limits
+}

@@ -1,0 +1,26 @@
+-- The sidecar's own log of the claims of rate-limited scopes (docs/limits.md):
+-- one row per claim, written by the claim under its scope and key's lock
+-- and read by the next claimer to count the claims in the window; rows older
+-- than the window are deleted by the claims as they go. Not one of Soniq's
+-- tables; Soniq never reads it.
+CREATE TABLE IF NOT EXISTS soniq_sidecar_limit_claims (
+  scope TEXT NOT NULL,
+  key TEXT,
+  claimed_at TIMESTAMP WITH TIME ZONE NOT NULL
+);
+CREATE INDEX IF NOT EXISTS soniq_sidecar_limit_claims_window
+  ON soniq_sidecar_limit_claims (scope, key, claimed_at);
+
+-- The operators' overrides of the manifests' caps (`soniq-sidecar limit
+-- set|clear|list`), read by every running sidecar each poll interval. A row
+-- is a scope's own override (has_key false, key '') or one key value's.
+CREATE TABLE IF NOT EXISTS soniq_sidecar_limit_overrides (
+  scope TEXT NOT NULL,
+  has_key BOOLEAN NOT NULL,
+  key TEXT NOT NULL DEFAULT '',
+  concurrency INTEGER,
+  rate_n INTEGER,
+  rate_seconds INTEGER,
+  updated_at TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT now(),
+  PRIMARY KEY (scope, has_key, key)
+);
