@@ -31,12 +31,14 @@ import (
 	"github.com/soniq-dev/soniq-sidecar/backends/postgres/pgtest"
 )
 
-// repoRoot is the repository's root directory, found from this file.
+// repoRoot is the repository's root directory: the parent of integration/, where go test
+// runs this package's tests. Not found from this file's path, which -trimpath (make test-pod)
+// leaves relative to the module.
 func repoRoot(t testing.TB) string {
 	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	require.True(t, ok)
-	return filepath.Dir(filepath.Dir(file))
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	return filepath.Dir(wd)
 }
 
 // buildSidecar builds the binary once per test process. -race makes the

@@ -19,7 +19,9 @@ mkdir -p "$cache"
   flock 9
   if [[ ! -f "$saved/.installed" ]]; then
     echo "cd sdk/node-client && npm ci" >&2
-    npm ci --no-audit --no-fund --silent
+    # node-gyp compiles better-sqlite3's two translation units (the SQLite amalgamation and
+    # the binding) one after the other unless told how many jobs: JOBS=max runs one per core.
+    JOBS="${JOBS:-max}" npm ci --no-audit --no-fund --silent
     rm -rf "$saved.tmp" && mkdir -p "$saved.tmp"
     cp -a node_modules "$saved.tmp/"
     echo "$key" >"$saved.tmp/.installed"

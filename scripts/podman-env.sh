@@ -199,6 +199,10 @@ static_base() {
 }
 
 bases() {
+  # One maker at a time: .ci/run starts this early in the background and make test-pod's
+  # scripts/images.sh then waits here for it instead of making the same images beside it.
+  exec 9>"$SONIQ_PODMAN_CACHE/bases.lock"
+  flock 9 || fatal "cannot lock $SONIQ_PODMAN_CACHE/bases.lock"
   debian_base
   # Python's apt install (downloads and unpacking) beside the others.
   local py
