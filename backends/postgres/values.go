@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
 )
 
 // isJSONObject reports whether raw is a single JSON object.
@@ -18,25 +20,7 @@ func isJSONObject(raw json.RawMessage) bool {
 // isUUID accepts the canonical 8-4-4-4-12 hex form. Ids that fail it cannot
 // name a row, and rejecting them here keeps one bad id from failing a whole
 // batch statement with a cast error.
-func isUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
-}
+func isUUID(s string) bool { return backends.IsUUID(s) }
 
 // parseUUID reads a uuid that isUUID accepted.
 func parseUUID(s string) pgtype.UUID {
