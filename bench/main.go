@@ -77,6 +77,13 @@ type config struct {
 	producersBatch  int // jobs of one bulk call of the producers section
 	producersRuns   int // rounds of the producers section
 	producersSingle int // single enqueues a round of the producers section times
+
+	limitsN        int // jobs per drain of the limits section
+	limitsKeys     int // keys they are spread over
+	limitsRuns     int // rounds of the limits section
+	limitsBacklog  int // rows queued on the capped key (0: that part is not run)
+	limitsRate     int // the rate cap, claims a second
+	limitsRateJobs int // jobs drained under it
 }
 
 func main() {
@@ -98,7 +105,7 @@ func main() {
 	flag.DurationVar(&c.shutTO, "shutdown-timeout", 2*time.Second, "shutdown_timeout for the shutdown runs")
 	flag.DurationVar(&c.budget, "budget", 13*time.Minute+30*time.Second, "wall-time bound of the measuring: later rounds are skipped past it (with the build and the venvs, make bench stays within 15 minutes on 2 cores)")
 	only := flag.String("only", "", "comma-separated variant keys to run (soniq, python-stdio, node-stdio, python-stdio-ahead0, node-stdio-ahead0 (claim_ahead 0), python-unix, node-unix, python-attach, node-attach, ceiling, floor, alone-python, alone-node, and in the peers section also python-stdio-ttl0, node-stdio-ttl0 (result_ttl 0) and the peers graphile-worker, pg-boss, pgqueuer, procrastinate); default all")
-	sections := flag.String("sections", "shutdown,latency,priority,pooler,sqlite,peers,producers,throughput,depth,sharing", "comma-separated sections to run (producers: enqueueing from Node, soniq-client beside pg-boss and graphile-worker, needs -peer-installs for those two; priority: a high-priority job's start delay behind a full reserve; pooler: pickup latency direct and through PgBouncer, needs pgbouncer; sqlite: the embedded SQLite default beside Soniq's worker on SQLite; peers: graphile-worker, pg-boss, PgQueuer and Procrastinate beside the sidecar's stdio rows, needs -peer-installs)")
+	sections := flag.String("sections", "shutdown,latency,priority,pooler,sqlite,peers,producers,limits,throughput,depth,sharing", "comma-separated sections to run (limits: fleet-wide caps against the same jobs unlimited; producers: enqueueing from Node, soniq-client beside pg-boss and graphile-worker, needs -peer-installs for those two; priority: a high-priority job's start delay behind a full reserve; pooler: pickup latency direct and through PgBouncer, needs pgbouncer; sqlite: the embedded SQLite default beside Soniq's worker on SQLite; peers: graphile-worker, pg-boss, PgQueuer and Procrastinate beside the sidecar's stdio rows, needs -peer-installs)")
 	flag.IntVar(&c.soniqN, "soniq-n", 5000, "jobs per throughput run of the Soniq worker (fewer than -n: it is 20-50 times slower, and a shallower queue only flatters it)")
 	depths := flag.String("depths", "10000,100000,1000000", "queue depths of the depth curve")
 	sidecarCounts := flag.String("sidecars", "1,2,4,8", "sidecar counts of the sharing curve (same total budget)")
@@ -123,6 +130,12 @@ func main() {
 	flag.IntVar(&c.pgQueuerBatch, "pgqueuer-batch", 0, "PgQueuer: batch_size (default half the per-process budget, the largest PgQueuer allows with max_concurrent_tasks = the budget)")
 	flag.IntVar(&c.producersBatch, "producers-batch", 10000, "jobs of one bulk call in the producers section (soniq-client enqueueMany, pg-boss insert, graphile-worker addJobs)")
 	flag.IntVar(&c.producersRuns, "producers-runs", 3, "rounds of the producers section")
+	flag.IntVar(&c.limitsN, "limits-n", 10000, "no-op jobs per drain of the limits section (limited and unlimited rows)")
+	flag.IntVar(&c.limitsKeys, "limits-keys", 1000, "keys (args.k) the limits section's drains spread their jobs over, concurrency 2 each")
+	flag.IntVar(&c.limitsRuns, "limits-runs", 3, "rounds of the limits section's drains")
+	flag.IntVar(&c.limitsBacklog, "limits-backlog", 100000, "rows queued on one key at its cap in the limits section (0: skip that part)")
+	flag.IntVar(&c.limitsRate, "limits-rate", 1000, "the limits section's rate cap, claims a second")
+	flag.IntVar(&c.limitsRateJobs, "limits-rate-jobs", 10000, "jobs drained under the limits section's rate cap")
 	flag.IntVar(&c.producersSingle, "producers-single", 500, "single enqueues timed per round of the producers section")
 	renderOnly := flag.String("render", "", "only rewrite this report from the JSON it embeds (goals, analysis), measuring nothing")
 	flag.Parse()
@@ -267,6 +280,7 @@ func run(ctx context.Context, c *config) error {
 	}{{"shutdown", b.shutdownSection}, {"latency", b.latencySection}, {"priority", b.prioritySection}, {"pooler", b.poolerSection}, {"sqlite", b.sqliteSection},
 		{"peers", b.peersSection},
 		{"producers", b.producersSection},
+		{"limits", b.limitsSection},
 		{"throughput", b.throughputSection},
 		{"depth", b.depthSection}, {"sharing", b.shareSection}} {
 		if !c.sections[s.name] {
@@ -313,6 +327,9 @@ type variant struct {
 	// metricsAddr: serve /metrics there ("" = none), for a section that
 	// reads the sidecar's gauges.
 	metricsAddr string
+	// limitGroup: the caps of one limit group every bench job names
+	// (limits.go); "" = no limits.
+	limitGroup string
 }
 
 // ahead0 is v run with `claim_ahead: 0`.
@@ -403,6 +420,9 @@ func (b *bench) writeManifestSized(v variant, tag string, procs, per int) (strin
 	if v.ResultTTL0 || v.ClaimAhead0 {
 		sb.WriteString("settings:\n")
 	}
+	if v.limitGroup != "" {
+		fmt.Fprintf(&sb, "limits:\n  - {group: %s, %s}\n", limitsGroup, v.limitGroup)
+	}
 	if v.ResultTTL0 {
 		sb.WriteString("  result_ttl: 0s\n")
 	}
@@ -422,6 +442,10 @@ func (b *bench) writeManifestSized(v variant, tag string, procs, per int) (strin
 	}
 	sb.WriteString("    jobs:\n")
 	for _, j := range []string{"bench.noop", "bench.latency", "bench.sleep"} {
+		if v.limitGroup != "" {
+			fmt.Fprintf(&sb, "      - {name: %s, cancellable: true, limit: {group: %s}}\n", j, limitsGroup)
+			continue
+		}
 		fmt.Fprintf(&sb, "      - {name: %s, cancellable: true}\n", j)
 	}
 	path := filepath.Join(c.work, "manifest-"+tag+".yaml")

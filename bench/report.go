@@ -28,6 +28,7 @@ type report struct {
 	SQLite     *sqliteReport     `json:"sqlite,omitempty"`
 	Peers      []*peerResult     `json:"peers,omitempty"`
 	Producers  []*producerResult `json:"producers,omitempty"`
+	Limits     *limitsResult     `json:"limits,omitempty"`
 	Loads      []sectionLoad     `json:"loads,omitempty"`
 	Notes      []string          `json:"notes,omitempty"`
 	Goals      []goal            `json:"goals"`
@@ -731,6 +732,7 @@ func (r *report) write(path string) error {
 
 	r.writePeers(w)
 	r.writeProducers(w)
+	r.writeLimits(w)
 
 	if len(r.Depth) > 0 {
 		w("## 6a. Queue depth (Python SDK, stdio, with the index)\n\n")

@@ -33,6 +33,8 @@ type Rules struct {
 	RSSGrowthPct int
 	RSSGrowthKB  int
 	RSSMaxKB     int
+	// LimitCaps: the concurrency cap of each limited scope, per key.
+	LimitCaps map[string]int
 }
 
 // Violation rules.
@@ -51,6 +53,7 @@ const (
 	ruleRSS             = "rss"              // a sidecar's memory grew or exceeded the ceiling
 	ruleOrphaned        = "orphaned"         // a row left processing under a live worker, which its self-audit gave back
 	ruleChargedUnrun    = "charged-unrun"    // dead-lettered with more attempts charged than runs and crashes explain
+	ruleLimit           = "limit"            // more rows of a scope and key processing than its concurrency cap
 )
 
 // Violation is one broken rule.
@@ -70,6 +73,8 @@ type Report struct {
 	MaxLatency       time.Duration
 	MaxRSSKB         int
 	RSSJudged        int // sidecar processes sampled long enough for the growth rule
+	LimitSamples     int // counts of a limited scope's processing rows by key
+	MaxLimited       int // the most rows of one scope and key processing in a sample
 	Violations       []Violation
 }
 
@@ -120,6 +125,7 @@ func Check(h *History, r Rules) *Report {
 	c.executionsOfUnknownJobs()
 	c.processes()
 	c.rss()
+	c.limits()
 	return c.rep
 }
 
@@ -448,7 +454,7 @@ func (rep *Report) Summary(seed int64, seconds time.Duration) string {
 		reruns += rep.Reruns[k]
 		why = append(why, fmt.Sprintf("%s=%d", k, rep.Reruns[k]))
 	}
-	return fmt.Sprintf("chaos: seed=%d seconds=%d jobs=%d executions=%d reruns=%d [%s] interrupted=%d dead_lettered=%d faults=%d [%s] max_latency=%s max_rss=%dkB rss_flat_checked=%d violations=%d %s",
+	return fmt.Sprintf("chaos: seed=%d seconds=%d jobs=%d executions=%d reruns=%d [%s] interrupted=%d dead_lettered=%d faults=%d [%s] max_latency=%s max_rss=%dkB rss_flat_checked=%d limit_samples=%d max_limited=%d violations=%d %s",
 		seed, int(seconds.Seconds()), rep.Jobs, rep.Executions, reruns, strings.Join(why, " "), rep.Interrupted, rep.DeadLettered, total, strings.Join(fs, " "),
-		rep.MaxLatency.Round(time.Millisecond), rep.MaxRSSKB, rep.RSSJudged, len(rep.Violations), verdict)
+		rep.MaxLatency.Round(time.Millisecond), rep.MaxRSSKB, rep.RSSJudged, rep.LimitSamples, rep.MaxLimited, len(rep.Violations), verdict)
 }

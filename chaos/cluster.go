@@ -252,7 +252,7 @@ func (c *cluster) newSidecars() error {
 	jobs := "    jobs:\n" +
 		"      - {name: " + jobAsync + ", cancellable: true}\n" +
 		"      - {name: " + jobFailAsync + ", cancellable: true}\n" +
-		"      - {name: " + jobSync + ", cancellable: false}\n" +
+		"      - {name: " + jobSync + ", cancellable: false, " + limitManifest() + "}\n" +
 		"      - {name: " + jobFailSync + ", cancellable: false}\n"
 	q := strconv.Quote
 	env := func(name string, kv ...string) string {

@@ -145,6 +145,7 @@ func parseConfig(args []string) (*config, error) {
 	c.rules.JobBound = parsed["job-bound"]
 	c.rules.RSSWarmup, c.rules.RSSMinSpan = 20*time.Second, 60*time.Second
 	c.rules.RSSGrowthPct, c.rules.RSSGrowthKB = 25, 8<<10
+	c.rules.LimitCaps = map[string]int{jobSync: limitCap}
 	return c, nil
 }
 

@@ -139,7 +139,10 @@ type History struct {
 	Faults       []Fault
 	Incarnations []Incarnation
 	RSS          []RSSSample
-	Outages      []Outage
+	// Limits are the counts of the limited scopes' processing rows by
+	// key, every 100 ms (limits.go).
+	Limits  []LimitSample
+	Outages []Outage
 	// Beats are the times each sidecar process (by pid) wrote its
 	// last_heartbeat, as the rows say: registration, heartbeats and
 	// claims that landed (beats.go), in time order. Stale-worker recovery

@@ -132,6 +132,8 @@ func run(ctx context.Context, cfg *config) (int, error) {
 	var wg sync.WaitGroup
 	wg.Go(func() { rss = c.sampleRSS(samplerCtx) })
 	wg.Go(func() { outages = c.probe(samplerCtx) })
+	var limited []LimitSample
+	wg.Go(func() { limited = sampleLimits(samplerCtx, pool, cfg.rules.LimitCaps) })
 	prod := &producer{pool: pool, rnd: mrand.New(mrand.NewSource(cfg.seed + 1)), rate: cfg.rate, log: prodLog}
 	var produced []Produced
 	wg.Go(func() { produced = prod.run(runCtx, rec) })
@@ -164,7 +166,7 @@ func run(ctx context.Context, cfg *config) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	h.Outages, h.Holders = outages, holders
+	h.Outages, h.Holders, h.Limits = outages, holders, limited
 	if h.Cancels, err = c.collectCancels(ctx, pool); err != nil {
 		return 0, err
 	}

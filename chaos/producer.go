@@ -82,7 +82,7 @@ func (p *producer) run(ctx context.Context, rec *recorder) []Produced {
 		}
 		name, ms, maxAttempts := p.next()
 		id := newUUID()
-		args, _ := json.Marshal(map[string]int{"ms": ms, "seq": seq})
+		args, _ := json.Marshal(map[string]any{"ms": ms, "seq": seq, limitKeyField: tenantOf(seq)})
 		for {
 			err := p.insert(ctx, id, name, string(args), maxAttempts)
 			if err == nil {
