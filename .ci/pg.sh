@@ -44,7 +44,15 @@ start)
   done
   mkdir -p "$dir"
   if [[ "$(id -u)" == 0 ]]; then chown "$PG_USER" "$dir"; fi
-  port="${PGPORT_TEST:-$(( 20000 + RANDOM % 20000 ))}"
+  # Below the kernel's ephemeral range (32768 and up by default), where client connections take
+  # their local ports, and not listened on now.
+  port="${PGPORT_TEST:-}"
+  if [[ -z "$port" ]]; then
+    for _ in $(seq 20); do
+      port=$(( 20000 + RANDOM % 12000 ))
+      (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break
+    done
+  fi
   as_owner "$PG_BIN/initdb" -D "$dir/data" -U soniq --auth=trust -E UTF8 >"$dir/initdb.log" 2>&1 \
     || { cat "$dir/initdb.log" >&2; echo "FATAL: initdb failed" >&2; exit 1; }
   cat >>"$dir/data/postgresql.conf" <<CONF

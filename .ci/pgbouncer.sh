@@ -71,7 +71,16 @@ start)
   re='^postgres(ql)?://([^@:/]+)(:[^@]*)?@([^:/]+):([0-9]+)/'
   [[ "$pgurl" =~ $re ]] || { echo "FATAL: cannot read user, host and port from $pgurl" >&2; exit 1; }
   user="${BASH_REMATCH[2]}"; host="${BASH_REMATCH[4]}"; pgport="${BASH_REMATCH[5]}"
-  port="${PGBOUNCER_PORT:-$(( 20000 + RANDOM % 20000 ))}"
+  # A port below the kernel's ephemeral range (32768 and up by default), where the tests' own
+  # client connections take their local ports, and that nothing listens on now: a port drawn
+  # from 20000-39999 once collided with a local port in use ("nowhere to listen", .ci/run).
+  port="${PGBOUNCER_PORT:-}"
+  if [[ -z "$port" ]]; then
+    for _ in $(seq 20); do
+      port=$(( 20000 + RANDOM % 12000 ))
+      (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break
+    done
+  fi
   mkdir -p "$dir"
   cat >"$dir/pgbouncer.ini" <<CONF
 [databases]
