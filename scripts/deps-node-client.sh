@@ -12,6 +12,12 @@ stamp=node_modules/.installed-from-lock
 key="$( (cat "$lock"; node --version) | sha256sum | cut -c1-12)"
 if [[ -f "$stamp" ]] && [[ "$(cat "$stamp")" == "$key" ]]; then exit 0; fi
 
+# node-gyp builds against the headers of the node that runs it (.ci/run checks they are there),
+# never against headers it would download: nodejs.org is not reachable from every machine, and a
+# new user's npm has no nodedir set.
+node_prefix="$(dirname "$(dirname "$(readlink -f "$(command -v node)")")")"
+if [[ -f "$node_prefix/include/node/node.h" ]]; then export npm_config_nodedir="${npm_config_nodedir:-$node_prefix}"; fi
+
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/soniq-sidecar"
 saved="$cache/node-client-modules-$key"
 mkdir -p "$cache"
