@@ -60,16 +60,8 @@ func appendMessage(b []byte, m Message) ([]byte, error) {
 		b = append(b, `,"name":`...)
 		b = appendString(b, m.Name)
 		b = append(b, `,"args":`...)
-		if m.Args == nil {
-			b = append(b, "{}"...)
-		} else {
-			start := len(b)
-			if b, err = appendRaw(b, m.Args, "args"); err != nil {
-				return nil, err
-			}
-			if b[start] != '{' {
-				return nil, errors.New("protocol: encode job: args is not a JSON object")
-			}
+		if b, err = appendArgs(b, m.Args, "job"); err != nil {
+			return nil, err
 		}
 		b = append(b, `,"attempt":`...)
 		b = strconv.AppendInt(b, int64(m.Attempt), 10)
@@ -185,16 +177,8 @@ func appendEnqueue(b []byte, m *Enqueue) ([]byte, error) {
 	b = append(b, `,"name":`...)
 	b = appendString(b, m.Name)
 	b = append(b, `,"args":`...)
-	if m.Args == nil {
-		b = append(b, "{}"...)
-	} else {
-		start := len(b)
-		if b, err = appendRaw(b, m.Args, "args"); err != nil {
-			return nil, err
-		}
-		if b[start] != '{' {
-			return nil, errors.New("protocol: encode enqueue: args is not a JSON object")
-		}
+	if b, err = appendArgs(b, m.Args, "enqueue"); err != nil {
+		return nil, err
 	}
 	if m.Queue != nil {
 		b = append(b, `,"queue":`...)
@@ -335,4 +319,20 @@ func appendString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// appendArgs writes a frame's args: a JSON object, {} when nil.
+func appendArgs(b []byte, args []byte, frame string) ([]byte, error) {
+	if args == nil {
+		return append(b, "{}"...), nil
+	}
+	start := len(b)
+	b, err := appendRaw(b, args, "args")
+	if err != nil {
+		return nil, err
+	}
+	if b[start] != '{' {
+		return nil, errors.New("protocol: encode " + frame + ": args is not a JSON object")
+	}
+	return b, nil
 }
