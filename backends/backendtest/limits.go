@@ -214,6 +214,56 @@ func limitCases() []testCase {
 			lim[0].Keys, lim[0].Concurrency = nil, -1
 			assert.Empty(s.t, s.claim(backends.ClaimParams{WorkerID: w, Names: []string{name}, Limit: 5, Limits: lim}), "the scope paused")
 		}},
+		{"limits/a claim that fills a key to a cap reports it, as a key found at the cap", func(s *suite) {
+			for _, c := range []struct {
+				name, limit string
+				lim         backends.ClaimLimit
+				take        int
+			}{
+				{"lim.fill", "concurrency", backends.ClaimLimit{Concurrency: 2}, 2},
+				{"lim.fillrate", "rate", backends.ClaimLimit{RateN: 3, RatePer: time.Minute}, 3},
+			} {
+				for range 5 {
+					s.enqueueArgs(c.name, `{"t":"a"}`)
+				}
+				l := c.lim
+				l.Scope, l.Names, l.Key = c.name, []string{c.name}, []string{"t"}
+				var got []backends.Deferral
+				jobs := s.claim(backends.ClaimParams{WorkerID: s.worker(), Names: []string{c.name}, Limit: 10, Limits: []backends.ClaimLimit{l},
+					Report: func(ds []backends.Deferral) { got = append(got, ds...) }})
+				assert.Len(s.t, jobs, c.take, c.name)
+				// Without it, the caller would not know to claim again when
+				// a slot frees or the window moves on: a rate-capped backlog
+				// once waited for the poll after each window's last claim.
+				assert.Equal(s.t, []backends.Deferral{{Scope: c.name, Limit: c.limit, Keys: 1}}, got, c.name)
+			}
+		}},
+		{"limits/a key under its cap behind hundreds at theirs is claimed within a few claims", func(s *suite) {
+			const name, keys = "lim.walk", 300
+			path := []string{"t"}
+			for i := range keys {
+				s.enqueueArgs(name, fmt.Sprintf(`{"t":"k%03d"}`, i))
+			}
+			lim := []backends.ClaimLimit{{Scope: name, Names: []string{name}, Key: path, Concurrency: 1}}
+			w := s.worker()
+			require.Len(s.t, s.claim(backends.ClaimParams{WorkerID: w, Names: []string{name}, Limit: keys, Limits: lim}), keys)
+			for i := range keys {
+				s.enqueueArgs(name, fmt.Sprintf(`{"t":"k%03d"}`, i))
+			}
+			want := s.enqueueArgs(name, `{"t":"k150x"}`)
+			for n := 1; ; n++ {
+				jobs := s.claim(backends.ClaimParams{WorkerID: w, Names: []string{name}, Limit: 1, Limits: lim})
+				if len(jobs) > 0 {
+					require.Len(s.t, jobs, 1)
+					assert.Equal(s.t, want.ID, jobs[0].ID, "the only key under its cap")
+					break
+				}
+				// A claim reads a bounded number of keys, so one behind many
+				// at their caps may take a few claims to reach: each goes on
+				// where the last one stopped.
+				require.Less(s.t, n, 25, "claims that found nothing")
+			}
+		}},
 		{"limits/rate: at most N claims in any window, retries included", func(s *suite) {
 			const name = "lim.rate"
 			for range 6 {

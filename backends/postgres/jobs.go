@@ -347,17 +347,18 @@ func checkClaim(p backends.ClaimParams) error {
 // whatever else shares the transaction) its statement; result reads it
 // once the batch has run.
 type pendingClaim struct {
-	p      backends.ClaimParams
-	plan   *limitPlan // a claim with limits (limits.go); nil without
-	status *string
-	jobs   []backends.Job
+	p       backends.ClaimParams
+	plan    *limitPlan  // a claim with limits (limits.go); nil without
+	cursors *keyCursors // where the plan's walks go on from
+	status  *string
+	jobs    []backends.Job
 }
 
 // queueClaim queues p's prelude in batch. A claim with limits first reads
 // which keys it may take from (a round trip of its own, limits.go) and
 // queues their locks after the prelude.
 func (b *Backend) queueClaim(ctx context.Context, batch *pgx.Batch, p backends.ClaimParams) (*pendingClaim, error) {
-	c := &pendingClaim{p: p}
+	c := &pendingClaim{p: p, cursors: &b.cursors}
 	if len(p.Limits) > 0 {
 		plan, err := b.planLimits(ctx, p)
 		if err != nil {
@@ -369,6 +370,7 @@ func (b *Backend) queueClaim(ctx context.Context, batch *pgx.Batch, p backends.C
 		return row.Scan(&c.status)
 	})
 	if c.plan != nil {
+		batch.Queue(limitedPlanHint)
 		queueLimitLocks(batch, p, *c.plan)
 	}
 	return c, nil
@@ -391,8 +393,12 @@ func (c *pendingClaim) queueStatement(batch *pgx.Batch) {
 // result is what the claim took, or why it took nothing.
 func (c *pendingClaim) result() ([]backends.Job, error) {
 	p, status, jobs := c.p, c.status, c.jobs
-	if c.plan != nil && p.Report != nil && len(c.plan.deferred) > 0 {
-		p.Report(c.plan.deferred)
+	if c.plan != nil {
+		c.cursors.advance(p, *c.plan, jobs)
+		c.plan.filled(p, jobs)
+		if p.Report != nil && len(c.plan.deferred) > 0 {
+			p.Report(c.plan.deferred)
+		}
 	}
 	// Rows taken are this worker's whatever the prelude saw: the claim's
 	// own check passed on the snapshot that took them.

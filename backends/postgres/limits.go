@@ -4,20 +4,22 @@ package postgres
 // across every claimer of the database.
 //
 // A claim with limits takes two round trips. The first, a plain read,
-// lists the keys of each scope that have a runnable queued row, with each
-// key's first row in claim order and its rows processing: a loose index
-// scan (one index probe per key, never a walk of a key's backlog) over the
-// index PrepareLimitKeys makes per key path. The keys under their caps on
-// that reading are sorted by their first row, as many as the claim has
-// slots are kept, and the second round trip, one implicit transaction,
+// walks the keys of each scope that have a runnable queued row: a loose
+// index scan (one probe per key over the index PrepareLimitKeys makes per
+// key path, never a walk of a key's backlog), round-robin and bounded by
+// the claim's slots: it goes on from the key after the last one this
+// backend took, wrapping round to the smallest, and reads each visited
+// key's first row, its rows processing and its claims in the rate window.
+// The keys under their caps on that reading are kept, as many as the
+// claim has slots. The second round trip, one implicit transaction,
 // takes a transaction-scoped advisory lock per kept key (in one order, so
 // claimers never deadlock), then, in a statement whose snapshot follows
 // the locks, counts each key's processing rows again and takes at most
-// what its cap leaves. Every claimer of a key counts after the previous
-// one committed, so no interleaving passes a cap; the locks end with the
-// transaction, so nothing is kept on the session (transaction pooling
-// works) and a crash leaves nothing to repair: the count comes from the
-// rows.
+// what its caps leave, the keys' rows in turns. Every claimer of a key
+// counts after the previous one committed, so no interleaving passes a
+// cap; the locks end with the transaction, so nothing is kept on the
+// session (transaction pooling works) and a crash leaves nothing to
+// repair: the count comes from the rows.
 
 import (
 	"context"
@@ -25,6 +27,7 @@ import (
 	"hash/fnv"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -133,6 +136,15 @@ func (b *Backend) PrepareLimitKeys(ctx context.Context, paths [][]string) error 
 	return nil
 }
 
+// limitedPlanHint has the limited claim's statements (the walk of the
+// keys, the claim) run on their generic plans, for the current
+// transaction: they are long, and planning them took longer than running
+// them (1.3 ms against 0.5 for the walk of 32 keys), while their plans do
+// not depend on the values bound (the planner settings of the claim
+// already fix the access paths). Prepared once per connection, they are
+// then planned once.
+const limitedPlanHint = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
+
 // rated reports whether l has a rate cap, its own or a key's, and the
 // longest window of them.
 func rated(l backends.ClaimLimit) (bool, time.Duration) {
@@ -147,11 +159,15 @@ func rated(l backends.ClaimLimit) (bool, time.Duration) {
 
 // limitKey is one key of one scope found by the first round trip.
 type limitKey struct {
-	scope     int // index into ClaimParams.Limits
-	key       string
-	null      bool
-	cap       int // what the concurrency cap allows in all; 0 = no cap
-	rate      int // what the rate cap allows in its window; 0 = no cap
+	scope int // index into ClaimParams.Limits
+	key   string
+	null  bool
+	cap   int // what the concurrency cap allows in all; 0 = no cap
+	rate  int // what the rate cap allows in its window; 0 = no cap
+	// left is the fewest rows the caps let a claim take of the key on the
+	// walk's reading (0: no cap): a claim that took that many filled it.
+	left      int
+	leftBy    string // the cap that leaves the fewest: "concurrency" or "rate"
 	priority  int
 	scheduled *time.Time
 	created   time.Time
@@ -161,6 +177,7 @@ type limitKey struct {
 type limitPlan struct {
 	keys     []limitKey
 	deferred []backends.Deferral
+	walks    []keyWalk // per scope of ClaimParams.Limits
 }
 
 // claimables is the names of l the claim may take.
@@ -177,9 +194,41 @@ func claimables(l backends.ClaimLimit, p backends.ClaimParams) []string {
 	return out
 }
 
-// planLimits is the first round trip: the keys with runnable rows, those
-// under their caps on this reading sorted by their first row, at most
-// p.Limit of them.
+// keyCursors is where each keyed scope's walk of its keys goes on from:
+// the last key a claim of this backend took (nil: the start of a lap, the
+// smallest key). One entry per scope, never per key. Claims of several
+// pools may share a scope, so it is locked.
+type keyCursors struct {
+	mu    sync.Mutex
+	after map[string]*string
+}
+
+func (c *keyCursors) get(scope string) *string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.after[scope]
+}
+
+func (c *keyCursors) set(scope string, after *string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.after == nil {
+		c.after = map[string]*string{}
+	}
+	c.after[scope] = after
+}
+
+// walkBudget is how many keys a claim for limit slots visits per name on
+// each side of its cursor: room for the keys it may take and a few found
+// at their caps. The keys just ahead of the cursor are those claimed
+// longest ago, so few of them are at their caps; where many are, the next
+// claims go on past them.
+func walkBudget(limit int) int { return limit + 16 }
+
+// planLimits is the first round trip: for each scope, keys with runnable
+// rows in the order of the walk (keyDiscovery), those under their caps
+// on this reading kept, at most p.Limit in all; with several scopes, the
+// kept keys of all of them by their first row.
 func (b *Backend) planLimits(ctx context.Context, p backends.ClaimParams) (limitPlan, error) {
 	var plan limitPlan
 	if p.Limit == 0 {
@@ -189,8 +238,10 @@ func (b *Backend) planLimits(ctx context.Context, p backends.ClaimParams) (limit
 	// The planner settings of the claim (jobs.go) for this transaction too:
 	// stale statistics must not turn a probe per key into a scan.
 	batch.Queue(claimPlannerHints)
+	batch.Queue(limitedPlanHint)
+	budget := walkBudget(p.Limit)
+	walks := make([]keyWalk, len(p.Limits))
 	queued := 0
-	var found []limitKey
 	for i, l := range p.Limits {
 		if err := checkKeyPath(l.Key); err != nil {
 			return plan, err
@@ -199,14 +250,16 @@ func (b *Backend) planLimits(ctx context.Context, p backends.ClaimParams) (limit
 		if len(names) == 0 {
 			continue
 		}
-		sql, args := keyDiscovery(l, names, p.Queues)
+		sql, args := keyDiscovery(l, names, p.Queues, b.cursors.get(l.Scope), budget)
 		queued++
+		w := &walks[i]
 		batch.Queue(sql, args...).Query(func(rows pgx.Rows) error {
+			var nullKey *limitKey
 			for rows.Next() {
 				k := limitKey{scope: i}
-				var running, claims int
+				var running, claims, pass int
 				var key *string
-				if err := rows.Scan(&key, &k.priority, &k.scheduled, &k.created, &running, &claims); err != nil {
+				if err := rows.Scan(&key, &k.priority, &k.scheduled, &k.created, &running, &claims, &pass); err != nil {
 					return err
 				}
 				k.null = key == nil
@@ -217,14 +270,30 @@ func (b *Backend) planLimits(ctx context.Context, p backends.ClaimParams) (limit
 				switch {
 				case conc < 0 || (conc > 0 && running >= conc):
 					plan.deferKey(l.Scope, "concurrency")
-					continue
+					k.cap = -1
 				case rateN > 0 && claims >= rateN:
 					plan.deferKey(l.Scope, "rate")
-					continue
+					k.cap = -1
+				default:
+					k.cap, k.rate = max(conc, 0), rateN
+					if conc > 0 {
+						k.left, k.leftBy = conc-running, "concurrency"
+					}
+					if rateN > 0 && (k.left == 0 || rateN-claims < k.left) {
+						k.left, k.leftBy = rateN-claims, "rate"
+					}
 				}
-				k.cap, k.rate = max(conc, 0), rateN
-				found = append(found, k)
+				switch {
+				case k.null && len(l.Key) > 0:
+					nullKey = &k
+				case pass == 0:
+					w.fwd++
+					fallthrough
+				default:
+					w.order = append(w.order, k)
+				}
 			}
+			w.placeNull(nullKey, budget)
 			return rows.Err()
 		})
 	}
@@ -234,27 +303,158 @@ func (b *Backend) planLimits(ctx context.Context, p backends.ClaimParams) (limit
 	if err := b.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return plan, b.wrap(err, "list the limited keys with queued jobs for worker %s", p.WorkerID)
 	}
-	slices.SortStableFunc(found, func(x, y limitKey) int {
-		if x.priority != y.priority {
-			return x.priority - y.priority
-		}
-		switch {
-		case x.scheduled == nil && y.scheduled != nil:
-			return -1
-		case x.scheduled != nil && y.scheduled == nil:
-			return 1
-		case x.scheduled != nil:
-			if c := x.scheduled.Compare(*y.scheduled); c != 0 {
-				return c
-			}
-		}
-		return x.created.Compare(y.created)
-	})
+	var found []limitKey
+	for i := range walks {
+		found = append(found, walks[i].kept(p.Limit)...)
+	}
+	if len(p.Limits) > 1 {
+		slices.SortStableFunc(found, claimOrder)
+	}
 	if len(found) > p.Limit {
 		found = found[:p.Limit]
 	}
-	plan.keys = found
+	plan.keys, plan.walks = found, walks
 	return plan, nil
+}
+
+// filled adds to the plan's deferrals the keys the claim filled to a cap
+// (it took as many rows of a key as the walk's reading let it): their
+// rows left queued wait for that cap as much as those of a key found at
+// it, and the caller must know to claim again when a slot frees or the
+// rate's window moves on.
+func (plan *limitPlan) filled(p backends.ClaimParams, jobs []backends.Job) {
+	for _, k := range plan.keys {
+		if k.left <= 0 {
+			continue
+		}
+		l := p.Limits[k.scope]
+		n := 0
+		for _, j := range jobs {
+			if !slices.Contains(l.Names, j.Name) {
+				continue
+			}
+			if len(l.Key) == 0 {
+				n++
+				continue
+			}
+			if key, ok := backends.LimitKey(j.Args, l.Key); ok != k.null && key == k.key {
+				n++
+			}
+		}
+		if n >= k.left {
+			plan.deferKey(l.Scope, k.leftBy)
+		}
+	}
+}
+
+// advance moves each keyed scope's walk on after what the claim took
+// (jobs, of every scope).
+func (c *keyCursors) advance(p backends.ClaimParams, plan limitPlan, jobs []backends.Job) {
+	for i, l := range p.Limits {
+		if len(l.Key) == 0 || i >= len(plan.walks) || len(plan.walks[i].order) == 0 {
+			continue
+		}
+		var taken []limitKey
+		for _, j := range jobs {
+			if slices.Contains(l.Names, j.Name) {
+				key, ok := backends.LimitKey(j.Args, l.Key)
+				taken = append(taken, limitKey{key: key, null: !ok})
+			}
+		}
+		if after, move := plan.walks[i].next(taken); move {
+			c.set(l.Scope, after)
+		}
+	}
+}
+
+// keyWalk is one scope's keys as a claim's walk visited them.
+type keyWalk struct {
+	order   []limitKey // in the walk's order; cap -1: at a cap
+	fwd     int        // of them, visited after the cursor
+	nullAt  int        // the key null's place in order; -1: none
+	inPlace bool       // the key null is where the walk reached it
+}
+
+// placeNull puts the key null (nil: it has no runnable row) in the walk:
+// it sorts after every other key, so its turn comes when the walk reached
+// the largest key; otherwise it is visited last, out of its place.
+func (w *keyWalk) placeNull(k *limitKey, budget int) {
+	w.nullAt = -1
+	if k == nil {
+		return
+	}
+	w.inPlace = w.fwd < budget
+	at := len(w.order)
+	if w.inPlace {
+		at = w.fwd
+	}
+	w.order = slices.Insert(w.order, at, *k)
+	w.nullAt = at
+}
+
+// kept is the keys under their caps, at most limit, in the walk's order.
+func (w *keyWalk) kept(limit int) []limitKey {
+	var out []limitKey
+	for _, k := range w.order {
+		if k.cap >= 0 && len(out) < limit {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// next is where the scope's next walk starts: after the last key of the
+// walk the claim took a row of (taken: the keys of its rows), or, when it
+// took none and every key visited was at its cap, after the last one
+// visited. nil: from the smallest key, after the key null. move false:
+// leave the cursor where it is.
+func (w *keyWalk) next(taken []limitKey) (after *string, move bool) {
+	last := -1
+	for i, k := range w.order {
+		if i == w.nullAt && !w.inPlace {
+			continue // visited out of its place: not where the walk is
+		}
+		if slices.ContainsFunc(taken, func(t limitKey) bool { return t.null == k.null && t.key == k.key }) {
+			last = i
+		}
+	}
+	if last < 0 {
+		for _, k := range w.order {
+			if k.cap >= 0 {
+				return nil, false // keys under their caps got no row: their turn is still to come
+			}
+		}
+		last = len(w.order) - 1
+		if last == w.nullAt && !w.inPlace {
+			last--
+		}
+		if last < 0 {
+			return nil, false
+		}
+	}
+	if k := w.order[last]; !k.null {
+		key := k.key
+		return &key, true
+	}
+	return nil, true
+}
+
+// claimOrder orders keys by their first row in claim order.
+func claimOrder(x, y limitKey) int {
+	if x.priority != y.priority {
+		return x.priority - y.priority
+	}
+	switch {
+	case x.scheduled == nil && y.scheduled != nil:
+		return -1
+	case x.scheduled != nil && y.scheduled == nil:
+		return 1
+	case x.scheduled != nil:
+		if c := x.scheduled.Compare(*y.scheduled); c != 0 {
+			return c
+		}
+	}
+	return x.created.Compare(y.created)
 }
 
 // deferKey counts one key held back by a cap.
@@ -268,25 +468,33 @@ func (plan *limitPlan) deferKey(scope, limit string) {
 	plan.deferred = append(plan.deferred, backends.Deferral{Scope: scope, Limit: limit, Keys: 1})
 }
 
-// keyDiscovery is the first round trip's statement for one scope: each key
-// with a queued row of names, its first runnable row in claim order, its
-// rows processing (of every name of the scope) and its claims in the rate
-// window. Keys come from a loose index scan: per name, the smallest key,
-// then the smallest above it, and so on, one index probe each.
-func keyDiscovery(l backends.ClaimLimit, names, queues []string) (string, []any) {
+// keyDiscovery is the first round trip's statement for one scope: keys
+// with a queued row of names, each with its first runnable row in claim
+// order, its rows processing (of every name of the scope), its claims in
+// the rate window, and its place in the walk (pass: 0 after the cursor,
+// 1 the key null, 2 from the smallest key up to the cursor).
+//
+// The keys come from a loose index scan (per name, the smallest key above
+// the last one, one index probe each), bounded: at most budget keys per
+// name from the key after the cursor, then, from the smallest key, at most
+// budget more up to the cursor. A claim's cost so follows its slots, not
+// the number of keys with rows (thousands of tenants), and the walk goes
+// round the keys claim after claim.
+func keyDiscovery(l backends.ClaimLimit, names, queues []string, after *string, budget int) (string, []any) {
 	k := keyExpr(l.Key)
-	args := []any{names, l.Names}
+	args := []any{names}
+	add := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
 	runnable := "status = 'queued' AND (scheduled_at IS NULL OR scheduled_at <= now())"
 	if len(queues) > 0 {
-		args = append(args, queues)
-		runnable += " AND queue = ANY($3::text[])"
+		runnable += " AND queue = ANY(" + add(queues) + "::text[])"
 	}
 	rateWindow := "0"
 	if on, per := rated(l); on {
-		args = append(args, l.Scope, per.Seconds())
-		n := len(args)
-		rateWindow = fmt.Sprintf(`(SELECT count(*) FROM soniq_sidecar_limit_claims c WHERE c.scope = $%d
-			AND c.key IS NOT DISTINCT FROM keys.k AND c.claimed_at > statement_timestamp() - make_interval(secs => $%d::float8))`, n-1, n)
+		rateWindow = `(SELECT count(*) FROM soniq_sidecar_limit_claims c WHERE c.scope = ` + add(l.Scope) + `
+			AND c.key IS NOT DISTINCT FROM keys.k AND c.claimed_at > statement_timestamp() - make_interval(secs => ` + add(per.Seconds()) + `::float8))`
 	}
 	// A key's first row: per name (job_name = one value lets the key's
 	// index give the claim order, where = ANY would walk the claim-order
@@ -299,43 +507,86 @@ func keyDiscovery(l backends.ClaimLimit, names, queues []string) (string, []any)
 		}) + `) hh
 			ORDER BY hh.priority ASC, hh.scheduled_at ASC NULLS FIRST, hh.created_at ASC LIMIT 1)`
 	}
-	running := func(match string) string {
-		return `(SELECT count(*) FROM soniq_jobs WHERE job_name = ANY($2::text[]) AND status = 'processing' AND ` + match + `)`
-	}
-	var sql string
-	if len(l.Key) == 0 {
-		sql = `SELECT NULL::text AS k, h.priority, h.scheduled_at, h.created_at, ` + running("true") + `, ` +
-			strings.ReplaceAll(rateWindow, "keys.k", "NULL::text") + `
-		FROM ` + head("true") + ` h WHERE cardinality($1::text[]) > 0` // $1 is the keyed form's
-	} else {
-		// Each step finds the next key and its first runnable row in one
-		// probe of the key's index: ordered by the key first, which only
-		// that index gives, so the planner cannot walk the claim-order
-		// index past a capped key's rows instead.
-		probe := func(cond string) string {
-			return `SELECT ` + k + ` AS k, priority, scheduled_at, created_at FROM soniq_jobs
-				WHERE job_name = %s AND ` + runnable + ` AND ` + cond + `
-				ORDER BY ` + k + `, priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC LIMIT 1`
+	running := func(val string) string {
+		if len(l.Key) > 0 {
+			return runningCount(l, "", val) // the names are written in
 		}
-		sql = `WITH RECURSIVE ks(name, k, priority, scheduled_at, created_at) AS (
-			SELECT nn.n, h.* FROM unnest($1::text[]) AS nn(n) CROSS JOIN LATERAL (` + fmt.Sprintf(probe(k+" IS NOT NULL"), "nn.n") + `) h
+		return runningCount(l, add(l.Names), "")
+	}
+	if len(l.Key) == 0 {
+		sql := `SELECT NULL::text AS k, h.priority, h.scheduled_at, h.created_at, ` + running("") + `, ` +
+			strings.ReplaceAll(rateWindow, "keys.k", "NULL::text") + `, 1
+		FROM ` + head("true") + ` h WHERE cardinality($1::text[]) > 0` // $1 is the keyed form's
+		return sql, args
+	}
+	// Each step finds the next key and its first runnable row in one
+	// probe of the key's index: ordered by the key first, which only
+	// that index gives, so the planner cannot walk the claim-order
+	// index past a capped key's rows instead.
+	probe := func(name, cond string) string {
+		return `SELECT ` + k + ` AS k, priority, scheduled_at, created_at FROM soniq_jobs
+				WHERE job_name = ` + name + ` AND ` + runnable + ` AND ` + cond + `
+				ORDER BY ` + k + `, priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC LIMIT 1`
+	}
+	b := add(budget)
+	from, upTo := k+" IS NOT NULL", "false"
+	if after != nil {
+		c := add(*after)
+		from, upTo = k+" > "+c+"::text", k+" <= "+c+"::text"
+	}
+	sql := `WITH RECURSIVE fwd(name, k, priority, scheduled_at, created_at, n) AS (
+			SELECT nn.n, h.*, 1 FROM unnest($1::text[]) AS nn(n) CROSS JOIN LATERAL (` + probe("nn.n", from) + `) h
 			UNION ALL
-			SELECT ks.name, h.* FROM ks CROSS JOIN LATERAL (` + fmt.Sprintf(probe(k+" > ks.k"), "ks.name") + `) h
+			SELECT fwd.name, h.*, fwd.n + 1 FROM fwd CROSS JOIN LATERAL (` + probe("fwd.name", k+" > fwd.k") + `) h
+			WHERE fwd.n < ` + b + `
+		), wrap(name, k, priority, scheduled_at, created_at, n) AS (
+			SELECT nn.n, h.*, 1 FROM unnest($1::text[]) AS nn(n) CROSS JOIN LATERAL (` + probe("nn.n", k+" IS NOT NULL AND "+upTo) + `) h
+			WHERE (SELECT count(*) FROM fwd WHERE fwd.name = nn.n) < ` + b + `
+			UNION ALL
+			SELECT wrap.name, h.*, wrap.n + 1 FROM wrap CROSS JOIN LATERAL (` + probe("wrap.name", k+" > wrap.k AND "+upTo) + `) h
+			WHERE wrap.n < ` + b + `
 		), keys AS (
-			SELECT DISTINCT ON (k) k, priority, scheduled_at, created_at FROM ks
+			SELECT DISTINCT ON (k) k, priority, scheduled_at, created_at, pass FROM (
+				SELECT k, priority, scheduled_at, created_at, 0 AS pass FROM fwd
+				UNION ALL SELECT k, priority, scheduled_at, created_at, 2 FROM wrap
+			) v
 			ORDER BY k, priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC
 		), nullkey AS (
-			SELECT h.* FROM unnest($1::text[]) AS nn(n) CROSS JOIN LATERAL (` + fmt.Sprintf(probe(k+" IS NULL"), "nn.n") + `) h
+			SELECT h.* FROM unnest($1::text[]) AS nn(n) CROSS JOIN LATERAL (` + probe("nn.n", k+" IS NULL") + `) h
 			ORDER BY h.priority ASC, h.scheduled_at ASC NULLS FIRST, h.created_at ASC LIMIT 1
 		)
-		SELECT keys.k, keys.priority, keys.scheduled_at, keys.created_at, ` + running(k+" = keys.k") + `, ` + rateWindow + `
-		FROM keys
-		UNION ALL
-		SELECT NULL::text, nullkey.priority, nullkey.scheduled_at, nullkey.created_at, ` + running(k+" IS NULL") + `, ` +
-			strings.ReplaceAll(rateWindow, "keys.k", "NULL::text") + `
-		FROM nullkey`
-	}
+		SELECT * FROM (
+			SELECT keys.k, keys.priority, keys.scheduled_at, keys.created_at, ` + running("keys.k") + `, ` + rateWindow + `, keys.pass
+			FROM keys
+			UNION ALL
+			SELECT NULL::text, nullkey.priority, nullkey.scheduled_at, nullkey.created_at, ` + running("") + `, ` +
+		strings.ReplaceAll(rateWindow, "keys.k", "NULL::text") + `, 1
+			FROM nullkey
+		) w ORDER BY w.pass, w.k`
 	return sql, args
+}
+
+// runningCount is the SQL of the count of l's rows processing: those of
+// the key value val (SQL; "" for the key null) when l has a key, else all
+// of them (names is then the placeholder of l.Names). A key's rows are
+// counted per name through the key's index: the planner, whose estimate
+// of the processing rows is often far off, would otherwise take the index
+// by name alone and filter every processing row of the scope, for each
+// key. The order by the key, which only the key's index gives, makes it
+// take that one; the key is matched by a range of one value, as an
+// equality would make that order moot.
+func runningCount(l backends.ClaimLimit, names, val string) string {
+	if len(l.Key) == 0 {
+		return `(SELECT count(*) FROM soniq_jobs WHERE job_name = ANY(` + names + `::text[]) AND status = 'processing')`
+	}
+	kx := keyExpr(l.Key)
+	match := kx + " IS NULL"
+	if val != "" {
+		match = kx + " >= " + val + " AND " + kx + " <= " + val
+	}
+	return `(SELECT count(*) FROM (` + eachName(l.Names, func(n string) string {
+		return `SELECT 1 FROM soniq_jobs WHERE job_name = ` + n + ` AND status = 'processing' AND ` + match + ` ORDER BY ` + kx + ` LIMIT 2147483647`
+	}) + `) rn)`
 }
 
 // eachName is body for each of names, a UNION ALL of them: each name is
@@ -394,7 +645,10 @@ func limitedPicks(p backends.ClaimParams, plan limitPlan, where string, add func
 			continue
 		}
 		names := claimables(l, p)
-		all := add(l.Names)
+		all := "" // the names' placeholder, for an unkeyed count
+		if len(l.Key) == 0 {
+			all = add(l.Names)
+		}
 		kx := keyExpr(l.Key)
 		// Ordered by the key first: only the key's index gives that order
 		// (see keyDiscovery).
@@ -410,11 +664,11 @@ func limitedPicks(p backends.ClaimParams, plan limitPlan, where string, add func
 			return `(SELECT count(*) FROM soniq_sidecar_limit_claims lc WHERE lc.scope = ` + add(l.Scope) + ` AND ` + match +
 				` AND lc.claimed_at > statement_timestamp() - make_interval(secs => ` + add(per.Seconds()) + `::float8))`
 		}
-		pick := func(name, from, match, cmatch string) {
+		pick := func(name, from, match, val, cmatch string) {
 			ctes = append(ctes, name+` AS (
 	SELECT x.id, x.priority, x.scheduled_at, x.created_at, `+add(l.Scope)+`::text AS scope, x.k, c.rate > 0 AS rated
 	FROM `+from+`
-	CROSS JOIN LATERAL (SELECT count(*) AS n FROM soniq_jobs WHERE job_name = ANY(`+all+`::text[]) AND status = 'processing' AND `+match+`) r
+	CROSS JOIN LATERAL (SELECT `+runningCount(l, all, val)+` AS n) r
 	CROSS JOIN LATERAL (SELECT `+rateCount(cmatch)+` AS n) rc
 	CROSS JOIN LATERAL (SELECT LEAST(CASE WHEN c.cap > 0 THEN GREATEST(c.cap - r.n, 0) ELSE $2 END,
 		CASE WHEN c.rate > 0 THEN GREATEST(c.rate - rc.n, 0) ELSE $2 END, $2) AS n) q
@@ -449,11 +703,11 @@ func limitedPicks(p backends.ClaimParams, plan limitPlan, where string, add func
 		}
 		if len(keys) > 0 {
 			from := `unnest(` + add(keys) + `::text[], ` + add(caps) + `::int4[], ` + add(rates) + `::int4[]) AS c(k, cap, rate)`
-			pick(fmt.Sprintf("lim%dk", i), from, kx+" = c.k", "lc.key = c.k")
+			pick(fmt.Sprintf("lim%dk", i), from, kx+" = c.k", "c.k", "lc.key = c.k")
 		}
 		if hasNull {
 			from := `(SELECT ` + add(nullCap) + `::int4 AS cap, ` + add(nullRate) + `::int4 AS rate) AS c`
-			pick(fmt.Sprintf("lim%dn", i), from, kx+" IS NULL", "lc.key IS NULL")
+			pick(fmt.Sprintf("lim%dn", i), from, kx+" IS NULL", "", "lc.key IS NULL")
 		}
 	}
 	return ctes, union
@@ -514,9 +768,16 @@ func limitedClaimStatement(p backends.ClaimParams, plan limitPlan) (string, []an
 	if len(cands) == 0 {
 		cands = append(cands, `SELECT NULL::uuid AS id, 0 AS priority, NULL::timestamptz AS scheduled_at, NULL::timestamptz AS created_at, NULL::text AS scope, NULL::text AS k, false AS rated WHERE false`)
 	}
+	// The slots go to the keys in turns: within a priority, every key's
+	// first row before any key's second (an unlimited row counts as a
+	// first), so the keys a claim found share its slots instead of the
+	// oldest key's backlog taking them all.
 	ctes = append(ctes, `slots AS (
-	SELECT * FROM (`+strings.Join(cands, "\n\tUNION ALL ")+`) c
-	`+order+`
+	SELECT * FROM (
+		SELECT c0.*, CASE WHEN c0.scope IS NULL THEN 1 ELSE row_number() OVER (PARTITION BY c0.scope, c0.k `+order+`) END AS turn
+		FROM (`+strings.Join(cands, "\n\tUNION ALL ")+`) c0
+	) c
+	ORDER BY priority ASC, turn ASC, scheduled_at ASC NULLS FIRST, created_at ASC
 	LIMIT $2
 )`)
 	picked := `SELECT id FROM slots`

@@ -75,6 +75,9 @@ type Backend struct {
 	// off (transaction pooling without a ListenURL).
 	listenCfg *pgx.ConnConfig
 	waits     *poolWaits // for PoolStats
+	// cursors: where each keyed limit's walk of its keys goes on from
+	// (limits.go).
+	cursors keyCursors
 
 	// Subscribe goroutines are stopped and awaited by Close.
 	stop     chan struct{}

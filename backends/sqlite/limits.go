@@ -132,7 +132,8 @@ func limitedPicks(ctx context.Context, tx *sql.Tx, p backends.ClaimParams, ts st
 		if err := rows.Err(); err != nil {
 			return nil, nil, fmt.Errorf("reading the queued rows of limited scope %s: %w", l.Scope, err)
 		}
-		left := map[sql.NullString]int{} // what each key's caps leave
+		left := map[sql.NullString]int{}  // what each key's caps leave
+		by := map[sql.NullString]string{} // the cap that leaves the fewest
 		taken := 0
 		for _, r := range cands {
 			if taken == p.Limit {
@@ -140,12 +141,18 @@ func limitedPicks(ctx context.Context, tx *sql.Tx, p backends.ClaimParams, ts st
 			}
 			n, seen := left[r.key]
 			if !seen {
-				n, err = keyRoom(ctx, tx, l, kx, r.key, at, deferKey)
+				n, by[r.key], err = keyRoom(ctx, tx, l, kx, r.key, at, deferKey)
 				if err != nil {
 					return nil, nil, err
 				}
 			}
 			if n <= 0 {
+				if seen && left[r.key] == 0 && by[r.key] != "" {
+					// This claim filled the key to a cap, and rows of it
+					// wait: reported as a key found at it would be.
+					deferKey(l.Scope, by[r.key])
+					by[r.key] = ""
+				}
 				left[r.key] = 0
 				continue
 			}
@@ -159,13 +166,14 @@ func limitedPicks(ctx context.Context, tx *sql.Tx, p backends.ClaimParams, ts st
 
 // keyRoom is how many rows of one key of l may be claimed now: its
 // concurrency cap less its rows processing, its rate less its claims in
-// the window; a key with none left is reported as deferred.
-func keyRoom(ctx context.Context, tx *sql.Tx, l backends.ClaimLimit, kx string, key sql.NullString, at time.Time, deferKey func(scope, limit string)) (int, error) {
+// the window, and the cap that leaves the fewest ("" for none); a key with
+// none left is reported as deferred.
+func keyRoom(ctx context.Context, tx *sql.Tx, l backends.ClaimLimit, kx string, key sql.NullString, at time.Time, deferKey func(scope, limit string)) (int, string, error) {
 	conc, rateN, ratePer := l.Caps(key.String, !key.Valid)
-	room := int(^uint(0) >> 1)
+	room, by := int(^uint(0)>>1), ""
 	if conc < 0 {
 		deferKey(l.Scope, "concurrency")
-		return 0, nil
+		return 0, "", nil
 	}
 	match, margs := kx+" IS NULL", []any(nil)
 	if key.Valid {
@@ -176,28 +184,30 @@ func keyRoom(ctx context.Context, tx *sql.Tx, l backends.ClaimLimit, kx string, 
 		q := `SELECT count(*) FROM soniq_jobs WHERE status = 'processing' AND job_name IN ` + inList(l.Names, &args) + ` AND ` + match
 		var running int
 		if err := tx.QueryRowContext(ctx, q, append(args, margs...)...).Scan(&running); err != nil {
-			return 0, fmt.Errorf("counting the rows processing of limited scope %s: %w", l.Scope, err)
+			return 0, "", fmt.Errorf("counting the rows processing of limited scope %s: %w", l.Scope, err)
 		}
 		if running >= conc {
 			deferKey(l.Scope, "concurrency")
-			return 0, nil
+			return 0, "", nil
 		}
-		room = conc - running
+		room, by = conc-running, "concurrency"
 	}
 	if rateN > 0 {
 		var claims int
 		err := tx.QueryRowContext(ctx, `SELECT count(*) FROM soniq_sidecar_limit_claims WHERE scope = ? AND key IS ? AND claimed_at > ?`,
 			l.Scope, key, at.Add(-ratePer).UnixMicro()).Scan(&claims)
 		if err != nil {
-			return 0, fmt.Errorf("counting the claims of limited scope %s: %w", l.Scope, err)
+			return 0, "", fmt.Errorf("counting the claims of limited scope %s: %w", l.Scope, err)
 		}
 		if claims >= rateN {
 			deferKey(l.Scope, "rate")
-			return 0, nil
+			return 0, "", nil
 		}
-		room = min(room, rateN-claims)
+		if rateN-claims < room {
+			room, by = rateN-claims, "rate"
+		}
 	}
-	return room, nil
+	return room, by, nil
 }
 
 // logLimitedClaims records the claims of rate-limited keys and drops the
