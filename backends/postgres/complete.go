@@ -66,6 +66,9 @@ func (b *Backend) CompleteAndClaim(ctx context.Context, workerID string, cs []ba
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	if claimed.plan != nil {
+		b.queueNextWalks(batch, p, *claimed.plan)
+	}
 	if err := b.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, nil, nil, b.wrap(err, "complete %d jobs and claim for worker %s", len(cs), workerID)
 	}

@@ -327,6 +327,9 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 		return nil, err
 	}
 	c.queueStatement(batch)
+	if c.plan != nil {
+		b.queueNextWalks(batch, p, *c.plan)
+	}
 	if err := b.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, b.wrap(err, "claim jobs for worker %s", p.WorkerID)
 	}

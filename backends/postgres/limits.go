@@ -27,7 +27,6 @@ import (
 	"hash/fnv"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -194,54 +193,21 @@ func claimables(l backends.ClaimLimit, p backends.ClaimParams) []string {
 	return out
 }
 
-// keyCursors is where each keyed scope's walk of its keys goes on from:
-// the last key a claim of this backend took (nil: the start of a lap, the
-// smallest key). One entry per scope, never per key. Claims of several
-// pools may share a scope, so it is locked.
-type keyCursors struct {
-	mu    sync.Mutex
-	after map[string]*string
-}
-
-func (c *keyCursors) get(scope string) *string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.after[scope]
-}
-
-func (c *keyCursors) set(scope string, after *string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.after == nil {
-		c.after = map[string]*string{}
-	}
-	c.after[scope] = after
-}
-
-// walkBudget is how many keys a claim for limit slots visits per name on
-// each side of its cursor: room for the keys it may take and a few found
-// at their caps. The keys just ahead of the cursor are those claimed
-// longest ago, so few of them are at their caps; where many are, the next
-// claims go on past them.
-func walkBudget(limit int) int { return limit + 16 }
-
-// planLimits is the first round trip: for each scope, keys with runnable
-// rows in the order of the walk (keyDiscovery), those under their caps
-// on this reading kept, at most p.Limit in all; with several scopes, the
-// kept keys of all of them by their first row.
+// planLimits is the first part of a limited claim: for each scope, keys
+// with runnable rows in the order of a walk (limitwalk.go), those under
+// their caps on its reading kept, at most p.Limit in all; with several
+// scopes, the kept keys of all of them by their first row. The walk is
+// the one the previous claim's transaction read for this claim (no round
+// trip of its own) while it is fresh and finds a key under its caps, and
+// one read now otherwise.
 func (b *Backend) planLimits(ctx context.Context, p backends.ClaimParams) (limitPlan, error) {
 	var plan limitPlan
 	if p.Limit == 0 {
 		return plan, nil
 	}
-	batch := &pgx.Batch{}
-	// The planner settings of the claim (jobs.go) for this transaction too:
-	// stale statistics must not turn a probe per key into a scan.
-	batch.Queue(claimPlannerHints)
-	batch.Queue(limitedPlanHint)
 	budget := walkBudget(p.Limit)
-	walks := make([]keyWalk, len(p.Limits))
-	queued := 0
+	raws := make([][]walkRow, len(p.Limits))
+	var batch *pgx.Batch
 	for i, l := range p.Limits {
 		if err := checkKeyPath(l.Key); err != nil {
 			return plan, err
@@ -250,62 +216,40 @@ func (b *Backend) planLimits(ctx context.Context, p backends.ClaimParams) (limit
 		if len(names) == 0 {
 			continue
 		}
+		if rows, ok := b.walks.take(walkID(l, names, p.Queues), time.Now()); ok && slices.ContainsFunc(rows, func(r walkRow) bool {
+			return r.caps(l).under
+		}) {
+			raws[i] = rows
+			continue
+		}
+		if batch == nil {
+			batch = &pgx.Batch{}
+			// The planner settings of the claim (jobs.go) for this
+			// transaction too: stale statistics must not turn a probe per
+			// key into a scan.
+			batch.Queue(claimPlannerHints)
+			batch.Queue(limitedPlanHint)
+		}
 		sql, args := keyDiscovery(l, names, p.Queues, b.cursors.get(l.Scope), budget)
-		queued++
-		w := &walks[i]
 		batch.Queue(sql, args...).Query(func(rows pgx.Rows) error {
-			var nullKey *limitKey
-			for rows.Next() {
-				k := limitKey{scope: i}
-				var running, claims, pass int
-				var key *string
-				if err := rows.Scan(&key, &k.priority, &k.scheduled, &k.created, &running, &claims, &pass); err != nil {
-					return err
-				}
-				k.null = key == nil
-				if key != nil {
-					k.key = *key
-				}
-				conc, rateN, _ := l.Caps(k.key, k.null)
-				switch {
-				case conc < 0 || (conc > 0 && running >= conc):
-					plan.deferKey(l.Scope, "concurrency")
-					k.cap = -1
-				case rateN > 0 && claims >= rateN:
-					plan.deferKey(l.Scope, "rate")
-					k.cap = -1
-				default:
-					k.cap, k.rate = max(conc, 0), rateN
-					if conc > 0 {
-						k.left, k.leftBy = conc-running, "concurrency"
-					}
-					if rateN > 0 && (k.left == 0 || rateN-claims < k.left) {
-						k.left, k.leftBy = rateN-claims, "rate"
-					}
-				}
-				switch {
-				case k.null && len(l.Key) > 0:
-					nullKey = &k
-				case pass == 0:
-					w.fwd++
-					fallthrough
-				default:
-					w.order = append(w.order, k)
-				}
-			}
-			w.placeNull(nullKey, budget)
-			return rows.Err()
+			var err error
+			raws[i], err = scanWalk(rows)
+			return err
 		})
 	}
-	if queued == 0 {
-		return plan, nil
+	if batch != nil {
+		if err := b.pool.SendBatch(ctx, batch).Close(); err != nil {
+			return plan, b.wrap(err, "list the limited keys with queued jobs for worker %s", p.WorkerID)
+		}
 	}
-	if err := b.pool.SendBatch(ctx, batch).Close(); err != nil {
-		return plan, b.wrap(err, "list the limited keys with queued jobs for worker %s", p.WorkerID)
-	}
+	plan.walks = make([]keyWalk, len(p.Limits))
 	var found []limitKey
-	for i := range walks {
-		found = append(found, walks[i].kept(p.Limit)...)
+	for i, l := range p.Limits {
+		if raws[i] == nil {
+			continue
+		}
+		plan.walks[i] = plan.walkOf(i, l, raws[i], budget)
+		found = append(found, plan.walks[i].kept(p.Limit)...)
 	}
 	if len(p.Limits) > 1 {
 		slices.SortStableFunc(found, claimOrder)
@@ -313,8 +257,39 @@ func (b *Backend) planLimits(ctx context.Context, p backends.ClaimParams) (limit
 	if len(found) > p.Limit {
 		found = found[:p.Limit]
 	}
-	plan.keys, plan.walks = found, walks
+	plan.keys = found
 	return plan, nil
+}
+
+// walkOf is scope i's walk with l's caps laid over what it read; keys at a
+// cap are counted as deferred.
+func (plan *limitPlan) walkOf(i int, l backends.ClaimLimit, rows []walkRow, budget int) keyWalk {
+	var w keyWalk
+	if len(rows) > 0 {
+		w.present = rows[0].present
+	}
+	var nullKey *limitKey
+	for _, r := range rows {
+		k := limitKey{scope: i, key: r.key, null: r.null, priority: r.priority, scheduled: r.scheduled, created: r.created}
+		c := r.caps(l)
+		if c.under {
+			k.cap, k.rate, k.left, k.leftBy = c.conc, c.rate, c.left, c.leftBy
+		} else {
+			plan.deferKey(l.Scope, c.by)
+			k.cap = -1
+		}
+		switch {
+		case k.null && len(l.Key) > 0:
+			nullKey = &k
+		case r.pass == 0:
+			w.fwd++
+			fallthrough
+		default:
+			w.order = append(w.order, k)
+		}
+	}
+	w.placeNull(nullKey, budget)
+	return w
 }
 
 // filled adds to the plan's deferrals the keys the claim filled to a cap
@@ -347,98 +322,6 @@ func (plan *limitPlan) filled(p backends.ClaimParams, jobs []backends.Job) {
 	}
 }
 
-// advance moves each keyed scope's walk on after what the claim took
-// (jobs, of every scope).
-func (c *keyCursors) advance(p backends.ClaimParams, plan limitPlan, jobs []backends.Job) {
-	for i, l := range p.Limits {
-		if len(l.Key) == 0 || i >= len(plan.walks) || len(plan.walks[i].order) == 0 {
-			continue
-		}
-		var taken []limitKey
-		for _, j := range jobs {
-			if slices.Contains(l.Names, j.Name) {
-				key, ok := backends.LimitKey(j.Args, l.Key)
-				taken = append(taken, limitKey{key: key, null: !ok})
-			}
-		}
-		if after, move := plan.walks[i].next(taken); move {
-			c.set(l.Scope, after)
-		}
-	}
-}
-
-// keyWalk is one scope's keys as a claim's walk visited them.
-type keyWalk struct {
-	order   []limitKey // in the walk's order; cap -1: at a cap
-	fwd     int        // of them, visited after the cursor
-	nullAt  int        // the key null's place in order; -1: none
-	inPlace bool       // the key null is where the walk reached it
-}
-
-// placeNull puts the key null (nil: it has no runnable row) in the walk:
-// it sorts after every other key, so its turn comes when the walk reached
-// the largest key; otherwise it is visited last, out of its place.
-func (w *keyWalk) placeNull(k *limitKey, budget int) {
-	w.nullAt = -1
-	if k == nil {
-		return
-	}
-	w.inPlace = w.fwd < budget
-	at := len(w.order)
-	if w.inPlace {
-		at = w.fwd
-	}
-	w.order = slices.Insert(w.order, at, *k)
-	w.nullAt = at
-}
-
-// kept is the keys under their caps, at most limit, in the walk's order.
-func (w *keyWalk) kept(limit int) []limitKey {
-	var out []limitKey
-	for _, k := range w.order {
-		if k.cap >= 0 && len(out) < limit {
-			out = append(out, k)
-		}
-	}
-	return out
-}
-
-// next is where the scope's next walk starts: after the last key of the
-// walk the claim took a row of (taken: the keys of its rows), or, when it
-// took none and every key visited was at its cap, after the last one
-// visited. nil: from the smallest key, after the key null. move false:
-// leave the cursor where it is.
-func (w *keyWalk) next(taken []limitKey) (after *string, move bool) {
-	last := -1
-	for i, k := range w.order {
-		if i == w.nullAt && !w.inPlace {
-			continue // visited out of its place: not where the walk is
-		}
-		if slices.ContainsFunc(taken, func(t limitKey) bool { return t.null == k.null && t.key == k.key }) {
-			last = i
-		}
-	}
-	if last < 0 {
-		for _, k := range w.order {
-			if k.cap >= 0 {
-				return nil, false // keys under their caps got no row: their turn is still to come
-			}
-		}
-		last = len(w.order) - 1
-		if last == w.nullAt && !w.inPlace {
-			last--
-		}
-		if last < 0 {
-			return nil, false
-		}
-	}
-	if k := w.order[last]; !k.null {
-		key := k.key
-		return &key, true
-	}
-	return nil, true
-}
-
 // claimOrder orders keys by their first row in claim order.
 func claimOrder(x, y limitKey) int {
 	if x.priority != y.priority {
@@ -466,104 +349,6 @@ func (plan *limitPlan) deferKey(scope, limit string) {
 		}
 	}
 	plan.deferred = append(plan.deferred, backends.Deferral{Scope: scope, Limit: limit, Keys: 1})
-}
-
-// keyDiscovery is the first round trip's statement for one scope: keys
-// with a queued row of names, each with its first runnable row in claim
-// order, its rows processing (of every name of the scope), its claims in
-// the rate window, and its place in the walk (pass: 0 after the cursor,
-// 1 the key null, 2 from the smallest key up to the cursor).
-//
-// The keys come from a loose index scan (per name, the smallest key above
-// the last one, one index probe each), bounded: at most budget keys per
-// name from the key after the cursor, then, from the smallest key, at most
-// budget more up to the cursor. A claim's cost so follows its slots, not
-// the number of keys with rows (thousands of tenants), and the walk goes
-// round the keys claim after claim.
-func keyDiscovery(l backends.ClaimLimit, names, queues []string, after *string, budget int) (string, []any) {
-	k := keyExpr(l.Key)
-	args := []any{names}
-	add := func(v any) string {
-		args = append(args, v)
-		return fmt.Sprintf("$%d", len(args))
-	}
-	runnable := "status = 'queued' AND (scheduled_at IS NULL OR scheduled_at <= now())"
-	if len(queues) > 0 {
-		runnable += " AND queue = ANY(" + add(queues) + "::text[])"
-	}
-	rateWindow := "0"
-	if on, per := rated(l); on {
-		rateWindow = `(SELECT count(*) FROM soniq_sidecar_limit_claims c WHERE c.scope = ` + add(l.Scope) + `
-			AND c.key IS NOT DISTINCT FROM keys.k AND c.claimed_at > statement_timestamp() - make_interval(secs => ` + add(per.Seconds()) + `::float8))`
-	}
-	// A key's first row: per name (job_name = one value lets the key's
-	// index give the claim order, where = ANY would walk the claim-order
-	// index past every row of the capped keys), then the first of those.
-	head := func(match string) string {
-		return `(SELECT hh.* FROM (` + eachName(names, func(n string) string {
-			return `SELECT priority, scheduled_at, created_at FROM soniq_jobs
-			WHERE job_name = ` + n + ` AND ` + runnable + ` AND ` + match + `
-			ORDER BY priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC LIMIT 1`
-		}) + `) hh
-			ORDER BY hh.priority ASC, hh.scheduled_at ASC NULLS FIRST, hh.created_at ASC LIMIT 1)`
-	}
-	running := func(val string) string {
-		if len(l.Key) > 0 {
-			return runningCount(l, "", val) // the names are written in
-		}
-		return runningCount(l, add(l.Names), "")
-	}
-	if len(l.Key) == 0 {
-		sql := `SELECT NULL::text AS k, h.priority, h.scheduled_at, h.created_at, ` + running("") + `, ` +
-			strings.ReplaceAll(rateWindow, "keys.k", "NULL::text") + `, 1
-		FROM ` + head("true") + ` h WHERE cardinality($1::text[]) > 0` // $1 is the keyed form's
-		return sql, args
-	}
-	// Each step finds the next key and its first runnable row in one
-	// probe of the key's index: ordered by the key first, which only
-	// that index gives, so the planner cannot walk the claim-order
-	// index past a capped key's rows instead.
-	probe := func(name, cond string) string {
-		return `SELECT ` + k + ` AS k, priority, scheduled_at, created_at FROM soniq_jobs
-				WHERE job_name = ` + name + ` AND ` + runnable + ` AND ` + cond + `
-				ORDER BY ` + k + `, priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC LIMIT 1`
-	}
-	b := add(budget)
-	from, upTo := k+" IS NOT NULL", "false"
-	if after != nil {
-		c := add(*after)
-		from, upTo = k+" > "+c+"::text", k+" <= "+c+"::text"
-	}
-	sql := `WITH RECURSIVE fwd(name, k, priority, scheduled_at, created_at, n) AS (
-			SELECT nn.n, h.*, 1 FROM unnest($1::text[]) AS nn(n) CROSS JOIN LATERAL (` + probe("nn.n", from) + `) h
-			UNION ALL
-			SELECT fwd.name, h.*, fwd.n + 1 FROM fwd CROSS JOIN LATERAL (` + probe("fwd.name", k+" > fwd.k") + `) h
-			WHERE fwd.n < ` + b + `
-		), wrap(name, k, priority, scheduled_at, created_at, n) AS (
-			SELECT nn.n, h.*, 1 FROM unnest($1::text[]) AS nn(n) CROSS JOIN LATERAL (` + probe("nn.n", k+" IS NOT NULL AND "+upTo) + `) h
-			WHERE (SELECT count(*) FROM fwd WHERE fwd.name = nn.n) < ` + b + `
-			UNION ALL
-			SELECT wrap.name, h.*, wrap.n + 1 FROM wrap CROSS JOIN LATERAL (` + probe("wrap.name", k+" > wrap.k AND "+upTo) + `) h
-			WHERE wrap.n < ` + b + `
-		), keys AS (
-			SELECT DISTINCT ON (k) k, priority, scheduled_at, created_at, pass FROM (
-				SELECT k, priority, scheduled_at, created_at, 0 AS pass FROM fwd
-				UNION ALL SELECT k, priority, scheduled_at, created_at, 2 FROM wrap
-			) v
-			ORDER BY k, priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC
-		), nullkey AS (
-			SELECT h.* FROM unnest($1::text[]) AS nn(n) CROSS JOIN LATERAL (` + probe("nn.n", k+" IS NULL") + `) h
-			ORDER BY h.priority ASC, h.scheduled_at ASC NULLS FIRST, h.created_at ASC LIMIT 1
-		)
-		SELECT * FROM (
-			SELECT keys.k, keys.priority, keys.scheduled_at, keys.created_at, ` + running("keys.k") + `, ` + rateWindow + `, keys.pass
-			FROM keys
-			UNION ALL
-			SELECT NULL::text, nullkey.priority, nullkey.scheduled_at, nullkey.created_at, ` + running("") + `, ` +
-		strings.ReplaceAll(rateWindow, "keys.k", "NULL::text") + `, 1
-			FROM nullkey
-		) w ORDER BY w.pass, w.k`
-	return sql, args
 }
 
 // runningCount is the SQL of the count of l's rows processing: those of
@@ -645,6 +430,14 @@ func limitedPicks(p backends.ClaimParams, plan limitPlan, where string, add func
 			continue
 		}
 		names := claimables(l, p)
+		if i < len(plan.walks) && plan.walks[i].present != nil {
+			// Only the names the walk found rows of: each name is an arm
+			// of every key's pick.
+			names = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return !slices.Contains(plan.walks[i].present, n) })
+			if len(names) == 0 {
+				continue
+			}
+		}
 		all := "" // the names' placeholder, for an unkeyed count
 		if len(l.Key) == 0 {
 			all = add(l.Names)
@@ -665,24 +458,30 @@ func limitedPicks(p backends.ClaimParams, plan limitPlan, where string, add func
 				` AND lc.claimed_at > statement_timestamp() - make_interval(secs => ` + add(per.Seconds()) + `::float8))`
 		}
 		pick := func(name, from, match, val, cmatch string) {
-			ctes = append(ctes, name+` AS (
-	SELECT x.id, x.priority, x.scheduled_at, x.created_at, `+add(l.Scope)+`::text AS scope, x.k, c.rate > 0 AS rated
+			// What each key's caps leave is counted once, in a CTE of its
+			// own: written into the picks' LIMITs, the counts were run again
+			// for every name's arm.
+			ctes = append(ctes, name+`room AS MATERIALIZED (
+	SELECT c.k, c.rate, LEAST(CASE WHEN c.cap > 0 THEN GREATEST(c.cap - r.n, 0) ELSE $2 END,
+		CASE WHEN c.rate > 0 THEN GREATEST(c.rate - rc.n, 0) ELSE $2 END, $2) AS n
 	FROM `+from+`
 	CROSS JOIN LATERAL (SELECT `+runningCount(l, all, val)+` AS n) r
 	CROSS JOIN LATERAL (SELECT `+rateCount(cmatch)+` AS n) rc
-	CROSS JOIN LATERAL (SELECT LEAST(CASE WHEN c.cap > 0 THEN GREATEST(c.cap - r.n, 0) ELSE $2 END,
-		CASE WHEN c.rate > 0 THEN GREATEST(c.rate - rc.n, 0) ELSE $2 END, $2) AS n) q
+)`, name+` AS (
+	SELECT x.id, x.priority, x.scheduled_at, x.created_at, `+add(l.Scope)+`::text AS scope, x.k, c.rate > 0 AS rated
+	FROM `+name+`room c
 	CROSS JOIN LATERAL (
 		SELECT y.* FROM (`+eachName(names, func(n string) string {
 				return `SELECT id, priority, scheduled_at, created_at, ` + kx + ` AS k FROM soniq_jobs
 			WHERE job_name = ` + n + ` AND ` + where + ` AND ` + match + `
 			ORDER BY ` + orderKey + `priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC
-			LIMIT q.n
+			LIMIT c.n
 			FOR UPDATE SKIP LOCKED`
 			})+`) y
 		ORDER BY y.priority ASC, y.scheduled_at ASC NULLS FIRST, y.created_at ASC
-		LIMIT q.n
+		LIMIT c.n
 	) x
+	WHERE c.n > 0
 )`)
 			union = append(union, `SELECT id, priority, scheduled_at, created_at, scope, k, rated FROM `+name)
 		}
@@ -706,7 +505,7 @@ func limitedPicks(p backends.ClaimParams, plan limitPlan, where string, add func
 			pick(fmt.Sprintf("lim%dk", i), from, kx+" = c.k", "c.k", "lc.key = c.k")
 		}
 		if hasNull {
-			from := `(SELECT ` + add(nullCap) + `::int4 AS cap, ` + add(nullRate) + `::int4 AS rate) AS c`
+			from := `(SELECT NULL::text AS k, ` + add(nullCap) + `::int4 AS cap, ` + add(nullRate) + `::int4 AS rate) AS c`
 			pick(fmt.Sprintf("lim%dn", i), from, kx+" IS NULL", "", "lc.key IS NULL")
 		}
 	}

@@ -78,6 +78,8 @@ type Backend struct {
 	// cursors: where each keyed limit's walk of its keys goes on from
 	// (limits.go).
 	cursors keyCursors
+	// walks: the walks claims read for the next claim (limitwalk.go).
+	walks walkCache
 
 	// Subscribe goroutines are stopped and awaited by Close.
 	stop     chan struct{}
