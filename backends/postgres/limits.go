@@ -216,7 +216,7 @@ func (b *Backend) planLimits(ctx context.Context, p backends.ClaimParams) (limit
 		if len(names) == 0 {
 			continue
 		}
-		if rows, ok := b.walks.take(walkID(l, names, p.Queues), time.Now()); ok && slices.ContainsFunc(rows, func(r walkRow) bool {
+		if rows, ok := b.walks.take(walkID(l, names, p.Queues), time.Now(), budget); ok && slices.ContainsFunc(rows, func(r walkRow) bool {
 			return r.caps(l).under
 		}) {
 			raws[i] = rows

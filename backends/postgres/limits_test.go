@@ -98,3 +98,25 @@ func TestLimitedClaimWalkIsBounded(t *testing.T) {
 	require.NoError(t, rows.Err())
 	assert.Equal(t, walkBudget(4), n, "keys read by one walk")
 }
+
+// A claim plans from the walk the previous claim's transaction read only
+// when that walk went as far as this claim needs: one read for a claim of
+// four slots must not leave a claim of forty short, which its caller would
+// take for a drained queue and wait for the poll.
+func TestLimitedClaimForMoreSlotsThanTheLastWalkTakesThemAll(t *testing.T) {
+	b, _ := openTest(t)
+	const name = "lim.grow"
+	var keys []string
+	for i := range 100 {
+		keys = append(keys, fmt.Sprintf("k%03d", i))
+	}
+	enqueueKeyed(t, b, name, keys, 1)
+	w := limitsWorker(t, b, "1c8c6b5f-3333-4444-8555-666677778888")
+	lim := []backends.ClaimLimit{{Scope: name, Names: []string{name}, Key: []string{"t"}, Concurrency: 1}}
+	small, err := b.Claim(t.Context(), backends.ClaimParams{WorkerID: w, Names: []string{name}, Limit: 4, Limits: lim})
+	require.NoError(t, err)
+	require.Len(t, small, 4)
+	big, err := b.Claim(t.Context(), backends.ClaimParams{WorkerID: w, Names: []string{name}, Limit: 40, Limits: lim})
+	require.NoError(t, err)
+	assert.Equal(t, 40, len(big), "every slot filled: 96 keys have a row")
+}

@@ -321,8 +321,9 @@ type walkCache struct {
 }
 
 type cachedWalk struct {
-	rows []walkRow
-	at   time.Time
+	rows   []walkRow
+	at     time.Time
+	budget int
 }
 
 // walkID names a walk in the cache.
@@ -330,8 +331,11 @@ func walkID(l backends.ClaimLimit, names, queues []string) string {
 	return l.Scope + "\x00" + strings.Join(names, "\x01") + "\x00" + strings.Join(queues, "\x01")
 }
 
-// take removes and returns the walk of id when it is fresh at now.
-func (c *walkCache) take(id string, now time.Time) ([]walkRow, bool) {
+// take removes and returns the walk of id when it is fresh at now and
+// went as far as budget: a walk for fewer slots may have stopped short of
+// keys this claim needs, and a claim that comes back short looks to its
+// caller like a drained queue.
+func (c *walkCache) take(id string, now time.Time, budget int) ([]walkRow, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	w, ok := c.m[id]
@@ -339,16 +343,16 @@ func (c *walkCache) take(id string, now time.Time) ([]walkRow, bool) {
 		return nil, false
 	}
 	delete(c.m, id)
-	return w.rows, now.Sub(w.at) < walkFresh
+	return w.rows, now.Sub(w.at) < walkFresh && w.budget >= budget
 }
 
-func (c *walkCache) put(id string, rows []walkRow, at time.Time) {
+func (c *walkCache) put(id string, w cachedWalk) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
 		c.m = map[string]cachedWalk{}
 	}
-	c.m[id] = cachedWalk{rows: rows, at: at}
+	c.m[id] = w
 }
 
 // queueNextWalks queues, after the claim (and the results written with
@@ -381,7 +385,7 @@ func (b *Backend) queueNextWalks(batch *pgx.Batch, p backends.ClaimParams, plan 
 			if err != nil {
 				return err
 			}
-			b.walks.put(id, got, time.Now())
+			b.walks.put(id, cachedWalk{rows: got, at: time.Now(), budget: budget})
 			return nil
 		})
 	}
