@@ -189,6 +189,71 @@ type Limits interface {
 	// CountByStatus counts the rows of names queued and processing, for
 	// what `limit list` shows of a scope.
 	CountByStatus(ctx context.Context, names []string) (queued, processing int64, err error)
+	// LimitUsage reads a scope's rows as `limit list` shows them: l is the
+	// scope as a claim sees it (its names, key path and the caps in force,
+	// the overrides laid over); top is how many of its busiest keys to
+	// return (none without a key path). It is read from the rows in a
+	// bounded amount of memory however many keys there are.
+	LimitUsage(ctx context.Context, l ClaimLimit, top int) (ScopeUsage, error)
+}
+
+// ScopeUsage is a scope's rows as `limit list` shows them.
+type ScopeUsage struct {
+	// Running and Queued count the rows of the scope's names processing
+	// and queued; Deferred is the sum of its keys' (KeyUsage.Deferred).
+	Running, Queued, Deferred int64
+	// Busiest are at most the asked number of keys with rows, by most
+	// running, then most queued, then key (bytewise, the key null last).
+	Busiest []KeyUsage
+	// Keys are l.Keys' own, one each in their order (zero when the key
+	// has no rows).
+	Keys []KeyUsage
+}
+
+// KeyUsage is one key's rows of a scope. Deferred counts its runnable
+// queued rows (not scheduled for later) held back now by the concurrency
+// cap: all of them while the key (or the scope) is paused or has as many
+// rows processing as its cap allows, none otherwise. A rate cap's
+// deferrals come and go within its window and are not counted here.
+type KeyUsage struct {
+	Key  string
+	Null bool
+	// Running, Queued, Deferred: as ScopeUsage's, for this key.
+	Running, Queued, Deferred int64
+}
+
+// Deferred is how many of a key's runnable rows its concurrency cap holds
+// back, by KeyUsage's rule, with running rows processing.
+func (l ClaimLimit) Deferred(key string, null bool, running, runnable int64) int64 {
+	conc, _, _ := l.Caps(key, null)
+	if conc < 0 || (conc > 0 && running >= int64(conc)) {
+		return runnable
+	}
+	return 0
+}
+
+// LessBusy orders keys as ScopeUsage.Busiest lists them: -1 when a is
+// busier than b.
+func LessBusy(a, b KeyUsage) int {
+	switch {
+	case a.Running != b.Running:
+		return cmpDesc(a.Running, b.Running)
+	case a.Queued != b.Queued:
+		return cmpDesc(a.Queued, b.Queued)
+	case a.Null != b.Null:
+		if a.Null {
+			return 1
+		}
+		return -1
+	}
+	return strings.Compare(a.Key, b.Key)
+}
+
+func cmpDesc(a, b int64) int {
+	if a > b {
+		return -1
+	}
+	return 1
 }
 
 // SortOverrides orders overrides by scope, then key, the scope's own first.
@@ -252,10 +317,13 @@ const MetaLimits = "limits"
 // worker row's metadata.
 type DeclaredCaps struct {
 	// Names are the job names of the scope in the sidecar's manifest.
-	Names       []string `json:"names,omitempty"`
-	Concurrency int      `json:"concurrency,omitempty"`
-	RateN       int      `json:"rate_n,omitempty"`
-	RateSeconds int      `json:"rate_seconds,omitempty"`
+	Names []string `json:"names,omitempty"`
+	// Key is the scope's key path as the manifest writes it
+	// ("args.tenant_id"); "" without one.
+	Key         string `json:"key,omitempty"`
+	Concurrency int    `json:"concurrency,omitempty"`
+	RateN       int    `json:"rate_n,omitempty"`
+	RateSeconds int    `json:"rate_seconds,omitempty"`
 }
 
 // DeclaredLimits reads the caps a worker row's metadata declares, by

@@ -120,6 +120,7 @@ func declaredCaps(m *config.Manifest) map[string]backends.DeclaredCaps {
 			}
 			d := out[j.Limit.Scope]
 			d.Names = append(d.Names, j.Name)
+			d.Key = backends.KeyPath(j.Limit.Key)
 			d.Concurrency = j.Limit.Concurrency
 			if r := j.Limit.Rate; r != nil {
 				d.RateN, d.RateSeconds = r.N, int(r.Per/time.Second)
@@ -211,7 +212,7 @@ func (l *loop) applyOverrides(os []backends.LimitOverride, peers []peerCaps) {
 // WARN, once, for each that differs.
 func (l *loop) smallerCaps(c, ours backends.ClaimLimit, theirs backends.DeclaredCaps) backends.ClaimLimit {
 	mine := backends.DeclaredCaps{Concurrency: ours.Concurrency, RateN: ours.RateN, RateSeconds: int(ours.RatePer / time.Second)}
-	theirs.Names = nil // the caps are compared, not the names
+	theirs.Names, theirs.Key = nil, "" // the caps are compared, not the names or the key
 	if mine.Concurrency == theirs.Concurrency && mine.RateN == theirs.RateN && mine.RateSeconds == theirs.RateSeconds {
 		return c
 	}

@@ -1,6 +1,7 @@
 package backendtest
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -66,6 +67,77 @@ func overrideCases() []testCase {
 			got, err = s.b.LimitOverrides(s.ctx)
 			require.NoError(s.t, err)
 			assert.Len(s.t, got, 2)
+		}},
+	}
+}
+
+func usageCases() []testCase {
+	return []testCase{
+		{"limits/LimitUsage: running, queued and deferred per scope and key, the busiest keys first", func(s *suite) {
+			const name, other = "use.keyed", "use.other"
+			w := s.worker()
+			// a: 2 processing (at its cap of 2), 3 queued of which 1 is
+			// scheduled for later; b: 1 processing, 4 queued (under the
+			// cap); c: paused by its override, 2 queued; the key null: 1
+			// queued; 7 (a number): 1 processing.
+			for _, a := range []string{`{"t":"a"}`, `{"t":"a"}`, `{"t":"b"}`, `{"t":7}`} {
+				s.enqueueArgs(name, a)
+			}
+			jobs := s.claim(backends.ClaimParams{WorkerID: w, Names: []string{name}, Limit: 10})
+			require.Len(s.t, jobs, 4)
+			for range 2 {
+				s.enqueueArgs(name, `{"t":"a"}`)
+			}
+			s.enqueue(backends.EnqueueParams{Name: name, Args: json.RawMessage(`{"t":"a"}`), Delay: time.Hour})
+			for range 4 {
+				s.enqueueArgs(name, `{"t":"b"}`)
+			}
+			s.enqueueArgs(name, `{"t":"c"}`)
+			s.enqueueArgs(name, `{"t":"c"}`)
+			s.enqueueArgs(name, `{"t":null}`)
+			s.enqueueArgs(other, `{"t":"a"}`) // another name: not the scope's
+			lim := backends.ClaimLimit{Scope: name, Names: []string{name}, Key: []string{"t"}, Concurrency: 2,
+				Keys: []backends.KeyCaps{{Key: "c", Concurrency: -1}, {Key: "zz", Concurrency: 5}, {Null: true, Concurrency: -1}}}
+			u, err := s.b.LimitUsage(s.ctx, lim, 3)
+			require.NoError(s.t, err)
+			assert.Equal(s.t, [3]int64{4, 10, 2 + 2 + 1}, [3]int64{u.Running, u.Queued, u.Deferred},
+				"running, queued, deferred: a's runnable 2, c's 2, the null key's 1")
+			assert.Equal(s.t, []backends.KeyUsage{
+				{Key: "a", Running: 2, Queued: 3, Deferred: 2},
+				{Key: "b", Running: 1, Queued: 4},
+				{Key: "7", Running: 1},
+			}, u.Busiest, "most running, then most queued, then by key")
+			assert.Equal(s.t, []backends.KeyUsage{
+				{Key: "c", Queued: 2, Deferred: 2},
+				{Key: "zz"},
+				{Null: true, Queued: 1, Deferred: 1},
+			}, u.Keys, "the asked keys in their order, a key without rows as zeros")
+
+			u, err = s.b.LimitUsage(s.ctx, lim, 0)
+			require.NoError(s.t, err)
+			assert.Empty(s.t, u.Busiest, "top 0: none")
+			u, err = s.b.LimitUsage(s.ctx, lim, 100)
+			require.NoError(s.t, err)
+			require.Len(s.t, u.Busiest, 5, "every key with rows")
+			assert.Equal(s.t, backends.KeyUsage{Key: "c", Queued: 2, Deferred: 2}, u.Busiest[3])
+			assert.Equal(s.t, backends.KeyUsage{Null: true, Queued: 1, Deferred: 1}, u.Busiest[4], "the key null last among equals")
+
+			// The scope paused: every runnable row is deferred, except a
+			// key whose own override lets it run.
+			lim.Concurrency, lim.Keys = -1, []backends.KeyCaps{{Key: "b", Concurrency: 3}}
+			u, err = s.b.LimitUsage(s.ctx, lim, 5)
+			require.NoError(s.t, err)
+			assert.Equal(s.t, int64(2+2+1), u.Deferred, "a, c and the null key; b runs under its own cap")
+			assert.Equal(s.t, []backends.KeyUsage{{Key: "b", Running: 1, Queued: 4}}, u.Keys)
+
+			// Without a key: one key, no busiest list; at its cap of 4.
+			u, err = s.b.LimitUsage(s.ctx, backends.ClaimLimit{Scope: name, Names: []string{name, other}, Concurrency: 4}, 5)
+			require.NoError(s.t, err)
+			assert.Equal(s.t, [3]int64{4, 11, 10}, [3]int64{u.Running, u.Queued, u.Deferred})
+			assert.Empty(s.t, u.Busiest)
+			u, err = s.b.LimitUsage(s.ctx, backends.ClaimLimit{Scope: "none", Names: []string{"nothing"}, Key: []string{"t"}}, 5)
+			require.NoError(s.t, err)
+			assert.Equal(s.t, backends.ScopeUsage{}, u)
 		}},
 	}
 }

@@ -48,6 +48,7 @@ func Run(t *testing.T, newHarness Factory) {
 	all = append(all, retriedWriteCases()...)
 	all = append(all, limitCases()...)
 	all = append(all, overrideCases()...)
+	all = append(all, usageCases()...)
 	for _, tc := range all {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -89,4 +91,88 @@ func (b *Backend) CountByStatus(ctx context.Context, names []string) (queued, pr
 		return 0, 0, b.wrap(err, "count the jobs of %v", names)
 	}
 	return queued, processing, nil
+}
+
+// LimitUsage reads a scope's rows (see backends.Limits) in one statement:
+// the rows of its names queued and processing, grouped by key, are read
+// once into a work table (Postgres spills it to disk past work_mem, so
+// memory stays bounded however many keys there are), then summed, the
+// busiest keys taken by a top-N sort, and the asked keys looked up.
+func (b *Backend) LimitUsage(ctx context.Context, l backends.ClaimLimit, top int) (backends.ScopeUsage, error) {
+	var out backends.ScopeUsage
+	if err := checkKeyPath(l.Key); err != nil {
+		return out, err
+	}
+	if len(l.Key) == 0 {
+		top = 0
+	}
+	keys, nulls, caps := make([]string, len(l.Keys)), make([]bool, len(l.Keys)), make([]int32, len(l.Keys))
+	for i, kc := range l.Keys {
+		keys[i], nulls[i], caps[i] = kc.Key, kc.Null, int32(kc.Concurrency)
+	}
+	// A key's cap is its own override's when it sets a concurrency, else
+	// the scope's (backends.ClaimLimit.Caps).
+	rows, err := b.pool.Query(ctx, `WITH o AS (
+	SELECT * FROM unnest($2::text[], $3::bool[], $4::int4[]) WITH ORDINALITY AS o(k, nullkey, cap, n)
+), keys AS (
+	SELECT s.k, s.running, s.queued,
+		CASE WHEN c.cap < 0 OR (c.cap > 0 AND s.running >= c.cap) THEN s.runnable ELSE 0 END AS deferred
+	FROM (
+		SELECT `+keyExpr(l.Key)+` AS k,
+			count(*) FILTER (WHERE status = 'processing') AS running,
+			count(*) FILTER (WHERE status = 'queued') AS queued,
+			count(*) FILTER (WHERE status = 'queued' AND (scheduled_at IS NULL OR scheduled_at <= now())) AS runnable
+		FROM soniq_jobs WHERE job_name = ANY($1::text[]) AND status IN ('queued', 'processing')
+		GROUP BY 1
+	) s
+	CROSS JOIN LATERAL (SELECT COALESCE((SELECT o.cap FROM o WHERE o.cap <> 0
+		AND CASE WHEN o.nullkey THEN s.k IS NULL ELSE o.k = s.k END ORDER BY o.n DESC LIMIT 1), $5::int4) AS cap) c
+)
+SELECT 0, NULL::text, false, COALESCE(sum(running), 0)::int8, COALESCE(sum(queued), 0)::int8, COALESCE(sum(deferred), 0)::int8, 0::int8 FROM keys
+UNION ALL
+SELECT 1, * FROM (
+	SELECT k, k IS NULL, running, queued, deferred, 0::int8 FROM keys
+	ORDER BY running DESC, queued DESC, k COLLATE "C" ASC NULLS LAST LIMIT $6
+) t
+UNION ALL
+SELECT 2, * FROM (
+	SELECT o.k, o.nullkey, COALESCE(keys.running, 0), COALESCE(keys.queued, 0), COALESCE(keys.deferred, 0), o.n
+	FROM o LEFT JOIN keys ON CASE WHEN o.nullkey THEN keys.k IS NULL ELSE keys.k = o.k END
+) k`, l.Names, keys, nulls, caps, int32(l.Concurrency), top)
+	if err != nil {
+		return out, b.wrap(err, "read the rows of limited scope %s", l.Scope)
+	}
+	defer rows.Close()
+	if len(l.Keys) > 0 {
+		out.Keys = make([]backends.KeyUsage, len(l.Keys))
+	}
+	for rows.Next() {
+		var part int
+		var n int64
+		var key *string
+		var u backends.KeyUsage
+		if err := rows.Scan(&part, &key, &u.Null, &u.Running, &u.Queued, &u.Deferred, &n); err != nil {
+			return out, b.wrap(err, "read the rows of limited scope %s", l.Scope)
+		}
+		if key != nil {
+			u.Key = *key
+		}
+		switch part {
+		case 0:
+			out.Running, out.Queued, out.Deferred = u.Running, u.Queued, u.Deferred
+		case 1:
+			out.Busiest = append(out.Busiest, u)
+		default:
+			if n < 1 || n > int64(len(out.Keys)) {
+				return out, fmt.Errorf("read the rows of limited scope %s: key %d of %d", l.Scope, n, len(out.Keys))
+			}
+			out.Keys[n-1] = u
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return out, b.wrap(err, "read the rows of limited scope %s", l.Scope)
+	}
+	// A UNION ALL promises no order: each part is put in its own here.
+	slices.SortStableFunc(out.Busiest, backends.LessBusy)
+	return out, nil
 }

@@ -213,3 +213,63 @@ func (b *Backend) CountByStatus(ctx context.Context, names []string) (queued, pr
 	}
 	return queued, processing, nil
 }
+
+// LimitUsage reads a scope's rows (see backends.Limits).
+func (b *Backend) LimitUsage(ctx context.Context, l backends.ClaimLimit, top int) (backends.ScopeUsage, error) {
+	var out backends.ScopeUsage
+	if err := ctx.Err(); err != nil {
+		return out, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := now()
+	type counts struct{ running, queued, runnable int64 }
+	byKey := map[scopeKey]*counts{}
+	for _, j := range b.jobs {
+		if !slices.Contains(l.Names, j.Name) || (j.Status != backends.StatusQueued && j.Status != backends.StatusProcessing) {
+			continue
+		}
+		k := scopeKey{null: true}
+		if len(l.Key) > 0 {
+			var ok bool
+			k.key, ok = backends.LimitKey(j.Args, l.Key)
+			k.null = !ok
+		}
+		c := byKey[k]
+		if c == nil {
+			c = &counts{}
+			byKey[k] = c
+		}
+		if j.Status == backends.StatusProcessing {
+			c.running++
+			continue
+		}
+		c.queued++
+		if j.ScheduledAt == nil || !j.ScheduledAt.After(t) {
+			c.runnable++
+		}
+	}
+	usage := func(k scopeKey) backends.KeyUsage {
+		u := backends.KeyUsage{Key: k.key, Null: k.null}
+		if c := byKey[k]; c != nil {
+			u.Running, u.Queued, u.Deferred = c.running, c.queued, l.Deferred(k.key, k.null, c.running, c.runnable)
+		}
+		return u
+	}
+	var all []backends.KeyUsage
+	for k := range byKey {
+		u := usage(k)
+		out.Running += u.Running
+		out.Queued += u.Queued
+		out.Deferred += u.Deferred
+		all = append(all, u)
+	}
+	if len(l.Key) > 0 && top > 0 {
+		slices.SortFunc(all, backends.LessBusy)
+		out.Busiest = all[:min(top, len(all))]
+	}
+	for _, kc := range l.Keys {
+		out.Keys = append(out.Keys, usage(scopeKey{key: kc.Key, null: kc.Null}))
+	}
+	return out, nil
+}
