@@ -161,8 +161,12 @@ type LimitIndexer interface {
 // cleared, replacing the manifests' caps on every sidecar.
 type LimitOverride struct {
 	Scope string
-	// Key is the key value the override is for; nil for the whole scope.
+	// Key is the key value the override is for; nil for the whole scope
+	// or the key null.
 	Key *string
+	// NullKey: the override is for the key null (a missing field, a
+	// null, an object or an array); Key is then nil.
+	NullKey bool
 	// Concurrency replaces the concurrency cap when set; 0 pauses (its
 	// rows stay queued).
 	Concurrency *int
@@ -180,9 +184,9 @@ type Limits interface {
 	// SetLimit creates or replaces the override of o.Scope (and o.Key).
 	// A field left unset in o keeps the override's earlier value of it.
 	SetLimit(ctx context.Context, o LimitOverride) (LimitOverride, error)
-	// ClearLimit deletes the override of scope (and key); false when
-	// there was none.
-	ClearLimit(ctx context.Context, scope string, key *string) (bool, error)
+	// ClearLimit deletes the override of scope (and key, or the key null
+	// when nullKey is set); false when there was none.
+	ClearLimit(ctx context.Context, scope string, key *string, nullKey bool) (bool, error)
 	// LimitOverrides returns every override, by scope then key (the
 	// scope's own first).
 	LimitOverrides(ctx context.Context) ([]LimitOverride, error)
@@ -256,19 +260,24 @@ func cmpDesc(a, b int64) int {
 	return 1
 }
 
-// SortOverrides orders overrides by scope, then key, the scope's own first.
+// SortOverrides orders overrides by scope, then key (bytewise), the
+// scope's own first, then the key null's.
 func SortOverrides(os []LimitOverride) {
+	rank := func(o LimitOverride) int {
+		switch {
+		case o.NullKey:
+			return 1
+		case o.Key == nil:
+			return 0
+		}
+		return 2
+	}
 	slices.SortFunc(os, func(a, b LimitOverride) int {
 		if c := strings.Compare(a.Scope, b.Scope); c != 0 {
 			return c
 		}
-		switch {
-		case a.Key == nil && b.Key == nil:
-			return 0
-		case a.Key == nil:
-			return -1
-		case b.Key == nil:
-			return 1
+		if c := rank(a) - rank(b); c != 0 || rank(a) < 2 {
+			return c
 		}
 		return strings.Compare(*a.Key, *b.Key)
 	})
@@ -276,27 +285,34 @@ func SortOverrides(os []LimitOverride) {
 
 // ApplyOverrides lays the overrides over a scope's declared caps: the
 // scope's own replaces them (a concurrency of 0 pauses the scope), each
-// key's becomes a KeyCaps (0 pauses the key).
+// key's, the key null's included, becomes a KeyCaps (0 pauses the key). A
+// key's override of a scope without a key is of no key of it, and ignored.
 func ApplyOverrides(l ClaimLimit, os []LimitOverride) ClaimLimit {
 	l.Keys = nil
 	for _, o := range os {
 		if o.Scope != l.Scope {
 			continue
 		}
-		if o.Key == nil {
+		if o.NullKey || o.Key != nil {
+			if len(l.Key) == 0 {
+				continue
+			}
+			k := KeyCaps{Null: o.NullKey, RateN: o.RateN, RatePer: o.RatePer}
+			if !o.NullKey {
+				k.Key = *o.Key
+			}
 			if o.Concurrency != nil {
-				l.Concurrency = pausedIfZero(*o.Concurrency)
+				k.Concurrency = pausedIfZero(*o.Concurrency)
 			}
-			if o.RateN > 0 {
-				l.RateN, l.RatePer = o.RateN, o.RatePer
-			}
+			l.Keys = append(l.Keys, k)
 			continue
 		}
-		k := KeyCaps{Key: *o.Key, RateN: o.RateN, RatePer: o.RatePer}
 		if o.Concurrency != nil {
-			k.Concurrency = pausedIfZero(*o.Concurrency)
+			l.Concurrency = pausedIfZero(*o.Concurrency)
 		}
-		l.Keys = append(l.Keys, k)
+		if o.RateN > 0 {
+			l.RateN, l.RatePer = o.RateN, o.RatePer
+		}
 	}
 	return l
 }

@@ -97,7 +97,7 @@ func TestLimitOverridesApplyAtStartAndEachPoll(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, 1, w.processingOf(ids), "the override's cap, within a poll interval")
 
-		_, err = w.mem.ClearLimit(ctx, "async.sleep", nil)
+		_, err = w.mem.ClearLimit(ctx, "async.sleep", nil, false)
 		require.NoError(t, err)
 		time.Sleep(2500 * time.Millisecond)
 		synctest.Wait()

@@ -49,6 +49,7 @@ func Run(t *testing.T, newHarness Factory) {
 	all = append(all, limitCases()...)
 	all = append(all, overrideCases()...)
 	all = append(all, usageCases()...)
+	all = append(all, nullKeyCases()...)
 	for _, tc := range all {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -14,8 +14,8 @@ import (
 // SetLimit creates or replaces an override (see backends.Limits): one
 // upsert; a field left unset keeps the row's value.
 func (b *Backend) SetLimit(ctx context.Context, o backends.LimitOverride) (backends.LimitOverride, error) {
-	key, hasKey := "", o.Key != nil
-	if hasKey {
+	key, hasKey := "", o.Key != nil || o.NullKey
+	if o.Key != nil && !o.NullKey {
 		key = *o.Key
 	}
 	var rateN, rateSecs *int
@@ -23,14 +23,14 @@ func (b *Backend) SetLimit(ctx context.Context, o backends.LimitOverride) (backe
 		n, s := o.RateN, int(o.RatePer/time.Second)
 		rateN, rateSecs = &n, &s
 	}
-	row := b.pool.QueryRow(ctx, `INSERT INTO soniq_sidecar_limit_overrides AS o (scope, has_key, key, concurrency, rate_n, rate_seconds)
-	VALUES ($1, $2, $3, $4, $5, $6)
-	ON CONFLICT (scope, has_key, key) DO UPDATE SET
+	row := b.pool.QueryRow(ctx, `INSERT INTO soniq_sidecar_limit_overrides AS o (scope, has_key, null_key, key, concurrency, rate_n, rate_seconds)
+	VALUES ($1, $2, $7, $3, $4, $5, $6)
+	ON CONFLICT (scope, has_key, null_key, key) DO UPDATE SET
 		concurrency = COALESCE(EXCLUDED.concurrency, o.concurrency),
 		rate_n = COALESCE(EXCLUDED.rate_n, o.rate_n),
 		rate_seconds = COALESCE(EXCLUDED.rate_seconds, o.rate_seconds),
 		updated_at = now()
-	RETURNING `+overrideColumns, o.Scope, hasKey, key, o.Concurrency, rateN, rateSecs)
+	RETURNING `+overrideColumns, o.Scope, hasKey, key, o.Concurrency, rateN, rateSecs, o.NullKey)
 	out, err := scanOverride(row)
 	if err != nil {
 		return backends.LimitOverride{}, b.wrap(err, "set the limit of %s", o.Scope)
@@ -39,12 +39,13 @@ func (b *Backend) SetLimit(ctx context.Context, o backends.LimitOverride) (backe
 }
 
 // ClearLimit deletes an override.
-func (b *Backend) ClearLimit(ctx context.Context, scope string, key *string) (bool, error) {
+func (b *Backend) ClearLimit(ctx context.Context, scope string, key *string, nullKey bool) (bool, error) {
 	k := ""
-	if key != nil {
+	if key != nil && !nullKey {
 		k = *key
 	}
-	tag, err := b.pool.Exec(ctx, `DELETE FROM soniq_sidecar_limit_overrides WHERE scope = $1 AND has_key = $2 AND key = $3`, scope, key != nil, k)
+	tag, err := b.pool.Exec(ctx, `DELETE FROM soniq_sidecar_limit_overrides WHERE scope = $1 AND has_key = $2 AND null_key = $3 AND key = $4`,
+		scope, key != nil || nullKey, nullKey, k)
 	if err != nil {
 		return false, b.wrap(err, "clear the limit of %s", scope)
 	}
@@ -53,7 +54,7 @@ func (b *Backend) ClearLimit(ctx context.Context, scope string, key *string) (bo
 
 // LimitOverrides returns every override.
 func (b *Backend) LimitOverrides(ctx context.Context) ([]backends.LimitOverride, error) {
-	rows, err := b.pool.Query(ctx, `SELECT `+overrideColumns+` FROM soniq_sidecar_limit_overrides ORDER BY scope, has_key, key`)
+	rows, err := b.pool.Query(ctx, `SELECT `+overrideColumns+` FROM soniq_sidecar_limit_overrides`)
 	if err != nil {
 		return nil, b.wrap(err, "read the limits' overrides")
 	}
@@ -61,20 +62,21 @@ func (b *Backend) LimitOverrides(ctx context.Context) ([]backends.LimitOverride,
 	if err != nil {
 		return nil, b.wrap(err, "read the limits' overrides")
 	}
+	backends.SortOverrides(out)
 	return out, nil
 }
 
-const overrideColumns = `scope, has_key, key, concurrency, rate_n, rate_seconds, updated_at`
+const overrideColumns = `scope, has_key, null_key, key, concurrency, rate_n, rate_seconds, updated_at`
 
 func scanOverride(row pgx.Row) (backends.LimitOverride, error) {
 	var o backends.LimitOverride
 	var hasKey bool
 	var key string
 	var rateN, rateSecs *int
-	if err := row.Scan(&o.Scope, &hasKey, &key, &o.Concurrency, &rateN, &rateSecs, &o.UpdatedAt); err != nil {
+	if err := row.Scan(&o.Scope, &hasKey, &o.NullKey, &key, &o.Concurrency, &rateN, &rateSecs, &o.UpdatedAt); err != nil {
 		return o, err
 	}
-	if hasKey {
+	if hasKey && !o.NullKey {
 		o.Key = &key
 	}
 	if rateN != nil && rateSecs != nil {

@@ -13,8 +13,8 @@ import (
 
 // SetLimit creates or replaces an override (see backends.Limits).
 func (b *Backend) SetLimit(ctx context.Context, o backends.LimitOverride) (backends.LimitOverride, error) {
-	key, hasKey := "", o.Key != nil
-	if hasKey {
+	key, hasKey := "", o.Key != nil || o.NullKey
+	if o.Key != nil && !o.NullKey {
 		key = *o.Key
 	}
 	var rateN, rateSecs any
@@ -27,14 +27,14 @@ func (b *Backend) SetLimit(ctx context.Context, o backends.LimitOverride) (backe
 	}
 	var out backends.LimitOverride
 	err := b.inWriteTx(ctx, "setting the limit of "+o.Scope, func(tx *sql.Tx) error {
-		row := tx.QueryRowContext(ctx, `INSERT INTO soniq_sidecar_limit_overrides (scope, has_key, key, concurrency, rate_n, rate_seconds, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (scope, has_key, key) DO UPDATE SET
+		row := tx.QueryRowContext(ctx, `INSERT INTO soniq_sidecar_limit_overrides (scope, has_key, null_key, key, concurrency, rate_n, rate_seconds, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (scope, has_key, null_key, key) DO UPDATE SET
 				concurrency = COALESCE(excluded.concurrency, concurrency),
 				rate_n = COALESCE(excluded.rate_n, rate_n),
 				rate_seconds = COALESCE(excluded.rate_seconds, rate_seconds),
 				updated_at = excluded.updated_at
-			RETURNING `+overrideColumns, o.Scope, hasKey, key, conc, rateN, rateSecs, formatTime(now()))
+			RETURNING `+overrideColumns, o.Scope, hasKey, o.NullKey, key, conc, rateN, rateSecs, formatTime(now()))
 		var err error
 		out, err = scanOverride(row)
 		return err
@@ -43,14 +43,15 @@ func (b *Backend) SetLimit(ctx context.Context, o backends.LimitOverride) (backe
 }
 
 // ClearLimit deletes an override.
-func (b *Backend) ClearLimit(ctx context.Context, scope string, key *string) (bool, error) {
+func (b *Backend) ClearLimit(ctx context.Context, scope string, key *string, nullKey bool) (bool, error) {
 	k := ""
-	if key != nil {
+	if key != nil && !nullKey {
 		k = *key
 	}
 	var n int64
 	err := b.inWriteTx(ctx, "clearing the limit of "+scope, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM soniq_sidecar_limit_overrides WHERE scope = ? AND has_key = ? AND key = ?`, scope, key != nil, k)
+		res, err := tx.ExecContext(ctx, `DELETE FROM soniq_sidecar_limit_overrides WHERE scope = ? AND has_key = ? AND null_key = ? AND key = ?`,
+			scope, key != nil || nullKey, nullKey, k)
 		if err != nil {
 			return err
 		}
@@ -62,7 +63,7 @@ func (b *Backend) ClearLimit(ctx context.Context, scope string, key *string) (bo
 
 // LimitOverrides returns every override.
 func (b *Backend) LimitOverrides(ctx context.Context) ([]backends.LimitOverride, error) {
-	rows, err := b.read.QueryContext(ctx, `SELECT `+overrideColumns+` FROM soniq_sidecar_limit_overrides ORDER BY scope, has_key, key`)
+	rows, err := b.read.QueryContext(ctx, `SELECT `+overrideColumns+` FROM soniq_sidecar_limit_overrides`)
 	if err != nil {
 		return nil, fmt.Errorf("reading the limits' overrides: %w", err)
 	}
@@ -75,20 +76,24 @@ func (b *Backend) LimitOverrides(ctx context.Context) ([]backends.LimitOverride,
 		}
 		out = append(out, o)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading the limits' overrides: %w", err)
+	}
+	backends.SortOverrides(out)
+	return out, nil
 }
 
-const overrideColumns = `scope, has_key, key, concurrency, rate_n, rate_seconds, updated_at`
+const overrideColumns = `scope, has_key, null_key, key, concurrency, rate_n, rate_seconds, updated_at`
 
 func scanOverride(row interface{ Scan(...any) error }) (backends.LimitOverride, error) {
 	var o backends.LimitOverride
 	var hasKey bool
 	var key, updated string
 	var conc, rateN, rateSecs sql.NullInt64
-	if err := row.Scan(&o.Scope, &hasKey, &key, &conc, &rateN, &rateSecs, &updated); err != nil {
+	if err := row.Scan(&o.Scope, &hasKey, &o.NullKey, &key, &conc, &rateN, &rateSecs, &updated); err != nil {
 		return o, err
 	}
-	if hasKey {
+	if hasKey && !o.NullKey {
 		o.Key = &key
 	}
 	if conc.Valid {
@@ -215,4 +220,27 @@ FROM o LEFT JOIN keys ON CASE WHEN o.nullkey THEN keys.k IS NULL ELSE keys.k = o
 	// A UNION ALL promises no order: the busiest are put in theirs here.
 	slices.SortStableFunc(out.Busiest, backends.LessBusy)
 	return out, nil
+}
+
+// upgradeOverrides gives an overrides table made before the key null's
+// overrides existed their null_key column, in its primary key: SQLite
+// cannot change a primary key in place, so the table is made again and
+// its rows copied. A table that has the column is left as it is.
+func upgradeOverrides(ctx context.Context, tx *sql.Tx) error {
+	var has int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('soniq_sidecar_limit_overrides') WHERE name = 'null_key'`).Scan(&has); err != nil {
+		return fmt.Errorf("reading the columns of soniq_sidecar_limit_overrides: %w", err)
+	}
+	if has > 0 {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, `ALTER TABLE soniq_sidecar_limit_overrides RENAME TO soniq_sidecar_limit_overrides_old;
+`+limitsDDL+`
+INSERT INTO soniq_sidecar_limit_overrides (scope, has_key, null_key, key, concurrency, rate_n, rate_seconds, updated_at)
+	SELECT scope, has_key, 0, key, concurrency, rate_n, rate_seconds, updated_at FROM soniq_sidecar_limit_overrides_old;
+DROP TABLE soniq_sidecar_limit_overrides_old;`)
+	if err != nil {
+		return fmt.Errorf("adding null_key to soniq_sidecar_limit_overrides: %w", err)
+	}
+	return nil
 }

@@ -16,13 +16,15 @@ import (
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
 )
 
-const limitUsage = "limit: want a subcommand: set SCOPE [--key VALUE] [--concurrency N] [--rate N/DUR], clear SCOPE [--key VALUE] or list"
+const limitUsage = "limit: want a subcommand: set SCOPE [--key VALUE | --null-key] [--concurrency N] [--rate N/DUR], clear SCOPE [--key VALUE | --null-key] or list"
 
 const limitLong = `Override the caps of a limited scope (a job's own limit, or a group of the
 manifest's limits:) for the whole fleet, without a restart: every running
 sidecar applies a change within one poll interval. An override of a scope
 replaces the manifests' caps; one with --key replaces them for that key value
-only. --concurrency 0 pauses the scope, or the key: its rows stay queued.
+only, one with --null-key for the key null (the rows whose key field is
+missing, null, an object or an array). --concurrency 0 pauses the scope, or
+the key: its rows stay queued.
 Overrides apply to scopes the running manifests declare (docs/limits.md).`
 
 // newLimitCmd is `limit set|clear|list`.
@@ -46,28 +48,35 @@ func limitScope(sub string) func(pos []string) error {
 func newLimitSetCmd(e env) *cobra.Command {
 	var (
 		key, rate   string
+		nullKey     bool
 		concurrency int
 		o           backends.LimitOverride
 	)
 	var fs *pflag.FlagSet
 	return dataCommand(e, dataSpec{
-		use:   "set SCOPE [--key VALUE] [--concurrency N] [--rate N/DUR]",
+		use:   "set SCOPE [--key VALUE | --null-key] [--concurrency N] [--rate N/DUR]",
 		short: "Set the caps of a scope, or of one key value of it (0 pauses)",
 		long: `Set the caps of SCOPE for the whole fleet, or with --key those of one value of
-the scope's key. A cap not given keeps its earlier override, or the
-manifests' value. --concurrency 0 pauses: the rows stay queued until the
-override is set higher or cleared.`,
+the scope's key, or with --null-key those of the key null (the rows whose key
+field is missing, null, an object or an array). A cap not given keeps its
+earlier override, or the manifests' value. --concurrency 0 pauses: the rows
+stay queued until the override is set higher or cleared.`,
 		example: `  soniq-sidecar limit set emails.send --key acme --concurrency 0
+  soniq-sidecar limit set emails.send --null-key --concurrency 0
   soniq-sidecar limit set stripe --concurrency 4 --rate 10/1s`,
 		flags: func(f *pflag.FlagSet) {
 			fs = f
 			f.StringVar(&key, "key", "", "the key `VALUE` the caps are for (as the job's args hold it: tenant-42, 7, true); none: the scope")
+			f.BoolVar(&nullKey, "null-key", false, "the caps are for the key null (the key field missing, null, an object or an array)")
 			f.IntVar(&concurrency, "concurrency", 0, "at most `N` rows processing at once; 0 pauses")
 			f.StringVar(&rate, "rate", "", "at most N claims in any window of DUR, like 100/1m or 25/1s (`N/DUR`)")
 		},
 		args: limitScope("set"),
 		check: func(pos []string) error {
-			o = backends.LimitOverride{Scope: pos[0]}
+			o = backends.LimitOverride{Scope: pos[0], NullKey: nullKey}
+			if err := oneKey("set", fs, nullKey); err != nil {
+				return err
+			}
 			if fs.Changed("key") {
 				o.Key = &key
 			}
@@ -102,23 +111,28 @@ override is set higher or cleared.`,
 
 func newLimitClearCmd(e env) *cobra.Command {
 	var key string
+	var nullKey bool
 	var fs *pflag.FlagSet
 	return dataCommand(e, dataSpec{
-		use:     "clear SCOPE [--key VALUE]",
+		use:     "clear SCOPE [--key VALUE | --null-key]",
 		short:   "Remove the override of a scope, or of one key value (the manifests' caps hold again)",
-		example: "  soniq-sidecar limit clear emails.send --key acme\n  soniq-sidecar limit clear stripe",
+		example: "  soniq-sidecar limit clear emails.send --key acme\n  soniq-sidecar limit clear emails.send --null-key\n  soniq-sidecar limit clear stripe",
 		flags: func(f *pflag.FlagSet) {
 			fs = f
 			f.StringVar(&key, "key", "", "the key `VALUE` whose override to remove; none: the scope's own")
+			f.BoolVar(&nullKey, "null-key", false, "remove the override of the key null")
 		},
 		args: limitScope("clear"),
+		check: func([]string) error {
+			return oneKey("clear", fs, nullKey)
+		},
 		run: func(ctx context.Context, d dataRun) error {
 			var k *string
 			if fs.Changed("key") {
 				k = &key
 			}
-			target := overrideTarget(backends.LimitOverride{Scope: d.args[0], Key: k})
-			cleared, err := d.b.ClearLimit(ctx, d.args[0], k)
+			target := overrideTarget(backends.LimitOverride{Scope: d.args[0], Key: k, NullKey: nullKey})
+			cleared, err := d.b.ClearLimit(ctx, d.args[0], k, nullKey)
 			if err != nil {
 				return err
 			}
@@ -369,7 +383,7 @@ func limitRows(overrides []backends.LimitOverride, workers []backends.Worker) []
 	rows := []limitRow{}
 	seen := map[string]bool{}
 	for _, o := range overrides {
-		if o.Key == nil {
+		if o.Key == nil && !o.NullKey {
 			seen[o.Scope] = true
 		}
 	}
@@ -380,9 +394,9 @@ func limitRows(overrides []backends.LimitOverride, workers []backends.Worker) []
 	}
 	backends.SortOverrides(overrides)
 	for _, o := range overrides {
-		r := limitRow{Scope: o.Scope, Key: o.Key, Declared: declared[o.Scope], names: names[o.Scope],
+		r := limitRow{Scope: o.Scope, Key: o.Key, NullKey: o.NullKey, Declared: declared[o.Scope], names: names[o.Scope],
 			keyPath: keyPaths[o.Scope], concurrency: concurrency[o.Scope]}
-		if o.Key != nil {
+		if o.Key != nil || o.NullKey {
 			r.Declared, r.names = nil, nil
 		}
 		if o.Concurrency != nil || o.RateN > 0 {
@@ -399,9 +413,21 @@ func limitRows(overrides []backends.LimitOverride, workers []backends.Worker) []
 	return rows
 }
 
-// overrideTarget names an override: SCOPE, or SCOPE key VALUE.
+// oneKey refuses --key with --null-key: an override is of one key.
+func oneKey(sub string, fs *pflag.FlagSet, nullKey bool) error {
+	if nullKey && fs.Changed("key") {
+		return usageErrorf("limit %s: --key and --null-key name two different keys; give one of them", sub)
+	}
+	return nil
+}
+
+// overrideTarget names an override: SCOPE, SCOPE key VALUE, or SCOPE key
+// null.
 func overrideTarget(o backends.LimitOverride) string {
-	if o.Key == nil {
+	switch {
+	case o.NullKey:
+		return o.Scope + " key null"
+	case o.Key == nil:
 		return o.Scope
 	}
 	return fmt.Sprintf("%s key %q", o.Scope, *o.Key)

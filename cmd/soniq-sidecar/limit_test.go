@@ -150,3 +150,48 @@ func TestLimitListShowsTheBusiestKeysAndWhatIsDeferred(t *testing.T) {
 	code, _, errOut = c.run("limit", "list", "--keys", "-1")
 	assert.Equal(t, 2, code, errOut)
 }
+
+// --null-key names the key null for set and clear, apart from the scope
+// and from the key ""; with --key it is refused with exit 2, changing
+// nothing.
+func TestLimitNullKeyCommands(t *testing.T) {
+	c := newCLI(t, nil)
+	for _, bad := range [][]string{
+		{"limit", "set", "emails.send", "--null-key", "--key", "x", "--concurrency", "0"},
+		{"limit", "clear", "emails.send", "--null-key", "--key", ""},
+	} {
+		code, _, errOut := c.run(bad...)
+		assert.Equal(t, 2, code, "%v", bad)
+		assert.Contains(t, errOut, "--key and --null-key name two different keys", "%v", bad)
+	}
+	code, out, errOut := c.run("limit", "set", "emails.send", "--null-key", "--concurrency", "0")
+	require.Equal(t, 0, code, errOut)
+	assert.Equal(t, "limit emails.send key null set: paused (concurrency 0); running sidecars apply it within one poll interval\n", out)
+	code, _, errOut = c.run("limit", "set", "emails.send", "--key", "", "--concurrency", "2")
+	require.Equal(t, 0, code, errOut)
+
+	code, out, _ = c.run("limit", "list", "--json")
+	require.Equal(t, 0, code)
+	var rows []limitRow
+	require.NoError(t, json.Unmarshal([]byte(out), &rows))
+	require.Len(t, rows, 2, out)
+	assert.True(t, rows[0].NullKey)
+	assert.Nil(t, rows[0].Key)
+	assert.True(t, rows[0].Paused)
+	assert.Contains(t, out, `"null_key":true`)
+	assert.False(t, rows[1].NullKey)
+	assert.Equal(t, "", *rows[1].Key)
+	code, out, _ = c.run("limit", "list")
+	require.Equal(t, 0, code)
+	assert.Regexp(t, `(?m)^emails\.send\s+null\s+-\s+paused \(concurrency 0\)`, out)
+
+	code, out, _ = c.run("limit", "clear", "emails.send", "--null-key")
+	require.Equal(t, 0, code)
+	assert.Equal(t, "limit emails.send key null cleared: the manifests' caps hold again within one poll interval\n", out)
+	code, out, _ = c.run("limit", "list", "--json")
+	require.Equal(t, 0, code)
+	rows = nil
+	require.NoError(t, json.Unmarshal([]byte(out), &rows))
+	require.Len(t, rows, 1, "the key \"\" is left: %s", out)
+	assert.Equal(t, "", *rows[0].Key)
+}

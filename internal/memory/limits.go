@@ -124,13 +124,17 @@ func (b *Backend) claimsSince(k scopeKey, since time.Time) int {
 
 // overrideKey addresses one override.
 type overrideKey struct {
-	scope  string
-	key    string
-	hasKey bool
+	scope   string
+	key     string
+	hasKey  bool
+	nullKey bool
 }
 
-func overrideKeyOf(scope string, key *string) overrideKey {
-	if key == nil {
+func overrideKeyOf(scope string, key *string, nullKey bool) overrideKey {
+	switch {
+	case nullKey:
+		return overrideKey{scope: scope, hasKey: true, nullKey: true}
+	case key == nil:
 		return overrideKey{scope: scope}
 	}
 	return overrideKey{scope: scope, key: *key, hasKey: true}
@@ -146,11 +150,11 @@ func (b *Backend) SetLimit(ctx context.Context, o backends.LimitOverride) (backe
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	k := overrideKeyOf(o.Scope, o.Key)
+	k := overrideKeyOf(o.Scope, o.Key, o.NullKey)
 	cur, ok := b.overrides[k]
 	if !ok {
-		cur = backends.LimitOverride{Scope: o.Scope}
-		if o.Key != nil {
+		cur = backends.LimitOverride{Scope: o.Scope, NullKey: o.NullKey}
+		if o.Key != nil && !o.NullKey {
 			cur.Key = ptr(*o.Key)
 		}
 	}
@@ -166,13 +170,13 @@ func (b *Backend) SetLimit(ctx context.Context, o backends.LimitOverride) (backe
 }
 
 // ClearLimit deletes an override.
-func (b *Backend) ClearLimit(ctx context.Context, scope string, key *string) (bool, error) {
+func (b *Backend) ClearLimit(ctx context.Context, scope string, key *string, nullKey bool) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	k := overrideKeyOf(scope, key)
+	k := overrideKeyOf(scope, key, nullKey)
 	_, ok := b.overrides[k]
 	delete(b.overrides, k)
 	return ok, nil
