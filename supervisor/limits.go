@@ -67,9 +67,11 @@ func claimLimits(m *config.Manifest, h *config.Handler) []backends.ClaimLimit {
 	return out
 }
 
-// limitKeyPaths is every key path the manifest's limits declare, nil for
-// the scopes without a key; empty without limits.
-func limitKeyPaths(m *config.Manifest) [][]string {
+// LimitKeyPaths is every key path the manifest's limits declare, nil for
+// the scopes without a key; empty without limits. A sidecar indexes them
+// at start (backends.LimitIndexer); `migrate --manifest` builds the same
+// indexes ahead of it.
+func LimitKeyPaths(m *config.Manifest) [][]string {
 	var paths [][]string
 	seen := map[string]bool{}
 	for _, h := range m.Handlers {
@@ -92,7 +94,7 @@ func limitKeyPaths(m *config.Manifest) [][]string {
 // failure is logged and the run goes on: the caps hold without the
 // indexes, a claim only reads more.
 func (s *Supervisor) prepareLimits(ctx context.Context) {
-	paths := limitKeyPaths(s.cfg.Manifest)
+	paths := LimitKeyPaths(s.cfg.Manifest)
 	li, ok := s.cfg.Backend.(backends.LimitIndexer)
 	if len(paths) == 0 || !ok {
 		return
