@@ -199,6 +199,62 @@ type Limits interface {
 	// return (none without a key path). It is read from the rows in a
 	// bounded amount of memory however many keys there are.
 	LimitUsage(ctx context.Context, l ClaimLimit, top int) (ScopeUsage, error)
+	// PruneLimitClaims deletes the claim log's rows that no rate window
+	// can count any more (see ClaimLogPrune), in statements of at most
+	// p.Batch rows and at most p.Max rows in all (the rest are left to
+	// the next call). It returns how many it deleted.
+	PruneLimitClaims(ctx context.Context, p ClaimLogPrune) (int, error)
+}
+
+// ClaimLogPrune says which rows of the claim log PruneLimitClaims deletes:
+// those of a scope logged longer ago than its horizon.
+type ClaimLogPrune struct {
+	// Horizons are the horizons of the scopes named; Floor is every other
+	// scope's. ClaimLogHorizons makes both.
+	Horizons map[string]time.Duration
+	Floor    time.Duration
+	// Batch is the most rows one statement (one transaction) deletes;
+	// Max the most one call does.
+	Batch, Max int
+}
+
+// ClaimLogFloor is the least time the claim log keeps a row: the horizon
+// of a scope that no running sidecar declares and no override names.
+const ClaimLogFloor = 24 * time.Hour
+
+// ClaimLogHorizons is how long the claim log must keep each scope's rows.
+// A claim of a scope counts the rows logged within its rate window: its
+// manifest's, a running peer's smaller rate's, or an override's, of the
+// scope or of a key. Each of those is declared by a running sidecar (in
+// its worker row) or held in the overrides, so a row older than the
+// longest of them, per scope, can be counted by no claim. A sidecar not
+// running yet could declare a longer window, but the claims already drop
+// the rows older than their own window as they go, so it could not rely
+// on older ones anyway; the floor (ClaimLogFloor) keeps every window of up
+// to a day exact across a fleet down for a while (a deploy, a crash loop),
+// when no running sidecar declares the scope.
+func ClaimLogHorizons(workers []Worker, overrides []LimitOverride) ClaimLogPrune {
+	p := ClaimLogPrune{Horizons: map[string]time.Duration{}, Floor: ClaimLogFloor}
+	longer := func(scope string, d time.Duration) {
+		p.Horizons[scope] = max(p.Horizons[scope], d, ClaimLogFloor)
+	}
+	for _, w := range workers {
+		for scope, c := range DeclaredLimits(w.Metadata) {
+			longer(scope, time.Duration(c.RateSeconds)*time.Second)
+		}
+	}
+	for _, o := range overrides {
+		longer(o.Scope, o.RatePer)
+	}
+	return p
+}
+
+// Horizon is how long the claim log keeps scope's rows.
+func (p ClaimLogPrune) Horizon(scope string) time.Duration {
+	if h, ok := p.Horizons[scope]; ok {
+		return max(h, p.Floor)
+	}
+	return p.Floor
 }
 
 // ScopeUsage is a scope's rows as `limit list` shows them.

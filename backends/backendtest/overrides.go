@@ -178,6 +178,29 @@ func nullKeyCases() []testCase {
 	}
 }
 
+func claimLogCases() []testCase {
+	return []testCase{
+		{"limits/PruneLimitClaims deletes the logged claims past their scope's horizon, and only those", func(s *suite) {
+			const name = "log.rate"
+			for range 4 {
+				s.enqueueArgs(name, `{"t":"a"}`)
+			}
+			lim := []backends.ClaimLimit{{Scope: name, Names: []string{name}, Key: []string{"t"}, RateN: 2, RatePer: time.Hour}}
+			p := backends.ClaimParams{WorkerID: s.worker(), Names: []string{name}, Limit: 10, Limits: lim}
+			require.Len(s.t, s.claim(p), 2)
+			assert.Empty(s.t, s.claim(p), "the window is full")
+			n, err := s.b.PruneLimitClaims(s.ctx, backends.ClaimLogPrune{Horizons: map[string]time.Duration{name: time.Hour}, Batch: 1, Max: 10})
+			require.NoError(s.t, err)
+			assert.Zero(s.t, n, "within the scope's horizon: kept")
+			assert.Empty(s.t, s.claim(p), "the window is still full")
+			n, err = s.b.PruneLimitClaims(s.ctx, backends.ClaimLogPrune{Horizons: map[string]time.Duration{"other": time.Hour}, Batch: 1, Max: 10})
+			require.NoError(s.t, err)
+			assert.Equal(s.t, 2, n, "a scope not named: past the floor of 0")
+			assert.Len(s.t, s.claim(p), 2, "with its log gone, the window counts no claim")
+		}},
+	}
+}
+
 func usageCases() []testCase {
 	return []testCase{
 		{"limits/LimitUsage: running, queued and deferred per scope and key, the busiest keys first", func(s *suite) {

@@ -50,6 +50,7 @@ func Run(t *testing.T, newHarness Factory) {
 	all = append(all, overrideCases()...)
 	all = append(all, usageCases()...)
 	all = append(all, nullKeyCases()...)
+	all = append(all, claimLogCases()...)
 	for _, tc := range all {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

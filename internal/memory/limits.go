@@ -277,3 +277,29 @@ func (b *Backend) LimitUsage(ctx context.Context, l backends.ClaimLimit, top int
 	}
 	return out, nil
 }
+
+// PruneLimitClaims drops the logged claims older than their scope's
+// horizon, and the keys left with none.
+func (b *Backend) PruneLimitClaims(ctx context.Context, p backends.ClaimLogPrune) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := now()
+	n := 0
+	for k, log := range b.rateLog {
+		before := t.Add(-p.Horizon(k.scope))
+		i := 0
+		for i < len(log) && log[i].Before(before) && n < p.Max {
+			i++
+			n++
+		}
+		if i == len(log) {
+			delete(b.rateLog, k)
+		} else {
+			b.rateLog[k] = log[i:]
+		}
+	}
+	return n, nil
+}
