@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -47,4 +48,44 @@ INSERT INTO soniq_sidecar_limit_overrides (scope, has_key, key, concurrency) VAL
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT pg_get_constraintdef(oid) FROM pg_constraint
 		WHERE conrelid = 'soniq_sidecar_limit_overrides'::regclass AND contype = 'p'`).Scan(&pk))
 	assert.Equal(t, "PRIMARY KEY (scope, has_key, null_key, key)", pk)
+}
+
+// limit list's statement reads each name's queued rows through its key
+// index, grouped in the index's order: never a hash table of every key
+// nor a scan of the whole table (keys are unbounded).
+func TestLimitUsageGroupsTheQueuedRowsInKeyIndexOrder(t *testing.T) {
+	b, _ := openTest(t)
+	ctx := t.Context()
+	_, err := b.pool.Exec(ctx, `INSERT INTO soniq_jobs (id, job_name, args, status, priority, queue)
+	SELECT gen_random_uuid(), CASE WHEN i % 3 = 0 THEN 'use.b' ELSE 'use.a' END, jsonb_build_object('t', 'k' || (i % 2000)), 'queued', 100, 'default'
+	FROM generate_series(1, 20000) i`)
+	require.NoError(t, err)
+	path := []string{"t"}
+	require.NoError(t, b.PrepareLimitKeys(ctx, [][]string{path}))
+	_, err = b.pool.Exec(ctx, `ANALYZE soniq_jobs`)
+	require.NoError(t, err)
+	for _, names := range [][]string{{"use.a"}, {"use.a", "use.b"}} {
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, usagePlannerHints)
+		require.NoError(t, err)
+		rows, err := tx.Query(ctx, "EXPLAIN "+limitUsageSQL(path, names), []string{}, []bool{}, []int32{}, int32(2), 5, names)
+		require.NoError(t, err)
+		var plan strings.Builder
+		for rows.Next() {
+			var line string
+			require.NoError(t, rows.Scan(&line))
+			plan.WriteString(line + "\n")
+		}
+		require.NoError(t, rows.Err())
+		require.NoError(t, tx.Rollback(ctx))
+		assert.Contains(t, plan.String(), "Index Scan using "+keyIndexName(path, "q"), "%v:\n%s", names, plan.String())
+		assert.NotContains(t, plan.String(), "HashAggregate", "%v:\n%s", names, plan.String())
+		assert.NotContains(t, plan.String(), "Seq Scan on soniq_jobs", "%v:\n%s", names, plan.String())
+	}
+	u, err := b.LimitUsage(ctx, backends.ClaimLimit{Scope: "use", Names: []string{"use.a", "use.b"}, Key: path}, 3)
+	require.NoError(t, err)
+	assert.Equal(t, int64(20000), u.Queued)
+	assert.Len(t, u.Busiest, 3)
+	assert.Equal(t, int64(10), u.Busiest[0].Queued, "2,000 keys of 10 rows each")
 }
