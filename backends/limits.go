@@ -161,8 +161,12 @@ type LimitIndexer interface {
 // cleared, replacing the manifests' caps on every sidecar.
 type LimitOverride struct {
 	Scope string
-	// Key is the key value the override is for; nil for the whole scope.
+	// Key is the key value the override is for; nil for the whole scope
+	// or the key null.
 	Key *string
+	// NullKey: the override is for the key null (a missing field, a
+	// null, an object or an array); Key is then nil.
+	NullKey bool
 	// Concurrency replaces the concurrency cap when set; 0 pauses (its
 	// rows stay queued).
 	Concurrency *int
@@ -180,30 +184,156 @@ type Limits interface {
 	// SetLimit creates or replaces the override of o.Scope (and o.Key).
 	// A field left unset in o keeps the override's earlier value of it.
 	SetLimit(ctx context.Context, o LimitOverride) (LimitOverride, error)
-	// ClearLimit deletes the override of scope (and key); false when
-	// there was none.
-	ClearLimit(ctx context.Context, scope string, key *string) (bool, error)
+	// ClearLimit deletes the override of scope (and key, or the key null
+	// when nullKey is set); false when there was none.
+	ClearLimit(ctx context.Context, scope string, key *string, nullKey bool) (bool, error)
 	// LimitOverrides returns every override, by scope then key (the
 	// scope's own first).
 	LimitOverrides(ctx context.Context) ([]LimitOverride, error)
 	// CountByStatus counts the rows of names queued and processing, for
 	// what `limit list` shows of a scope.
 	CountByStatus(ctx context.Context, names []string) (queued, processing int64, err error)
+	// LimitUsage reads a scope's rows as `limit list` shows them: l is the
+	// scope as a claim sees it (its names, key path and the caps in force,
+	// the overrides laid over); top is how many of its busiest keys to
+	// return (none without a key path). It is read from the rows in a
+	// bounded amount of memory however many keys there are.
+	LimitUsage(ctx context.Context, l ClaimLimit, top int) (ScopeUsage, error)
+	// PruneLimitClaims deletes the claim log's rows that no rate window
+	// can count any more (see ClaimLogPrune), in statements of at most
+	// p.Batch rows and at most p.Max rows in all (the rest are left to
+	// the next call). It returns how many it deleted.
+	PruneLimitClaims(ctx context.Context, p ClaimLogPrune) (int, error)
 }
 
-// SortOverrides orders overrides by scope, then key, the scope's own first.
+// ClaimLogPrune says which rows of the claim log PruneLimitClaims deletes:
+// those of a scope logged longer ago than its horizon.
+type ClaimLogPrune struct {
+	// Horizons are the horizons of the scopes named; Floor is every other
+	// scope's. ClaimLogHorizons makes both.
+	Horizons map[string]time.Duration
+	Floor    time.Duration
+	// Batch is the most rows one statement (one transaction) deletes;
+	// Max the most one call does.
+	Batch, Max int
+}
+
+// ClaimLogFloor is the least time the claim log keeps a row: the horizon
+// of a scope that no running sidecar declares and no override names.
+const ClaimLogFloor = 24 * time.Hour
+
+// ClaimLogHorizons is how long the claim log must keep each scope's rows.
+// A claim of a scope counts the rows logged within its rate window: its
+// manifest's, a running peer's smaller rate's, or an override's, of the
+// scope or of a key. Each of those is declared by a running sidecar (in
+// its worker row) or held in the overrides, so a row older than the
+// longest of them, per scope, can be counted by no claim. A sidecar not
+// running yet could declare a longer window, but the claims already drop
+// the rows older than their own window as they go, so it could not rely
+// on older ones anyway; the floor (ClaimLogFloor) keeps every window of up
+// to a day exact across a fleet down for a while (a deploy, a crash loop),
+// when no running sidecar declares the scope.
+func ClaimLogHorizons(workers []Worker, overrides []LimitOverride) ClaimLogPrune {
+	p := ClaimLogPrune{Horizons: map[string]time.Duration{}, Floor: ClaimLogFloor}
+	longer := func(scope string, d time.Duration) {
+		p.Horizons[scope] = max(p.Horizons[scope], d, ClaimLogFloor)
+	}
+	for _, w := range workers {
+		for scope, c := range DeclaredLimits(w.Metadata) {
+			longer(scope, time.Duration(c.RateSeconds)*time.Second)
+		}
+	}
+	for _, o := range overrides {
+		longer(o.Scope, o.RatePer)
+	}
+	return p
+}
+
+// Horizon is how long the claim log keeps scope's rows.
+func (p ClaimLogPrune) Horizon(scope string) time.Duration {
+	if h, ok := p.Horizons[scope]; ok {
+		return max(h, p.Floor)
+	}
+	return p.Floor
+}
+
+// ScopeUsage is a scope's rows as `limit list` shows them.
+type ScopeUsage struct {
+	// Running and Queued count the rows of the scope's names processing
+	// and queued; Deferred is the sum of its keys' (KeyUsage.Deferred).
+	Running, Queued, Deferred int64
+	// Busiest are at most the asked number of keys with rows, by most
+	// running, then most queued, then key (bytewise, the key null last).
+	Busiest []KeyUsage
+	// Keys are l.Keys' own, one each in their order (zero when the key
+	// has no rows).
+	Keys []KeyUsage
+}
+
+// KeyUsage is one key's rows of a scope. Deferred counts its runnable
+// queued rows (not scheduled for later) held back now by the concurrency
+// cap: all of them while the key (or the scope) is paused or has as many
+// rows processing as its cap allows, none otherwise. A rate cap's
+// deferrals come and go within its window and are not counted here.
+type KeyUsage struct {
+	Key  string
+	Null bool
+	// Running, Queued, Deferred: as ScopeUsage's, for this key.
+	Running, Queued, Deferred int64
+}
+
+// Deferred is how many of a key's runnable rows its concurrency cap holds
+// back, by KeyUsage's rule, with running rows processing.
+func (l ClaimLimit) Deferred(key string, null bool, running, runnable int64) int64 {
+	conc, _, _ := l.Caps(key, null)
+	if conc < 0 || (conc > 0 && running >= int64(conc)) {
+		return runnable
+	}
+	return 0
+}
+
+// LessBusy orders keys as ScopeUsage.Busiest lists them: -1 when a is
+// busier than b.
+func LessBusy(a, b KeyUsage) int {
+	switch {
+	case a.Running != b.Running:
+		return cmpDesc(a.Running, b.Running)
+	case a.Queued != b.Queued:
+		return cmpDesc(a.Queued, b.Queued)
+	case a.Null != b.Null:
+		if a.Null {
+			return 1
+		}
+		return -1
+	}
+	return strings.Compare(a.Key, b.Key)
+}
+
+func cmpDesc(a, b int64) int {
+	if a > b {
+		return -1
+	}
+	return 1
+}
+
+// SortOverrides orders overrides by scope, then key (bytewise), the
+// scope's own first, then the key null's.
 func SortOverrides(os []LimitOverride) {
+	rank := func(o LimitOverride) int {
+		switch {
+		case o.NullKey:
+			return 1
+		case o.Key == nil:
+			return 0
+		}
+		return 2
+	}
 	slices.SortFunc(os, func(a, b LimitOverride) int {
 		if c := strings.Compare(a.Scope, b.Scope); c != 0 {
 			return c
 		}
-		switch {
-		case a.Key == nil && b.Key == nil:
-			return 0
-		case a.Key == nil:
-			return -1
-		case b.Key == nil:
-			return 1
+		if c := rank(a) - rank(b); c != 0 || rank(a) < 2 {
+			return c
 		}
 		return strings.Compare(*a.Key, *b.Key)
 	})
@@ -211,27 +341,34 @@ func SortOverrides(os []LimitOverride) {
 
 // ApplyOverrides lays the overrides over a scope's declared caps: the
 // scope's own replaces them (a concurrency of 0 pauses the scope), each
-// key's becomes a KeyCaps (0 pauses the key).
+// key's, the key null's included, becomes a KeyCaps (0 pauses the key). A
+// key's override of a scope without a key is of no key of it, and ignored.
 func ApplyOverrides(l ClaimLimit, os []LimitOverride) ClaimLimit {
 	l.Keys = nil
 	for _, o := range os {
 		if o.Scope != l.Scope {
 			continue
 		}
-		if o.Key == nil {
+		if o.NullKey || o.Key != nil {
+			if len(l.Key) == 0 {
+				continue
+			}
+			k := KeyCaps{Null: o.NullKey, RateN: o.RateN, RatePer: o.RatePer}
+			if !o.NullKey {
+				k.Key = *o.Key
+			}
 			if o.Concurrency != nil {
-				l.Concurrency = pausedIfZero(*o.Concurrency)
+				k.Concurrency = pausedIfZero(*o.Concurrency)
 			}
-			if o.RateN > 0 {
-				l.RateN, l.RatePer = o.RateN, o.RatePer
-			}
+			l.Keys = append(l.Keys, k)
 			continue
 		}
-		k := KeyCaps{Key: *o.Key, RateN: o.RateN, RatePer: o.RatePer}
 		if o.Concurrency != nil {
-			k.Concurrency = pausedIfZero(*o.Concurrency)
+			l.Concurrency = pausedIfZero(*o.Concurrency)
 		}
-		l.Keys = append(l.Keys, k)
+		if o.RateN > 0 {
+			l.RateN, l.RatePer = o.RateN, o.RatePer
+		}
 	}
 	return l
 }
@@ -252,10 +389,13 @@ const MetaLimits = "limits"
 // worker row's metadata.
 type DeclaredCaps struct {
 	// Names are the job names of the scope in the sidecar's manifest.
-	Names       []string `json:"names,omitempty"`
-	Concurrency int      `json:"concurrency,omitempty"`
-	RateN       int      `json:"rate_n,omitempty"`
-	RateSeconds int      `json:"rate_seconds,omitempty"`
+	Names []string `json:"names,omitempty"`
+	// Key is the scope's key path as the manifest writes it
+	// ("args.tenant_id"); "" without one.
+	Key         string `json:"key,omitempty"`
+	Concurrency int    `json:"concurrency,omitempty"`
+	RateN       int    `json:"rate_n,omitempty"`
+	RateSeconds int    `json:"rate_seconds,omitempty"`
 }
 
 // DeclaredLimits reads the caps a worker row's metadata declares, by

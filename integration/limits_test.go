@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"syscall"
 	"testing"
@@ -155,5 +156,70 @@ func TestLimitsHoldAcrossTwoSidecarsASigkillAndLiveOverrides(t *testing.T) {
 	}
 	second.signal(syscall.SIGTERM)
 	code, _ := second.wait(30 * time.Second)
+	assert.Equal(t, 0, code)
+}
+
+// The key null paused through the command line (`limit set --null-key`):
+// a running sidecar holds the rows whose key is missing, null or not a
+// scalar queued while the other keys' rows run, `limit list` shows the
+// key null's rows deferred, and `limit clear --null-key` lets them run.
+func TestLimitAPausedNullKeyHoldsItsRowsQueuedWhileOtherKeysRun(t *testing.T) {
+	t.Parallel()
+	const name = "t.record"
+	w := newWorld(t, sdks[0], manifestOpts{limits: map[string]string{name: "{concurrency: 5, key: args.tenant}"}})
+	code, out, errOut := w.cli(t, "limit", "set", name, "--null-key", "--concurrency", "0")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "limit t.record key null set: paused (concurrency 0)")
+	code, _, errOut = w.cli(t, "limit", "set", name, "--null-key", "--key", "a", "--concurrency", "0")
+	assert.Equal(t, 2, code, "--key and --null-key together")
+	assert.Contains(t, errOut, "--key and --null-key")
+
+	var others, nulls []string
+	for _, a := range []string{`{"tenant":"a"}`, `{"tenant":"b"}`, `{"tenant":""}`, `{"tenant":7}`} {
+		others = append(others, w.enqueue(name, a, 0))
+	}
+	for _, a := range []string{`{}`, `{"tenant":null}`, `{"tenant":{"id":1}}`, `{"tenant":["a"]}`} {
+		nulls = append(nulls, w.enqueue(name, a, 0))
+	}
+	sc := w.startSidecar(nil)
+	w.waitDone(t, sc, 60*time.Second, others...)
+	// Claims go on every poll: the key null's rows stay queued through
+	// several of them.
+	time.Sleep(time.Second)
+	for _, id := range nulls {
+		assert.Equal(t, backends.StatusQueued, w.job(id).Status, "job %s of the key null", id)
+	}
+
+	code, out, errOut = w.cli(t, "limit", "list", "--json")
+	require.Equal(t, 0, code, errOut)
+	var rows []struct {
+		Scope    string  `json:"scope"`
+		Key      *string `json:"key"`
+		NullKey  bool    `json:"null_key"`
+		Paused   bool    `json:"paused"`
+		Queued   *int64  `json:"queued"`
+		Deferred *int64  `json:"deferred"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rows), out)
+	require.Len(t, rows, 2, out)
+	assert.Equal(t, name, rows[0].Scope)
+	assert.False(t, rows[0].NullKey)
+	require.NotNil(t, rows[0].Deferred, out)
+	assert.Equal(t, int64(len(nulls)), *rows[0].Deferred, "the scope's deferred rows: the key null's")
+	assert.True(t, rows[1].NullKey, out)
+	assert.Nil(t, rows[1].Key)
+	assert.True(t, rows[1].Paused)
+	require.NotNil(t, rows[1].Queued, out)
+	assert.Equal(t, [2]int64{int64(len(nulls)), int64(len(nulls))}, [2]int64{*rows[1].Queued, *rows[1].Deferred})
+	code, out, _ = w.cli(t, "limit", "list")
+	require.Equal(t, 0, code)
+	assert.Regexp(t, `(?m)^t\.record\s+null\s+-\s+paused \(concurrency 0\)\s+0\s+4\s+4$`, out)
+
+	code, out, errOut = w.cli(t, "limit", "clear", name, "--null-key")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "limit t.record key null cleared")
+	w.waitDone(t, sc, 60*time.Second, nulls...)
+	sc.signal(syscall.SIGTERM)
+	code, _ = sc.wait(30 * time.Second)
 	assert.Equal(t, 0, code)
 }

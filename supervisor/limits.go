@@ -67,9 +67,11 @@ func claimLimits(m *config.Manifest, h *config.Handler) []backends.ClaimLimit {
 	return out
 }
 
-// limitKeyPaths is every key path the manifest's limits declare, nil for
-// the scopes without a key; empty without limits.
-func limitKeyPaths(m *config.Manifest) [][]string {
+// LimitKeyPaths is every key path the manifest's limits declare, nil for
+// the scopes without a key; empty without limits. A sidecar indexes them
+// at start (backends.LimitIndexer); `migrate --manifest` builds the same
+// indexes ahead of it.
+func LimitKeyPaths(m *config.Manifest) [][]string {
 	var paths [][]string
 	seen := map[string]bool{}
 	for _, h := range m.Handlers {
@@ -92,7 +94,7 @@ func limitKeyPaths(m *config.Manifest) [][]string {
 // failure is logged and the run goes on: the caps hold without the
 // indexes, a claim only reads more.
 func (s *Supervisor) prepareLimits(ctx context.Context) {
-	paths := limitKeyPaths(s.cfg.Manifest)
+	paths := LimitKeyPaths(s.cfg.Manifest)
 	li, ok := s.cfg.Backend.(backends.LimitIndexer)
 	if len(paths) == 0 || !ok {
 		return
@@ -120,6 +122,7 @@ func declaredCaps(m *config.Manifest) map[string]backends.DeclaredCaps {
 			}
 			d := out[j.Limit.Scope]
 			d.Names = append(d.Names, j.Name)
+			d.Key = backends.KeyPath(j.Limit.Key)
 			d.Concurrency = j.Limit.Concurrency
 			if r := j.Limit.Rate; r != nil {
 				d.RateN, d.RateSeconds = r.N, int(r.Per/time.Second)
@@ -211,7 +214,7 @@ func (l *loop) applyOverrides(os []backends.LimitOverride, peers []peerCaps) {
 // WARN, once, for each that differs.
 func (l *loop) smallerCaps(c, ours backends.ClaimLimit, theirs backends.DeclaredCaps) backends.ClaimLimit {
 	mine := backends.DeclaredCaps{Concurrency: ours.Concurrency, RateN: ours.RateN, RateSeconds: int(ours.RatePer / time.Second)}
-	theirs.Names = nil // the caps are compared, not the names
+	theirs.Names, theirs.Key = nil, "" // the caps are compared, not the names or the key
 	if mine.Concurrency == theirs.Concurrency && mine.RateN == theirs.RateN && mine.RateSeconds == theirs.RateSeconds {
 		return c
 	}

@@ -97,7 +97,7 @@ func TestLimitOverridesApplyAtStartAndEachPoll(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, 1, w.processingOf(ids), "the override's cap, within a poll interval")
 
-		_, err = w.mem.ClearLimit(ctx, "async.sleep", nil)
+		_, err = w.mem.ClearLimit(ctx, "async.sleep", nil, false)
 		require.NoError(t, err)
 		time.Sleep(2500 * time.Millisecond)
 		synctest.Wait()
@@ -164,6 +164,37 @@ func TestRateCappedBacklogDrainsNearTheRate(t *testing.T) {
 		t.Logf("%d claims in %.1f s under 10/1s", started, elapsed)
 		assert.GreaterOrEqual(t, float64(started), 0.9*10*elapsed, "drains at ≥ 90 % of the rate")
 		assert.LessOrEqual(t, float64(started), 10*(elapsed+1), "never more than the rate in any window")
+		w.sup.Shutdown()
+		require.NoError(t, <-w.runErr)
+	})
+}
+
+// A sidecar publishes its scopes' key paths with their caps, and sidecars
+// that agree on a keyed scope's caps say nothing of it.
+func TestSidecarsThatAgreeOnAKeyedScopeSayNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := aheadSettings(0)
+		s.PollInterval = time.Second
+		w := newFakeWorld(t, s, 8, 4, nil)
+		w.sup.cfg.Manifest.Handlers[0].Jobs[0].Limit = &config.Limit{Scope: "async.sleep", Concurrency: 4, Key: []string{"tenant"}, Line: 1}
+		ctx := context.Background()
+		require.NoError(t, w.mem.RegisterWorker(ctx, backends.Worker{ID: backends.NewID(), Hostname: "peer@host", PID: 1, Status: backends.WorkerActive,
+			Metadata: []byte(`{"limits":{"async.sleep":{"names":["async.sleep"],"key":"args.tenant","concurrency":4}}}`)}))
+		go func() { w.runErr <- w.sup.Run(ctx) }()
+		for range 3 {
+			time.Sleep(time.Second)
+			synctest.Wait()
+		}
+		assert.Empty(t, w.logged("another sidecar declares different caps"))
+		workers, err := w.mem.LiveWorkers(ctx, time.Minute)
+		require.NoError(t, err)
+		var mine map[string]backends.DeclaredCaps
+		for _, wk := range workers {
+			if wk.ID == w.sup.WorkerID() {
+				mine = backends.DeclaredLimits(wk.Metadata)
+			}
+		}
+		assert.Equal(t, "args.tenant", mine["async.sleep"].Key, "the key path is published")
 		w.sup.Shutdown()
 		require.NoError(t, <-w.runErr)
 	})

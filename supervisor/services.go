@@ -121,7 +121,7 @@ func (s *Supervisor) newWriter(total int) *completer.Completer {
 			default:
 			}
 		}
-	case len(limitKeyPaths(s.cfg.Manifest)) > 0:
+	case len(LimitKeyPaths(s.cfg.Manifest)) > 0:
 		// A write may free slots of a limited scope (limits.go).
 		cfg.AfterWrite = func() {
 			select {

@@ -48,6 +48,9 @@ func Run(t *testing.T, newHarness Factory) {
 	all = append(all, retriedWriteCases()...)
 	all = append(all, limitCases()...)
 	all = append(all, overrideCases()...)
+	all = append(all, usageCases()...)
+	all = append(all, nullKeyCases()...)
+	all = append(all, claimLogCases()...)
 	for _, tc := range all {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

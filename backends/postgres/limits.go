@@ -23,6 +23,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -128,6 +129,26 @@ func (b *Backend) PrepareLimitKeys(ctx context.Context, paths [][]string) error 
 		}()
 	}
 	for i, stmt := range stmts {
+		// An interrupted concurrent build leaves an invalid index that IF
+		// NOT EXISTS would keep for good: dropped and built again, unless
+		// a session is building it right now.
+		var valid, building bool
+		err := conn.QueryRow(ctx, `SELECT i.indisvalid,
+			EXISTS (SELECT 1 FROM pg_stat_progress_create_index p WHERE p.index_relid = i.indexrelid)
+			FROM pg_index i WHERE i.indexrelid = to_regclass($1)`, names[i]).Scan(&valid, &building)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return b.wrap(err, "look up the limits' index %s", names[i])
+		case valid:
+			continue
+		case building:
+			return fmt.Errorf("create the limits' index %s: another session is building it right now; try again once it has finished", names[i])
+		default:
+			if _, err := conn.Exec(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+names[i]); err != nil {
+				return b.wrap(err, "drop the invalid limits' index %s left by an interrupted build", names[i])
+			}
+		}
 		if _, err := conn.Exec(ctx, stmt); err != nil {
 			return b.wrap(err, "create the limits' index %s", names[i])
 		}

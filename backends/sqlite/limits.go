@@ -244,12 +244,13 @@ CREATE INDEX IF NOT EXISTS soniq_sidecar_limit_claims_window
 CREATE TABLE IF NOT EXISTS soniq_sidecar_limit_overrides (
     scope TEXT NOT NULL,
     has_key INTEGER NOT NULL,
+    null_key INTEGER NOT NULL DEFAULT 0,
     key TEXT NOT NULL DEFAULT '',
     concurrency INTEGER,
     rate_n INTEGER,
     rate_seconds INTEGER,
     updated_at TEXT NOT NULL,
-    PRIMARY KEY (scope, has_key, key)
+    PRIMARY KEY (scope, has_key, null_key, key)
 );
 `
 

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
 )
 
 // RecoverStaleWorkers stops every worker silent for longer than olderThan,
@@ -71,4 +73,45 @@ func (b *Backend) DeleteExpired(ctx context.Context) (int, error) {
 		return deleteSettledCancels(ctx, tx)
 	})
 	return int(n), err
+}
+
+// PruneLimitClaims deletes the claim log's rows older than their scope's
+// horizon (see backends.Limits), p.Batch rows a write transaction, so a
+// long backlog never holds the file's write lock for long. The claims
+// drop the rows of the keys they take as they go; this drops those of the
+// keys that stopped getting jobs, which nothing else would.
+func (b *Backend) PruneLimitClaims(ctx context.Context, p backends.ClaimLogPrune) (int, error) {
+	horizons := map[string]int64{}
+	for s := range p.Horizons {
+		horizons[s] = p.Horizon(s).Microseconds()
+	}
+	hj, err := json.Marshal(horizons)
+	if err != nil {
+		return 0, fmt.Errorf("pruning the claim log: %w", err)
+	}
+	batch := max(p.Batch, 1)
+	total := 0
+	for total < p.Max {
+		n := min(batch, p.Max-total)
+		var deleted int64
+		err := b.inWriteTx(ctx, "pruning the claim log", func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, `DELETE FROM soniq_sidecar_limit_claims WHERE rowid IN (
+				SELECT c.rowid FROM soniq_sidecar_limit_claims c LEFT JOIN json_each(?) h ON h.key = c.scope
+				WHERE c.claimed_at < ? - COALESCE(h.value, ?) LIMIT ?)`,
+				string(hj), now().UnixMicro(), p.Floor.Microseconds(), n)
+			if err != nil {
+				return err
+			}
+			deleted, err = res.RowsAffected()
+			return err
+		})
+		if err != nil {
+			return total, err
+		}
+		total += int(deleted)
+		if int(deleted) < n {
+			break
+		}
+	}
+	return total, nil
 }

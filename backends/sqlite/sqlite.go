@@ -142,8 +142,10 @@ func (b *Backend) Close() error {
 // cancel-request table. It never alters an existing table.
 func (b *Backend) Migrate(ctx context.Context) error {
 	return b.inWriteTx(ctx, "migrating sqlite schema", func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, schemaDDL+limitsDDL)
-		return err
+		if _, err := tx.ExecContext(ctx, schemaDDL+limitsDDL); err != nil {
+			return err
+		}
+		return upgradeOverrides(ctx, tx)
 	})
 }
 

@@ -18,25 +18,44 @@ import (
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/backends/connect"
 	"github.com/soniq-dev/soniq-sidecar/internal/config"
+	"github.com/soniq-dev/soniq-sidecar/supervisor"
 )
 
 func newMigrateCmd(e env) *cobra.Command {
 	var claimIndex, noClaimIndex bool
+	var manifestPath string
+	var keyPaths [][]string
 	return dataCommand(e, dataSpec{
-		use:   "migrate",
+		use:   "migrate [--manifest FILE]",
 		short: "Create Soniq's tables (and the claim-order index on Postgres)",
 		long: `Create Soniq's tables if they are missing; on Postgres also the claim-order index
 (additive to Soniq's schema; see docs/operations.md). Safe to run again. Behind
-PgBouncer in transaction mode, give migrate a direct URL.`,
+PgBouncer in transaction mode, give migrate a direct URL.
+
+With --manifest FILE (Postgres), also build the indexes a sidecar running that
+manifest makes at its start for its limits (docs/limits.md, Indexes): one of
+the queued and one of the processing rows per job name, and per key path its
+limits declare, each built concurrently (claims and enqueues go on) and built
+again when an interrupted build left it invalid. On a large table, run it
+before rolling out a manifest that adds a limit's key.`,
 		example: `  soniq-sidecar migrate --database-url postgres://soniq@db:5432/app
-  SONIQ_DATABASE_URL=postgres://soniq@db:5432/app soniq-sidecar migrate --no-claim-index`,
+  SONIQ_DATABASE_URL=postgres://soniq@db:5432/app soniq-sidecar migrate --no-claim-index
+  soniq-sidecar migrate --manifest manifest.yaml`,
 		flags: func(fs *pflag.FlagSet) {
 			fs.BoolVar(&claimIndex, "claim-index", false, "Postgres: create the claim-order index (the default; an error on other backends)")
 			fs.BoolVar(&noClaimIndex, "no-claim-index", false, "Postgres: do not create the claim-order index (additive to Soniq's schema; see docs/operations.md)")
+			fs.StringVar(&manifestPath, "manifest", "", "Postgres: also build the indexes of the limits the manifest `FILE` declares, as a sidecar running it would at its start")
 		},
 		check: func([]string) error {
 			if claimIndex && noClaimIndex {
 				return usageErrorf("migrate: --claim-index and --no-claim-index contradict each other")
+			}
+			if manifestPath != "" {
+				m, err := loadManifest(manifestPath)
+				if err != nil {
+					return err
+				}
+				keyPaths = supervisor.LimitKeyPaths(m)
 			}
 			return nil
 		},
@@ -57,9 +76,40 @@ PgBouncer in transaction mode, give migrate a direct URL.`,
 				}
 				fmt.Fprintln(d.stdout, "claim-order index soniq_sidecar_claim_order on soniq_jobs (priority, scheduled_at NULLS FIRST, created_at) WHERE status = 'queued': present (skip with --no-claim-index)")
 			}
+			if manifestPath != "" {
+				return migrateLimitIndexes(ctx, d, manifestPath, keyPaths)
+			}
 			return nil
 		},
 	})
+}
+
+// migrateLimitIndexes is `migrate --manifest`: the limits' indexes of the
+// manifest's key paths, as a sidecar running it builds them at its start.
+func migrateLimitIndexes(ctx context.Context, d dataRun, manifestPath string, paths [][]string) error {
+	li, ok := d.b.(backends.LimitIndexer)
+	if !ok {
+		return usageErrorf("migrate --manifest: only the Postgres backend indexes the limits' keys (SQLite claims read the rows in claim order)")
+	}
+	if len(paths) == 0 {
+		fmt.Fprintf(d.stdout, "%s declares no limits: no limits' index to build\n", manifestPath)
+		return nil
+	}
+	if err := li.PrepareLimitKeys(ctx, paths); err != nil {
+		return fmt.Errorf("building the limits' indexes of %s: %w", manifestPath, err)
+	}
+	var keys []string
+	for _, p := range paths {
+		if len(p) > 0 {
+			keys = append(keys, backends.KeyPath(p))
+		}
+	}
+	what := "the limits' indexes of the queued and processing rows by job name"
+	if len(keys) > 0 {
+		what += ", and by key " + strings.Join(keys, ", ")
+	}
+	fmt.Fprintf(d.stdout, "%s: present and valid\n", what)
+	return nil
 }
 
 // parseArgsJSON validates --args: a JSON object. Errors name the byte offset.

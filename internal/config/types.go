@@ -40,3 +40,7 @@ func IsGlob(p string) bool { return cfg.IsGlob(p) }
 
 // ParseRate reads "N/DURATION" (the public package's).
 func ParseRate(s string) (Rate, error) { return cfg.ParseRate(s) }
+
+// ParseLimitKey reads a limit's key, "args." and a dot path (the public
+// package's).
+func ParseLimitKey(s string) ([]string, error) { return cfg.ParseLimitKey(s) }

@@ -13,6 +13,7 @@ package maintenance
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -117,6 +118,48 @@ func (m *Maintainer) pass(ctx context.Context) {
 		log.Warn("maintenance: deleting expired results failed", "err", err)
 	} else if n > 0 {
 		log.Info("maintenance: deleted expired results", "rows", n)
+	}
+	m.pruneClaimLog(mctx)
+}
+
+// The claim log is pruned claimLogBatch rows a statement, at most
+// claimLogMax a pass: a backlog of old rows (a log left by an earlier
+// release) goes over a few passes without holding locks or the pass long.
+const (
+	claimLogBatch = 1000
+	claimLogMax   = 100_000
+)
+
+// liveWithin is how recently a worker beat to count as running when the
+// claim log's horizons are read: the longest heartbeat timeout the settings
+// allow, so a sidecar late with its beats still keeps its windows' rows.
+const liveWithin = 10 * time.Minute
+
+// pruneClaimLog deletes the claim log's rows that no rate window can count
+// any more (backends.ClaimLogHorizons): the windows the running sidecars
+// declare and the overrides', each scope's longest, and never less than a
+// day. Reading either fails: nothing is deleted this pass.
+func (m *Maintainer) pruneClaimLog(ctx context.Context) {
+	b, log := m.cfg.Backend, m.cfg.Log
+	overrides, err := b.LimitOverrides(ctx)
+	var workers []backends.Worker
+	if err == nil {
+		workers, err = b.LiveWorkers(ctx, max(m.cfg.HeartbeatTimeout, liveWithin))
+	}
+	var n int
+	if err == nil {
+		p := backends.ClaimLogHorizons(workers, overrides)
+		p.Batch, p.Max = claimLogBatch, claimLogMax
+		n, err = b.PruneLimitClaims(ctx, p)
+	}
+	switch {
+	case errors.Is(err, backends.ErrNoSchema):
+		// A database set up without the sidecar's tables: no log to prune.
+		log.Debug("maintenance: no claim log to prune", "err", err)
+	case err != nil:
+		log.Warn("maintenance: pruning the limits' claim log failed", "err", err)
+	case n > 0:
+		log.Info("maintenance: pruned the limits' claim log of rows past every rate window", "rows", n)
 	}
 }
 

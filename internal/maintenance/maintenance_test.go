@@ -37,6 +37,32 @@ type fakeBackend struct {
 	deletions  int
 	statsErr   error
 	stats      []time.Time
+	// What the claim log's pruning reads and is asked.
+	overrides []backends.LimitOverride
+	live      []backends.Worker
+	readErr   error
+	pruned    int
+	pruneErr  error
+	prunes    []backends.ClaimLogPrune
+}
+
+func (f *fakeBackend) LimitOverrides(context.Context) ([]backends.LimitOverride, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.overrides, f.readErr
+}
+
+func (f *fakeBackend) LiveWorkers(context.Context, time.Duration) ([]backends.Worker, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.live, nil
+}
+
+func (f *fakeBackend) PruneLimitClaims(_ context.Context, p backends.ClaimLogPrune) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.prunes = append(f.prunes, p)
+	return f.pruned, f.pruneErr
 }
 
 func (f *fakeBackend) Heartbeat(ctx context.Context, _ string) error {
@@ -367,4 +393,59 @@ func TestStatsPoller(t *testing.T) {
 		assert.Equal(t, []int64{1, 2}, got)
 		assert.Len(t, f.stats, 3)
 	})
+}
+
+// Each pass as the leader prunes the claim log past every rate window: a
+// scope's horizon is the longest window the running sidecars declare for
+// it or an override sets (of the scope or of a key), never under a day; a
+// scope nobody names keeps its rows a day. A failure to read either
+// prunes nothing.
+func TestMaintainerPrunesTheClaimLogPastEveryRateWindow(t *testing.T) {
+	live := []backends.Worker{
+		{Metadata: []byte(`{"limits":{"a":{"rate_n":100,"rate_seconds":172800},"b":{"rate_n":10,"rate_seconds":60}}}`)},
+		{Metadata: []byte(`{"limits":{"a":{"rate_n":100,"rate_seconds":86400},"d":{"concurrency":3}}}`)},
+		{Metadata: []byte(`{}`)},
+	}
+	key := "acme"
+	overrides := []backends.LimitOverride{
+		{Scope: "c", RateN: 1, RatePer: 72 * time.Hour},
+		{Scope: "b", Key: &key, RateN: 1, RatePer: 30 * time.Hour},
+		{Scope: "b", NullKey: true, Concurrency: new(int)},
+		{Scope: "e", RateN: 5, RatePer: time.Minute},
+	}
+	want := backends.ClaimLogPrune{
+		Horizons: map[string]time.Duration{"a": 48 * time.Hour, "b": 30 * time.Hour, "c": 72 * time.Hour,
+			"d": 24 * time.Hour, "e": 24 * time.Hour},
+		Floor: 24 * time.Hour, Batch: claimLogBatch, Max: claimLogMax,
+	}
+	tests := []struct {
+		name       string
+		f          *fakeBackend
+		wantPrunes []backends.ClaimLogPrune
+		wantLog    string
+	}{
+		{name: "rows pruned", f: &fakeBackend{leader: true, live: live, overrides: overrides, pruned: 7},
+			wantPrunes: []backends.ClaimLogPrune{want}, wantLog: "maintenance: pruned the limits' claim log of rows past every rate window"},
+		{name: "nothing to prune", f: &fakeBackend{leader: true, live: live, overrides: overrides},
+			wantPrunes: []backends.ClaimLogPrune{want}},
+		{name: "pruning fails", f: &fakeBackend{leader: true, live: live, overrides: overrides, pruneErr: errors.New("boom")},
+			wantPrunes: []backends.ClaimLogPrune{want}, wantLog: "maintenance: pruning the limits' claim log failed"},
+		{name: "the overrides unread: nothing pruned", f: &fakeBackend{leader: true, live: live, readErr: errors.New("boom")},
+			wantLog: "maintenance: pruning the limits' claim log failed"},
+		{name: "no sidecar tables: nothing pruned, said at DEBUG", f: &fakeBackend{leader: true,
+			readErr: fmt.Errorf("read the limits' overrides: %w", backends.ErrNoSchema)}, wantLog: "maintenance: no claim log to prune"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs recorder
+			m := NewMaintainer(MaintainerConfig{Backend: tt.f, WorkerID: "w", HeartbeatTimeout: time.Minute, Log: logs.logger()})
+			m.pass(t.Context())
+			assert.Equal(t, tt.wantPrunes, tt.f.prunes)
+			wantLogs := []string{"maintenance: leader", "maintenance: leadership released"}
+			if tt.wantLog != "" {
+				wantLogs = []string{"maintenance: leader", tt.wantLog, "maintenance: leadership released"}
+			}
+			assert.Equal(t, wantLogs, logs.messages())
+		})
+	}
 }

@@ -124,13 +124,17 @@ func (b *Backend) claimsSince(k scopeKey, since time.Time) int {
 
 // overrideKey addresses one override.
 type overrideKey struct {
-	scope  string
-	key    string
-	hasKey bool
+	scope   string
+	key     string
+	hasKey  bool
+	nullKey bool
 }
 
-func overrideKeyOf(scope string, key *string) overrideKey {
-	if key == nil {
+func overrideKeyOf(scope string, key *string, nullKey bool) overrideKey {
+	switch {
+	case nullKey:
+		return overrideKey{scope: scope, hasKey: true, nullKey: true}
+	case key == nil:
 		return overrideKey{scope: scope}
 	}
 	return overrideKey{scope: scope, key: *key, hasKey: true}
@@ -146,11 +150,11 @@ func (b *Backend) SetLimit(ctx context.Context, o backends.LimitOverride) (backe
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	k := overrideKeyOf(o.Scope, o.Key)
+	k := overrideKeyOf(o.Scope, o.Key, o.NullKey)
 	cur, ok := b.overrides[k]
 	if !ok {
-		cur = backends.LimitOverride{Scope: o.Scope}
-		if o.Key != nil {
+		cur = backends.LimitOverride{Scope: o.Scope, NullKey: o.NullKey}
+		if o.Key != nil && !o.NullKey {
 			cur.Key = ptr(*o.Key)
 		}
 	}
@@ -166,13 +170,13 @@ func (b *Backend) SetLimit(ctx context.Context, o backends.LimitOverride) (backe
 }
 
 // ClearLimit deletes an override.
-func (b *Backend) ClearLimit(ctx context.Context, scope string, key *string) (bool, error) {
+func (b *Backend) ClearLimit(ctx context.Context, scope string, key *string, nullKey bool) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	k := overrideKeyOf(scope, key)
+	k := overrideKeyOf(scope, key, nullKey)
 	_, ok := b.overrides[k]
 	delete(b.overrides, k)
 	return ok, nil
@@ -212,4 +216,90 @@ func (b *Backend) CountByStatus(ctx context.Context, names []string) (queued, pr
 		}
 	}
 	return queued, processing, nil
+}
+
+// LimitUsage reads a scope's rows (see backends.Limits).
+func (b *Backend) LimitUsage(ctx context.Context, l backends.ClaimLimit, top int) (backends.ScopeUsage, error) {
+	var out backends.ScopeUsage
+	if err := ctx.Err(); err != nil {
+		return out, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := now()
+	type counts struct{ running, queued, runnable int64 }
+	byKey := map[scopeKey]*counts{}
+	for _, j := range b.jobs {
+		if !slices.Contains(l.Names, j.Name) || (j.Status != backends.StatusQueued && j.Status != backends.StatusProcessing) {
+			continue
+		}
+		k := scopeKey{null: true}
+		if len(l.Key) > 0 {
+			var ok bool
+			k.key, ok = backends.LimitKey(j.Args, l.Key)
+			k.null = !ok
+		}
+		c := byKey[k]
+		if c == nil {
+			c = &counts{}
+			byKey[k] = c
+		}
+		if j.Status == backends.StatusProcessing {
+			c.running++
+			continue
+		}
+		c.queued++
+		if j.ScheduledAt == nil || !j.ScheduledAt.After(t) {
+			c.runnable++
+		}
+	}
+	usage := func(k scopeKey) backends.KeyUsage {
+		u := backends.KeyUsage{Key: k.key, Null: k.null}
+		if c := byKey[k]; c != nil {
+			u.Running, u.Queued, u.Deferred = c.running, c.queued, l.Deferred(k.key, k.null, c.running, c.runnable)
+		}
+		return u
+	}
+	var all []backends.KeyUsage
+	for k := range byKey {
+		u := usage(k)
+		out.Running += u.Running
+		out.Queued += u.Queued
+		out.Deferred += u.Deferred
+		all = append(all, u)
+	}
+	if len(l.Key) > 0 && top > 0 {
+		slices.SortFunc(all, backends.LessBusy)
+		out.Busiest = all[:min(top, len(all))]
+	}
+	for _, kc := range l.Keys {
+		out.Keys = append(out.Keys, usage(scopeKey{key: kc.Key, null: kc.Null}))
+	}
+	return out, nil
+}
+
+// PruneLimitClaims drops the logged claims older than their scope's
+// horizon, and the keys left with none.
+func (b *Backend) PruneLimitClaims(ctx context.Context, p backends.ClaimLogPrune) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := now()
+	n := 0
+	for k, log := range b.rateLog {
+		before := t.Add(-p.Horizon(k.scope))
+		i := 0
+		for i < len(log) && log[i].Before(before) && n < p.Max {
+			i++
+			n++
+		}
+		if i == len(log) {
+			delete(b.rateLog, k)
+		} else {
+			b.rateLog[k] = log[i:]
+		}
+	}
+	return n, nil
 }
