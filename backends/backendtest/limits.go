@@ -197,6 +197,23 @@ func limitCases() []testCase {
 			assert.Empty(s.t, s.claim(backends.ClaimParams{WorkerID: s.worker(), Names: []string{"grp.x"}, Limit: 5, Limits: lim}),
 				"grp.y's rows hold the group's slots")
 		}},
+		{"limits/a keyed group counts every name's rows of a key, whoever claims them", func(s *suite) {
+			for range 3 {
+				s.enqueueArgs("kgrp.x", `{"t":"a"}`)
+				s.enqueueArgs("kgrp.y", `{"t":"a"}`)
+				s.enqueueArgs("kgrp.y", `{"t":"b"}`)
+			}
+			lim := []backends.ClaimLimit{{Scope: "kgrp", Names: []string{"kgrp.x", "kgrp.y", "kgrp.z"}, Key: []string{"t"}, Concurrency: 2}}
+			xs := s.claim(backends.ClaimParams{WorkerID: s.worker(), Names: []string{"kgrp.x"}, Limit: 5, Limits: lim})
+			assert.Len(s.t, xs, 2, "a's two slots, by x")
+			ys := s.claim(backends.ClaimParams{WorkerID: s.worker(), Names: []string{"kgrp.y"}, Limit: 5, Limits: lim})
+			got := map[string]int{}
+			for _, j := range ys {
+				k, _ := backends.LimitKey(j.Args, []string{"t"})
+				got[k]++
+			}
+			assert.Equal(s.t, map[string]int{"b": 2}, got, "x's rows hold a's slots; b has its own")
+		}},
 		{"limits/a paused scope or key claims nothing and reports the deferral", func(s *suite) {
 			const name = "lim.pause"
 			s.enqueueArgs(name, `{"t":"a"}`)

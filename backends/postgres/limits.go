@@ -380,8 +380,10 @@ func (plan *limitPlan) deferKey(scope, limit string) {
 // by name alone and filter every processing row of the scope, for each
 // key. The order by the key, which only the key's index gives, makes it
 // take that one; the key is matched by a range of one value, as an
-// equality would make that order moot.
-func runningCount(l backends.ClaimLimit, names, val string) string {
+// equality would make that order moot. busy, when not "", is the name of
+// the statement's busyNames CTE for l: a name with no row processing at
+// all, on the same snapshot, is skipped without a probe per key.
+func runningCount(l backends.ClaimLimit, names, val, busy string) string {
 	if len(l.Key) == 0 {
 		return `(SELECT count(*) FROM soniq_jobs WHERE job_name = ANY(` + names + `::text[]) AND status = 'processing')`
 	}
@@ -391,8 +393,28 @@ func runningCount(l backends.ClaimLimit, names, val string) string {
 		match = kx + " >= " + val + " AND " + kx + " <= " + val
 	}
 	return `(SELECT count(*) FROM (` + eachName(l.Names, func(n string) string {
-		return `SELECT 1 FROM soniq_jobs WHERE job_name = ` + n + ` AND status = 'processing' AND ` + match + ` ORDER BY ` + kx + ` LIMIT 2147483647`
+		skip := ""
+		if busy != "" {
+			skip = ` AND ` + n + `::text = ANY(COALESCE((SELECT names FROM ` + busy + `), '{}'::text[]))`
+		}
+		return `SELECT 1 FROM soniq_jobs WHERE job_name = ` + n + ` AND status = 'processing' AND ` + match + skip + ` ORDER BY ` + kx + ` LIMIT 2147483647`
 	}) + `) rn)`
+}
+
+// busyNames is, for a keyed scope of several job names, the SQL of a CTE
+// of the names that have a row processing (one probe each), for
+// runningCount to count the others' rows per key for nothing. "" when it
+// would not pay: one name, or no key.
+func busyNames(l backends.ClaimLimit) string {
+	if len(l.Key) == 0 || len(l.Names) < 2 {
+		return ""
+	}
+	lits := make([]string, len(l.Names))
+	for i, n := range l.Names {
+		lits[i] = "'" + strings.ReplaceAll(n, "'", "''") + "'"
+	}
+	return `SELECT array_agg(bn.n) AS names FROM unnest(ARRAY[` + strings.Join(lits, ", ") + `]::text[]) AS bn(n)
+	WHERE EXISTS (SELECT 1 FROM soniq_jobs WHERE job_name = bn.n AND status = 'processing')`
 }
 
 // eachName is body for each of names, a UNION ALL of them: each name is
@@ -482,11 +504,16 @@ func limitedPicks(p backends.ClaimParams, plan limitPlan, where string, add func
 			// What each key's caps leave is counted once, in a CTE of its
 			// own: written into the picks' LIMITs, the counts were run again
 			// for every name's arm.
+			busy := ""
+			if b := busyNames(l); b != "" {
+				busy = name + "busy"
+				ctes = append(ctes, busy+` AS MATERIALIZED (`+b+`)`)
+			}
 			ctes = append(ctes, name+`room AS MATERIALIZED (
 	SELECT c.k, c.rate, LEAST(CASE WHEN c.cap > 0 THEN GREATEST(c.cap - r.n, 0) ELSE $2 END,
 		CASE WHEN c.rate > 0 THEN GREATEST(c.rate - rc.n, 0) ELSE $2 END, $2) AS n
 	FROM `+from+`
-	CROSS JOIN LATERAL (SELECT `+runningCount(l, all, val)+` AS n) r
+	CROSS JOIN LATERAL (SELECT `+runningCount(l, all, val, busy)+` AS n) r
 	CROSS JOIN LATERAL (SELECT `+rateCount(cmatch)+` AS n) rc
 )`, name+` AS (
 	SELECT x.id, x.priority, x.scheduled_at, x.created_at, `+add(l.Scope)+`::text AS scope, x.k, c.rate > 0 AS rated

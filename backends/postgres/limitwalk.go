@@ -181,11 +181,15 @@ func keyDiscovery(l backends.ClaimLimit, names, queues []string, after *string, 
 		}) + `) hh
 			ORDER BY hh.priority ASC, hh.scheduled_at ASC NULLS FIRST, hh.created_at ASC LIMIT 1)`
 	}
+	busy := ""
+	if busyNames(l) != "" {
+		busy = "busy"
+	}
 	running := func(val string) string {
 		if len(l.Key) > 0 {
-			return runningCount(l, "", val) // the names are written in
+			return runningCount(l, "", val, busy) // the names are written in
 		}
-		return runningCount(l, add(l.Names), "")
+		return runningCount(l, add(l.Names), "", "")
 	}
 	if len(l.Key) == 0 {
 		sql := `SELECT NULL::text AS k, h.priority, h.scheduled_at, h.created_at, ` + running("") + `, ` +
@@ -208,7 +212,11 @@ func keyDiscovery(l backends.ClaimLimit, names, queues []string, after *string, 
 		c := add(*after)
 		from, upTo = k+" > "+c+"::text", k+" <= "+c+"::text"
 	}
-	sql := `WITH RECURSIVE fwd(name, k, priority, scheduled_at, created_at, n) AS (
+	busyCTE := ""
+	if bn := busyNames(l); bn != "" {
+		busyCTE = `busy AS MATERIALIZED (` + bn + `), `
+	}
+	sql := `WITH RECURSIVE ` + busyCTE + `fwd(name, k, priority, scheduled_at, created_at, n) AS (
 			SELECT nn.n, h.*, 1 FROM unnest($1::text[]) AS nn(n) CROSS JOIN LATERAL (` + probe("nn.n", from) + `) h
 			UNION ALL
 			SELECT fwd.name, h.*, fwd.n + 1 FROM fwd CROSS JOIN LATERAL (` + probe("fwd.name", k+" > fwd.k") + `) h
