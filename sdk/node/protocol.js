@@ -524,7 +524,63 @@ function decodeText(text, strict) {
   const type = obj.type;
   if (typeof type !== 'string') throw new ProtocolError('wrong_type', 'type', 'expected a string');
   if (!has(DECODERS, type)) throw new ProtocolError('unknown_type', null, JSON.stringify(type));
+  if (type === 'job' && parsed.raw === null) {
+    const job = plainJob(obj);
+    if (job !== null) return job;
+  }
   return DECODERS[type](new Reader(obj, parsed.raw, ''));
+}
+
+// A job frame JSON.parse built (plainJSON passed: every number directly in it is an integer
+// whose String() is its text) whose fields all pass DECODERS.job's checks, decoded as it decodes
+// it, without a Reader and its options per field (a job per job is the hot path); null for
+// anything else, which DECODERS.job then decodes or refuses with its error.
+function plainJob(obj) {
+  const { id, name, args, attempt, queue } = obj;
+  const maxAttempts = obj.max_attempts;
+  if (!(typeof id === 'string' && id.length > 0 && has(obj, 'id')
+    && typeof name === 'string' && name.length > 0 && has(obj, 'name')
+    && isObject(args) && has(obj, 'args')
+    && Number.isSafeInteger(attempt) && attempt >= 1 && has(obj, 'attempt')
+    && Number.isSafeInteger(maxAttempts) && maxAttempts >= 1 && has(obj, 'max_attempts')
+    && typeof queue === 'string' && has(obj, 'queue'))) {
+    return null;
+  }
+  const deadline = optional(obj, 'deadline');
+  const traceparent = optional(obj, 'traceparent');
+  const workerId = optional(obj, 'worker_id');
+  const scheduledAt = optional(obj, 'scheduled_at');
+  const createdAt = optional(obj, 'created_at');
+  if (!((deadline === null || Number.isSafeInteger(deadline))
+    && (traceparent === null || typeof traceparent === 'string')
+    && (workerId === null || typeof workerId === 'string')
+    && (scheduledAt === null || Number.isSafeInteger(scheduledAt))
+    && (createdAt === null || Number.isSafeInteger(createdAt)))) {
+    return null;
+  }
+  return {
+    type: 'job',
+    id,
+    name,
+    args,
+    attempt,
+    max_attempts: maxAttempts,
+    queue,
+    deadline,
+    traceparent,
+    worker_id: workerId,
+    scheduled_at: scheduledAt,
+    created_at: createdAt,
+  };
+}
+
+// An optional field of an object JSON.parse built: null when absent or null (an inherited
+// value is absent too, as the Reader has it; JSON holds no undefined, so only a value found
+// needs the own-property check).
+function optional(obj, key) {
+  const v = obj[key];
+  if (v === undefined || v === null) return null;
+  return has(obj, key) ? v : null;
 }
 
 // A job that arrives as a structured message (the Session stream's Job) rather than as frame

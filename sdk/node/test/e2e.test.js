@@ -231,6 +231,21 @@ test('stray console output and process.stdout.write never reach the protocol str
   }
 });
 
+test('results ready in one turn of the event loop go out in one write', async () => {
+  // Eight jobs in one write to stdin are read together, run in the same turn and end in it
+  // (examples.add settles at once): their eight results leave in one write to stdout, after
+  // the hello's own.
+  const h = start(EXAMPLES, { env: { NODE_OPTIONS: `--require ${path.join(FIXTURES, 'count_writes.js')}` } });
+  await h.hello();
+  const ids = Array.from({ length: 8 }, (_, i) => `w${i}`);
+  h.child.stdin.write(ids.map((id) => `{"type":"job","id":"${id}","name":"examples.add","args":{"a":1,"b":${id.slice(1)}},"attempt":1,"max_attempts":3,"queue":"default"}\n`).join(''));
+  for (const id of ids) assert.deepEqual((await h.result(id)).result, { sum: 1 + Number(id.slice(1)) });
+  h.send({ type: 'shutdown' });
+  assert.equal((await h.exit()).code, 0);
+  assert.deepEqual(h.protocolErrors, []);
+  assert.match(h.stderr, /stdout writes: 2\n/);
+});
+
 test('pong is answered promptly while a sync job runs', async () => {
   const h = start();
   await h.hello();

@@ -101,6 +101,28 @@ test('frames on the edge of each rule decode the same both ways', () => {
   same('\ufeff{"type":"shutdown"}');
 });
 
+test('job frames with each field on its edge decode the same both ways', () => {
+  // The fast way checks a plain job frame's fields without a Reader (protocol.js plainJob):
+  // each field absent, null, of another type, empty or below its minimum, one at a time.
+  const base = {
+    id: '"j1"', name: '"n"', args: '{}', attempt: '1', max_attempts: '3', queue: '"q"', deadline: '1765000000000',
+    traceparent: '"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"', worker_id: '"w"',
+    scheduled_at: '-1', created_at: '0',
+  };
+  const values = [undefined, 'null', '""', '"x"', '0', '1', '-1', '2', '9007199254740991', '-9007199254740991',
+    '9007199254740992', '{}', '[]', 'true', '{"a":1}'];
+  const frame = (fields) => `{"type":"job",${Object.entries(fields).filter(([, v]) => v !== undefined).map(([k, v]) => `"${k}":${v}`).join(',')}}`;
+  same(frame(base));
+  for (const key of Object.keys(base)) {
+    for (const v of values) same(frame({ ...base, [key]: v }));
+    const { [key]: _, ...rest } = base;
+    same(frame({ ...rest, [key]: base[key] })); // another key order
+  }
+  same('{"type":"job","id":"j","name":"n","args":{},"attempt":1,"max_attempts":1,"queue":"","extra":[1,2]}');
+  same('{"type":"job","id":"j","id":"k","name":"n","args":{},"attempt":2,"max_attempts":1,"queue":"q","attempt":1}');
+  same('{"type":"job","__proto__":{"id":"j"},"name":"n","args":{},"attempt":1,"max_attempts":1,"queue":"q"}');
+});
+
 test('generated frames decode the same both ways', () => {
   const json = fc.letrec((tie) => ({
     value: fc.oneof({ depthSize: 'small' }, fc.constant(null), fc.boolean(), fc.integer(), fc.double(), fc.string({ unit: 'grapheme' }),

@@ -232,6 +232,18 @@ test('attach: batches: a Jobs message in, Results out; the empty Jobs says nothi
   assert.deepEqual([...d.hello.kept].sort(), [...ids].sort());
 });
 
+test('attach: the results of the jobs one Jobs message started, ready in one turn, leave in one Results message', async () => {
+  const h = await listen();
+  const { c } = await session(h.sock);
+  c.send({ jobs: {} });
+  c.send({ ack: {} });
+  const ids = Array.from({ length: 8 }, (_, i) => `t${i}`); // the handler's concurrency
+  c.send({ jobs: { jobs: ids.map((id) => ({ id, name: 'examples.add', args_json: '{"a":1,"b":2}', attempt: 1, max_attempts: 3, queue: 'default' })) } });
+  const m = await c.next();
+  assert.equal(m.message, 'results', JSON.stringify(m));
+  assert.deepEqual(m.results.results.map((r) => [r.id, r.status, JSON.parse(r.result_json).sum]), ids.map((id) => [id, 'DONE', 3]));
+});
+
 test('attach: a sidecar that sends no Jobs message gets Result messages only', async () => {
   const h = await listen();
   const { c } = await session(h.sock);

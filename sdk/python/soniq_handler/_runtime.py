@@ -385,6 +385,14 @@ class Runtime:
         except BaseException as e:  # noqa: B902 - a handler's failure never kills the process
             return await self._failed(job, raised(ctx.id, e))
         done = result(ctx.id, "done", value=value)
+        if value is None:
+            # Nothing to check but the frame's size: its text written
+            # directly, the same bytes as encode_result's (which handles
+            # the rest: a frame over the limit, an id that cannot be written).
+            data = protocol.encode_done(ctx.id)
+            if data is not None and len(data) <= self.max_frame_bytes:
+                job.encoded = (done, data)
+                return done
         try:
             is_snooze = isinstance(value, Snooze)
         except BaseException as e:  # noqa: B036 - a __class__ that raises: the value cannot be written either

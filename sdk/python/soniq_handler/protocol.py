@@ -804,6 +804,16 @@ def encode(msg: Frame) -> bytes:
     return "".join(out).encode("utf-8")
 
 
+def encode_done(job_id: str) -> Optional[bytes]:
+    """``encode`` of a done result with no value (what a job that returns
+    None reports), written without looking its fields up; None where
+    ``encode`` raises (an id holding a lone surrogate)."""
+    try:
+        return ('{"type":"result","id":' + _encode_string(job_id) + ',"status":"done"}').encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+
+
 def _encode_plain_result(msg: Mapping[str, Any]) -> Optional[bytes]:
     """A result frame with no error, seconds or reason (every done result,
     and cancelled), encoded as ``encode`` encodes it; None for any other

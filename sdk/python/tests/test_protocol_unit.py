@@ -126,3 +126,19 @@ def test_decode_size_counts_bytes_not_characters():
     with pytest.raises(ProtocolError) as info:
         decode(frame, max_frame_bytes=len(frame) - 1)
     assert info.value.code == "oversize"
+
+
+@pytest.mark.parametrize(
+    "job_id",
+    ["j1", "00000000-0000-4000-8000-000000000001", "é\u2028\U0001f600", 'q"b\\s/', "\x00\x1f\x7f\n\t", "", "x" * 5000],
+)
+def test_encode_done_is_encode_of_a_done_result_with_no_value(job_id):
+    frame = {"type": "result", "id": job_id, "status": "done", "result": None, "error": None, "seconds": None, "reason": None}
+    assert protocol.encode_done(job_id) == encode(frame)
+
+
+def test_encode_done_gives_way_where_encode_raises():
+    frame = {"type": "result", "id": "a\ud800b", "status": "done"}
+    with pytest.raises(UnicodeEncodeError):
+        encode(frame)
+    assert protocol.encode_done("a\ud800b") is None

@@ -639,3 +639,27 @@ def test_a_session_result_takes_its_value_from_the_checked_encoding():
     for frame in [raised("f", ValueError("bad")), result("s", "snooze", seconds=1.5, reason="later"), result("c", "cancelled")]:
         frame, data = encode_result(frame, 1 << 20)
         assert result_message(frame, data) == result_message(frame)
+
+
+def test_a_job_that_returns_none_reports_what_encode_result_makes_of_its_result():
+    # A done result with no value is written directly; where that frame is over the limit, the
+    # result is what encode_result makes of it, as for any value.
+    from soniq_handler._results import encode_result, result
+
+    async def main():
+        h = Harness(max_frame_bytes=4096)
+
+        async def none(args):
+            return None
+
+        h.reg.add_job("none", none, None)
+        ids = ["n1", "é\u2028\"\\", "x" * 4050, "y" * 5000]
+        for job_id in ids:
+            h.start(job_id, "none")
+        got = await h.until(len(ids))
+        for job_id in ids:
+            assert got[job_id] == encode_result(result(job_id, "done"), 4096)[0], job_id
+        assert got["n1"]["status"] == "done" and got["x" * 4050]["status"] == "done"
+        assert got["y" * 5000]["status"] == "failed"
+
+    run(main())

@@ -211,3 +211,46 @@ def test_results_ready_in_one_turn_go_out_in_one_write(tmp_path):
     _, stderr = proc.communicate(b"", timeout=60)
     assert proc.returncode == 0, stderr
     assert "frames per write [1, 8]" in stderr.decode()
+
+
+def test_a_stream_split_into_reads_anywhere_gives_the_same_frames():
+    # What stdin brings, cut into reads at every place and in random sizes:
+    # the same frames, in order, empty lines (and a lone "\r") ignored, the
+    # bytes after the last "\n" kept for the next read.
+    import random
+
+    from soniq_handler._stdio import _Splitter
+
+    stream = b'{"a":1}\n\n\r\n{"b":"x\\ny"}\r\n' + b"f" * 300 + b"\n" + b"\n".join(b"%d" % i for i in range(50)) + b"\ntail"
+    want = [line for line in stream.split(b"\n")[:-1] if line not in (b"", b"\r")]
+    cuts = [[i] for i in range(len(stream) + 1)] + [[i, j] for i in range(0, 40) for j in range(i, 45)]
+    rng = random.Random(7)
+    cuts += [sorted(rng.sample(range(len(stream)), k)) for k in (1, 3, 10, 50, 200) for _ in range(20)]
+    for points in cuts:
+        split = _Splitter(1 << 20)
+        got = []
+        start = 0
+        for p in points + [len(stream)]:
+            got += split.feed(stream[start:p])
+            start = p
+        assert got == want, points
+        assert bytes(split.buf) == b"tail", points
+        assert not split.oversize
+
+
+def test_a_frame_over_the_limit_is_seen_however_it_is_read():
+    from soniq_handler._stdio import _Splitter
+
+    for step in (1, 7, 64, 1000):
+        split = _Splitter(100)
+        data = b'{"ok":1}\n' + b"x" * 102
+        over = False
+        got = []
+        for i in range(0, len(data), step):
+            got += split.feed(data[i : i + step])
+            over = over or split.oversize
+        assert got == [b'{"ok":1}'] and over, step
+        # One "\r" before the "\n" does not count.
+        split = _Splitter(100)
+        split.feed(b"y" * 100 + b"\r")
+        assert not split.oversize
