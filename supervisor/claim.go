@@ -88,7 +88,7 @@ func (l *loop) maybeClaim(pl *pool) {
 	// The slots to fill, and the reserve: what waits beyond free slots,
 	// topped up to its target once it falls to half.
 	unfilled := free - queued
-	ahead := pl.ahead.sizing.topUp(max(-unfilled, 0), pl.ahead.sizing.target(time.Now(), budget > 0))
+	ahead := pl.ahead.sizing.TopUp(max(-unfilled, 0), pl.ahead.sizing.Target(time.Now(), budget > 0))
 	free = max(unfilled, 0)
 	if pl.limit.all {
 		ahead = 0 // limited rows are never reserved
@@ -295,7 +295,7 @@ func (l *loop) onClaimed(e claimedEvent) {
 			l.abandonSuperseded(old)
 		}
 		if l.shut.state >= StateForceTimeoutPath && nackedAtForce(false, t.sync()) {
-			if pl.ahead.sizing.on() {
+			if pl.ahead.sizing.On() {
 				l.giveBack([]*task{t}, "shutdown")
 			} else {
 				l.nack(t, "shutdown_timeout")
@@ -306,7 +306,7 @@ func (l *loop) onClaimed(e claimedEvent) {
 		t.queuedAt = now
 		l.queueClaimed(t)
 	}
-	if pl.ahead.sizing.on() && len(jobs) > 0 {
+	if pl.ahead.sizing.On() && len(jobs) > 0 {
 		// New work goes where the claim order puts it: a job of a better
 		// priority than the reserve's worst row does not wait behind it.
 		l.reorderPending(pl)
