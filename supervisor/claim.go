@@ -254,6 +254,9 @@ func (l *loop) onClaimed(e claimedEvent) {
 	}
 	l.metrics.jobsClaimed(jobs)
 	l.metrics.claimRows(pl.h.Name, len(jobs))
+	// A claim that got fewer rows than it asked for found the queue
+	// nearly drained: the reserve stops sizing for the fleet.
+	pl.ahead.sizing.Claimed(limit+e.ahead, len(jobs))
 	if limit > 0 {
 		// A claim with no free slot asks no cap anything: what the last
 		// one with slots found still holds.

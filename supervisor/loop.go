@@ -313,6 +313,8 @@ func (l *loop) react(e event) {
 		l.onAttachRefused(e.proc, e.err)
 	case claimHoldEvent, reserveWaitEvent:
 		// A time bound of the claim: the settle step acts on it.
+	case fleetSizeEvent:
+		l.onFleetSize(e.n)
 	case settleEvent:
 		l.onInheritWaitOver()
 	case settledEvent:

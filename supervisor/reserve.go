@@ -5,11 +5,12 @@ package supervisor
 // pool may claim more than its free slots: the surplus waits in its
 // reserve (the pending jobs beyond its free slots, in claim order) and goes
 // to the handlers as slots free up. The reserve is sized by Little's law
-// from the pool's own completion rate: it holds at most claim_ahead of
-// work, at most claim_ahead_max rows, and is topped up when it falls to
-// half. A pool of slow jobs therefore holds almost nothing, a fleet holds
-// about claim_ahead of work in all whatever its size, and claim_ahead 0
-// claims only free slots.
+// (internal/reserve): from the pool's own completion rate, times the
+// number of sidecars sharing its queues while the queue is deep, it holds
+// at most claim_ahead of the fleet's work, at most claim_ahead_max rows,
+// and is topped up when it falls to half. A pool of slow jobs therefore
+// holds almost nothing, a fleet's claims stay as large as one sidecar's,
+// and claim_ahead 0 claims only free slots.
 //
 // A reserved row is processing under this worker with its attempt charged,
 // like every claimed row. It never reached a handler, so when it is given
@@ -37,6 +38,14 @@ type poolReserve struct {
 func (l *loop) stopReserveTimer(pl *pool) {
 	if pl.ahead.waitTimer != nil {
 		pl.ahead.waitTimer.Stop()
+	}
+}
+
+// onFleetSize: the sidecars sharing this one's queues were counted; every
+// pool's reserve is sized for them.
+func (l *loop) onFleetSize(n int) {
+	for _, pl := range l.pools {
+		pl.ahead.sizing.SetFleet(n)
 	}
 }
 

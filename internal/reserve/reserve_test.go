@@ -74,3 +74,78 @@ func TestReserveTopsUpAtHalfAndOffIsOff(t *testing.T) {
 	assert.Equal(t, time.Second, New(20*time.Millisecond, 1).WaitBound(), "at least 1 s")
 	assert.Equal(t, 5*time.Second, New(500*time.Millisecond, 1).WaitBound())
 }
+
+// rateOf feeds r completions at perSecond for 2 s of the fake clock: the
+// rate has settled.
+func rateOf(r *Sizing, perSecond int) {
+	for range 40 {
+		for range perSecond / 20 {
+			r.Completed(time.Now())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// The fleet's size reaches each sidecar's sizing: N sidecars sharing a
+// rate each keep a reserve of the fleet's rate × claim_ahead, so the
+// fleet's claims stay as large as one sidecar's (the rate split evenly;
+// perSecond a multiple of 20), within claim_ahead_max
+// and maxHeld of the sidecar's own work; the wait bound covers what the
+// reserve holds.
+func TestReserveTheFleetsSizeReachesEachPoolsSizing(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		fleet     int // SetFleet; 0 = never told
+		perSecond int // this sidecar's rate: a total of 4,000 jobs/s shared
+		maxRows   int
+		want      int
+		wait      time.Duration
+	}{
+		{"alone, never told", 0, 4000, 500, 400, time.Second},
+		{"alone", 1, 4000, 500, 400, time.Second},
+		{"8 sidecars", 8, 500, 500, 400, 1600 * time.Millisecond},
+		{"8 sidecars, claim_ahead_max", 8, 500, 300, 300, 1600 * time.Millisecond},
+		{"32 sidecars", 32, 120, 500, 384, 6400 * time.Millisecond},
+		{"64 sidecars: at most 5 s of its own work", 64, 60, 500, 5 * 60, 10 * time.Second},
+		{"128 sidecars", 128, 40, 500, 5 * 40, 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := New(100*time.Millisecond, tc.maxRows)
+				if tc.fleet > 0 {
+					r.SetFleet(tc.fleet)
+				}
+				rateOf(&r, tc.perSecond)
+				assert.InDelta(t, min(tc.want, tc.maxRows), r.Target(time.Now(), true), float64(tc.want)/20+1)
+				assert.Equal(t, tc.wait, r.WaitBound())
+				assert.Zero(t, r.Target(time.Now(), false), "no ready process: no reserve, whatever the fleet")
+			})
+		})
+	}
+}
+
+// A claim that comes back short (the queue is nearly drained) sizes the
+// reserve by the sidecar's own rate again, so a drained queue's last rows
+// are not held by a few sidecars while the others idle; a full claim
+// sizes it for the fleet again. The wait bound stays the fleet's, for the
+// rows claimed while the queue was deep.
+func TestReserveShortClaimFallsBackToTheSidecarsOwnRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := New(100*time.Millisecond, 500)
+		r.SetFleet(8)
+		rateOf(&r, 500)
+		for _, step := range []struct {
+			asked, got int
+			want       int
+		}{
+			{asked: 400, got: 400, want: 400},
+			{asked: 400, got: 399, want: 50},
+			{asked: 10, got: 0, want: 50},
+			{asked: 60, got: 60, want: 400},
+		} {
+			r.Claimed(step.asked, step.got)
+			assert.InDelta(t, step.want, r.Target(time.Now(), true), float64(step.want)/20+1, "after a claim of %d that got %d", step.asked, step.got)
+			assert.Equal(t, 1600*time.Millisecond, r.WaitBound())
+		}
+	})
+}
