@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -245,10 +247,10 @@ type simSidecar struct {
 	w      *completer.Completer
 	sizing reserve.Sizing
 	slots  int
-	svc    time.Duration // a job's run time: slots / the sidecar's rate
+	svc    time.Duration // a job's mean run time: slots / the sidecar's rate
 	cnt    *fleetCounters
 
-	running []simJob // in the order they end
+	running []simJob // in the order they end (start keeps it so)
 	pending []simJob // claimed, waiting for a slot (claim order)
 	// full: the last claim got every row it asked for; idleUntil: the
 	// last claim found the queue empty, the next waits for a poll.
@@ -291,7 +293,7 @@ func (s *simSidecar) run(ctx context.Context) error {
 			s.pending = keep
 		}
 		for len(s.running) < s.slots && len(s.pending) > 0 {
-			s.running = append(s.running, simJob{job: s.pending[0].job, at: now.Add(s.svc)})
+			s.start(s.pending[0].job, now)
 			s.pending = s.pending[1:]
 		}
 		if err := s.maybeClaim(ctx, now); err != nil {
@@ -310,6 +312,16 @@ func (s *simSidecar) run(ctx context.Context) error {
 		case <-time.After(time.Until(next)):
 		}
 	}
+}
+
+// start runs j in a slot from now. Run times spread evenly from half to
+// one and a half times the mean, as real jobs' do: the same run time for
+// every job would end jobs started together together, and hand the
+// writer bursts no handler produces.
+func (s *simSidecar) start(j backends.Job, now time.Time) {
+	end := now.Add(time.Duration(float64(s.svc) * (0.5 + rand.Float64())))
+	i, _ := slices.BinarySearchFunc(s.running, end, func(r simJob, at time.Time) int { return r.at.Compare(at) })
+	s.running = slices.Insert(s.running, i, simJob{job: j, at: end})
 }
 
 // maybeClaim claims as the supervisor's maybeClaim does for one pool: the
