@@ -142,7 +142,7 @@ func FleetSize(workers []backends.Worker, self, kind string, queues []string) in
 // fleetSizeFirst is the first wait between two counts of the fleet; it
 // doubles up to the interval. Sidecars of a fleet start about together and
 // each one's first count may miss the others still registering.
-const fleetSizeFirst = time.Second
+const fleetSizeFirst = 250 * time.Millisecond
 
 // FleetSizerConfig is what a FleetSizer counts with. Backend, WorkerID,
 // Kind and Size are required.
@@ -161,7 +161,7 @@ type FleetSizerConfig struct {
 }
 
 // FleetSizer counts the live sidecars sharing this one's queues (FleetSize)
-// at start, then 1 s, 2 s, 4 s ... apart up to its interval.
+// at start, then 0.25 s, 0.5 s, 1 s ... apart up to its interval.
 type FleetSizer struct {
 	service
 	cfg FleetSizerConfig

@@ -127,9 +127,9 @@ func TestFleetSize(t *testing.T) {
 	}
 }
 
-// The sizer counts at start, then 1 s, 2 s, 4 s ... apart up to its
-// interval, so sidecars started together see each other within seconds; a
-// failed read reports nothing.
+// The sizer counts at start, then 0.25 s, 0.5 s, 1 s ... apart up to its
+// interval, so sidecars started together soon see each other; a failed
+// read reports nothing.
 func TestFleetSizerCountsSoonThenAtItsInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		me := backends.Worker{ID: "me", Queues: []string{"a"}, Metadata: kindMeta("sidecar")}
@@ -150,14 +150,14 @@ func TestFleetSizerCountsSoonThenAtItsInterval(t *testing.T) {
 		t.Cleanup(s.Stop)
 		synctest.Wait()
 		fb.set(nil, me, peer("p1"), peer("p2"))
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // the count at 0.25 s
 		fb.set(errors.New("connection refused"))
-		time.Sleep(2 * time.Second)
+		time.Sleep(time.Second) // the count at 0.75 s fails
 		fb.set(nil, me, peer("p1"), peer("p2"), peer("p3"))
-		time.Sleep(32 * time.Second) // 35.5 s from the start
+		time.Sleep(34500 * time.Millisecond) // 36 s from the start
 		s.Stop()
 		mu.Lock()
 		defer mu.Unlock()
-		assert.Equal(t, []string{"0s:1", "1s:3", "7s:4", "15s:4", "25s:4", "35s:4"}, got)
+		assert.Equal(t, []string{"0s:1", "250ms:3", "1.75s:4", "3.75s:4", "7.75s:4", "15.75s:4", "25.75s:4", "35.75s:4"}, got)
 	})
 }

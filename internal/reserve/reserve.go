@@ -89,7 +89,22 @@ func (r *Sizing) Target(now time.Time, ready bool) int {
 		return 0
 	}
 	r.roll(now)
-	return min(r.maxRows, int(math.Ceil(r.rate*r.held().Seconds())))
+	return min(r.maxRows, int(math.Ceil(r.current(now)*r.held().Seconds())))
+}
+
+// firstSample is how many completions the first window needs before its
+// partial count stands for the rate.
+const firstSample = 16
+
+// current is the rate to size by at now: the smoothed rate, or, before
+// the first window has ended, what it has counted so far. A pool that
+// starts on a full queue would otherwise claim only its free slots for a
+// whole window, and a fleet of small pools many times over.
+func (r *Sizing) current(now time.Time) float64 {
+	if r.rate > 0 || r.n < firstSample {
+		return r.rate
+	}
+	return float64(r.n) / max(now.Sub(r.start), rateWindow/10).Seconds()
 }
 
 // held is the work the reserve is sized to hold: claim_ahead, times the

@@ -149,3 +149,38 @@ func TestReserveShortClaimFallsBackToTheSidecarsOwnRate(t *testing.T) {
 		}
 	})
 }
+
+// Before its first window has ended a pool sizes its reserve by what that
+// window has counted so far, once it holds enough completions to stand for
+// a rate: a pool starting on a full queue reserves within milliseconds,
+// not a whole window later; a few completions size nothing yet.
+func TestReserveFirstWindowSizesByItsCountSoFar(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		n      int           // completions, evenly over
+		over   time.Duration // from the first
+		fleet  int
+		want   int
+		spread float64
+	}{
+		{"too few to stand for a rate", firstSample - 1, 10 * time.Millisecond, 1, 0, 0},
+		{"1,000 jobs/s over 100 ms", 100, 99 * time.Millisecond, 1, 100, 5},
+		{"a burst is read over at least 25 ms", 50, time.Millisecond, 1, 200, 5},
+		{"the fleet's size applies from the first window", 100, 99 * time.Millisecond, 4, 400, 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := New(100*time.Millisecond, 500)
+				r.SetFleet(tc.fleet)
+				step := tc.over / time.Duration(max(tc.n-1, 1))
+				for i := range tc.n {
+					if i > 0 {
+						time.Sleep(step)
+					}
+					r.Completed(time.Now())
+				}
+				assert.InDelta(t, tc.want, r.Target(time.Now(), true), tc.spread)
+			})
+		})
+	}
+}
