@@ -46,7 +46,11 @@ type fleetPoint struct {
 	Writes         int64   `json:"result_writes"` // statements of the writer, claims that carried results not counted
 	Returned       int64   `json:"returned"`
 	FailedClaims   int64   `json:"failed_claims,omitempty"`
-	Error          string  `json:"error,omitempty"`
+	// Runs are the rounds' Postgres CPU-s per 10,000 jobs (the figure
+	// above is their median; the counts are their sums).
+	Runs   []float64 `json:"runs_postgres_cpu_s_per_10k,omitempty"`
+	Errors []string  `json:"errors,omitempty"`
+	Error  string    `json:"error,omitempty"`
 }
 
 // fleetResult is the section: the curve and its parameters.
@@ -56,6 +60,7 @@ type fleetResult struct {
 	Window  float64       `json:"window_s"`
 	Warmup  float64       `json:"warmup_s"`
 	Ahead   string        `json:"claim_ahead"`
+	Rounds  int           `json:"rounds"`
 	Points  []*fleetPoint `json:"points"`
 	Machine string        `json:"loadavg_before"`
 }
@@ -72,27 +77,72 @@ const (
 func (b *bench) fleetSection(ctx context.Context) error {
 	c := b.c
 	res := &fleetResult{Rate: c.fleetRate, Budget: c.conc, Window: c.fleetWindow.Seconds(), Warmup: c.fleetWarmup.Seconds(),
-		Ahead: fleetAhead.String(), Machine: loadNow("fleet").Load}
+		Ahead: fleetAhead.String(), Rounds: c.fleetRounds, Machine: loadNow("fleet").Load}
 	b.rep.Fleet = res
-	for i, n := range c.fleetSizes {
-		if i > 0 && c.remaining() < c.fleetWarmup+c.fleetWindow+4*time.Second {
-			b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("fleet: %d simulated sidecars and more not measured: the %s bound was near", n, c.budget))
-			break
+	// Rounds alternate the order of the sizes, so a change of the
+	// machine's load does not fall on the large fleets alone.
+	runs := map[int][]*fleetPoint{}
+	for round := range c.fleetRounds {
+		sizes := slices.Clone(c.fleetSizes)
+		if round%2 == 1 {
+			slices.Reverse(sizes)
 		}
-		p, err := b.fleetRun(ctx, n)
-		if ctx.Err() != nil {
-			return ctx.Err()
+		for _, n := range sizes {
+			if c.remaining() < c.fleetWarmup+c.fleetWindow+4*time.Second {
+				b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("fleet: round %d stopped before %d simulated sidecars: the %s bound was near", round+1, n, c.budget))
+				break
+			}
+			p, err := b.fleetRun(ctx, n)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err != nil {
+				p.Error = err.Error()
+				logf("fleet %d round %d: %v", n, round+1, err)
+			} else {
+				logf("fleet %d round %d: %.0f jobs/s, Postgres %.2f CPU-s per 10,000 jobs, %.1f rows per claim, %d result writes, %d returned, %d failed claims",
+					n, round+1, p.JobsPerS, p.PostgresCPU10k, p.RowsPerClaim, p.Writes, p.Returned, p.FailedClaims)
+			}
+			runs[n] = append(runs[n], p)
 		}
-		if err != nil {
-			p.Error = err.Error()
-			logf("fleet %d: %v", n, err)
-		} else {
-			logf("fleet %d: %.0f jobs/s, Postgres %.2f CPU-s per 10,000 jobs, %.1f rows per claim, %d result writes, %d returned, %d failed claims",
-				n, p.JobsPerS, p.PostgresCPU10k, p.RowsPerClaim, p.Writes, p.Returned, p.FailedClaims)
+	}
+	for _, n := range c.fleetSizes {
+		if len(runs[n]) > 0 {
+			res.Points = append(res.Points, combineFleet(runs[n]))
 		}
-		res.Points = append(res.Points, p)
 	}
 	return nil
+}
+
+// combineFleet is one size over its rounds: Postgres' CPU per job is the
+// median of the rounds', the counts are their sums, the rate their mean.
+func combineFleet(ps []*fleetPoint) *fleetPoint {
+	out := &fleetPoint{Sidecars: ps[0].Sidecars, SlotsEach: ps[0].SlotsEach, RateEach: ps[0].RateEach}
+	var cpus []float64
+	var rows float64
+	for _, p := range ps {
+		if p.Error != "" {
+			out.Errors = append(out.Errors, p.Error)
+			continue
+		}
+		cpus = append(cpus, p.PostgresCPU10k)
+		out.Runs = append(out.Runs, p.PostgresCPU10k)
+		out.Jobs += p.Jobs
+		out.Seconds += p.Seconds
+		out.Claims += p.Claims
+		out.Writes += p.Writes
+		out.Returned += p.Returned
+		out.FailedClaims += p.FailedClaims
+		rows += p.RowsPerClaim * float64(p.Claims)
+	}
+	if len(cpus) == 0 {
+		out.Error = ps[len(ps)-1].Error
+		return out
+	}
+	out.PostgresCPU10k = median(cpus)
+	out.JobsPerS = float64(out.Jobs) / out.Seconds
+	out.RowsPerClaim = rows / float64(max(out.Claims, 1))
+	return out
 }
 
 // countingBackend counts the writer's statements.

@@ -89,6 +89,7 @@ type config struct {
 	fleetRate   int           // the simulated fleet's total rate, jobs a second
 	fleetWarmup time.Duration // before a fleet size's window: the rates are measured
 	fleetWindow time.Duration // the window a fleet size is measured over
+	fleetRounds int           // rounds of the fleet section
 }
 
 func main() {
@@ -144,8 +145,9 @@ func main() {
 	flag.IntVar(&c.producersSingle, "producers-single", 500, "single enqueues timed per round of the producers section")
 	fleetSizes := flag.String("fleet-sizes", "1,2,4,8,16,32,64,128", "simulated fleet sizes of the fleet section (in-process sidecars sharing one database and one total rate)")
 	flag.IntVar(&c.fleetRate, "fleet-rate", 4000, "the fleet section's total rate, jobs a second, split evenly across the simulated sidecars")
-	flag.DurationVar(&c.fleetWarmup, "fleet-warmup", 4*time.Second, "the fleet section: time before each size's window (the reserves measure their rates)")
-	flag.DurationVar(&c.fleetWindow, "fleet-window", 5*time.Second, "the fleet section: the window each size is measured over (shrink it, with -fleet-sizes, for a quicker run)")
+	flag.DurationVar(&c.fleetWarmup, "fleet-warmup", 3*time.Second, "the fleet section: time before each size's window (the reserves measure their rates)")
+	flag.DurationVar(&c.fleetWindow, "fleet-window", 4*time.Second, "the fleet section: the window each size is measured over (shrink it, -fleet-rounds and -fleet-sizes for a quicker run)")
+	flag.IntVar(&c.fleetRounds, "fleet-rounds", 2, "rounds of the fleet section, the sizes' order reversed every other round (about 75 s each with the defaults)")
 	renderOnly := flag.String("render", "", "only rewrite this report from the JSON it embeds (goals, analysis), measuring nothing")
 	flag.Parse()
 	if *renderOnly != "" {
@@ -599,7 +601,7 @@ func (c *config) reserve() time.Duration {
 // fleetTime is about how long the fleet section takes: each size's
 // warm-up and window, and its fill and reset.
 func (c *config) fleetTime() time.Duration {
-	return time.Duration(len(c.fleetSizes)) * (c.fleetWarmup + c.fleetWindow + 4*time.Second)
+	return time.Duration(c.fleetRounds*len(c.fleetSizes)) * (c.fleetWarmup + c.fleetWindow + 4*time.Second)
 }
 
 // remaining is the budget left.

@@ -644,9 +644,10 @@ func (r *report) write(path string) error {
 		w("  waiting results, as its claimer does), result writer (`internal/completer`) and return, with its own connection pool and\n")
 		w("  worker row, and sizes its reserve with the supervisor's code (`internal/reserve`, `claim_ahead` %s, `claim_ahead_max` 500),\n", f.Ahead)
 		w("  told the fleet's size as a sidecar counts it from the workers table. No handler runs: a started job ends after its slot's\n")
-		w("  share of the rate. The queue is filled first (deep for the whole run); after %.0f s (the rates measured) the Postgres\n", f.Warmup)
-		w("  server's CPU (every process, from /proc) and the claims are read over %.0f s. *Result writes* counts the writer's own\n", f.Window)
-		w("  statements (results carried by a claim not counted).\n")
+		w("  share of the rate (run times spread evenly from half to one and a half the mean). The queue is filled first (deep for the\n")
+		w("  whole run); after %.0f s (the rates measured) the Postgres server's CPU (every process, from /proc) and the claims are read\n", f.Warmup)
+		w("  over %.0f s; %d rounds, the sizes' order reversed every other round, the median round shown. *Result writes* counts the\n", f.Window, f.Rounds)
+		w("  writer's own statements (results carried by a claim not counted).\n")
 	}
 	w("- **claim_ahead 0** rows (throughput, sharing, priority) run the same sidecar with `claim_ahead: 0` in its manifest, beside the\n")
 	w("  default (a reserve of up to `claim_ahead` of work, 100 ms, at most `claim_ahead_max` rows), so the reserve's gain is measured\n")
@@ -1012,8 +1013,8 @@ func (r *report) writeFleet(w func(string, ...any)) {
 		return
 	}
 	w("## 6c. A simulated fleet on one database (%d jobs/s in all, split evenly; no handler)\n\n", f.Rate)
-	w("| sidecars | slots × jobs/s each | jobs/s | Postgres CPU-s per 10,000 jobs | ÷ one sidecar's | rows per claim | claims | result writes | jobs per write | returned |\n")
-	w("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	w("| sidecars | slots × jobs/s each | jobs/s | Postgres CPU-s per 10,000 jobs (median) | rounds | ÷ one sidecar's | rows per claim | claims | result writes | jobs per write | returned |\n")
+	w("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	var one *fleetPoint
 	for _, p := range f.Points {
 		if p.Sidecars == 1 && p.Error == "" {
@@ -1022,15 +1023,22 @@ func (r *report) writeFleet(w func(string, ...any)) {
 	}
 	for _, p := range f.Points {
 		if p.Error != "" {
-			w("| %d | %d × %.0f | failed: %s | | | | | | | |\n", p.Sidecars, p.SlotsEach, p.RateEach, lastLine(p.Error))
+			w("| %d | %d × %.0f | failed: %s | | | | | | | | |\n", p.Sidecars, p.SlotsEach, p.RateEach, lastLine(p.Error))
 			continue
 		}
 		x := "—"
 		if one != nil && ok(one.PostgresCPU10k) {
 			x = fmt.Sprintf("%.2f×", p.PostgresCPU10k/one.PostgresCPU10k)
 		}
-		w("| %d | %d × %.0f | %.0f | %s | **%s** | %.1f | %d | %d | %.1f | %d |\n", p.Sidecars, p.SlotsEach, p.RateEach, p.JobsPerS,
-			f2(p.PostgresCPU10k), x, p.RowsPerClaim, p.Claims, p.Writes, p.jobsPerWrite(), p.Returned)
+		var runs []string
+		for _, r := range p.Runs {
+			runs = append(runs, f2(r))
+		}
+		for range p.Errors {
+			runs = append(runs, "failed")
+		}
+		w("| %d | %d × %.0f | %.0f | %s | %s | **%s** | %.1f | %d | %d | %.1f | %d |\n", p.Sidecars, p.SlotsEach, p.RateEach, p.JobsPerS,
+			f2(p.PostgresCPU10k), strings.Join(runs, ", "), x, p.RowsPerClaim, p.Claims, p.Writes, p.jobsPerWrite(), p.Returned)
 	}
 	w("\n")
 }
