@@ -61,6 +61,7 @@ type fleetResult struct {
 	Warmup  float64       `json:"warmup_s"`
 	Ahead   string        `json:"claim_ahead"`
 	Rounds  int           `json:"rounds"`
+	Unaware bool          `json:"fleet_size_withheld,omitempty"`
 	Points  []*fleetPoint `json:"points"`
 	Machine string        `json:"loadavg_before"`
 }
@@ -77,7 +78,7 @@ const (
 func (b *bench) fleetSection(ctx context.Context) error {
 	c := b.c
 	res := &fleetResult{Rate: c.fleetRate, Budget: c.conc, Window: c.fleetWindow.Seconds(), Warmup: c.fleetWarmup.Seconds(),
-		Ahead: fleetAhead.String(), Rounds: c.fleetRounds, Machine: loadNow("fleet").Load}
+		Ahead: fleetAhead.String(), Rounds: c.fleetRounds, Unaware: c.fleetUnaware, Machine: loadNow("fleet").Load}
 	b.rep.Fleet = res
 	// Rounds alternate the order of the sizes, so a change of the
 	// machine's load does not fall on the large fleets alone.
@@ -224,6 +225,9 @@ func (b *bench) fleetRun(ctx context.Context, n int) (*fleetPoint, error) {
 	size := maintenance.FleetSize(live, sims[0].wid, fleetKind, nil)
 	if size != n {
 		return p, fmt.Errorf("the workers table shows a fleet of %d sidecars, not %d", size, n)
+	}
+	if c.fleetUnaware {
+		size = 1 // each sidecar alone, as before reserves knew the fleet
 	}
 	for _, s := range sims {
 		s.sizing.SetFleet(size)

@@ -90,6 +90,9 @@ type config struct {
 	fleetWarmup time.Duration // before a fleet size's window: the rates are measured
 	fleetWindow time.Duration // the window a fleet size is measured over
 	fleetRounds int           // rounds of the fleet section
+	// fleetUnaware: the simulated sidecars are not told the fleet's size
+	// (each sizes its reserve and writes as if alone), for comparison.
+	fleetUnaware bool
 }
 
 func main() {
@@ -147,6 +150,7 @@ func main() {
 	flag.IntVar(&c.fleetRate, "fleet-rate", 4000, "the fleet section's total rate, jobs a second, split evenly across the simulated sidecars")
 	flag.DurationVar(&c.fleetWarmup, "fleet-warmup", 3*time.Second, "the fleet section: time before each size's window (the reserves measure their rates)")
 	flag.DurationVar(&c.fleetWindow, "fleet-window", 4*time.Second, "the fleet section: the window each size is measured over (shrink it, -fleet-rounds and -fleet-sizes for a quicker run)")
+	flag.BoolVar(&c.fleetUnaware, "fleet-unaware", false, "the fleet section: do not tell the simulated sidecars the fleet's size (each sizes its reserve and result batches as if alone), to compare")
 	flag.IntVar(&c.fleetRounds, "fleet-rounds", 2, "rounds of the fleet section, the sizes' order reversed every other round (about 75 s each with the defaults)")
 	renderOnly := flag.String("render", "", "only rewrite this report from the JSON it embeds (goals, analysis), measuring nothing")
 	flag.Parse()

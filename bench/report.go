@@ -646,8 +646,8 @@ func (r *report) write(path string) error {
 		w("  told the fleet's size as a sidecar counts it from the workers table. No handler runs: a started job ends after its slot's\n")
 		w("  share of the rate (run times spread evenly from half to one and a half the mean). The queue is filled first (deep for the\n")
 		w("  whole run); after %.0f s (the rates measured) the Postgres server's CPU (every process, from /proc) and the claims are read\n", f.Warmup)
-		w("  over %.0f s; %d rounds, the sizes' order reversed every other round, the median round shown. *Result writes* counts the\n", f.Window, f.Rounds)
-		w("  writer's own statements (results carried by a claim not counted).\n")
+		w("  over %.0f s; %d rounds, the sizes' order reversed every other round; Postgres' CPU is the median of the rounds' (of two, their mean),\n", f.Window, f.Rounds)
+		w("  the counts their sums. *Result writes* counts the writer's own statements (results carried by a claim not counted).\n")
 	}
 	w("- **claim_ahead 0** rows (throughput, sharing, priority) run the same sidecar with `claim_ahead: 0` in its manifest, beside the\n")
 	w("  default (a reserve of up to `claim_ahead` of work, 100 ms, at most `claim_ahead_max` rows), so the reserve's gain is measured\n")
@@ -1013,6 +1013,9 @@ func (r *report) writeFleet(w func(string, ...any)) {
 		return
 	}
 	w("## 6c. A simulated fleet on one database (%d jobs/s in all, split evenly; no handler)\n\n", f.Rate)
+	if f.Unaware {
+		w("*Run with `-fleet-unaware`: the sidecars were not told the fleet's size and sized their reserves and result batches as if alone.*\n\n")
+	}
 	w("| sidecars | slots × jobs/s each | jobs/s | Postgres CPU-s per 10,000 jobs (median) | rounds | ÷ one sidecar's | rows per claim | claims | result writes | jobs per write | returned |\n")
 	w("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	var one *fleetPoint
