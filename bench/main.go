@@ -84,6 +84,15 @@ type config struct {
 	limitsBacklog  int // rows queued on the capped key (0: that part is not run)
 	limitsRate     int // the rate cap, claims a second
 	limitsRateJobs int // jobs drained under it
+
+	fleetSizes  []int         // simulated fleet sizes of the fleet section
+	fleetRate   int           // the simulated fleet's total rate, jobs a second
+	fleetWarmup time.Duration // before a fleet size's window: the rates are measured
+	fleetWindow time.Duration // the window a fleet size is measured over
+	fleetRounds int           // rounds of the fleet section
+	// fleetUnaware: the simulated sidecars are not told the fleet's size
+	// (each sizes its reserve and writes as if alone), for comparison.
+	fleetUnaware bool
 }
 
 func main() {
@@ -105,7 +114,7 @@ func main() {
 	flag.DurationVar(&c.shutTO, "shutdown-timeout", 2*time.Second, "shutdown_timeout for the shutdown runs")
 	flag.DurationVar(&c.budget, "budget", 13*time.Minute+30*time.Second, "wall-time bound of the measuring: later rounds are skipped past it (with the build and the venvs, make bench stays within 15 minutes on 2 cores)")
 	only := flag.String("only", "", "comma-separated variant keys to run (soniq, python-stdio, node-stdio, python-stdio-ahead0, node-stdio-ahead0 (claim_ahead 0), python-unix, node-unix, python-attach, node-attach, ceiling, floor, alone-python, alone-node, and in the peers section also python-stdio-ttl0, node-stdio-ttl0 (result_ttl 0) and the peers graphile-worker, pg-boss, pgqueuer, procrastinate); default all")
-	sections := flag.String("sections", "shutdown,latency,priority,pooler,sqlite,peers,producers,limits,throughput,depth,sharing", "comma-separated sections to run (limits: fleet-wide caps against the same jobs unlimited; producers: enqueueing from Node, soniq-client beside pg-boss and graphile-worker, needs -peer-installs for those two; priority: a high-priority job's start delay behind a full reserve; pooler: pickup latency direct and through PgBouncer, needs pgbouncer; sqlite: the embedded SQLite default beside Soniq's worker on SQLite; peers: graphile-worker, pg-boss, PgQueuer and Procrastinate beside the sidecar's stdio rows, needs -peer-installs)")
+	sections := flag.String("sections", "shutdown,latency,priority,pooler,sqlite,peers,producers,limits,throughput,depth,sharing,fleet", "comma-separated sections to run (fleet: 1 to 128 simulated sidecars sharing one database, in-process, with no handler: Postgres CPU per job and rows per claim; limits: fleet-wide caps against the same jobs unlimited; producers: enqueueing from Node, soniq-client beside pg-boss and graphile-worker, needs -peer-installs for those two; priority: a high-priority job's start delay behind a full reserve; pooler: pickup latency direct and through PgBouncer, needs pgbouncer; sqlite: the embedded SQLite default beside Soniq's worker on SQLite; peers: graphile-worker, pg-boss, PgQueuer and Procrastinate beside the sidecar's stdio rows, needs -peer-installs)")
 	flag.IntVar(&c.soniqN, "soniq-n", 5000, "jobs per throughput run of the Soniq worker (fewer than -n: it is 20-50 times slower, and a shallower queue only flatters it)")
 	depths := flag.String("depths", "10000,100000,1000000", "queue depths of the depth curve")
 	sidecarCounts := flag.String("sidecars", "1,2,4,8", "sidecar counts of the sharing curve (same total budget)")
@@ -137,6 +146,12 @@ func main() {
 	flag.IntVar(&c.limitsRate, "limits-rate", 1000, "the limits section's rate cap, claims a second")
 	flag.IntVar(&c.limitsRateJobs, "limits-rate-jobs", 10000, "jobs drained under the limits section's rate cap")
 	flag.IntVar(&c.producersSingle, "producers-single", 500, "single enqueues timed per round of the producers section")
+	fleetSizes := flag.String("fleet-sizes", "1,2,4,8,16,32,64,128", "simulated fleet sizes of the fleet section (in-process sidecars sharing one database and one total rate)")
+	flag.IntVar(&c.fleetRate, "fleet-rate", 4000, "the fleet section's total rate, jobs a second, split evenly across the simulated sidecars")
+	flag.DurationVar(&c.fleetWarmup, "fleet-warmup", 3*time.Second, "the fleet section: time before each size's window (the reserves measure their rates)")
+	flag.DurationVar(&c.fleetWindow, "fleet-window", 4*time.Second, "the fleet section: the window each size is measured over (shrink it, -fleet-rounds and -fleet-sizes for a quicker run)")
+	flag.BoolVar(&c.fleetUnaware, "fleet-unaware", false, "the fleet section: do not tell the simulated sidecars the fleet's size (each sizes its reserve and result batches as if alone), to compare")
+	flag.IntVar(&c.fleetRounds, "fleet-rounds", 2, "rounds of the fleet section, the sizes' order reversed every other round (about 75 s each with the defaults)")
 	renderOnly := flag.String("render", "", "only rewrite this report from the JSON it embeds (goals, analysis), measuring nothing")
 	flag.Parse()
 	if *renderOnly != "" {
@@ -153,6 +168,9 @@ func main() {
 	}
 	if err == nil {
 		c.sqliteDepths, err = ints(*sqliteDepths)
+	}
+	if err == nil {
+		c.fleetSizes, err = ints(*fleetSizes)
 	}
 	if err == nil {
 		c.peerPaths, err = keyPaths(*peerInstalls)
@@ -270,7 +288,10 @@ func run(ctx context.Context, c *config) error {
 	rep.Meta["started"] = c.startedAt.UTC().Format(time.RFC3339)
 
 	b := &bench{c: c, db: db, rep: rep}
-	b.probeUnix(ctx)
+	if c.sections["throughput"] || c.sections["latency"] {
+		// Only those sections have unix rows.
+		b.probeUnix(ctx)
+	}
 
 	// Cheap sections first so the bound never cuts them; the throughput
 	// rounds then use what remains of the budget.
@@ -282,7 +303,7 @@ func run(ctx context.Context, c *config) error {
 		{"producers", b.producersSection},
 		{"limits", b.limitsSection},
 		{"throughput", b.throughputSection},
-		{"depth", b.depthSection}, {"sharing", b.shareSection}} {
+		{"depth", b.depthSection}, {"sharing", b.shareSection}, {"fleet", b.fleetSection}} {
 		if !c.sections[s.name] {
 			continue
 		}
@@ -570,11 +591,21 @@ func numCPU() int { return runtime.NumCPU() }
 // reserve is the part of the budget the throughput rounds leave to the
 // queue-depth and sharing sections that follow them.
 func (c *config) reserve() time.Duration {
-	if !c.sections["depth"] && !c.sections["sharing"] {
-		return 0
+	var d time.Duration
+	if c.sections["depth"] || c.sections["sharing"] {
+		// The sharing curve runs twice (default claim_ahead and 0).
+		d = c.budget * 30 / 100
 	}
-	// The sharing curve runs twice (default claim_ahead and 0).
-	return c.budget * 30 / 100
+	if c.sections["fleet"] {
+		d += c.fleetTime()
+	}
+	return d
+}
+
+// fleetTime is about how long the fleet section takes: each size's
+// warm-up and window, and its fill and reset.
+func (c *config) fleetTime() time.Duration {
+	return time.Duration(c.fleetRounds*len(c.fleetSizes)) * (c.fleetWarmup + c.fleetWindow + 4*time.Second)
 }
 
 // remaining is the budget left.

@@ -29,6 +29,7 @@ type report struct {
 	Peers      []*peerResult     `json:"peers,omitempty"`
 	Producers  []*producerResult `json:"producers,omitempty"`
 	Limits     *limitsResult     `json:"limits,omitempty"`
+	Fleet      *fleetResult      `json:"fleet,omitempty"`
 	Loads      []sectionLoad     `json:"loads,omitempty"`
 	Notes      []string          `json:"notes,omitempty"`
 	Goals      []goal            `json:"goals"`
@@ -348,6 +349,18 @@ func (r *report) evaluate(cores int) {
 	}
 	add(g)
 
+	g = goal{Name: "Postgres CPU per job, 128 simulated sidecars vs 1 (fleet section)", Target: "≤ 1.5×"}
+	g.Measured, g.Met = nm, nm
+	if x, many, one := r.Fleet.ratio(); ok(x) {
+		if many.Sidecars != 128 {
+			g.Name = fmt.Sprintf("Postgres CPU per job, %d simulated sidecars vs 1 (fleet section; 128 not measured)", many.Sidecars)
+		}
+		g.Measured = fmt.Sprintf("%.2f× (%.2f vs %.2f CPU-s per 10,000 jobs; %.0f vs %.0f rows per claim; %.1f vs %.1f jobs per result write)", x,
+			many.PostgresCPU10k, one.PostgresCPU10k, many.RowsPerClaim, one.RowsPerClaim, many.jobsPerWrite(), one.jobsPerWrite())
+		g.Met = yes(x <= 1.5 && many.Sidecars == 128)
+	}
+	add(g)
+
 	// A job of better priority than the reserve's rows starts within
 	// claim_ahead plus one claim; the claim_ahead 0 row's p99 stands for
 	// "one claim" (the wait for the next claim, and the claim).
@@ -625,6 +638,17 @@ func (r *report) write(path string) error {
 	w("  (processes and concurrency per sidecar shrink to keep the total), measured as the throughput runs, CPU as the cost table;\n")
 	w("  the curve is run twice in the same rounds, with the default `claim_ahead` and with `claim_ahead: 0` (no reserve: claims of\n")
 	w("  free slots only). *Of one sidecar* and *Postgres ÷ one sidecar's* compare with the same set's one-sidecar row.\n")
+	if f := r.Fleet; f != nil {
+		w("- **Simulated fleet**: 1 to 128 sidecars simulated in the bench's own process (`bench/fleet.go`), sharing one Postgres and a\n")
+		w("  total rate of %d jobs/s split evenly (%d slots in all, at least 1 each). Each runs the sidecar's own claim (carrying its\n", f.Rate, f.Budget)
+		w("  waiting results, as its claimer does), result writer (`internal/completer`) and return, with its own connection pool and\n")
+		w("  worker row, and sizes its reserve with the supervisor's code (`internal/reserve`, `claim_ahead` %s, `claim_ahead_max` 500),\n", f.Ahead)
+		w("  told the fleet's size as a sidecar counts it from the workers table. No handler runs: a started job ends after its slot's\n")
+		w("  share of the rate (run times spread evenly from half to one and a half the mean). The queue is filled first (deep for the\n")
+		w("  whole run); after %.0f s (the rates measured) the Postgres server's CPU (every process, from /proc) and the claims are read\n", f.Warmup)
+		w("  over %.0f s; %d rounds, the sizes' order reversed every other round; Postgres' CPU is the median of the rounds' (of two, their mean),\n", f.Window, f.Rounds)
+		w("  the counts their sums. *Result writes* counts the writer's own statements (results carried by a claim not counted).\n")
+	}
 	w("- **claim_ahead 0** rows (throughput, sharing, priority) run the same sidecar with `claim_ahead: 0` in its manifest, beside the\n")
 	w("  default (a reserve of up to `claim_ahead` of work, 100 ms, at most `claim_ahead_max` rows), so the reserve's gain is measured\n")
 	w("  in one run.\n")
@@ -783,6 +807,7 @@ func (r *report) write(path string) error {
 		}
 		w("\n")
 	}
+	r.writeFleet(w)
 	r.writeSQLite(w)
 
 	w("## 3. Pickup latency at %v jobs/s\n\n", p.LatencyRate)
@@ -979,4 +1004,52 @@ func roundsCell[R any](runs []R, figure func(R) (value, failed string)) string {
 		cells[i] = v
 	}
 	return strings.Join(cells, ", ")
+}
+
+// writeFleet is section 6c: the simulated fleet.
+func (r *report) writeFleet(w func(string, ...any)) {
+	f := r.Fleet
+	if f == nil || len(f.Points) == 0 {
+		return
+	}
+	w("## 6c. A simulated fleet on one database (%d jobs/s in all, split evenly; no handler)\n\n", f.Rate)
+	if f.Unaware {
+		w("*Run with `-fleet-unaware`: the sidecars were not told the fleet's size and sized their reserves and result batches as if alone.*\n\n")
+	}
+	w("| sidecars | slots × jobs/s each | jobs/s | Postgres CPU-s per 10,000 jobs (median) | rounds | ÷ one sidecar's | rows per claim | claims | result writes | jobs per write | returned |\n")
+	w("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	var one *fleetPoint
+	for _, p := range f.Points {
+		if p.Sidecars == 1 && p.Error == "" {
+			one = p
+		}
+	}
+	for _, p := range f.Points {
+		if p.Error != "" {
+			w("| %d | %d × %.0f | failed: %s | | | | | | | | |\n", p.Sidecars, p.SlotsEach, p.RateEach, lastLine(p.Error))
+			continue
+		}
+		x := "—"
+		if one != nil && ok(one.PostgresCPU10k) {
+			x = fmt.Sprintf("%.2f×", p.PostgresCPU10k/one.PostgresCPU10k)
+		}
+		var runs []string
+		for _, r := range p.Runs {
+			runs = append(runs, f2(r))
+		}
+		for range p.Errors {
+			runs = append(runs, "failed")
+		}
+		w("| %d | %d × %.0f | %.0f | %s | %s | **%s** | %.1f | %d | %d | %.1f | %d |\n", p.Sidecars, p.SlotsEach, p.RateEach, p.JobsPerS,
+			f2(p.PostgresCPU10k), strings.Join(runs, ", "), x, p.RowsPerClaim, p.Claims, p.Writes, p.jobsPerWrite(), p.Returned)
+	}
+	w("\n")
+}
+
+// jobsPerWrite is the jobs done per statement of the result writer.
+func (p *fleetPoint) jobsPerWrite() float64 {
+	if p == nil || p.Writes == 0 {
+		return math.NaN()
+	}
+	return float64(p.Jobs) / float64(p.Writes)
 }

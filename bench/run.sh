@@ -6,6 +6,8 @@
 #   bench/run.sh -sections peers     # the native queues beside the sidecar alone (about 2 minutes)
 #   bench/run.sh -sections producers # enqueueing from Node: soniq-client, pg-boss, graphile-worker
 #   bench/run.sh -sections limits    # fleet-wide caps against the same jobs unlimited (about 3 minutes)
+#   bench/run.sh -sections fleet     # 1 to 128 simulated sidecars on one database (about 2.5 minutes;
+#                                    # -fleet-rounds 1 -fleet-sizes 1,8,128 for a quicker one)
 #   bench/run.sh -sections priority,sharing   # claim-ahead: a high-priority job behind a full
 #                                    # reserve, and the sharing curve with claim_ahead default and 0
 #   bench/run.sh -sections throughput -only python-stdio,python-stdio-ahead0   # the reserve's gain
@@ -115,7 +117,8 @@ if [[ -n "${BENCH_QUICK:-}" ]]; then
     -prio-runs 1 -prio-jobs 10 -prio-interval 20ms -prio-backlog 1000
     -peers-n 200 -peers-slow-n 200 -peers-runs 1 -peers-latency-seconds 0.5 -peers-strict
     -producers-batch 200 -producers-runs 1 -producers-single 20
-    -limits-n 300 -limits-keys 50 -limits-runs 1 -limits-backlog 1000 -limits-rate-jobs 300)
+    -limits-n 300 -limits-keys 50 -limits-runs 1 -limits-backlog 1000 -limits-rate-jobs 300
+    -fleet-sizes 1,4 -fleet-rate 1000 -fleet-warmup 1s -fleet-window 1s -fleet-rounds 1)
 fi
 args=(-sidecar "$work/soniq-sidecar" -soniq "$soniq_venv/bin/soniq" -soniq-sqlite "$soniq_sqlite_venv/bin/soniq" -python python3 -node node
   -peer-installs "$peer_installs" -out "$out" "${quick[@]}" "$@")

@@ -88,7 +88,7 @@ func (l *loop) maybeClaim(pl *pool) {
 	// The slots to fill, and the reserve: what waits beyond free slots,
 	// topped up to its target once it falls to half.
 	unfilled := free - queued
-	ahead := pl.ahead.sizing.topUp(max(-unfilled, 0), pl.ahead.sizing.target(time.Now(), budget > 0))
+	ahead := pl.ahead.sizing.TopUp(max(-unfilled, 0), pl.ahead.sizing.Target(time.Now(), budget > 0))
 	free = max(unfilled, 0)
 	if pl.limit.all {
 		ahead = 0 // limited rows are never reserved
@@ -254,6 +254,9 @@ func (l *loop) onClaimed(e claimedEvent) {
 	}
 	l.metrics.jobsClaimed(jobs)
 	l.metrics.claimRows(pl.h.Name, len(jobs))
+	// A claim that got fewer rows than it asked for found the queue
+	// nearly drained: the reserve stops sizing for the fleet.
+	pl.ahead.sizing.Claimed(limit+e.ahead, len(jobs))
 	if limit > 0 {
 		// A claim with no free slot asks no cap anything: what the last
 		// one with slots found still holds.
@@ -295,7 +298,7 @@ func (l *loop) onClaimed(e claimedEvent) {
 			l.abandonSuperseded(old)
 		}
 		if l.shut.state >= StateForceTimeoutPath && nackedAtForce(false, t.sync()) {
-			if pl.ahead.sizing.on() {
+			if pl.ahead.sizing.On() {
 				l.giveBack([]*task{t}, "shutdown")
 			} else {
 				l.nack(t, "shutdown_timeout")
@@ -306,7 +309,7 @@ func (l *loop) onClaimed(e claimedEvent) {
 		t.queuedAt = now
 		l.queueClaimed(t)
 	}
-	if pl.ahead.sizing.on() && len(jobs) > 0 {
+	if pl.ahead.sizing.On() && len(jobs) > 0 {
 		// New work goes where the claim order puts it: a job of a better
 		// priority than the reserve's worst row does not wait behind it.
 		l.reorderPending(pl)

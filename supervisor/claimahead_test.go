@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -89,6 +90,47 @@ func TestClaimAheadClaimsFewerLargerBatches(t *testing.T) {
 	t.Logf("rows per claim: claim_ahead 0: %.1f; 100 ms: %.1f", off, on)
 	assert.LessOrEqual(t, off, 4.0, "without a reserve a claim takes free slots only")
 	assert.GreaterOrEqual(t, on, 3*off, "400 jobs/s × 100 ms = a reserve of 40, topped up at half (the first claims, before a rate is measured, take free slots only)")
+}
+
+// The fleet's size reaches each pool's sizing: with three more live
+// sidecars on its queues (rows in the workers table) a pool of the same
+// jobs at the same rate keeps a reserve four times as large while the
+// queue is deep, so its claims are several times larger; a Soniq worker's
+// row does not count. Every job still runs once.
+func TestClaimAheadSizesTheReserveForTheFleet(t *testing.T) {
+	rowsPerClaim := func(sidecarPeers, soniqPeers int) float64 {
+		var got float64
+		synctest.Test(t, func(t *testing.T) {
+			w := newFakeWorld(t, aheadSettings(100*time.Millisecond), 4, 1, nil)
+			for i := range sidecarPeers + soniqPeers {
+				meta := json.RawMessage(`{"kind":"` + workerKind + `"}`)
+				if i >= sidecarPeers {
+					meta = nil // Soniq's own worker names no kind
+				}
+				require.NoError(t, w.mem.RegisterWorker(context.Background(), backends.Worker{ID: backends.NewID(),
+					Hostname: "peer", PID: 1000 + i, Concurrency: 4, Version: "x", Metadata: meta}))
+			}
+			cc := &claimCounter{Backend: w.sup.cfg.Backend}
+			w.sup.cfg.Backend = cc
+			ids := make([]string, 1600)
+			for i := range ids {
+				ids[i] = w.enqueue("async.sleep", 0.01) // 400 jobs/s on 4 slots
+			}
+			w.run(4)
+			w.waitAllDone(ids, time.Minute)
+			for _, id := range ids {
+				require.Equal(t, 1, w.job(id).Attempts, "job %s ran once", id)
+			}
+			got = float64(cc.rows.Load()) / float64(cc.claims.Load())
+			w.sup.Shutdown()
+			w.wait()
+		})
+		return got
+	}
+	alone, soniq, fleet := rowsPerClaim(0, 0), rowsPerClaim(0, 3), rowsPerClaim(3, 0)
+	t.Logf("rows per claim: alone %.1f; beside 3 Soniq workers %.1f; in a fleet of 4 sidecars %.1f", alone, soniq, fleet)
+	assert.InDelta(t, alone, soniq, alone/4, "Soniq's workers are not sidecars: the reserve stays the pool's own")
+	assert.GreaterOrEqual(t, fleet, 2.5*alone, "400 jobs/s × 100 ms × 4 sidecars = a reserve of 160, against 40 alone")
 }
 
 // At DRAINING the reserve goes back at once, unstarted and with the attempt

@@ -135,7 +135,7 @@ func (l *loop) sendJobs() {
 }
 
 func (l *loop) start(t *task, p *process) {
-	if !t.queuedAt.IsZero() && p.pool.ahead.sizing.on() {
+	if !t.queuedAt.IsZero() && p.pool.ahead.sizing.On() {
 		l.metrics.reserveWaited(p.pool.h.Name, time.Since(t.queuedAt))
 	}
 	l.bind(t, p)

@@ -88,6 +88,9 @@ type (
 	reserveWaitEvent struct{ pool *pool }
 	// claimHoldEvent: a pool's claim hold reached its time bound (holdClaim).
 	claimHoldEvent struct{ pool *pool }
+	// fleetSizeEvent: the live sidecars sharing this one's queues were
+	// counted (maintenance.FleetSizer).
+	fleetSizeEvent struct{ n int }
 	// settleEvent: the wait for attached handlers to report the
 	// predecessor's jobs is over (inherit.go).
 	settleEvent struct{}
@@ -186,6 +189,7 @@ func (shutdownRequestEvent) isEvent() {}
 func (graceExpiredEvent) isEvent()    {}
 func (claimHoldEvent) isEvent()       {}
 func (reserveWaitEvent) isEvent()     {}
+func (fleetSizeEvent) isEvent()       {}
 func (claimedEvent) isEvent()         {}
 func (unknownClaimedEvent) isEvent()  {}
 func (wakeEvent) isEvent()            {}

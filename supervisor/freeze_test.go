@@ -24,7 +24,7 @@ func TestRowsHeldAcrossAFreezeAreGivenBackNotStarted(t *testing.T) {
 	r.l.writer = w
 	p := r.ready(t)
 	pl := p.pool
-	bound := pl.ahead.sizing.waitBound()
+	bound := pl.ahead.sizing.WaitBound()
 	require.Positive(t, bound, "claim-ahead is on")
 	stale := []*task{
 		{job: &backends.Job{ID: backends.NewID(), Name: "async.sleep"}, pool: pl, spec: pl.h.Job("async.sleep"), queuedAt: time.Now().Add(-3 * bound)},

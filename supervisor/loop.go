@@ -16,6 +16,7 @@ import (
 	"github.com/soniq-dev/soniq-sidecar/config"
 	"github.com/soniq-dev/soniq-sidecar/internal/completer"
 	"github.com/soniq-dev/soniq-sidecar/internal/maintenance"
+	"github.com/soniq-dev/soniq-sidecar/internal/reserve"
 	"github.com/soniq-dev/soniq-sidecar/internal/transport"
 )
 
@@ -195,7 +196,7 @@ func newLoop(s *Supervisor, w *completer.Completer, sp *transport.Spawner, wg *s
 		h := &s.cfg.Manifest.Handlers[i]
 		pl := &pool{h: h, procs: make([]*process, h.Processes), restart: poolRestarts{pending: make([]bool, h.Processes)},
 			claim: poolClaims{more: true},
-			ahead: poolReserve{sizing: newReserve(s.cfg.Settings.ClaimAhead, s.cfg.Settings.ClaimAheadMax),
+			ahead: poolReserve{sizing: reserve.New(s.cfg.Settings.ClaimAhead, s.cfg.Settings.ClaimAheadMax),
 				shown: [2]int{-1, -1}}} // the reserve's gauges are exported from the first step
 		for _, j := range h.Jobs {
 			pl.allNames = append(pl.allNames, j.Name)
@@ -312,6 +313,8 @@ func (l *loop) react(e event) {
 		l.onAttachRefused(e.proc, e.err)
 	case claimHoldEvent, reserveWaitEvent:
 		// A time bound of the claim: the settle step acts on it.
+	case fleetSizeEvent:
+		l.onFleetSize(e.n)
 	case settleEvent:
 		l.onInheritWaitOver()
 	case settledEvent:

@@ -28,6 +28,7 @@ type Metrics struct {
 	resultDrops metric.Int64Counter
 	cancelled   metric.Int64Counter
 	sharing     metric.Int64Gauge
+	fleet       metric.Int64Gauge
 	claimIdx    metric.Int64Gauge
 	pickup      metric.Float64Histogram
 	staleWkrs   metric.Int64Counter
@@ -138,6 +139,11 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 	mk(func() (e error) {
 		x.sharing, e = m.Int64Gauge("soniq_foreign_workers_sharing_queues",
 			metric.WithDescription("Live workers that are not sidecars (Soniq's own) claiming from a queue this sidecar serves: they take its jobs and dead-letter them as job_not_found."))
+		return
+	})
+	mk(func() (e error) {
+		x.fleet, e = m.Int64Gauge("soniq_fleet_sidecars",
+			metric.WithDescription("Live sidecars sharing a queue with this one, this one included: reserves and result batches are sized for them."))
 		return
 	})
 	mk(func() (e error) {
@@ -574,6 +580,13 @@ func (m *Metrics) foreignWorkers(n int) {
 		return
 	}
 	m.sharing.Record(context.Background(), int64(n))
+}
+
+func (m *Metrics) fleetSize(n int) {
+	if m == nil {
+		return
+	}
+	m.fleet.Record(context.Background(), int64(n))
 }
 
 func (m *Metrics) claimIndex(missing bool) {

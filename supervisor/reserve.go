@@ -5,11 +5,12 @@ package supervisor
 // pool may claim more than its free slots: the surplus waits in its
 // reserve (the pending jobs beyond its free slots, in claim order) and goes
 // to the handlers as slots free up. The reserve is sized by Little's law
-// from the pool's own completion rate: it holds at most claim_ahead of
-// work, at most claim_ahead_max rows, and is topped up when it falls to
-// half. A pool of slow jobs therefore holds almost nothing, a fleet holds
-// about claim_ahead of work in all whatever its size, and claim_ahead 0
-// claims only free slots.
+// (internal/reserve): from the pool's own completion rate, times the
+// number of sidecars sharing its queues while the queue is deep, it holds
+// at most claim_ahead of the fleet's work, at most claim_ahead_max rows,
+// and is topped up when it falls to half. A pool of slow jobs therefore
+// holds almost nothing, a fleet's claims stay as large as one sidecar's,
+// and claim_ahead 0 claims only free slots.
 //
 // A reserved row is processing under this worker with its attempt charged,
 // like every claimed row. It never reached a handler, so when it is given
@@ -19,15 +20,16 @@ package supervisor
 // may cost a reserved job one retry, never its last.
 
 import (
-	"math"
 	"time"
+
+	"github.com/soniq-dev/soniq-sidecar/internal/reserve"
 )
 
 // poolReserve is one pool's reserve: its sizing, the timer that gives
 // back reserved rows that waited too long, and the size last recorded in
 // the metrics.
 type poolReserve struct {
-	sizing    reserve
+	sizing    reserve.Sizing
 	waitTimer *time.Timer
 	shown     [2]int
 }
@@ -39,83 +41,16 @@ func (l *loop) stopReserveTimer(pl *pool) {
 	}
 }
 
-// rateWindow is how often the completion rate is folded into its average.
-const rateWindow = 250 * time.Millisecond
-
-// reserve is one pool's claim-ahead sizing: its measured completion rate
-// and the reserve that rate calls for.
-type reserve struct {
-	ahead   time.Duration // claim_ahead; 0 = no reserve
-	maxRows int           // claim_ahead_max
-	rate    float64       // completions per second, smoothed over windows
-	n       int           // completions in the current window
-	start   time.Time     // the current window's start; zero before the first completion
-}
-
-func newReserve(ahead time.Duration, maxRows int) reserve {
-	return reserve{ahead: ahead, maxRows: maxRows}
-}
-
-// on reports whether the pool claims ahead at all.
-func (r *reserve) on() bool { return r.ahead > 0 && r.maxRows > 0 }
-
-// completed counts one execution that ended at now.
-func (r *reserve) completed(now time.Time) {
-	if !r.on() {
-		return
-	}
-	r.roll(now)
-	r.n++
-}
-
-// roll folds the windows that ended by now into the rate: each halves
-// the weight of what came before, so a rate that changes is followed
-// within a few windows, and a pool gone quiet decays to nothing.
-func (r *reserve) roll(now time.Time) {
-	if r.start.IsZero() {
-		r.start = now
-		return
-	}
-	for i := 0; now.Sub(r.start) >= rateWindow; i++ {
-		if i == 16 { // quiet for 4 s: nothing of the old rate is left worth keeping
-			r.rate, r.n, r.start = 0, 0, now
-			return
-		}
-		r.rate = r.rate/2 + float64(r.n)/rateWindow.Seconds()/2
-		r.n = 0
-		r.start = r.start.Add(rateWindow)
+// onFleetSize: the sidecars sharing this one's queues were counted; every
+// pool's reserve is sized for them.
+func (l *loop) onFleetSize(n int) {
+	for _, pl := range l.pools {
+		pl.ahead.sizing.SetFleet(n)
 	}
 }
-
-// target is how many rows the reserve should hold at now: rate ×
-// claim_ahead, at most claim_ahead_max, none when the pool has no ready
-// process to start them.
-func (r *reserve) target(now time.Time, ready bool) int {
-	if !r.on() || !ready {
-		return 0
-	}
-	r.roll(now)
-	return min(r.maxRows, int(math.Ceil(r.rate*r.ahead.Seconds())))
-}
-
-// ahead is how many rows a claim should add to a reserve holding held
-// rows: none until it has fallen to half its target, then enough to fill
-// it.
-func (r *reserve) topUp(held, target int) int {
-	if target <= 0 || held > target/2 {
-		return 0
-	}
-	return target - held
-}
-
-// waitBound is how long a reserved row may wait for a slot before it is
-// given back: longer means the rate it was claimed for is gone (the jobs
-// slowed down, the processes are busy with long ones), and another worker
-// may have a free slot now.
-func (r reserve) waitBound() time.Duration { return max(10*r.ahead, time.Second) }
 
 // completed counts an execution of pl that ended, for its reserve's rate.
-func (l *loop) completed(pl *pool) { pl.ahead.sizing.completed(time.Now()) }
+func (l *loop) completed(pl *pool) { pl.ahead.sizing.Completed(time.Now()) }
 
 // giveBackStale gives back, before anything is dispatched, the pending
 // rows that waited more than twice the reserve's bound. The wait timer
@@ -129,13 +64,13 @@ func (l *loop) giveBackStale(pl *pool) {
 	r := &pl.ahead.sizing
 	// Draining keeps its own rule (settleReserve): what free slots will
 	// take stays, and is NACKed at FORCE_TIMEOUT_PATH if it never starts.
-	if !r.on() || len(pl.pending) == 0 || l.shut.state != StateRunning {
+	if !r.On() || len(pl.pending) == 0 || l.shut.state != StateRunning {
 		return
 	}
 	now := time.Now()
 	var stale []*task
 	for _, t := range pl.pending {
-		if !t.suspect && now.Sub(t.queuedAt) >= 2*r.waitBound() {
+		if !t.suspect && now.Sub(t.queuedAt) >= 2*r.WaitBound() {
 			stale = append(stale, t)
 		}
 	}
@@ -152,7 +87,7 @@ func (l *loop) giveBackStale(pl *pool) {
 // refunded, in their place in line. Then the reserve's size is shown.
 func (l *loop) settleReserve(pl *pool) {
 	r := &pl.ahead.sizing
-	if !r.on() {
+	if !r.On() {
 		if pl.ahead.shown != [2]int{} {
 			pl.ahead.shown = [2]int{}
 			l.metrics.reserveSize(pl.h.Name, 0, 0) // exported, at 0, when claim-ahead is off
@@ -180,7 +115,7 @@ func (l *loop) settleReserve(pl *pool) {
 				// Its row is kept for its run alone (suspect.go).
 			case why != "" && slots > 0:
 				slots--
-			case why != "" || now.Sub(t.queuedAt) >= r.waitBound():
+			case why != "" || now.Sub(t.queuedAt) >= r.WaitBound():
 				back = append(back, t)
 			case oldest.IsZero() || t.queuedAt.Before(oldest):
 				oldest = t.queuedAt
@@ -194,7 +129,7 @@ func (l *loop) settleReserve(pl *pool) {
 		}
 		if !oldest.IsZero() {
 			// Wake when the oldest left reaches the bound.
-			d := oldest.Add(r.waitBound()).Sub(now)
+			d := oldest.Add(r.WaitBound()).Sub(now)
 			if pl.ahead.waitTimer == nil {
 				pl.ahead.waitTimer = time.AfterFunc(d, func() { l.emit(reserveWaitEvent{pool: pl}) })
 			} else {
@@ -208,7 +143,7 @@ func (l *loop) settleReserve(pl *pool) {
 			held++
 		}
 	}
-	if shown := [2]int{held, r.target(time.Now(), pl.hasReady())}; shown != pl.ahead.shown {
+	if shown := [2]int{held, r.Target(time.Now(), pl.hasReady())}; shown != pl.ahead.shown {
 		pl.ahead.shown = shown
 		l.metrics.reserveSize(pl.h.Name, shown[0], shown[1])
 	}

@@ -56,6 +56,24 @@ func (s *Supervisor) startServices(ctx context.Context, total int) *services {
 		Interval: s.cfg.Settings.CleanupInterval, Log: s.log, Foreign: s.metrics.foreignWorkers})
 	fleet.Start(ctx)
 	svc.watchers = append(svc.watchers, fleet)
+	// Reserves and result batches are sized for the fleet sharing these
+	// queues (internal/reserve, completer.SetFleet).
+	// Only a change reaches the loop: every event settles the pools, and
+	// may claim, as a poll would.
+	writer, last := svc.writer, 1
+	sizer := maintenance.NewFleetSizer(maintenance.FleetSizerConfig{Backend: s.cfg.Backend, WorkerID: s.workerID,
+		Kind: workerKind, Queues: s.cfg.Settings.Queues, HeartbeatTimeout: s.cfg.Settings.HeartbeatTimeout,
+		Interval: s.cfg.Settings.CleanupInterval, Size: func(n int) {
+			if n == last {
+				return
+			}
+			last = n
+			writer.SetFleet(n)
+			s.metrics.fleetSize(n)
+			s.emit(fleetSizeEvent{n: n})
+		}})
+	sizer.Start(ctx)
+	svc.watchers = append(svc.watchers, sizer)
 	if s.cfg.Settings.AuditInterval > 0 {
 		a := s.newAudit()
 		a.Start(ctx)

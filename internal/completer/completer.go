@@ -38,6 +38,15 @@ const maxBatch = 500
 // the job it records.
 const lingerMax = 2 * time.Millisecond
 
+// fleetLingerMax bounds the linger of a sidecar in a fleet (SetFleet). N
+// sidecars sharing one rate each see 1/N of the results, and writing
+// each one's as one sidecar would made N times the statements for the same
+// rows. So the linger and the batch it waits for grow with the fleet's
+// size, up to this: a result may then wait this long to be written (its
+// row stays processing meanwhile), small beside a heartbeat, and the
+// fleet's writes stay about as few as one sidecar's.
+const fleetLingerMax = 100 * time.Millisecond
+
 // Config is what a Completer writes with. Backend is required; the
 // callbacks are optional and are called from the Completer's goroutine.
 type Config struct {
@@ -46,8 +55,9 @@ type Config struct {
 	Log      *slog.Logger
 	// LingerBatch: while results flow (the previous write ended less
 	// than lingerMax ago), a batch of fewer completions than this waits up
-	// to lingerMax for more; 0 or 1 never waits. NACKs, Stop and Hurry
-	// never wait.
+	// to lingerMax for more; 0 never waits, nor does 1 for a sidecar
+	// alone. In a fleet both scale with its size (SetFleet). NACKs, Stop
+	// and Hurry never wait.
 	LingerBatch int
 	// Requeued is called after a batch put rows back to queued for now
 	// (a retry or snooze without delay), so claiming resumes without
@@ -86,6 +96,7 @@ type Completer struct {
 	closed      bool
 	hurried     bool // shutdown began: write what arrives at once
 	lingering   bool // run waits for its small batch to grow
+	lingerFor   int  // the batch size that ends the wait
 	// The shutdown's give-up point (Deadline): writes in flight are cut
 	// there, and a write begun later gets deadlineAfter, once.
 	deadline      time.Time
@@ -99,7 +110,9 @@ type Completer struct {
 	// one has seen every row the writer put back (run --once).
 	written atomic.Int64
 	started atomic.Bool
-	done    chan struct{} // closed when the goroutine has drained and exited
+	// fleet is how many sidecars share this one's queues (SetFleet).
+	fleet atomic.Int64
+	done  chan struct{} // closed when the goroutine has drained and exited
 }
 
 // New prepares a Completer; nothing runs before Start.
@@ -142,7 +155,7 @@ func (w *Completer) Complete(c backends.Completion) {
 	w.completions = append(w.completions, c)
 	// A lingering writer is woken only once its batch is big enough: one
 	// wake-up per result would cost more than the linger saves.
-	quiet := w.lingering && len(w.completions) < w.lingerBatch
+	quiet := w.lingering && len(w.completions) < w.lingerFor
 	w.mu.Unlock()
 	if !quiet {
 		w.signal()
@@ -198,6 +211,18 @@ func (w *Completer) Pending() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.completions) + len(w.lent) + len(w.nacks) + len(w.returns)
+}
+
+// SetFleet tells the writer how many sidecars, this one included, share
+// its queues: its linger, and the batch it waits for, scale with it (see
+// fleetLingerMax). 0 or 1 is a sidecar alone.
+func (w *Completer) SetFleet(n int) { w.fleet.Store(int64(max(n, 1))) }
+
+// linger is how long a small batch may wait, and how large a batch stops
+// waiting, for the fleet's size.
+func (w *Completer) linger() (time.Duration, int) {
+	f := max(w.fleet.Load(), 1)
+	return min(lingerMax*time.Duration(f), max(fleetLingerMax, lingerMax)), min(w.lingerBatch*int(f), maxBatch)
 }
 
 // Lend gives a claim about to be sent up to n of the completions waiting
@@ -379,15 +404,15 @@ func (w *Completer) run() {
 			<-w.wake
 			continue
 		}
-		if !closed && !hurried && len(ns) == 0 && len(rs) == 0 && len(cs) < w.lingerBatch {
+		if linger, batch := w.linger(); !closed && !hurried && len(ns) == 0 && len(rs) == 0 && len(cs) < batch {
 			// A small batch while results flow: wait for more, once per
-			// batch and at most lingerMax. After a quiet spell the first
+			// batch and at most the linger. After a quiet spell the first
 			// result is written at once, so a lone job's row is not delayed.
 			now := time.Now()
-			if lingerUntil.IsZero() && now.Sub(lastWrite) < lingerMax {
-				lingerUntil = now.Add(lingerMax)
+			if lingerUntil.IsZero() && now.Sub(lastWrite) < linger {
+				lingerUntil = now.Add(linger)
 			}
-			if d := lingerUntil.Sub(now); d > 0 && w.startLinger() {
+			if d := lingerUntil.Sub(now); d > 0 && w.startLinger(batch) {
 				if lingerTimer == nil {
 					lingerTimer = time.NewTimer(d)
 				} else {
@@ -466,10 +491,11 @@ func (w *Completer) run() {
 // startLinger marks the writer lingering unless what arrived since run
 // looked makes the batch due; complete then stops waking it for every
 // result.
-func (w *Completer) startLinger() bool {
+func (w *Completer) startLinger(batch int) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.lingering = !w.closed && !w.hurried && len(w.nacks) == 0 && len(w.completions) < w.lingerBatch
+	w.lingerFor = batch
+	w.lingering = !w.closed && !w.hurried && len(w.nacks) == 0 && len(w.completions) < batch
 	return w.lingering
 }
 

@@ -152,3 +152,74 @@ func TestResultWriterLinger(t *testing.T) {
 		})
 	}
 }
+
+// In a fleet the linger and the batch that ends it scale with the fleet's
+// size (SetFleet), the linger up to fleetLingerMax: N sidecars sharing a
+// rate write about as few statements as one would. A sidecar alone lingers
+// as before, and after a quiet spell a result is still written at once.
+func TestResultWriterLingersForTheFleet(t *testing.T) {
+	const batch = 4 // lingerBatch: a quarter of 16 slots
+	type step struct {
+		at          time.Duration // after the first write returned
+		completions int
+	}
+	cases := []struct {
+		name  string
+		fleet int
+		steps []step
+		want  []fakeWrite
+	}{
+		{name: "alone: a result while results flow waits lingerMax", fleet: 1,
+			steps: []step{{lingerMax / 2, 1}},
+			want:  []fakeWrite{{at: lingerMax * 3 / 2, rows: 1}}},
+		{name: "alone: after a quiet spell of 5 ms it is written at once", fleet: 1,
+			steps: []step{{5 * time.Millisecond, 1}},
+			want:  []fakeWrite{{at: 5 * time.Millisecond, rows: 1}}},
+		{name: "8 sidecars: results 5 ms apart still flow and wait 8 × lingerMax", fleet: 8,
+			steps: []step{{5 * time.Millisecond, 1}, {10 * time.Millisecond, 1}},
+			want:  []fakeWrite{{at: 5*time.Millisecond + 8*lingerMax, rows: 2}}},
+		{name: "8 sidecars: a batch reaching 8 × lingerBatch is written then", fleet: 8,
+			steps: []step{{5 * time.Millisecond, 1}, {10 * time.Millisecond, 8*batch - 1}},
+			want:  []fakeWrite{{at: 10 * time.Millisecond, rows: 8 * batch}}},
+		{name: "8 sidecars: after a quiet spell of 50 ms it is written at once", fleet: 8,
+			steps: []step{{50 * time.Millisecond, 1}},
+			want:  []fakeWrite{{at: 50 * time.Millisecond, rows: 1}}},
+		{name: "128 sidecars: the linger stops at fleetLingerMax", fleet: 128,
+			steps: []step{{5 * time.Millisecond, 1}, {90 * time.Millisecond, 3}},
+			want:  []fakeWrite{{at: 5*time.Millisecond + fleetLingerMax, rows: 4}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := &gatedBackend{gate: make(chan struct{})}
+				w := New(Config{Backend: g, WorkerID: backends.NewID(), LingerBatch: batch})
+				w.SetFleet(tc.fleet)
+				w.Start()
+				complete := func(n int) {
+					for range n {
+						w.Complete(backends.Completion{JobID: backends.NewID(), Outcome: backends.OutcomeDone})
+					}
+				}
+				complete(1) // written at once, held at the gate
+				synctest.Wait()
+				require.Equal(t, 1, g.count())
+				g.gate <- struct{}{}
+				start := time.Now()
+				for _, s := range tc.steps {
+					time.Sleep(time.Until(start.Add(s.at)))
+					complete(s.completions)
+				}
+				time.Sleep(time.Until(start.Add(time.Second)))
+				w.Stop()
+
+				g.mu.Lock()
+				defer g.mu.Unlock()
+				var got []fakeWrite
+				for i := 1; i < g.calls; i++ {
+					got = append(got, fakeWrite{at: g.writes[i].Sub(start), rows: g.rows[i], nack: g.nacks[i]})
+				}
+				assert.Equal(t, tc.want, got, "statements after the first")
+			})
+		})
+	}
+}

@@ -123,3 +123,83 @@ func sharedQueues(ours, theirs []string) string {
 	}
 	return strings.Join(both, ",")
 }
+
+// FleetSize counts the live sidecars sharing a queue with this one: the
+// rows of kind among workers, this worker's own counted even when it is
+// missing. Claim-ahead sizes reserves and result batches by it
+// (internal/reserve, completer.SetFleet).
+func FleetSize(workers []backends.Worker, self, kind string, queues []string) int {
+	n := 1 // this one
+	for _, w := range workers {
+		if w.ID == self || backends.WorkerKind(w.Metadata) != kind || sharedQueues(queues, w.Queues) == "" {
+			continue
+		}
+		n++
+	}
+	return n
+}
+
+// fleetSizeFirst is the first wait between two counts of the fleet; it
+// doubles up to the interval. Sidecars of a fleet start about together and
+// each one's first count may miss the others still registering.
+const fleetSizeFirst = 250 * time.Millisecond
+
+// FleetSizerConfig is what a FleetSizer counts with. Backend, WorkerID,
+// Kind and Size are required.
+type FleetSizerConfig struct {
+	Backend  backends.Backend
+	WorkerID string
+	Kind     string
+	// Queues this worker claims from; none means every queue.
+	Queues []string
+	// HeartbeatTimeout: rows heard from within it are live.
+	HeartbeatTimeout time.Duration
+	// Interval between counts once settled: at most 30 s; 0 means 30 s.
+	Interval time.Duration
+	// Size is called (from the sizer's goroutine) with every count read.
+	Size func(n int)
+}
+
+// FleetSizer counts the live sidecars sharing this one's queues (FleetSize)
+// at start, then 0.25 s, 0.5 s, 1 s ... apart up to its interval.
+type FleetSizer struct {
+	service
+	cfg FleetSizerConfig
+}
+
+// NewFleetSizer prepares a FleetSizer; nothing runs before Start.
+func NewFleetSizer(cfg FleetSizerConfig) *FleetSizer {
+	if cfg.Interval <= 0 || cfg.Interval > fleetCheckEvery {
+		cfg.Interval = fleetCheckEvery
+	}
+	return &FleetSizer{cfg: cfg}
+}
+
+// Start counts now and then ever less often, until ctx ends or Stop.
+func (f *FleetSizer) Start(ctx context.Context) {
+	f.start(ctx, func(ctx context.Context) {
+		wait := min(fleetSizeFirst, f.cfg.Interval)
+		t := time.NewTimer(0)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			f.count(ctx)
+			t.Reset(wait)
+			wait = min(2*wait, f.cfg.Interval)
+		}
+	})
+}
+
+func (f *FleetSizer) count(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	workers, err := f.cfg.Backend.LiveWorkers(cctx, f.cfg.HeartbeatTimeout)
+	if err != nil {
+		return // the next count tries again; the last one stands
+	}
+	f.cfg.Size(FleetSize(workers, f.cfg.WorkerID, f.cfg.Kind, f.cfg.Queues))
+}

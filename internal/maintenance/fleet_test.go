@@ -98,3 +98,66 @@ func TestFleetWatcher(t *testing.T) {
 		}, got)
 	})
 }
+
+// The fleet's size is the live sidecars (rows of this program's kind) that
+// share a queue with this one, this one included even before its own row
+// shows; Soniq's workers and sidecars on other queues do not count.
+func TestFleetSize(t *testing.T) {
+	me := backends.Worker{ID: "me", Queues: []string{"a"}, Metadata: kindMeta("sidecar")}
+	peer := backends.Worker{ID: "peer", Queues: []string{"a", "b"}, Metadata: kindMeta("sidecar")}
+	everyQueue := backends.Worker{ID: "every", Metadata: kindMeta("sidecar")}
+	other := backends.Worker{ID: "other", Queues: []string{"c"}, Metadata: kindMeta("sidecar")}
+	soniq := backends.Worker{ID: "soniq", Queues: []string{"a"}}
+	for _, tc := range []struct {
+		name    string
+		queues  []string
+		workers []backends.Worker
+		want    int
+	}{
+		{"alone", []string{"a"}, []backends.Worker{me}, 1},
+		{"its own row not yet read", []string{"a"}, nil, 1},
+		{"a peer on the queue, Soniq's worker beside it", []string{"a"}, []backends.Worker{me, peer, soniq}, 2},
+		{"a peer on every queue", []string{"a"}, []backends.Worker{me, peer, everyQueue}, 3},
+		{"a sidecar on another queue", []string{"a"}, []backends.Worker{me, peer, other}, 2},
+		{"this one on every queue", nil, []backends.Worker{me, peer, other, everyQueue, soniq}, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, FleetSize(tc.workers, "me", "sidecar", tc.queues))
+		})
+	}
+}
+
+// The sizer counts at start, then 0.25 s, 0.5 s, 1 s ... apart up to its
+// interval, so sidecars started together soon see each other; a failed
+// read reports nothing.
+func TestFleetSizerCountsSoonThenAtItsInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		me := backends.Worker{ID: "me", Queues: []string{"a"}, Metadata: kindMeta("sidecar")}
+		peer := func(id string) backends.Worker {
+			return backends.Worker{ID: id, Queues: []string{"a"}, Metadata: kindMeta("sidecar")}
+		}
+		fb := &fleetBackend{workers: []backends.Worker{me}}
+		start := time.Now()
+		var mu sync.Mutex
+		var got []string
+		s := NewFleetSizer(FleetSizerConfig{Backend: fb, WorkerID: "me", Kind: "sidecar", Queues: []string{"a"},
+			Interval: 10 * time.Second, Size: func(n int) {
+				mu.Lock()
+				got = append(got, fmt.Sprintf("%v:%d", time.Since(start), n))
+				mu.Unlock()
+			}})
+		s.Start(t.Context())
+		t.Cleanup(s.Stop)
+		synctest.Wait()
+		fb.set(nil, me, peer("p1"), peer("p2"))
+		time.Sleep(500 * time.Millisecond) // the count at 0.25 s
+		fb.set(errors.New("connection refused"))
+		time.Sleep(time.Second) // the count at 0.75 s fails
+		fb.set(nil, me, peer("p1"), peer("p2"), peer("p3"))
+		time.Sleep(34500 * time.Millisecond) // 36 s from the start
+		s.Stop()
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Equal(t, []string{"0s:1", "250ms:3", "1.75s:4", "3.75s:4", "7.75s:4", "15.75s:4", "25.75s:4", "35.75s:4"}, got)
+	})
+}

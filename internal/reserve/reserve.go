@@ -1,0 +1,150 @@
+// Package reserve is the claim-ahead sizing policy: how many rows a pool
+// keeps claimed beyond its free slots, from its measured completion rate
+// and the size of the fleet it shares its queues with. It is pure (the
+// caller passes the time), so the supervisor and the bench's fleet
+// simulation size reserves with the same code.
+//
+// Postgres' cost per job is mostly paid per claim statement. Sized by its
+// own rate alone, each of N sidecars sharing a total rate claims 1/N of
+// what one sidecar would, and the fleet makes N times the statements for
+// the same jobs. So while the queue is deep (the last claim got every row
+// it asked for), a sidecar sizes its reserve by the fleet's rate, its own
+// times the fleet's size: the fleet's claims stay as large, and as far
+// apart in all, as one sidecar's. A job of better priority is taken by the
+// next claim of any sidecar, which still comes about every claim_ahead/2.
+// Once a claim comes back short (the queue is nearly drained) the reserve
+// falls back to the sidecar's own rate, so a drained queue's rows are not
+// held by a few sidecars while others idle. What one sidecar holds stays
+// bounded: at most claim_ahead_max rows and at most maxHeld of its own
+// work, and its rows are given back past WaitBound.
+package reserve
+
+import (
+	"math"
+	"time"
+)
+
+// rateWindow is how often the completion rate is folded into its average.
+const rateWindow = 250 * time.Millisecond
+
+// maxHeld bounds the work one sidecar's reserve holds, whatever the fleet:
+// its rows wait at most about this long for a slot.
+const maxHeld = 5 * time.Second
+
+// Sizing is one pool's claim-ahead sizing: its measured completion rate
+// and the reserve that rate calls for. The zero value is off.
+type Sizing struct {
+	ahead   time.Duration // claim_ahead; 0 = no reserve
+	maxRows int           // claim_ahead_max
+	rate    float64       // completions per second, smoothed over windows
+	n       int           // completions in the current window
+	start   time.Time     // the current window's start; zero before the first completion
+	fleet   int           // sidecars sharing the queues, this one included; 0 = unknown
+	shallow bool          // the last claim got fewer rows than it asked for
+}
+
+// New is the sizing of a pool with claim_ahead ahead and claim_ahead_max
+// maxRows.
+func New(ahead time.Duration, maxRows int) Sizing {
+	return Sizing{ahead: ahead, maxRows: maxRows}
+}
+
+// On reports whether the pool claims ahead at all.
+func (r *Sizing) On() bool { return r.ahead > 0 && r.maxRows > 0 }
+
+// Completed counts one execution that ended at now.
+func (r *Sizing) Completed(now time.Time) {
+	if !r.On() {
+		return
+	}
+	r.roll(now)
+	r.n++
+}
+
+// roll folds the windows that ended by now into the rate: each halves
+// the weight of what came before, so a rate that changes is followed
+// within a few windows, and a pool gone quiet decays to nothing.
+func (r *Sizing) roll(now time.Time) {
+	if r.start.IsZero() {
+		r.start = now
+		return
+	}
+	for i := 0; now.Sub(r.start) >= rateWindow; i++ {
+		if i == 16 { // quiet for 4 s: nothing of the old rate is left worth keeping
+			r.rate, r.n, r.start = 0, 0, now
+			return
+		}
+		r.rate = r.rate/2 + float64(r.n)/rateWindow.Seconds()/2
+		r.n = 0
+		r.start = r.start.Add(rateWindow)
+	}
+}
+
+// Target is how many rows the reserve should hold at now: rate ×
+// claim_ahead, times the fleet's size while the queue is deep (at most
+// maxHeld of this sidecar's work), at most claim_ahead_max, none when the
+// pool has no ready process to start them.
+func (r *Sizing) Target(now time.Time, ready bool) int {
+	if !r.On() || !ready {
+		return 0
+	}
+	r.roll(now)
+	return min(r.maxRows, int(math.Ceil(r.current(now)*r.held().Seconds())))
+}
+
+// firstSample is how many completions the first window needs before its
+// partial count stands for the rate.
+const firstSample = 16
+
+// current is the rate to size by at now: the smoothed rate, or, before
+// the first window has ended, what it has counted so far. A pool that
+// starts on a full queue would otherwise claim only its free slots for a
+// whole window, and a fleet of small pools many times over.
+func (r *Sizing) current(now time.Time) float64 {
+	if r.rate > 0 || r.n < firstSample {
+		return r.rate
+	}
+	return float64(r.n) / max(now.Sub(r.start), rateWindow/10).Seconds()
+}
+
+// held is the work the reserve is sized to hold: claim_ahead, times the
+// fleet's size while the queue is deep, at most maxHeld (never less than
+// claim_ahead).
+func (r *Sizing) held() time.Duration {
+	f := max(r.fleet, 1)
+	if r.shallow {
+		f = 1
+	}
+	return max(r.ahead, min(r.ahead*time.Duration(f), maxHeld))
+}
+
+// Claimed records what a claim asked for (free slots and reserve) and how
+// many rows it got: fewer means the queue is nearly drained.
+func (r *Sizing) Claimed(asked, got int) { r.shallow = got < asked }
+
+// TopUp is how many rows a claim should add to a reserve holding held
+// rows: none until it has fallen to half its target, then enough to fill
+// it.
+func (r *Sizing) TopUp(held, target int) int {
+	if target <= 0 || held > target/2 {
+		return 0
+	}
+	return target - held
+}
+
+// WaitBound is how long a reserved row may wait for a slot before it is
+// given back: longer means the rate it was claimed for is gone (the jobs
+// slowed down, the processes are busy with long ones), and another worker
+// may have a free slot now. Ten times claim_ahead, at least 1 s, and at
+// least twice what a fleet-sized reserve holds, so a row is not given
+// back only for waiting its turn.
+// A queue turned shallow keeps the fleet's bound for the rows claimed
+// while it was deep.
+func (r Sizing) WaitBound() time.Duration {
+	r.shallow = false
+	return max(10*r.ahead, time.Second, 2*r.held())
+}
+
+// SetFleet tells the sizing how many sidecars (this one included) share
+// the pool's queues; 0 or 1 sizes by the sidecar's own rate.
+func (r *Sizing) SetFleet(n int) { r.fleet = max(n, 1) }

@@ -1,0 +1,186 @@
+package reserve
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// Little's law: at a steady rate the reserve holds rate × claim_ahead rows,
+// capped at claim_ahead_max, and nothing without a ready process.
+func TestReserveTargetFollowsTheCompletionRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := New(100*time.Millisecond, 500)
+		assert.Zero(t, r.Target(time.Now(), true), "no rate measured yet")
+		for range 40 { // 2 s at 1,000 jobs/s
+			for range 50 {
+				r.Completed(time.Now())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		got := r.Target(time.Now(), true)
+		assert.InDelta(t, 100, got, 5, "1,000 jobs/s × 100 ms")
+		assert.Zero(t, r.Target(time.Now(), false), "no ready process: no reserve")
+
+		capped := New(time.Second, 30)
+		for range 20 {
+			for range 50 {
+				capped.Completed(time.Now())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		assert.Equal(t, 30, capped.Target(time.Now(), true), "claim_ahead_max caps it")
+	})
+}
+
+// A pool gone quiet (or of slow jobs) holds almost nothing.
+func TestReserveDecaysWhenCompletionsStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := New(100*time.Millisecond, 500)
+		for range 20 {
+			for range 50 {
+				r.Completed(time.Now())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		assert.Positive(t, r.Target(time.Now(), true))
+		time.Sleep(time.Second)
+		assert.LessOrEqual(t, r.Target(time.Now(), true), 7, "a second without completions: four windows, each halving the rate")
+		time.Sleep(5 * time.Second)
+		assert.Zero(t, r.Target(time.Now(), true))
+
+		slow := New(100*time.Millisecond, 500)
+		for range 10 { // one job every 2 s
+			slow.Completed(time.Now())
+			time.Sleep(2 * time.Second)
+		}
+		assert.LessOrEqual(t, slow.Target(time.Now(), true), 1)
+	})
+}
+
+func TestReserveTopsUpAtHalfAndOffIsOff(t *testing.T) {
+	r := New(100*time.Millisecond, 500)
+	for _, tc := range []struct{ held, target, want int }{
+		{0, 100, 100}, {50, 100, 50}, {51, 100, 0}, {100, 100, 0}, {0, 0, 0}, {3, 1, 0},
+	} {
+		assert.Equal(t, tc.want, r.TopUp(tc.held, tc.target), "held %d target %d", tc.held, tc.target)
+	}
+	off := New(0, 500)
+	off.Completed(time.Now())
+	assert.False(t, off.On())
+	assert.Zero(t, off.Target(time.Now(), true))
+	assert.Equal(t, time.Second, New(20*time.Millisecond, 1).WaitBound(), "at least 1 s")
+	assert.Equal(t, 5*time.Second, New(500*time.Millisecond, 1).WaitBound())
+}
+
+// rateOf feeds r completions at perSecond for 2 s of the fake clock: the
+// rate has settled.
+func rateOf(r *Sizing, perSecond int) {
+	for range 40 {
+		for range perSecond / 20 {
+			r.Completed(time.Now())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// The fleet's size reaches each sidecar's sizing: N sidecars sharing a
+// rate each keep a reserve of the fleet's rate × claim_ahead, so the
+// fleet's claims stay as large as one sidecar's (the rate split evenly;
+// perSecond a multiple of 20), within claim_ahead_max
+// and maxHeld of the sidecar's own work; the wait bound covers what the
+// reserve holds.
+func TestReserveTheFleetsSizeReachesEachPoolsSizing(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		fleet     int // SetFleet; 0 = never told
+		perSecond int // this sidecar's rate: a total of 4,000 jobs/s shared
+		maxRows   int
+		want      int
+		wait      time.Duration
+	}{
+		{"alone, never told", 0, 4000, 500, 400, time.Second},
+		{"alone", 1, 4000, 500, 400, time.Second},
+		{"8 sidecars", 8, 500, 500, 400, 1600 * time.Millisecond},
+		{"8 sidecars, claim_ahead_max", 8, 500, 300, 300, 1600 * time.Millisecond},
+		{"32 sidecars", 32, 120, 500, 384, 6400 * time.Millisecond},
+		{"64 sidecars: at most 5 s of its own work", 64, 60, 500, 5 * 60, 10 * time.Second},
+		{"128 sidecars", 128, 40, 500, 5 * 40, 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := New(100*time.Millisecond, tc.maxRows)
+				if tc.fleet > 0 {
+					r.SetFleet(tc.fleet)
+				}
+				rateOf(&r, tc.perSecond)
+				assert.InDelta(t, min(tc.want, tc.maxRows), r.Target(time.Now(), true), float64(tc.want)/20+1)
+				assert.Equal(t, tc.wait, r.WaitBound())
+				assert.Zero(t, r.Target(time.Now(), false), "no ready process: no reserve, whatever the fleet")
+			})
+		})
+	}
+}
+
+// A claim that comes back short (the queue is nearly drained) sizes the
+// reserve by the sidecar's own rate again, so a drained queue's last rows
+// are not held by a few sidecars while the others idle; a full claim
+// sizes it for the fleet again. The wait bound stays the fleet's, for the
+// rows claimed while the queue was deep.
+func TestReserveShortClaimFallsBackToTheSidecarsOwnRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := New(100*time.Millisecond, 500)
+		r.SetFleet(8)
+		rateOf(&r, 500)
+		for _, step := range []struct {
+			asked, got int
+			want       int
+		}{
+			{asked: 400, got: 400, want: 400},
+			{asked: 400, got: 399, want: 50},
+			{asked: 10, got: 0, want: 50},
+			{asked: 60, got: 60, want: 400},
+		} {
+			r.Claimed(step.asked, step.got)
+			assert.InDelta(t, step.want, r.Target(time.Now(), true), float64(step.want)/20+1, "after a claim of %d that got %d", step.asked, step.got)
+			assert.Equal(t, 1600*time.Millisecond, r.WaitBound())
+		}
+	})
+}
+
+// Before its first window has ended a pool sizes its reserve by what that
+// window has counted so far, once it holds enough completions to stand for
+// a rate: a pool starting on a full queue reserves within milliseconds,
+// not a whole window later; a few completions size nothing yet.
+func TestReserveFirstWindowSizesByItsCountSoFar(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		n      int           // completions, evenly over
+		over   time.Duration // from the first
+		fleet  int
+		want   int
+		spread float64
+	}{
+		{"too few to stand for a rate", firstSample - 1, 10 * time.Millisecond, 1, 0, 0},
+		{"1,000 jobs/s over 100 ms", 100, 99 * time.Millisecond, 1, 100, 5},
+		{"a burst is read over at least 25 ms", 50, time.Millisecond, 1, 200, 5},
+		{"the fleet's size applies from the first window", 100, 99 * time.Millisecond, 4, 400, 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := New(100*time.Millisecond, 500)
+				r.SetFleet(tc.fleet)
+				step := tc.over / time.Duration(max(tc.n-1, 1))
+				for i := range tc.n {
+					if i > 0 {
+						time.Sleep(step)
+					}
+					r.Completed(time.Now())
+				}
+				assert.InDelta(t, tc.want, r.Target(time.Now(), true), tc.spread)
+			})
+		})
+	}
+}
