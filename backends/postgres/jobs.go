@@ -373,7 +373,6 @@ func (b *Backend) queueClaim(ctx context.Context, batch *pgx.Batch, p backends.C
 		return row.Scan(&c.status)
 	})
 	if c.plan != nil {
-		batch.Queue(limitedPlanHint)
 		queueLimitLocks(batch, p, *c.plan)
 	}
 	return c, nil

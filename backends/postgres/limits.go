@@ -156,15 +156,6 @@ func (b *Backend) PrepareLimitKeys(ctx context.Context, paths [][]string) error 
 	return nil
 }
 
-// limitedPlanHint has the limited claim's statements (the walk of the
-// keys, the claim) run on their generic plans, for the current
-// transaction: they are long, and planning them took longer than running
-// them (1.3 ms against 0.5 for the walk of 32 keys), while their plans do
-// not depend on the values bound (the planner settings of the claim
-// already fix the access paths). Prepared once per connection, they are
-// then planned once.
-const limitedPlanHint = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
-
 // rated reports whether l has a rate cap, its own or a key's, and the
 // longest window of them.
 func rated(l backends.ClaimLimit) (bool, time.Duration) {
@@ -249,7 +240,6 @@ func (b *Backend) planLimits(ctx context.Context, p backends.ClaimParams) (limit
 			// transaction too: stale statistics must not turn a probe per
 			// key into a scan.
 			batch.Queue(claimPlannerHints)
-			batch.Queue(limitedPlanHint)
 		}
 		sql, args := keyDiscovery(l, names, p.Queues, b.cursors.get(l.Scope), budget)
 		batch.Queue(sql, args...).Query(func(rows pgx.Rows) error {
