@@ -18,11 +18,12 @@ func limitsWorker(t *testing.T, b *Backend, id string) string {
 	return id
 }
 
-// enqueueKeyed enqueues n rows of name for each key, key by key: the first
-// key's rows are the oldest.
-func enqueueKeyed(t *testing.T, b *Backend, name string, keys []string, n int) {
+// enqueueKeyed enqueues n rows of name for each of keys keys (k00, k01,
+// ... with width digits), key by key: the first key's rows are the oldest.
+func enqueueKeyed(t *testing.T, b *Backend, name string, keys, width, n int) {
 	t.Helper()
-	for _, k := range keys {
+	for i := range keys {
+		k := fmt.Sprintf("k%0*d", width, i)
 		for range n {
 			_, err := b.Enqueue(t.Context(), backends.EnqueueParams{Name: name, Args: []byte(fmt.Sprintf(`{"t":%q}`, k)), Queue: "default"})
 			require.NoError(t, err)
@@ -37,11 +38,7 @@ func enqueueKeyed(t *testing.T, b *Backend, name string, keys []string, n int) {
 func TestLimitedClaimSharesSlotsAmongKeysInTurns(t *testing.T) {
 	b, _ := openTest(t)
 	const name = "lim.turns"
-	var keys []string
-	for i := range 30 {
-		keys = append(keys, fmt.Sprintf("k%02d", i))
-	}
-	enqueueKeyed(t, b, name, keys, 5)
+	enqueueKeyed(t, b, name, 30, 2, 5)
 	w := limitsWorker(t, b, "0b7b5a4e-2222-4333-8444-555566667777")
 	lim := []backends.ClaimLimit{{Scope: name, Names: []string{name}, Key: []string{"t"}, Concurrency: 5}}
 	claimKeys := func() map[string]int {
@@ -106,11 +103,7 @@ func TestLimitedClaimWalkIsBounded(t *testing.T) {
 func TestLimitedClaimForMoreSlotsThanTheLastWalkTakesThemAll(t *testing.T) {
 	b, _ := openTest(t)
 	const name = "lim.grow"
-	var keys []string
-	for i := range 100 {
-		keys = append(keys, fmt.Sprintf("k%03d", i))
-	}
-	enqueueKeyed(t, b, name, keys, 1)
+	enqueueKeyed(t, b, name, 100, 3, 1)
 	w := limitsWorker(t, b, "1c8c6b5f-3333-4444-8555-666677778888")
 	lim := []backends.ClaimLimit{{Scope: name, Names: []string{name}, Key: []string{"t"}, Concurrency: 1}}
 	small, err := b.Claim(t.Context(), backends.ClaimParams{WorkerID: w, Names: []string{name}, Limit: 4, Limits: lim})
