@@ -142,6 +142,7 @@ func OpenWith(ctx context.Context, rawURL string, opts Options) (*Backend, error
 		requireWritable(&cfg.ConnConfig.Config)
 		cfg.AfterRelease = keepWritable
 	}
+	cfg.ShouldPing = shouldPing
 	setDialer(&cfg.ConnConfig.Config)
 	if listenCfg != nil {
 		setDialer(&listenCfg.Config)
@@ -202,6 +203,25 @@ func (b *Backend) Close() error {
 	case <-time.After(closeWait):
 	}
 	return nil
+}
+
+// noPing marks the context of a shutdown's last write: the connection it
+// takes from the pool is not pinged first.
+type noPing struct{}
+
+// withoutPing is ctx for a shutdown's last write. The pool pings a
+// connection idle for over a second before handing it out: over a slow
+// link, a round trip more before the exit. A dead connection fails the
+// write instead, which the caller retries within the shutdown's write
+// deadline on another.
+func withoutPing(ctx context.Context) context.Context {
+	return context.WithValue(ctx, noPing{}, true)
+}
+
+// shouldPing is pgxpool's default (a connection idle for over a second is
+// pinged when acquired), except for a shutdown's last write (withoutPing).
+func shouldPing(ctx context.Context, p pgxpool.ShouldPingParams) bool {
+	return p.IdleDuration > time.Second && ctx.Value(noPing{}) == nil
 }
 
 // closeWait bounds how long Close waits for the pool's connections to say
