@@ -192,16 +192,21 @@ func (b *Backend) Ping(ctx context.Context) error {
 func (b *Backend) Close() error {
 	b.stopOnce.Do(func() { close(b.stop) })
 	b.subs.Wait()
-	// Closing a connection writes a goodbye to the server; behind a
-	// partition that write hangs until pgx's own bound (seconds per
-	// connection). The process must not wait for it: Close returns after
-	// closeWait at most, and the pool finishes closing on its own.
-	closed := make(chan struct{})
-	go func() { b.pool.Close(); close(closed) }()
-	select {
-	case <-closed:
-	case <-time.After(closeWait):
+	// Closing a connection writes a goodbye to the server. Close writes it
+	// on every idle connection (no reply is awaited), within closeWait:
+	// behind a partition a write may hang. It does not wait for the
+	// others, which the pool finishes closing on its own: a connection
+	// whose statement was cancelled (a service stopped mid-statement)
+	// closes with a cancel request and a goodbye whose answers it awaits,
+	// two round trips that over a slow link would delay the exit, and the
+	// server ends its session once the socket closes anyway.
+	ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+	defer cancel()
+	for _, c := range b.pool.AcquireAllIdle(ctx) {
+		_ = c.Conn().Close(ctx)
+		c.Release()
 	}
+	go b.pool.Close()
 	return nil
 }
 
@@ -224,7 +229,7 @@ func shouldPing(ctx context.Context, p pgxpool.ShouldPingParams) bool {
 	return p.IdleDuration > time.Second && ctx.Value(noPing{}) == nil
 }
 
-// closeWait bounds how long Close waits for the pool's connections to say
+// closeWait bounds how long Close waits for the idle connections to say
 // goodbye to the server.
 const closeWait = 250 * time.Millisecond
 
