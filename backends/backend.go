@@ -164,6 +164,18 @@ type CompleteClaimer interface {
 	CompleteAndClaim(ctx context.Context, workerID string, cs []Completion, p ClaimParams) (applied []string, jobs []Job, claimErr, err error)
 }
 
+// NackStopper is implemented by backends that can write a shutdown's last
+// NACKs and the worker's stop mark in one round trip, one transaction: the
+// mark is written only with the NACKs. Over a slow link the two as separate
+// calls, one after the other, cost the exit a round trip.
+type NackStopper interface {
+	// NackAndStop is Nack(ctx, workerID, held) followed by
+	// SetWorkerStatus(ctx, workerID, WorkerStopped). stopped is false when
+	// the worker row is gone (the NACKs are written all the same); err
+	// means neither is known to have taken effect.
+	NackAndStop(ctx context.Context, workerID string, held []Job) (nacked []string, stopped bool, err error)
+}
+
 // ClaimIndexer is implemented by backends that can add the index matching
 // the claim order (priority, scheduled_at nulls first, created_at) over
 // queued rows. Soniq's schema has none, so without it each claim sorts every

@@ -23,8 +23,9 @@ type services struct {
 	// enqueuer writes the child jobs asked for at once; stopped with the
 	// writer.
 	enqueuer *completer.Enqueuer
-	// watchers are stopped after the writer: the leader's maintenance,
-	// the queue statistics, the fleet and the claim-order index.
+	// watchers are stopped once the loop has returned, beside the
+	// writer's last writes: the leader's maintenance, the queue
+	// statistics, the fleet and the claim-order index.
 	watchers []interface{ Stop() }
 }
 

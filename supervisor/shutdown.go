@@ -134,6 +134,13 @@ func (l *loop) enterForce(why string) {
 	l.shut.forceNacks = &nacks
 	defer func() {
 		l.shut.forceNacks = nil
+		if len(l.live) == 0 && l.syncHeld() == 0 {
+			// STOPPED follows at once: these are the shutdown's last
+			// writes, and they wait (as long as the processes are given to
+			// leave) to go out with the stop mark in one round trip.
+			l.writer.NackFinal(nacks, forcedStopGrace)
+			return
+		}
 		l.writer.NackAll(nacks)
 	}()
 	for _, pl := range l.pools {

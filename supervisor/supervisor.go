@@ -373,14 +373,16 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	stopSubscription()
 
 	// Every result the loop decided is with the writer; wait for it. The
-	// stop mark follows at once, usually on the connection the writer
-	// just gave back (fresh: no liveness ping, no dial), and the watchers
-	// stop beside it: over a slow link their last writes (a leadership's
-	// release) cost no round trip of their own.
-	svc.writer.Stop()
-	svc.enqueuer.Stop()
+	// stop mark goes with the last NACKs when the backend can (one round
+	// trip), or follows at once, usually on the connection the writer just
+	// gave back (fresh: no liveness ping, no dial). The watchers stop
+	// beside these writes: over a slow link their last words (a
+	// leadership's release) cost the exit no round trip of their own.
 	watchersStopped := svc.stopWatchers()
-	s.markStopped(bg, svc.writer.GaveUp())
+	svc.enqueuer.Stop()
+	if !svc.writer.Finish() {
+		s.markStopped(bg, svc.writer.GaveUp())
+	}
 	watchersStopped()
 	// Beats go on until the row is marked stopped.
 	svc.heartbeat.Stop()

@@ -287,8 +287,60 @@ func (b *Backend) Nack(ctx context.Context, workerID string, held []backends.Job
 	if !isUUID(workerID) {
 		return nil, nil
 	}
+	ids, attempts, err := nackArgs(held)
+	if err != nil || len(ids) == 0 {
+		return nil, err
+	}
 	// One round trip (exec mode: no statement prepared first): NACKs are
 	// among a shutdown's last writes.
+	rows, err := b.pool.Query(ctx, `UPDATE soniq_jobs j
+	SET status = 'queued', worker_id = NULL, updated_at = now(), scheduled_at = now()
+	FROM unnest($1::uuid[], $3::int4[]) AS h(id, attempts)
+	WHERE j.id = h.id AND j.status = 'processing' AND j.worker_id = $2 AND j.attempts = h.attempts
+	RETURNING j.id`, pgx.QueryExecModeExec, ids, workerID, attempts)
+	if err != nil {
+		return nil, b.wrap(err, "nack %d jobs for worker %s", len(ids), workerID)
+	}
+	nacked, err := pgx.CollectRows(rows, pgx.RowTo[pgtype.UUID])
+	if err != nil {
+		return nil, b.wrap(err, "nack %d jobs for worker %s", len(ids), workerID)
+	}
+	return nackedIDs(held, nacked), nil
+}
+
+// NackAndStop is Nack and the worker's stop mark in one statement: one
+// round trip, and the mark commits only with the NACKs.
+func (b *Backend) NackAndStop(ctx context.Context, workerID string, held []backends.Job) ([]string, bool, error) {
+	if !isUUID(workerID) {
+		return nil, false, nil // as Nack; the stop mark alone then says the row is not found
+	}
+	ids, attempts, err := nackArgs(held)
+	if err != nil {
+		return nil, false, err
+	}
+	// The stop mark counts as a heartbeat, as SetWorkerStatus's does.
+	ctx = withoutPing(ctx)
+	var nacked []pgtype.UUID
+	var marked int
+	err = b.pool.QueryRow(ctx, `WITH n AS (
+	UPDATE soniq_jobs j
+	SET status = 'queued', worker_id = NULL, updated_at = now(), scheduled_at = now()
+	FROM unnest($1::uuid[], $3::int4[]) AS h(id, attempts)
+	WHERE j.id = h.id AND j.status = 'processing' AND j.worker_id = $2 AND j.attempts = h.attempts
+	RETURNING j.id
+), w AS (
+	UPDATE soniq_workers SET status = 'stopped', last_heartbeat = now() WHERE id = $2 RETURNING 1
+)
+SELECT coalesce((SELECT array_agg(id) FROM n), '{}'), (SELECT count(*) FROM w)::int`,
+		pgx.QueryExecModeExec, ids, workerID, attempts).Scan(&nacked, &marked)
+	if err != nil {
+		return nil, false, b.wrap(err, "nack %d jobs and mark worker %s stopped", len(ids), workerID)
+	}
+	return nackedIDs(held, nacked), marked > 0, nil
+}
+
+// nackArgs are the ids and attempts of the rows held, as a NACK's arrays.
+func nackArgs(held []backends.Job) ([]pgtype.UUID, []int32, error) {
 	ids := make([]pgtype.UUID, 0, len(held))
 	attempts := make([]int32, 0, len(held))
 	type attempt struct {
@@ -303,7 +355,7 @@ func (b *Backend) Nack(ctx context.Context, workerID string, held []backends.Job
 			continue
 		}
 		if j.Attempts < 1 {
-			return nil, fmt.Errorf("nack job %s: %w", j.ID, backends.ErrNoAttempt)
+			return nil, nil, fmt.Errorf("nack job %s: %w", j.ID, backends.ErrNoAttempt)
 		}
 		id, at := parseUUID(j.ID), int32(j.Attempts)
 		if seen[attempt{id, at}] {
@@ -312,21 +364,11 @@ func (b *Backend) Nack(ctx context.Context, workerID string, held []backends.Job
 		seen[attempt{id, at}] = true
 		ids, attempts = append(ids, id), append(attempts, at)
 	}
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	rows, err := b.pool.Query(ctx, `UPDATE soniq_jobs j
-	SET status = 'queued', worker_id = NULL, updated_at = now(), scheduled_at = now()
-	FROM unnest($1::uuid[], $3::int4[]) AS h(id, attempts)
-	WHERE j.id = h.id AND j.status = 'processing' AND j.worker_id = $2 AND j.attempts = h.attempts
-	RETURNING j.id`, pgx.QueryExecModeExec, ids, workerID, attempts)
-	if err != nil {
-		return nil, b.wrap(err, "nack %d jobs for worker %s", len(ids), workerID)
-	}
-	nacked, err := pgx.CollectRows(rows, pgx.RowTo[pgtype.UUID])
-	if err != nil {
-		return nil, b.wrap(err, "nack %d jobs for worker %s", len(ids), workerID)
-	}
+	return ids, attempts, nil
+}
+
+// nackedIDs names the rows held that a NACK wrote, in the order held.
+func nackedIDs(held []backends.Job, nacked []pgtype.UUID) []string {
 	written := make(map[pgtype.UUID]bool, len(nacked))
 	for _, id := range nacked {
 		written[id] = true
@@ -338,7 +380,7 @@ func (b *Backend) Nack(ctx context.Context, workerID string, held []backends.Job
 			delete(written, parseUUID(j.ID))
 		}
 	}
-	return out, nil
+	return out
 }
 
 // AdoptOrphans gives processing rows with no worker back to workerID.

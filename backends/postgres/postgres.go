@@ -142,6 +142,7 @@ func OpenWith(ctx context.Context, rawURL string, opts Options) (*Backend, error
 		requireWritable(&cfg.ConnConfig.Config)
 		cfg.AfterRelease = keepWritable
 	}
+	cfg.ShouldPing = shouldPing
 	setDialer(&cfg.ConnConfig.Config)
 	if listenCfg != nil {
 		setDialer(&listenCfg.Config)
@@ -191,20 +192,44 @@ func (b *Backend) Ping(ctx context.Context) error {
 func (b *Backend) Close() error {
 	b.stopOnce.Do(func() { close(b.stop) })
 	b.subs.Wait()
-	// Closing a connection writes a goodbye to the server; behind a
-	// partition that write hangs until pgx's own bound (seconds per
-	// connection). The process must not wait for it: Close returns after
-	// closeWait at most, and the pool finishes closing on its own.
-	closed := make(chan struct{})
-	go func() { b.pool.Close(); close(closed) }()
-	select {
-	case <-closed:
-	case <-time.After(closeWait):
+	// Closing a connection writes a goodbye to the server. Close writes it
+	// on every idle connection (no reply is awaited), within closeWait:
+	// behind a partition a write may hang. It does not wait for the
+	// others, which the pool finishes closing on its own: a connection
+	// whose statement was cancelled (a service stopped mid-statement)
+	// closes with a cancel request and a goodbye whose answers it awaits,
+	// two round trips that over a slow link would delay the exit, and the
+	// server ends its session once the socket closes anyway.
+	ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+	defer cancel()
+	for _, c := range b.pool.AcquireAllIdle(ctx) {
+		_ = c.Conn().Close(ctx)
+		c.Release()
 	}
+	go b.pool.Close()
 	return nil
 }
 
-// closeWait bounds how long Close waits for the pool's connections to say
+// noPing marks the context of a shutdown's last write: the connection it
+// takes from the pool is not pinged first.
+type noPing struct{}
+
+// withoutPing is ctx for a shutdown's last write. The pool pings a
+// connection idle for over a second before handing it out: over a slow
+// link, a round trip more before the exit. A dead connection fails the
+// write instead, which the caller retries within the shutdown's write
+// deadline on another.
+func withoutPing(ctx context.Context) context.Context {
+	return context.WithValue(ctx, noPing{}, true)
+}
+
+// shouldPing is pgxpool's default (a connection idle for over a second is
+// pinged when acquired), except for a shutdown's last write (withoutPing).
+func shouldPing(ctx context.Context, p pgxpool.ShouldPingParams) bool {
+	return p.IdleDuration > time.Second && ctx.Value(noPing{}) == nil
+}
+
+// closeWait bounds how long Close waits for the idle connections to say
 // goodbye to the server.
 const closeWait = 250 * time.Millisecond
 

@@ -95,8 +95,13 @@ type Completer struct {
 	returns     []backends.Job        // claimed rows given back unstarted (ReturnJobs)
 	closed      bool
 	hurried     bool // shutdown began: write what arrives at once
-	lingering   bool // run waits for its small batch to grow
-	lingerFor   int  // the batch size that ends the wait
+	// holdUntil: the NACKs wait until then for Finish, to go out with the
+	// stop mark (NackFinal); zero when they do not wait.
+	holdUntil time.Time
+	finishing bool // Finish: the last write may carry the stop mark
+	marked    bool // the stop mark was written with the last NACKs
+	lingering bool // run waits for its small batch to grow
+	lingerFor int  // the batch size that ends the wait
 	// The shutdown's give-up point (Deadline): writes in flight are cut
 	// there, and a write begun later gets deadlineAfter, once.
 	deadline      time.Time
@@ -149,6 +154,20 @@ func (w *Completer) Stop() {
 	<-w.done
 }
 
+// Finish is Stop for the engine's end: when the NACKs are the last writes
+// held and the backend can (backends.NackStopper), the worker's stop mark
+// goes with them, in one call. marked reports whether it did; if not, the
+// caller writes the stop mark itself.
+func (w *Completer) Finish() (marked bool) {
+	w.mu.Lock()
+	w.finishing = true
+	w.mu.Unlock()
+	w.Stop()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.marked
+}
+
 // Complete queues a job's terminal write.
 func (w *Completer) Complete(c backends.Completion) {
 	w.mu.Lock()
@@ -179,6 +198,28 @@ func (w *Completer) NackAll(held []backends.Job) {
 	}
 	w.mu.Lock()
 	w.nacks = append(w.nacks, held...)
+	w.mu.Unlock()
+	w.signal()
+}
+
+// NackFinal queues the shutdown's last NACKs: the engine is about to stop,
+// so they wait up to hold for Finish to write them with the worker's stop
+// mark in one call (backends.NackStopper), a round trip less before the
+// exit over a slow link. Past hold (the handler processes are slow to
+// leave) they are written on their own, as Nack's are.
+func (w *Completer) NackFinal(held []backends.Job, hold time.Duration) {
+	if len(held) == 0 {
+		return
+	}
+	w.mu.Lock()
+	w.nacks = append(w.nacks, held...)
+	if _, ok := w.backend.(backends.NackStopper); ok && w.holdUntil.IsZero() {
+		// Never so long that the write deadline would cut their write.
+		if !w.deadline.IsZero() {
+			hold = min(hold, time.Until(w.deadline)/2)
+		}
+		w.holdUntil = time.Now().Add(hold)
+	}
 	w.mu.Unlock()
 	w.signal()
 }
@@ -391,6 +432,7 @@ func (w *Completer) run() {
 	for {
 		w.mu.Lock()
 		cs, ns, rs, closed, hurried, lent := w.completions, w.nacks, w.returns, w.closed, w.hurried, len(w.lent)
+		holdUntil, final := w.holdUntil, w.finishing && closed && len(cs) == 0 && len(rs) == 0 && lent == 0
 		w.mu.Unlock()
 		if closed && closedAt.IsZero() {
 			closedAt = time.Now()
@@ -429,6 +471,19 @@ func (w *Completer) run() {
 			}
 		}
 		lingerUntil = time.Time{}
+		if d := time.Until(holdUntil); !closed && len(cs) == 0 && len(rs) == 0 && len(ns) > 0 && d > 0 {
+			// The last NACKs wait for Finish (NackFinal).
+			if lingerTimer == nil {
+				lingerTimer = time.NewTimer(d)
+			} else {
+				lingerTimer.Reset(d)
+			}
+			select {
+			case <-w.wake:
+			case <-lingerTimer.C:
+			}
+			continue
+		}
 		var err error
 		if len(cs) > 0 {
 			// What is written is taken under the lock that Lend takes:
@@ -451,8 +506,14 @@ func (w *Completer) run() {
 				w.wrote()
 			}
 		} else if len(ns) > 0 {
+			all := len(ns)
 			ns = ns[:min(len(ns), maxBatch):min(len(ns), maxBatch)]
-			if err = w.writeNacks(ns); err == nil {
+			if final && len(ns) == all {
+				err = w.writeNacksAndStop(ns)
+			} else {
+				err = w.writeNacks(ns)
+			}
+			if err == nil {
 				w.mu.Lock()
 				w.nacks = w.nacks[len(ns):]
 				w.mu.Unlock()
@@ -606,6 +667,24 @@ func (w *Completer) writeReturns(held []backends.Job) error {
 	ctx, done := w.writeCtx()
 	defer done()
 	_, err := w.backend.ReturnJobs(ctx, w.workerID, held)
+	return err
+}
+
+// writeNacksAndStop writes the last NACKs with the stop mark, in one call
+// when the backend can.
+func (w *Completer) writeNacksAndStop(held []backends.Job) error {
+	ns, ok := w.backend.(backends.NackStopper)
+	if !ok {
+		return w.writeNacks(held)
+	}
+	ctx, done := w.writeCtx()
+	defer done()
+	_, marked, err := ns.NackAndStop(ctx, w.workerID, held)
+	if err == nil {
+		w.mu.Lock()
+		w.marked = marked
+		w.mu.Unlock()
+	}
 	return err
 }
 
