@@ -428,7 +428,20 @@ func (w *Completer) run() {
 	// lastWrite is when the last batch was written; lingerUntil, when
 	// set, is when the batch now pending stops waiting for more.
 	var lastWrite, lingerUntil time.Time
-	var lingerTimer *time.Timer
+	// waitFor waits d, or until woken (a result, a NACK, Stop), on the one
+	// timer of the goroutine: a small batch's linger, the last NACKs' hold.
+	var timer *time.Timer
+	waitFor := func(d time.Duration) {
+		if timer == nil {
+			timer = time.NewTimer(d)
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-w.wake:
+		case <-timer.C:
+		}
+	}
 	for {
 		w.mu.Lock()
 		cs, ns, rs, closed, hurried, lent := w.completions, w.nacks, w.returns, w.closed, w.hurried, len(w.lent)
@@ -455,15 +468,7 @@ func (w *Completer) run() {
 				lingerUntil = now.Add(linger)
 			}
 			if d := lingerUntil.Sub(now); d > 0 && w.startLinger(batch) {
-				if lingerTimer == nil {
-					lingerTimer = time.NewTimer(d)
-				} else {
-					lingerTimer.Reset(d)
-				}
-				select {
-				case <-w.wake:
-				case <-lingerTimer.C:
-				}
+				waitFor(d)
 				w.mu.Lock()
 				w.lingering = false
 				w.mu.Unlock()
@@ -473,15 +478,7 @@ func (w *Completer) run() {
 		lingerUntil = time.Time{}
 		if d := time.Until(holdUntil); !closed && len(cs) == 0 && len(rs) == 0 && len(ns) > 0 && d > 0 {
 			// The last NACKs wait for Finish (NackFinal).
-			if lingerTimer == nil {
-				lingerTimer = time.NewTimer(d)
-			} else {
-				lingerTimer.Reset(d)
-			}
-			select {
-			case <-w.wake:
-			case <-lingerTimer.C:
-			}
+			waitFor(d)
 			continue
 		}
 		var err error
