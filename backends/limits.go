@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"hash/fnv"
 	"slices"
 	"strings"
@@ -268,6 +269,24 @@ type ScopeUsage struct {
 	// Keys are l.Keys' own, one each in their order (zero when the key
 	// has no rows).
 	Keys []KeyUsage
+}
+
+// AddRow places one row of a backend's usage statement: part 0 is the
+// scope's own counts, part 1 one of the busiest keys, part 2 the n-th
+// (from 1) of l.Keys' own, which Keys must already hold room for.
+func (u *ScopeUsage) AddRow(part int, n int64, k KeyUsage) error {
+	switch part {
+	case 0:
+		u.Running, u.Queued, u.Deferred = k.Running, k.Queued, k.Deferred
+	case 1:
+		u.Busiest = append(u.Busiest, k)
+	default:
+		if n < 1 || n > int64(len(u.Keys)) {
+			return fmt.Errorf("key %d of %d", n, len(u.Keys))
+		}
+		u.Keys[n-1] = k
+	}
+	return nil
 }
 
 // KeyUsage is one key's rows of a scope. Deferred counts its runnable

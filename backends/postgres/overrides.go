@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
@@ -135,16 +134,8 @@ func (b *Backend) LimitUsage(ctx context.Context, l backends.ClaimLimit, top int
 			if key != nil {
 				u.Key = *key
 			}
-			switch part {
-			case 0:
-				out.Running, out.Queued, out.Deferred = u.Running, u.Queued, u.Deferred
-			case 1:
-				out.Busiest = append(out.Busiest, u)
-			default:
-				if n < 1 || n > int64(len(out.Keys)) {
-					return fmt.Errorf("key %d of %d", n, len(out.Keys))
-				}
-				out.Keys[n-1] = u
+			if err := out.AddRow(part, n, u); err != nil {
+				return err
 			}
 		}
 		return rows.Err()

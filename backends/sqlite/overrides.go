@@ -202,16 +202,8 @@ FROM o LEFT JOIN keys ON CASE WHEN o.nullkey THEN keys.k IS NULL ELSE keys.k = o
 			return out, fmt.Errorf("reading the rows of limited scope %s: %w", l.Scope, err)
 		}
 		u.Key = key.String
-		switch part {
-		case 0:
-			out.Running, out.Queued, out.Deferred = u.Running, u.Queued, u.Deferred
-		case 1:
-			out.Busiest = append(out.Busiest, u)
-		default:
-			if n < 1 || n > int64(len(out.Keys)) {
-				return out, fmt.Errorf("reading the rows of limited scope %s: key %d of %d", l.Scope, n, len(out.Keys))
-			}
-			out.Keys[n-1] = u
+		if err := out.AddRow(part, n, u); err != nil {
+			return out, fmt.Errorf("reading the rows of limited scope %s: %w", l.Scope, err)
 		}
 	}
 	if err := rows.Err(); err != nil {
