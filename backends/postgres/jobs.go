@@ -396,8 +396,9 @@ func (c *pendingClaim) queueStatement(batch *pgx.Batch) {
 func (c *pendingClaim) result() ([]backends.Job, error) {
 	p, status, jobs := c.p, c.status, c.jobs
 	if c.plan != nil {
-		c.cursors.advance(p, *c.plan, jobs)
-		c.plan.filled(p, jobs)
+		took := tookByKey(p, jobs)
+		c.cursors.advance(p, *c.plan, took)
+		c.plan.filled(p, took)
 		if p.Report != nil && len(c.plan.deferred) > 0 {
 			p.Report(c.plan.deferred)
 		}

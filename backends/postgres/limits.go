@@ -308,29 +308,44 @@ func (plan *limitPlan) walkOf(i int, l backends.ClaimLimit, rows []walkRow, budg
 // rows left queued wait for that cap as much as those of a key found at
 // it, and the caller must know to claim again when a slot frees or the
 // rate's window moves on.
-func (plan *limitPlan) filled(p backends.ClaimParams, jobs []backends.Job) {
+func (plan *limitPlan) filled(p backends.ClaimParams, took []map[keyRef]int) {
 	for _, k := range plan.keys {
-		if k.left <= 0 {
-			continue
+		if k.left > 0 && took[k.scope][keyRef{k.key, k.null}] >= k.left {
+			plan.deferKey(p.Limits[k.scope].Scope, k.leftBy)
 		}
-		l := p.Limits[k.scope]
-		n := 0
-		for _, j := range jobs {
+	}
+}
+
+// keyRef names one key of a scope (an unkeyed scope's rows are the key
+// null's).
+type keyRef struct {
+	key  string
+	null bool
+}
+
+// tookByKey counts the rows of jobs per scope of p and key, each job's
+// args read once.
+func tookByKey(p backends.ClaimParams, jobs []backends.Job) []map[keyRef]int {
+	out := make([]map[keyRef]int, len(p.Limits))
+	for _, j := range jobs {
+		for i, l := range p.Limits {
 			if !slices.Contains(l.Names, j.Name) {
 				continue
 			}
-			if len(l.Key) == 0 {
-				n++
-				continue
+			if out[i] == nil {
+				out[i] = map[keyRef]int{}
 			}
-			if key, ok := backends.LimitKey(j.Args, l.Key); ok != k.null && key == k.key {
-				n++
+			var k keyRef
+			k.key, k.null = "", true
+			if len(l.Key) > 0 {
+				key, ok := backends.LimitKey(j.Args, l.Key)
+				k = keyRef{key, !ok}
 			}
-		}
-		if n >= k.left {
-			plan.deferKey(l.Scope, k.leftBy)
+			out[i][k]++
+			break // a job has one scope
 		}
 	}
+	return out
 }
 
 // claimOrder orders keys by their first row in claim order.

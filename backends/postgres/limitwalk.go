@@ -48,20 +48,13 @@ func (c *keyCursors) set(scope string, after *string) {
 func walkBudget(limit int) int { return limit + 16 }
 
 // advance moves each keyed scope's walk on after what the claim took
-// (jobs, of every scope).
-func (c *keyCursors) advance(p backends.ClaimParams, plan limitPlan, jobs []backends.Job) {
+// (tookByKey's counts).
+func (c *keyCursors) advance(p backends.ClaimParams, plan limitPlan, took []map[keyRef]int) {
 	for i, l := range p.Limits {
 		if len(l.Key) == 0 || i >= len(plan.walks) || len(plan.walks[i].order) == 0 {
 			continue
 		}
-		var taken []limitKey
-		for _, j := range jobs {
-			if slices.Contains(l.Names, j.Name) {
-				key, ok := backends.LimitKey(j.Args, l.Key)
-				taken = append(taken, limitKey{key: key, null: !ok})
-			}
-		}
-		if after, move := plan.walks[i].next(taken); move {
+		if after, move := plan.walks[i].next(took[i]); move {
 			c.set(l.Scope, after)
 		}
 	}
@@ -107,17 +100,17 @@ func (w *keyWalk) kept(limit int) []limitKey {
 }
 
 // next is where the scope's next walk starts: after the last key of the
-// walk the claim took a row of (taken: the keys of its rows), or, when it
+// walk the claim took a row of (taken: rows by key), or, when it
 // took none and every key visited was at its cap, after the last one
 // visited. nil: from the smallest key, after the key null. move false:
 // leave the cursor where it is.
-func (w *keyWalk) next(taken []limitKey) (after *string, move bool) {
+func (w *keyWalk) next(taken map[keyRef]int) (after *string, move bool) {
 	last := -1
 	for i, k := range w.order {
 		if i == w.nullAt && !w.inPlace {
 			continue // visited out of its place: not where the walk is
 		}
-		if slices.ContainsFunc(taken, func(t limitKey) bool { return t.null == k.null && t.key == k.key }) {
+		if taken[keyRef{k.key, k.null}] > 0 {
 			last = i
 		}
 	}
@@ -376,10 +369,10 @@ func (b *Backend) queueNextWalks(batch *pgx.Batch, p backends.ClaimParams, plan 
 		}
 		after := b.cursors.get(l.Scope)
 		if len(l.Key) > 0 {
-			var kept []limitKey
+			kept := map[keyRef]int{}
 			for _, k := range plan.keys {
 				if k.scope == i {
-					kept = append(kept, k)
+					kept[keyRef{k.key, k.null}] = 1
 				}
 			}
 			if a, move := plan.walks[i].next(kept); move {
