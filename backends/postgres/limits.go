@@ -492,7 +492,8 @@ func limitedPicks(p backends.ClaimParams, plan limitPlan, where string, add func
 		}
 		kx := keyExpr(l.Key)
 		// Ordered by the key first: only the key's index gives that order
-		// (see keyDiscovery).
+		// (see keyDiscovery), and the key is matched by a range of one
+		// value, as an equality would make that order moot (runningCount).
 		orderKey := ""
 		if len(l.Key) > 0 {
 			orderKey = kx + ", "
@@ -555,7 +556,7 @@ func limitedPicks(p backends.ClaimParams, plan limitPlan, where string, add func
 		}
 		if len(keys) > 0 {
 			from := `unnest(` + add(keys) + `::text[], ` + add(caps) + `::int4[], ` + add(rates) + `::int4[]) AS c(k, cap, rate)`
-			pick(fmt.Sprintf("lim%dk", i), from, kx+" = c.k", "c.k", "lc.key = c.k")
+			pick(fmt.Sprintf("lim%dk", i), from, kx+" >= c.k AND "+kx+" <= c.k", "c.k", "lc.key = c.k")
 		}
 		if hasNull {
 			from := `(SELECT NULL::text AS k, ` + add(nullCap) + `::int4 AS cap, ` + add(nullRate) + `::int4 AS rate) AS c`
