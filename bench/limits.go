@@ -138,6 +138,9 @@ func tpMedians(runs []tpRun, n int) (jobsPerS, pg10k float64) {
 			pg = append(pg, r.PostgresCPU/float64(n)*10000)
 		}
 	}
+	if len(js) == 0 {
+		return 0, 0 // no drain ran (-limits-runs 0): NaN would not encode
+	}
 	return median(js), median(pg)
 }
 
