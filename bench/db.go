@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/soniq-dev/soniq-sidecar/internal/proc"
@@ -93,6 +94,27 @@ func (d *database) reset(ctx context.Context, index bool) error {
 	for _, q := range append(stmts, `CHECKPOINT`) {
 		if _, err := d.pool.Exec(ctx, q); err != nil {
 			return fmt.Errorf("reset: %s: %w", q, err)
+		}
+	}
+	return nil
+}
+
+// dropLimitIndexes drops the indexes a limited sidecar builds on
+// soniq_jobs at its start: left behind, every later section's enqueues and
+// claims would maintain them, which no database without limits does.
+func (d *database) dropLimitIndexes(ctx context.Context) error {
+	rows, err := d.pool.Query(ctx, `SELECT indexname FROM pg_indexes
+	WHERE tablename = 'soniq_jobs' AND indexname LIKE 'soniq\_sidecar\_limit\_%'`)
+	if err != nil {
+		return fmt.Errorf("list the limits' indexes: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("list the limits' indexes: %w", err)
+	}
+	for _, n := range names {
+		if _, err := d.pool.Exec(ctx, `DROP INDEX IF EXISTS `+pgx.Identifier{n}.Sanitize()); err != nil {
+			return fmt.Errorf("drop the limits' index %s: %w", n, err)
 		}
 	}
 	return nil

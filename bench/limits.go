@@ -74,6 +74,12 @@ func (b *bench) limitsSection(ctx context.Context) error {
 	c := b.c
 	r := &limitsResult{Keys: c.limitsKeys, N: c.limitsN, Rounds: c.limitsRuns, Backlog: c.limitsBacklog, RateN: c.limitsRate, RateJobs: c.limitsRateJobs}
 	b.rep.Limits = r
+	// The sections after this one measure a database without limits.
+	defer func() {
+		if err := b.db.dropLimitIndexes(context.WithoutCancel(ctx)); err != nil {
+			logf("limits: %v", err)
+		}
+	}()
 	free := sidecarVariant("python", "stdio")
 	capped := limitedVariant(fmt.Sprintf("concurrency: 2, key: args.k over %d keys", c.limitsKeys))
 	capped.limitGroup = "concurrency: 2, key: args.k"
