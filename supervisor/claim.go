@@ -356,11 +356,20 @@ const claimHoldMax = 5 * time.Millisecond
 // less than a quarter of the budget is free, claiming every slot as it
 // frees would cost a statement, with its fixed cost in the database, for a
 // row or two. The hold ends when a quarter is free or claimHoldMax after
-// it began, whichever comes first. After a short claim (the queue was
-// drained) nothing is held: a wake-up or a poll with a free slot claims at
-// once, so pickup latency at low rates is unchanged.
+// it began, whichever comes first. A pool whose jobs are all limited waits
+// for half: it reserves nothing, so every one of its rows comes through
+// such a claim, and a limited claim's fixed cost is larger (a walk of the
+// keys, their locks, six statements); claims of a quarter alternated with
+// claims of three quarters, and every other one read its walk again.
+// After a short claim (the queue was drained) nothing is held: a wake-up
+// or a poll with a free slot claims at once, so pickup latency at low
+// rates is unchanged.
 func (l *loop) holdClaim(pl *pool, free, budget int) bool {
-	if pl.claim.full && free*4 < budget {
+	part := 4 // a quarter
+	if pl.limit.all {
+		part = 2
+	}
+	if pl.claim.full && free*part < budget {
 		now := time.Now()
 		if pl.claim.heldSince.IsZero() {
 			// The hold begins: its timer claims at the bound. (An event

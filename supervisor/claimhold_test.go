@@ -2,7 +2,8 @@ package supervisor
 
 // Claim hysteresis on the fake clock (holdClaim in claim.go): after a
 // claim that came back full, freed slots wait for a quarter of the budget
-// or for claimHoldMax; after a short one they are claimed at once.
+// (half in a pool of limited jobs) or for claimHoldMax; after a short one
+// they are claimed at once.
 
 import (
 	"context"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
+	"github.com/soniq-dev/soniq-sidecar/internal/config"
 )
 
 // fakeClaim is one claim statement of a handler's jobs, with its instant.
@@ -50,10 +52,11 @@ func TestClaimHysteresis(t *testing.T) {
 		rows  int
 	}
 	cases := []struct {
-		name  string
-		jobs  []float64 // durations of the jobs queued at the start, in claim order
-		later int       // jobs enqueued 1 s after the first claim (a NOTIFY wake-up)
-		want  []claim   // the claims after the first, which takes 16
+		name    string
+		limited bool      // every job of the pool limited (a cap it never reaches)
+		jobs    []float64 // durations of the jobs queued at the start, in claim order
+		later   int       // jobs enqueued 1 s after the first claim (a NOTIFY wake-up)
+		want    []claim   // the claims after the first, which takes 16
 	}{
 		{
 			// One slot frees at 1 s and more rows are queued: it waits,
@@ -77,6 +80,20 @@ func TestClaimHysteresis(t *testing.T) {
 			want: []claim{{after: time.Second, limit: 4, rows: 4}},
 		},
 		{
+			// A pool of limited jobs reserves nothing: it waits for half
+			// the budget (8 slots) or the bound, so a quarter free waits.
+			name:    "limited pool, full claim, a quarter free: claims at the time bound",
+			limited: true,
+			jobs:    slices.Concat(slices.Repeat([]float64{1}, 4), slices.Repeat([]float64{long}, 12+10)),
+			want:    []claim{{after: time.Second + claimHoldMax, limit: 4, rows: 4}},
+		},
+		{
+			name:    "limited pool, full claim, half free: claims at once",
+			limited: true,
+			jobs:    slices.Concat(slices.Repeat([]float64{1}, 8), slices.Repeat([]float64{long}, 8+10)),
+			want:    []claim{{after: time.Second, limit: 8, rows: 8}},
+		},
+		{
 			// The queue was drained (14 of 16): a job enqueued later is
 			// claimed at its wake-up although only 2 slots are free.
 			name:  "short claim: claims at once",
@@ -91,6 +108,12 @@ func TestClaimHysteresis(t *testing.T) {
 				s := fakeSettings(30*time.Second, time.Minute)
 				s.PollInterval = time.Hour // only results and wake-ups trigger claims
 				w := newFakeWorld(t, s, 16, 4, nil)
+				if tc.limited {
+					for i := range w.sup.cfg.Manifest.Handlers[0].Jobs {
+						j := &w.sup.cfg.Manifest.Handlers[0].Jobs[i]
+						j.Limit = &config.Limit{Scope: "all", Concurrency: 1000, Line: 1}
+					}
+				}
 				for _, d := range tc.jobs {
 					w.enqueue("async.sleep", d)
 				}
