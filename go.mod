@@ -2,6 +2,11 @@ module github.com/soniq-dev/soniq-sidecar
 
 go 1.26.8
 
+// npm writes node_modules under the SDKs and examples while make test runs
+// (its parts run in parallel): the go command must not walk them (go mod tidy
+// failed when npm ci removed a directory mid-walk).
+ignore node_modules
+
 require (
 	github.com/creack/pty v1.1.24
 	github.com/hashicorp/go-hclog v1.6.3
