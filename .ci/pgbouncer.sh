@@ -49,13 +49,23 @@ launch() {
   cat "$dir/pgbouncer.log" >&2; echo "FATAL: pgbouncer is not accepting connections on 127.0.0.1:$port" >&2; exit 1
 }
 
+# ours DIR PID: whether PID is the pgbouncer started from DIR. A pid file
+# outlives a killed pgbouncer, and pids come round again quickly while the
+# tests start thousands of processes (pid_max is often 32768): a stale pid
+# may now be another process, another test's pgbouncer among them.
+ours() {
+  local dir="$1" pid="$2"
+  [[ "$pid" =~ ^[0-9]+$ ]] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$dir/pgbouncer.ini"
+}
+
 # halt DIR: stop the pgbouncer of DIR, if it runs.
 halt() {
   local dir="$1" pid
   if [[ -f "$dir/pgbouncer.pid" ]]; then
     pid="$(cat "$dir/pgbouncer.pid")"
+    ours "$dir" "$pid" || return 0
     kill "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 50); do ours "$dir" "$pid" || break; sleep 0.1; done
   fi
 }
 

@@ -169,13 +169,25 @@ func (c *cluster) stopDatabase() {
 	}
 }
 
-// pgbouncerPID reads PgBouncer's pid file (0 when there is none).
+// pgbouncerPID is the pid of this cluster's PgBouncer, from its pid file,
+// or 0 when none runs. The file outlives a killed PgBouncer and pids come
+// round again within minutes while make test starts thousands of processes
+// (pid_max is often 32768): a pid whose command line does not name this
+// cluster's configuration is another process, never signalled. (A run of
+// make test lost the PgBouncer every other test shared.)
 func (c *cluster) pgbouncerPID() int {
 	b, err := os.ReadFile(filepath.Join(c.pgbDir, "pgbouncer.pid"))
 	if err != nil {
 		return 0
 	}
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || !strings.Contains(string(cmd), filepath.Join(c.pgbDir, "pgbouncer.ini")) {
+		return 0
+	}
 	return pid
 }
 
