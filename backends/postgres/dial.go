@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"net"
 	"time"
 
@@ -43,3 +44,45 @@ func setDialer(cfg *pgconn.Config) {
 		return d.DialContext(ctx, network, addr)
 	}
 }
+
+// pooledNetwork names, through a transaction-mode pooler, the network of
+// each connection's remote address, so that the one dial made to that
+// address afterwards, a cancel request's, is told apart and refused.
+const pooledNetwork = "soniq-pooled"
+
+// errNoCancel is why a cancel request is not sent through the pooler.
+var errNoCancel = errors.New("no cancel requests through a transaction-mode pooler")
+
+// refuseCancels makes cfg's connections send no cancel request: a
+// statement given up on (its context ended) is cut by closing its
+// connection instead, which the pooler answers by closing the server
+// session (Postgres then ends the statement). PgBouncer 1.18, Debian 12's,
+// exits on cancel requests met at the wrong moment (upstream issues 801
+// and 822), taking every client it serves down with it; make test lost
+// the PgBouncer every test shared that way.
+func refuseCancels(cfg *pgconn.Config) {
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if network == pooledNetwork {
+			return nil, errNoCancel
+		}
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return pooledConn{Conn: c, remote: pooledAddr{c.RemoteAddr()}}, nil
+	}
+}
+
+// pooledConn is a connection to the pooler whose remote address says so.
+type pooledConn struct {
+	net.Conn
+	remote net.Addr
+}
+
+func (c pooledConn) RemoteAddr() net.Addr { return c.remote }
+
+// pooledAddr is the pooler's address under pooledNetwork.
+type pooledAddr struct{ net.Addr }
+
+func (pooledAddr) Network() string { return pooledNetwork }

@@ -144,6 +144,9 @@ func OpenWith(ctx context.Context, rawURL string, opts Options) (*Backend, error
 	}
 	cfg.ShouldPing = shouldPing
 	setDialer(&cfg.ConnConfig.Config)
+	if opts.TransactionPooling {
+		refuseCancels(&cfg.ConnConfig.Config)
+	}
 	if listenCfg != nil {
 		setDialer(&listenCfg.Config)
 	}

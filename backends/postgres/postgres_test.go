@@ -606,3 +606,28 @@ func TestUnreachableErrors(t *testing.T) {
 		})
 	}
 }
+
+// Through a transaction-mode pooler a statement given up on (its context
+// ended) is cut with no cancel request: PgBouncer 1.18 exits on cancel
+// requests met at the wrong moment (upstream issues 801 and 822), and
+// make test lost the PgBouncer every test shared that way. Seen from
+// Postgres, the statement runs on after the client gave up on it (a cancel
+// request would have ended it at once); the pooler still serves.
+func TestAStatementCutThroughAPoolerSendsNoCancelRequest(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	pooled, err := OpenWith(t.Context(), pgtest.ThroughPooler(t, url), Options{TransactionPooling: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pooled.Close() })
+	direct := openURL(t, url)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	_, err = pooled.pool.Exec(ctx, `SELECT pg_sleep(2) /* cut by its context */`)
+	cancel()
+	require.Error(t, err)
+	time.Sleep(300 * time.Millisecond) // a cancel request would have landed by now
+	var running int
+	require.NoError(t, direct.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+		WHERE state = 'active' AND query LIKE '%cut by its context%' AND pid <> pg_backend_pid()`).Scan(&running))
+	assert.Equal(t, 1, running, "the statement was cancelled: a cancel request went through the pooler")
+	require.NoError(t, pooled.Ping(t.Context()), "the pooler still serves")
+}
