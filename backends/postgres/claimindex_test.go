@@ -121,6 +121,20 @@ func TestClaimPlanIgnoresStaleStatistics(t *testing.T) {
 	require.Less(t, tuples, 1000.0, "the statistics do not know the rows yet")
 
 	sql, args := claimStatement(backends.ClaimParams{WorkerID: registerWorker(t, b, 1), Limit: 64, Names: []string{"x"}})
+	plan := explainAsClaimed(t, b, sql, args)
+	assert.Contains(t, plan, "Index Scan using soniq_sidecar_claim_order", plan)
+	assert.Contains(t, plan, "Index Scan using soniq_jobs_pkey", plan)
+	assert.NotContains(t, plan, "Hash", plan)
+	assert.NotContains(t, plan, "Bitmap", plan)
+	assert.NotContains(t, plan, "Seq Scan", plan)
+	assert.Equal(t, 1, strings.Count(plan, "Sort Key"), "only the 64 claimed rows are sorted:\n%s", plan)
+}
+
+// explainAsClaimed is the plan of sql with args in a transaction with the
+// planner settings every claim sets first.
+func explainAsClaimed(t *testing.T, b *Backend, sql string, args []any) string {
+	t.Helper()
+	ctx := t.Context()
 	tx, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
@@ -130,11 +144,5 @@ func TestClaimPlanIgnoresStaleStatistics(t *testing.T) {
 	require.NoError(t, err)
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	plan := strings.Join(lines, "\n")
-	assert.Contains(t, plan, "Index Scan using soniq_sidecar_claim_order", plan)
-	assert.Contains(t, plan, "Index Scan using soniq_jobs_pkey", plan)
-	assert.NotContains(t, plan, "Hash", plan)
-	assert.NotContains(t, plan, "Bitmap", plan)
-	assert.NotContains(t, plan, "Seq Scan", plan)
-	assert.Equal(t, 1, strings.Count(plan, "Sort Key"), "only the 64 claimed rows are sorted:\n%s", plan)
+	return strings.Join(lines, "\n")
 }

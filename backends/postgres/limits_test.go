@@ -1,12 +1,9 @@
 package postgres
 
 import (
-	"context"
 	"fmt"
-	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -144,17 +141,7 @@ func TestLimitedClaimPicksThroughTheKeyIndexOnAnyStatistics(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, plan.keys)
 	sql, args := limitedClaimStatement(p, plan)
-
-	tx, err := b.pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	_, err = tx.Exec(ctx, claimPlannerHints)
-	require.NoError(t, err)
-	rows, err := tx.Query(ctx, `EXPLAIN `+sql, args...)
-	require.NoError(t, err)
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	explained := strings.Join(lines, "\n")
+	explained := explainAsClaimed(t, b, sql, args)
 	assert.Contains(t, explained, "Index Scan using "+keyIndexName(path, "q"), explained)
 	assert.NotContains(t, explained, "soniq_sidecar_limit_queued", "no key's rows are picked through the index of the name alone:\n%s", explained)
 }
