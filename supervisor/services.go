@@ -52,9 +52,9 @@ func (s *Supervisor) startServices(ctx context.Context, total int) *services {
 		stats.Start(ctx)
 		svc.watchers = append(svc.watchers, stats)
 	}
-	fleet := maintenance.NewFleetWatcher(maintenance.FleetConfig{Backend: s.cfg.Backend, WorkerID: s.workerID,
-		Kind: workerKind, Queues: s.cfg.Settings.Queues, HeartbeatTimeout: s.cfg.Settings.HeartbeatTimeout,
-		Interval: s.cfg.Settings.CleanupInterval, Log: s.log, Foreign: s.metrics.foreignWorkers})
+	scope := maintenance.FleetScope{Backend: s.cfg.Backend, WorkerID: s.workerID, Kind: workerKind,
+		Queues: s.cfg.Settings.Queues, HeartbeatTimeout: s.cfg.Settings.HeartbeatTimeout, Interval: s.cfg.Settings.CleanupInterval}
+	fleet := maintenance.NewFleetWatcher(maintenance.FleetConfig{FleetScope: scope, Log: s.log, Foreign: s.metrics.foreignWorkers})
 	fleet.Start(ctx)
 	svc.watchers = append(svc.watchers, fleet)
 	// Reserves and result batches are sized for the fleet sharing these
@@ -62,17 +62,15 @@ func (s *Supervisor) startServices(ctx context.Context, total int) *services {
 	// Only a change reaches the loop: every event settles the pools, and
 	// may claim, as a poll would.
 	writer, last := svc.writer, 1
-	sizer := maintenance.NewFleetSizer(maintenance.FleetSizerConfig{Backend: s.cfg.Backend, WorkerID: s.workerID,
-		Kind: workerKind, Queues: s.cfg.Settings.Queues, HeartbeatTimeout: s.cfg.Settings.HeartbeatTimeout,
-		Interval: s.cfg.Settings.CleanupInterval, Size: func(n int) {
-			if n == last {
-				return
-			}
-			last = n
-			writer.SetFleet(n)
-			s.metrics.fleetSize(n)
-			s.emit(fleetSizeEvent{n: n})
-		}})
+	sizer := maintenance.NewFleetSizer(maintenance.FleetSizerConfig{FleetScope: scope, Size: func(n int) {
+		if n == last {
+			return
+		}
+		last = n
+		writer.SetFleet(n)
+		s.metrics.fleetSize(n)
+		s.emit(fleetSizeEvent{n: n})
+	}})
 	sizer.Start(ctx)
 	svc.watchers = append(svc.watchers, sizer)
 	if s.cfg.Settings.AuditInterval > 0 {

@@ -21,22 +21,37 @@ import (
 // fleetCheckEvery bounds how often the worker table is read.
 const fleetCheckEvery = 30 * time.Second
 
-// FleetConfig is what a FleetWatcher watches with. Backend and WorkerID
-// are required.
-type FleetConfig struct {
+// FleetScope is the workers a FleetWatcher and a FleetSizer read: the
+// live rows of the workers table, seen from this worker. Backend, WorkerID
+// and Kind are required.
+type FleetScope struct {
 	Backend  backends.Backend
 	WorkerID string
 	// Kind is the worker-row kind of this program (backends.MetaKind):
-	// rows of that kind are its peers, never reported.
+	// rows of that kind are its peers.
 	Kind string
 	// Queues are the queues this worker claims from; none means every
 	// queue.
 	Queues []string
 	// HeartbeatTimeout: rows heard from within it are live.
 	HeartbeatTimeout time.Duration
-	// Interval between checks: at most 30 s; 0 means 30 s.
+	// Interval between reads (a FleetSizer's once settled): at most 30 s;
+	// 0 means 30 s.
 	Interval time.Duration
-	Log      *slog.Logger
+}
+
+// interval is s.Interval within its bounds.
+func (s FleetScope) interval() time.Duration {
+	if s.Interval <= 0 || s.Interval > fleetCheckEvery {
+		return fleetCheckEvery
+	}
+	return s.Interval
+}
+
+// FleetConfig is what a FleetWatcher watches with.
+type FleetConfig struct {
+	FleetScope
+	Log *slog.Logger
 	// Foreign is called (from the watcher's goroutine) after every check
 	// that read the table, with the number of live foreign workers that
 	// share a queue with this one.
@@ -56,9 +71,7 @@ type FleetWatcher struct {
 
 // NewFleetWatcher prepares a FleetWatcher; nothing runs before Start.
 func NewFleetWatcher(cfg FleetConfig) *FleetWatcher {
-	if cfg.Interval <= 0 || cfg.Interval > fleetCheckEvery {
-		cfg.Interval = fleetCheckEvery
-	}
+	cfg.Interval = cfg.interval()
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -144,18 +157,9 @@ func FleetSize(workers []backends.Worker, self, kind string, queues []string) in
 // each one's first count may miss the others still registering.
 const fleetSizeFirst = 250 * time.Millisecond
 
-// FleetSizerConfig is what a FleetSizer counts with. Backend, WorkerID,
-// Kind and Size are required.
+// FleetSizerConfig is what a FleetSizer counts with. Size is required.
 type FleetSizerConfig struct {
-	Backend  backends.Backend
-	WorkerID string
-	Kind     string
-	// Queues this worker claims from; none means every queue.
-	Queues []string
-	// HeartbeatTimeout: rows heard from within it are live.
-	HeartbeatTimeout time.Duration
-	// Interval between counts once settled: at most 30 s; 0 means 30 s.
-	Interval time.Duration
+	FleetScope
 	// Size is called (from the sizer's goroutine) with every count read.
 	Size func(n int)
 }
@@ -169,9 +173,7 @@ type FleetSizer struct {
 
 // NewFleetSizer prepares a FleetSizer; nothing runs before Start.
 func NewFleetSizer(cfg FleetSizerConfig) *FleetSizer {
-	if cfg.Interval <= 0 || cfg.Interval > fleetCheckEvery {
-		cfg.Interval = fleetCheckEvery
-	}
+	cfg.Interval = cfg.interval()
 	return &FleetSizer{cfg: cfg}
 }
 

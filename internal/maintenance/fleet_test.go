@@ -71,8 +71,8 @@ func TestFleetWatcher(t *testing.T) {
 		fb := &fleetBackend{workers: []backends.Worker{me, peer, soniq, elsewhere}}
 		var logs recorder
 		var counts []int
-		w := NewFleetWatcher(FleetConfig{Backend: fb, WorkerID: "me", Kind: "sidecar", Queues: []string{"a"},
-			Interval: time.Minute, Log: logs.logger(), Foreign: func(n int) { counts = append(counts, n) }})
+		w := NewFleetWatcher(FleetConfig{FleetScope: FleetScope{Backend: fb, WorkerID: "me", Kind: "sidecar", Queues: []string{"a"},
+			Interval: time.Minute}, Log: logs.logger(), Foreign: func(n int) { counts = append(counts, n) }})
 		w.Start(t.Context())
 		t.Cleanup(w.Stop)
 		step := func(err error, ws ...backends.Worker) {
@@ -140,12 +140,12 @@ func TestFleetSizerCountsSoonThenAtItsInterval(t *testing.T) {
 		start := time.Now()
 		var mu sync.Mutex
 		var got []string
-		s := NewFleetSizer(FleetSizerConfig{Backend: fb, WorkerID: "me", Kind: "sidecar", Queues: []string{"a"},
-			Interval: 10 * time.Second, Size: func(n int) {
-				mu.Lock()
-				got = append(got, fmt.Sprintf("%v:%d", time.Since(start), n))
-				mu.Unlock()
-			}})
+		s := NewFleetSizer(FleetSizerConfig{FleetScope: FleetScope{Backend: fb, WorkerID: "me", Kind: "sidecar", Queues: []string{"a"},
+			Interval: 10 * time.Second}, Size: func(n int) {
+			mu.Lock()
+			got = append(got, fmt.Sprintf("%v:%d", time.Since(start), n))
+			mu.Unlock()
+		}})
 		s.Start(t.Context())
 		t.Cleanup(s.Stop)
 		synctest.Wait()
