@@ -20,11 +20,13 @@ import (
 	"flag"
 	"fmt"
 	mrand "math/rand"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -266,13 +268,46 @@ func (c *cluster) probe(ctx context.Context) []Outage {
 }
 
 func probeOnce(ctx context.Context, url string) error {
-	conn, err := pgx.Connect(ctx, url)
+	conn, err := probeConnect(ctx, url)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	_, err = conn.Exec(ctx, "SELECT 1", pgx.QueryExecModeSimpleProtocol)
 	return err
+}
+
+// probeConnect opens a probe's connection, one that sends no cancel request.
+func probeConnect(ctx context.Context, url string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse the probe's URL: %w", err)
+	}
+	up := noCancels(cfg)
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	up()
+	return conn, nil
+}
+
+// noCancels makes cfg's connection send no cancel request once it is up:
+// the probe's statement cut by its deadline would send one on a second
+// connection, and PgBouncer 1.18 exits on cancel requests met at the wrong
+// moment; a probe that took the run's PgBouncer down would be a fault of
+// the harness, not of the sidecars. The connection calls up() once it is
+// connected (dials before that, a fallback's, are the connection's own).
+func noCancels(cfg *pgx.ConnConfig) (up func()) {
+	dial := cfg.DialFunc
+	var connected atomic.Bool
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if connected.Load() {
+			return nil, errors.New("the probe sends no cancel request")
+		}
+		return dial(ctx, network, addr)
+	}
+	return func() { connected.Store(true) }
 }
 
 // heal brings everything back: Postgres answering, PgBouncer running, the
