@@ -54,10 +54,22 @@ func (b *Backend) CompleteAndClaim(ctx context.Context, workerID string, cs []ba
 	if err := checkClaim(p); err != nil {
 		return nil, nil, nil, err
 	}
+	applied, jobs, claimErr, err = b.completeAndClaim(ctx, workerID, cs, p, true)
+	if turnTimedOut(err) {
+		// Nothing of the batch was written: the results go again with a
+		// claim that takes no turn.
+		applied, jobs, claimErr, err = b.completeAndClaim(ctx, workerID, cs, p, false)
+	}
+	return applied, jobs, claimErr, err
+}
+
+// completeAndClaim is CompleteAndClaim's one try, with the claim's turn or
+// without.
+func (b *Backend) completeAndClaim(ctx context.Context, workerID string, cs []backends.Completion, p backends.ClaimParams, turn bool) (applied []string, jobs []backends.Job, claimErr, err error) {
 	batch := &pgx.Batch{}
 	// The claim's prelude sets the planner's settings for the whole
 	// transaction: they serve the completions too.
-	claimed, err := b.queueClaim(ctx, batch, p)
+	claimed, err := b.queueClaim(ctx, batch, p, turn)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -321,8 +321,17 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 	// liveness check and the claim once let the claim take rows the check
 	// had refused, rows the caller then dropped while the worker lived on.
 	// The prelude only reads the row's status, to explain an empty claim.
+	jobs, err := b.claim(ctx, p, true)
+	if turnTimedOut(err) {
+		jobs, err = b.claim(ctx, p, false)
+	}
+	return jobs, err
+}
+
+// claim is Claim's one try, with its turn (turn.go) or without.
+func (b *Backend) claim(ctx context.Context, p backends.ClaimParams, turn bool) ([]backends.Job, error) {
 	batch := &pgx.Batch{}
-	c, err := b.queueClaim(ctx, batch, p)
+	c, err := b.queueClaim(ctx, batch, p, turn)
 	if err != nil {
 		return nil, err
 	}
@@ -357,10 +366,12 @@ type pendingClaim struct {
 	jobs    []backends.Job
 }
 
-// queueClaim queues p's prelude in batch. A claim with limits first reads
-// which keys it may take from (a round trip of its own, limits.go) and
-// queues their locks after the prelude.
-func (b *Backend) queueClaim(ctx context.Context, batch *pgx.Batch, p backends.ClaimParams) (*pendingClaim, error) {
+// queueClaim queues p's prelude in batch, with the claim's turn when turn
+// is set. A claim with limits first reads which keys it may take from (a
+// round trip of its own, limits.go) and queues their locks after the
+// prelude (and so after the turn: every claimer takes its locks in that
+// order).
+func (b *Backend) queueClaim(ctx context.Context, batch *pgx.Batch, p backends.ClaimParams, turn bool) (*pendingClaim, error) {
 	c := &pendingClaim{p: p, cursors: &b.cursors}
 	if len(p.Limits) > 0 {
 		plan, err := b.planLimits(ctx, p)
@@ -369,9 +380,12 @@ func (b *Backend) queueClaim(ctx context.Context, batch *pgx.Batch, p backends.C
 		}
 		c.plan = &plan
 	}
-	batch.Queue(claimPrelude, p.WorkerID).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&c.status)
-	})
+	scan := func(row pgx.Row) error { return row.Scan(&c.status) }
+	if turn {
+		batch.Queue(claimTurnPrelude, p.WorkerID, claimTurnIDs(p.Queues), claimTurnWait, claimTurnSpace).QueryRow(scan)
+	} else {
+		batch.Queue(claimPrelude, p.WorkerID).QueryRow(scan)
+	}
 	if c.plan != nil {
 		queueLimitLocks(batch, p, *c.plan)
 	}
