@@ -54,7 +54,7 @@ func (b *Backend) CompleteAndClaim(ctx context.Context, workerID string, cs []ba
 	if err := checkClaim(p); err != nil {
 		return nil, nil, nil, err
 	}
-	applied, jobs, claimErr, err = b.completeAndClaim(ctx, workerID, cs, p, true)
+	applied, jobs, claimErr, err = b.completeAndClaim(ctx, workerID, cs, p, takesTurn(p))
 	if turnTimedOut(err) {
 		// Nothing of the batch was written: the results go again with a
 		// claim that takes no turn.

@@ -321,7 +321,7 @@ func (b *Backend) Claim(ctx context.Context, p backends.ClaimParams) ([]backends
 	// liveness check and the claim once let the claim take rows the check
 	// had refused, rows the caller then dropped while the worker lived on.
 	// The prelude only reads the row's status, to explain an empty claim.
-	jobs, err := b.claim(ctx, p, true)
+	jobs, err := b.claim(ctx, p, takesTurn(p))
 	if turnTimedOut(err) {
 		jobs, err = b.claim(ctx, p, false)
 	}

@@ -30,8 +30,8 @@ func holdTurn(t *testing.T, url string, queues []string) {
 	}
 }
 
-// A claimer that stopped holding its turn delays the others' claims by the
-// bound on the wait, no more: each then claims without a turn, and the
+// A claimer that stopped holding its turn delays the others' reserve claims
+// by the bound on the wait, no more: each then claims without a turn, and the
 // results carried with a claim are written all the same. Directly and
 // through PgBouncer in transaction mode (nothing of the turn stays on the
 // session). The wait is timed only against its bound (100 ms), with room
@@ -51,39 +51,46 @@ func TestAClaimerHoldingItsTurnDelaysOthersOnlyByTheBound(t *testing.T) {
 			}
 			ctx := t.Context()
 			w := registerWorker(t, b, 1)
-			for range 3 {
+			for range 7 {
 				_, err := b.Enqueue(ctx, backends.EnqueueParams{Name: "turn.job", Queue: "default"})
 				require.NoError(t, err)
 			}
-			first, err := b.Claim(ctx, backends.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limit: 1})
+			first, err := b.Claim(ctx, backends.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limit: 1, Ahead: 1})
 			require.NoError(t, err)
-			require.Len(t, first, 1)
+			require.Len(t, first, 2, "a slot and a reserve")
 
 			holdTurn(t, url, []string{"default"})
 			start := time.Now()
-			jobs, err := b.Claim(ctx, backends.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limit: 1})
+			jobs, err := b.Claim(ctx, backends.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limit: 1, Ahead: 1})
 			waited := time.Since(start)
 			require.NoError(t, err)
-			assert.Len(t, jobs, 1, "claimed without the turn")
+			assert.Len(t, jobs, 2, "claimed without the turn")
 			assert.GreaterOrEqual(t, waited, bound, "the claim waited for the turn")
 			assert.Less(t, waited, bound+5*time.Second, "the wait is bounded")
 
 			start = time.Now()
 			applied, jobs, claimErr, err := b.CompleteAndClaim(ctx, w, []backends.Completion{{JobID: first[0].ID, Attempts: first[0].Attempts, Outcome: backends.OutcomeDone}},
-				backends.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limit: 1})
+				backends.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limit: 1, Ahead: 1})
 			waited = time.Since(start)
 			require.NoError(t, err)
 			require.NoError(t, claimErr)
 			assert.Equal(t, []string{first[0].ID}, applied, "the carried result was written")
-			assert.Len(t, jobs, 1)
+			assert.Len(t, jobs, 2)
 			assert.GreaterOrEqual(t, waited, bound)
 			assert.Less(t, waited, bound+5*time.Second)
+
+			// A claim of free slots alone takes no turn.
+			start = time.Now()
+			jobs, err = b.Claim(ctx, backends.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limit: 1})
+			require.NoError(t, err)
+			assert.Len(t, jobs, 1)
+			assert.Less(t, time.Since(start), bound, "no wait for the turn")
 
 			// Another queue's claims take turns of their own.
 			_, err = b.Enqueue(ctx, backends.EnqueueParams{Name: "turn.job", Queue: "other"})
 			require.NoError(t, err)
 			start = time.Now()
-			jobs, err = b.Claim(ctx, backends.ClaimParams{WorkerID: w, Queues: []string{"other"}, Limit: 1})
+			jobs, err = b.Claim(ctx, backends.ClaimParams{WorkerID: w, Queues: []string{"other"}, Limit: 1, Ahead: 1})
 			require.NoError(t, err)
 			assert.Len(t, jobs, 1)
 			assert.Less(t, time.Since(start), bound, "no wait for another queue's turn")
