@@ -542,12 +542,16 @@ func buildClaimStatement(f int) string {
 	SELECT id FROM slots UNION ALL SELECT id FROM ahead
 )`
 	}
+	// The rows are updated by their ids as one array (an index lookup
+	// each), not by a join with picked: the plan is made once per
+	// connection, and one made on an empty queue's statistics joined them
+	// by scanning the whole primary-key index, for every claim after.
 	return `WITH me AS (
 	UPDATE soniq_workers SET last_heartbeat = now() WHERE id = $1::uuid AND status = 'active' RETURNING 1
 ), ` + picked + `, claimed AS (
 	UPDATE soniq_jobs j
 	SET status = 'processing', attempts = COALESCE(j.attempts, 0) + 1, worker_id = $1::uuid, updated_at = now()
-	FROM picked WHERE j.id = picked.id
+	WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 	RETURNING j.*
 )
 SELECT ` + jobColumns("") + ` FROM claimed

@@ -646,10 +646,11 @@ func limitedClaimStatement(p backends.ClaimParams, plan limitPlan) (string, []an
 )`)
 		picked += ` UNION ALL SELECT id FROM ahead`
 	}
+	// Updated by their ids as one array, not by a join (buildClaimStatement).
 	ctes = append(ctes, `picked AS (`+picked+`)`, `claimed AS (
 	UPDATE soniq_jobs j
 	SET status = 'processing', attempts = COALESCE(j.attempts, 0) + 1, worker_id = $1::uuid, updated_at = now()
-	FROM picked WHERE j.id = picked.id
+	WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 	RETURNING j.*
 )`)
 	if slices.ContainsFunc(p.Limits, func(l backends.ClaimLimit) bool { on, _ := rated(l); return on }) {
