@@ -47,7 +47,7 @@ func (b *Backend) ReleaseJobs(ctx context.Context, workerID string, held []backe
 	rows, err := b.pool.Query(ctx, `UPDATE soniq_jobs j
 	SET status = 'queued', worker_id = NULL, updated_at = now(), scheduled_at = now()
 	FROM unnest($2::uuid[], $3::int[]) AS h(id, attempts)
-	WHERE j.id = h.id AND j.attempts = h.attempts AND j.status = 'processing' AND j.worker_id = $1::uuid
+	WHERE j.id = ANY($2::uuid[]) AND j.id = h.id AND j.attempts = h.attempts AND j.status = 'processing' AND j.worker_id = $1::uuid
 	RETURNING j.id::text`, workerID, ids, attempts)
 	if err != nil {
 		return nil, b.wrap(err, "release %d jobs of worker %s", len(ids), workerID)

@@ -143,7 +143,7 @@ func (b *Backend) deleteSettledCancels(ctx context.Context) error {
 const cancelStatement = `WITH c AS (
 	UPDATE soniq_jobs j SET status = 'cancelled', updated_at = now()
 	FROM unnest($1::uuid[], $3::int4[]) AS u(id, attempts)
-	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $2::uuid AND j.attempts = u.attempts) IS TRUE
+	WHERE j.id = ANY($1::uuid[]) AND j.id = u.id AND (j.status = 'processing' AND j.worker_id = $2::uuid AND j.attempts = u.attempts) IS TRUE
 	RETURNING j.id
 ), a AS (
 	UPDATE ` + cancelTable + ` r SET status = 'acknowledged', resolved_at = now()

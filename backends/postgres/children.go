@@ -155,7 +155,7 @@ func (k *childBatch) queueStatements(queue func(sql string, args ...any), worker
 	    expires_at = now() + make_interval(secs => u.ttl),
 	    updated_at = now()
 	FROM unnest($1::uuid[], $2::text[], $3::bool[], $4::float8[], $5::int4[]) AS u(id, result, has_result, ttl, attempts)
-	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $6::uuid AND j.attempts = u.attempts) IS TRUE
+	WHERE j.id = ANY($1::uuid[]) AND j.id = u.id AND (j.status = 'processing' AND j.worker_id = $6::uuid AND j.attempts = u.attempts) IS TRUE
 	RETURNING j.id, j.attempts
 )`+childTail(7), append([]any{k.keptIDs, k.keptResults, k.keptValid, k.keptTTLs, k.keptAt, workerID}, kids...)...)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
@@ -145,4 +146,78 @@ func explainAsClaimed(t *testing.T, b *Backend, sql string, args []any) string {
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	return strings.Join(lines, "\n")
+}
+
+// A claim's plan is made once per connection (plan_cache_mode), so a
+// sidecar that starts on an empty queue keeps the plan made for it when a
+// burst fills the queue. That plan must still find the rows it updates by
+// their primary key: one made on an empty table's statistics joined them
+// by scanning the whole primary-key index instead (a claim of 64 rows
+// among 10,000 took 236 ms, and grew with the table) until an autovacuum's
+// analyse made it plan again. Every form of the claim, with and without a
+// reserve and limits.
+func TestClaimPlanMadeOnAnEmptyQueueUpdatesByPrimaryKey(t *testing.T) {
+	b, _ := openTest(t)
+	ctx := t.Context()
+	require.NoError(t, b.CreateClaimIndex(ctx))
+	_, err := b.pool.Exec(ctx, `ANALYZE soniq_jobs`)
+	require.NoError(t, err)
+	w := registerWorker(t, b, 1)
+	lim := []backends.ClaimLimit{{Scope: "k", Names: []string{"k"}, Key: []string{"t"}, Concurrency: 2}}
+	limited := backends.ClaimParams{WorkerID: w, Limit: 64, Names: []string{"x", "k"}, Ahead: 64, Limits: lim}
+	plan := limitPlan{keys: []limitKey{{key: "a", cap: 2}}, walks: make([]keyWalk, 1)}
+	lsql, largs := limitedClaimStatement(limited, plan)
+	for _, c := range []struct {
+		name string
+		sql  string
+		args []any
+	}{
+		{"slots", "", nil},
+		{"slots and a reserve", "", nil},
+		{"limited", lsql, largs},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sql, args := c.sql, c.args
+			if sql == "" {
+				p := backends.ClaimParams{WorkerID: w, Limit: 64, Names: []string{"x"}}
+				if c.name == "slots and a reserve" {
+					p.Ahead = 64
+				}
+				sql, args = claimStatement(p)
+			}
+			plan := explainAsClaimed(t, b, sql, args)
+			assert.NotContains(t, plan, "Join Filter: (j.id =", "the claimed rows are joined by scanning the table's primary key:\n%s", plan)
+			assert.Regexp(t, `Index Scan using soniq_jobs_pkey on soniq_jobs j[^\n]*\n\s+Index Cond: \(id = `, plan)
+		})
+	}
+}
+
+// The result writes, like the claim, find their rows by primary key on a
+// plan made on an empty queue's statistics: each joined its batch with the
+// table by scanning the whole primary-key index. The ids, as an array
+// condition of their own, bound every plan to the batch's rows.
+func TestResultWritePlansMadeOnAnEmptyQueueUpdateByPrimaryKey(t *testing.T) {
+	b, _ := openTest(t)
+	ctx := t.Context()
+	_, err := b.pool.Exec(ctx, `ANALYZE soniq_jobs`)
+	require.NoError(t, err)
+	w := registerWorker(t, b, 1)
+	id := func() string { return backends.NewID() }
+	batch := &pgx.Batch{}
+	_, err = queueCompletions(batch, w, []backends.Completion{
+		{JobID: id(), Attempts: 1, Outcome: backends.OutcomeDone, ResultTTL: time.Minute},
+		{JobID: id(), Attempts: 1, Outcome: backends.OutcomeDone},
+		{JobID: id(), Attempts: 1, Outcome: backends.OutcomeRetry, Error: "e", Delay: time.Second},
+		{JobID: id(), Attempts: 1, Outcome: backends.OutcomeDeadLetter, Error: "e", Reason: "r"},
+	})
+	require.NoError(t, err)
+	require.NotEmpty(t, batch.QueuedQueries)
+	for i, q := range batch.QueuedQueries {
+		plan := explainAsClaimed(t, b, q.SQL, q.Arguments)
+		if !strings.Contains(plan, "soniq_jobs") || strings.HasPrefix(q.SQL, "SELECT set_config") {
+			continue
+		}
+		assert.NotRegexp(t, `Index Scan using soniq_jobs_pkey on soniq_jobs j[^\n]*\n\s+->`, plan, "statement %d scans the whole primary key:\n%s\n%s", i, q.SQL, plan)
+		assert.NotContains(t, plan, "Join Filter: (j.id =", "statement %d:\n%s\n%s", i, q.SQL, plan)
+	}
 }

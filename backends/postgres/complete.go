@@ -218,12 +218,12 @@ func queueCompletions(batch *pgx.Batch, workerID string, cs []backends.Completio
 	    expires_at = now() + make_interval(secs => u.ttl),
 	    updated_at = now()
 	FROM unnest($1::uuid[], $2::text[], $3::bool[], $4::float8[], $6::int4[]) AS u(id, result, has_result, ttl, attempts)
-	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $5::uuid AND j.attempts = u.attempts) IS TRUE
+	WHERE j.id = ANY($1::uuid[]) AND j.id = u.id AND (j.status = 'processing' AND j.worker_id = $5::uuid AND j.attempts = u.attempts) IS TRUE
 	RETURNING j.id`, doneIDs, doneResults, doneResultValid, doneTTLs, workerID, doneAt)
 	}
 	if len(deleteIDs) > 0 {
 		queue(`DELETE FROM soniq_jobs j USING unnest($1::uuid[], $3::int4[]) AS u(id, attempts)
-	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $2::uuid AND j.attempts = u.attempts) IS TRUE
+	WHERE j.id = ANY($1::uuid[]) AND j.id = u.id AND (j.status = 'processing' AND j.worker_id = $2::uuid AND j.attempts = u.attempts) IS TRUE
 	RETURNING j.id`, deleteIDs, workerID, deleteAt)
 	}
 	if len(retryIDs) > 0 {
@@ -234,7 +234,7 @@ func queueCompletions(batch *pgx.Batch, workerID string, cs []backends.Completio
 	    worker_id = NULL,
 	    updated_at = now()
 	FROM unnest($1::uuid[], $2::text[], $3::float8[], $5::int4[]) AS u(id, err, delay, attempts)
-	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid AND j.attempts = u.attempts) IS TRUE
+	WHERE j.id = ANY($1::uuid[]) AND j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid AND j.attempts = u.attempts) IS TRUE
 	RETURNING j.id`, retryIDs, retryErrs, retryDelays, workerID, retryAt)
 	}
 	if len(snoozeIDs) > 0 {
@@ -246,7 +246,7 @@ func queueCompletions(batch *pgx.Batch, workerID string, cs []backends.Completio
 	    worker_id = NULL,
 	    updated_at = now()
 	FROM unnest($1::uuid[], $2::text[], $3::float8[], $5::int4[]) AS u(id, err, delay, attempts)
-	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid AND j.attempts = u.attempts) IS TRUE
+	WHERE j.id = ANY($1::uuid[]) AND j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid AND j.attempts = u.attempts) IS TRUE
 	RETURNING j.id`, snoozeIDs, snoozeErrs, snoozeDelays, workerID, snoozeAt)
 	}
 	if len(deadIDs) > 0 {
@@ -258,7 +258,7 @@ func queueCompletions(batch *pgx.Batch, workerID string, cs []backends.Completio
 	SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $5::int4[]) AS u(id, err, reason, attempts)
 ), moved AS (
 	DELETE FROM soniq_jobs j USING u
-	WHERE j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid AND j.attempts = u.attempts) IS TRUE
+	WHERE j.id = ANY($1::uuid[]) AND j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid AND j.attempts = u.attempts) IS TRUE
 	RETURNING j.id, j.job_name, j.args, j.queue, j.priority, j.max_attempts, j.attempts,
 	          j.created_at, u.err, u.reason
 )
@@ -308,7 +308,7 @@ func (b *Backend) Nack(ctx context.Context, workerID string, held []backends.Job
 	rows, err := b.pool.Query(ctx, `UPDATE soniq_jobs j
 	SET status = 'queued', worker_id = NULL, updated_at = now(), scheduled_at = now()
 	FROM unnest($1::uuid[], $3::int4[]) AS h(id, attempts)
-	WHERE j.id = h.id AND j.status = 'processing' AND j.worker_id = $2 AND j.attempts = h.attempts
+	WHERE j.id = ANY($1::uuid[]) AND j.id = h.id AND j.status = 'processing' AND j.worker_id = $2 AND j.attempts = h.attempts
 	RETURNING j.id`, pgx.QueryExecModeExec, ids, workerID, attempts)
 	if err != nil {
 		return nil, b.wrap(err, "nack %d jobs for worker %s", len(ids), workerID)
@@ -338,7 +338,7 @@ func (b *Backend) NackAndStop(ctx context.Context, workerID string, held []backe
 	UPDATE soniq_jobs j
 	SET status = 'queued', worker_id = NULL, updated_at = now(), scheduled_at = now()
 	FROM unnest($1::uuid[], $3::int4[]) AS h(id, attempts)
-	WHERE j.id = h.id AND j.status = 'processing' AND j.worker_id = $2 AND j.attempts = h.attempts
+	WHERE j.id = ANY($1::uuid[]) AND j.id = h.id AND j.status = 'processing' AND j.worker_id = $2 AND j.attempts = h.attempts
 	RETURNING j.id
 ), w AS (
 	UPDATE soniq_workers SET status = 'stopped', last_heartbeat = now() WHERE id = $2 RETURNING 1

@@ -56,7 +56,7 @@ func (b *Backend) ReturnJobs(ctx context.Context, workerID string, held []backen
 	    attempts = GREATEST(COALESCE(j.attempts, 0) - 1, 0),
 	    updated_at = now()
 	FROM unnest($1::uuid[], $2::int4[]) AS h(id, attempts)
-	WHERE j.id = h.id
+	WHERE j.id = ANY($1::uuid[]) AND j.id = h.id
 	  AND (j.status = 'processing' AND j.worker_id = $3::uuid AND COALESCE(j.attempts, 0) = h.attempts) IS TRUE
 	RETURNING j.id, j.queue
 ), woken AS (
