@@ -518,11 +518,17 @@ def test_results_that_cannot_be_written_fail_over_a_session_too(tmp_path):
     env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], os.path.dirname(os.path.abspath(__file__))])
     proc = subprocess.Popen([sys.executable, "-m", "soniq_handler", "property_app", "--listen", sock],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    early = []
     try:
-        deadline = time.monotonic() + 20
-        while not os.path.exists(sock):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
-            time.sleep(0.05)
+        # The socket's file exists from its bind, before the server listens
+        # (a connection then is refused): wait for the line the SDK prints
+        # once it listens.
+        for line in iter(proc.stderr.readline, b""):
+            early.append(line)
+            if b"listening on" in line:
+                break
+        else:
+            raise AssertionError(b"".join(early).decode(errors="replace"))
         c = Client(sock)
         c.hello()
         cases = {
@@ -551,7 +557,7 @@ def test_results_that_cannot_be_written_fail_over_a_session_too(tmp_path):
     finally:
         proc.kill()
         proc.wait(10)
-    assert b"Exception in callback" not in proc.stderr.read()
+    assert b"Exception in callback" not in b"".join(early) + proc.stderr.read()
 
 
 def test_results_ready_in_one_turn_go_out_in_one_results_message(listening):
