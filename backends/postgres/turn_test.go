@@ -51,7 +51,7 @@ func TestAClaimerHoldingItsTurnDelaysOthersOnlyByTheBound(t *testing.T) {
 			}
 			ctx := t.Context()
 			w := registerWorker(t, b, 1)
-			for range 7 {
+			for range 9 {
 				_, err := b.Enqueue(ctx, backends.EnqueueParams{Name: "turn.job", Queue: "default"})
 				require.NoError(t, err)
 			}
@@ -79,21 +79,29 @@ func TestAClaimerHoldingItsTurnDelaysOthersOnlyByTheBound(t *testing.T) {
 			assert.GreaterOrEqual(t, waited, bound)
 			assert.Less(t, waited, bound+5*time.Second)
 
-			// A claim of free slots alone takes no turn.
-			start = time.Now()
-			jobs, err = b.Claim(ctx, backends.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limit: 1})
-			require.NoError(t, err)
-			assert.Len(t, jobs, 1)
-			assert.Less(t, time.Since(start), bound, "no wait for the turn")
-
-			// Another queue's claims take turns of their own.
-			_, err = b.Enqueue(ctx, backends.EnqueueParams{Name: "turn.job", Queue: "other"})
-			require.NoError(t, err)
-			start = time.Now()
-			jobs, err = b.Claim(ctx, backends.ClaimParams{WorkerID: w, Queues: []string{"other"}, Limit: 1, Ahead: 1})
-			require.NoError(t, err)
-			assert.Len(t, jobs, 1)
-			assert.Less(t, time.Since(start), bound, "no wait for another queue's turn")
+			// A claim of free slots alone, and another queue's claim, do not
+			// wait: a claim that waits for a held turn never returns within
+			// the bound, so one of three returning within it says so (three,
+			// so that a slow claim on a loaded machine is not taken for a wait).
+			fastest := func(p backends.ClaimParams) time.Duration {
+				best := time.Hour
+				for range 3 {
+					start := time.Now()
+					jobs, err := b.Claim(ctx, p)
+					best = min(best, time.Since(start))
+					require.NoError(t, err)
+					require.NotEmpty(t, jobs)
+				}
+				return best
+			}
+			assert.Less(t, fastest(backends.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limit: 1}), bound,
+				"a claim of free slots alone waited for the turn")
+			for range 6 {
+				_, err = b.Enqueue(ctx, backends.EnqueueParams{Name: "turn.job", Queue: "other"})
+				require.NoError(t, err)
+			}
+			assert.Less(t, fastest(backends.ClaimParams{WorkerID: w, Queues: []string{"other"}, Limit: 1, Ahead: 1}), bound,
+				"another queue's claim waited for this queue's turn")
 		})
 	}
 }
