@@ -385,7 +385,7 @@ func (s *simSidecar) maybeClaim(ctx context.Context, now time.Time) error {
 		return nil
 	}
 	unfilled := s.slots - len(s.running) - len(s.pending)
-	ahead := s.sizing.TopUp(max(-unfilled, 0), s.sizing.Target(now, true))
+	ahead := s.sizing.TopUp(now, max(-unfilled, 0), true)
 	free := max(unfilled, 0)
 	if free+ahead <= 0 {
 		return nil

@@ -88,7 +88,7 @@ func (l *loop) maybeClaim(pl *pool) {
 	// The slots to fill, and the reserve: what waits beyond free slots,
 	// topped up to its target once it falls to half.
 	unfilled := free - queued
-	ahead := pl.ahead.sizing.TopUp(max(-unfilled, 0), pl.ahead.sizing.Target(time.Now(), budget > 0))
+	ahead := pl.ahead.sizing.TopUp(time.Now(), max(-unfilled, 0), budget > 0)
 	free = max(unfilled, 0)
 	if pl.limit.all {
 		ahead = 0 // limited rows are never reserved

@@ -11,7 +11,8 @@
 // it asked for), a sidecar sizes its reserve by the fleet's rate, its own
 // times the fleet's size: the fleet's claims stay as large, and as far
 // apart in all, as one sidecar's. A job of better priority is taken by the
-// next claim of any sidecar, which still comes about every claim_ahead/2.
+// next claim of any sidecar, which still comes about every claim_ahead/2
+// (3/4 of claim_ahead once the reserve is topped up at a quarter, below).
 // Once a claim comes back short (the queue is nearly drained) the reserve
 // falls back to the sidecar's own rate, so a drained queue's rows are not
 // held by a few sidecars while others idle. What one sidecar holds stays
@@ -122,14 +123,28 @@ func (r *Sizing) held() time.Duration {
 // many rows it got: fewer means the queue is nearly drained.
 func (r *Sizing) Claimed(asked, got int) { r.shallow = got < asked }
 
-// TopUp is how many rows a claim should add to a reserve holding held
-// rows: none until it has fallen to half its target, then enough to fill
-// it.
-func (r *Sizing) TopUp(held, target int) int {
-	if target <= 0 || held > target/2 {
+// TopUp is how many rows a claim at now should add to a reserve holding
+// held rows: none until it has fallen to its low-water mark, then enough
+// to fill it to its Target.
+func (r *Sizing) TopUp(now time.Time, held int, ready bool) int {
+	target := r.Target(now, ready)
+	if target <= 0 || held > r.lowWater(now, target) {
 		return 0
 	}
 	return target - held
+}
+
+// lowWater is the reserve's level at which it is topped up: half its
+// target for a sidecar that sizes it by its own rate. A reserve sized for
+// a fleet holds many times the sidecar's own claim_ahead of work, and
+// topping it up at half made every claim half of it, so at 128 sidecars
+// the claims were as small as the 5 s bound made them. It is topped up
+// at a quarter instead, or at half of what the sidecar alone would hold
+// when that is more, so it never runs lower than a lone sidecar's reserve
+// does before its claim returns.
+func (r *Sizing) lowWater(now time.Time, target int) int {
+	own := int(math.Ceil(r.current(now) * r.ahead.Seconds()))
+	return max(target/4, min(own/2, target/2))
 }
 
 // WaitBound is how long a reserved row may wait for a slot before it is

@@ -60,17 +60,49 @@ func TestReserveDecaysWhenCompletionsStop(t *testing.T) {
 	})
 }
 
-func TestReserveTopsUpAtHalfAndOffIsOff(t *testing.T) {
-	r := New(100*time.Millisecond, 500)
-	for _, tc := range []struct{ held, target, want int }{
-		{0, 100, 100}, {50, 100, 50}, {51, 100, 0}, {100, 100, 0}, {0, 0, 0}, {3, 1, 0},
+// A sidecar sizing its reserve by its own rate tops it up once it has
+// fallen to half. One sized for a fleet tops it up at a quarter, so its
+// claims are three quarters of it, not half; never lower than half of what
+// the sidecar alone would hold (4,000 jobs/s each below: a quarter of
+// claim_ahead_max would be 125 rows, 31 ms of its work).
+func TestReserveTopsUpAtItsLowWaterMarkAndOffIsOff(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		fleet     int
+		perSecond int // its rate: a target of about 100, 400, 200 and 500 rows below
+		held      int
+		topsUp    bool
+	}{
+		{"alone: under half", 1, 1000, 45, true},
+		{"alone: over half", 1, 1000, 55, false},
+		{"alone: more than its target", 1, 1000, 300, false},
+		{"8 sidecars: under a quarter", 8, 500, 90, true},
+		{"8 sidecars: over a quarter", 8, 500, 110, false},
+		{"128 sidecars: under a quarter", 128, 40, 45, true},
+		{"128 sidecars: over a quarter", 128, 40, 60, false},
+		{"2 sidecars: under half of its own reserve", 2, 4000, 190, true},
+		{"2 sidecars: over half of its own reserve", 2, 4000, 210, false},
 	} {
-		assert.Equal(t, tc.want, r.TopUp(tc.held, tc.target), "held %d target %d", tc.held, tc.target)
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := New(100*time.Millisecond, 500)
+				r.SetFleet(tc.fleet)
+				rateOf(&r, tc.perSecond)
+				target := r.Target(time.Now(), true)
+				want := 0
+				if tc.topsUp {
+					want = target - tc.held
+				}
+				assert.Equal(t, want, r.TopUp(time.Now(), tc.held, true), "held %d of %d", tc.held, target)
+				assert.Zero(t, r.TopUp(time.Now(), 0, false), "no ready process: nothing to top up")
+			})
+		})
 	}
 	off := New(0, 500)
 	off.Completed(time.Now())
 	assert.False(t, off.On())
 	assert.Zero(t, off.Target(time.Now(), true))
+	assert.Zero(t, off.TopUp(time.Now(), 0, true))
 	assert.Equal(t, time.Second, New(20*time.Millisecond, 1).WaitBound(), "at least 1 s")
 	assert.Equal(t, 5*time.Second, New(500*time.Millisecond, 1).WaitBound())
 }
