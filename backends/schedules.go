@@ -115,8 +115,11 @@ type ScheduleLeader interface {
 	// lock is kept for the next tick). A lost connection loses the
 	// leadership; Hold then tries again.
 	Hold(ctx context.Context) (leader bool, done func(), err error)
-	// Close gives the leadership up and releases its connection.
-	Close()
+	// Close gives the leadership up and releases its connection. ctx
+	// bounds how long it waits for the database (a shutdown passes its
+	// write deadline); the connection is closed in any case, which ends
+	// the leadership once the server sees it.
+	Close(ctx context.Context)
 }
 
 // LocalScheduleLeader is the leadership of a backend without locks
@@ -134,4 +137,4 @@ func (LocalScheduleLeader) Hold(ctx context.Context) (bool, func(), error) {
 }
 
 // Close does nothing.
-func (LocalScheduleLeader) Close() {}
+func (LocalScheduleLeader) Close(context.Context) {}

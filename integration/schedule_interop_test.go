@@ -226,7 +226,7 @@ func TestSoniqSchedulerInterop(t *testing.T) {
 		var got struct{ Leader bool }
 		py.run(t, "scheduler_leader", w.dbURL, nil, &got)
 		assert.False(t, got.Leader, "Soniq's scheduler must not lead while a sidecar does")
-		l.Close()
+		l.Close(context.Background())
 		py.run(t, "scheduler_leader", w.dbURL, nil, &got)
 		assert.True(t, got.Leader, "Soniq's scheduler leads once the sidecar gave the lock up")
 	})

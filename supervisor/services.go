@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
 	"github.com/soniq-dev/soniq-sidecar/internal/completer"
@@ -98,10 +99,16 @@ func (s *Supervisor) startServices(ctx context.Context, total int) *services {
 // stopWatchers stops every watcher at once (their last words, such as
 // a leadership's release, go out together) and returns a wait for them:
 // on a slow link to the database, stopped one after another they cost a
-// round trip or two each.
-func (svc *services) stopWatchers() (wait func()) {
+// round trip or two each. Those whose last words wait for the database
+// wait until deadline at most, the shutdown's write deadline (zero: none
+// was set).
+func (svc *services) stopWatchers(deadline time.Time) (wait func()) {
 	var wg sync.WaitGroup
 	for _, w := range svc.watchers {
+		if b, ok := w.(interface{ StopBy(time.Time) }); ok {
+			wg.Go(func() { b.StopBy(deadline) })
+			continue
+		}
 		wg.Go(w.Stop)
 	}
 	return wg.Wait

@@ -378,7 +378,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	// gave back (fresh: no liveness ping, no dial). The watchers stop
 	// beside these writes: over a slow link their last words (a
 	// leadership's release) cost the exit no round trip of their own.
-	watchersStopped := svc.stopWatchers()
+	watchersStopped := svc.stopWatchers(s.writeDeadlineAt())
 	svc.enqueuer.Stop()
 	if !svc.writer.Finish() {
 		s.markStopped(bg, svc.writer.GaveUp())
@@ -392,6 +392,15 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	return loopErr
 }
 
+// writeDeadlineAt is the shutdown's write deadline, zero before one was
+// set.
+func (s *Supervisor) writeDeadlineAt() time.Time {
+	if ns := s.writeDeadline.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
 // markStopped marks the worker row stopped within what remains of the
 // shutdown's write deadline. When the handler processes took longer to
 // exit than that, it gets shutdown_write_timeout again, unless the
@@ -399,8 +408,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 // recovery takes the row as it would a crashed worker's.
 func (s *Supervisor) markStopped(bg context.Context, writesFailed bool) {
 	bound := writeTimeout
-	if ns := s.writeDeadline.Load(); ns != 0 {
-		left := time.Until(time.Unix(0, ns))
+	if at := s.writeDeadlineAt(); !at.IsZero() {
+		left := time.Until(at)
 		switch {
 		case left > 0:
 			bound = min(bound, left)

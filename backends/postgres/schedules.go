@@ -335,18 +335,23 @@ func (l *scheduleLeader) holdTx(ctx context.Context) (bool, func(), error) {
 	return true, func() { once.Do(rollback) }, nil
 }
 
-func (l *scheduleLeader) Close() {
+// Close unlocks within ctx and at most 5 s, then closes the session, which
+// frees the lock in any case. A shutdown's ctx ends at its write deadline:
+// over a partition the unlock waited its own 5 s past that deadline, after
+// every other last write had been given up.
+func (l *scheduleLeader) Close(ctx context.Context) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.conn == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	// One round trip (exec mode: no statement prepared first), at the
-	// end of a shutdown.
-	var unlocked bool
-	_ = l.conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", pgx.QueryExecModeExec, schedulerLockKey).Scan(&unlocked)
-	// Closing the session frees the lock in any case.
+	if ctx.Err() == nil {
+		// One round trip (exec mode: no statement prepared first), at the
+		// end of a shutdown.
+		var unlocked bool
+		_ = l.conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", pgx.QueryExecModeExec, schedulerLockKey).Scan(&unlocked)
+	}
 	l.drop(ctx)
 }

@@ -42,7 +42,7 @@ func TestScheduleLeaderIsExclusiveAcrossConnectionKinds(t *testing.T) {
 		lead, _, err := l.Hold(ctx)
 		require.NoError(t, err, name)
 		require.False(t, lead, "%s leads beside Soniq's scheduler", name)
-		l.Close()
+		l.Close(ctx)
 	}
 	_, err = soniq.Exec(ctx, "SELECT pg_advisory_unlock($1)", schedulerLockKey)
 	require.NoError(t, err)
@@ -61,14 +61,14 @@ func TestScheduleLeaderIsExclusiveAcrossConnectionKinds(t *testing.T) {
 				require.False(t, olead, "%s leads beside %s", other, name)
 				_ = odone
 			}
-			ol.Close()
+			ol.Close(ctx)
 		}
 		done()
 		if name != "pooler" {
 			// A session lock outlives the tick: still held.
 			require.False(t, soniqLock(), "%s keeps its session lock between ticks", name)
 		}
-		l.Close()
+		l.Close(ctx)
 		require.True(t, soniqLock(), "the lock is free once %s gave it up", name)
 		_, err = soniq.Exec(ctx, "SELECT pg_advisory_unlock($1)", schedulerLockKey)
 		require.NoError(t, err)
@@ -83,8 +83,8 @@ func TestScheduleLeaderLostWithItsSession(t *testing.T) {
 	b := openURL(t, url)
 	ctx := t.Context()
 	la, lb := a.ScheduleLeader(), b.ScheduleLeader()
-	t.Cleanup(la.Close)
-	t.Cleanup(lb.Close)
+	t.Cleanup(func() { la.Close(context.Background()) })
+	t.Cleanup(func() { lb.Close(context.Background()) })
 	lead, _, err := la.Hold(ctx)
 	require.NoError(t, err)
 	require.True(t, lead)
@@ -121,7 +121,7 @@ func TestScheduleFollowersHoldNoConnection(t *testing.T) {
 		return n
 	}
 	leader := a.ScheduleLeader()
-	t.Cleanup(leader.Close)
+	t.Cleanup(func() { leader.Close(context.Background()) })
 	lead, _, err := leader.Hold(ctx)
 	require.NoError(t, err)
 	require.True(t, lead)

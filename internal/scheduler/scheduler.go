@@ -53,6 +53,9 @@ type Scheduler struct {
 	mu     sync.Mutex
 	cancel context.CancelFunc
 	done   chan struct{}
+	// releaseBy bounds the wait for the database when the leadership is
+	// given up (StopBy); zero: the leadership's own bound.
+	releaseBy time.Time
 	// warned remembers the unreadable schedules already logged, by id and
 	// value, so a bad row is reported once, not every tick.
 	warned map[string]string
@@ -93,7 +96,7 @@ func (s *Scheduler) Start(ctx context.Context) {
 	s.leader = s.cfg.Backend.ScheduleLeader()
 	go func() {
 		defer close(s.done)
-		defer s.leader.Close()
+		defer s.release()
 		t := time.NewTimer(0)
 		defer t.Stop()
 		for {
@@ -109,15 +112,35 @@ func (s *Scheduler) Start(ctx context.Context) {
 
 // Stop ends the scheduler and returns once its goroutine has (and the
 // leadership is given up). It does nothing if it never started.
-func (s *Scheduler) Stop() {
+func (s *Scheduler) Stop() { s.StopBy(time.Time{}) }
+
+// StopBy is Stop for a shutdown whose database work ends at deadline:
+// giving the leadership up waits for the database until then at most
+// (zero: the leadership's own bound).
+func (s *Scheduler) StopBy(deadline time.Time) {
 	s.mu.Lock()
 	cancel, done := s.cancel, s.done
+	s.releaseBy = deadline
 	s.mu.Unlock()
 	if done == nil {
 		return
 	}
 	cancel()
 	<-done
+}
+
+// release gives the leadership up, within the deadline StopBy set.
+func (s *Scheduler) release() {
+	s.mu.Lock()
+	by := s.releaseBy
+	s.mu.Unlock()
+	ctx := context.Background()
+	if !by.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, by)
+		defer cancel()
+	}
+	s.leader.Close(ctx)
 }
 
 // Tick is one look for due schedules: when this scheduler leads, each due

@@ -259,7 +259,7 @@ func (l switchedLeader) Hold(context.Context) (bool, func(), error) {
 	l.r.roundTrip()
 	return l.r.lead.Load(), func() {}, nil
 }
-func (switchedLeader) Close() {}
+func (switchedLeader) Close(context.Context) {}
 
 func seconds(s ...float64) []time.Duration {
 	out := make([]time.Duration, len(s))
@@ -356,5 +356,50 @@ func TestLeadershipLossStopsTheTimer(t *testing.T) {
 		require.Len(t, got, 6, "%v", got)
 		assert.LessOrEqual(t, got[3], 9*time.Second)
 		assert.Equal(t, got[3]+time.Second, got[4])
+	})
+}
+
+// releaseRecorder is the in-memory store with a leadership whose release
+// records the deadline it was given.
+type releaseRecorder struct {
+	*memory.Backend
+	mu       sync.Mutex
+	released []time.Time // each Close's deadline; zero for none
+}
+
+func (r *releaseRecorder) ScheduleLeader() backends.ScheduleLeader { return recordedRelease{r} }
+
+type recordedRelease struct{ r *releaseRecorder }
+
+func (recordedRelease) Hold(context.Context) (bool, func(), error) { return true, func() {}, nil }
+func (l recordedRelease) Close(ctx context.Context) {
+	d, _ := ctx.Deadline()
+	l.r.mu.Lock()
+	l.r.released = append(l.r.released, d)
+	l.r.mu.Unlock()
+}
+
+// A shutdown stops the scheduler by its write deadline: the leadership's
+// release waits for the database until then at most (over a partition
+// it waited its own 5 s past the deadline). Stop sets none.
+func TestStopByBoundsTheLeadershipsRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &releaseRecorder{Backend: memory.New()}
+		deadline := time.Now().Add(2 * time.Second)
+		s := New(Config{Backend: r})
+		s.Start(t.Context())
+		time.Sleep(1500 * time.Millisecond)
+		s.StopBy(deadline)
+
+		plain := New(Config{Backend: r})
+		plain.Start(t.Context())
+		time.Sleep(1500 * time.Millisecond)
+		plain.Stop()
+
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		require.Len(t, r.released, 2, "each scheduler gave its leadership up once")
+		assert.True(t, r.released[0].Equal(deadline), "StopBy's deadline: %v", r.released[0])
+		assert.True(t, r.released[1].IsZero(), "Stop: the leadership's own bound")
 	})
 }
