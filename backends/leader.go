@@ -27,7 +27,7 @@ type LocalLeader struct {
 }
 
 // TryLeader takes the lock if it is free; release gives it back (once).
-func (l *LocalLeader) TryLeader(ctx context.Context) (release func(), ok bool, err error) {
+func (l *LocalLeader) TryLeader(ctx context.Context) (release func(context.Context), ok bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, fmt.Errorf("trying leadership: %w", err)
 	}
@@ -38,7 +38,7 @@ func (l *LocalLeader) TryLeader(ctx context.Context) (release func(), ok bool, e
 	}
 	l.held = true
 	var once sync.Once
-	return func() {
+	return func(context.Context) {
 		once.Do(func() {
 			l.mu.Lock()
 			l.held = false

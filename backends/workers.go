@@ -81,6 +81,8 @@ type Workers interface {
 	DeleteExpired(ctx context.Context) (int, error)
 
 	// TryLeader tries to become the maintenance leader without blocking.
-	// When ok, release must be called to give leadership up.
-	TryLeader(ctx context.Context) (release func(), ok bool, err error)
+	// When ok, release must be called to give leadership up; its ctx
+	// bounds how long it waits for the database (a shutdown passes its
+	// write deadline), and the leadership ends in any case.
+	TryLeader(ctx context.Context) (release func(ctx context.Context), ok bool, err error)
 }

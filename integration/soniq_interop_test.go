@@ -186,7 +186,7 @@ func TestSoniqInterop(t *testing.T) {
 		var lead struct{ Leader bool }
 		py.run(t, "maintenance_leader", url, nil, &lead)
 		assert.False(t, lead.Leader, "Soniq's maintenance must not run while the sidecar leads")
-		release()
+		release(t.Context())
 		py.run(t, "maintenance_leader", url, nil, &lead)
 		assert.True(t, lead.Leader, "Soniq's maintenance runs once the sidecar released")
 

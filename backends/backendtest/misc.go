@@ -45,15 +45,15 @@ func miscCases() []testCase {
 			release2, ok2, err := s.b.TryLeader(s.ctx)
 			require.NoError(s.t, err)
 			if ok2 {
-				release2()
+				release2(s.ctx)
 			}
 			assert.False(s.t, ok2, "a second leader while the first holds it")
 
-			release()
+			release(s.ctx)
 			release3, ok3, err := s.b.TryLeader(s.ctx)
 			require.NoError(s.t, err)
 			require.True(s.t, ok3, "re-acquire after release")
-			release3()
+			release3(s.ctx)
 		}},
 		{"subscribe/delivers the queue and closes on cancel", func(s *suite) {
 			ctx, cancel := context.WithCancel(s.ctx)

@@ -21,7 +21,7 @@ import (
 // cloud SQL proxy) is never noticed: it would stop stale recovery for the
 // whole fleet. The same shape works through a transaction-mode pooler,
 // where a session lock would stay on whichever server session ran it.
-func (b *Backend) TryLeader(ctx context.Context) (func(), bool, error) {
+func (b *Backend) TryLeader(ctx context.Context) (func(context.Context), bool, error) {
 	return b.tryLeaderTx(ctx)
 }
 
@@ -33,16 +33,23 @@ func (b *Backend) TryLeader(ctx context.Context) (func(), bool, error) {
 // these. Ending the transaction, the client's death (the pooler closes a
 // server session whose client left mid-transaction) or backends.LeaderHoldLimit of
 // idleness frees it, whatever the network between does.
-func (b *Backend) tryLeaderTx(ctx context.Context) (func(), bool, error) {
+//
+// The release rolls back within its ctx and at most 5 s; a rollback that
+// fails closes the session (the server then ends the transaction). The
+// leader's statements run on other sessions, so a shutdown's cut leaves
+// this one idle: over a partition its rollback waited the 5 s past the
+// shutdown's write deadline.
+func (b *Backend) tryLeaderTx(ctx context.Context) (func(context.Context), bool, error) {
 	tx, err := b.pool.Begin(ctx)
 	if err != nil {
 		return nil, false, b.wrap(err, "begin leader transaction")
 	}
-	rollback := func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	rollbackWithin := func(ctx context.Context) {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		_ = tx.Rollback(rctx)
 	}
+	rollback := func() { rollbackWithin(context.WithoutCancel(ctx)) }
 	// SET LOCAL ends with the transaction, so it never leaks to the next
 	// client of the server session.
 	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", backends.LeaderHoldLimit.Milliseconds())); err != nil {
@@ -59,5 +66,5 @@ func (b *Backend) tryLeaderTx(ctx context.Context) (func(), bool, error) {
 		return nil, false, nil
 	}
 	var once sync.Once
-	return func() { once.Do(rollback) }, true, nil
+	return func(ctx context.Context) { once.Do(func() { rollbackWithin(ctx) }) }, true, nil
 }

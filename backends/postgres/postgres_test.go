@@ -321,12 +321,12 @@ func TestTwoInstancesExcludeEachOther(t *testing.T) {
 		_, ok, err = b.TryLeader(ctx)
 		require.NoError(t, err)
 		assert.False(t, ok, "second instance must not lead while the first holds the lock")
-		releaseA()
-		releaseA() // idempotent
+		releaseA(ctx)
+		releaseA(ctx) // idempotent
 		releaseB, ok, err := b.TryLeader(ctx)
 		require.NoError(t, err)
 		require.True(t, ok, "second instance leads once the first released")
-		releaseB()
+		releaseB(ctx)
 	})
 
 	t.Run("claims never overlap", func(t *testing.T) {
@@ -541,7 +541,7 @@ func TestLeaderThroughTransactionPoolerIsExclusiveAndDiesWithItsClient(t *testin
 	var soniq bool
 	require.NoError(t, direct.pool.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", maintenanceLockKey).Scan(&soniq))
 	require.False(t, soniq, "a session-lock holder (a Soniq worker) while a pooled sidecar leads")
-	release()
+	release(ctx)
 
 	// A leader's client dies mid-tenure (its socket closes without a word,
 	// as on SIGKILL): the pooler drops the server session it pinned.
@@ -561,7 +561,7 @@ func TestLeaderThroughTransactionPoolerIsExclusiveAndDiesWithItsClient(t *testin
 		rel, ok, err := a.TryLeader(ctx)
 		require.NoError(t, err)
 		if ok {
-			rel()
+			rel(ctx)
 			got = true
 			break
 		}

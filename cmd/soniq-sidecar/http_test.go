@@ -210,7 +210,7 @@ func TestReadyzNamesAnExhaustedPool(t *testing.T) {
 	warn := h.poolWarning(b)
 	assert.Contains(t, warn, "database pool exhausted since the last probe: 2 acquires waited ")
 	assert.Contains(t, warn, " in total for a free connection (pool of 1, 1 in use now")
-	release()
+	release(t.Context())
 	require.NoError(t, b.Ping(t.Context()))
 	assert.Empty(t, h.poolWarning(b), "no new waits since the last probe")
 }

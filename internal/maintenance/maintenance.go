@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/soniq-dev/soniq-sidecar/backends"
@@ -59,6 +60,9 @@ type Maintainer struct {
 	// warned whether the long refusal was logged; pass alone uses them.
 	refusedSince time.Time
 	warned       bool
+	// releaseBy bounds the wait for the database when a pass gives the
+	// leadership up (StopBy; unix ns, 0: the backend's own bound).
+	releaseBy atomic.Int64
 }
 
 // NewMaintainer prepares a Maintainer; nothing runs before Start.
@@ -73,6 +77,27 @@ func NewMaintainer(cfg MaintainerConfig) *Maintainer {
 		cfg.Recovered = func(int, int) {}
 	}
 	return &Maintainer{cfg: cfg}
+}
+
+// StopBy is Stop for a shutdown whose database work ends at deadline: a
+// pass under way gives the leadership up within it (zero: the backend's
+// own bound).
+func (m *Maintainer) StopBy(deadline time.Time) {
+	if !deadline.IsZero() {
+		m.releaseBy.Store(deadline.UnixNano())
+	}
+	m.Stop()
+}
+
+// release gives the leadership up, within the deadline StopBy set.
+func (m *Maintainer) release(give func(context.Context)) {
+	ctx := context.Background()
+	if ns := m.releaseBy.Load(); ns != 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, time.Unix(0, ns))
+		defer cancel()
+	}
+	give(ctx)
 }
 
 // Start runs a pass now and every Interval until ctx ends or Stop is
@@ -97,7 +122,7 @@ func (m *Maintainer) pass(ctx context.Context) {
 		return
 	}
 	m.refusedSince, m.warned = time.Time{}, false
-	defer release()
+	defer m.release(release)
 	// Logged inside the tenure (after taking, before giving up), so the
 	// logged spans of a fleet never overlap unless two leaders did.
 	start := time.Now()

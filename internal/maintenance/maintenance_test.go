@@ -29,6 +29,7 @@ type fakeBackend struct {
 	leader     bool
 	leaderErr  error
 	released   int
+	releasedBy []time.Time // each release's deadline; zero for none
 	recoverErr error
 	recovered  [2]int // workers, jobs a recovery reports
 	recoveries int
@@ -72,13 +73,19 @@ func (f *fakeBackend) Heartbeat(ctx context.Context, _ string) error {
 	return f.beatErr
 }
 
-func (f *fakeBackend) TryLeader(context.Context) (func(), bool, error) {
+func (f *fakeBackend) TryLeader(context.Context) (func(context.Context), bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.leaderErr != nil || !f.leader {
 		return nil, false, f.leaderErr
 	}
-	return func() { f.mu.Lock(); f.released++; f.mu.Unlock() }, true, nil
+	return func(ctx context.Context) {
+		d, _ := ctx.Deadline()
+		f.mu.Lock()
+		f.released++
+		f.releasedBy = append(f.releasedBy, d)
+		f.mu.Unlock()
+	}, true, nil
 }
 
 func (f *fakeBackend) RecoverStaleWorkers(context.Context, time.Duration, string) (int, int, error) {
@@ -446,6 +453,50 @@ func TestMaintainerPrunesTheClaimLogPastEveryRateWindow(t *testing.T) {
 				wantLogs = []string{"maintenance: leader", tt.wantLog, "maintenance: leadership released"}
 			}
 			assert.Equal(t, wantLogs, logs.messages())
+		})
+	}
+}
+
+// hungBackend's deletion waits for its context, as a statement does over
+// a partition.
+type hungBackend struct{ *fakeBackend }
+
+func (h hungBackend) DeleteExpired(ctx context.Context) (int, error) {
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+// A shutdown stops the maintainer by its write deadline: a pass under way
+// gives the leadership up within it. The leader's statements run on other
+// sessions than its lock's, so the cut leaves the lock's session idle and
+// its rollback waited its own 5 s past the deadline over a partition. Stop
+// sets none (the backend's own bound).
+func TestMaintainerStopByBoundsTheLeadershipsRelease(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		by   bool
+	}{{"StopBy", true}, {"Stop", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := &fakeBackend{leader: true}
+				m := NewMaintainer(MaintainerConfig{Backend: hungBackend{f}, WorkerID: "w", HeartbeatTimeout: time.Minute})
+				m.Start(t.Context())
+				time.Sleep(time.Second) // the first pass hangs in its deletion
+				deadline := time.Now().Add(2 * time.Second)
+				if tc.by {
+					m.StopBy(deadline)
+				} else {
+					m.Stop()
+				}
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				require.Len(t, f.releasedBy, 1, "the pass gave the leadership up once")
+				if tc.by {
+					assert.True(t, f.releasedBy[0].Equal(deadline), "the release's deadline: %v", f.releasedBy[0])
+				} else {
+					assert.True(t, f.releasedBy[0].IsZero(), "no deadline: %v", f.releasedBy[0])
+				}
+			})
 		})
 	}
 }
