@@ -33,6 +33,7 @@ type config struct {
 	out       string
 	work      string // scratch directory (manifests, logs)
 	n         int
+	warm      int // jobs each handler process runs before a throughput run is measured
 	runs      int
 	conc      int         // total concurrency budget
 	procs     int         // handler processes (and Soniq worker processes)
@@ -104,6 +105,7 @@ func main() {
 	flag.StringVar(&c.node, "node", "node", "Node.js for the example SDK handlers")
 	flag.StringVar(&c.out, "out", "docs/benchmarks.md", "report to write")
 	flag.IntVar(&c.n, "n", 20000, "jobs per throughput run")
+	flag.IntVar(&c.warm, "warm", 0, "jobs each handler process of the throughput section's sidecar and SDK-alone rows runs before the run is measured: the handlers' cost per job once their runtime has compiled its hot paths (0: measured from a cold start, as every other row)")
 	flag.IntVar(&c.runs, "runs", 3, "runs of each throughput variant (alternating)")
 	flag.IntVar(&c.conc, "concurrency", 64, "total concurrency budget (jobs in flight), the same for every variant")
 	flag.IntVar(&c.procs, "processes", 2, "handler processes of the sidecar, and Soniq worker processes")

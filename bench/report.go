@@ -44,6 +44,7 @@ type params struct {
 	ThroughputRounds int     `json:"throughput_rounds"`
 	Budget           int     `json:"concurrency_budget"`
 	Processes        int     `json:"processes"`
+	WarmJobs         int     `json:"warm_jobs_per_process,omitempty"`
 	LatencyRate      int     `json:"latency_rate_per_s"`
 	LatencySeconds   float64 `json:"latency_seconds"`
 	LatencyRounds    int     `json:"latency_rounds"`
@@ -100,7 +101,7 @@ func newReport(c *config, d *database) *report {
 		scrub: scrub,
 		Meta:  m,
 		Params: params{
-			JobsPerRun: c.n, SoniqJobsPerRun: c.soniqN, ThroughputRounds: c.runs, Budget: c.conc, Processes: c.procs,
+			JobsPerRun: c.n, SoniqJobsPerRun: c.soniqN, ThroughputRounds: c.runs, Budget: c.conc, Processes: c.procs, WarmJobs: c.warm,
 			LatencyRate: c.latRate, LatencySeconds: c.latSecs, LatencyRounds: c.latRuns,
 			ShutdownRounds: c.shutRuns, ShutdownTimeoutS: c.shutTO.Seconds(), Bound: c.budget.String(),
 			PrioRounds: c.prioRuns, PrioJobs: c.prioJobs, PrioInterval: c.prioInterval.String(), PrioBacklog: c.prioBacklog,
@@ -627,7 +628,13 @@ func (r *report) write(path string) error {
 	w("  CPU per job by the floor's. *Rows per claim*: jobs divided by claim statements, counted as updates of `soniq_workers` (every claim\n")
 	w("  refreshes its worker row; heartbeats add a few).\n")
 	w("- **SDK alone**: one bench handler process (the same no-op handler, concurrency %v) fed job frames from a pipe by the driver, never\n", p.Budget/p.Processes)
-	w("  more in flight than its concurrency, with no sidecar and no database; its CPU per job is the SDK's own cost.\n")
+	w("  more in flight than its concurrency, with no sidecar and no database; its CPU per job is the SDK's own cost. The frames are those\n")
+	w("  the sidecar sends for these jobs (random ids, the deadline, the worker's id, `created_at`), made before the clock starts.\n")
+	if p.WarmJobs > 0 {
+		w("- **Warm handlers** (`-warm %d`): in the throughput section each handler process, alone or under a sidecar, runs %d no-op jobs\n", p.WarmJobs, p.WarmJobs)
+		w("  before its run is measured, so the figures are the cost per job once the runtime has compiled its hot paths; the sidecar's\n")
+		w("  reserve then starts the measured drain sized by the warm-up's decayed rate (smaller claims for its first windows).\n")
+	}
 	w("- **Physical limit** (per SDK): the machine's cores divided by the CPU per job of the floor (Go driver + Postgres, with the\n")
 	w("  index) plus that of the SDK alone: what the cores could do if nothing but the unavoidable work ran. Each variant is given\n")
 	w("  as a fraction of its SDK's limit (the unix rows against the stdio SDK's limit).\n")

@@ -112,7 +112,7 @@ out="${BENCH_OUT:-docs/benchmarks.md}" png="${BENCH_PNG:-docs/benchmarks.png}"
 quick=()
 if [[ -n "${BENCH_QUICK:-}" ]]; then
   out="${BENCH_OUT:-$work/benchmarks.md}" png="${BENCH_PNG:-$work/benchmarks.png}"
-  quick=(-n 400 -soniq-n 100 -runs 1 -latency-seconds 0.5 -latency-runs 1 -shutdown-runs 1 -shutdown-timeout 1s -depths 1000,3000 -sidecars 1,2 -budget 2m
+  quick=(-n 400 -warm 100 -soniq-n 100 -runs 1 -latency-seconds 0.5 -latency-runs 1 -shutdown-runs 1 -shutdown-timeout 1s -depths 1000,3000 -sidecars 1,2 -budget 2m
     -sqlite-n 300 -sqlite-soniq-n 300 -sqlite-soniq-budget-n 20 -sqlite-depths 300,1000 -sqlite-drain 300 -sqlite-window 2s
     -prio-runs 1 -prio-jobs 10 -prio-interval 20ms -prio-backlog 1000
     -peers-n 200 -peers-slow-n 200 -peers-runs 1 -peers-latency-seconds 0.5 -peers-strict
