@@ -38,6 +38,8 @@ type Sizing struct {
 	ahead   time.Duration // claim_ahead; 0 = no reserve
 	maxRows int           // claim_ahead_max
 	rate    float64       // completions per second, smoothed over windows
+	busy    float64       // rate as of the last window with completions; 0 new or forgotten
+	quiet   int           // windows without completions since the last with some
 	n       int           // completions in the current window
 	start   time.Time     // the current window's start; zero before the first completion
 	fleet   int           // sidecars sharing the queues, this one included; 0 = unknown
@@ -59,12 +61,23 @@ func (r *Sizing) Completed(now time.Time) {
 		return
 	}
 	r.roll(now)
+	if r.n == 0 && r.resuming() {
+		// The window restarts with the first completion after the spell, as
+		// a new pool's first does: its count so far is then read over the
+		// time the pool has been back, not over the quiet part of it.
+		r.start = now
+	}
 	r.n++
 }
 
 // roll folds the windows that ended by now into the rate: each halves
 // the weight of what came before, so a rate that changes is followed
-// within a few windows, and a pool gone quiet decays to nothing.
+// within a few windows, and a pool gone quiet decays to nothing. Two
+// windows with enough completions to stand for a rate are taken whole
+// instead: a new pool's first (its count is all it has), and the first
+// one after a quiet spell, up to the rate the pool had before it (a pool
+// back at work is most likely as fast as it was; one that is slower now
+// shows it in that window's count).
 func (r *Sizing) roll(now time.Time) {
 	if r.start.IsZero() {
 		r.start = now
@@ -72,10 +85,27 @@ func (r *Sizing) roll(now time.Time) {
 	}
 	for i := 0; now.Sub(r.start) >= rateWindow; i++ {
 		if i == 16 { // quiet for 4 s: nothing of the old rate is left worth keeping
-			r.rate, r.n, r.start = 0, 0, now
+			r.rate, r.busy, r.quiet, r.n, r.start = 0, 0, 0, 0, now
 			return
 		}
-		r.rate = r.rate/2 + float64(r.n)/rateWindow.Seconds()/2
+		counted := float64(r.n) / rateWindow.Seconds()
+		smoothed := r.rate/2 + counted/2
+		switch {
+		case r.n == 0:
+			r.rate = smoothed
+			r.quiet++
+		case r.n < firstSample: // too few to stand for a rate alone
+			r.rate = smoothed
+		case r.busy == 0: // the first window of a new pool stands for its rate
+			r.rate = counted
+		case r.resuming(): // back to the old rate at most, at once
+			r.rate = max(smoothed, min(counted, r.busy))
+		default:
+			r.rate = smoothed
+		}
+		if r.n > 0 {
+			r.busy, r.quiet = r.rate, 0
+		}
 		r.n = 0
 		r.start = r.start.Add(rateWindow)
 	}
@@ -100,13 +130,35 @@ const firstSample = 16
 // current is the rate to size by at now: the smoothed rate, or, before
 // the first window has ended, what it has counted so far. A pool that
 // starts on a full queue would otherwise claim only its free slots for a
-// whole window, and a fleet of small pools many times over.
+// whole window, and a fleet of small pools many times over. A pool
+// resuming after a quiet spell (its rate decaying, not yet forgotten)
+// likewise sizes by its count so far, up to the rate it had before the
+// spell: a burst a second after the last one would otherwise claim in
+// small batches for several windows, and the count, read over as little
+// as 25 ms, never overstates a bursty pool's rate beyond what its windows
+// measured.
 func (r *Sizing) current(now time.Time) float64 {
-	if r.rate > 0 || r.n < firstSample {
+	if r.n < firstSample {
 		return r.rate
 	}
-	return float64(r.n) / max(now.Sub(r.start), rateWindow/10).Seconds()
+	counted := float64(r.n) / max(now.Sub(r.start), rateWindow/10).Seconds()
+	switch {
+	case r.rate == 0:
+		return counted
+	case r.resuming():
+		return max(r.rate, min(counted, r.busy))
+	default:
+		return r.rate
+	}
 }
+
+// quietSpell is how many windows without a completion make a pool that
+// completes again one resuming: fewer are a bursty pool's gaps, which its
+// smoothed rate already averages.
+const quietSpell = 2
+
+// resuming reports whether the current window follows a quiet spell.
+func (r *Sizing) resuming() bool { return r.quiet >= quietSpell && r.busy > 0 }
 
 // held is the work the reserve is sized to hold: claim_ahead, times the
 // fleet's size while the queue is deep, at most maxHeld (never less than

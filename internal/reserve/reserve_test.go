@@ -216,3 +216,66 @@ func TestReserveFirstWindowSizesByItsCountSoFar(t *testing.T) {
 		})
 	}
 }
+
+// A pool back at work after a quiet spell (half a second or more without a
+// completion, less than the 4 s that forget its rate) sizes its reserve by
+// what it counts again, up to the rate it had, within milliseconds, and
+// takes its first window back whole; a bursty pool's single empty windows
+// are averaged as before, and a pool slower than it was sizes by its new
+// rate.
+func TestReserveResumingAfterAQuietSpellSizesByItsCountAgain(t *testing.T) {
+	const ahead = 100 * time.Millisecond
+	// run completes perSecond jobs a second, 5 ms apart, for d.
+	run := func(r *Sizing, perSecond int, d time.Duration) {
+		for end := time.Now().Add(d); time.Now().Before(end); {
+			for range perSecond / 200 {
+				r.Completed(time.Now())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	for _, tc := range []struct {
+		name       string
+		quiet      time.Duration
+		again      int           // jobs a second after the spell
+		after      time.Duration // of that, before Target is read
+		want, diff int
+	}{
+		// 1,000 jobs/s × 100 ms: 100 rows before the spell.
+		{"a second quiet: 30 ms back", time.Second, 1000, 30 * time.Millisecond, 100, 20},
+		{"a second quiet: its first window taken whole", time.Second, 1000, 300 * time.Millisecond, 100, 10},
+		{"three seconds quiet: 30 ms back", 3 * time.Second, 1000, 30 * time.Millisecond, 100, 20},
+		{"slower than before: its new rate", time.Second, 200, 300 * time.Millisecond, 20, 5},
+		{"faster than before: no more than it had, at first", time.Second, 4000, 30 * time.Millisecond, 100, 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := New(ahead, 500)
+				run(&r, 1000, 2*time.Second)
+				assert.InDelta(t, 100, r.Target(time.Now(), true), 10, "before the spell")
+				time.Sleep(tc.quiet)
+				run(&r, tc.again, tc.after)
+				assert.InDelta(t, tc.want, r.Target(time.Now(), true), float64(tc.diff))
+			})
+		})
+	}
+
+	// One empty window at a time is a bursty pool's gap, not a spell: 40
+	// jobs every other window (80 jobs/s on average) size about 8 rows,
+	// never the 16 of a busy window's count.
+	synctest.Test(t, func(t *testing.T) {
+		r := New(ahead, 500)
+		most := 0
+		for i := range 40 {
+			for range 40 {
+				r.Completed(time.Now())
+			}
+			time.Sleep(rateWindow / 2)
+			if i >= 4 { // past the first windows, which a burst sizes alone (read over 25 ms)
+				most = max(most, r.Target(time.Now(), true))
+			}
+			time.Sleep(3 * rateWindow / 2)
+		}
+		assert.LessOrEqual(t, most, 12, "the smoothed rate, not the busy windows' count")
+	})
+}
