@@ -632,8 +632,9 @@ func (r *report) write(path string) error {
 	w("  the sidecar sends for these jobs (random ids, the deadline, the worker's id, `created_at`), made before the clock starts.\n")
 	if p.WarmJobs > 0 {
 		w("- **Warm handlers** (`-warm %d`): in the throughput section each handler process, alone or under a sidecar, runs %d no-op jobs\n", p.WarmJobs, p.WarmJobs)
-		w("  before its run is measured, so the figures are the cost per job once the runtime has compiled its hot paths; the sidecar's\n")
-		w("  reserve then starts the measured drain sized by the warm-up's decayed rate (smaller claims for its first windows).\n")
+		w("  before its run is measured, so the figures are the cost per job once the runtime has compiled its hot paths. A warm run's\n")
+		w("  claims are counted from the sidecar's `soniq_claim_rows` histogram (the table statistics read otherwise are flushed too late\n")
+		w("  to tell the warm-up's claims from the run's); its sequential scans are not read.\n")
 	}
 	w("- **Physical limit** (per SDK): the machine's cores divided by the CPU per job of the floor (Go driver + Postgres, with the\n")
 	w("  index) plus that of the SDK alone: what the cores could do if nothing but the unavoidable work ran. Each variant is given\n")
