@@ -324,6 +324,21 @@ func Children(pid int) []int {
 	return out
 }
 
+// Descendants lists pid's children, their children and so on, each after
+// its parent.
+func Descendants(pid int) []int {
+	var out []int
+	for next := []int{pid}; len(next) > 0; {
+		var kids []int
+		for _, p := range next {
+			kids = append(kids, Children(p)...)
+		}
+		out = append(out, kids...)
+		next = kids
+	}
+	return out
+}
+
 // TreeCPU is the CPU seconds of pid and of its children: the live ones and
 // those it has reaped. Counting the reaped ones keeps a difference of two
 // readings right when a child exits between them (a database connection

@@ -3,10 +3,12 @@ package proc
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -157,5 +159,32 @@ func TestTreeCPUCountsReapedChildren(t *testing.T) {
 	_, after := TreeCPU(os.Getpid())
 	if got := after - before; got < childCPU.Seconds()/2 {
 		t.Fatalf("children CPU grew by %.2fs after a reaped child used %.2fs", got, childCPU.Seconds())
+	}
+}
+
+// A grandchild is found through its parent, after it.
+func TestDescendantsFindsGrandchildren(t *testing.T) {
+	// sh starts sleep in the background and waits: sh is the child, sleep its child.
+	cmd := exec.Command("sh", "-c", "sleep 30 & echo $!; wait")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var sleepPID int
+	if _, err := fmt.Fscan(out, &sleepPID); err != nil {
+		t.Fatalf("the grandchild's pid: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(sleepPID, syscall.SIGKILL) })
+	got := Descendants(os.Getpid())
+	shAt, sleepAt := slices.Index(got, cmd.Process.Pid), slices.Index(got, sleepPID)
+	if shAt < 0 || sleepAt < 0 || sleepAt < shAt {
+		t.Fatalf("Descendants = %v; want sh %d, then its child sleep %d", got, cmd.Process.Pid, sleepPID)
+	}
+	if kids := Descendants(sleepPID); len(kids) != 0 {
+		t.Fatalf("Descendants of a lone sleep = %v; want none", kids)
 	}
 }
