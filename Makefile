@@ -193,7 +193,7 @@ demo-python: build
 demo-node: build deps-node deps-node-client  # SQLite: better-sqlite3 from sdk/node-client's tree
 	scripts/demo.sh examples/node/manifest.yaml
 
-# The benchmarks: bounded to about 15 minutes; writes docs/benchmarks.md and
+# The benchmarks: about 15 minutes, bounded to 20; writes docs/benchmarks.md and
 # docs/benchmarks.png (its own throw-away Postgres and cached venvs). Not part of `make test`,
 # which runs only bench-smoke below.
 bench: deps-python deps-node  # the unix rows need the gRPC packages

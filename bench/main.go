@@ -114,7 +114,7 @@ func main() {
 	flag.IntVar(&c.latRuns, "latency-runs", 3, "runs of each pickup-latency variant")
 	flag.IntVar(&c.shutRuns, "shutdown-runs", 5, "runs of each shutdown variant")
 	flag.DurationVar(&c.shutTO, "shutdown-timeout", 2*time.Second, "shutdown_timeout for the shutdown runs")
-	flag.DurationVar(&c.budget, "budget", 13*time.Minute+30*time.Second, "wall-time bound of the measuring: later rounds are skipped past it (with the build and the venvs, make bench stays within 15 minutes on 2 cores)")
+	flag.DurationVar(&c.budget, "budget", 20*time.Minute, "wall-time bound of the measuring: later rounds are skipped past it (a full run measures for about 12 to 15 minutes on 2 cores; a slower machine gives up throughput rounds first)")
 	only := flag.String("only", "", "comma-separated variant keys to run (soniq, python-stdio, node-stdio, python-stdio-ahead0, node-stdio-ahead0 (claim_ahead 0), python-unix, node-unix, python-attach, node-attach, ceiling, floor, alone-python, alone-node, and in the peers section also python-stdio-ttl0, node-stdio-ttl0 (result_ttl 0) and the peers graphile-worker, pg-boss, pgqueuer, procrastinate); default all")
 	sections := flag.String("sections", "shutdown,latency,priority,pooler,sqlite,peers,producers,limits,throughput,depth,sharing,fleet", "comma-separated sections to run (fleet: 1 to 128 simulated sidecars sharing one database, in-process, with no handler: Postgres CPU per job and rows per claim; limits: fleet-wide caps against the same jobs unlimited; producers: enqueueing from Node, soniq-client beside pg-boss and graphile-worker, needs -peer-installs for those two; priority: a high-priority job's start delay behind a full reserve; pooler: pickup latency direct and through PgBouncer, needs pgbouncer; sqlite: the embedded SQLite default beside Soniq's worker on SQLite; peers: graphile-worker, pg-boss, PgQueuer and Procrastinate beside the sidecar's stdio rows, needs -peer-installs)")
 	flag.IntVar(&c.soniqN, "soniq-n", 5000, "jobs per throughput run of the Soniq worker (fewer than -n: it is 20-50 times slower, and a shallower queue only flatters it)")
@@ -134,7 +134,7 @@ func main() {
 	peerInstalls := flag.String("peer-installs", "", "where each peer is installed, KEY=PATH separated by commas: the directory holding node_modules for graphile-worker and pg-boss, the virtualenv's python for pgqueuer and procrastinate (bench/run.sh makes them from bench/peers/*)")
 	flag.IntVar(&c.peersN, "peers-n", 10000, "jobs per throughput run of every row of the peers section")
 	flag.IntVar(&c.peersSlowN, "peers-slow-n", 3000, "jobs per throughput run of the peers that fetch one job per statement (Procrastinate): about 10 times slower, it would take most of the section's time at -peers-n")
-	flag.IntVar(&c.peersRuns, "peers-runs", 2, "rounds of the peers section (each row: one start, its latency, then its drain)")
+	flag.IntVar(&c.peersRuns, "peers-runs", 3, "rounds of the peers section (each row: one start, its latency, then its drain)")
 	flag.Float64Var(&c.peersLatSecs, "peers-latency-seconds", 4, "duration of the pickup-latency phase of a peers run (at -latency-rate)")
 	flag.BoolVar(&c.peersStrict, "peers-strict", false, "fail the bench when a run of the peers section fails (bench-smoke: the peers' harnesses must not rot)")
 	flag.IntVar(&c.pgBossLocal, "pgboss-local", 1, "pg-boss: the per-process budget split as localConcurrency × batchSize, this many workers (1 × 32 drained fastest of 1 × 32, 2 × 16, 4 × 8 and 8 × 4 in trials: about 1.7×, 2.5× and 3.5× the others)")
@@ -595,8 +595,9 @@ func numCPU() int { return runtime.NumCPU() }
 func (c *config) reserve() time.Duration {
 	var d time.Duration
 	if c.sections["depth"] || c.sections["sharing"] {
-		// The sharing curve runs twice (default claim_ahead and 0).
-		d = c.budget * 30 / 100
+		// The sharing curve runs twice (default claim_ahead and 0): about
+		// a minute for both sections on 2 cores, twice that on a slow one.
+		d = c.budget * 15 / 100
 	}
 	if c.sections["fleet"] {
 		d += c.fleetTime()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `make bench`: the benchmarks, bounded to about 15 minutes on a
-# 2-core machine. Writes docs/benchmarks.md and docs/benchmarks.png.
+# `make bench`: the benchmarks, about 15 minutes on a 2-core machine
+# (the measuring is bounded to 20). Writes docs/benchmarks.md and docs/benchmarks.png.
 #
 #   bench/run.sh [DRIVER FLAGS...]   # e.g. bench/run.sh -n 2000 -runs 1 (a quick check)
 #   bench/run.sh -sections peers     # the native queues beside the sidecar alone (about 2 minutes)
