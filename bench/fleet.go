@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -438,6 +439,23 @@ func (s *simSidecar) maybeClaim(ctx context.Context, now time.Time) error {
 		s.pending = append(s.pending, simJob{job: j, at: at})
 	}
 	return nil
+}
+
+// behind says which of the points ran below 95 % of the fleet's rate: a
+// simulator short of CPU completes fewer jobs than it was set to, so its
+// reserves size smaller claims and its writers write smaller batches than
+// the rate asks for, and the ratio says more of the machine than of them.
+func (f *fleetResult) behind(ps ...*fleetPoint) string {
+	var out []string
+	for _, p := range ps {
+		if p != nil && p.JobsPerS < 0.95*float64(f.Rate) {
+			out = append(out, fmt.Sprintf("the %d-sidecar point ran %.0f of %d jobs/s", p.Sidecars, p.JobsPerS, f.Rate))
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(out, ", ") + ": the simulated fleet fell behind its rate (short of CPU), so it claimed and wrote in smaller batches than that rate asks for"
 }
 
 // fleetRatio is Postgres' CPU per job at the largest fleet measured over

@@ -49,3 +49,15 @@ func TestFleetRoundsAndRatio(t *testing.T) {
 	x, _, _ := none.ratio()
 	assert.True(t, math.IsNaN(x), "no fleet section")
 }
+
+// A point that ran below 95 % of the fleet's rate is named beside the
+// ratio; points that kept up, or are missing, are not.
+func TestFleetBehindNamesPointsThatFellBehind(t *testing.T) {
+	f := &fleetResult{Rate: 4000}
+	kept := &fleetPoint{Sidecars: 1, JobsPerS: 3813}
+	slow := &fleetPoint{Sidecars: 128, JobsPerS: 3513}
+	assert.Empty(t, f.behind(kept, nil))
+	got := f.behind(slow, kept)
+	assert.Contains(t, got, "the 128-sidecar point ran 3513 of 4000 jobs/s")
+	assert.NotContains(t, got, "1-sidecar")
+}

@@ -358,6 +358,7 @@ func (r *report) evaluate(cores int) {
 		}
 		g.Measured = fmt.Sprintf("%.2f× (%.2f vs %.2f CPU-s per 10,000 jobs; %.0f vs %.0f rows per claim; %.1f vs %.1f jobs per result write)", x,
 			many.PostgresCPU10k, one.PostgresCPU10k, many.RowsPerClaim, one.RowsPerClaim, many.jobsPerWrite(), one.jobsPerWrite())
+		g.Measured += r.Fleet.behind(many, one)
 		g.Met = yes(x <= 1.5 && many.Sidecars == 128)
 	}
 	add(g)
