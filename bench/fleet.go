@@ -442,9 +442,9 @@ func (s *simSidecar) maybeClaim(ctx context.Context, now time.Time) error {
 }
 
 // behind says which of the points ran below 95 % of the fleet's rate: a
-// simulator short of CPU completes fewer jobs than it was set to, so its
-// reserves size smaller claims and its writers write smaller batches than
-// the rate asks for, and the ratio says more of the machine than of them.
+// fleet that completes fewer jobs than it was set to (its simulator short
+// of CPU, or the database slow) sizes smaller reserves and writes smaller
+// batches than the rate asks for, and its ratio is not the rate's.
 func (f *fleetResult) behind(ps ...*fleetPoint) string {
 	var out []string
 	for _, p := range ps {
@@ -455,7 +455,7 @@ func (f *fleetResult) behind(ps ...*fleetPoint) string {
 	if len(out) == 0 {
 		return ""
 	}
-	return "; " + strings.Join(out, ", ") + ": the simulated fleet fell behind its rate (short of CPU), so it claimed and wrote in smaller batches than that rate asks for"
+	return "; " + strings.Join(out, ", ") + ": the simulated fleet fell behind its rate (its simulator short of CPU, or the database slow), so it claimed and wrote in smaller batches than that rate asks for"
 }
 
 // fleetRatio is Postgres' CPU per job at the largest fleet measured over
