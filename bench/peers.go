@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -369,8 +368,9 @@ func (r *peerResult) summarise() {
 
 // rowProcs is a started row: what the measuring needs of it.
 type rowProcs interface {
-	// bulk enqueues n no-op jobs at once; it returns the commit's time.
-	bulk(ctx context.Context, n int) (time.Time, error)
+	// bulk enqueues n no-op jobs at once and returns once they are
+	// committed.
+	bulk(ctx context.Context, n int) error
 	// pids are the processes that run the jobs (not a peer's producer).
 	pids() []int
 	// latency enqueues n latency jobs, rate a second.
@@ -410,7 +410,7 @@ func (b *bench) peerRun(ctx context.Context, r *peerResult, round int) (peerRun,
 	defer rp.stop()
 
 	drain := func(timeout time.Duration) (time.Time, error) { return b.pollDrained(ctx, rp, timeout) }
-	if _, err := rp.bulk(ctx, peerWarmup); err != nil {
+	if err := rp.bulk(ctx, peerWarmup); err != nil {
 		return run, fmt.Errorf("warm-up: %w", err)
 	}
 	if _, err := drain(30 * time.Second); err != nil {
@@ -428,7 +428,7 @@ func (b *bench) peerRun(ctx context.Context, r *peerResult, round int) (peerRun,
 	// Nothing runs a job between the fill's commit and the clock's start.
 	thaw := freeze(rp.pids())
 	defer thaw()
-	if _, err := rp.bulk(ctx, r.N); err != nil {
+	if err := rp.bulk(ctx, r.N); err != nil {
 		return run, fmt.Errorf("fill: %w", err)
 	}
 	if run.AnalyzeCPU, err = b.analyzeTables(ctx, rp.tables()); err != nil {
@@ -561,10 +561,10 @@ func (b *bench) startSidecarRow(ctx context.Context, v variant, tag string) (*si
 	return &sidecarRow{b: b, ws: ws}, nil
 }
 
-func (s *sidecarRow) bulk(ctx context.Context, n int) (time.Time, error) {
+func (s *sidecarRow) bulk(ctx context.Context, n int) error {
 	err := s.b.db.enqueueBulk(ctx, "bench.noop", map[string]any{}, n)
 	s.noop += n
-	return time.Now(), err
+	return err
 }
 
 func (s *sidecarRow) tables() []string { return []string{"soniq_jobs"} }
@@ -803,19 +803,12 @@ func (pr *peerRow) command(line string) error {
 	return nil
 }
 
-func (pr *peerRow) bulk(ctx context.Context, n int) (time.Time, error) {
+func (pr *peerRow) bulk(ctx context.Context, n int) error {
 	if err := pr.command(fmt.Sprintf("noop %d", n)); err != nil {
-		return time.Time{}, err
+		return err
 	}
-	rest, err := pr.expect(ctx, "committed ", 2*time.Minute)
-	if err != nil {
-		return time.Time{}, err
-	}
-	us, err := strconv.ParseInt(rest, 10, 64)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("%s client: commit time %q: %w", pr.p.Key, rest, err)
-	}
-	return time.UnixMicro(us), nil
+	_, err := pr.expect(ctx, "committed ", 2*time.Minute)
+	return err
 }
 
 func (pr *peerRow) latency(ctx context.Context, rate, n int) error {

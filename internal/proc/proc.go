@@ -325,16 +325,27 @@ func Children(pid int) []int {
 }
 
 // Descendants lists pid's children, their children and so on, each after
-// its parent.
+// its parent, from one reading of /proc.
 func Descendants(pid int) []int {
-	var out []int
-	for next := []int{pid}; len(next) > 0; {
-		var kids []int
-		for _, p := range next {
-			kids = append(kids, Children(p)...)
+	ents, _ := os.ReadDir("/proc")
+	kids := map[int][]int{}
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
 		}
-		out = append(out, kids...)
-		next = kids
+		if st, err := ReadStat(n); err == nil {
+			kids[st.PPID] = append(kids[st.PPID], n)
+		}
+	}
+	var out []int
+	for next := kids[pid]; len(next) > 0; {
+		out = append(out, next...)
+		var below []int
+		for _, p := range next {
+			below = append(below, kids[p]...)
+		}
+		next = below
 	}
 	return out
 }
