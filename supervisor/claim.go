@@ -267,8 +267,11 @@ func (l *loop) onClaimed(e claimedEvent) {
 	}
 	if e.ahead > 0 {
 		// A reserve claim is never held back; it ran dry when it found
-		// nothing (rows on their last attempt may have been skipped).
-		pl.claim.full, pl.claim.more = false, len(jobs) > 0
+		// nothing (rows on their last attempt may have been skipped). A
+		// wake-up that came while it was in flight stands: its statement
+		// may have run before that job's commit.
+		pl.claim.full = false
+		pl.claim.more = pl.claim.more || len(jobs) > 0
 	} else {
 		pl.claim.full = len(jobs) == limit
 		if pl.claim.full {
