@@ -32,6 +32,7 @@ type config struct {
 	node      string
 	out       string
 	work      string // scratch directory (manifests, logs)
+	keep      bool   // keep work when the bench ends
 	n         int
 	warm      int // jobs each handler process runs before a throughput run is measured
 	runs      int
@@ -104,6 +105,7 @@ func main() {
 	flag.StringVar(&c.soniq, "soniq", "", "the released Soniq CLI (`soniq`, from a virtualenv with integration/soniq-requirements.txt)")
 	flag.StringVar(&c.node, "node", "node", "Node.js for the example SDK handlers")
 	flag.StringVar(&c.out, "out", "docs/benchmarks.md", "report to write")
+	flag.BoolVar(&c.keep, "keep", false, "keep the scratch directory (every process's log and manifest) and print where it is")
 	flag.IntVar(&c.n, "n", 20000, "jobs per throughput run")
 	flag.IntVar(&c.warm, "warm", 0, "jobs each handler process of the throughput section's sidecar and SDK-alone rows runs before the run is measured: the handlers' cost per job once their runtime has compiled its hot paths (0: measured from a cold start, as every other row)")
 	flag.IntVar(&c.runs, "runs", 3, "runs of each throughput variant (alternating)")
@@ -276,7 +278,11 @@ func run(ctx context.Context, c *config) error {
 	if c.work, err = os.MkdirTemp("", "soniq-bench-"); err != nil {
 		return err
 	}
-	defer os.RemoveAll(c.work)
+	if c.keep {
+		defer logf("logs and manifests kept in %s", c.work)
+	} else {
+		defer os.RemoveAll(c.work)
+	}
 
 	db, err := openDB(ctx, c.dbURL)
 	if err != nil {

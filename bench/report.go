@@ -690,7 +690,7 @@ func (r *report) write(path string) error {
 		w("  enqueue returned, before the commit's time reached the driver), and the driver polls the row's own \"anything queued or running?\" query (2 ms apart at first,\n")
 		w("  then a fiftieth of the time so far, at most 20 ms): the clock stops at the first poll that finds nothing, the same rule for every row,\n")
 		w("  the sidecar's included (at most 2 %% of the drain or 2 ms late). CPU: the row's processes (the sidecar and its handlers, or the\n")
-		w("  peer's workers, children included) and every Postgres process, from /proc, from the\n")
+		w("  peer's workers, children included) and every Postgres process but the one answering the driver's polls, from /proc, from the\n")
 		w("  clock's start to that poll; peak RSS: the sum of the processes' `VmHWM`. Every job must have run exactly once (the workers count them).\n")
 		w("  The Node peers run on the same Node as the Node SDK (%s here), the Python ones on the same Python (%s). graphile-worker 0.18 and\n", r.Meta["node"], r.Meta["python"])
 		w("  pg-boss 12 declare Node 22 or later (their support policy); a run in which one of them does not run every job once fails.\n")
