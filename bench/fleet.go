@@ -232,6 +232,7 @@ func (b *bench) fleetRun(ctx context.Context, n int) (*fleetPoint, error) {
 	}
 	for _, s := range sims {
 		s.sizing.SetFleet(size)
+		s.sizing.SetSlots(s.slots)
 		s.w.SetFleet(size)
 	}
 	runCtx, stop := context.WithCancel(ctx)

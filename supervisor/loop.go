@@ -198,6 +198,7 @@ func newLoop(s *Supervisor, w *completer.Completer, sp *transport.Spawner, wg *s
 			claim: poolClaims{more: true},
 			ahead: poolReserve{sizing: reserve.New(s.cfg.Settings.ClaimAhead, s.cfg.Settings.ClaimAheadMax),
 				shown: [2]int{-1, -1}}} // the reserve's gauges are exported from the first step
+		pl.ahead.sizing.SetSlots(h.Processes * h.Concurrency)
 		for _, j := range h.Jobs {
 			pl.allNames = append(pl.allNames, j.Name)
 			if j.Cancellable {

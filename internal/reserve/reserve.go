@@ -43,6 +43,7 @@ type Sizing struct {
 	n       int           // completions in the current window
 	start   time.Time     // the current window's start; zero before the first completion
 	fleet   int           // sidecars sharing the queues, this one included; 0 = unknown
+	slots   int           // jobs the pool runs at once; 0 = unknown
 	shallow bool          // the last claim got fewer rows than it asked for
 }
 
@@ -77,7 +78,8 @@ func (r *Sizing) Completed(now time.Time) {
 // instead: a new pool's first (its count is all it has), and the first
 // one after a quiet spell, up to the rate the pool had before it (a pool
 // back at work is most likely as fast as it was; one that is slower now
-// shows it in that window's count).
+// shows it in that window's count), or whole when it counted more
+// completions than the pool has slots (see beyondWave).
 func (r *Sizing) roll(now time.Time) {
 	if r.start.IsZero() {
 		r.start = now
@@ -98,6 +100,8 @@ func (r *Sizing) roll(now time.Time) {
 			r.rate = smoothed
 		case r.busy == 0: // the first window of a new pool stands for its rate
 			r.rate = counted
+		case r.resuming() && r.beyondWave():
+			r.rate = max(smoothed, counted)
 		case r.resuming(): // back to the old rate at most, at once
 			r.rate = max(smoothed, min(counted, r.busy))
 		default:
@@ -136,7 +140,10 @@ const firstSample = 16
 // spell: a burst a second after the last one would otherwise claim in
 // small batches for several windows, and the count, read over as little
 // as 25 ms, never overstates a bursty pool's rate beyond what its windows
-// measured.
+// measured. Past one wave of its slots (beyondWave) a count above the rate
+// is taken as it is, spell or not: a pool that trickled at 50 jobs a
+// second and now drains a queue of thousands would otherwise claim in
+// small batches for the rest of the window.
 func (r *Sizing) current(now time.Time) float64 {
 	if r.n < firstSample {
 		return r.rate
@@ -145,6 +152,8 @@ func (r *Sizing) current(now time.Time) float64 {
 	switch {
 	case r.rate == 0:
 		return counted
+	case r.beyondWave():
+		return max(r.rate, counted)
 	case r.resuming():
 		return max(r.rate, min(counted, r.busy))
 	default:
@@ -159,6 +168,16 @@ const quietSpell = 2
 
 // resuming reports whether the current window follows a quiet spell.
 func (r *Sizing) resuming() bool { return r.quiet >= quietSpell && r.busy > 0 }
+
+// beyondWave reports whether the pool has completed more jobs in the
+// current window than it has slots. Up to one per slot, the completions
+// may be a wave: long jobs started together ending together, whose count
+// over a few milliseconds says nothing of the rate to come (reserved for
+// it, rows would wait out their bound and go back). More than that, jobs
+// started within the window have ended too: the pool runs jobs as fast as
+// it counts them, and sizing it by a slower past would claim it in small
+// batches for a whole window.
+func (r *Sizing) beyondWave() bool { return r.slots > 0 && r.n > r.slots }
 
 // held is the work the reserve is sized to hold: claim_ahead, times the
 // fleet's size while the queue is deep, at most maxHeld (never less than
@@ -211,6 +230,11 @@ func (r Sizing) WaitBound() time.Duration {
 	r.shallow = false
 	return max(10*r.ahead, time.Second, 2*r.held())
 }
+
+// SetSlots tells the sizing how many jobs the pool runs at once (every
+// process's concurrency); 0 leaves a resuming pool sized by its old rate
+// at most until its first window ends.
+func (r *Sizing) SetSlots(n int) { r.slots = max(n, 0) }
 
 // SetFleet tells the sizing how many sidecars (this one included) share
 // the pool's queues; 0 or 1 sizes by the sidecar's own rate.

@@ -1,11 +1,13 @@
 package reserve
 
 import (
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Little's law: at a steady rate the reserve holds rate × claim_ahead rows,
@@ -247,10 +249,17 @@ func TestReserveResumingAfterAQuietSpellSizesByItsCountAgain(t *testing.T) {
 		{"three seconds quiet: 30 ms back", 3 * time.Second, 1000, 30 * time.Millisecond, 100, 20},
 		{"slower than before: its new rate", time.Second, 200, 300 * time.Millisecond, 20, 5},
 		{"faster than before: no more than it had, at first", time.Second, 4000, 30 * time.Millisecond, 100, 20},
+		// A pool of 64 slots: 120 completions in 30 ms are more than one
+		// of each, so jobs started after the spell ended too.
+		{"faster than before, past a wave of its slots: its count", time.Second, 4000, 30 * time.Millisecond, 400, 60},
+		{"faster than before, past a wave of its slots: its first window whole", time.Second, 4000, 300 * time.Millisecond, 400, 40},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				r := New(ahead, 500)
+				if strings.Contains(tc.name, "wave") {
+					r.SetSlots(64)
+				}
 				run(&r, 1000, 2*time.Second)
 				assert.InDelta(t, 100, r.Target(time.Now(), true), 10, "before the spell")
 				time.Sleep(tc.quiet)
@@ -259,6 +268,23 @@ func TestReserveResumingAfterAQuietSpellSizesByItsCountAgain(t *testing.T) {
 			})
 		})
 	}
+
+	// Long jobs that started together end together: a wave of as many
+	// completions as the pool has slots, within a millisecond, says nothing
+	// of the rate to come, and the reserve stays at the rate the pool had.
+	synctest.Test(t, func(t *testing.T) {
+		r := New(ahead, 500)
+		r.SetSlots(64)
+		run(&r, 1000, 2*time.Second)
+		time.Sleep(time.Second)
+		for range 64 {
+			r.Completed(time.Now())
+		}
+		time.Sleep(time.Millisecond)
+		assert.InDelta(t, 100, r.Target(time.Now(), true), 10, "a wave of its 64 slots")
+		time.Sleep(rateWindow)
+		assert.LessOrEqual(t, r.Target(time.Now(), true), 110, "its window rolled: the old rate at most")
+	})
 
 	// One empty window at a time is a bursty pool's gap, not a spell: 40
 	// jobs every other window (80 jobs/s on average) size about 8 rows,
@@ -278,4 +304,40 @@ func TestReserveResumingAfterAQuietSpellSizesByItsCountAgain(t *testing.T) {
 		}
 		assert.LessOrEqual(t, most, 12, "the smoothed rate, not the busy windows' count")
 	})
+}
+
+// A pool that trickled and now drains a queue (a backlog filled at once
+// behind a few jobs a second) sizes its reserve by its count as soon as it
+// has completed more jobs in the window than it has slots, with no quiet
+// spell between: sized by the trickle's rate, it claimed little more than
+// its free slots for the rest of the window, a quarter of a second.
+func TestReserveRisesWithinAWindowPastAWaveOfItsSlots(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		slots int
+		want  int
+		diff  float64
+	}{
+		{"past a wave of its 64 slots: its count", 64, 400, 60},
+		{"slots unknown: the trickle's rate until the window ends", 0, 5, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := New(100*time.Millisecond, 500)
+				r.SetSlots(tc.slots)
+				for range 100 { // 50 jobs a second for 2 s
+					r.Completed(time.Now())
+					time.Sleep(20 * time.Millisecond)
+				}
+				require.InDelta(t, 5, r.Target(time.Now(), true), 2, "the trickle")
+				for range 6 { // then 4,000 a second: 20 every 5 ms
+					for range 20 {
+						r.Completed(time.Now())
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				assert.InDelta(t, tc.want, r.Target(time.Now(), true), tc.diff)
+			})
+		})
+	}
 }
