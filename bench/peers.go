@@ -140,7 +140,17 @@ func codeList(xs []string) string {
 func peersTableNote(rows []*peerResult) string {
 	var an, polls []float64
 	analyzed, ttl0 := false, false
+	var perClaim []string
 	for _, t := range rows {
+		var rpc []float64
+		for _, run := range t.Runs {
+			if run.Error == "" && run.RowsPerClaim > 0 {
+				rpc = append(rpc, run.RowsPerClaim)
+			}
+		}
+		if len(rpc) > 0 {
+			perClaim = append(perClaim, fmt.Sprintf("%s %.0f", t.Label, median(rpc)))
+		}
 		for _, run := range t.Runs {
 			if run.Error == "" {
 				an = append(an, run.AnalyzeCPU)
@@ -165,6 +175,10 @@ func peersTableNote(rows []*peerResult) string {
 			"(median %.0f ms a run, at most %.0f) is left out of the Postgres column too: what one poll costs depends on the row's table "+
 			"(one that keeps its finished jobs is scanned further as it drains), and it is the harness's work, not the queue's.",
 			median(polls)*1000, slices.Max(polls)*1000))
+	}
+	if len(perClaim) > 0 {
+		notes = append(notes, "Rows per claim in the drains (jobs over the sidecar's claim statements, from its own `soniq_claim_rows` "+
+			"histogram; median of the rounds): "+strings.Join(perClaim, "; ")+".")
 	}
 	if ttl0 {
 		notes = append(notes, "The sidecar's rows marked `result_ttl: 0` run with that setting in the manifest: each done row is deleted by its "+
@@ -220,19 +234,22 @@ type peerRun struct {
 	Round       int     `json:"round"`
 	JobsPerS    float64 `json:"jobs_per_s"`
 	Seconds     float64 `json:"seconds"`
-	ProcCPU     float64 `json:"processes_cpu_s"`               // the row's processes, children included
-	SidecarCPU  float64 `json:"sidecar_cpu_s,omitempty"`       // sidecar rows: the sidecar alone
-	PostgresCPU float64 `json:"postgres_cpu_s"`                // every server process, from the clock's start (after the ANALYZE)
-	AnalyzeCPU  float64 `json:"analyze_cpu_s"`                 // the ANALYZE after the fill
-	PollCPU     float64 `json:"poll_cpu_s"`                    // the driver's polls during the drain (left out of PostgresCPU)
-	RSSKB       int     `json:"peak_rss_kb"`                   // sum of the row's processes' peak RSS
-	SidecarKB   int     `json:"sidecar_peak_rss_kb,omitempty"` // sidecar rows: the sidecar alone
-	LatencyN    int     `json:"latency_n"`
-	P50         float64 `json:"p50_ms"`
-	P95         float64 `json:"p95_ms"`
-	P99         float64 `json:"p99_ms"`
-	Max         float64 `json:"max_ms"`
-	Error       string  `json:"error,omitempty"`
+	ProcCPU     float64 `json:"processes_cpu_s"`         // the row's processes, children included
+	SidecarCPU  float64 `json:"sidecar_cpu_s,omitempty"` // sidecar rows: the sidecar alone
+	PostgresCPU float64 `json:"postgres_cpu_s"`          // every server process, from the clock's start (after the ANALYZE)
+	AnalyzeCPU  float64 `json:"analyze_cpu_s"`           // the ANALYZE after the fill
+	PollCPU     float64 `json:"poll_cpu_s"`              // the driver's polls during the drain (left out of PostgresCPU)
+	// RowsPerClaim: the sidecar's rows, the drain's jobs per claim
+	// statement (its own count; empty claims included).
+	RowsPerClaim float64 `json:"rows_per_claim,omitempty"`
+	RSSKB        int     `json:"peak_rss_kb"`                   // sum of the row's processes' peak RSS
+	SidecarKB    int     `json:"sidecar_peak_rss_kb,omitempty"` // sidecar rows: the sidecar alone
+	LatencyN     int     `json:"latency_n"`
+	P50          float64 `json:"p50_ms"`
+	P95          float64 `json:"p95_ms"`
+	P99          float64 `json:"p99_ms"`
+	Max          float64 `json:"max_ms"`
+	Error        string  `json:"error,omitempty"`
 }
 
 // peerWarmup jobs run before anything is measured in a start.
@@ -312,8 +329,8 @@ func (b *bench) peersSection(ctx context.Context) error {
 					return fmt.Errorf("peers: %s round %d: %w", r.Key, round+1, err)
 				}
 			} else {
-				logf("peers %s round %d: %.0f jobs/s (%.2fs), latency p50 %.2f p99 %.2f ms, CPU %.2f + Postgres %.2f s (the driver's polls %.3f s more), RSS %.0f MiB",
-					r.Key, round+1, run.JobsPerS, run.Seconds, run.P50, run.P99, run.ProcCPU, run.PostgresCPU, run.PollCPU, float64(run.RSSKB)/1024)
+				logf("peers %s round %d: %.0f jobs/s (%.2fs), latency p50 %.2f p99 %.2f ms, CPU %.2f + Postgres %.2f s (the driver's polls %.3f s more), RSS %.0f MiB%s",
+					r.Key, round+1, run.JobsPerS, run.Seconds, run.P50, run.P99, run.ProcCPU, run.PostgresCPU, run.PollCPU, float64(run.RSSKB)/1024, rowsPerClaimNote(run.RowsPerClaim))
 			}
 			r.Runs = append(r.Runs, run)
 		}
@@ -436,6 +453,13 @@ func (b *bench) peerRun(ctx context.Context, r *peerResult, round int) (peerRun,
 		return run, fmt.Errorf("latency: %w", err)
 	}
 
+	sr, isSidecar := rp.(*sidecarRow)
+	var claims0 float64
+	if isSidecar {
+		if claims0, err = sr.claims(ctx); err != nil {
+			return run, err
+		}
+	}
 	// Nothing runs a job between the fill's commit and the clock's start.
 	thaw := freeze(rp.pids())
 	defer thaw()
@@ -454,6 +478,15 @@ func (b *bench) peerRun(ctx context.Context, r *peerResult, round int) (peerRun,
 	}
 	cpu1, sc1 := rp.cpu()
 	run.PollCPU = pollCPU
+	if isSidecar {
+		claims1, err := sr.claims(ctx)
+		if err != nil {
+			return run, err
+		}
+		if claims1 > claims0 {
+			run.RowsPerClaim = float64(r.N) / (claims1 - claims0)
+		}
+	}
 	run.PostgresCPU = b.db.serverCPU() - pg0 - pollCPU
 	run.ProcCPU, run.SidecarCPU = cpu1-cpu0, sc1-sc0
 	run.RSSKB, run.SidecarKB = rp.rss()
@@ -581,6 +614,9 @@ func ttl0Variant(sdk string) variant {
 type sidecarRow struct {
 	b  *bench
 	ws *workers
+	// metrics is where the sidecar serves /metrics: its claims are
+	// counted from its own histogram.
+	metrics string
 	// noop is how many no-op jobs were enqueued: with result_ttl 0 no
 	// row is left to count, so every row gone means every job done.
 	noop int
@@ -590,11 +626,24 @@ func (b *bench) startSidecarRow(ctx context.Context, v variant, tag string) (*si
 	if err := b.db.reset(ctx, true); err != nil {
 		return nil, err
 	}
+	var err error
+	if v.metricsAddr, err = freeAddr(); err != nil {
+		return nil, err
+	}
 	ws, err := b.startVariant(ctx, v, tag, nil)
 	if err != nil {
 		return nil, err
 	}
-	return &sidecarRow{b: b, ws: ws}, nil
+	return &sidecarRow{b: b, ws: ws, metrics: v.metricsAddr}, nil
+}
+
+// claims is how many claim statements the sidecar has made.
+func (s *sidecarRow) claims(ctx context.Context) (float64, error) {
+	n, err := scrapeGauges(ctx, s.metrics, "soniq_claim_rows_count")
+	if err != nil {
+		return 0, fmt.Errorf("read the sidecar's claims: %w", err)
+	}
+	return n[0], nil
 }
 
 func (s *sidecarRow) bulk(ctx context.Context, n int) error {
@@ -988,4 +1037,12 @@ func freeze(pids []int) (thaw func()) {
 			_ = syscall.Kill(pid, syscall.SIGCONT)
 		}
 	}
+}
+
+// rowsPerClaimNote is a run's rows per claim for its log line, if counted.
+func rowsPerClaimNote(v float64) string {
+	if v == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %.0f rows per claim", v)
 }
