@@ -232,8 +232,8 @@ func (r Sizing) WaitBound() time.Duration {
 }
 
 // SetSlots tells the sizing how many jobs the pool runs at once (every
-// process's concurrency); 0 leaves a resuming pool sized by its old rate
-// at most until its first window ends.
+// process's concurrency). 0 (unknown) never lets a window's count outrun
+// the rate before the window ends, but for a new pool's first.
 func (r *Sizing) SetSlots(n int) { r.slots = max(n, 0) }
 
 // SetFleet tells the sizing how many sidecars (this one included) share
