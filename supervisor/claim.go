@@ -261,6 +261,12 @@ func (l *loop) onClaimed(e claimedEvent) {
 		// A claim with no free slot asks no cap anything: what the last
 		// one with slots found still holds.
 		pl.claim.capped = e.capped
+		if e.capped && l.writer.Written() > e.writtenAt {
+			// A write that landed while it was in flight may have freed a
+			// slot it counted as taken, and onWritten, which claims again
+			// for a capped scope, ran before the scope was known capped.
+			pl.claim.more = true
+		}
 	}
 	if e.rated {
 		l.retryRated(pl)

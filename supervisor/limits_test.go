@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -195,6 +196,66 @@ func TestSidecarsThatAgreeOnAKeyedScopeSayNothing(t *testing.T) {
 			}
 		}
 		assert.Equal(t, "args.tenant", mine["async.sleep"].Key, "the key path is published")
+		w.sup.Shutdown()
+		require.NoError(t, <-w.runErr)
+	})
+}
+
+// capWhileWritten is the backend with, once armed, a capped claim that
+// comes back only after the job holding the cap was written: the write
+// reaches the loop while the claim that counted its slot is in flight.
+type capWhileWritten struct {
+	backends.Backend
+	w      *fakeWorld
+	holder string       // the job holding the cap
+	armed  bool         // set before the claim's goroutine exists; then only its
+	done   atomic.Int64 // when the holder was seen done (unix ns)
+}
+
+func (c *capWhileWritten) Claim(ctx context.Context, p backends.ClaimParams) ([]backends.Job, error) {
+	capped := false
+	if report := p.Report; report != nil {
+		p.Report = func(ds []backends.Deferral) { capped = true; report(ds) }
+	}
+	jobs, err := c.Backend.Claim(ctx, p)
+	if err == nil && capped && c.armed {
+		c.armed = false
+		for c.w.job(c.holder).Status != backends.StatusDone {
+			time.Sleep(time.Millisecond)
+		}
+		c.done.Store(time.Now().UnixNano())
+		time.Sleep(time.Millisecond) // the write's event is handled first
+	}
+	return jobs, err
+}
+
+// A claim held back by a concurrency cap that counted a slot whose job was
+// written while the claim was in flight claims again at once: the write
+// came before the claim's answer said the scope was capped. Before, the
+// queued job waited for the next poll.
+func TestCappedClaimAnsweredAfterTheWriteThatFreedItsSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := aheadSettings(0)
+		s.PollInterval = time.Minute
+		w := newFakeWorld(t, s, 8, 4, nil)
+		w.sup.cfg.Manifest.Handlers[0].Jobs[0].Limit = &config.Limit{Scope: "async.sleep", Concurrency: 1, Line: 1}
+		holder := w.enqueue("async.sleep", 0.5)
+		cw := &capWhileWritten{Backend: w.sup.cfg.Backend, w: w, holder: holder, armed: true}
+		w.sup.cfg.Backend = cw
+		w.run(1)
+		next := w.enqueue("async.sleep", 0.01) // its wake-up's claim finds the cap full
+		w.waitFor(10*time.Second, "the holder done", func() bool { return cw.done.Load() != 0 })
+		w.waitFor(2*time.Minute, "the next job started", func() bool { return w.job(next).Attempts > 0 })
+		var started time.Time
+		w.mu.Lock()
+		for _, r := range w.runs {
+			if r.id == next {
+				started = r.at
+			}
+		}
+		w.mu.Unlock()
+		wait := started.Sub(time.Unix(0, cw.done.Load()))
+		assert.Less(t, wait, 100*time.Millisecond, "started %s after the slot's write, not at the poll", wait)
 		w.sup.Shutdown()
 		require.NoError(t, <-w.runErr)
 	})
