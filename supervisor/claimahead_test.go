@@ -265,17 +265,22 @@ func TestClaimAheadWakeDuringAnEmptyReserveClaim(t *testing.T) {
 		w.waitFor(10*time.Second, "the job enqueued during that claim", func() bool {
 			return w.job(id).Status == backends.StatusDone
 		})
-		var started time.Time
-		w.mu.Lock()
-		for _, r := range w.runs {
-			if r.id == id {
-				started = r.at
-			}
-		}
-		w.mu.Unlock()
-		wait := started.Sub(e.at.Load().(time.Time))
+		wait := w.startedAt(id).Sub(e.at.Load().(time.Time))
 		assert.Less(t, wait, 100*time.Millisecond, "started %s after its enqueue, not at the next poll", wait)
 		w.sup.Shutdown()
 		w.wait()
 	})
+}
+
+// startedAt is when the fake handler last received job id (zero if never).
+func (w *fakeWorld) startedAt(id string) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var at time.Time
+	for _, r := range w.runs {
+		if r.id == id {
+			at = r.at
+		}
+	}
+	return at
 }

@@ -246,15 +246,7 @@ func TestCappedClaimAnsweredAfterTheWriteThatFreedItsSlot(t *testing.T) {
 		next := w.enqueue("async.sleep", 0.01) // its wake-up's claim finds the cap full
 		w.waitFor(10*time.Second, "the holder done", func() bool { return cw.done.Load() != 0 })
 		w.waitFor(2*time.Minute, "the next job started", func() bool { return w.job(next).Attempts > 0 })
-		var started time.Time
-		w.mu.Lock()
-		for _, r := range w.runs {
-			if r.id == next {
-				started = r.at
-			}
-		}
-		w.mu.Unlock()
-		wait := started.Sub(time.Unix(0, cw.done.Load()))
+		wait := w.startedAt(next).Sub(time.Unix(0, cw.done.Load()))
 		assert.Less(t, wait, 100*time.Millisecond, "started %s after the slot's write, not at the poll", wait)
 		w.sup.Shutdown()
 		require.NoError(t, <-w.runErr)
