@@ -277,3 +277,37 @@ func (d *database) seqScans(ctx context.Context) (int64, error) {
 	err := d.pool.QueryRow(ctx, `SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'soniq_jobs'`).Scan(&n)
 	return n, err
 }
+
+// meteredConn is a connection of the pool with its server process's CPU
+// read from when it was acquired: the driver's own statements (an ANALYZE,
+// the drain polls) are then left out of what a row is charged.
+type meteredConn struct {
+	*pgxpool.Conn
+	pid  int
+	cpu0 float64
+	on   bool // the server is on this machine
+}
+
+// metered acquires a meteredConn; release it when done.
+func (d *database) metered(ctx context.Context) (*meteredConn, error) {
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m := &meteredConn{Conn: conn, on: d.postmaster != 0}
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&m.pid); err != nil {
+		conn.Release()
+		return nil, err
+	}
+	m.cpu0 = proc.CPU(m.pid)
+	return m, nil
+}
+
+// spent is the CPU seconds its server process used since it was acquired
+// (0 when the server is not on this machine).
+func (m *meteredConn) spent() float64 {
+	if !m.on {
+		return 0
+	}
+	return proc.CPU(m.pid) - m.cpu0
+}

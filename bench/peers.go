@@ -144,18 +144,17 @@ func peersTableNote(rows []*peerResult) string {
 	for _, t := range rows {
 		var rpc []float64
 		for _, run := range t.Runs {
-			if run.Error == "" && run.RowsPerClaim > 0 {
+			if run.Error != "" {
+				continue
+			}
+			an = append(an, run.AnalyzeCPU)
+			polls = append(polls, run.PollCPU)
+			if run.RowsPerClaim > 0 {
 				rpc = append(rpc, run.RowsPerClaim)
 			}
 		}
 		if len(rpc) > 0 {
 			perClaim = append(perClaim, fmt.Sprintf("%s %.0f", t.Label, median(rpc)))
-		}
-		for _, run := range t.Runs {
-			if run.Error == "" {
-				an = append(an, run.AnalyzeCPU)
-				polls = append(polls, run.PollCPU)
-			}
 		}
 		analyzed = analyzed || t.Analyzed
 		ttl0 = ttl0 || strings.HasSuffix(t.Key, "-ttl0")
@@ -525,24 +524,16 @@ func (b *bench) peerRun(ctx context.Context, r *peerResult, round int) (peerRun,
 // it skips, and stalled). Its own CPU is left out of the row's Postgres
 // CPU: it is the harness's work, not the queue's.
 func (b *bench) analyzeTables(ctx context.Context, tables []string) (float64, error) {
-	conn, err := b.db.pool.Acquire(ctx)
+	conn, err := b.db.metered(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("analyze: %w", err)
 	}
 	defer conn.Release()
-	var pid int
-	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-		return 0, fmt.Errorf("analyze: %w", err)
-	}
-	cpu0 := proc.CPU(pid)
 	q := "ANALYZE " + strings.Join(tables, ", ")
 	if _, err := conn.Exec(ctx, q); err != nil {
 		return 0, fmt.Errorf("%s: %w", q, err)
 	}
-	if b.db.postmaster == 0 {
-		return 0, nil
-	}
-	return proc.CPU(pid) - cpu0, nil
+	return conn.spent(), nil
 }
 
 // pollDrained polls the row's open query and returns when the poll that
@@ -558,22 +549,12 @@ func (b *bench) analyzeTables(ctx context.Context, tables []string) (float64, er
 // row's table (a queue that keeps its finished jobs makes a scan of it
 // longer as it drains).
 func (b *bench) pollDrained(ctx context.Context, rp rowProcs, timeout time.Duration) (time.Time, float64, error) {
-	conn, err := b.db.pool.Acquire(ctx)
+	conn, err := b.db.metered(ctx)
 	if err != nil {
 		return time.Time{}, 0, fmt.Errorf("poll: %w", err)
 	}
 	defer conn.Release()
-	var pid int
-	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-		return time.Time{}, 0, fmt.Errorf("poll: %w", err)
-	}
-	cpu0 := proc.CPU(pid)
-	spent := func() float64 {
-		if b.db.postmaster == 0 {
-			return 0
-		}
-		return proc.CPU(pid) - cpu0
-	}
+	spent := conn.spent
 	q := rp.openQuery()
 	begin := time.Now()
 	deadline := begin.Add(timeout)
