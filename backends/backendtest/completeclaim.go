@@ -46,6 +46,18 @@ func completeClaimCases() []testCase {
 			require.NotNil(s.t, retried.LastError)
 			assert.Equal(s.t, "boom", *retried.LastError)
 		}},
+		{"complete and claim/with no completions it is the claim alone", func(s *suite) {
+			cc := s.completeClaimer()
+			w := s.worker()
+			a := s.enqueueNamed("cc.alone")
+			applied, jobs, claimErr, err := cc.CompleteAndClaim(s.ctx, w, nil, backends.ClaimParams{WorkerID: w, Names: []string{"cc.alone"}, Limit: 5})
+			require.NoError(s.t, err)
+			require.NoError(s.t, claimErr)
+			assert.Empty(s.t, applied)
+			require.Len(s.t, jobs, 1)
+			assert.Equal(s.t, a.ID, jobs[0].ID)
+			assert.Equal(s.t, backends.StatusProcessing, s.get(a.ID).Status)
+		}},
 		{"complete and claim/the guards hold: a row another worker took is not written, the claim still runs", func(s *suite) {
 			cc := s.completeClaimer()
 			w, other := s.worker(), s.worker()

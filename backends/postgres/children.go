@@ -148,7 +148,18 @@ func (k *childBatch) queueStatements(queue func(sql string, args ...any), worker
 	kids := []any{k.parent, k.id, k.name, k.args, k.hash, k.maxAttempts, k.priority, k.queue, k.unique,
 		k.dedup, k.delay, k.producer, notifyChannel, k.parentAt}
 	if len(k.keptIDs) > 0 {
-		queue(`WITH done AS (
+		queue(childKeptStatement, append([]any{k.keptIDs, k.keptResults, k.keptValid, k.keptTTLs, k.keptAt, workerID}, kids...)...)
+	}
+	if len(k.deletedIDs) > 0 {
+		queue(childDeletedStatement, append([]any{k.deletedIDs, k.deletedAt, workerID}, kids...)...)
+	}
+}
+
+// The done writes that carry children: the row's write, then its children
+// (childTail). Their rows are found and paired with their arrays as the
+// other guarded writes' are (doneStatement).
+var (
+	childKeptStatement = `WITH done AS (
 	UPDATE soniq_jobs j
 	SET status = 'done',
 	    result = CASE WHEN u.has_result THEN u.result::jsonb ELSE j.result END,
@@ -157,14 +168,11 @@ func (k *childBatch) queueStatements(queue func(sql string, args ...any), worker
 	FROM unnest($1::uuid[], $2::text[], $3::bool[], $4::float8[], $5::int4[]) AS u(id, result, has_result, ttl, attempts)
 	WHERE j.id = ANY($1::uuid[]) AND j.id = u.id AND (j.status = 'processing' AND j.worker_id = $6::uuid AND j.attempts = u.attempts) IS TRUE
 	RETURNING j.id, j.attempts
-)`+childTail(7), append([]any{k.keptIDs, k.keptResults, k.keptValid, k.keptTTLs, k.keptAt, workerID}, kids...)...)
-	}
-	if len(k.deletedIDs) > 0 {
-		queue(`WITH done AS (
+)` + childTail(7)
+	childDeletedStatement = `WITH done AS (
 	DELETE FROM soniq_jobs j
 	USING unnest($1::uuid[], $2::int4[]) AS d(id, attempts)
-	WHERE j.id = d.id AND (j.status = 'processing' AND j.worker_id = $3::uuid AND j.attempts = d.attempts) IS TRUE
+	WHERE j.id = ANY($1::uuid[]) AND j.id = d.id AND (j.status = 'processing' AND j.worker_id = $3::uuid AND j.attempts = d.attempts) IS TRUE
 	RETURNING j.id, j.attempts
-)`+childTail(4), append([]any{k.deletedIDs, k.deletedAt, workerID}, kids...)...)
-	}
-}
+)` + childTail(4)
+)

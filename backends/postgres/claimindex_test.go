@@ -135,11 +135,17 @@ func TestClaimPlanIgnoresStaleStatistics(t *testing.T) {
 // planner settings every claim sets first.
 func explainAsClaimed(t *testing.T, b *Backend, sql string, args []any) string {
 	t.Helper()
+	return explainUnder(t, b, claimPlannerHints, sql, args)
+}
+
+// explainUnder is the plan of sql after the planner settings hints.
+func explainUnder(t *testing.T, b *Backend, hints, sql string, args []any) string {
+	t.Helper()
 	ctx := t.Context()
 	tx, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	_, err = tx.Exec(ctx, claimPlannerHints)
+	_, err = tx.Exec(ctx, hints)
 	require.NoError(t, err)
 	rows, err := tx.Query(ctx, `EXPLAIN `+sql, args...)
 	require.NoError(t, err)
@@ -213,7 +219,7 @@ func TestResultWritePlansMadeOnAnEmptyQueueUpdateByPrimaryKey(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, batch.QueuedQueries)
 	for i, q := range batch.QueuedQueries {
-		plan := explainAsClaimed(t, b, q.SQL, q.Arguments)
+		plan := explainUnder(t, b, writePlannerHints, q.SQL, q.Arguments)
 		if !strings.Contains(plan, "soniq_jobs") || strings.HasPrefix(q.SQL, "SELECT set_config") {
 			continue
 		}

@@ -20,13 +20,13 @@ func (b *Backend) Complete(ctx context.Context, workerID string, cs []backends.C
 		return nil, nil
 	}
 	batch := &pgx.Batch{}
-	// As for Claim: with stale statistics the planner hashes the whole
-	// table, or walks every row this worker ever ran through
-	// idx_soniq_jobs_worker_id, to join a few hundred ids. Primary-key
-	// lookups are what these statements need whatever the estimates say,
-	// so the guards are written as one IS TRUE expression (the same rows
-	// pass: a NULL is not TRUE either), which no other index can serve.
-	batch.Queue(claimPlannerHints)
+	// As for Claim: with stale statistics the planner walks every row this
+	// worker ever ran through idx_soniq_jobs_worker_id to find a few
+	// hundred ids. Primary-key lookups are what these statements need
+	// whatever the estimates say, so the guards are written as one IS TRUE
+	// expression (the same rows pass: a NULL is not TRUE either), which no
+	// other index can serve.
+	batch.Queue(writePlannerHints)
 	applied, err := queueCompletions(batch, workerID, cs)
 	if err != nil {
 		return nil, err
@@ -74,9 +74,15 @@ func (b *Backend) completeAndClaim(ctx context.Context, workerID string, cs []ba
 		return nil, nil, nil, err
 	}
 	claimed.queueStatement(batch)
-	report, err := queueCompletions(batch, workerID, cs)
-	if err != nil {
-		return nil, nil, nil, err
+	report := func() []string { return nil }
+	if len(cs) > 0 {
+		batch.Queue(hashJoinsOn)
+		if report, err = queueCompletions(batch, workerID, cs); err != nil {
+			return nil, nil, nil, err
+		}
+		if claimed.plan != nil {
+			batch.Queue(hashJoinsOff)
+		}
 	}
 	if claimed.plan != nil {
 		b.queueNextWalks(batch, p, *claimed.plan)
@@ -210,68 +216,19 @@ func queueCompletions(batch *pgx.Batch, workerID string, cs []backends.Completio
 		batch.Queue(sql, args...).Query(collect)
 	}
 	if len(doneIDs) > 0 {
-		// Results arrive as text and are cast, so an invalid JSON result
-		// fails loudly instead of being stored mangled.
-		queue(`UPDATE soniq_jobs j
-	SET status = 'done',
-	    result = CASE WHEN u.has_result THEN u.result::jsonb ELSE j.result END,
-	    expires_at = now() + make_interval(secs => u.ttl),
-	    updated_at = now()
-	FROM unnest($1::uuid[], $2::text[], $3::bool[], $4::float8[], $6::int4[]) AS u(id, result, has_result, ttl, attempts)
-	WHERE j.id = ANY($1::uuid[]) AND j.id = u.id AND (j.status = 'processing' AND j.worker_id = $5::uuid AND j.attempts = u.attempts) IS TRUE
-	RETURNING j.id`, doneIDs, doneResults, doneResultValid, doneTTLs, workerID, doneAt)
+		queue(doneStatement, doneIDs, doneResults, doneResultValid, doneTTLs, workerID, doneAt)
 	}
 	if len(deleteIDs) > 0 {
-		queue(`DELETE FROM soniq_jobs j USING unnest($1::uuid[], $3::int4[]) AS u(id, attempts)
-	WHERE j.id = ANY($1::uuid[]) AND j.id = u.id AND (j.status = 'processing' AND j.worker_id = $2::uuid AND j.attempts = u.attempts) IS TRUE
-	RETURNING j.id`, deleteIDs, workerID, deleteAt)
+		queue(deleteStatement, deleteIDs, workerID, deleteAt)
 	}
 	if len(retryIDs) > 0 {
-		queue(`UPDATE soniq_jobs j
-	SET status = 'queued',
-	    last_error = u.err,
-	    scheduled_at = CASE WHEN u.delay > 0 THEN now() + make_interval(secs => u.delay) END,
-	    worker_id = NULL,
-	    updated_at = now()
-	FROM unnest($1::uuid[], $2::text[], $3::float8[], $5::int4[]) AS u(id, err, delay, attempts)
-	WHERE j.id = ANY($1::uuid[]) AND j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid AND j.attempts = u.attempts) IS TRUE
-	RETURNING j.id`, retryIDs, retryErrs, retryDelays, workerID, retryAt)
+		queue(retryStatement, retryIDs, retryErrs, retryDelays, workerID, retryAt)
 	}
 	if len(snoozeIDs) > 0 {
-		queue(`UPDATE soniq_jobs j
-	SET status = 'queued',
-	    attempts = GREATEST(COALESCE(j.attempts, 0) - 1, 0),
-	    last_error = u.err,
-	    scheduled_at = now() + make_interval(secs => u.delay),
-	    worker_id = NULL,
-	    updated_at = now()
-	FROM unnest($1::uuid[], $2::text[], $3::float8[], $5::int4[]) AS u(id, err, delay, attempts)
-	WHERE j.id = ANY($1::uuid[]) AND j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid AND j.attempts = u.attempts) IS TRUE
-	RETURNING j.id`, snoozeIDs, snoozeErrs, snoozeDelays, workerID, snoozeAt)
+		queue(snoozeStatement, snoozeIDs, snoozeErrs, snoozeDelays, workerID, snoozeAt)
 	}
 	if len(deadIDs) > 0 {
-		// The delete and the insert are one statement, so the move is
-		// atomic without an explicit transaction. Columns Soniq's jobs
-		// table leaves nullable are NOT NULL in the dead-letter table,
-		// hence the defaults.
-		queue(`WITH u AS (
-	SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $5::int4[]) AS u(id, err, reason, attempts)
-), moved AS (
-	DELETE FROM soniq_jobs j USING u
-	WHERE j.id = ANY($1::uuid[]) AND j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid AND j.attempts = u.attempts) IS TRUE
-	RETURNING j.id, j.job_name, j.args, j.queue, j.priority, j.max_attempts, j.attempts,
-	          j.created_at, u.err, u.reason
-)
-INSERT INTO soniq_dead_letter_jobs (id, job_name, args, queue, priority, max_attempts, attempts,
-	last_error, dead_letter_reason, original_created_at, moved_to_dead_letter_at, tags)
-SELECT id, job_name, args, COALESCE(queue, 'default'), COALESCE(priority, 100),
-	COALESCE(max_attempts, 3), COALESCE(attempts, 0), err, reason, COALESCE(created_at, now()), now(), NULL
-FROM moved
-ON CONFLICT (id) DO UPDATE SET
-	attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
-	dead_letter_reason = EXCLUDED.dead_letter_reason,
-	moved_to_dead_letter_at = EXCLUDED.moved_to_dead_letter_at
-RETURNING id::uuid`, deadIDs, deadErrs, deadReasons, workerID, deadAt)
+		queue(deadStatement, deadIDs, deadErrs, deadReasons, workerID, deadAt)
 	}
 	if len(cancelIDs) > 0 {
 		queue(cancelStatement, cancelIDs, workerID, cancelAt)
@@ -292,6 +249,75 @@ RETURNING id::uuid`, deadIDs, deadErrs, deadReasons, workerID, deadAt)
 		return out
 	}, nil
 }
+
+// The guarded writes of queueCompletions. Each reads its rows through the
+// primary key (j.id = ANY($1)) and pairs them with its arrays by a hash
+// join (writePlannerHints), on a plan made once per connection.
+// TestGuardedWritesPairTheirRowsByHash holds every one of them to that plan.
+const (
+	// doneStatement writes done rows that keep their result. Results arrive as
+	// text and are cast, so an invalid JSON result fails loudly instead of
+	// being stored mangled.
+	doneStatement = `UPDATE soniq_jobs j
+	SET status = 'done',
+	    result = CASE WHEN u.has_result THEN u.result::jsonb ELSE j.result END,
+	    expires_at = now() + make_interval(secs => u.ttl),
+	    updated_at = now()
+	FROM unnest($1::uuid[], $2::text[], $3::bool[], $4::float8[], $6::int4[]) AS u(id, result, has_result, ttl, attempts)
+	WHERE j.id = ANY($1::uuid[]) AND j.id = u.id AND (j.status = 'processing' AND j.worker_id = $5::uuid AND j.attempts = u.attempts) IS TRUE
+	RETURNING j.id`
+
+	// deleteStatement deletes done rows (result_ttl 0).
+	deleteStatement = `DELETE FROM soniq_jobs j USING unnest($1::uuid[], $3::int4[]) AS u(id, attempts)
+	WHERE j.id = ANY($1::uuid[]) AND j.id = u.id AND (j.status = 'processing' AND j.worker_id = $2::uuid AND j.attempts = u.attempts) IS TRUE
+	RETURNING j.id`
+
+	// retryStatement puts rows back to queued with their error and delay.
+	retryStatement = `UPDATE soniq_jobs j
+	SET status = 'queued',
+	    last_error = u.err,
+	    scheduled_at = CASE WHEN u.delay > 0 THEN now() + make_interval(secs => u.delay) END,
+	    worker_id = NULL,
+	    updated_at = now()
+	FROM unnest($1::uuid[], $2::text[], $3::float8[], $5::int4[]) AS u(id, err, delay, attempts)
+	WHERE j.id = ANY($1::uuid[]) AND j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid AND j.attempts = u.attempts) IS TRUE
+	RETURNING j.id`
+
+	// snoozeStatement puts rows back to queued, their attempt given back.
+	snoozeStatement = `UPDATE soniq_jobs j
+	SET status = 'queued',
+	    attempts = GREATEST(COALESCE(j.attempts, 0) - 1, 0),
+	    last_error = u.err,
+	    scheduled_at = now() + make_interval(secs => u.delay),
+	    worker_id = NULL,
+	    updated_at = now()
+	FROM unnest($1::uuid[], $2::text[], $3::float8[], $5::int4[]) AS u(id, err, delay, attempts)
+	WHERE j.id = ANY($1::uuid[]) AND j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid AND j.attempts = u.attempts) IS TRUE
+	RETURNING j.id`
+
+	// deadStatement moves rows to the dead-letter table. The delete and the
+	// insert are one statement, so the move is atomic without an explicit
+	// transaction. Columns Soniq's jobs table leaves nullable are NOT NULL in
+	// the dead-letter table, hence the defaults.
+	deadStatement = `WITH u AS (
+	SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $5::int4[]) AS u(id, err, reason, attempts)
+), moved AS (
+	DELETE FROM soniq_jobs j USING u
+	WHERE j.id = ANY($1::uuid[]) AND j.id = u.id AND (j.status = 'processing' AND j.worker_id = $4::uuid AND j.attempts = u.attempts) IS TRUE
+	RETURNING j.id, j.job_name, j.args, j.queue, j.priority, j.max_attempts, j.attempts,
+	          j.created_at, u.err, u.reason
+)
+INSERT INTO soniq_dead_letter_jobs (id, job_name, args, queue, priority, max_attempts, attempts,
+	last_error, dead_letter_reason, original_created_at, moved_to_dead_letter_at, tags)
+SELECT id, job_name, args, COALESCE(queue, 'default'), COALESCE(priority, 100),
+	COALESCE(max_attempts, 3), COALESCE(attempts, 0), err, reason, COALESCE(created_at, now()), now(), NULL
+FROM moved
+ON CONFLICT (id) DO UPDATE SET
+	attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
+	dead_letter_reason = EXCLUDED.dead_letter_reason,
+	moved_to_dead_letter_at = EXCLUDED.moved_to_dead_letter_at
+RETURNING id::uuid`
+)
 
 // Nack is the shutdown contract's nack_job over many rows, guarded by the
 // worker that holds them and the attempt it holds them at.

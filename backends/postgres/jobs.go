@@ -441,13 +441,34 @@ FROM (SELECT ` + plannerSettings + `) AS settings`
 // connection and reused (plan_cache_mode): planning the claim's CTEs
 // anew at every execution was about half of a small claim's, and of a
 // small result write's, cost in the database.
-const plannerSettings = `set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
-	set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
-	set_config('enable_mergejoin', 'off', true), set_config('jit', 'off', true),
-	set_config('plan_cache_mode', 'force_generic_plan', true)`
+const plannerSettings = plannerSettingsButJoins + `, set_config('enable_hashjoin', 'off', true)`
 
-// claimPlannerHints precedes the result writes in their implicit transaction.
+// plannerSettingsButJoins are plannerSettings but for hash joins, which the
+// guarded writes need (writePlannerHints).
+const plannerSettingsButJoins = `set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
+	set_config('enable_seqscan', 'off', true), set_config('enable_mergejoin', 'off', true),
+	set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
+
+// claimPlannerHints precedes a claim's statements in their implicit
+// transaction when nothing else sets the planner's settings first.
 const claimPlannerHints = `SELECT ` + plannerSettings
+
+// writePlannerHints precede the guarded writes (doneStatement and the
+// others) in their implicit transaction: the claim's settings with hash
+// joins on. Each write reads its rows through the primary key (j.id =
+// ANY($1)) and pairs them with its arrays' elements; without a hash join
+// the only plans left for that pairing compare every row with every
+// element, n² comparisons that made a write of 500 rows cost 2 to 3 times
+// one hashed. With the rows read by id, a hash join can never hash the
+// whole table, whatever the statistics.
+const writePlannerHints = `SELECT ` + plannerSettingsButJoins + `, set_config('enable_hashjoin', 'on', true)`
+
+// hashJoinsOn and hashJoinsOff turn hash joins on for the guarded writes
+// after a claim in the same transaction, and off again for what follows.
+const (
+	hashJoinsOn  = `SELECT set_config('enable_hashjoin', 'on', true)`
+	hashJoinsOff = `SELECT set_config('enable_hashjoin', 'off', true)`
+)
 
 // claimStatement is the claim for p: the statement and its arguments.
 func claimStatement(p backends.ClaimParams) (string, []any) {

@@ -46,23 +46,11 @@ func (b *Backend) ReturnJobs(ctx context.Context, workerID string, held []backen
 	// Primary-key lookups whatever the statistics say (see Complete): the
 	// guard is one IS TRUE expression, so idx_soniq_jobs_worker_id, which
 	// holds every row this worker ever ran, cannot serve it.
-	batch.Queue(claimPlannerHints)
+	batch.Queue(writePlannerHints)
 	returned := make(map[pgtype.UUID]bool, len(ids))
 	// The notification goes out on commit, one per queue, so an idle
 	// worker (this one, another sidecar, Soniq's) claims the rows at once.
-	batch.Queue(`WITH returned AS (
-	UPDATE soniq_jobs j
-	SET status = 'queued', worker_id = NULL,
-	    attempts = GREATEST(COALESCE(j.attempts, 0) - 1, 0),
-	    updated_at = now()
-	FROM unnest($1::uuid[], $2::int4[]) AS h(id, attempts)
-	WHERE j.id = ANY($1::uuid[]) AND j.id = h.id
-	  AND (j.status = 'processing' AND j.worker_id = $3::uuid AND COALESCE(j.attempts, 0) = h.attempts) IS TRUE
-	RETURNING j.id, j.queue
-), woken AS (
-	SELECT count(pg_notify($4, q)) FROM (SELECT DISTINCT COALESCE(queue, 'default') AS q FROM returned) AS d
-)
-SELECT id FROM returned, woken`, ids, attempts, workerID, notifyChannel).Query(func(rows pgx.Rows) error {
+	batch.Queue(returnStatement, ids, attempts, workerID, notifyChannel).Query(func(rows pgx.Rows) error {
 		var id pgtype.UUID
 		_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
 			returned[id] = true
@@ -85,3 +73,20 @@ SELECT id FROM returned, woken`, ids, attempts, workerID, notifyChannel).Query(f
 	}
 	return out, nil
 }
+
+// returnStatement gives reserved rows back to the queue and wakes the
+// workers of their queues. Its rows are found and paired with its arrays as
+// the guarded writes' are (doneStatement).
+const returnStatement = `WITH returned AS (
+	UPDATE soniq_jobs j
+	SET status = 'queued', worker_id = NULL,
+	    attempts = GREATEST(COALESCE(j.attempts, 0) - 1, 0),
+	    updated_at = now()
+	FROM unnest($1::uuid[], $2::int4[]) AS h(id, attempts)
+	WHERE j.id = ANY($1::uuid[]) AND j.id = h.id
+	  AND (j.status = 'processing' AND j.worker_id = $3::uuid AND COALESCE(j.attempts, 0) = h.attempts) IS TRUE
+	RETURNING j.id, j.queue
+), woken AS (
+	SELECT count(pg_notify($4, q)) FROM (SELECT DISTINCT COALESCE(queue, 'default') AS q FROM returned) AS d
+)
+SELECT id FROM returned, woken`
