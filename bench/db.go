@@ -99,6 +99,27 @@ func (d *database) reset(ctx context.Context, index bool) error {
 	return nil
 }
 
+// awaitAutovacuum waits, at most bound, until no autovacuum worker runs,
+// and returns how long it waited in seconds.
+func (d *database) awaitAutovacuum(ctx context.Context, bound time.Duration) float64 {
+	t0 := time.Now()
+	for time.Since(t0) < bound {
+		var n int
+		if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'`).Scan(&n); err != nil || n == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(t0).Seconds()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if w := time.Since(t0); w > 50*time.Millisecond {
+		return w.Seconds()
+	}
+	return 0
+}
+
 // dropLimitIndexes drops the indexes a limited sidecar builds on
 // soniq_jobs at its start: left behind, every later section's enqueues and
 // claims would maintain them, which no database without limits does.

@@ -169,6 +169,20 @@ func peersTableNote(rows []*peerResult) string {
 		}
 		notes = append(notes, note+".")
 	}
+	var waits []float64
+	for _, t := range rows {
+		for _, run := range t.Runs {
+			if run.AutovacuumWait > 0 {
+				waits = append(waits, run.AutovacuumWait)
+			}
+		}
+	}
+	note := "After each run the driver empties the row's tables and waits for any autovacuum worker to finish before the next row " +
+		"starts, so the clean-up one row's jobs set off is not done during the next row's drain"
+	if len(waits) > 0 {
+		note += fmt.Sprintf(" (it waited after %d runs, at most %.1f s)", len(waits), slices.Max(waits))
+	}
+	notes = append(notes, note+".")
 	if len(polls) > 0 && slices.Max(polls) > 0 {
 		notes = append(notes, fmt.Sprintf("The driver's polls during a drain run on a connection of their own, whose server process's CPU "+
 			"(median %.0f ms a run, at most %.0f) is left out of the Postgres column too: what one poll costs depends on the row's table "+
@@ -248,7 +262,10 @@ type peerRun struct {
 	P95          float64 `json:"p95_ms"`
 	P99          float64 `json:"p99_ms"`
 	Max          float64 `json:"max_ms"`
-	Error        string  `json:"error,omitempty"`
+	// AutovacuumWait: after the run, its tables emptied, how long the
+	// driver waited for autovacuum workers to finish before the next row.
+	AutovacuumWait float64 `json:"autovacuum_wait_s,omitempty"`
+	Error          string  `json:"error,omitempty"`
 }
 
 // peerWarmup jobs run before anything is measured in a start.
@@ -320,6 +337,9 @@ func (b *bench) peersSection(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+			if run.AutovacuumWait, err = b.peerSettle(ctx, r, err); err != nil && ctx.Err() != nil {
+				return ctx.Err()
+			}
 			run.Round = round + 1
 			if err != nil {
 				run.Error = err.Error()
@@ -348,6 +368,29 @@ func (b *bench) peersSection(ctx context.Context) error {
 	}
 	return nil
 }
+
+// peerSettle empties the tables r's run filled and waits, at most
+// settleBound, for any autovacuum worker to finish: a row's leftovers
+// (thousands of finished jobs, a queue table's churn) set off autovacuums
+// that otherwise ran during the next row's drain, so the rows that
+// followed the heaviest peers paid for them. It returns the wait and
+// runErr, or the reset's error when the run had none.
+func (b *bench) peerSettle(ctx context.Context, r *peerResult, runErr error) (float64, error) {
+	var err error
+	if r.peer != nil {
+		err = b.peerReset(ctx, r.peer)
+	} else {
+		err = b.db.reset(ctx, true)
+	}
+	waited := b.db.awaitAutovacuum(ctx, settleBound)
+	if runErr != nil {
+		return waited, runErr
+	}
+	return waited, err
+}
+
+// settleBound bounds the wait for autovacuum between two rows.
+const settleBound = 10 * time.Second
 
 // peerReset empties a peer's tables.
 func (b *bench) peerReset(ctx context.Context, p *peer) error {
