@@ -337,8 +337,13 @@ func (b *bench) peersSection(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if run.AutovacuumWait, err = b.peerSettle(ctx, r, err); err != nil && ctx.Err() != nil {
+			wait, serr := b.peerSettle(ctx, r)
+			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			run.AutovacuumWait = wait
+			if err == nil {
+				err = serr // a run whose tables could not be emptied is not a clean run either
 			}
 			run.Round = round + 1
 			if err != nil {
@@ -373,20 +378,16 @@ func (b *bench) peersSection(ctx context.Context) error {
 // settleBound, for any autovacuum worker to finish: a row's leftovers
 // (thousands of finished jobs, a queue table's churn) set off autovacuums
 // that otherwise ran during the next row's drain, so the rows that
-// followed the heaviest peers paid for them. It returns the wait and
-// runErr, or the reset's error when the run had none.
-func (b *bench) peerSettle(ctx context.Context, r *peerResult, runErr error) (float64, error) {
+// followed the heaviest peers paid for them. It returns the wait, in
+// seconds, and the reset's error.
+func (b *bench) peerSettle(ctx context.Context, r *peerResult) (float64, error) {
 	var err error
 	if r.peer != nil {
 		err = b.peerReset(ctx, r.peer)
 	} else {
 		err = b.db.reset(ctx, true)
 	}
-	waited := b.db.awaitAutovacuum(ctx, settleBound)
-	if runErr != nil {
-		return waited, runErr
-	}
-	return waited, err
+	return b.db.awaitAutovacuum(ctx, settleBound), err
 }
 
 // settleBound bounds the wait for autovacuum between two rows.

@@ -235,18 +235,7 @@ func queueCompletions(batch *pgx.Batch, workerID string, cs []backends.Completio
 	}
 	kids.queueStatements(queue, workerID)
 	return func() []string {
-		// Report in the caller's order, each id once.
-		out := make([]string, 0, len(applied))
-		for _, c := range cs {
-			if !isUUID(c.JobID) {
-				continue
-			}
-			if id := parseUUID(c.JobID); applied[id] {
-				out = append(out, c.JobID)
-				delete(applied, id)
-			}
-		}
-		return out
+		return inCallersOrder(len(cs), func(i int) string { return cs[i].JobID }, applied)
 	}, nil
 }
 

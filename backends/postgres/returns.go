@@ -61,17 +61,7 @@ func (b *Backend) ReturnJobs(ctx context.Context, workerID string, held []backen
 	if err := b.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, b.wrap(err, "return %d unstarted jobs of worker %s", len(ids), workerID)
 	}
-	out := make([]string, 0, len(returned))
-	for _, j := range held {
-		if !isUUID(j.ID) {
-			continue
-		}
-		if id := parseUUID(j.ID); returned[id] {
-			out = append(out, j.ID)
-			delete(returned, id)
-		}
-	}
-	return out, nil
+	return inCallersOrder(len(held), func(i int) string { return held[i].ID }, returned), nil
 }
 
 // returnStatement gives reserved rows back to the queue and wakes the

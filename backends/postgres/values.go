@@ -101,3 +101,21 @@ func replaceNUL(v any) any {
 	}
 	return v
 }
+
+// inCallersOrder is the ids of the caller's n items (id(i) the i-th's) that
+// a statement wrote (written, its returned uuids), in the caller's order and
+// each once; it empties written as it goes.
+func inCallersOrder(n int, id func(i int) string, written map[pgtype.UUID]bool) []string {
+	out := make([]string, 0, len(written))
+	for i := range n {
+		s := id(i)
+		if !isUUID(s) {
+			continue
+		}
+		if u := parseUUID(s); written[u] {
+			out = append(out, s)
+			delete(written, u)
+		}
+	}
+	return out
+}
