@@ -180,3 +180,29 @@ func TestHandlerJobsInProgress(t *testing.T) {
 	assert.Equal(t, map[string]int64{"billing": 1, "mail": 1}, got)
 	assert.Equal(t, int64(1), counterValue(t, r, "soniq_jobs_completed"))
 }
+
+// The records made for every job (its pickup delay when claimed, its run
+// time when it ends, its wait in the reserve, the size of its claim)
+// allocate nothing once their labels have been used: at full load they run
+// tens of thousands of times a second, and their allocations were a fifth
+// of the sidecar's.
+func TestPerJobRecordsDoNotAllocate(t *testing.T) {
+	m, _ := testMetrics(t)
+	pl := &pool{h: &config.Handler{Name: "billing"}}
+	now := time.Now()
+	tk := &task{job: &backends.Job{Queue: "default", Name: "billing.charge"}, pool: pl, startedAt: now}
+	claimed := []backends.Job{{Queue: "default", Name: "billing.charge", CreatedAt: now.Add(-time.Millisecond), UpdatedAt: now}}
+	for _, tt := range []struct {
+		name   string
+		record func()
+	}{
+		{"pickup delay", func() { m.jobsClaimed(claimed) }},
+		{"run time", func() { m.jobStarted(tk); m.jobEnded(tk, "done") }},
+		{"reserve wait", func() { m.reserveWaited("billing", time.Millisecond) }},
+		{"reserve size", func() { m.reserveSize("billing", 10, 20) }},
+		{"claim rows", func() { m.claimRows("billing", 10) }},
+	} {
+		tt.record() // the first use builds the labels
+		assert.Zero(t, testing.AllocsPerRun(200, tt.record), tt.name)
+	}
+}
