@@ -228,7 +228,7 @@ func decodeResult(f fields) (Message, *FrameError) {
 	if r.ID, ferr = f.nonEmpty("id"); ferr != nil {
 		return nil, ferr
 	}
-	status, _, ferr := f.str("status", true)
+	status, ferr := f.status()
 	if ferr != nil {
 		return nil, ferr
 	}
@@ -550,6 +550,28 @@ func (f fields) str(name string, required bool) (string, bool, *FrameError) {
 		return "", false, &FrameError{Code: CodeInvalidJSON, Detail: err.Error()}
 	}
 	return s, true, nil
+}
+
+// status is the result's status. Each of the four a result may have is
+// returned as its constant (one string made for every result was one of
+// the sidecar's few allocations a job); any other text as str reads it.
+func (f fields) status() (string, *FrameError) {
+	raw, ferr := f.value("status", true, '"', "string")
+	if raw == nil {
+		return "", ferr
+	}
+	switch string(raw[1 : len(raw)-1]) {
+	case string(StatusDone):
+		return string(StatusDone), nil
+	case string(StatusFailed):
+		return string(StatusFailed), nil
+	case string(StatusSnooze):
+		return string(StatusSnooze), nil
+	case string(StatusCancelled):
+		return string(StatusCancelled), nil
+	}
+	s, _, ferr := f.str("status", true)
+	return s, ferr
 }
 
 func (f fields) nonEmpty(name string) (string, *FrameError) {

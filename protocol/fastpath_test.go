@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // FuzzSplitObjectAgreesWithUnmarshal: whenever the decoder splits a frame in
@@ -81,6 +83,34 @@ func TestDecodedRawValuesDoNotAliasTheFrame(t *testing.T) {
 		}
 		if string(raw) != `{"k":1}` {
 			t.Fatalf("%s: raw value changed with the frame's buffer: %q", frame, raw)
+		}
+	}
+}
+
+// A result's status is one of four words, decoded for every result the
+// sidecar reads: it is the constant itself, not a string made for each
+// frame. The escaped spelling of a word is the word too.
+func TestResultStatusesAreTheirConstants(t *testing.T) {
+	for _, tt := range []struct {
+		frame string
+		want  Status
+	}{
+		{`{"type":"result","id":"a","status":"done"}`, StatusDone},
+		{`{"type":"result","id":"a","status":"failed","error":{"type":"E","message":"m"}}`, StatusFailed},
+		{`{"type":"result","id":"a","status":"snooze","seconds":1}`, StatusSnooze},
+		{`{"type":"result","id":"a","status":"cancelled"}`, StatusCancelled},
+		{`{"type":"result","id":"a","status":"d\u006fne"}`, StatusDone},
+	} {
+		m, err := Decode([]byte(tt.frame))
+		if err != nil {
+			t.Fatalf("%s: %v", tt.frame, err)
+		}
+		got := m.(*Result).Status
+		if got != tt.want {
+			t.Fatalf("%s: status %q, want %q", tt.frame, got, tt.want)
+		}
+		if !strings.Contains(tt.frame, `\u`) && unsafe.StringData(string(got)) != unsafe.StringData(string(tt.want)) {
+			t.Errorf("%s: the status is a string of its own, not the constant", tt.frame)
 		}
 	}
 }

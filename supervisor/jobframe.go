@@ -24,13 +24,11 @@ func newJobFrame(j *backends.Job, workerID string) *protocol.Job {
 	f := &protocol.Job{ID: j.ID, Name: j.Name, Args: j.Args, Attempt: j.Attempts,
 		MaxAttempts: j.MaxAttempts, Queue: j.Queue}
 	// The claim wrote this sidecar's id into the row; the row is the truth
-	// the handler is told about.
-	wid := workerID
+	// the handler is told about. The frame shares the row's string.
 	if j.WorkerID != nil && *j.WorkerID != "" {
-		wid = *j.WorkerID
-	}
-	if wid != "" {
-		f.WorkerID = &wid
+		f.WorkerID = j.WorkerID
+	} else if workerID != "" {
+		f.WorkerID = &workerID
 	}
 	if j.ScheduledAt != nil {
 		f.ScheduledAt = frameTime(*j.ScheduledAt)
