@@ -64,6 +64,19 @@ func (a *dbAdmin) terminate() int {
 	return n
 }
 
+// writableThrough reports whether a new session on url takes writes.
+func writableThrough(url string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return false
+	}
+	defer conn.Close(context.Background())
+	var ro string
+	return conn.QueryRow(ctx, "SHOW transaction_read_only").Scan(&ro) == nil && ro == "off"
+}
+
 // status reads a job's status on the admin session (the test's own
 // backend, like the sidecar's, refuses read-only sessions).
 func (a *dbAdmin) status(id string) string {
@@ -139,12 +152,27 @@ func readOnlyFailover(t *testing.T, throughPgBouncer bool) {
 		console := *pu
 		console.Path = "/pgbouncer"
 		console.RawQuery = "sslmode=disable&default_query_exec_mode=simple_protocol"
+		probe := pooled
+		q := probe.Query()
+		q.Set("default_query_exec_mode", "simple_protocol")
+		probe.RawQuery = q.Encode()
 		reconnect = func() {
 			conn, err := pgx.Connect(context.Background(), console.String())
 			require.NoError(t, err, "PgBouncer's admin console")
 			defer conn.Close(context.Background())
 			_, err = conn.Exec(context.Background(), "RECONNECT "+admin.name)
 			require.NoError(t, err)
+			// Through the pooler the database is writable once PgBouncer
+			// hands a new client a writable session. That is PgBouncer's
+			// doing, not the sidecar's: a server login that fails meanwhile
+			// (a connection slot taken by the other tests, say) holds every
+			// new session back for server_login_retry, 1 s here. The bound
+			// below is the sidecar's, so it counts from there.
+			sent := time.Now()
+			eventually(t, 5*time.Second, "PgBouncer hands out writable sessions", func() bool {
+				return writableThrough(probe.String())
+			})
+			t.Logf("PgBouncer handed out a writable session %v after RECONNECT", time.Since(sent))
 		}
 	}
 	a := w.startSidecar(env)
