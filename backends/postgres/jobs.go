@@ -33,6 +33,14 @@ func jobColumns(p string) string {
 // jobColumnsPlain is jobColumns(""), for statements built once.
 var jobColumnsPlain = jobColumns("")
 
+// claimedColumns select a row as a claim returns it: jobColumns but for
+// its status and worker id, which the claim itself wrote (processing, the
+// claiming worker) and newClaimScanner fills in. Two strings fewer, for every
+// row claimed, to send and to make.
+var claimedColumns = strings.Join(slices.DeleteFunc(strings.Split(jobColumnsPlain, ", "), func(c string) bool {
+	return c == "status" || c == "worker_id::text"
+}), ", ")
+
 // scanJob reads one row selected with jobColumns. Columns Soniq leaves
 // nullable (attempts, queue, ...) read as the schema defaults when NULL.
 func scanJob(row pgx.Row) (backends.Job, error) {
@@ -51,6 +59,8 @@ type jobScanner struct {
 	unique                      pgtype.Bool
 	createdAt, updatedAt        pgtype.Timestamptz
 	dest                        []any
+	// claimedBy: the rows are a claim's, by this worker (newClaimScanner).
+	claimedBy *string
 }
 
 func newJobScanner() *jobScanner {
@@ -58,6 +68,18 @@ func newJobScanner() *jobScanner {
 	s.dest = []any{&s.j.ID, &s.j.Name, &s.args, &s.j.ArgsHash, &s.j.Status, &s.attempts, &s.maxAttempts,
 		&s.queue, &s.prio, &s.unique, &s.j.DedupKey, &s.j.ScheduledAt, &s.j.ExpiresAt,
 		&s.j.LastError, &s.result, &s.j.ProducerID, &s.createdAt, &s.updatedAt, &s.j.WorkerID}
+	return s
+}
+
+// newClaimScanner reads rows selected with claimedColumns by a claim for
+// workerID (a uuid, as the claim checked): their status is processing and
+// their worker id is workerID as Postgres writes a uuid (lower case),
+// shared by the claim's rows.
+func newClaimScanner(workerID string) *jobScanner {
+	s := &jobScanner{claimedBy: new(strings.ToLower(workerID))}
+	s.dest = []any{&s.j.ID, &s.j.Name, &s.args, &s.j.ArgsHash, &s.attempts, &s.maxAttempts,
+		&s.queue, &s.prio, &s.unique, &s.j.DedupKey, &s.j.ScheduledAt, &s.j.ExpiresAt,
+		&s.j.LastError, &s.result, &s.j.ProducerID, &s.createdAt, &s.updatedAt}
 	return s
 }
 
@@ -69,6 +91,9 @@ func (s *jobScanner) scan(row pgx.Row) (backends.Job, error) {
 		return backends.Job{}, err
 	}
 	j := s.j
+	if s.claimedBy != nil {
+		j.Status, j.WorkerID = backends.StatusProcessing, s.claimedBy
+	}
 	if s.createdAt.InfinityModifier != pgtype.Finite || s.updatedAt.InfinityModifier != pgtype.Finite {
 		// What scanning into a time.Time refused, as before.
 		return backends.Job{}, fmt.Errorf("job %s: created_at or updated_at is infinite", j.ID)
@@ -399,7 +424,7 @@ func (c *pendingClaim) queueStatement(batch *pgx.Batch) {
 		sql, args = limitedClaimStatement(c.p, *c.plan)
 	}
 	batch.Queue(sql, args...).Query(func(rows pgx.Rows) error {
-		sc := newJobScanner()
+		sc := newClaimScanner(c.p.WorkerID)
 		var err error
 		c.jobs, err = pgx.AppendRows(make([]backends.Job, 0, c.p.Limit+c.p.Ahead), rows, func(r pgx.CollectableRow) (backends.Job, error) { return sc.scan(r) })
 		return err
@@ -575,6 +600,6 @@ func buildClaimStatement(f int) string {
 	WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 	RETURNING j.*
 )
-SELECT ` + jobColumns("") + ` FROM claimed
+SELECT ` + claimedColumns + ` FROM claimed
 ORDER BY priority ASC, scheduled_at ASC NULLS FIRST, created_at ASC`
 }

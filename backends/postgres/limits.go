@@ -662,6 +662,6 @@ func limitedClaimStatement(p backends.ClaimParams, plan limitPlan) (string, []an
 )`)
 	}
 	return `WITH ` + strings.Join(ctes, ", ") + `
-SELECT ` + jobColumns("") + ` FROM claimed
+SELECT ` + claimedColumns + ` FROM claimed
 ` + order, args
 }

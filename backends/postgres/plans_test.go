@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/soniq-dev/soniq-sidecar/backends"
 )
 
 // The guarded writes pair the rows they read with the elements of the
@@ -122,4 +124,39 @@ func planText(plan map[string]any) string {
 		sb.WriteString("\n")
 	})
 	return sb.String()
+}
+
+// A claim does not send back the status and worker id it wrote itself;
+// its jobs must still read as the rows are: processing, the worker's id as
+// Postgres writes a uuid (lower case, whatever case the claimer gave), and
+// every other column as a read of the row returns it. With and without
+// claim-ahead, and with a limit (the statement built for limited names).
+func TestClaimedJobsReadAsTheirRows(t *testing.T) {
+	b, _ := openTest(t)
+	ctx := t.Context()
+	wid := strings.ToUpper(backends.NewID())
+	require.NoError(t, b.RegisterWorker(ctx, backends.Worker{ID: wid, Hostname: "pg-test", PID: 4243}))
+	prio := 7
+	for i := range 6 {
+		_, err := b.Enqueue(ctx, backends.EnqueueParams{Name: "claim.cols", Args: json.RawMessage(`{"i":` + strconv.Itoa(i) + `}`),
+			Queue: "cols", Priority: &prio, DedupKey: "d" + strconv.Itoa(i)})
+		require.NoError(t, err)
+	}
+	for _, p := range []backends.ClaimParams{
+		{WorkerID: wid, Names: []string{"claim.cols"}, Limit: 2},
+		{WorkerID: wid, Names: []string{"claim.cols"}, Limit: 1, Ahead: 1},
+		{WorkerID: wid, Names: []string{"claim.cols"}, Limit: 2, Limits: []backends.ClaimLimit{{Scope: "claim.cols", Names: []string{"claim.cols"}, Key: []string{"i"}, Concurrency: 5}}},
+	} {
+		jobs, err := b.Claim(ctx, p)
+		require.NoError(t, err)
+		require.Len(t, jobs, 2)
+		for _, j := range jobs {
+			row, err := b.Get(ctx, j.ID)
+			require.NoError(t, err)
+			assert.Equal(t, row, j)
+			assert.Equal(t, backends.StatusProcessing, j.Status)
+			require.NotNil(t, j.WorkerID)
+			assert.Equal(t, strings.ToLower(wid), *j.WorkerID)
+		}
+	}
 }
