@@ -76,10 +76,11 @@ func newJobScanner() *jobScanner {
 // their worker id is workerID as Postgres writes a uuid (lower case),
 // shared by the claim's rows.
 func newClaimScanner(workerID string) *jobScanner {
-	s := &jobScanner{claimedBy: new(strings.ToLower(workerID))}
-	s.dest = []any{&s.j.ID, &s.j.Name, &s.args, &s.j.ArgsHash, &s.attempts, &s.maxAttempts,
-		&s.queue, &s.prio, &s.unique, &s.j.DedupKey, &s.j.ScheduledAt, &s.j.ExpiresAt,
-		&s.j.LastError, &s.result, &s.j.ProducerID, &s.createdAt, &s.updatedAt}
+	s := newJobScanner()
+	s.claimedBy = new(strings.ToLower(workerID))
+	// newJobScanner's destinations without the two columns claimedColumns
+	// leaves out: one list to keep in the columns' order.
+	s.dest = slices.DeleteFunc(s.dest, func(d any) bool { return d == any(&s.j.Status) || d == any(&s.j.WorkerID) })
 	return s
 }
 
