@@ -57,8 +57,11 @@ func (l *loop) onAudit(r maintenance.AuditReading) {
 		l.log.Debug("self-audit reading failed", "err", r.Err)
 		return
 	}
-	if l.rereg.active || l.shut.state == StateStopped {
-		// The rows under this id are being sorted out by the registration.
+	if l.rereg.active || l.shut.state == StateStopped || l.claim.reconcile {
+		// The rows under this id are being sorted out by the registration,
+		// or by the reconciliation of a claim whose reply was lost: that
+		// gives its rows back unstarted, where a release here would keep
+		// the attempt the claim charged without a run.
 		l.audit.Reset()
 		return
 	}
